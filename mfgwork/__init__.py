@@ -1,0 +1,36 @@
+"""mfgwork: a Jupyter-first research workbench for mean field games.
+
+    import mfgwork as mw
+    res = mw.solve(mw.SantaFeBar(threshold=0.6), nx=201, nt=201)
+
+Convention (ν = σ²/2, reflecting walls):
+    HJB  −∂t u − ν ∂xx u + ½ (∂x u)² = f(t, x, m),  u(T) = g
+    FP    ∂t m − ν ∂xx m − ∂x(m ∂x u) = 0,         m(0) = m0
+PyTorch is imported only when a torch backend is asked for.
+"""
+
+from .backend import (
+    Backend,
+    available_backends,
+    available_devices,
+    device_info,
+    from_numpy,
+    get_backend,
+    mps_emulation,
+    to_numpy,
+)
+from .errors import BackendError, ConvergenceWarning, ParameterError, SolverError
+from .grid import Grid
+from .picard import Anderson, FictitiousPlay, Relaxation
+from .problems import HopfColeProblem, MFGProblem, SantaFeBar
+from .results import Result, load
+from .solve import solve
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Anderson", "Backend", "BackendError", "ConvergenceWarning", "FictitiousPlay", "Grid",
+    "HopfColeProblem", "MFGProblem", "ParameterError", "Relaxation", "Result", "SantaFeBar",
+    "SolverError", "available_backends", "available_devices", "device_info", "from_numpy",
+    "get_backend", "load", "mps_emulation", "solve", "to_numpy",
+]

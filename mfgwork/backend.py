@@ -1,0 +1,316 @@
+"""Backends and devices: selection, dtype policy, array namespace, conversions, device info.
+
+A :class:`Backend` is a small immutable record (library, device, dtype) with the array
+namespace of that library (through ``array-api-compat``). The solvers are written against
+``backend.xp``; arrays cross to NumPy only at the boundaries (results, plots, saving), through
+:func:`to_numpy` and :meth:`Backend.asarray`.
+
+PyTorch is imported lazily: ``import mfgwork`` never imports it.
+
+Devices: ``"cpu"``, ``"cuda"`` (or ``"cuda:N"``), ``"mps"``, ``"auto"`` (CUDA, else MPS, else
+CPU). Dtype: float64 by default; on MPS, which has no float64, float32 with a one-time warning;
+asking for float64 on MPS is an error.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from .errors import BackendError
+
+BACKENDS = ("numpy", "torch")
+DEVICE_KINDS = ("cpu", "cuda", "mps")
+DTYPES = ("float32", "float64")
+
+_warned_mps_float32 = False
+
+
+def torch_installed() -> bool:
+    """Whether PyTorch can be imported (checked without importing it)."""
+    return "torch" in sys.modules or importlib.util.find_spec("torch") is not None
+
+
+def _torch() -> ModuleType:
+    import torch
+
+    return torch
+
+
+def available_devices(backend: str = "torch") -> list[str]:
+    """Devices usable with ``backend`` on this machine, in order of preference for "auto"."""
+    if backend == "numpy":
+        return ["cpu"]
+    if backend != "torch":
+        raise BackendError(f"backend={backend!r} is unknown: must be one of {BACKENDS}")
+    if not torch_installed():
+        return []
+    torch = _torch()
+    devices = []
+    if torch.cuda.is_available():
+        n = torch.cuda.device_count()
+        devices += ["cuda"] + [f"cuda:{i}" for i in range(1, n)]
+    if _mps_available():
+        devices.append("mps")
+    devices.append("cpu")
+    return devices
+
+
+def _mps_available() -> bool:
+    torch = _torch()
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
+def available_backends() -> dict[str, list[str]]:
+    """Every usable backend with its devices, e.g. ``{"numpy": ["cpu"], "torch": [...]}``."""
+    out = {"numpy": ["cpu"]}
+    if torch_installed():
+        out["torch"] = available_devices("torch")
+    return out
+
+
+def _describe_available() -> str:
+    return "; ".join(f"{b}: {', '.join(d)}" for b, d in available_backends().items())
+
+
+def _normalize_dtype(dtype: object) -> str | None:
+    if dtype is None:
+        return None
+    name = str(dtype).replace("torch.", "").replace("numpy.", "")
+    if name in ("float", "double"):
+        name = "float64" if name == "double" else "float32"
+    if name.startswith("<class '") and name.endswith("'>"):
+        name = name[8:-2].split(".")[-1]
+    if name not in DTYPES:
+        raise BackendError(f"dtype={dtype!r} is not supported: must be None, 'float32' or 'float64'")
+    return name
+
+
+def _resolve_device(backend: str, device: str) -> str:
+    if not isinstance(device, str):
+        raise BackendError(f"device={device!r} is invalid: must be a string such as "
+                           f"'cpu', 'cuda', 'mps' or 'auto'")
+    kind = device.split(":")[0]
+    if device != "auto" and kind not in DEVICE_KINDS:
+        raise BackendError(f"device={device!r} is unknown: must be 'auto' or one of "
+                           f"{DEVICE_KINDS}; available here: {_describe_available()}")
+    if backend == "numpy":
+        if device in ("cpu", "auto"):
+            return "cpu"
+        raise BackendError(f"device={device!r} is not available for backend='numpy', which runs "
+                           f"on the CPU only; use backend='torch' for accelerators. "
+                           f"Available here: {_describe_available()}")
+    if not torch_installed():
+        raise BackendError("backend='torch' is not available: PyTorch is not installed "
+                           "(pip install 'mfgwork[torch]'). Available here: "
+                           + _describe_available())
+    devices = available_devices("torch")
+    if device == "auto":
+        return devices[0]
+    if device == "cuda:0":
+        device = "cuda"
+    if device not in devices:
+        raise BackendError(f"device={device!r} is not available for backend='torch'. "
+                           f"Available here: {_describe_available()}")
+    return device
+
+
+@dataclass(frozen=True)
+class Backend:
+    """An array library on one device with one floating dtype.
+
+    ``emulate_mps=True`` runs torch on the CPU under the rules of the MPS path (float32 only,
+    no host synchronisation inside time loops): the way MPS code is tested without Apple
+    hardware.
+    """
+
+    name: str
+    device: str
+    dtype: str
+    emulate_mps: bool = False
+    _xp: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def xp(self) -> Any:
+        """The array-API namespace of this backend (``array_api_compat.numpy`` or ``.torch``)."""
+        if self._xp is None:
+            if self.name == "numpy":
+                import array_api_compat.numpy as xp
+            else:
+                import array_api_compat.torch as xp
+            object.__setattr__(self, "_xp", xp)
+        return self._xp
+
+    @property
+    def kind(self) -> str:
+        """"cpu", "cuda" or "mps" (the device without its index)."""
+        return self.device.split(":")[0]
+
+    @property
+    def is_accelerator(self) -> bool:
+        """True on CUDA and MPS, and under MPS emulation: loops avoid host round trips."""
+        return self.kind != "cpu" or self.emulate_mps
+
+    @property
+    def native_dtype(self) -> Any:
+        if self.name == "numpy":
+            return np.dtype(self.dtype)
+        return getattr(_torch(), self.dtype)
+
+    @property
+    def native_device(self) -> Any:
+        return None if self.name == "numpy" else _torch().device(self.device)
+
+    @property
+    def eps(self) -> float:
+        """Machine epsilon of the working dtype."""
+        return float(np.finfo(self.dtype).eps)
+
+    def asarray(self, a: Any) -> Any:
+        """``a`` (NumPy array, tensor, list or scalar) as an array of this backend."""
+        if self.name == "numpy":
+            return np.asarray(to_numpy(a), dtype=self.dtype)
+        torch = _torch()
+        if isinstance(a, torch.Tensor):
+            return a.to(device=self.native_device, dtype=self.native_dtype)
+        arr = np.asarray(a, dtype=self.dtype)
+        return torch.from_numpy(np.ascontiguousarray(arr)).to(self.native_device)
+
+    def zeros(self, shape: int | tuple[int, ...]) -> Any:
+        return self.xp.zeros(shape, dtype=self.native_dtype, device=self.native_device)
+
+    def empty(self, shape: int | tuple[int, ...]) -> Any:
+        return self.xp.empty(shape, dtype=self.native_dtype, device=self.native_device)
+
+    def linspace(self, start: float, stop: float, num: int) -> Any:
+        """Grid points computed in float64 on the host, then moved: the same on every backend."""
+        return self.asarray(np.linspace(start, stop, num))
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (a no-op on the CPU)."""
+        if self.kind == "cuda":
+            _torch().cuda.synchronize(self.native_device)
+        elif self.kind == "mps":
+            _torch().mps.synchronize()
+
+    def empty_cache(self) -> None:
+        """Release cached, unused device memory to the driver (a no-op on the CPU)."""
+        if self.kind == "cuda":
+            _torch().cuda.empty_cache()
+        elif self.kind == "mps":
+            _torch().mps.empty_cache()
+
+    def timer(self) -> float:
+        """A host clock reading taken after the device has finished its queued work."""
+        self.synchronize()
+        return time.perf_counter()
+
+    def info(self) -> dict[str, Any]:
+        """Device information in the style of ``torch.cuda``: name, count, memory in bytes."""
+        return device_info(self.device if not self.emulate_mps else "cpu") | {
+            "backend": self.name, "dtype": self.dtype, "emulate_mps": self.emulate_mps}
+
+
+def get_backend(backend: str = "numpy", device: str = "cpu", dtype: object = None) -> Backend:
+    """Resolve a backend name, a device and a dtype into a :class:`Backend`.
+
+    Raises :class:`BackendError` listing what is available when the request cannot be met.
+    """
+    if isinstance(backend, Backend):
+        return backend
+    if backend not in BACKENDS:
+        raise BackendError(f"backend={backend!r} is unknown: must be one of {BACKENDS}. "
+                           f"Available here: {_describe_available()}")
+    dt = _normalize_dtype(dtype)
+    dev = _resolve_device(backend, device)
+    if dev == "mps":
+        if dt == "float64":
+            raise BackendError("dtype='float64' is not supported on device='mps': the MPS "
+                               "backend has no float64; use dtype='float32' or dtype=None")
+        if dt is None:
+            _warn_mps_float32()
+            dt = "float32"
+    return Backend(name=backend, device=dev, dtype=dt or "float64")
+
+
+def mps_emulation() -> Backend:
+    """Torch on the CPU following the MPS rules: float32 and no host round trips in loops."""
+    if not torch_installed():
+        raise BackendError("MPS emulation needs PyTorch, which is not installed")
+    return Backend(name="torch", device="cpu", dtype="float32", emulate_mps=True)
+
+
+def _warn_mps_float32() -> None:
+    global _warned_mps_float32
+    if not _warned_mps_float32:
+        _warned_mps_float32 = True
+        warnings.warn("MPS has no float64: computing in float32 (pass dtype='float32' to "
+                      "silence this warning)", UserWarning, stacklevel=3)
+
+
+def to_numpy(a: Any) -> Any:
+    """Any backend array (NumPy, torch on any device) as a NumPy array; other objects as given."""
+    if isinstance(a, np.ndarray):
+        return a
+    if "torch" in sys.modules and isinstance(a, sys.modules["torch"].Tensor):
+        return a.detach().to("cpu").numpy()
+    if isinstance(a, (list, tuple, float, int, np.generic)):
+        return np.asarray(a)
+    return a
+
+
+def from_numpy(a: Any, backend: Backend | str = "numpy", device: str = "cpu",
+               dtype: object = None) -> Any:
+    """A NumPy array (or array-like) as an array of the given backend, device and dtype."""
+    return get_backend(backend, device, dtype).asarray(a)
+
+
+def device_info(device: str = "cpu") -> dict[str, Any]:
+    """Name, kind, count, availability and memory (bytes; None where not reported).
+
+    Mirrors the PyTorch device APIs: ``memory_allocated``, ``memory_reserved`` and
+    ``max_memory_allocated`` for CUDA; ``current_allocated_memory`` and
+    ``driver_allocated_memory`` for MPS; for the CPU, the host's total memory.
+    """
+    kind = device.split(":")[0]
+    info: dict[str, Any] = {"device": device, "kind": kind, "available": False, "count": 0,
+                            "name": None, "memory_total": None, "memory_allocated": None,
+                            "memory_reserved": None, "memory_peak": None}
+    if kind == "cpu":
+        import platform
+        import os
+
+        info.update(available=True, count=1, name=platform.processor() or platform.machine(),
+                    cores=os.cpu_count())
+        try:
+            info["memory_total"] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            pass
+        return info
+    if not torch_installed():
+        return info
+    torch = _torch()
+    if kind == "cuda" and torch.cuda.is_available():
+        idx = int(device.split(":")[1]) if ":" in device else 0
+        props = torch.cuda.get_device_properties(idx)
+        info.update(available=True, count=torch.cuda.device_count(), name=props.name,
+                    memory_total=props.total_memory,
+                    memory_allocated=torch.cuda.memory_allocated(idx),
+                    memory_reserved=torch.cuda.memory_reserved(idx),
+                    memory_peak=torch.cuda.max_memory_allocated(idx))
+    elif kind == "mps" and _mps_available():
+        info.update(available=True, count=1, name="Apple MPS",
+                    memory_allocated=torch.mps.current_allocated_memory(),
+                    memory_reserved=torch.mps.driver_allocated_memory())
+        recommended = getattr(torch.mps, "recommended_max_memory", None)
+        if recommended is not None:
+            info["memory_total"] = recommended()
+    return info

@@ -1,0 +1,168 @@
+"""``python -m mfgwork doctor``: versions, backends and devices, and a per-kernel self-check.
+
+Every kernel the package has is run on every usable backend/device and compared with the
+NumPy float64 reference: the table reports the max abs difference, the tolerance for the
+dtype, and the time. Other modules add their kernels with :func:`register_check`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import platform
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .backend import Backend, available_backends, device_info, get_backend, to_numpy
+
+Check = Callable[[Backend], tuple[Any, np.ndarray]]
+CHECKS: dict[str, Check] = {}
+
+TOLERANCE = {"float64": 1e-10, "float32": 1e-4}
+
+
+def register_check(name: str) -> Callable[[Check], Check]:
+    """Register ``fn(backend) -> (value on backend, NumPy float64 reference)``.
+
+    The difference is measured relative to max(1, max |reference|).
+    """
+    def wrap(fn: Check) -> Check:
+        CHECKS[name] = fn
+        return fn
+    return wrap
+
+
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(20261122)
+
+
+@register_check("elementwise")
+def _check_elementwise(be: Backend) -> tuple[Any, np.ndarray]:
+    a = _rng().standard_normal(10_000)
+    xp = be.xp
+    x = be.asarray(a)
+    return xp.exp(-(x**2)) * xp.sin(x) + xp.clip(x, 0.0, None), \
+        np.exp(-(a**2)) * np.sin(a) + np.clip(a, 0.0, None)
+
+
+@register_check("conversion")
+def _check_conversion(be: Backend) -> tuple[Any, np.ndarray]:
+    a = _rng().standard_normal((64, 33))
+    return be.asarray(to_numpy(be.asarray(a))), a
+
+
+@register_check("tridiagonal")
+def _check_tridiagonal(be: Backend) -> tuple[Any, np.ndarray]:
+    from scipy.linalg import solve_banded
+
+    from .fdm.tridiag import tridiagonal_solver
+
+    rng = _rng()
+    n = 201
+    lower, upper = -rng.uniform(0, 1, (2, n))
+    diag = 1.0 + np.abs(lower) + np.abs(upper)
+    rhs = rng.standard_normal(n)
+    ab = np.vstack([np.r_[0.0, upper[:-1]], diag, np.r_[lower[1:], 0.0]])
+    ref = solve_banded((1, 1), ab, rhs)
+    solve = tridiagonal_solver(be)
+    return solve(*(be.asarray(v) for v in (lower, diag, upper, rhs))), ref
+
+
+@register_check("fdm santa fe 52x52")
+def _check_fdm(be: Backend) -> tuple[Any, np.ndarray]:
+    from .problems import SantaFeBar
+    from .solve import solve
+
+    kw = {"nx": 52, "nt": 52, "max_iter": 300, "progress": False}
+    ref = solve(SantaFeBar(), tol=1e-10, **kw)
+    res = solve(SantaFeBar(), backend=be, tol=1e-10 if be.dtype == "float64" else 1e-5, **kw)
+    return res.M, ref.M
+
+
+def run_checks(backends: list[Backend] | None = None) -> list[dict[str, Any]]:
+    """Run every registered check on every backend; one row per (check, backend)."""
+    rows = []
+    for be in backends or usable_backends():
+        for name, fn in CHECKS.items():
+            row: dict[str, Any] = {"check": name, "backend": be.name, "device": be.device,
+                                   "dtype": be.dtype, "tolerance": TOLERANCE[be.dtype]}
+            try:
+                fn(be)  # warm up: compilation and first-call costs stay out of the time
+                t0 = be.timer()
+                value, ref = fn(be)
+                row["time_s"] = be.timer() - t0
+                ref = np.asarray(ref, dtype=np.float64)
+                diff = np.max(np.abs(to_numpy(value).astype(np.float64) - ref))
+                row["max_abs_diff"] = float(diff / max(1.0, np.max(np.abs(ref))))
+                row["ok"] = bool(row["max_abs_diff"] <= row["tolerance"])
+            except Exception as exc:  # a failing kernel is a row, not a crash
+                row.update(ok=False, error=f"{type(exc).__name__}: {exc}")
+            rows.append(row)
+    return rows
+
+
+def usable_backends() -> list[Backend]:
+    """NumPy float64, then torch on each device in float64 (float32 on MPS) and float32."""
+    out = [get_backend("numpy", "cpu")]
+    for device in available_backends().get("torch", []):
+        dtypes = ["float32"] if device == "mps" else ["float64", "float32"]
+        out += [get_backend("torch", device, dt) for dt in dtypes]
+    return out
+
+
+def versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": sys.version.split()[0],
+                                  "platform": platform.platform()}
+    for mod in ("mfgwork", "numpy", "scipy", "numba", "torch", "jax"):
+        try:
+            out[mod] = importlib.import_module(mod).__version__
+        except ImportError:
+            out[mod] = None
+    if out["jax"] is not None:
+        import jax
+
+        out["jax_devices"] = ", ".join(str(d) for d in jax.devices())
+    return out
+
+
+def report() -> dict[str, Any]:
+    backends = usable_backends()
+    devices = [device_info(d) for d in dict.fromkeys(be.device for be in backends)]
+    return {"versions": versions(), "backends": available_backends(), "devices": devices,
+            "checks": run_checks(backends)}
+
+
+def format_report(rep: dict[str, Any]) -> str:
+    lines = ["mfgwork doctor", ""]
+    lines += [f"  {k:<12} {v}" for k, v in rep["versions"].items()]
+    lines += ["", "Devices:"]
+    for d in rep["devices"]:
+        mem = ", ".join(f"{k.removeprefix('memory_')}={_mib(d[k])}" for k in
+                        ("memory_total", "memory_allocated", "memory_reserved", "memory_peak")
+                        if d.get(k) is not None)
+        lines.append(f"  {d['device']:<8} {d['name'] or ''} (count {d['count']}) {mem}")
+    lines += ["", f"  {'check':<22} {'backend':<7} {'device':<7} {'dtype':<8} "
+              f"{'max|diff|':>10} {'tol':>7} {'time':>9}  status"]
+    for r in rep["checks"]:
+        diff = f"{r['max_abs_diff']:10.2e}" if "max_abs_diff" in r else f"{'-':>10}"
+        t = f"{1e3 * r['time_s']:7.2f}ms" if "time_s" in r else f"{'-':>9}"
+        status = "ok" if r["ok"] else "FAIL " + r.get("error", "")
+        lines.append(f"  {r['check']:<22} {r['backend']:<7} {r['device']:<7} {r['dtype']:<8} "
+                     f"{diff} {r['tolerance']:7.0e} {t}  {status}")
+    return "\n".join(lines)
+
+
+def _mib(v: int) -> str:
+    return f"{v / 2**20:.0f}MiB"
+
+
+def main(as_json: bool = False) -> int:
+    t0 = time.perf_counter()
+    rep = report()
+    rep["elapsed_s"] = time.perf_counter() - t0
+    print(json.dumps(rep, indent=2) if as_json else format_report(rep))
+    return 0 if all(r["ok"] for r in rep["checks"]) else 1

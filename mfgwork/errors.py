@@ -1,0 +1,70 @@
+"""Exceptions and warnings, and the checks that raise them before any heavy work."""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+
+class ParameterError(ValueError):
+    """A parameter has the wrong type or a value outside its allowed range."""
+
+
+class BackendError(ValueError):
+    """An unknown or unavailable backend, device or dtype."""
+
+
+class SolverError(RuntimeError):
+    """A solver produced non-finite values or could not proceed."""
+
+
+class ConvergenceWarning(UserWarning):
+    """The fixed-point iteration stopped at ``max_iter`` without reaching ``tol``."""
+
+
+def _describe(value: object) -> str:
+    return f"{value!r} ({type(value).__name__})" if not isinstance(value, Real) else repr(value)
+
+
+def check_real(name: str, value: object, *, low: float | None = None,
+               high: float | None = None, low_open: bool = True,
+               high_open: bool = True) -> float:
+    """Return ``value`` as a float if it is a finite real number inside the given bounds."""
+    bounds = []
+    if low is not None:
+        bounds.append(f"{'>' if low_open else '>='} {low:g}")
+    if high is not None:
+        bounds.append(f"{'<' if high_open else '<='} {high:g}")
+    allowed = "a finite real number" + (" " + " and ".join(bounds) if bounds else "")
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ParameterError(f"{name}={_describe(value)} is invalid: must be {allowed}")
+    v = float(value)
+    ok = math.isfinite(v)
+    if ok and low is not None:
+        ok = v > low if low_open else v >= low
+    if ok and high is not None:
+        ok = v < high if high_open else v <= high
+    if not ok:
+        raise ParameterError(f"{name}={v!r} is invalid: must be {allowed}")
+    return v
+
+
+def check_int(name: str, value: object, *, low: int) -> int:
+    """Return ``value`` as an int if it is an integer ``>= low``."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ParameterError(
+                f"{name}={_describe(value)} is invalid: must be an integer >= {low}")
+    if value < low:
+        raise ParameterError(f"{name}={value!r} is invalid: must be an integer >= {low}")
+    return int(value)
+
+
+def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of ``choices``."""
+    if not isinstance(value, str) or value not in choices:
+        raise ParameterError(
+            f"{name}={value!r} is invalid: must be one of {', '.join(map(repr, choices))}")
+    return value

@@ -1,0 +1,162 @@
+"""The generic MFG problem and the coupling through which the density enters the HJB equation.
+
+Convention (ν = σ²/2, on Ω = [x_min, x_max], t ∈ [0, T], reflecting walls):
+
+    −∂t u − ν ∂xx u + ½ (∂x u)² = f(t, x, m(t, ·)),   u(T, x) = g(x)
+     ∂t m − ν ∂xx m − ∂x(m ∂x u) = 0,                  m(0, x) = m0(x) / ∫ m0
+
+The optimal control is α* = −∂x u: an agent moves by dX = −∂x u dt + σ dW.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..backend import Backend, to_numpy
+from ..errors import ParameterError, check_real
+from ..grid import Grid
+
+ArrayFn = Callable[..., Any]
+
+
+@dataclass(frozen=True, eq=False)
+class MFGProblem:
+    """A user-defined MFG problem on an interval with reflecting walls.
+
+    ``m0(x)`` and ``g(x)`` take the grid as an array of the active backend; ``f(t, x, m)``
+    takes a time, the grid and the density at that time on the grid, and returns an array
+    shaped like ``x``. ``m0`` need not be normalized.
+    """
+
+    x_min: float
+    x_max: float
+    T: float
+    sigma: float
+    m0: ArrayFn
+    g: ArrayFn
+    f: ArrayFn
+    name: str = field(default="generic", kw_only=True)
+
+    def __post_init__(self) -> None:
+        check_real("x_min", self.x_min)
+        check_real("x_max", self.x_max, low=float(self.x_min))
+        check_real("T", self.T, low=0.0)
+        check_real("sigma", self.sigma, low=0.0)
+        for name in ("m0", "g", "f"):
+            if not callable(getattr(self, name)):
+                raise ParameterError(f"{name}={getattr(self, name)!r} is invalid: must be a "
+                                     "callable taking arrays of the active backend")
+
+    @property
+    def nu(self) -> float:
+        """Diffusion coefficient ν = σ²/2."""
+        return 0.5 * self.sigma**2
+
+    def grid(self, nx: int, nt: int) -> Grid:
+        return Grid(self.x_min, self.x_max, nx, self.T, nt)
+
+    def params(self) -> dict[str, Any]:
+        """JSON-ready description of the problem (callables by name)."""
+        out: dict[str, Any] = {"problem": self.name, "x_min": self.x_min, "x_max": self.x_max,
+                               "T": self.T, "sigma": self.sigma}
+        for name in ("m0", "g", "f"):
+            fn = getattr(self, name)
+            out[name] = getattr(fn, "__qualname__", None) or repr(fn)
+        return out
+
+    def initial_density(self, grid: Grid, backend: Backend) -> Any:
+        """m0 on the grid, normalized so that Σ w_i m0_i = 1; errors name what is wrong."""
+        x = backend.asarray(grid.x)
+        m0 = _evaluate("m0", self.m0, grid, backend, x)
+        m0_np = to_numpy(m0).astype(np.float64)
+        if np.any(m0_np < 0):
+            raise ParameterError(f"m0 is invalid: it takes negative values (min {m0_np.min():g});"
+                                 " a density must be >= 0")
+        mass = float(np.dot(grid.weights, m0_np))
+        if not np.isfinite(mass) or mass <= 0:
+            raise ParameterError(f"m0 is invalid: its mass on [{grid.x_min:g}, {grid.x_max:g}] "
+                                 f"is {mass!r}; it must be finite and > 0 to be normalized")
+        return backend.asarray(m0_np / mass)
+
+    def terminal_cost(self, grid: Grid, backend: Backend) -> Any:
+        """g on the grid."""
+        return _evaluate("g", self.g, grid, backend, backend.asarray(grid.x))
+
+    def coupling(self, grid: Grid, backend: Backend) -> Coupling:
+        """How the density feeds back into the HJB equation (here: through f itself)."""
+        return DensityCoupling(self.f, grid, backend)
+
+
+def _evaluate(name: str, fn: ArrayFn, grid: Grid, backend: Backend, *args: Any) -> Any:
+    try:
+        out = fn(*args)
+    except Exception as exc:
+        raise ParameterError(f"{name} raised {type(exc).__name__}: {exc}") from exc
+    return _checked(name, out, grid, backend)
+
+
+def _checked(name: str, out: Any, grid: Grid, backend: Backend) -> Any:
+    if np.isscalar(out):
+        out = np.full(grid.nx, float(out))
+    shape = tuple(getattr(out, "shape", ()))
+    if shape != (grid.nx,):
+        raise ParameterError(f"{name} returned shape {shape}: must return an array shaped like "
+                             f"x, ({grid.nx},)")
+    out = backend.asarray(out)
+    if not bool(backend.xp.all(backend.xp.isfinite(out))):
+        raise ParameterError(f"{name} returned non-finite values (NaN or inf)")
+    return out
+
+
+class Coupling:
+    """The coupling state z (what the Picard iteration mixes) and the running cost it implies.
+
+    ``state(M)`` maps densities at levels 0..nt to z; ``running_cost(z)`` returns the array
+    F of shape (nt, nx) where F[n] enters the HJB step from t_{n+1} back to t_n (Achdou's
+    scheme pairs u^n with m^{n+1}); ``project(z)`` maps an extrapolated z back to admissible
+    values.
+    """
+
+    def state(self, M: Any) -> Any:
+        raise NotImplementedError
+
+    def running_cost(self, z: Any) -> Any:
+        raise NotImplementedError
+
+    def project(self, z: Any) -> Any:
+        return z
+
+
+class DensityCoupling(Coupling):
+    """General coupling: z = M at levels 1..nt, F[n] = f(t_{n+1}, x, m^{n+1})."""
+
+    def __init__(self, f: ArrayFn, grid: Grid, backend: Backend) -> None:
+        self.f, self.grid, self.backend = f, grid, backend
+        self.x = backend.asarray(grid.x)
+        self._checked_once = False
+
+    def state(self, M: Any) -> Any:
+        return M[1:, :]
+
+    def running_cost(self, z: Any) -> Any:
+        xp, t = self.backend.xp, self.grid.t
+        rows = [self.f(float(t[n + 1]), self.x, z[n, :]) for n in range(self.grid.nt)]
+        if not self._checked_once:
+            _checked("f", rows[0], self.grid, self.backend)
+            self._checked_once = True
+        return xp.stack([self._as_row(r) for r in rows])
+
+    def _as_row(self, r: Any) -> Any:
+        if np.isscalar(r):
+            return self.backend.asarray(np.full(self.grid.nx, float(r)))
+        if tuple(r.shape) != (self.grid.nx,):
+            raise ParameterError(f"f returned shape {tuple(r.shape)}: must return an array "
+                                 f"shaped like x, ({self.grid.nx},)")
+        return r
+
+    def project(self, z: Any) -> Any:
+        return self.backend.xp.clip(z, 0.0, None)

@@ -1,0 +1,127 @@
+"""The Santa Fe Bar (El Farol) coordination game with a continuous preference θ.
+
+State θ ∈ [−θ_max, θ_max]; agents with θ > 0 go to the bar.
+
+    A(t) = ∫_{θ>0} m(t, θ) dθ                                  attendance fraction
+    F(A) = G − (G − B) · s((A − A*) / ε),  s(z) = 1/(1 + e^(−z))   smoothed threshold payoff
+    f(t, θ, m) = −F(A(t)) · 1{θ > 0},   g = 0,   m0 ∝ exp(−θ²/2)
+
+Attending earns F(A), staying home earns 0; F decreases in A (crowd aversion), so the
+coupling is monotone and the equilibrium unique. On the grid, 1{θ > 0} is the fraction of each
+control volume with θ > 0 (½ at θ = 0 when 0 is a grid point), and A = Σ_i w_i 1{θ_i > 0} m_i.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..backend import Backend
+from ..errors import ParameterError, check_real
+from ..grid import Grid
+from .base import Coupling, MFGProblem
+
+DEFAULTS = {"threshold": 0.6, "sigma": 0.5, "T": 10.0, "theta_max": 5.0, "good": 10.0,
+            "bad": -5.0, "eps": 0.05}
+
+
+def logistic(z: Any, xp: Any) -> Any:
+    """s(z) = 1 / (1 + e^(−z)), written to avoid overflow for large |z|."""
+    e = xp.exp(-xp.abs(z))
+    return xp.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+class SantaFeBar(MFGProblem):
+    """Santa Fe Bar with preference θ; see the module docstring for the model."""
+
+    threshold: float
+    theta_max: float
+    good: float
+    bad: float
+    eps: float
+
+    def __init__(self, threshold: float = 0.6, sigma: float = 0.5, T: float = 10.0,
+                 theta_max: float = 5.0, good: float = 10.0, bad: float = -5.0,
+                 eps: float = 0.05) -> None:
+        values = {"threshold": check_real("threshold", threshold, low=0.0, high=1.0),
+                  "theta_max": check_real("theta_max", theta_max, low=0.0),
+                  "eps": check_real("eps", eps, low=0.0),
+                  "good": check_real("good", good),
+                  "bad": check_real("bad", bad)}
+        if values["good"] < values["bad"]:
+            raise ParameterError(f"good={good!r} is invalid: must be >= bad={bad!r} (the payoff "
+                                 "of an uncrowded bar cannot be below that of a crowded one)")
+        for k, v in values.items():
+            object.__setattr__(self, k, v)
+        super().__init__(x_min=-values["theta_max"], x_max=values["theta_max"], T=T,
+                         sigma=sigma, m0=gaussian_m0, g=zero_terminal_cost, f=self.running_cost,
+                         name="santa_fe_bar")
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={getattr(self, k)!r}" for k in DEFAULTS)
+        return f"SantaFeBar({args})"
+
+    def params(self) -> dict[str, Any]:
+        return {"problem": self.name} | {k: getattr(self, k) for k in DEFAULTS}
+
+    def payoff(self, A: Any, xp: Any = np) -> Any:
+        """F(A) = G − (G − B) s((A − A*)/ε)."""
+        return self.good - (self.good - self.bad) * logistic((A - self.threshold) / self.eps, xp)
+
+    def running_cost(self, t: float, theta: Any, m: Any) -> Any:
+        """f(t, θ, m) = −F(A) · 1{θ > 0}, with A computed from m on the grid ``theta``."""
+        import array_api_compat
+
+        xp = array_api_compat.array_namespace(theta)
+        chi = _fraction_above_zero(theta, xp)
+        A = xp.sum(_trapezoid_weights(theta, xp) * chi * m)
+        return -self.payoff(A, xp) * chi
+
+    def coupling(self, grid: Grid, backend: Backend) -> Coupling:
+        """Iterate on the attendance path A(t) only: the coupling passes through it alone."""
+        return AttendanceCoupling(self, grid, backend)
+
+
+def gaussian_m0(theta: Any) -> Any:
+    """m0 ∝ exp(−θ²/2) (normalized by the solver on the domain)."""
+    import array_api_compat
+
+    return array_api_compat.array_namespace(theta).exp(-0.5 * theta**2)
+
+
+def zero_terminal_cost(theta: Any) -> Any:
+    """g = 0."""
+    return 0.0 * theta
+
+
+def _trapezoid_weights(x: Any, xp: Any) -> Any:
+    h = (x[-1] - x[0]) / (x.shape[0] - 1)
+    end = xp.ones_like(x[:1]) * (h / 2)
+    return xp.concat([end, xp.ones_like(x[1:-1]) * h, end])
+
+
+def _fraction_above_zero(x: Any, xp: Any) -> Any:
+    h = (x[-1] - x[0]) / (x.shape[0] - 1)
+    lo = xp.clip(x - h / 2, x[0], None)
+    hi = xp.clip(x + h / 2, None, x[-1])
+    return xp.clip((hi - xp.clip(lo, 0.0, None)) / (hi - lo), 0.0, 1.0)
+
+
+class AttendanceCoupling(Coupling):
+    """z = A(t_1..t_nt); F[n] = −F(A[n]) · 1{θ > 0}; A kept in [0, 1]."""
+
+    def __init__(self, problem: SantaFeBar, grid: Grid, backend: Backend) -> None:
+        self.problem, self.backend = problem, backend
+        chi = grid.cell_fraction_above(0.0)
+        self.chi = backend.asarray(chi)
+        self.attendance_weights = backend.asarray(grid.weights * chi)
+
+    def state(self, M: Any) -> Any:
+        return self.backend.xp.sum(M[1:, :] * self.attendance_weights, axis=-1)
+
+    def running_cost(self, z: Any) -> Any:
+        return -self.problem.payoff(z, self.backend.xp)[:, None] * self.chi[None, :]
+
+    def project(self, z: Any) -> Any:
+        return self.backend.xp.clip(z, 0.0, 1.0)

@@ -1,0 +1,196 @@
+"""The result of a solve, its observables, and saving/loading (NPZ + JSON, no pickle).
+
+Arrays stay on the backend that computed them (``mw.to_numpy`` converts any of them);
+observables and saving work on NumPy copies, at this boundary only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .backend import to_numpy
+
+ARRAYS = ("x", "t", "U", "M", "attendance")
+
+
+@dataclass
+class Result:
+    """Solution of an MFG system on a grid.
+
+    ``x`` (nx,), ``t`` (nt+1,), ``U`` and ``M`` (nt+1, nx), ``attendance`` (nt+1,) for Santa Fe
+    (None otherwise). ``history`` holds per-iteration relative changes of U and M and the
+    wall time of each phase; ``timings`` the totals.
+    """
+
+    x: Any
+    t: Any
+    U: Any
+    M: Any
+    converged: bool
+    iterations: int
+    history: dict[str, list[float]]
+    params: dict[str, Any]
+    timings: dict[str, float]
+    backend: str = "numpy"
+    device: str = "cpu"
+    dtype: str = "float64"
+    method: str = "fdm"
+    attendance: Any = None
+    threshold: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # -- observables (NumPy) ----------------------------------------------------------------
+    @property
+    def weights(self) -> np.ndarray:
+        """Trapezoidal weights of the grid."""
+        x = to_numpy(self.x).astype(np.float64)
+        w = np.full(x.shape, x[1] - x[0])
+        w[0] = w[-1] = (x[1] - x[0]) / 2
+        return w
+
+    @property
+    def mass(self) -> np.ndarray:
+        """∫ m(t, x) dx at each time level."""
+        return to_numpy(self.M).astype(np.float64) @ self.weights
+
+    @property
+    def mass_error(self) -> float:
+        """max_t |∫ m(t) − 1|."""
+        return float(np.max(np.abs(self.mass - 1.0)))
+
+    @property
+    def mean_state(self) -> np.ndarray:
+        """E[x](t) (for Santa Fe: the mean preference E[θ](t))."""
+        x = to_numpy(self.x).astype(np.float64)
+        return to_numpy(self.M).astype(np.float64) @ (self.weights * x) / self.mass
+
+    @property
+    def time_overcrowded(self) -> float | None:
+        """Total time with A(t) > A* (trapezoidal in t), for Santa Fe; else None."""
+        if self.attendance is None or self.threshold is None:
+            return None
+        t = to_numpy(self.t).astype(np.float64)
+        over = (to_numpy(self.attendance) > self.threshold).astype(np.float64)
+        return float(np.sum(0.5 * (over[1:] + over[:-1]) * np.diff(t)))
+
+    def metrics(self) -> dict[str, Any]:
+        """Headline numbers, JSON-ready."""
+        out: dict[str, Any] = {
+            "converged": bool(self.converged), "iterations": int(self.iterations),
+            "final_change_U": _last(self.history.get("change_U")),
+            "final_change_M": _last(self.history.get("change_M")),
+            "mass_error": self.mass_error, "min_density": float(np.min(to_numpy(self.M))),
+            "timings": dict(self.timings), "backend": self.backend, "device": self.device,
+            "dtype": self.dtype, "method": self.method,
+            "nx": int(np.size(to_numpy(self.x))), "nt": int(np.size(to_numpy(self.t))) - 1,
+        }
+        if self.attendance is not None:
+            A = to_numpy(self.attendance).astype(np.float64)
+            out.update(mean_attendance=float(np.mean(A)), max_attendance=float(np.max(A)),
+                       min_attendance=float(np.min(A)),
+                       time_overcrowded=self.time_overcrowded,
+                       final_mean_preference=float(self.mean_state[-1]))
+        return out | self.extra
+
+    def to_numpy(self) -> Result:
+        """A copy whose arrays are NumPy arrays."""
+        kw = {k: to_numpy(getattr(self, k)) for k in ARRAYS}
+        return Result(**(self.__dict__ | kw))
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write ``arrays.npz``, ``parameters.json``, ``metrics.json`` into the folder
+        ``path``, atomically: files go to a temporary folder beside it, renamed at the end."""
+        target = Path(path)
+        with atomic_folder(target) as tmp:
+            arrays = {k: to_numpy(getattr(self, k)) for k in ARRAYS
+                      if getattr(self, k) is not None}
+            np.savez_compressed(tmp / "arrays.npz", **arrays)
+            write_json(tmp / "parameters.json", self.params)
+            write_json(tmp / "metrics.json", self.metrics() | {
+                "history": self.history, "threshold": self.threshold,
+                "provenance": provenance()})
+        return target
+
+
+def _last(values: list[float] | None) -> float | None:
+    return float(values[-1]) if values else None
+
+
+def load(path: str | os.PathLike) -> Result:
+    """Read a folder written by :meth:`Result.save` (NumPy arrays; no pickle)."""
+    folder = Path(path)
+    with np.load(folder / "arrays.npz", allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    params = json.loads((folder / "parameters.json").read_text())
+    metrics = json.loads((folder / "metrics.json").read_text())
+    return Result(x=arrays["x"], t=arrays["t"], U=arrays["U"], M=arrays["M"],
+                  attendance=arrays.get("attendance"), converged=metrics["converged"],
+                  iterations=metrics["iterations"], history=metrics.get("history", {}),
+                  params=params, timings=metrics.get("timings", {}),
+                  backend=metrics.get("backend", "numpy"), device=metrics.get("device", "cpu"),
+                  dtype=metrics.get("dtype", "float64"), method=metrics.get("method", "fdm"),
+                  threshold=metrics.get("threshold"))
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True, default=_json_default,
+                               allow_nan=False) + "\n")
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if hasattr(o, "as_dict"):
+        return o.as_dict()
+    return repr(o)
+
+
+class atomic_folder:  # noqa: N801 - used as a context manager
+    """``with atomic_folder(target) as tmp:`` fill ``tmp``; on success it becomes ``target``
+    by one rename (an existing ``target`` is replaced); on error nothing is left behind."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = Path(target)
+
+    def __enter__(self) -> Path:
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-",
+                                         dir=self.target.parent))
+        return self.tmp
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return
+        if self.target.exists():
+            old = self.target.with_name(f".{self.target.name}.old-{os.getpid()}")
+            os.replace(self.target, old)
+            os.replace(self.tmp, self.target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(self.tmp, self.target)
+
+
+def provenance() -> dict[str, Any]:
+    """Versions of Python and of the packages a result depends on, and the host."""
+    versions = {"python": sys.version.split()[0]}
+    for pkg in ("mfgwork", "numpy", "scipy", "numba", "torch", "matplotlib", "papermill"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    return {"versions": versions, "platform": platform.platform(),
+            "machine": platform.machine()}

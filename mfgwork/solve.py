@@ -1,0 +1,85 @@
+"""The front door: ``mw.solve(problem, ...)``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .backend import Backend, get_backend
+from .errors import ParameterError, check_choice, check_int, check_real
+from .fdm.sweeps import FiniteDifferences
+from .picard import IterationScheme, fixed_point, make_scheme
+from .problems.base import MFGProblem
+from .problems.santa_fe import SantaFeBar
+from .results import Result
+
+METHODS = ("fdm",)
+
+
+def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm",
+          backend: str | Backend = "numpy", device: str = "cpu", dtype: object = None,
+          tol: float = 1e-8, max_iter: int = 200,
+          iteration: str | IterationScheme | None = None,
+          progress: bool | None = None) -> Result:
+    """Solve the MFG system of ``problem`` on an ``nx`` × ``nt`` grid.
+
+    ``nx`` counts grid points including both walls; ``nt`` time steps give ``nt + 1`` levels.
+    ``method="fdm"``: implicit upwind finite differences for HJB and FP (Achdou's adjoint
+    scheme). ``backend``/``device``/``dtype`` choose where it runs (see
+    :func:`mfgwork.get_backend`). The Picard iteration (``iteration``: "anderson" (default),
+    "relaxation", "fictitious_play", "picard" or an :class:`~mfgwork.picard.IterationScheme`)
+    stops when the relative changes of U and M are below ``tol``, or after ``max_iter``
+    iterations with ``converged=False`` and a :class:`~mfgwork.errors.ConvergenceWarning`.
+    ``progress``: a tqdm bar (None: shown only when the solve lasts over a second).
+    """
+    started = time.perf_counter()
+    if not isinstance(problem, MFGProblem):
+        raise ParameterError(f"problem={problem!r} is invalid: must be an mfgwork.MFGProblem "
+                             "(e.g. mw.SantaFeBar() or mw.MFGProblem(...))")
+    grid = problem.grid(nx, nt)
+    check_choice("method", method, METHODS)
+    tol = check_real("tol", tol, low=0.0)
+    max_iter = check_int("max_iter", max_iter, low=1)
+    scheme = make_scheme(iteration)
+    be = get_backend(backend, device, dtype)
+
+    m0 = problem.initial_density(grid, be)
+    U_T = problem.terminal_cost(grid, be)
+    coupling = problem.coupling(grid, be)
+    scheme_fd = FiniteDifferences(grid, problem.nu, be)
+    bar = _progress_bar(progress, max_iter)
+    setup = time.perf_counter() - started
+    try:
+        out = fixed_point(coupling, scheme_fd.solve_hjb, scheme_fd.solve_fp, m0=m0, U_T=U_T,
+                          nt=grid.nt, backend=be, scheme=scheme, tol=tol, max_iter=max_iter,
+                          progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    hist = out["history"]
+    x, t = be.asarray(grid.x), be.asarray(grid.t)
+    attendance = threshold = None
+    if isinstance(problem, SantaFeBar):
+        chi_w = be.asarray(grid.weights * grid.cell_fraction_above(0.0))
+        attendance = be.xp.sum(out["M"] * chi_w, axis=-1)
+        threshold = problem.threshold
+    be.synchronize()
+    timings = {"setup": setup, "hjb": sum(hist.time_hjb), "fp": sum(hist.time_fp),
+               "coupling": sum(hist.time_coupling), "total": time.perf_counter() - started}
+    params = problem.params() | {"nx": grid.nx, "nt": grid.nt, "method": method, "tol": tol,
+                                 "max_iter": max_iter, "iteration": scheme.describe(),
+                                 "backend": be.name, "device": be.device, "dtype": be.dtype}
+    return Result(x=x, t=t, U=out["U"], M=out["M"], converged=out["converged"],
+                  iterations=out["iterations"], history=hist.as_dict(), params=params,
+                  timings=timings, backend=be.name, device=be.device, dtype=be.dtype,
+                  method=method, attendance=attendance, threshold=threshold,
+                  extra={"newton_iterations": scheme_fd.newton_iterations})
+
+
+def _progress_bar(progress: bool | None, total: int) -> Any:
+    if progress is False:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="Picard", unit="it", leave=False,
+                delay=0.0 if progress else 1.0)
