@@ -1,0 +1,266 @@
+"""Sweep specifications: parse, check against a notebook's parameters, expand, name runs.
+
+A spec is a YAML or JSON mapping (read with ``yaml.safe_load``) from notebook parameter
+names to values::
+
+    threshold: {linspace: [0.3, 0.9, 13]}   # 13 evenly spaced values, both ends included
+    sigma: [0.3, 0.5, 0.8]                  # an explicit list
+    nx: {range: [51, 202, 50]}              # a, a+step, ... up to b excluded (like range)
+    method: fdm                             # a scalar: the same value in every run
+    zip: [[threshold, eps]]                 # optional: these axes advance together
+
+The runs are the cartesian product of the axes, in the order they appear, where each
+``zip`` group counts as one axis whose lists must have equal lengths. A run is named by
+the SHA-256 of its full parameter set (sorted JSON) behind a readable slug of the values
+that vary, so the same parameters always map to the same run folder.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import itertools
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ParameterError
+
+#: Parameters the sweep sets itself, one value per run; a spec may not set them.
+RESERVED = ("out_dir",)
+
+Scalar = str | int | float | bool | None
+
+
+class SpecError(ParameterError):
+    """A sweep specification is malformed or does not fit the notebook."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One point of a sweep: its folder name and its full parameter set."""
+
+    name: str
+    parameters: dict[str, Scalar]
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A parsed spec: axes (each a tuple of names with a list of value tuples) and the
+    parameters shared by every run."""
+
+    axes: tuple[tuple[tuple[str, ...], tuple[tuple[Scalar, ...], ...]], ...]
+    fixed: dict[str, Scalar]
+
+    @property
+    def varying(self) -> tuple[str, ...]:
+        """Names of the parameters that change from run to run."""
+        return tuple(n for names, _ in self.axes for n in names)
+
+    def runs(self) -> list[Run]:
+        """The runs of the cartesian product, in spec order."""
+        out = []
+        for combo in itertools.product(*(values for _, values in self.axes)):
+            params = dict(self.fixed)
+            for (names, _), vals in zip(self.axes, combo, strict=True):
+                params.update(zip(names, vals, strict=True))
+            out.append(Run(run_name(params, self.varying), params))
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready, fully expanded form of the spec (lists, no ranges)."""
+        return {"axes": [{"names": list(names), "values": [list(v) for v in values]}
+                         for names, values in self.axes],
+                "fixed": dict(self.fixed)}
+
+
+# -- reading -----------------------------------------------------------------------------------
+def read_spec(source: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
+    """The raw mapping of a spec given as a mapping, a path to a YAML/JSON file, or YAML text."""
+    if isinstance(source, Mapping):
+        return dict(source)
+    import yaml
+
+    text, where = str(source), "grid spec"
+    path = Path(source)
+    if isinstance(source, os.PathLike) or ("\n" not in text and (
+            path.is_file() or path.suffix.lower() in (".yaml", ".yml", ".json"))):
+        if not path.is_file():
+            raise SpecError(f"grid spec file {str(path)!r} does not exist")
+        text, where = path.read_text(), f"grid spec {str(path)!r}"
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{where} is not valid YAML/JSON: {exc}") from None
+    if not isinstance(raw, dict) or not raw:
+        raise SpecError(f"{where} must be a non-empty mapping of parameter names to values, "
+                        f"got {type(raw).__name__}: {raw!r:.80}")
+    return raw
+
+
+def parse_spec(source: str | os.PathLike | Mapping[str, Any],
+               fixed: Mapping[str, Any] | None = None,
+               notebook_parameters: Mapping[str, Any] | None = None) -> SweepSpec:
+    """Parse ``source`` into a :class:`SweepSpec`; ``fixed`` adds parameters shared by every
+    run (``-p NAME VALUE``). With ``notebook_parameters`` (``papermill.inspect_notebook``),
+    names must exist in the notebook and values must fit the type of its defaults."""
+    raw = read_spec(source)
+    zips = _zip_groups(raw.pop("zip", None), raw)
+    fixed = dict(fixed or {})
+    for name in fixed:
+        if name in raw:
+            raise SpecError(f"parameter {name!r} is given both in the grid spec and with -p")
+    items = list(raw.items()) + list(fixed.items())
+    for name, _ in items:
+        if not isinstance(name, str):
+            raise SpecError(f"parameter name {name!r} must be a string")
+        if name in RESERVED:
+            raise SpecError(f"parameter {name!r} is set by the sweep for each run; "
+                            f"remove it from the spec")
+    if notebook_parameters is not None:
+        unknown = [n for n, _ in items if n not in notebook_parameters]
+        if unknown:
+            raise SpecError(f"unknown parameter(s) {', '.join(map(repr, unknown))}: the notebook "
+                            f"has {', '.join(sorted(set(notebook_parameters) - set(RESERVED)))}")
+    defaults = {n: _default(notebook_parameters, n) for n, _ in items}
+    lists = {n: [_coerce(n, v, defaults[n]) for v in _values(n, spec)] for n, spec in raw.items()}
+    consts = {n: _coerce(n, _scalar(n, v), defaults[n]) for n, v in fixed.items()}
+    for n in [n for n, v in lists.items() if not isinstance(raw[n], list | dict)]:
+        consts[n] = lists.pop(n)[0]                      # a bare scalar in the spec
+
+    axes, seen = [], set()
+    for name in lists:
+        if name in seen:
+            continue
+        group = next((g for g in zips if name in g), (name,))
+        lengths = {n: len(lists[n]) for n in group}
+        if len(set(lengths.values())) > 1:
+            raise SpecError(f"zipped parameters must have lists of equal length, got "
+                            f"{', '.join(f'{n}: {k}' for n, k in lengths.items())}")
+        axes.append((group, tuple(zip(*(lists[n] for n in group), strict=True))))
+        seen.update(group)
+    return SweepSpec(axes=tuple(axes), fixed=consts)
+
+
+def _zip_groups(spec: Any, raw: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    if spec is None:
+        return []
+    if not isinstance(spec, list) or not all(isinstance(g, list) for g in spec):
+        raise SpecError(f"zip must be a list of lists of parameter names, got {spec!r}")
+    groups, used = [], set()
+    for g in spec:
+        for n in g:
+            if n not in raw or not isinstance(raw[n], list | dict):
+                raise SpecError(f"zip names {n!r}, which is not a list or range in the spec")
+            if n in used:
+                raise SpecError(f"zip names {n!r} more than once")
+            used.add(n)
+        groups.append(tuple(g))
+    return groups
+
+
+# -- values ------------------------------------------------------------------------------------
+def _values(name: str, spec: Any) -> list[Scalar]:
+    """The list of values of one axis."""
+    if isinstance(spec, list):
+        if not spec:
+            raise SpecError(f"parameter {name!r} has an empty list of values")
+        return [_scalar(name, v) for v in spec]
+    if isinstance(spec, dict):
+        if len(spec) != 1 or next(iter(spec)) not in ("linspace", "range"):
+            raise SpecError(f"parameter {name!r}: a mapping must be {{linspace: [a, b, n]}} or "
+                            f"{{range: [a, b, step]}}, got {spec!r}")
+        kind, args = next(iter(spec.items()))
+        if (not isinstance(args, list) or len(args) != 3
+                or not all(_is_number(a) and math.isfinite(a) for a in args)):
+            raise SpecError(f"parameter {name!r}: {kind} takes three finite numbers, "
+                            f"got {args!r}")
+        return _linspace(name, *args) if kind == "linspace" else _range(name, *args)
+    return [_scalar(name, spec)]
+
+
+def _linspace(name: str, a: float, b: float, n: float) -> list[Scalar]:
+    if not float(n).is_integer() or n < 1:
+        raise SpecError(f"parameter {name!r}: linspace count n={n!r} must be an integer >= 1")
+    n = int(n)
+    if n == 1:
+        return [_tidy(a)]
+    return [_tidy(a + (b - a) * k / (n - 1)) for k in range(n)]
+
+
+def _range(name: str, a: float, b: float, step: float) -> list[Scalar]:
+    if step == 0 or (b - a) * step <= 0:
+        raise SpecError(f"parameter {name!r}: range [{a}, {b}, {step}] is empty "
+                        f"(step must be non-zero and point from a to b)")
+    if all(isinstance(v, int) for v in (a, b, step)):
+        return list(range(a, b, step))
+    count = math.ceil((b - a) / step - 1e-9)
+    return [_tidy(a + k * step) for k in range(count)]
+
+
+def _tidy(v: float) -> float:
+    """Round away binary noise (0.30000000000000004 -> 0.3) so names and hashes are stable."""
+    return float(f"{v:.12g}")
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _scalar(name: str, v: Any) -> Scalar:
+    if v is None or isinstance(v, str | bool):
+        return v
+    if _is_number(v):
+        if not math.isfinite(v):
+            raise SpecError(f"parameter {name!r}: value {v!r} is not finite")
+        return v
+    raise SpecError(f"parameter {name!r}: value {v!r} ({type(v).__name__}) is not allowed: "
+                    f"use numbers, strings, booleans or null")
+
+
+def _default(notebook_parameters: Mapping[str, Any] | None, name: str) -> Any:
+    """The notebook's default value for ``name`` (as a Python literal), or ``...`` if unknown."""
+    if notebook_parameters is None or name not in notebook_parameters:
+        return ...
+    try:
+        return ast.literal_eval(notebook_parameters[name]["default"])
+    except (ValueError, SyntaxError, TypeError, KeyError):
+        return ...
+
+
+def _coerce(name: str, v: Scalar, default: Any) -> Scalar:
+    """Check ``v`` against the type of the notebook default; ints widen to float where the
+    default is a float, integral floats narrow to int where it is an int."""
+    if default is ... or default is None or v is None:
+        return v
+    want = type(default)
+    if want is float and _is_number(v):
+        return float(v)
+    if want is int and _is_number(v) and float(v).is_integer():
+        return int(v)
+    if type(v) is want:
+        return v
+    raise SpecError(f"parameter {name!r}: value {v!r} ({type(v).__name__}) does not match the "
+                    f"notebook default {default!r} ({want.__name__})")
+
+
+# -- naming ------------------------------------------------------------------------------------
+def parameters_hash(parameters: Mapping[str, Scalar]) -> str:
+    """SHA-256 (hex) of the sorted, compact JSON of ``parameters``."""
+    blob = json.dumps(dict(parameters), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def run_name(parameters: Mapping[str, Scalar], varying: Iterable[str] = (),
+             digits: int = 12) -> str:
+    """``<slug>-<hash prefix>``: the slug shows the ``varying`` values, the hash names the
+    full parameter set."""
+    slug = "_".join(f"{n}={parameters[n]}" for n in varying)
+    slug = re.sub(r"[^A-Za-z0-9._=+-]+", "-", slug)[:80].strip("-_.")
+    digest = parameters_hash(parameters)[:digits]
+    return f"{slug}-{digest}" if slug else digest
