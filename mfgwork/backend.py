@@ -101,7 +101,7 @@ def _resolve_device(backend: str, device: str) -> str:
     kind = device.split(":")[0]
     if device != "auto" and kind not in DEVICE_KINDS:
         raise BackendError(f"device={device!r} is unknown: must be 'auto' or one of "
-                           f"{DEVICE_KINDS}; available here: {_describe_available()}")
+                           f"{DEVICE_KINDS}. Available here: {_describe_available()}")
     if backend == "numpy":
         if device in ("cpu", "auto"):
             return "cpu"

@@ -70,13 +70,16 @@ class Anderson(IterationScheme):
     """Type-II Anderson acceleration (Walker & Ni 2011) with mixing factor β.
 
     With residuals r_k = Φ(z_k) − z_k and the last ``depth`` differences ΔZ, ΔR:
-    γ = argmin ‖r_k − ΔR γ‖₂ (Tikhonov-regularized normal equations), then
-    z_{k+1} = z_k + β r_k − (ΔZ + β ΔR) γ.
+    γ = argmin ‖r_k − ΔR γ‖₂² + λ tr(ΔRᵀΔR) ‖γ‖₂², then z_{k+1} = z_k + β r_k − (ΔZ + β ΔR) γ.
+
+    The defaults (depth 5, β = 0.1, λ = 1e-4) converge for Santa Fe at its defaults in about
+    80 iterations at 201 × 201. The regularization keeps the small least-squares problem well
+    conditioned near convergence, so round-off differences between backends are not amplified.
     """
 
     depth: int = 5
     mixing: float = 0.1
-    regularization: float = 1e-12
+    regularization: float = 1e-4
     _z: list = field(default_factory=list, repr=False)
     _r: list = field(default_factory=list, repr=False)
 

@@ -1,0 +1,47 @@
+"""Shared fixtures: backends to run the solvers on, and mocked accelerator availability."""
+
+from __future__ import annotations
+
+import pytest
+
+import mfgwork as mw
+
+
+@pytest.fixture
+def mps_emulation() -> mw.Backend:
+    """torch on the CPU in float32 with no host round trips in loops: the MPS code path."""
+    pytest.importorskip("torch")
+    return mw.mps_emulation()
+
+
+@pytest.fixture
+def mock_accelerators(monkeypatch):
+    """Pretend CUDA and/or MPS are available: ``mock_accelerators(cuda=1, mps=True)``."""
+    torch = pytest.importorskip("torch")
+
+    def apply(cuda: int = 0, mps: bool = False) -> None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda > 0)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: cuda)
+        monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+        monkeypatch.setattr(mw.backend, "_warned_mps_float32", False)
+
+    return apply
+
+
+BACKENDS = [
+    pytest.param(("numpy", "cpu", None), id="numpy"),
+    pytest.param(("torch", "cpu", "float64"), id="torch-cpu-f64"),
+    pytest.param("mps-emulation", id="mps-emulation"),
+]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> mw.Backend:
+    """Every backend the CPU can run: NumPy, torch CPU float64, MPS emulation."""
+    if request.param == "mps-emulation":
+        pytest.importorskip("torch")
+        return mw.mps_emulation()
+    name, device, dtype = request.param
+    if name == "torch":
+        pytest.importorskip("torch")
+    return mw.get_backend(name, device, dtype)

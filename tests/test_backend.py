@@ -1,0 +1,130 @@
+"""Backend selection, dtype policy, conversions, device info, and the doctor."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import mfgwork as mw
+from mfgwork.errors import BackendError
+
+torch = pytest.importorskip("torch")
+
+
+def test_import_does_not_import_torch():
+    code = "import sys, mfgwork; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_numpy_backend_defaults():
+    be = mw.get_backend()
+    assert (be.name, be.device, be.dtype) == ("numpy", "cpu", "float64")
+    x = be.linspace(0.0, 1.0, 5)
+    assert isinstance(x, np.ndarray) and x.dtype == np.float64
+
+
+@pytest.mark.parametrize("device", ["cuda", "mps"])
+def test_numpy_rejects_accelerators_and_lists_available(device):
+    with pytest.raises(BackendError, match=r"device='.*' is not available.*Available here: numpy: cpu"):
+        mw.get_backend("numpy", device)
+
+
+@pytest.mark.parametrize(("kwargs", "pattern"), [
+    ({"backend": "jax"}, r"backend='jax' is unknown.*Available here"),
+    ({"backend": "torch", "device": "tpu"}, r"device='tpu' is unknown.*Available here"),
+    ({"backend": "torch", "device": "cpu", "dtype": "float16"}, r"dtype='float16'"),
+    ({"backend": "torch", "device": 3}, r"device=3 is invalid"),
+])
+def test_bad_names_are_errors(kwargs, pattern):
+    with pytest.raises(BackendError, match=pattern):
+        mw.get_backend(**kwargs)
+
+
+def test_unavailable_cuda_lists_available(mock_accelerators):
+    mock_accelerators(cuda=0, mps=False)
+    with pytest.raises(BackendError, match=r"device='cuda' is not available.*torch: cpu"):
+        mw.get_backend("torch", "cuda")
+
+
+@pytest.mark.parametrize(("cuda", "mps", "expected"), [
+    (2, True, "cuda"), (1, False, "cuda"), (0, True, "mps"), (0, False, "cpu")])
+def test_auto_prefers_cuda_then_mps_then_cpu(mock_accelerators, cuda, mps, expected):
+    mock_accelerators(cuda=cuda, mps=mps)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert mw.get_backend("torch", "auto").device == expected
+
+
+def test_cuda_index_must_exist(mock_accelerators):
+    mock_accelerators(cuda=2)
+    assert mw.get_backend("torch", "cuda:1").device == "cuda:1"
+    with pytest.raises(BackendError, match="cuda:2"):
+        mw.get_backend("torch", "cuda:2")
+
+
+def test_mps_uses_float32_and_warns_once(mock_accelerators):
+    mock_accelerators(mps=True)
+    with pytest.warns(UserWarning, match="MPS has no float64") as record:
+        be = mw.get_backend("torch", "mps")
+        be2 = mw.get_backend("torch", "mps")
+    assert be.dtype == be2.dtype == "float32"
+    assert len([w for w in record if "MPS" in str(w.message)]) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert mw.get_backend("torch", "mps", "float32").dtype == "float32"
+
+
+def test_float64_on_mps_is_an_error_that_says_why(mock_accelerators):
+    mock_accelerators(mps=True)
+    with pytest.raises(BackendError, match="MPS backend has no float64"):
+        mw.get_backend("torch", "mps", "float64")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_round_trip_keeps_values_dtype_device(dtype):
+    a = np.random.default_rng(0).standard_normal((7, 5)).astype(dtype)
+    t = mw.from_numpy(a, "torch", "cpu", dtype)
+    assert isinstance(t, torch.Tensor) and t.dtype == getattr(torch, dtype)
+    assert t.device.type == "cpu"
+    back = mw.to_numpy(t)
+    assert back.dtype == a.dtype and np.array_equal(back, a)
+    assert mw.get_backend("torch", "cpu", dtype).asarray(t).data_ptr() == t.data_ptr()
+
+
+def test_mps_emulation_is_float32_without_host_round_trips(mps_emulation):
+    assert mps_emulation.dtype == "float32" and mps_emulation.is_accelerator
+    assert mps_emulation.zeros(3).dtype == torch.float32
+
+
+def test_device_info_cpu_and_mocked_cuda(monkeypatch, mock_accelerators):
+    info = mw.device_info("cpu")
+    assert info["available"] and info["memory_total"] > 0
+    mock_accelerators(cuda=1)
+
+    class Props:
+        name, total_memory = "Mock GPU", 80 * 2**30
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: Props)
+    for fn, value in (("memory_allocated", 1), ("memory_reserved", 2), ("max_memory_allocated", 3)):
+        monkeypatch.setattr(torch.cuda, fn, lambda i, v=value: v)
+    info = mw.device_info("cuda")
+    assert info["name"] == "Mock GPU" and info["count"] == 1
+    assert (info["memory_allocated"], info["memory_reserved"], info["memory_peak"]) == (1, 2, 3)
+
+
+def test_doctor_json_parses_and_checks_pass():
+    out = subprocess.run([sys.executable, "-m", "mfgwork", "doctor", "--json"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    rep = json.loads(out.stdout)
+    assert rep["versions"]["numpy"] == np.__version__
+    names = {r["check"] for r in rep["checks"]}
+    assert {"elementwise", "conversion", "tridiagonal", "fdm santa fe 52x52"} <= names
+    assert {(r["backend"], r["dtype"]) for r in rep["checks"]} >= {
+        ("numpy", "float64"), ("torch", "float64"), ("torch", "float32")}
+    assert all(r["ok"] for r in rep["checks"])

@@ -1,0 +1,104 @@
+"""Finite-difference HJB/FP: exact solutions, conservation, positivity, kernels, backends."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import mfgwork as mw
+from mfgwork.fdm.sweeps import FiniteDifferences
+from mfgwork.fdm.tridiag import solve_lapack, solve_pcr
+
+
+def _errors(problem: mw.HopfColeProblem, nx: int) -> tuple[float, float]:
+    res = mw.solve(problem, nx=nx, nt=nx - 1, progress=False)
+    T, X = np.meshgrid(res.t, res.x, indexing="ij")
+    dx = res.x[1] - res.x[0]
+    err_u = np.sqrt(dx * np.sum((res.U - problem.exact_u(T, X)) ** 2, axis=1)).max()
+    err_m = np.sqrt(dx * np.sum((res.M - problem.exact_m(T, X)) ** 2, axis=1)).max()
+    return err_u, err_m
+
+
+def test_observed_order_one_against_hopf_cole():
+    """u = −2ν log φ, m = φψ with heat-equation φ, ψ (see problems/verification.py)."""
+    problem = mw.HopfColeProblem()
+    grids = [41, 81, 161]
+    errs = np.array([_errors(problem, nx) for nx in grids])
+    orders = np.log2(errs[:-1] / errs[1:])
+    for nx, (eu, em) in zip(grids, errs, strict=True):
+        print(f"nx={nx:4d}  max_t L2 error  U {eu:.3e}  M {em:.3e}")
+    print("observed orders U:", orders[:, 0], " M:", orders[:, 1])
+    assert np.all((orders > 0.8) & (orders < 1.2)), orders
+
+
+def test_exact_solution_is_consistent():
+    """The closed-form normalization and the HJB terminal condition agree with the formulas."""
+    p = mw.HopfColeProblem(mode_u=2, mode_m=2)
+    x = np.linspace(p.x_min, p.x_max, 20001)
+    for t in (0.0, 0.5, 1.0):
+        assert abs(np.trapezoid(p.exact_m(t, x), x) - 1.0) < 1e-8
+    assert np.allclose(p.exact_u(p.T, x), -p.sigma**2 * np.log(p.phi(p.T, x)))
+
+
+def test_mass_conservation_and_positivity(backend):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mw.ConvergenceWarning)
+        res = mw.solve(mw.SantaFeBar(), nx=41, nt=40, max_iter=3, backend=backend,
+                       progress=False)
+    M = mw.to_numpy(res.M)
+    tol = 1e-12 if backend.dtype == "float64" else 2e-5
+    assert res.mass_error <= tol
+    assert M.min() >= 0.0
+    assert M.dtype == np.dtype(backend.dtype)
+
+
+@pytest.mark.parametrize("n", [2, 3, 17, 64, 201])
+def test_pcr_matches_lapack(n):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(n)
+    lower, upper = -rng.uniform(0, 1, (2, 4, n))
+    diag = 0.5 + np.abs(lower) + np.abs(upper)
+    rhs = rng.standard_normal((4, n))
+    ref = solve_lapack(lower, diag, upper, rhs)
+    out = solve_pcr(*(torch.from_numpy(v) for v in (lower, diag, upper, rhs)))
+    assert np.allclose(out.numpy(), ref, rtol=1e-12, atol=1e-12)
+
+
+def test_compiled_and_array_api_sweeps_agree():
+    """The numba loops and the array-API sweeps (run on NumPy) are the same scheme."""
+    problem = mw.SantaFeBar()
+    grid = problem.grid(61, 50)
+    be = mw.get_backend()
+    fd = FiniteDifferences(grid, problem.nu, be)
+    coupling = problem.coupling(grid, be)
+    m0 = problem.initial_density(grid, be)
+    F = coupling.running_cost(np.linspace(0.2, 0.9, grid.nt))
+    U_T = problem.terminal_cost(grid, be)
+    U1 = fd.solve_hjb(U_T, F)
+    U2 = fd._hjb_array(U_T, F[None], None, 50, adaptive=True)[0][0]
+    assert np.max(np.abs(U1 - U2)) <= 1e-10 * np.max(np.abs(U1))
+    M1 = fd.solve_fp(U1, m0)
+    M2 = fd.solve_fp(U1[None], m0)[0]
+    assert np.max(np.abs(M1 - M2)) <= 1e-12 * np.max(M1)
+
+
+def test_fp_is_adjoint_of_linearized_hjb():
+    """Σ_i w_i m^{n+1}_i φ_i = Σ_i w_i m^n_i ((Δt J)⁻¹ ... ): check ⟨μ^{n+1}, Δt J φ⟩ = ⟨μ^n, φ⟩."""
+    problem = mw.SantaFeBar()
+    grid = problem.grid(31, 10)
+    be = mw.get_backend()
+    fd = FiniteDifferences(grid, problem.nu, be)
+    rng = np.random.default_rng(1)
+    U = np.cumsum(rng.standard_normal((grid.nt + 1, grid.nx)), axis=1)
+    m0 = problem.initial_density(grid, be)
+    M = fd.solve_fp(U, m0)
+    from mfgwork.fdm.operators import jacobian_bands
+
+    lower, diag, upper, _ = jacobian_bands(U[3], fd.nu, grid.h, grid.dt, fd.inv_hw, np)
+    phi = rng.standard_normal(grid.nx)
+    J_phi = diag * phi + lower * np.r_[0.0, phi[:-1]] + upper * np.r_[phi[1:], 0.0]
+    lhs = np.sum(grid.weights * M[4] * grid.dt * J_phi)
+    rhs = np.sum(grid.weights * M[3] * phi)
+    assert abs(lhs - rhs) <= 1e-12 * (1 + abs(rhs))
