@@ -25,6 +25,7 @@ from .picard import Anderson, FictitiousPlay, Relaxation
 from .problems import HopfColeProblem, MFGProblem, SantaFeBar
 from .results import Result, load
 from .solve import solve
+from .sweep_run import SweepIndex, load_sweep, sweep
 
 __version__ = "0.1.0"
 
@@ -33,4 +34,5 @@ __all__ = [
     "HopfColeProblem", "MFGProblem", "ParameterError", "Relaxation", "Result", "SantaFeBar",
     "SolverError", "available_backends", "available_devices", "device_info", "from_numpy",
     "get_backend", "load", "mps_emulation", "solve", "to_numpy",
+    "SweepIndex", "load_sweep", "sweep",
 ]

@@ -19,7 +19,44 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="versions, devices and a per-kernel self-check")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.set_defaults(func=_doctor)
+    _add_sweep(sub)
     return parser
+
+
+def _add_sweep(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="run a notebook over a parameter grid (resumable)")
+    p.add_argument("notebook", help="the notebook to run (needs a cell tagged 'parameters')")
+    p.add_argument("--grid", required=True, metavar="SPEC",
+                   help="YAML/JSON grid: lists, {linspace: [a, b, n]}, {range: [a, b, step]}")
+    p.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
+                   metavar=("NAME", "VALUE"), help="a parameter fixed for every run")
+    p.add_argument("-o", "--out-dir", required=True, help="the sweep folder")
+    p.add_argument("--workers", type=int, default=None, help="parallel runs (default: cores)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="run on this Dask distributed scheduler")
+    p.add_argument("--dask", action="store_true",
+                   help="run on a Dask LocalCluster started for this sweep")
+    p.add_argument("--retry-failed", action="store_true", help="run failed runs again")
+    p.add_argument("--kernel", default=None, help="Jupyter kernel name (default: the notebook's)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_sweep)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from .errors import ParameterError
+    from .sweep_run import describe, parse_value, sweep
+
+    try:
+        index = sweep(args.notebook, args.grid, args.out_dir,
+                      {name: parse_value(value) for name, value in args.parameter},
+                      workers=args.workers, scheduler=args.scheduler, dask=args.dask,
+                      retry_failed=args.retry_failed, kernel_name=args.kernel,
+                      progress=not args.no_progress)
+    except ParameterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(describe(index))
+    return 0 if index.counts()["done"] == len(index) else 1
 
 
 def main(argv: list[str] | None = None) -> int:

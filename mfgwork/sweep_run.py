@@ -1,0 +1,405 @@
+"""Batch runs of a notebook over a parameter grid: parallel, resumable, with an index.
+
+A sweep folder holds::
+
+    spec.yaml        the grid spec as given
+    sweep.json       the notebook, the fixed parameters and the planned runs
+    index.csv        one row per planned run: status, error, parameters, headline metrics
+    runs/NAME/       an ordinary run folder per finished run (written by ``run_notebook``
+                     under a temporary name and renamed, so it is either whole or absent)
+    failed/NAME.json the error of a failed run
+    locks/           one lock file per run, held while the run executes
+
+The status of a run is read from disk: done if ``runs/NAME`` exists, failed if
+``failed/NAME.json`` does, pending otherwise; so the index can always be rebuilt
+(:func:`load_sweep`) and a rerun of the same sweep skips what is finished.
+Runs execute in worker processes (``ProcessPoolExecutor``, spawn) or on Dask workers, each
+in its own kernel through papermill; local workers exit when the sweep process dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from .errors import ParameterError, check_int
+from .results import write_json
+from .sweep_spec import Run, SpecError, parse_spec, read_spec
+
+#: Headline metrics copied from a run's ``metrics.json`` into the index.
+METRICS = ("iterations", "converged", "mean_attendance", "time_overcrowded", "solve_time",
+           "wall_time", "device")
+STATUSES = ("done", "failed", "pending")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class SweepIndex:
+    """The runs of a sweep, one dict per run (``run``, ``status``, ``error``, the
+    parameters, then the headline metrics); ``folder`` is the sweep folder."""
+
+    def __init__(self, folder: Path, rows: list[dict[str, Any]], parameters: list[str]) -> None:
+        self.folder = Path(folder)
+        self.rows = rows
+        self.parameters = parameters
+
+    @property
+    def columns(self) -> list[str]:
+        return ["run", "status", "error", *self.parameters, *METRICS]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.rows)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.rows[i]
+
+    def __repr__(self) -> str:
+        c = self.counts()
+        return (f"SweepIndex({str(self.folder)!r}: {len(self)} runs, {c['done']} done, "
+                f"{c['failed']} failed, {c['pending']} pending)")
+
+    def counts(self) -> dict[str, int]:
+        """Number of runs per status."""
+        c = Counter(r["status"] for r in self.rows)
+        return {s: c.get(s, 0) for s in STATUSES}
+
+    def where(self, **conditions: Any) -> list[dict[str, Any]]:
+        """Rows whose columns equal the given values, e.g. ``where(status="done", sigma=0.5)``."""
+        return [r for r in self.rows if all(r.get(k) == v for k, v in conditions.items())]
+
+    def run_folder(self, row: Mapping[str, Any]) -> Path:
+        """The run folder of a row (it exists when the row is done)."""
+        return self.folder / "runs" / row["run"]
+
+    def write_csv(self, path: str | os.PathLike | None = None) -> Path:
+        """Write the index as CSV (atomically: temporary file, then ``os.replace``)."""
+        target = Path(path) if path is not None else self.folder / "index.csv"
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
+        try:
+            os.chmod(tmp, 0o644)
+            with os.fdopen(fd, "w", newline="") as fh:
+                writer = csv.DictWriter(fh, fieldnames=self.columns, extrasaction="ignore")
+                writer.writeheader()
+                writer.writerows({k: ("" if v is None else v) for k, v in r.items()}
+                                 for r in self.rows)
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return target
+
+
+# -- reading state from disk ---------------------------------------------------------------------
+def load_sweep(folder: str | os.PathLike) -> SweepIndex:
+    """Rebuild the index of a sweep folder from its plan and the run folders on disk."""
+    folder = Path(folder)
+    plan_file = folder / "sweep.json"
+    if not plan_file.is_file():
+        raise ParameterError(f"sweep folder {str(folder)!r} has no sweep.json: not a sweep folder")
+    plan = json.loads(plan_file.read_text())
+    runs = [Run(r["name"], r["parameters"]) for r in plan["runs"]]
+    return SweepIndex(folder, [_row(folder, r) for r in runs], plan["parameters"])
+
+
+def _row(folder: Path, run: Run) -> dict[str, Any]:
+    row: dict[str, Any] = {"run": run.name, "status": "pending", "error": None}
+    row.update(run.parameters)
+    row.update(dict.fromkeys(METRICS))
+    run_dir, failed = folder / "runs" / run.name, folder / "failed" / f"{run.name}.json"
+    if run_dir.is_dir():
+        row.update(status="done", **_metrics(run_dir))
+    elif failed.is_file():
+        row.update(status="failed", error=_short(json.loads(failed.read_text())["error"]))
+    return row
+
+
+def _metrics(run_dir: Path) -> dict[str, Any]:
+    """Headline metrics of a finished run folder (missing ones are None)."""
+    m: dict[str, Any] = {}
+    with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+        m = json.loads((run_dir / "metrics.json").read_text())
+    out = {k: m.get(k) for k in ("iterations", "converged", "mean_attendance",
+                                 "time_overcrowded", "device")}
+    out["solve_time"] = (m.get("timings") or {}).get("total")
+    out["wall_time"] = _notebook_duration(run_dir)
+    return out
+
+
+def _notebook_duration(run_dir: Path) -> float | None:
+    """Wall time of the papermill execution (kernel start included), from the executed
+    notebook's metadata."""
+    for nb in sorted(run_dir.glob("*.ipynb")):
+        with contextlib.suppress(OSError, json.JSONDecodeError, AttributeError):
+            duration = json.loads(nb.read_text())["metadata"]["papermill"]["duration"]
+            if isinstance(duration, int | float):
+                return float(duration)
+    return None
+
+
+def _short(message: str, limit: int = 400) -> str:
+    """One line of an error message for the index (the full text stays in failed/)."""
+    text = " ".join(_ANSI.sub("", message).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# -- the worker side -----------------------------------------------------------------------------
+def execute_run(task: Mapping[str, Any]) -> dict[str, Any]:
+    """Run one notebook into its run folder under the run's lock; record a failure in
+    ``failed/NAME.json``. Returns ``{"run", "status", "error"}``. Safe to call twice: a
+    run whose folder exists is not run again."""
+    from filelock import FileLock
+
+    from .runs import run_notebook
+
+    folder, name = Path(task["folder"]), task["name"]
+    run_dir, failed = folder / "runs" / name, folder / "failed" / f"{name}.json"
+    with FileLock(folder / "locks" / f"{name}.lock"):
+        if run_dir.is_dir():
+            return {"run": name, "status": "done", "error": None}
+        _remove_temporaries(folder / "runs", name)
+        try:
+            run_notebook(task["notebook"], task["parameters"], run_dir,
+                         kernel_name=task.get("kernel_name"), progress=False)
+        except Exception as exc:  # noqa: BLE001 - any failure of one run is recorded, not raised
+            message = f"{type(exc).__name__}: {_ANSI.sub('', str(exc))}"
+            _write_json_atomic(failed, {"run": name, "error": message,
+                                        "parameters": task["parameters"]})
+            return {"run": name, "status": "failed", "error": _short(message)}
+        failed.unlink(missing_ok=True)
+        return {"run": name, "status": "done", "error": None}
+
+
+def _remove_temporaries(runs_dir: Path, name: str) -> None:
+    """Remove leftovers (``.NAME.*``) of an earlier, killed attempt at run ``name``."""
+    for p in runs_dir.glob(f".{name}.*"):
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    os.chmod(tmp, 0o644)
+    os.close(fd)
+    write_json(Path(tmp), obj)
+    os.replace(tmp, path)
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Pool initializer: when the sweep process dies (even by SIGKILL), kill this worker's
+    kernels and exit, so no run of a dead sweep keeps writing."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.2)
+        with contextlib.suppress(Exception):
+            import psutil
+
+            for child in psutil.Process().children(recursive=True):
+                child.kill()
+        os._exit(1)
+
+    threading.Thread(target=watch, name="mfgwork-watch-parent", daemon=True).start()
+
+
+# -- executors -----------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _local_pool(workers: int) -> Iterator[tuple[Callable[[dict], Future], Callable]]:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    pool = ProcessPoolExecutor(max_workers=workers,
+                               mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_watch_parent, initargs=(os.getpid(),))
+    try:
+        yield (lambda task: pool.submit(execute_run, task)), as_completed
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextlib.contextmanager
+def _dask_pool(workers: int, scheduler: str | None
+               ) -> Iterator[tuple[Callable[[dict], Any], Callable]]:
+    try:
+        from distributed import Client, LocalCluster, as_completed
+    except ImportError as exc:
+        raise ParameterError("dask=True or scheduler=... needs dask.distributed: "
+                             "pip install 'mfgwork[dask]'") from exc
+    with contextlib.ExitStack() as stack:
+        if scheduler is None:
+            cluster = stack.enter_context(LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True,
+                dashboard_address=None))
+            client = stack.enter_context(Client(cluster))
+        else:
+            client = stack.enter_context(Client(scheduler))
+        yield (lambda task: client.submit(execute_run, task, key=f"mfgwork-{task['name']}",
+                                          pure=False)), as_completed
+
+
+# -- the front door ------------------------------------------------------------------------------
+def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, Any],
+          out_dir: str | os.PathLike, parameters: Mapping[str, Any] | None = None, *,
+          workers: int | None = None, scheduler: str | None = None, dask: bool = False,
+          retry_failed: bool = False, kernel_name: str | None = None,
+          progress: bool = True) -> SweepIndex:
+    """Run ``notebook`` for every point of ``grid`` into run folders under ``out_dir``.
+
+    ``grid`` is a spec (see :mod:`mfgwork.sweep_spec`) as a mapping, a YAML/JSON file or YAML
+    text; ``parameters`` are fixed for every run. Runs go to ``workers`` local processes
+    (default: the number of usable cores), or to the Dask cluster at ``scheduler``, or with
+    ``dask=True`` to a fresh ``LocalCluster``. Finished runs are skipped; failed ones are
+    retried only with ``retry_failed``. Returns the index, also written to ``index.csv``
+    after every finished run. The spec is checked against the notebook's parameters before
+    any run starts.
+    """
+    import papermill
+
+    notebook = Path(notebook).resolve()
+    if not notebook.is_file():
+        raise ParameterError(f"notebook={str(notebook)!r} does not exist")
+    workers = check_int("workers", workers if workers is not None else _cores(), low=1)
+    try:
+        declared = papermill.inspect_notebook(str(notebook))
+    except Exception as exc:  # noqa: BLE001 - papermill raises ValueError and others
+        raise ParameterError(f"notebook={str(notebook)!r} cannot be inspected: {exc}") from exc
+    raw = read_spec(grid)
+    spec = parse_spec(raw, parameters, declared)
+    runs = spec.runs()
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):
+        raise SpecError("the grid spec lists the same parameter set more than once")
+
+    folder = Path(out_dir).resolve()
+    for sub in ("runs", "failed", "locks"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    from filelock import FileLock, Timeout
+
+    try:
+        lock = FileLock(folder / "sweep.lock", timeout=0).acquire()
+    except Timeout:
+        raise ParameterError(f"out_dir={str(folder)!r} is in use by another sweep") from None
+    with lock:
+        _clean_stale(folder)
+        _write_plan(folder, notebook, raw, parameters, spec.varying, runs)
+        index = load_sweep(folder)
+        tasks = [{"folder": str(folder), "name": r.name, "notebook": str(notebook),
+                  "parameters": r.parameters, "kernel_name": kernel_name}
+                 for r, row in zip(runs, index.rows, strict=True)
+                 if row["status"] == "pending" or (retry_failed and row["status"] == "failed")]
+        index.write_csv()
+        _execute(index, tasks, workers, scheduler, dask, progress)
+    return index
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def _write_plan(folder: Path, notebook: Path, raw: Mapping[str, Any],
+                fixed: Mapping[str, Any] | None, varying: Iterable[str], runs: list[Run]) -> None:
+    import yaml
+
+    text = yaml.safe_dump(dict(raw), sort_keys=False)
+    (folder / ".spec.yaml.tmp").write_text(text)
+    os.replace(folder / ".spec.yaml.tmp", folder / "spec.yaml")
+    names = list(dict.fromkeys([*varying, *(k for r in runs for k in r.parameters)]))
+    _write_json_atomic(folder / "sweep.json", {
+        "notebook": str(notebook), "spec": dict(raw), "fixed": dict(fixed or {}),
+        "parameters": names,
+        "runs": [{"name": r.name, "parameters": r.parameters} for r in runs]})
+
+
+def _clean_stale(folder: Path) -> None:
+    """Remove temporary files and folders of killed runs, except those of runs whose lock is
+    still held (a straggler of a killed sweep still finishing: it renames or removes its own)."""
+    from filelock import FileLock, Timeout
+
+    for p in folder.glob(".*.tmp*"):
+        p.unlink(missing_ok=True)
+    for sub in ("failed",):
+        for p in (folder / sub).glob(".*"):
+            p.unlink(missing_ok=True)
+    for lock_file in (folder / "locks").glob("*.lock"):
+        name = lock_file.name[: -len(".lock")]
+        if not any((folder / "runs").glob(f".{name}.*")):
+            continue
+        try:
+            with FileLock(lock_file, timeout=0):
+                _remove_temporaries(folder / "runs", name)
+        except Timeout:
+            continue
+
+
+def _execute(index: SweepIndex, tasks: list[dict], workers: int, scheduler: str | None,
+             dask: bool, progress: bool) -> None:
+    from tqdm.auto import tqdm
+
+    if not tasks:
+        return
+    position = {r["run"]: i for i, r in enumerate(index.rows)}
+    for t in tasks:
+        index.rows[position[t["name"]]].update(status="pending", error=None)
+    counts = index.counts()
+    bar = tqdm(total=len(index), initial=counts["done"] + counts["failed"],
+               desc="sweep", unit="run", disable=not progress)
+    bar.set_postfix(counts)
+    n = min(workers, len(tasks))
+    pool = _dask_pool(n, scheduler) if dask or scheduler else _local_pool(n)
+    try:
+        with pool as (submit, as_completed):
+            futures = {submit(t): t for t in tasks}
+            for future in as_completed(list(futures)):
+                task = futures[future]
+                i = position[task["name"]]
+                index.rows[i] = _row(index.folder, Run(task["name"], task["parameters"]))
+                error = _worker_error(future)
+                if error and index.rows[i]["status"] == "pending":
+                    index.rows[i]["error"] = error
+                index.write_csv()
+                bar.set_postfix(index.counts(), refresh=False)
+                bar.update(1)
+    finally:
+        bar.close()
+
+
+def _worker_error(future: Any) -> str | None:
+    """Why a worker could not report a result (it died or lost its scheduler), or None.
+    Failures of the run itself are recorded by the worker in ``failed/``."""
+    try:
+        future.result()
+    except Exception as exc:  # noqa: BLE001 - a crashed worker must not stop the sweep
+        return _short(f"worker error: {type(exc).__name__}: {exc}")
+    return None
+
+
+def describe(index: SweepIndex) -> str:
+    """One line: counts per status and where the index is."""
+    c = index.counts()
+    return (f"{len(index)} runs: {c['done']} done, {c['failed']} failed, {c['pending']} pending; "
+            f"index: {index.folder / 'index.csv'}")
+
+
+def parse_value(text: str) -> Any:
+    """A ``-p NAME VALUE`` value: int, float, true/false, null/None, else the string."""
+    for convert in (int, float):
+        with contextlib.suppress(ValueError):
+            value = convert(text)
+            if convert is int or math.isfinite(value):
+                return value
+    return {"true": True, "false": False, "null": None, "none": None}.get(text.lower(), text)
