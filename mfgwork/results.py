@@ -6,6 +6,7 @@ observables and saving work on NumPy copies, at this boundary only.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import platform
@@ -111,16 +112,19 @@ class Result:
     def save(self, path: str | os.PathLike) -> Path:
         """Write ``arrays.npz``, ``parameters.json``, ``metrics.json`` into the folder
         ``path``, atomically: files go to a temporary folder beside it, renamed at the end."""
-        target = Path(path)
-        with atomic_folder(target) as tmp:
-            arrays = {k: to_numpy(getattr(self, k)) for k in ARRAYS
-                      if getattr(self, k) is not None}
-            np.savez_compressed(tmp / "arrays.npz", **arrays)
-            write_json(tmp / "parameters.json", self.params)
-            write_json(tmp / "metrics.json", self.metrics() | {
-                "history": self.history, "threshold": self.threshold,
-                "provenance": provenance()})
-        return target
+        return save_run(path, self)
+
+    def write_files(self, folder: Path, parameters: dict[str, Any] | None = None,
+                    metrics: dict[str, Any] | None = None) -> None:
+        """Write ``arrays.npz``, ``parameters.json`` (``params`` updated by ``parameters``) and
+        ``metrics.json`` (:meth:`metrics`, history, provenance, updated by ``metrics``) into
+        the existing folder ``folder``, non-atomically (see :func:`save_run`)."""
+        arrays = {k: to_numpy(getattr(self, k)) for k in ARRAYS if getattr(self, k) is not None}
+        np.savez_compressed(folder / "arrays.npz", **arrays)
+        write_json(folder / "parameters.json", self.params | (parameters or {}))
+        write_json(folder / "metrics.json", self.metrics() | {
+            "history": self.history, "threshold": self.threshold,
+            "provenance": provenance()} | (metrics or {}))
 
 
 def _last(values: list[float] | None) -> float | None:
@@ -128,7 +132,8 @@ def _last(values: list[float] | None) -> float | None:
 
 
 def load(path: str | os.PathLike) -> Result:
-    """Read a folder written by :meth:`Result.save` (NumPy arrays; no pickle)."""
+    """Read a folder written by :meth:`Result.save` or :func:`save_run` (NumPy arrays and
+    JSON; no pickle). Figures, tables and the executed notebook are left on disk."""
     folder = Path(path)
     with np.load(folder / "arrays.npz", allow_pickle=False) as data:
         arrays = {k: data[k] for k in data.files}
@@ -141,6 +146,54 @@ def load(path: str | os.PathLike) -> Result:
                   backend=metrics.get("backend", "numpy"), device=metrics.get("device", "cpu"),
                   dtype=metrics.get("dtype", "float64"), method=metrics.get("method", "fdm"),
                   threshold=metrics.get("threshold"))
+
+
+def save_run(path: str | os.PathLike, result: Result | None = None, *,
+             parameters: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None,
+             figures: dict[str, Any] | None = None,
+             tables: dict[str, list[dict[str, Any]]] | None = None) -> Path:
+    """Write a run folder at ``path`` atomically (temporary folder beside it, renamed at the
+    end; an existing folder is replaced) and return its path. It holds:
+
+    - ``parameters.json``: ``result.params`` updated by ``parameters``;
+    - ``metrics.json``: ``result.metrics()``, history and provenance (package versions),
+      updated by ``metrics``;
+    - ``arrays.npz``: the result's arrays (x, t, U, M, attendance);
+    - ``figures/<name>.png`` for each ``figures`` entry (anything with ``savefig``);
+    - ``<name>.json`` and ``<name>.csv`` for each ``tables`` entry (a list of flat rows).
+
+    Without a result only the parameters, metrics (with provenance), figures and tables are
+    written. A parameter named ``out_dir`` (where a notebook was told to write) is left out.
+    """
+    parameters = {k: v for k, v in (parameters or {}).items() if k != "out_dir"}
+    with atomic_folder(Path(path)) as tmp:
+        if result is not None:
+            result.write_files(tmp, parameters, metrics)
+        else:
+            write_json(tmp / "parameters.json", parameters)
+            write_json(tmp / "metrics.json", {"provenance": provenance()} | (metrics or {}))
+        if figures:
+            (tmp / "figures").mkdir()
+            for name, fig in figures.items():
+                fig.savefig(tmp / "figures" / f"{name}.png", dpi=getattr(fig, "dpi", 100))
+        for name, rows in (tables or {}).items():
+            write_json(tmp / f"{name}.json", rows)
+            write_csv(tmp / f"{name}.csv", rows)
+    return Path(path)
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Rows (dicts of scalars) as CSV; the header is the union of keys in first-seen order."""
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def load_table(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Read back a table written by :func:`save_run` (``<name>.json``)."""
+    return json.loads(Path(path).read_text())
 
 
 def write_json(path: Path, obj: Any) -> None:

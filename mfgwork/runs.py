@@ -1,0 +1,261 @@
+"""Executing one parameterized notebook through papermill into a run folder.
+
+:func:`run_notebook` checks the given parameters against the notebook's cell tagged
+``parameters`` (names, and types: a value must have the type of the default, an int being
+accepted for a float), executes the notebook in a fresh kernel with ``out_dir`` set to a
+temporary folder beside the target, adds the executed notebook to that folder and renames it
+to the target: an interrupted or failed run never leaves a half-written run folder. A failing
+cell raises :class:`NotebookError` naming the cell and the error; the partially executed
+notebook is kept at ``<out_dir>.failed.ipynb``.
+
+The module imports papermill only when a notebook is run, so importing it is cheap and free
+of side effects (worker processes of a sweep import it). :func:`solve_options` is the check
+that notebooks call on their solver parameters.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .backend import get_backend
+from .errors import ParameterError, check_choice, check_int, check_real
+
+FAILED_SUFFIX = ".failed.ipynb"
+_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+class NotebookError(RuntimeError):
+    """A notebook cell raised: ``cell_index`` (in the source notebook), ``ename``,
+    ``evalue``, and ``failed_notebook`` (where the partial notebook was kept)."""
+
+    def __init__(self, message: str, *, cell_index: int | None = None, ename: str = "",
+                 evalue: str = "", failed_notebook: Path | None = None) -> None:
+        super().__init__(message)
+        self.cell_index, self.ename, self.evalue = cell_index, ename, evalue
+        self.failed_notebook = failed_notebook
+
+
+def notebook_parameters(notebook: str | os.PathLike) -> dict[str, Any]:
+    """The names and default values of the notebook's ``parameters`` cell.
+
+    A default that is not a Python literal is returned as its source text.
+    """
+    path = _existing_notebook(notebook)
+    import papermill
+
+    inferred = papermill.inspect_notebook(str(path))
+    if not inferred:
+        raise ParameterError(f"notebook={str(path)!r} is invalid: it has no cell tagged "
+                             "'parameters'")
+    out = {}
+    for name, info in inferred.items():
+        try:
+            out[name] = ast.literal_eval(info["default"])
+        except (ValueError, SyntaxError):
+            out[name] = info["default"]
+    return out
+
+
+def check_parameters(notebook: str | os.PathLike, parameters: Mapping[str, Any]
+                     ) -> dict[str, Any]:
+    """Check names and types of ``parameters`` against the notebook's defaults.
+
+    Raises :class:`~mfgwork.errors.ParameterError` for an unknown name (listing the
+    notebook's parameters) or a value whose type differs from the default's (an int is
+    accepted for a float; a None default accepts anything). Returns the parameters.
+    """
+    return _check(notebook_parameters(notebook), parameters, Path(notebook).name)
+
+
+def _check(defaults: dict[str, Any], parameters: Mapping[str, Any], notebook: str
+           ) -> dict[str, Any]:
+    for name, value in parameters.items():
+        if name not in defaults:
+            listing = ", ".join(f"{k}={v!r}" for k, v in defaults.items())
+            raise ParameterError(f"parameter {name!r} is unknown to {notebook}: its "
+                                 f"parameters are {listing}")
+        default = defaults[name]
+        if not _same_type(value, default):
+            raise ParameterError(f"{name}={value!r} ({type(value).__name__}) is invalid: "
+                                 f"{notebook} expects a {type(default).__name__} "
+                                 f"like its default {default!r}")
+    return dict(parameters)
+
+
+def _same_type(value: Any, default: Any) -> bool:
+    if default is None:
+        return True
+    if isinstance(default, bool) or isinstance(value, bool):
+        return type(value) is type(default)
+    if isinstance(default, float):
+        return isinstance(value, int | float)
+    return isinstance(value, type(default))
+
+
+def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | None,
+                 out_dir: str | os.PathLike, *, kernel_name: str | None = None,
+                 progress: bool = False) -> Path:
+    """Execute ``notebook`` with ``parameters`` into the run folder ``out_dir``; return it.
+
+    The notebook receives ``out_dir`` as the temporary folder it must write into
+    (parameters.json, metrics.json, arrays.npz, figures/). It runs in its own directory (as
+    in JupyterLab), in the kernel ``kernel_name`` (default: the notebook's). On success the
+    executed notebook is added and the folder renamed to ``out_dir`` (an existing one is
+    replaced, a stale ``<out_dir>.failed.ipynb`` removed). On failure nothing is left at
+    ``out_dir`` and :class:`NotebookError` is raised.
+    """
+    path = _existing_notebook(notebook)
+    defaults = notebook_parameters(path)
+    params = _check(defaults, dict(parameters or {}), path.name)
+    if "out_dir" not in defaults:
+        raise ParameterError(f"notebook={str(path)!r} is invalid for a run: its parameters "
+                             "cell has no out_dir")
+    if "out_dir" in params:
+        raise ParameterError("out_dir is set by run_notebook (the run folder's temporary "
+                             "name); pass the destination as the out_dir argument instead")
+    target = Path(out_dir).absolute()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    failed = target.with_name(target.name + FAILED_SUFFIX)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    fd, running = tempfile.mkstemp(prefix=f".{target.name}.running-", suffix=".ipynb",
+                                   dir=target.parent)
+    os.close(fd)
+    running_nb = Path(running)
+    try:
+        _execute(path, running_nb, params | {"out_dir": str(tmp)}, kernel_name, progress,
+                 failed)
+        os.replace(running_nb, tmp / path.name)
+        _replace_folder(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        running_nb.unlink(missing_ok=True)
+        raise
+    failed.unlink(missing_ok=True)
+    return target
+
+
+def _execute(path: Path, output: Path, params: dict[str, Any], kernel_name: str | None,
+             progress: bool, failed: Path) -> None:
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    try:
+        papermill.execute_notebook(str(path), str(output), parameters=params,
+                                   kernel_name=kernel_name, progress_bar=progress,
+                                   cwd=str(path.parent))
+    except PapermillExecutionError as exc:
+        kept = _keep(output, failed)
+        index, first_line = _source_cell(path, exc.source)
+        where = f"cell {index}" if index is not None else f"cell In [{exc.exec_count}]"
+        raise NotebookError(f"{path.name} failed in {where} ({first_line!r}): {exc.ename}: "
+                            f"{exc.evalue} — partial notebook kept at {kept}",
+                            cell_index=index, ename=exc.ename, evalue=exc.evalue,
+                            failed_notebook=kept) from None
+    except Exception as exc:
+        kept = _keep(output, failed)
+        raise NotebookError(f"{path.name} could not be executed: {type(exc).__name__}: "
+                            f"{exc}" + (f" — partial notebook kept at {kept}" if kept else ""),
+                            ename=type(exc).__name__, evalue=str(exc),
+                            failed_notebook=kept) from exc
+
+
+def _keep(output: Path, failed: Path) -> Path | None:
+    if output.exists() and output.stat().st_size > 0:
+        os.replace(output, failed)
+        return failed
+    return None
+
+
+def _source_cell(path: Path, source: str) -> tuple[int | None, str]:
+    """Index (from 0, in the source notebook) and first non-empty line of the cell."""
+    import nbformat
+
+    lines = [ln for ln in source.splitlines() if ln.strip()]
+    first = lines[0].strip() if lines else ""
+    cells = nbformat.read(path, as_version=4).cells
+    for i, cell in enumerate(cells):
+        if cell.cell_type == "code" and cell.source.strip() == source.strip():
+            return i, first
+    return None, first
+
+
+def _replace_folder(tmp: Path, target: Path) -> None:
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}-{time.monotonic_ns()}")
+        os.replace(target, old)
+        os.replace(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, target)
+
+
+def _existing_notebook(notebook: str | os.PathLike) -> Path:
+    path = Path(notebook)
+    if path.suffix != ".ipynb" or not path.is_file():
+        raise ParameterError(f"notebook={str(notebook)!r} is invalid: must be an existing "
+                             ".ipynb file")
+    return path.absolute()
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value as a YAML scalar (``0.6`` float, ``201`` int, ``true`` bool,
+    ``cpu`` str, ``[1, 2]`` list), with ``1e-8``-style numbers read as floats."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    if isinstance(value, str) and _EXPONENT.fullmatch(value.strip()):
+        return float(value)
+    return value
+
+
+def solve_options(*, nx: int, nt: int, method: str, backend: str, device: str, tol: float,
+                  max_iter: int, n_particles: int | None = None, seed: int | None = None
+                  ) -> dict[str, Any]:
+    """Check a notebook's solver parameters before any work; return ``mw.solve`` keywords.
+
+    ``n_particles`` and ``seed`` are passed on only for ``method="particles"``. Unavailable
+    backends or devices raise :class:`~mfgwork.errors.BackendError` listing what is here.
+    """
+    from .solve import METHODS
+
+    options = {"nx": check_int("nx", nx, low=3), "nt": check_int("nt", nt, low=1),
+               "method": check_choice("method", method, METHODS),
+               "tol": check_real("tol", tol, low=0.0),
+               "max_iter": check_int("max_iter", max_iter, low=1),
+               "backend": backend, "device": device}
+    get_backend(backend, device)
+    if n_particles is not None:
+        n_particles = check_int("n_particles", n_particles, low=1)
+    if seed is not None:
+        seed = check_int("seed", seed, low=0)
+    if method == "particles":
+        options |= {"n_particles": n_particles, "seed": seed}
+    return options
+
+
+def main(notebook: str, parameters: list[tuple[str, str]], out_dir: str | None,
+         kernel_name: str | None = None) -> int:
+    """``python -m mfgwork run``: run, print the run folder; one-line error and exit 1."""
+    import sys
+
+    started = time.perf_counter()
+    target = out_dir or str(Path("runs") / Path(notebook).stem)
+    try:
+        params = {name: parse_value(value) for name, value in parameters}
+        folder = run_notebook(notebook, params, target, kernel_name=kernel_name)
+    except (NotebookError, ParameterError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"run folder: {folder}  ({time.perf_counter() - started:.1f} s)")
+    return 0
