@@ -90,7 +90,8 @@ def _normalize_dtype(dtype: object) -> str | None:
     if name.startswith("<class '") and name.endswith("'>"):
         name = name[8:-2].split(".")[-1]
     if name not in DTYPES:
-        raise BackendError(f"dtype={dtype!r} is not supported: must be None, 'float32' or 'float64'")
+        raise BackendError(f"dtype={dtype!r} is not supported: must be None, 'float32' or "
+                           "'float64'")
     return name
 
 
@@ -285,8 +286,8 @@ def device_info(device: str = "cpu") -> dict[str, Any]:
                             "name": None, "memory_total": None, "memory_allocated": None,
                             "memory_reserved": None, "memory_peak": None}
     if kind == "cpu":
-        import platform
         import os
+        import platform
 
         info.update(available=True, count=1, name=platform.processor() or platform.machine(),
                     cores=os.cpu_count())

@@ -23,7 +23,8 @@ class ConvergenceWarning(UserWarning):
 
 
 def _describe(value: object) -> str:
-    return f"{value!r} ({type(value).__name__})" if not isinstance(value, Real) else repr(value)
+    plain = isinstance(value, Real) and not isinstance(value, bool)
+    return repr(value) if plain else f"{value!r} ({type(value).__name__})"
 
 
 def check_real(name: str, value: object, *, low: float | None = None,

@@ -30,7 +30,8 @@ def test_numpy_backend_defaults():
 
 @pytest.mark.parametrize("device", ["cuda", "mps"])
 def test_numpy_rejects_accelerators_and_lists_available(device):
-    with pytest.raises(BackendError, match=r"device='.*' is not available.*Available here: numpy: cpu"):
+    pattern = r"device='.*' is not available.*Available here: numpy: cpu"
+    with pytest.raises(BackendError, match=pattern):
         mw.get_backend("numpy", device)
 
 

@@ -86,7 +86,7 @@ class FiniteDifferences:
         for n in range(g.nt - 1, -1, -1):
             u_next = levels[n + 1]
             u = u_next if guess is None else guess[..., n, :]
-            for k in range(max_newton):
+            for _ in range(max_newton):
                 lower, diag, upper, q = jacobian_bands(u, self.nu, g.h, g.dt, self.inv_hw, xp)
                 res = hjb_residual(u, u_next, F[..., n, :], q, self.nu, g.dt, self.inv_w, xp)
                 du = self.solve_tridiagonal(lower, diag, upper, res)

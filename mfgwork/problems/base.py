@@ -144,18 +144,24 @@ class DensityCoupling(Coupling):
 
     def running_cost(self, z: Any) -> Any:
         xp, t = self.backend.xp, self.grid.t
-        rows = [self.f(float(t[n + 1]), self.x, z[n, :]) for n in range(self.grid.nt)]
+        F = xp.stack([self._as_row(self.f(float(t[n + 1]), self.x, z[n, :]))
+                      for n in range(self.grid.nt)])
         if not self._checked_once:
-            _checked("f", rows[0], self.grid, self.backend)
+            finite = to_numpy(xp.all(xp.isfinite(F), axis=-1))
+            if not finite.all():
+                n = int(np.argmin(finite))
+                raise ParameterError(f"f returned non-finite values (NaN or inf) at "
+                                     f"t={t[n + 1]:.6g} on the first iterate (m = m0)")
             self._checked_once = True
-        return xp.stack([self._as_row(r) for r in rows])
+        return F
 
     def _as_row(self, r: Any) -> Any:
         if np.isscalar(r):
             return self.backend.asarray(np.full(self.grid.nx, float(r)))
-        if tuple(r.shape) != (self.grid.nx,):
-            raise ParameterError(f"f returned shape {tuple(r.shape)}: must return an array "
-                                 f"shaped like x, ({self.grid.nx},)")
+        if tuple(getattr(r, "shape", ())) != (self.grid.nx,):
+            shape = tuple(getattr(r, "shape", ()))
+            raise ParameterError(f"f returned shape {shape}: must return an array shaped like "
+                                 f"x, ({self.grid.nx},)")
         return r
 
     def project(self, z: Any) -> Any:
