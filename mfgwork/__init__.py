@@ -23,7 +23,7 @@ from .errors import BackendError, ConvergenceWarning, ParameterError, SolverErro
 from .grid import Grid
 from .picard import Anderson, FictitiousPlay, Relaxation
 from .problems import HopfColeProblem, MFGProblem, SantaFeBar
-from .results import Result, load
+from .results import Result, load, save_run
 from .solve import solve
 from .sweep_run import SweepIndex, load_sweep, sweep
 
@@ -33,6 +33,6 @@ __all__ = [
     "Anderson", "Backend", "BackendError", "ConvergenceWarning", "FictitiousPlay", "Grid",
     "HopfColeProblem", "MFGProblem", "ParameterError", "Relaxation", "Result", "SantaFeBar",
     "SolverError", "available_backends", "available_devices", "device_info", "from_numpy",
-    "get_backend", "load", "mps_emulation", "solve", "to_numpy",
+    "get_backend", "load", "mps_emulation", "save_run", "solve", "to_numpy",
     "SweepIndex", "load_sweep", "sweep",
 ]
