@@ -19,8 +19,26 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="versions, devices and a per-kernel self-check")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.set_defaults(func=_doctor)
+    _add_run(sub)
     _add_sweep(sub)
     return parser
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="execute a notebook through papermill into a run folder")
+    p.add_argument("notebook", help="the notebook to run (needs a cell tagged 'parameters')")
+    p.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
+                   metavar=("NAME", "VALUE"), help="set a parameter (value read as YAML)")
+    p.add_argument("-o", "--out-dir", default=None,
+                   help="the run folder (default: runs/<notebook name>)")
+    p.add_argument("--kernel", default=None, help="Jupyter kernel name (default: the notebook's)")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .runs import main
+
+    return main(args.notebook, args.parameter, args.out_dir, args.kernel)
 
 
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
@@ -44,7 +62,8 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
 
 def _sweep(args: argparse.Namespace) -> int:
     from .errors import ParameterError
-    from .sweep_run import describe, parse_value, sweep
+    from .runs import parse_value
+    from .sweep_run import describe, sweep
 
     try:
         index = sweep(args.notebook, args.grid, args.out_dir,

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
-import math
 import os
 import re
 import shutil
@@ -268,16 +267,14 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
     after every finished run. The spec is checked against the notebook's parameters before
     any run starts.
     """
-    import papermill
+    from .runs import notebook_parameters
 
-    notebook = Path(notebook).resolve()
-    if not notebook.is_file():
-        raise ParameterError(f"notebook={str(notebook)!r} does not exist")
     workers = check_int("workers", workers if workers is not None else _cores(), low=1)
-    try:
-        declared = papermill.inspect_notebook(str(notebook))
-    except Exception as exc:  # noqa: BLE001 - papermill raises ValueError and others
-        raise ParameterError(f"notebook={str(notebook)!r} cannot be inspected: {exc}") from exc
+    declared = notebook_parameters(notebook)
+    if "out_dir" not in declared:
+        raise ParameterError(f"notebook={str(notebook)!r} cannot be swept: its parameters cell "
+                             "has no out_dir (the run folder it writes into)")
+    notebook = Path(notebook).resolve()
     raw = read_spec(grid)
     spec = parse_spec(raw, parameters, declared)
     runs = spec.runs()
@@ -393,13 +390,3 @@ def describe(index: SweepIndex) -> str:
     c = index.counts()
     return (f"{len(index)} runs: {c['done']} done, {c['failed']} failed, {c['pending']} pending; "
             f"index: {index.folder / 'index.csv'}")
-
-
-def parse_value(text: str) -> Any:
-    """A ``-p NAME VALUE`` value: int, float, true/false, null/None, else the string."""
-    for convert in (int, float):
-        with contextlib.suppress(ValueError):
-            value = convert(text)
-            if convert is int or math.isfinite(value):
-                return value
-    return {"true": True, "false": False, "null": None, "none": None}.get(text.lower(), text)

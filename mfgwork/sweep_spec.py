@@ -17,7 +17,6 @@ that vary, so the same parameters always map to the same run folder.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import itertools
 import json
@@ -89,8 +88,8 @@ def read_spec(source: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
     text, where = str(source), "grid spec"
     path = Path(source)
     if isinstance(source, os.PathLike) or ("\n" not in text and (
-            path.is_file() or path.suffix.lower() in (".yaml", ".yml", ".json"))):
-        if not path.is_file():
+            path.exists() or path.suffix.lower() in (".yaml", ".yml", ".json"))):
+        if not path.exists() or path.is_dir():
             raise SpecError(f"grid spec file {str(path)!r} does not exist")
         text, where = path.read_text(), f"grid spec {str(path)!r}"
     try:
@@ -107,8 +106,9 @@ def parse_spec(source: str | os.PathLike | Mapping[str, Any],
                fixed: Mapping[str, Any] | None = None,
                notebook_parameters: Mapping[str, Any] | None = None) -> SweepSpec:
     """Parse ``source`` into a :class:`SweepSpec`; ``fixed`` adds parameters shared by every
-    run (``-p NAME VALUE``). With ``notebook_parameters`` (``papermill.inspect_notebook``),
-    names must exist in the notebook and values must fit the type of its defaults."""
+    run (``-p NAME VALUE``). With ``notebook_parameters`` (name -> default, as from
+    :func:`mfgwork.runs.notebook_parameters`), names must exist in the notebook and values
+    must fit the type of its defaults."""
     raw = read_spec(source)
     zips = _zip_groups(raw.pop("zip", None), raw)
     fixed = dict(fixed or {})
@@ -127,7 +127,7 @@ def parse_spec(source: str | os.PathLike | Mapping[str, Any],
         if unknown:
             raise SpecError(f"unknown parameter(s) {', '.join(map(repr, unknown))}: the notebook "
                             f"has {', '.join(sorted(set(notebook_parameters) - set(RESERVED)))}")
-    defaults = {n: _default(notebook_parameters, n) for n, _ in items}
+    defaults = {n: (notebook_parameters or {}).get(n, ...) for n, _ in items}
     lists = {n: [_coerce(n, v, defaults[n]) for v in _values(n, spec)] for n, spec in raw.items()}
     consts = {n: _coerce(n, _scalar(n, v), defaults[n]) for n, v in fixed.items()}
     for n in [n for n, v in lists.items() if not isinstance(raw[n], list | dict)]:
@@ -221,16 +221,6 @@ def _scalar(name: str, v: Any) -> Scalar:
         return v
     raise SpecError(f"parameter {name!r}: value {v!r} ({type(v).__name__}) is not allowed: "
                     f"use numbers, strings, booleans or null")
-
-
-def _default(notebook_parameters: Mapping[str, Any] | None, name: str) -> Any:
-    """The notebook's default value for ``name`` (as a Python literal), or ``...`` if unknown."""
-    if notebook_parameters is None or name not in notebook_parameters:
-        return ...
-    try:
-        return ast.literal_eval(notebook_parameters[name]["default"])
-    except (ValueError, SyntaxError, TypeError, KeyError):
-        return ...
 
 
 def _coerce(name: str, v: Scalar, default: Any) -> Scalar:
