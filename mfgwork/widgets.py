@@ -1,0 +1,259 @@
+"""The interactive Santa Fe Bar explorer: ipywidgets controls → :func:`mfgwork.solve` → figures.
+
+Every change of a control re-solves the MFG system of :class:`mfgwork.SantaFeBar` (HJB
+backward, FP forward, Picard on the attendance path A(t) = ∫_{θ>0} m(t, θ) dθ) and redraws
+A(t), the density m(t, θ) and the convergence history with :mod:`mfgwork.plots`. Sliders
+update on release (``continuous_update=False``). A failed solve shows its message in the
+status line, the last good figures stay, and the controls stay live.
+
+Figures: with ``%matplotlib inline`` (the default) each figure is rendered to PNG into an
+``ipywidgets.Image``; with ipympl (``%matplotlib widget``) its canvas widget is redrawn in place.
+
+    import mfgwork as mw
+    mw.widgets.explore(threshold=0.5)
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import time
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as w
+import matplotlib
+from matplotlib.figure import Figure
+
+from . import plots
+from .backend import available_backends
+from .errors import ConvergenceWarning, ParameterError, check_choice, check_int, check_real
+from .problems.santa_fe import DEFAULTS, SantaFeBar
+from .results import Result
+from .solve import METHODS, solve
+
+#: name → (label, min, max, step) of each problem slider; defaults are Santa Fe's.
+SLIDERS: dict[str, tuple[str, float, float, float]] = {
+    "threshold": ("threshold A*", 0.05, 0.95, 0.01),
+    "sigma": ("σ", 0.1, 1.5, 0.05),
+    "good": ("good G", -10.0, 20.0, 0.5),
+    "bad": ("bad B", -20.0, 10.0, 0.5),
+    "eps": ("ε", 0.01, 0.5, 0.01),
+    "T": ("T", 1.0, 20.0, 0.5),
+}
+#: grid sizes offered (nx = nt).
+GRIDS = (52, 101, 151, 201)
+#: figure name → the :mod:`mfgwork.plots` function drawing it.
+PANELS: dict[str, Callable[..., Figure]] = {
+    "attendance": plots.plot_attendance,
+    "density": plots.plot_density_heatmap,
+    "convergence": plots.plot_convergence,
+}
+FIGSIZE = (4.6, 3.4)
+MARGINS = {"left": 0.2, "right": 0.96, "bottom": 0.16, "top": 0.91}
+CACHE_SIZE = 32
+
+
+class SantaFeExplorer:
+    """Sliders for threshold, σ, G, B, ε, T; method, grid (nx = nt) and device menus.
+
+    ``defaults`` set the sliders' starting values (within their ranges, see :data:`SLIDERS`).
+    ``tol``/``max_iter`` go to :func:`mfgwork.solve`. ``mode``: "inline" (PNG images),
+    "widget" (ipympl canvases; needs ``%matplotlib widget``) or "auto" (widget when ipympl is
+    the active matplotlib backend). ``devices``: the (backend, device) pairs to offer (None:
+    :func:`mfgwork.available_backends`). Results of recently seen settings are reused.
+    """
+
+    def __init__(self, *, nx: int = 101, method: str = "fdm", backend: str = "numpy",
+                 device: str = "cpu", tol: float = 1e-6, max_iter: int = 300,
+                 mode: str = "auto", devices: list[tuple[str, str]] | None = None,
+                 dpi: int = 80, **defaults: float) -> None:
+        unknown = sorted(set(defaults) - set(SLIDERS))
+        if unknown:
+            raise ParameterError(f"{unknown[0]}={defaults[unknown[0]]!r} is not a parameter of "
+                                 f"the explorer: must be one of {', '.join(SLIDERS)}")
+        values = {}
+        for name, (_, low, high, _) in SLIDERS.items():
+            values[name] = check_real(name, defaults.get(name, DEFAULTS[name]), low=low,
+                                      high=high, low_open=False, high_open=False)
+        if nx not in GRIDS:
+            raise ParameterError(f"nx={nx!r} is invalid: must be one of {GRIDS}")
+        check_choice("method", method, METHODS)
+        pairs = devices if devices is not None else [
+            (b, d) for b, devs in available_backends().items() for d in devs]
+        if (backend, device) not in pairs:
+            raise ParameterError(f"backend, device={backend!r}, {device!r} is invalid: must be "
+                                 f"one of {', '.join(f'{b}/{d}' for b, d in pairs)}")
+        self.tol = check_real("tol", tol, low=0.0)
+        self.max_iter = check_int("max_iter", max_iter, low=1)
+        self.mode = _resolve_mode(mode)
+        self.dpi = dpi
+
+        self.controls: dict[str, w.ValueWidget] = {}
+        for name, (label, low, high, step) in SLIDERS.items():
+            self.controls[name] = w.FloatSlider(
+                value=values[name], min=low, max=high, step=step, description=label,
+                continuous_update=False, readout_format=".2f", style={"description_width": "7em"},
+                layout=w.Layout(width="24em"))
+        self.controls["method"] = w.Dropdown(options=list(METHODS), value=method,
+                                             description="method")
+        self.controls["nx"] = w.Dropdown(options=[(f"{n} × {n}", n) for n in GRIDS], value=nx,
+                                         description="grid")
+        self.controls["device"] = w.Dropdown(options=[(f"{b} · {d}", (b, d)) for b, d in pairs],
+                                             value=(backend, device), description="device")
+        for name, control in self.controls.items():
+            control.add_class(f"mfg-{name}")
+            control.observe(self._on_change, names="value")
+
+        self.figures: dict[str, Figure] = {name: self._new_figure() for name in PANELS}
+        self.views: dict[str, w.DOMWidget] = {}
+        for name, fig in self.figures.items():
+            if self.mode == "widget":
+                view = fig.canvas
+            else:
+                view = w.Image(format="png", layout=w.Layout(width="33%", height="auto"))
+            view.add_class(f"mfg-{name}-plot")
+            self.views[name] = view
+        self.status = w.HTML().add_class("mfg-status")
+        sliders = [self.controls[k] for k in SLIDERS]
+        menus = [self.controls[k] for k in ("method", "nx", "device")]
+        self.widget = w.VBox([
+            w.HBox([w.VBox(sliders[:3]), w.VBox(sliders[3:]), w.VBox(menus)]),
+            self.status,
+            w.HBox(list(self.views.values()), layout=w.Layout(width="100%", flex_flow="row wrap")),
+        ]).add_class("mfg-explorer")
+
+        self.result: Result | None = None
+        self.error: str | None = None
+        self.timings: dict[str, float] = {}
+        self._cache: OrderedDict[tuple, Result] = OrderedDict()
+        self.update()
+
+    # -- state -------------------------------------------------------------------------------
+    def settings(self) -> dict[str, Any]:
+        """The current control values: problem parameters, nx, method, backend, device."""
+        out: dict[str, Any] = {k: float(self.controls[k].value) for k in SLIDERS}
+        backend, device = self.controls["device"].value
+        return out | {"nx": self.controls["nx"].value, "method": self.controls["method"].value,
+                      "backend": backend, "device": device}
+
+    def update(self) -> Result | None:
+        """Solve at the current settings and redraw; on failure show the message and
+        return None (the previous figures stay)."""
+        s = self.settings()
+        key = tuple(s.values())
+        started = time.perf_counter()
+        self.status.value = "<i>solving…</i>"
+        try:
+            res = self._cache.get(key) or self._solve(s)
+        except Exception as err:  # any failed solve is shown in the widget, never raised
+            self.error = f"{type(err).__name__}: {err}"
+            self.status.value = ("<span style='color:#b00020'>" + html.escape(self.error)
+                                 + "</span>")
+            return None
+        solved = time.perf_counter()
+        self._cache[key] = res
+        self._cache.move_to_end(key)
+        if len(self._cache) > CACHE_SIZE:
+            self._cache.popitem(last=False)
+        self._draw(res)
+        drawn = time.perf_counter()
+        self.result, self.error = res, None
+        self.timings = {"solve": solved - started, "draw": drawn - solved,
+                        "total": drawn - started}
+        self.status.value = self._summary(res)
+        return res
+
+    def save_figures(self, folder: str | Path, dpi: int = plots.DPI) -> list[Path]:
+        """Write the current figures as ``folder/<name>.png``; returns the paths."""
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for name, fig in self.figures.items():
+            paths.append(out / f"{name}.png")
+            fig.savefig(paths[-1], dpi=dpi)
+        return paths
+
+    def close(self) -> None:
+        """Close the widgets (and, with ipympl, the figures)."""
+        if self.mode == "widget":
+            import matplotlib.pyplot as plt
+
+            for fig in self.figures.values():
+                plt.close(fig)
+        _close_tree(self.widget)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _on_change(self, change: Mapping[str, Any]) -> None:
+        self.update()
+
+    def _solve(self, s: Mapping[str, Any]) -> Result:
+        problem = SantaFeBar(**{k: s[k] for k in SLIDERS})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)  # shown in the status line
+            return solve(problem, nx=s["nx"], nt=s["nx"], method=s["method"],
+                         backend=s["backend"], device=s["device"], tol=self.tol,
+                         max_iter=self.max_iter, progress=False)
+
+    def _new_figure(self) -> Figure:
+        # Fixed margins instead of a layout engine: a constrained layout costs about as much
+        # as the drawing itself, on every update.
+        if self.mode == "widget":
+            import matplotlib.pyplot as plt
+
+            with plt.ioff():
+                fig = plt.figure(figsize=FIGSIZE, dpi=self.dpi)
+            fig.canvas.header_visible = False
+        else:
+            fig = Figure(figsize=FIGSIZE, dpi=self.dpi)
+        return fig
+
+    def _draw(self, res: Result) -> None:
+        for name, fig in self.figures.items():
+            fig.clear()
+            fig.subplots_adjust(**MARGINS)
+            PANELS[name](res, ax=fig.add_subplot())
+            if self.mode == "widget":
+                fig.canvas.draw_idle()
+            else:
+                buf = io.BytesIO()
+                fig.savefig(buf, format="png", dpi=self.dpi)
+                self.views[name].value = buf.getvalue()
+
+    def _summary(self, res: Result) -> str:
+        m = res.metrics()
+        state = ("converged" if res.converged else
+                 "<span style='color:#b36b00'>not converged (max_iter reached)</span>")
+        return (f"{state} in {res.iterations} iterations · mean A = {m['mean_attendance']:.3f}"
+                f" · time A > A* = {m['time_overcrowded']:.2f} · solve "
+                f"{self.timings['solve']:.3f} s · draw {self.timings['draw']:.3f} s")
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+
+def _close_tree(widget: w.Widget) -> None:
+    for child in getattr(widget, "children", ()):
+        _close_tree(child)
+    widget.close()
+
+
+def _resolve_mode(mode: str) -> str:
+    check_choice("mode", mode, ("auto", "inline", "widget"))
+    active = matplotlib.get_backend().lower()
+    ipympl_active = "ipympl" in active or active == "widget"
+    if mode == "widget" and not ipympl_active:
+        raise ParameterError(f"mode={mode!r} is invalid here: it needs ipympl as the matplotlib "
+                             f"backend (run `%matplotlib widget`; active: {active!r})")
+    if mode == "auto":
+        return "widget" if ipympl_active else "inline"
+    return mode
+
+
+def explore(**defaults: Any) -> SantaFeExplorer:
+    """A :class:`SantaFeExplorer` with the given starting values; display it in a notebook
+    (it is the last expression of a cell, or ``display(explore(...))``)."""
+    return SantaFeExplorer(**defaults)

@@ -1,0 +1,193 @@
+"""The Santa Fe explorer without a browser: controls drive solves, figures and messages."""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ipywidgets")
+
+import mfgwork as mw  # noqa: E402
+from mfgwork import widgets  # noqa: E402
+from mfgwork.solve import METHODS  # noqa: E402
+
+NUMPY_ONLY = [("numpy", "cpu")]
+
+
+def make(**kw) -> widgets.SantaFeExplorer:
+    kw = {"nx": 52, "devices": NUMPY_ONLY, "dpi": 40} | kw
+    return widgets.SantaFeExplorer(**kw)
+
+
+@pytest.fixture(scope="module")
+def explorer():
+    ex = make()
+    yield ex
+    ex.close()
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:
+        im.load()
+        return im.size
+
+
+def test_opens_with_a_solution_and_three_pngs(explorer):
+    res = explorer.result
+    assert res is not None and res.converged and explorer.error is None
+    assert res.threshold == pytest.approx(0.6)
+    assert np.shape(res.M) == (53, 52)
+    for name in widgets.PANELS:
+        w, h = png_size(explorer.views[name].value)
+        assert w > 100 and h > 100
+    assert "converged" in explorer.status.value
+    assert explorer.timings["total"] >= explorer.timings["solve"] > 0
+
+
+def test_threshold_slider_resolves_and_redraws(explorer):
+    before_png = explorer.views["attendance"].value
+    before_A = mw.to_numpy(explorer.result.attendance).copy()
+    explorer.controls["threshold"].value = 0.4
+    res = explorer.result
+    assert res.threshold == pytest.approx(0.4)
+    assert np.max(np.abs(mw.to_numpy(res.attendance) - before_A)) > 0.05
+    assert explorer.views["attendance"].value != before_png
+    # the equilibrium level sits near the new threshold, not the old one
+    assert abs(float(mw.to_numpy(res.attendance)[-5]) - 0.4) < 0.1
+
+
+@pytest.mark.parametrize(("name", "value"), [("sigma", 0.8), ("good", 6.0), ("bad", -9.0),
+                                             ("eps", 0.1), ("T", 4.0)])
+def test_each_slider_reaches_the_problem(explorer, name, value):
+    explorer.controls[name].value = value
+    assert explorer.error is None
+    assert explorer.result.params[name] == pytest.approx(value)
+    if name == "T":
+        assert float(mw.to_numpy(explorer.result.t)[-1]) == pytest.approx(value)
+
+
+def test_grid_menu_changes_the_grid():
+    ex = make()
+    ex.controls["nx"].value = 101
+    assert np.shape(ex.result.M) == (102, 101)
+    assert ex.settings()["nx"] == 101
+    ex.close()
+
+
+def test_invalid_combination_shows_the_message_and_recovers():
+    ex = make()
+    good_png, good_result = ex.views["attendance"].value, ex.result
+    ex.controls["good"].value = -8.0          # below bad = -5: not a valid Santa Fe problem
+    assert ex.error is not None and ex.error.startswith("ParameterError")
+    assert "good=-8.0" in ex.status.value and "bad" in ex.status.value
+    assert ex.result is good_result and ex.views["attendance"].value == good_png
+    ex.controls["bad"].value = -10.0          # fixes it: the explorer is still live
+    assert ex.error is None and ex.result.params["bad"] == -10.0
+    assert ex.views["attendance"].value != good_png
+    ex.close()
+
+
+def test_solver_error_is_shown_not_raised(monkeypatch):
+    ex = make()
+
+    def diverge(*args, **kwargs):
+        raise mw.SolverError("non-finite values in U at Picard iteration 3: the iteration "
+                             "diverged")
+
+    monkeypatch.setattr(widgets, "solve", diverge)
+    ex.controls["threshold"].value = 0.3
+    assert ex.error.startswith("SolverError") and "diverged" in ex.status.value
+    monkeypatch.undo()
+    ex.controls["threshold"].value = 0.35
+    assert ex.error is None and ex.result.threshold == pytest.approx(0.35)
+    ex.close()
+
+
+def test_not_converged_is_reported_without_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ex = make(max_iter=3)
+    assert not ex.result.converged and ex.result.iterations == 3
+    assert "not converged" in ex.status.value
+    ex.close()
+
+
+def test_returning_to_earlier_settings_reuses_the_result():
+    ex = make()
+    first = ex.result
+    ex.controls["threshold"].value = 0.5
+    assert ex.result is not first
+    ex.controls["threshold"].value = 0.6
+    assert ex.result is first
+    ex.close()
+
+
+def test_save_figures_writes_decodable_pngs(explorer, tmp_path):
+    paths = explorer.save_figures(tmp_path / "figures", dpi=50)
+    assert sorted(p.name for p in paths) == ["attendance.png", "convergence.png", "density.png"]
+    for p in paths:
+        w, h = png_size(p.read_bytes())
+        assert (w, h) == (round(widgets.FIGSIZE[0] * 50), round(widgets.FIGSIZE[1] * 50))
+
+
+def test_menus_offer_methods_and_available_devices(monkeypatch):
+    monkeypatch.setattr(widgets, "available_backends",
+                        lambda: {"numpy": ["cpu"], "torch": ["cuda", "cpu"]})
+    ex = widgets.SantaFeExplorer(nx=52, dpi=40)
+    assert list(ex.controls["method"].options) == list(METHODS)
+    assert [v for _, v in ex.controls["device"].options] == [
+        ("numpy", "cpu"), ("torch", "cuda"), ("torch", "cpu")]
+    ex.close()
+
+
+@pytest.mark.parametrize(("kwargs", "words"), [
+    ({"threshold": 1.2}, ["threshold=1.2", "0.95"]),
+    ({"sigma": float("nan")}, ["sigma", "finite"]),
+    ({"beta": 1.0}, ["beta=1.0", "threshold"]),
+    ({"nx": 77}, ["nx=77", "101"]),
+    ({"method": "spectral"}, ["method='spectral'", "'fdm'"]),
+    ({"backend": "torch", "device": "cuda"}, ["'cuda'", "numpy/cpu"]),
+    ({"mode": "widget"}, ["mode='widget'", "%matplotlib widget"]),
+    ({"max_iter": 0}, ["max_iter=0", ">= 1"]),
+])
+def test_bad_arguments_are_named_before_any_solve(kwargs, words, monkeypatch):
+    monkeypatch.setattr(widgets, "solve", lambda *a, **k: pytest.fail("solved"))
+    with pytest.raises(mw.ParameterError) as info:
+        make(**kwargs)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_ipympl_canvases_are_redrawn_in_place():
+    pytest.importorskip("ipympl")
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    previous = matplotlib.get_backend()
+    plt.switch_backend("module://ipympl.backend_nbagg")
+    try:
+        ex = make()
+        assert ex.mode == "widget"
+        canvas = ex.views["attendance"]
+        assert canvas is ex.figures["attendance"].canvas
+        line = ex.figures["attendance"].axes[0].lines[-1].get_ydata().copy()
+        ex.controls["threshold"].value = 0.45
+        assert ex.views["attendance"] is canvas
+        new = ex.figures["attendance"].axes[0].lines[-1].get_ydata()
+        assert np.max(np.abs(new - line)) > 0.05
+        ex.close()
+        assert not any(plt.fignum_exists(f.number) for f in ex.figures.values())
+    finally:
+        plt.switch_backend(previous)
+
+
+def test_displays_as_the_widget(explorer):
+    bundle = explorer._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == \
+        explorer.widget.model_id
