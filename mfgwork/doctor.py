@@ -83,6 +83,20 @@ def _check_fdm(be: Backend) -> tuple[Any, np.ndarray]:
     return res.M, ref.M
 
 
+@register_check("particle deposit")
+def _check_particle_deposit(be: Backend) -> tuple[Any, np.ndarray]:
+    from .particles.checks import deposit_check
+
+    return deposit_check(be)
+
+
+@register_check("particle step")
+def _check_particle_step(be: Backend) -> tuple[Any, np.ndarray]:
+    from .particles.checks import step_check
+
+    return step_check(be)
+
+
 def run_checks(backends: list[Backend] | None = None) -> list[dict[str, Any]]:
     """Run every registered check on every backend; one row per (check, backend)."""
     rows = []

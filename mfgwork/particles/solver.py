@@ -1,0 +1,193 @@
+"""The particle Fokker–Planck solver: Euler–Maruyama with reflecting walls, CIC or KDE density.
+
+N agents follow dX = −∂x u(t, X) dt + σ dW on [x_min, x_max] with reflection at the walls:
+
+    X^{n+1} = fold(X^n − ∂x u(t_n, X^n) Δt + σ √Δt ξ^n),   ξ^n ~ N(0, 1) i.i.d.,
+
+where ∂x u(t_n, ·) is the central difference of U[n] at the nodes (0 at the walls, Neumann)
+interpolated linearly in x (step n → n + 1 uses U[n], as the implicit FDM step does), and fold
+reflects into the domain exactly for any excursion (period 2L), so no particle ever leaves it.
+X^0 is sampled from the piecewise-linear m0 by inverse CDF. The density at each level is the
+cloud-in-cell deposit (default) or a reflected Gaussian KDE (see :mod:`.density`); every level
+has Σ_i w_i m_i = 1 exactly up to rounding. Only the positions are kept, never trajectories.
+
+Common random numbers: every call of :meth:`ParticleFP.solve_fp` restarts the generator from
+the same seed, so inside one ``mw.solve`` the fixed-point map U ↦ M is deterministic and the
+Picard iteration can converge. Same seed, backend and device → identical results.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from ..backend import Backend
+from ..errors import ParameterError, check_choice, check_int, check_real
+from ..grid import Grid
+from .density import DENSITIES, kde_densities
+from .memory import check_fits
+
+DEFAULT_PARTICLES = 100_000
+CUDA_DEPOSIT_COPIES = 64
+
+
+def check_particle_args(n_particles: object, seed: object) -> tuple[int, int | None]:
+    """Validated (n_particles, seed): an integer >= 1 and None or an integer >= 0."""
+    n = check_int("n_particles", DEFAULT_PARTICLES if n_particles is None else n_particles,
+                  low=1)
+    return n, None if seed is None else check_int("seed", seed, low=0)
+
+
+def fresh_seed() -> int:
+    """A seed from the operating system's entropy (recorded so the run can be repeated)."""
+    return int(np.random.SeedSequence().entropy % 2**63)
+
+
+class ParticleFP:
+    """Particle FP solver with the interface of ``FiniteDifferences.solve_fp``.
+
+    ``density``: "cic" (cloud in cell) or "kde" (reflected Gaussian, Silverman bandwidth).
+    ``deposit_copies``: private node copies for the torch deposit (default 64 on CUDA, else 1).
+    ``cuda_graph``: on CUDA, record the whole FP solve once as a CUDA graph and replay it
+    (default True); it is checked bitwise against an eager solve the first time and dropped,
+    with a warning, if it differs or cannot be recorded.
+    """
+
+    def __init__(self, grid: Grid, sigma: float, backend: Backend,
+                 n_particles: int = DEFAULT_PARTICLES, seed: int | None = None,
+                 density: str = "cic", deposit_copies: int | None = None,
+                 cuda_graph: bool | None = None) -> None:
+        self.n_particles, seed = check_particle_args(n_particles, seed)
+        self.seed = fresh_seed() if seed is None else seed
+        self.density = check_choice("density", density, DENSITIES)
+        self.sigma = check_real("sigma", sigma, low=0.0, low_open=False)
+        self.grid, self.backend = grid, backend
+        on_cuda = backend.name == "torch" and backend.kind == "cuda"
+        copies = deposit_copies if deposit_copies is not None else (
+            CUDA_DEPOSIT_COPIES if on_cuda else 1)
+        self.deposit_copies = check_int("deposit_copies", copies, low=1)
+        self.memory_estimate = check_fits(self.n_particles, grid.nx, grid.nt, backend,
+                                          self.deposit_copies)
+        self.length = grid.x_max - grid.x_min
+        self.noise = self.sigma * grid.dt**0.5
+        self.weights = backend.asarray(grid.weights)
+        self._offsets: Any = None
+        self._graph: Any = None
+        self.use_cuda_graph = on_cuda and (cuda_graph is None or bool(cuda_graph))
+        if backend.name == "torch":
+            from .torch_kernels import TorchKernels
+
+            self.kernels = TorchKernels(grid.nx, grid.h, self.length, self.n_particles,
+                                        backend, self.deposit_copies)
+            import torch
+
+            self.generator = torch.Generator(device=backend.native_device)
+
+    @property
+    def positions(self) -> Any:
+        """Particle positions after the last solve, shape (n_particles,), on the backend."""
+        if self._offsets is None:
+            raise ParameterError("positions is not available yet: call solve_fp first")
+        return self._offsets + self.grid.x_min
+
+    def solve_fp(self, U: Any, m0: Any) -> Any:
+        """Densities M (levels 0..nt, shape (nt + 1, nx)) of particles driven by −∂x u of U."""
+        g = self.grid
+        if tuple(U.shape) != (g.nt + 1, g.nx):
+            raise ParameterError(f"U has shape {tuple(U.shape)}: the particle solver needs "
+                                 f"(nt + 1, nx) = ({g.nt + 1}, {g.nx})")
+        if tuple(m0.shape) != (g.nx,):
+            raise ParameterError(f"m0 has shape {tuple(m0.shape)}: must be (nx,) = ({g.nx},)")
+        if self.backend.name == "numpy":
+            return self._densities(self._masses_numpy(np.asarray(U), np.asarray(m0)))
+        if self.use_cuda_graph:
+            return self._densities(self._masses_graphed(U, m0))
+        self.generator.manual_seed(self.seed)
+        return self._densities(self._masses_torch(U, m0))
+
+    # -- NumPy --------------------------------------------------------------------------------
+    def _masses_numpy(self, U: np.ndarray, m0: np.ndarray) -> np.ndarray:
+        from .numpy_kernels import cic_deposit, sample_offsets, step_deposit
+
+        g, n = self.grid, self.n_particles
+        dtype = np.dtype(self.backend.dtype)
+        rng = np.random.Generator(np.random.PCG64(self.seed))
+        y = sample_offsets(m0, rng.random(n, dtype=dtype), g.h)
+        masses = np.zeros((g.nt + 1, g.nx))
+        inv_h = dtype.type((g.nx - 1) / self.length)
+        cic_deposit(y, inv_h, masses[0])
+        b = nodal_drift(U[:-1], g.h).astype(dtype)
+        xi = np.empty(n, dtype=dtype)
+        consts = (inv_h, dtype.type(g.dt), dtype.type(self.noise), dtype.type(self.length))
+        for k in range(g.nt):
+            rng.standard_normal(dtype=dtype, out=xi)
+            step_deposit(y, xi, b[k], *consts, masses[k + 1])
+        self._offsets = y
+        return masses
+
+    # -- torch --------------------------------------------------------------------------------
+    def _masses_torch(self, U: Any, m0: Any) -> Any:
+        """The accumulated node masses of an FP solve; the generator must be seeded."""
+        import torch
+
+        g, k, n = self.grid, self.kernels, self.n_particles
+        dt, noise = g.dt, self.noise
+        opts = {"dtype": self.backend.native_dtype, "device": self.backend.native_device}
+        y = k.sample(m0, torch.rand(n, generator=self.generator, **opts))
+        masses = k.mass_buffer(g.nt + 1)
+        i, f = k.locate(y)
+        k.deposit(i, f, masses[0])
+        b0, db = k.drift_tables(U)
+        xi = torch.empty(n, **opts)
+        for step in range(g.nt):
+            torch.randn(n, generator=self.generator, out=xi)
+            k.step(y, xi, b0[step], db[step], i, f, dt, noise)
+            i, f = k.locate(y)
+            k.deposit(i, f, masses[step + 1])
+        self._offsets = y
+        return masses
+
+    def _masses_graphed(self, U: Any, m0: Any) -> Any:
+        if self._graph is None:
+            self.generator.manual_seed(self.seed)
+            eager = self._masses_torch(U, m0)
+            try:
+                from .cuda_graph import GraphedSolve
+
+                self._graph = GraphedSolve(self, U, m0)
+                ok = bool((self._graph.run(U, m0) == eager).all())
+                reason = "its result differs from the eager solve"
+            except Exception as exc:  # fall back to the eager loop, which is always correct
+                ok, reason = False, f"{type(exc).__name__}: {exc}"
+            if not ok:
+                self._graph, self.use_cuda_graph = None, False
+                warnings.warn(f"CUDA graph of the particle solve disabled ({reason}); "
+                              "running the eager loop", RuntimeWarning, stacklevel=3)
+                self.generator.manual_seed(self.seed)
+                return self._masses_torch(U, m0)
+            return eager
+        return self._graph.run(U, m0)
+
+    # -- densities ----------------------------------------------------------------------------
+    def _densities(self, masses: Any) -> Any:
+        be = self.backend
+        if be.name == "numpy":
+            mu = masses
+            cic = mu / (mu.sum(axis=1, keepdims=True) * self.grid.weights)
+        else:
+            mu = masses.reshape(masses.shape[0], self.deposit_copies, self.grid.nx).sum(dim=1)
+            cic = self.kernels.densities(masses, self.weights)
+        if self.density == "cic":
+            return be.asarray(cic)
+        mu = be.asarray(mu)
+        return kde_densities(mu, be.asarray(self.grid.x), self.weights, self.n_particles,
+                             be.xp)
+
+
+def nodal_drift(U: np.ndarray, h: float) -> np.ndarray:
+    """b = −∂x u at the nodes of each row of U: central differences, 0 at the walls."""
+    b = np.zeros_like(U)
+    b[..., 1:-1] = -(U[..., 2:] - U[..., :-2]) / (2 * h)
+    return b
