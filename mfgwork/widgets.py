@@ -21,7 +21,6 @@ import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import ipywidgets as w
@@ -61,7 +60,8 @@ class SantaFeExplorer:
     """Sliders for threshold, σ, G, B, ε, T; method, grid (nx = nt) and device menus.
 
     ``defaults`` set the sliders' starting values (within their ranges, see :data:`SLIDERS`).
-    ``tol``/``max_iter`` go to :func:`mfgwork.solve`. ``mode``: "inline" (PNG images),
+    ``tol``/``max_iter`` go to :func:`mfgwork.solve`, and ``n_particles`` (with a fixed
+    seed) for ``method="particles"``. ``mode``: "inline" (PNG images),
     "widget" (ipympl canvases; needs ``%matplotlib widget``) or "auto" (widget when ipympl is
     the active matplotlib backend). ``devices``: the (backend, device) pairs to offer (None:
     :func:`mfgwork.available_backends`). Results of recently seen settings are reused.
@@ -69,8 +69,9 @@ class SantaFeExplorer:
 
     def __init__(self, *, nx: int = 101, method: str = "fdm", backend: str = "numpy",
                  device: str = "cpu", tol: float = 1e-6, max_iter: int = 300,
-                 mode: str = "auto", devices: list[tuple[str, str]] | None = None,
-                 dpi: int = 80, **defaults: float) -> None:
+                 n_particles: int = 20_000, mode: str = "auto",
+                 devices: list[tuple[str, str]] | None = None, dpi: int = 80,
+                 **defaults: float) -> None:
         unknown = sorted(set(defaults) - set(SLIDERS))
         if unknown:
             raise ParameterError(f"{unknown[0]}={defaults[unknown[0]]!r} is not a parameter of "
@@ -89,6 +90,7 @@ class SantaFeExplorer:
                                  f"one of {', '.join(f'{b}/{d}' for b, d in pairs)}")
         self.tol = check_real("tol", tol, low=0.0)
         self.max_iter = check_int("max_iter", max_iter, low=1)
+        self.n_particles = check_int("n_particles", n_particles, low=1)
         self.mode = _resolve_mode(mode)
         self.dpi = dpi
 
@@ -167,16 +169,6 @@ class SantaFeExplorer:
         self.status.value = self._summary(res)
         return res
 
-    def save_figures(self, folder: str | Path, dpi: int = plots.DPI) -> list[Path]:
-        """Write the current figures as ``folder/<name>.png``; returns the paths."""
-        out = Path(folder)
-        out.mkdir(parents=True, exist_ok=True)
-        paths = []
-        for name, fig in self.figures.items():
-            paths.append(out / f"{name}.png")
-            fig.savefig(paths[-1], dpi=dpi)
-        return paths
-
     def close(self) -> None:
         """Close the widgets (and, with ipympl, the figures)."""
         if self.mode == "widget":
@@ -192,11 +184,13 @@ class SantaFeExplorer:
 
     def _solve(self, s: Mapping[str, Any]) -> Result:
         problem = SantaFeBar(**{k: s[k] for k in SLIDERS})
+        # particles: a fixed seed, so that the figures change with the parameters, not the noise
+        extra = {"n_particles": self.n_particles, "seed": 0} if s["method"] == "particles" else {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)  # shown in the status line
             return solve(problem, nx=s["nx"], nt=s["nx"], method=s["method"],
                          backend=s["backend"], device=s["device"], tol=self.tol,
-                         max_iter=self.max_iter, progress=False)
+                         max_iter=self.max_iter, progress=False, **extra)
 
     def _new_figure(self) -> Figure:
         # Fixed margins instead of a layout engine: a constrained layout costs about as much

@@ -127,14 +127,6 @@ def test_returning_to_earlier_settings_reuses_the_result():
     ex.close()
 
 
-def test_save_figures_writes_decodable_pngs(explorer, tmp_path):
-    paths = explorer.save_figures(tmp_path / "figures", dpi=50)
-    assert sorted(p.name for p in paths) == ["attendance.png", "convergence.png", "density.png"]
-    for p in paths:
-        w, h = png_size(p.read_bytes())
-        assert (w, h) == (round(widgets.FIGSIZE[0] * 50), round(widgets.FIGSIZE[1] * 50))
-
-
 def test_menus_offer_methods_and_available_devices(monkeypatch):
     monkeypatch.setattr(widgets, "available_backends",
                         lambda: {"numpy": ["cpu"], "torch": ["cuda", "cpu"]})
@@ -191,3 +183,12 @@ def test_displays_as_the_widget(explorer):
     assert "application/vnd.jupyter.widget-view+json" in bundle
     assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == \
         explorer.widget.model_id
+
+
+@pytest.mark.skipif("particles" not in METHODS, reason="mw.solve has no particle method")
+def test_method_menu_switches_to_particles():
+    ex = make(n_particles=2000)
+    ex.controls["method"].value = "particles"
+    assert ex.error is None, ex.error
+    assert ex.result.method == "particles" and ex.result.params["seed"] == 0
+    ex.close()
