@@ -201,7 +201,9 @@ def plot_backend_comparison(table: Sequence[Mapping[str, Any]]) -> Figure:
     pos = np.arange(len(rows))
     fig = Figure(figsize=(10.0, 4.0), dpi=DPI, layout="constrained")
     ax_time, ax_err = fig.subplots(1, 2)
-    ax_time.bar(pos, [float(r["wall_time_s"]) for r in rows], color="tab:blue")
+    bars = ax_time.bar(pos, [float(r["wall_time_s"]) for r in rows], color="tab:blue")
+    ax_time.bar_label(bars, fmt="%.3g s", fontsize="small")
+    ax_time.set_yscale("log")
     ax_time.set(xticks=pos, ylabel="wall time [s]", title="Wall time of the solve")
     ax_time.set_xticklabels(labels, rotation=15, ha="right")
     width = 0.8 / len(TABLE_ERRORS)
@@ -215,6 +217,43 @@ def plot_backend_comparison(table: Sequence[Mapping[str, Any]]) -> Figure:
                title="Relative error against the float64 reference")
     ax_err.set_xticklabels(labels, rotation=15, ha="right")
     ax_err.legend(fontsize="small")
+    return fig
+
+
+def plot_refinement(rows: Sequence[Mapping[str, Any]], ax: Axes | None = None) -> Figure:
+    """Log–log errors of U and M against h (rows of
+    :func:`mfgwork.studies.refinement_study`), with a slope-1 guide for first order."""
+    if len(rows) < 2 or any(k not in r for r in rows for k in ("h", "error_U", "error_M")):
+        raise ParameterError(f"rows={list(rows)!r} is invalid: must be at least two rows with "
+                             "'h', 'error_U' and 'error_M'")
+    fig, ax = _axes(ax, size=(5.6, 4.4))
+    h = np.array([r["h"] for r in rows], dtype=np.float64)
+    for key, label, marker in (("error_U", "max |U − u|", "o"), ("error_M", "max |M − m|", "s")):
+        ax.loglog(h, [r[key] for r in rows], marker=marker, label=label)
+    top = max(max(r["error_U"], r["error_M"]) for r in rows)
+    ax.loglog(h, 1.5 * top * h / h.max(), "k:", label="slope 1 (first order)")
+    ax.set(xlabel="h (with Δt = T / (nx − 1))", ylabel="error",
+           title="Convergence against the exact solution")
+    ax.legend(loc="best", fontsize="small")
+    return fig
+
+
+def plot_payoff(problem: Any, ax: Axes | None = None) -> Figure:
+    """The payoff of attending F(A) for A in [0, 1] (``problem``: a
+    :class:`mfgwork.SantaFeBar`), with the threshold A* and the zero F(A) = 0."""
+    if not callable(getattr(problem, "payoff", None)):
+        raise ParameterError(f"problem={problem!r} is invalid: plot_payoff needs a problem with "
+                             "a payoff F(A), e.g. mw.SantaFeBar()")
+    fig, ax = _axes(ax)
+    A = np.linspace(0.0, 1.0, 501)
+    ax.plot(A, problem.payoff(A), lw=2.0, label="F(A)")
+    ax.axhline(0.0, color="0.5", lw=1.0)
+    ax.axvline(problem.threshold, color="tab:red", lw=1.0, label="A*")
+    level = equilibrium_attendance(problem.params())
+    if level is not None:
+        ax.axvline(level, color="k", lw=1.0, ls=":", label=f"F(A) = 0 at A = {level:.4f}")
+    ax.set(xlabel="attendance A", ylabel="payoff of attending F(A)", title="Payoff")
+    ax.legend(loc="best", fontsize="small")
     return fig
 
 

@@ -222,6 +222,7 @@ class atomic_folder:  # noqa: N801 - used as a context manager
         self.target.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-",
                                          dir=self.target.parent))
+        os.chmod(self.tmp, 0o755)  # mkdtemp makes it private; a run folder is not
         return self.tmp
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:

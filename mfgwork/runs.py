@@ -85,9 +85,13 @@ def _check(defaults: dict[str, Any], parameters: Mapping[str, Any], notebook: st
         default = defaults[name]
         if not _same_type(value, default):
             raise ParameterError(f"{name}={value!r} ({type(value).__name__}) is invalid: "
-                                 f"{notebook} expects a {type(default).__name__} "
+                                 f"{notebook} expects {_article(type(default).__name__)} "
                                  f"like its default {default!r}")
     return dict(parameters)
+
+
+def _article(word: str) -> str:
+    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
 
 
 def _same_type(value: Any, default: Any) -> bool:
@@ -133,6 +137,8 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
         _execute(path, running_nb, params | {"out_dir": str(tmp)}, kernel_name, progress,
                  failed)
         os.replace(running_nb, tmp / path.name)
+        os.chmod(tmp / path.name, 0o644)
+        os.chmod(tmp, 0o755)
         _replace_folder(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -169,6 +175,7 @@ def _execute(path: Path, output: Path, params: dict[str, Any], kernel_name: str 
 
 def _keep(output: Path, failed: Path) -> Path | None:
     if output.exists() and output.stat().st_size > 0:
+        os.chmod(output, 0o644)
         os.replace(output, failed)
         return failed
     return None

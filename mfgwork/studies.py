@@ -152,3 +152,20 @@ def fitted_order(rows: Sequence[dict[str, Any]], key: str = "error_U") -> float:
     e = np.array([r[key] for r in rows], dtype=np.float64)
     return float(np.polyfit(np.log(h), np.log(e), 1)[0])
 
+
+
+def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """Rows as a fixed-width text table (floats in 4 significant digits)."""
+    columns = list(columns or dict.fromkeys(k for row in rows for k in row))
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return "" if v is None else str(v)
+
+    body = [[cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in body)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in body]
+    return "\n".join(lines)
