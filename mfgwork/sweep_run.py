@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import html
 import json
 import os
 import re
@@ -71,6 +72,17 @@ class SweepIndex:
         c = self.counts()
         return (f"SweepIndex({str(self.folder)!r}: {len(self)} runs, {c['done']} done, "
                 f"{c['failed']} failed, {c['pending']} pending)")
+
+    def _repr_html_(self) -> str:
+        def cell(v: Any) -> str:
+            text = f"{v:.6g}" if isinstance(v, float) else ("" if v is None else str(v))
+            return f"<td>{html.escape(text)}</td>"
+
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        body = "".join("<tr>" + "".join(cell(r.get(c)) for c in self.columns) + "</tr>"
+                       for r in self.rows)
+        return (f"<p>{html.escape(repr(self))}</p><table><thead><tr>{head}</tr></thead>"
+                f"<tbody>{body}</tbody></table>")
 
     def counts(self) -> dict[str, int]:
         """Number of runs per status."""
