@@ -116,7 +116,7 @@ class SantaFeExplorer:
             if self.mode == "widget":
                 view = fig.canvas
             else:
-                view = w.Image(format="png", layout=w.Layout(width="33%", height="auto"))
+                view = w.Image(format="png", layout=w.Layout(width="32%", height="auto"))
             view.add_class(f"mfg-{name}-plot")
             self.views[name] = view
         self.status = w.HTML().add_class("mfg-status")
@@ -221,7 +221,8 @@ class SantaFeExplorer:
         m = res.metrics()
         state = ("converged" if res.converged else
                  "<span style='color:#b36b00'>not converged (max_iter reached)</span>")
-        return (f"{state} in {res.iterations} iterations · mean A = {m['mean_attendance']:.3f}"
+        return (f"A* = {res.threshold:.2f}: {state} in {res.iterations} iterations · mean A = "
+                f"{m['mean_attendance']:.3f}"
                 f" · time A > A* = {m['time_overcrowded']:.2f} · solve "
                 f"{self.timings['solve']:.3f} s · draw {self.timings['draw']:.3f} s")
 
