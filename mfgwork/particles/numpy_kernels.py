@@ -16,12 +16,25 @@ from numba import njit
 @njit(cache=True, nogil=True)
 def _fold(v, length):  # pragma: no cover - compiled
     """Reflect v into [0, L]: exact for any excursion (period 2L), clamped against rounding."""
-    if v < 0 or v > length:
+    if not (0 <= v <= length):
         v = v % (2 * length)
         if v > length:
             v = 2 * length - v
-        v = min(max(v, 0), length)
+        if not v >= 0:  # rounding, or NaN from a non-finite drift
+            v = length * 0
+        v = min(v, length)
     return v
+
+
+@njit(cache=True, nogil=True)
+def _locate(v, inv_h, top):  # pragma: no cover - compiled
+    """Cell index i ∈ [0, nx − 2] and fraction f ∈ [0, 1] of offset v (NaN goes to cell 0)."""
+    s = v * inv_h
+    if not s >= 0:
+        s = inv_h * 0
+    s = min(s, top)
+    i = min(int(s), top - 1)
+    return i, s - i
 
 
 @njit(cache=True, nogil=True)
@@ -29,9 +42,7 @@ def cic_deposit(y, inv_h, out):  # pragma: no cover - compiled
     """Add the cloud-in-cell masses of particles at offsets y to the node masses ``out``."""
     top = out.shape[0] - 1
     for p in range(y.shape[0]):
-        s = min(max(y[p] * inv_h, 0), top)
-        i = min(int(s), top - 1)
-        f = s - i
+        i, f = _locate(y[p], inv_h, top)
         out[i] += 1 - f
         out[i + 1] += f
 
@@ -45,15 +56,10 @@ def step_deposit(y, xi, b, inv_h, dt, noise, length, out):  # pragma: no cover -
     """
     top = b.shape[0] - 1
     for p in range(y.shape[0]):
-        s = min(max(y[p] * inv_h, 0), top)
-        i = min(int(s), top - 1)
-        f = s - i
-        v = y[p] + (b[i] + f * (b[i + 1] - b[i])) * dt + noise * xi[p]
-        v = _fold(v, length)
+        i, f = _locate(y[p], inv_h, top)
+        v = _fold(y[p] + (b[i] + f * (b[i + 1] - b[i])) * dt + noise * xi[p], length)
         y[p] = v
-        s = min(v * inv_h, top)
-        i = min(int(s), top - 1)
-        f = s - i
+        i, f = _locate(v, inv_h, top)
         out[i] += 1 - f
         out[i + 1] += f
 

@@ -88,7 +88,7 @@ class TorchKernels:
     def locate(self, y: Any) -> tuple[Any, Any]:
         """Cell index i ∈ [0, nx − 2] (int32) and fraction f ∈ [0, 1] of each offset."""
         s = (y * self.inv_h).clamp_(0.0, self.nx - 1)
-        i = s.to(self.torch.int32).clamp_(max=self.nx - 2)
+        i = s.to(self.torch.int32).clamp_(0, self.nx - 2)  # 0 also for NaN: never out of range
         return i, s.sub_(i)
 
     def deposit(self, i: Any, f: Any, out: Any) -> None:

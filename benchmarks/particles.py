@@ -1,0 +1,230 @@
+"""Particle FP benchmark: per-step and full-solve times per N, backend, device and dtype.
+
+    python benchmarks/particles.py [--backend numpy|torch] [--device cpu|cuda]
+        [--sizes 1e4,1e5,1e6,1e7] [--dtypes float32,float64] [--out results.json]
+
+The drift is the Santa Fe equilibrium U on the default 201 × 201 grid (FDM, NumPy). Every row
+is one FP solve (sampling + nt = 201 steps + deposits): ``step_us`` = solve time / nt. The
+NumPy backend (compiled kernel + PCG64 normals, one core) is always measured in the same run
+and is the baseline of the ``x_numpy`` ratios; ``x_plain`` compares with a plain vectorized
+NumPy step (``mfgwork.particles.checks`` references + ``Generator.standard_normal``). On torch
+the table also gives the eager ``step`` and ``deposit`` kernels alone, and on CUDA the whole
+solve replayed as a CUDA graph (``mode=graph``) and launched eagerly (``mode=eager``), for
+each ``--copies`` (private deposit copies). Finally one hybrid Picard iteration (FDM HJB +
+particle FP, Santa Fe, N = 1e6 unless --hybrid-n) per backend. Times are taken with
+``backend.timer()`` (device synchronized) after a warm-up solve.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import mfgwork as mw
+from mfgwork.doctor import versions
+from mfgwork.particles import ParticleFP
+from mfgwork.particles.checks import reference_deposit, reference_step
+
+NX = NT = 201
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", choices=["numpy", "torch"], default="numpy")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps")
+    ap.add_argument("--sizes", default="1e4,1e5,1e6", help="particle counts, e.g. 1e4,1e5,1e6,1e7")
+    ap.add_argument("--dtypes", default="float32,float64")
+    ap.add_argument("--copies", default=None,
+                    help="private deposit copies to compare on torch (default: 1 on CPU, 1,64 "
+                         "on CUDA)")
+    ap.add_argument("--hybrid-n", type=float, default=1e6, help="N of the hybrid Picard timing")
+    ap.add_argument("--budget", type=float, default=2.0,
+                    help="seconds of repeats per measurement after the warm-up")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch CPU threads (torch.set_num_threads); default: torch's choice")
+    ap.add_argument("--out", default="particles_benchmark.json")
+    return ap.parse_args(argv)
+
+
+def equilibrium_U() -> tuple[np.ndarray, np.ndarray]:
+    res = mw.solve(mw.SantaFeBar(), nx=NX, nt=NT, progress=False)
+    return res.U, res.M[0]
+
+
+def timed(be: mw.Backend, fn: Any, budget: float) -> float:
+    """Seconds per call: one warm-up call, then repeats filling about ``budget`` seconds."""
+    t0 = be.timer()
+    fn()
+    first = be.timer() - t0
+    reps = int(max(1, min(20, budget / max(first, 1e-9))))
+    t0 = be.timer()
+    for _ in range(reps):
+        fn()
+    return (be.timer() - t0) / reps
+
+
+def solve_row(be: mw.Backend, n: int, U: np.ndarray, m0: np.ndarray, budget: float,
+              mode: str = "-", copies: int | None = None) -> dict[str, Any]:
+    p = mw.SantaFeBar()
+    grid = p.grid(NX, NT)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        solver = ParticleFP(grid, p.sigma, be, n_particles=n, seed=0, deposit_copies=copies,
+                            cuda_graph=(mode == "graph") if be.kind == "cuda" else None)
+        U_be, m0_be = be.asarray(U), be.asarray(m0)
+        seconds = timed(be, lambda: solver.solve_fp(U_be, m0_be), budget)
+    row = {"backend": be.name, "device": be.device, "dtype": be.dtype, "n": n, "mode": mode,
+           "copies": solver.deposit_copies, "solve_ms": 1e3 * seconds,
+           "step_us": 1e6 * seconds / NT, "memory_estimate_MiB": solver.memory_estimate / 2**20}
+    if be.kind == "cuda":
+        row["cuda_graph_used"] = solver.use_cuda_graph
+        row["warnings"] = [str(w.message) for w in caught]
+    if be.name == "torch":
+        row |= kernel_times(be, solver, U_be, m0_be, budget / 4)
+    return row
+
+
+def kernel_times(be: mw.Backend, solver: ParticleFP, U: Any, m0: Any,
+                 budget: float) -> dict[str, float]:
+    """Eager step and deposit kernels alone, microseconds per call."""
+    import torch
+
+    k, n = solver.kernels, solver.n_particles
+    y = k.sample(m0, torch.rand(n, dtype=be.native_dtype, device=be.native_device))
+    b0, db = k.drift_tables(U)
+    xi = torch.randn(n, dtype=be.native_dtype, device=be.native_device)
+    masses = k.mass_buffer(2)
+    i, f = k.locate(y)
+    g = solver.grid
+
+    def step() -> None:
+        k.step(y, xi, b0[0], db[0], i, f, g.dt, solver.noise)
+
+    def deposit() -> None:
+        k.deposit(*k.locate(y), masses[1])
+
+    return {"kernel_step_us": 1e6 * timed(be, step, budget),
+            "kernel_locate_deposit_us": 1e6 * timed(be, deposit, budget)}
+
+
+def plain_numpy_step_us(n: int, dtype: str, U: np.ndarray, budget: float) -> float:
+    """A plain vectorized NumPy step (normals, interpolate, move, fold, bincount deposit)."""
+    grid = mw.SantaFeBar().grid(NX, NT)
+    rng = np.random.default_rng(0)
+    y = rng.uniform(0, grid.x_max - grid.x_min, n).astype(dtype)
+    b = np.zeros(NX)
+    b[1:-1] = -(U[0, 2:] - U[0, :-2]) / (2 * grid.h)
+    noise = 0.5 * grid.dt**0.5
+    cpu = mw.get_backend()
+
+    def step() -> None:
+        xi = rng.standard_normal(n, dtype=np.dtype(dtype))
+        reference_deposit(reference_step(y, xi, b, grid, grid.dt, noise), grid)
+
+    return 1e6 * timed(cpu, step, budget)
+
+
+def hybrid_iteration(be: mw.Backend, n: int, budget: float) -> dict[str, Any]:
+    """One Picard iteration (running cost, FDM HJB, particle FP) on the Santa Fe defaults."""
+    from mfgwork.fdm import FiniteDifferences
+
+    p = mw.SantaFeBar()
+    grid = p.grid(NX, NT)
+    fd = FiniteDifferences(grid, p.nu, be)
+    fp = ParticleFP(grid, p.sigma, be, n_particles=n, seed=0)
+    coupling = p.coupling(grid, be)
+    m0, U_T = p.initial_density(grid, be), p.terminal_cost(grid, be)
+    z = coupling.state(be.xp.stack([m0] * (NT + 1)))
+    parts: dict[str, float] = {}
+
+    def iteration() -> None:
+        t0 = be.timer()
+        F = coupling.running_cost(z)
+        U = fd.solve_hjb(U_T, F, None)
+        t1 = be.timer()
+        M = fp.solve_fp(U, m0)
+        coupling.state(M)
+        t2 = be.timer()
+        parts.update(hjb_ms=1e3 * (t1 - t0), fp_ms=1e3 * (t2 - t1))
+
+    total = timed(be, iteration, budget)
+    return {"backend": be.name, "device": be.device, "dtype": be.dtype, "n": n,
+            "iteration_ms": 1e3 * total} | parts
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    sizes = [int(float(s)) for s in args.sizes.split(",")]
+    dtypes = args.dtypes.split(",")
+    if args.threads is not None and args.backend == "torch":
+        import torch
+
+        torch.set_num_threads(args.threads)
+    U, m0 = equilibrium_U()
+    target = args.backend != "numpy" or args.device != "cpu"
+    on_cuda = args.device.startswith("cuda")
+    copies = ([int(c) for c in args.copies.split(",")] if args.copies
+              else ([1, 64] if on_cuda else [None]))
+    modes = ["graph", "eager"] if on_cuda else ["-"]
+    rows, hybrid = [], []
+    for dtype in dtypes:
+        base = mw.get_backend("numpy", "cpu", dtype)
+        be = mw.get_backend(args.backend, args.device, dtype) if target else None
+        for n in sizes:
+            ref = solve_row(base, n, U, m0, args.budget)
+            ref["plain_step_us"] = plain_numpy_step_us(n, dtype, U, args.budget / 2)
+            ref["x_numpy"], ref["x_plain"] = 1.0, ref["plain_step_us"] / ref["step_us"]
+            rows.append(ref)
+            _print_row(ref)
+            if be is None:
+                continue
+            for mode in modes:
+                for c in copies:
+                    row = solve_row(be, n, U, m0, args.budget, mode, c)
+                    row["x_numpy"] = ref["step_us"] / row["step_us"]
+                    row["x_plain"] = ref["plain_step_us"] / row["step_us"]
+                    rows.append(row)
+                    _print_row(row)
+    hybrid_n = int(args.hybrid_n)
+    for be in [mw.get_backend("numpy", "cpu", dtypes[-1])] + (
+            [mw.get_backend(args.backend, args.device, dt) for dt in dtypes] if target else []):
+        hybrid.append(hybrid_iteration(be, hybrid_n, args.budget))
+        h = hybrid[-1]
+        print(f"hybrid Picard iteration {h['backend']}/{h['device']}/{h['dtype']} N={hybrid_n:.0e}"
+              f": {h['iteration_ms']:.1f} ms (HJB {h['hjb_ms']:.1f} ms, FP {h['fp_ms']:.1f} ms)")
+    device = mw.device_info(args.device if target else "cpu")
+    out = {"benchmark": "particles", "nx": NX, "nt": NT, "args": vars(args),
+           "device": device, "host": mw.device_info("cpu"), "versions": versions(),
+           "rows": rows, "hybrid": hybrid, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    Path(args.out).write_text(json.dumps(out, indent=2, default=str))
+    print(f"wrote {args.out}")
+    return 0
+
+
+_HEADER = False
+
+
+def _print_row(r: dict[str, Any]) -> None:
+    global _HEADER
+    if not _HEADER:
+        print(f"{'backend':<7} {'device':<6} {'dtype':<8} {'N':>9} {'mode':<6} {'copies':>6} "
+              f"{'step_us':>10} {'solve_ms':>10} {'x_numpy':>8} {'x_plain':>8} "
+              f"{'k_step_us':>9} {'k_dep_us':>9}")
+        _HEADER = True
+    ks = f"{r['kernel_step_us']:9.1f}" if "kernel_step_us" in r else f"{'-':>9}"
+    kd = (f"{r['kernel_locate_deposit_us']:9.1f}" if "kernel_locate_deposit_us" in r
+          else f"{'-':>9}")
+    print(f"{r['backend']:<7} {r['device']:<6} {r['dtype']:<8} {r['n']:>9.0e} {r['mode']:<6} "
+          f"{r['copies']:>6} {r['step_us']:10.1f} {r['solve_ms']:10.1f} {r['x_numpy']:8.2f} "
+          f"{r['x_plain']:8.2f} {ks} {kd}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
