@@ -22,7 +22,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
           tol: float = 1e-8, max_iter: int = 200,
           iteration: str | IterationScheme | None = None,
           progress: bool | None = None, n_particles: int | None = None,
-          seed: int | None = None) -> Result:
+          seed: int | None = None, compile_steps: bool | str = False) -> Result:
     """Solve the MFG system of ``problem`` on an ``nx`` × ``nt`` grid.
 
     ``nx`` counts grid points including both walls; ``nt`` time steps give ``nt + 1`` levels.
@@ -37,6 +37,9 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     (default 100 000; see :class:`mfgwork.particles.ParticleFP`) drawn from ``seed`` (None: a
     fresh seed, recorded in ``params``); every FP solve restarts from that seed (common random
     numbers), so the Picard map is deterministic.
+    ``compile_steps``: ``torch.compile`` the per-time-step kernels of the torch path (True, or
+    a ``torch.compile`` mode name); it fuses their many small operations, which pays off on
+    CUDA for long solves once the one-time compilation is done.
     """
     started = time.perf_counter()
     if not isinstance(problem, MFGProblem):
@@ -57,7 +60,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     m0 = problem.initial_density(grid, be)
     U_T = problem.terminal_cost(grid, be)
     coupling = problem.coupling(grid, be)
-    scheme_fd = FiniteDifferences(grid, problem.nu, be)
+    scheme_fd = FiniteDifferences(grid, problem.nu, be, compile_steps=compile_steps)
     fp, fp_params = scheme_fd.solve_fp, {}
     if method == "particles":
         particles = ParticleFP(grid, problem.sigma, be, n_particles=n_particles, seed=seed)
