@@ -87,7 +87,7 @@ class TorchKernels:
     # -- per step -----------------------------------------------------------------------------
     def locate(self, y: Any) -> tuple[Any, Any]:
         """Cell index i ∈ [0, nx − 2] (int32) and fraction f ∈ [0, 1] of each offset."""
-        s = (y * self.inv_h).clamp_(0.0, self.nx - 1)
+        s = y * self.inv_h  # y ∈ [0, L] after a fold, so s ∈ [0, nx − 1] up to rounding
         i = s.to(self.torch.int32).clamp_(0, self.nx - 2)  # 0 also for NaN: never out of range
         return i, s.sub_(i)
 
@@ -114,5 +114,9 @@ class TorchKernels:
 
 
 def fold_(y: Any, length: float) -> Any:
-    """Reflect offsets into [0, L] in place: r = y mod 2L, y = L − |L − r| (any excursion)."""
-    return y.remainder_(2.0 * length).sub_(length).abs_().neg_().add_(length).clamp_(0.0, length)
+    """Reflect offsets into [0, L] in place: r = y mod 2L, y = min(r, 2L − r) (any excursion;
+    the clamp only catches a remainder rounded just below 0)."""
+    import torch
+
+    r = y.remainder_(2.0 * length)
+    return torch.minimum(r, 2.0 * length - r, out=y).clamp_(min=0.0)
