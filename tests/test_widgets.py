@@ -71,41 +71,37 @@ def test_each_slider_reaches_the_problem(explorer, name, value):
         assert float(mw.to_numpy(explorer.result.t)[-1]) == pytest.approx(value)
 
 
-def test_grid_menu_changes_the_grid():
-    ex = make()
-    ex.controls["nx"].value = 101
-    assert np.shape(ex.result.M) == (102, 101)
-    assert ex.settings()["nx"] == 101
-    ex.close()
+def test_grid_menu_changes_the_grid(explorer):
+    explorer.controls["nx"].value = 101
+    assert np.shape(explorer.result.M) == (102, 101)
+    assert explorer.settings()["nx"] == 101
+    explorer.controls["nx"].value = 52
+    assert np.shape(explorer.result.M) == (53, 52)
 
 
-def test_invalid_combination_shows_the_message_and_recovers():
-    ex = make()
-    good_png, good_result = ex.views["attendance"].value, ex.result
-    ex.controls["good"].value = -8.0          # below bad = -5: not a valid Santa Fe problem
-    assert ex.error is not None and ex.error.startswith("ParameterError")
-    assert "good=-8.0" in ex.status.value and "bad" in ex.status.value
-    assert ex.result is good_result and ex.views["attendance"].value == good_png
-    ex.controls["bad"].value = -10.0          # fixes it: the explorer is still live
-    assert ex.error is None and ex.result.params["bad"] == -10.0
-    assert ex.views["attendance"].value != good_png
-    ex.close()
+def test_invalid_combination_shows_the_message_and_recovers(explorer):
+    explorer.controls["bad"].value = -5.0
+    good_png, good_result = explorer.views["attendance"].value, explorer.result
+    explorer.controls["good"].value = -8.0     # below bad: not a valid Santa Fe problem
+    assert explorer.error is not None and explorer.error.startswith("ParameterError")
+    assert "good=-8.0" in explorer.status.value and "bad" in explorer.status.value
+    assert explorer.result is good_result and explorer.views["attendance"].value == good_png
+    explorer.controls["bad"].value = -10.0     # fixes it: the explorer is still live
+    assert explorer.error is None and explorer.result.params["bad"] == -10.0
+    assert explorer.views["attendance"].value != good_png
 
 
-def test_solver_error_is_shown_not_raised(monkeypatch):
-    ex = make()
-
+def test_solver_error_is_shown_not_raised(explorer, monkeypatch):
     def diverge(*args, **kwargs):
         raise mw.SolverError("non-finite values in U at Picard iteration 3: the iteration "
                              "diverged")
 
     monkeypatch.setattr(widgets, "solve", diverge)
-    ex.controls["threshold"].value = 0.3
-    assert ex.error.startswith("SolverError") and "diverged" in ex.status.value
+    explorer.controls["threshold"].value = 0.3
+    assert explorer.error.startswith("SolverError") and "diverged" in explorer.status.value
     monkeypatch.undo()
-    ex.controls["threshold"].value = 0.35
-    assert ex.error is None and ex.result.threshold == pytest.approx(0.35)
-    ex.close()
+    explorer.controls["threshold"].value = 0.35
+    assert explorer.error is None and explorer.result.threshold == pytest.approx(0.35)
 
 
 def test_not_converged_is_reported_without_a_warning():
@@ -117,14 +113,12 @@ def test_not_converged_is_reported_without_a_warning():
     ex.close()
 
 
-def test_returning_to_earlier_settings_reuses_the_result():
-    ex = make()
-    first = ex.result
-    ex.controls["threshold"].value = 0.5
-    assert ex.result is not first
-    ex.controls["threshold"].value = 0.6
-    assert ex.result is first
-    ex.close()
+def test_returning_to_earlier_settings_reuses_the_result(explorer):
+    first, start = explorer.result, explorer.controls["threshold"].value
+    explorer.controls["threshold"].value = start + 0.1
+    assert explorer.result is not first
+    explorer.controls["threshold"].value = start
+    assert explorer.result is first
 
 
 def test_menus_offer_methods_and_available_devices(monkeypatch):
