@@ -8,7 +8,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench doctor
+.PHONY: run test lint bench doctor lab
+
+LAB_PORT ?= 8888
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,3 +31,13 @@ doctor: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/fdm.py
+
+# JupyterLab on 127.0.0.1 in notebooks/ with a fresh token (or $LAB_TOKEN); one Ctrl-C stops it
+# and its kernels. Extra server options: make lab LAB_ARGS="--allow-root".
+lab: $(STAMP)
+	@token=$${LAB_TOKEN:-$$($(PY) -c 'import secrets; print(secrets.token_hex(24))')}; \
+	echo "JupyterLab: http://127.0.0.1:$(LAB_PORT)/lab?token=$$token  (Ctrl-C stops it)"; \
+	exec $(PY) -m jupyter lab --no-browser --ServerApp.ip=127.0.0.1 \
+		--ServerApp.port=$(LAB_PORT) --ServerApp.port_retries=0 \
+		--IdentityProvider.token=$$token --ServerApp.root_dir=notebooks \
+		--ServerApp.answer_yes=True $(LAB_ARGS)
