@@ -1,0 +1,159 @@
+"""The notebooks: committed clean, executed by papermill with small parameters into run folders
+whose files are checked, and an nbmake smoke run."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+from matplotlib.image import imread
+
+import mfgwork as mw
+from mfgwork import runs
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+OURS = ["00_primer.ipynb", "01_santa_fe_bar.ipynb", "02_cpu_vs_accelerator.ipynb"]
+SANTA_FE_PARAMETERS = ["threshold", "sigma", "T", "theta_max", "good", "bad", "eps", "nx", "nt",
+                       "method", "backend", "device", "n_particles", "seed", "tol", "max_iter",
+                       "out_dir"]
+
+
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda p: p.name)
+def test_committed_notebook_is_clean_and_parameterized(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    dirty = [i for i, c in enumerate(code) if c.outputs or c.execution_count is not None]
+    assert not dirty, f"{path.name}: code cells {dirty} carry outputs; clear them before commit"
+    tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, f"{path.name}: needs exactly one cell tagged 'parameters'"
+    assert "out_dir" in runs.notebook_parameters(path)
+
+
+def test_santa_fe_notebook_parameters():
+    assert list(runs.notebook_parameters(NOTEBOOKS / "01_santa_fe_bar.ipynb")) == \
+        SANTA_FE_PARAMETERS
+
+
+def check_common(folder: Path, notebook: str, figures: set[str]) -> dict:
+    """The files every run folder has; returns metrics.json."""
+    assert (folder / notebook).is_file()
+    executed = nbformat.read(folder / notebook, as_version=4)
+    assert not executed.metadata.papermill.exception
+    params = json.loads((folder / "parameters.json").read_text())
+    assert "out_dir" not in params
+    metrics = json.loads((folder / "metrics.json").read_text())
+    versions = metrics["provenance"]["versions"]
+    assert versions["mfgwork"] == mw.__version__ and versions["numpy"] == np.__version__
+    assert {p.stem for p in (folder / "figures").glob("*.png")} == figures
+    for png in (folder / "figures").glob("*.png"):
+        image = imread(png)
+        assert image.ndim == 3 and min(image.shape[:2]) > 100 and image.std() > 0.01
+    assert [p.name for p in folder.parent.iterdir() if p.name.startswith(".")] == []
+    return metrics
+
+
+def check_arrays(folder: Path, nx: int, nt: int) -> None:
+    with np.load(folder / "arrays.npz", allow_pickle=False) as data:
+        shapes = {k: data[k].shape for k in data.files}
+        assert shapes == {"x": (nx,), "t": (nt + 1,), "U": (nt + 1, nx), "M": (nt + 1, nx),
+                          "attendance": (nt + 1,)}
+        assert all(np.isfinite(data[k]).all() for k in data.files)
+        assert data["M"].min() >= 0.0
+        assert ((data["attendance"] >= 0.0) & (data["attendance"] <= 1.0)).all()
+
+
+def test_santa_fe_bar_through_the_command_line(tmp_path):
+    out = tmp_path / "runs" / "santa_fe_bar"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mfgwork", "run", str(NOTEBOOKS / "01_santa_fe_bar.ipynb"),
+         "-p", "nx", "41", "-p", "nt", "40", "-p", "threshold", "0.5", "-p", "tol", "1e-7",
+         "-o", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert str(out) in proc.stdout
+    metrics = check_common(out, "01_santa_fe_bar.ipynb", {
+        "attendance", "density_heatmap", "density_snapshots", "value_snapshots", "convergence",
+        "phase_portrait"})
+    params = json.loads((out / "parameters.json").read_text())
+    assert (params["nx"], params["nt"], params["threshold"], params["tol"]) == (41, 40, 0.5, 1e-7)
+    assert params["method"] == "fdm" and params["device"] == "cpu"
+    assert metrics["converged"] is True and 1 <= metrics["iterations"] <= 200
+    assert metrics["final_change_U"] < 1e-7 and metrics["mass_error"] < 1e-10
+    assert metrics["timings"]["total"] > 0 and metrics["dtype"] == "float64"
+    assert len(metrics["history"]["change_U"]) == metrics["iterations"]
+    # the attendance settles near the zero of the payoff (coarse grid: loose)
+    level = 0.5 + 0.05 * math.log(10.0 / 5.0)
+    assert abs(metrics["mean_attendance"] - level) < 0.05
+    check_arrays(out, nx=41, nt=40)
+    res = mw.load(out)
+    assert res.U.shape == (41, 41) and res.threshold == 0.5
+
+
+def test_bad_value_stops_at_the_top_with_the_library_message(tmp_path):
+    out = tmp_path / "bad"
+    with pytest.raises(runs.NotebookError) as err:
+        runs.run_notebook(NOTEBOOKS / "01_santa_fe_bar.ipynb", {"threshold": 1.5}, out)
+    assert err.value.ename == "ParameterError"
+    assert "threshold=1.5 is invalid" in str(err.value)
+    first_code = [i for i, c in enumerate(nbformat.read(NOTEBOOKS / "01_santa_fe_bar.ipynb",
+                                                        as_version=4).cells)
+                  if c.cell_type == "code"]
+    assert err.value.cell_index == first_code[1]  # the cell right after the parameters
+    assert err.value.failed_notebook.is_file() and not out.exists()
+
+
+def test_cpu_vs_accelerator(tmp_path):
+    torch_ok = mw.backend.torch_installed()
+    out = runs.run_notebook(NOTEBOOKS / "02_cpu_vs_accelerator.ipynb",
+                            {"nx": 21, "nt": 20, "tol": 1e-5}, tmp_path / "cmp")
+    metrics = check_common(out, "02_cpu_vs_accelerator.ipynb", {"backend_comparison"})
+    table = json.loads((out / "comparison.json").read_text())
+    with (out / "comparison.csv").open() as fh:
+        assert [r["label"] for r in csv.DictReader(fh)] == [r["label"] for r in table]
+    assert metrics["comparison"] == table and metrics["note"]
+    ref = table[0]
+    assert (ref["backend"], ref["dtype"]) == ("numpy", "float64")
+    assert ref["rel_error_U"] == ref["rel_error_M"] == ref["rel_error_A"] == 0.0
+    assert len(table) >= (2 if torch_ok else 1)
+    for row in table[1:]:
+        assert row["wall_time_s"] > 0 and row["converged"]
+        for key in ("rel_error_U", "rel_error_M", "rel_error_A"):
+            tol = 1e-3 if row["dtype"] == "float32" else 1e-8
+            assert 0.0 <= row[key] < tol, (row["label"], key, row[key])
+    if torch_ok:
+        emulated = table[1]
+        assert (emulated["backend"], emulated["dtype"]) == ("torch", "float32")
+        assert emulated["rel_error_U"] > 0  # float32 really differs from float64
+    check_arrays(out, nx=21, nt=20)
+
+
+def test_primer(tmp_path):
+    out = runs.run_notebook(NOTEBOOKS / "00_primer.ipynb",
+                            {"sizes": [11, 21, 41], "nx_santa_fe": 41, "nt_santa_fe": 40},
+                            tmp_path / "primer")
+    metrics = check_common(out, "00_primer.ipynb", {"refinement", "payoff", "attendance",
+                                                    "density_heatmap"})
+    rows = json.loads((out / "refinement.json").read_text())
+    assert [r["nx"] for r in rows] == [11, 21, 41]
+    errors = [r["error_U"] for r in rows]
+    assert errors[0] > errors[1] > errors[2] > 0
+    assert 0.8 < metrics["order_U"] < 1.3 and 0.8 < metrics["order_M"] < 1.3
+    check_arrays(out, nx=41, nt=40)
+
+
+def test_nbmake_smoke_run():
+    """Every notebook of ours under nbmake (its defaults, or the small values its parameters
+    cell gives nbmake as mocks)."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--nbmake", "-q", "-p",
+                           "no:cacheprovider", *[str(NOTEBOOKS / n) for n in OURS]],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert f"{len(OURS)} passed" in proc.stdout

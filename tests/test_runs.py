@@ -1,0 +1,142 @@
+"""The notebook runner: parameter checks, atomic run folders, failing cells, the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+import mfgwork as mw
+from mfgwork import runs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_notebook(path: Path, *body: str) -> Path:
+    """A notebook with a parameters cell (x, n, name, flag, out_dir) and ``body`` cells."""
+    params = new_code_cell('x = 1.0\nn = 3\nname = "a"\nflag = False\nout_dir = ""')
+    params.metadata["tags"] = ["parameters"]
+    nb = new_notebook(cells=[params] + [new_code_cell(src) for src in body])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+WRITER = ("import mfgwork as mw\n"
+          "mw.save_run(out_dir, parameters={'x': x, 'n': n}, metrics={'double': 2 * x})")
+
+
+@pytest.fixture
+def writer(tmp_path) -> Path:
+    return make_notebook(tmp_path / "writer.ipynb", WRITER)
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("0.6", 0.6), ("201", 201), ("1e-8", 1e-8), ("-2.5E3", -2500.0), ("true", True),
+    ("cpu", "cpu"), ("[1, 2]", [1, 2]), ("nan_value", "nan_value"), ("inf", "inf")])
+def test_parse_value(text, value):
+    assert runs.parse_value(text) == value
+    assert type(runs.parse_value(text)) is type(value)
+
+
+def test_parameters_come_from_the_tagged_cell(writer):
+    assert runs.notebook_parameters(writer) == {"x": 1.0, "n": 3, "name": "a", "flag": False,
+                                                "out_dir": ""}
+
+
+def test_unknown_parameter_lists_the_notebook_parameters(writer):
+    with pytest.raises(mw.ParameterError, match="'y' is unknown") as err:
+        runs.check_parameters(writer, {"y": 1})
+    for name in ("x=1.0", "n=3", "name='a'", "flag=False", "out_dir=''"):
+        assert name in str(err.value)
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("x", "1.0"), ("n", 2.5), ("n", True), ("flag", 1), ("name", 3), ("x", None)])
+def test_wrong_type_is_named(writer, name, value):
+    with pytest.raises(mw.ParameterError, match=f"{name}=.*invalid.*expects"):
+        runs.check_parameters(writer, {name: value})
+
+
+def test_int_is_accepted_for_float(writer):
+    assert runs.check_parameters(writer, {"x": 2, "n": 4}) == {"x": 2, "n": 4}
+
+
+def test_notebook_without_parameters_cell_is_refused(tmp_path):
+    path = tmp_path / "plain.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell("x = 1")]), path)
+    with pytest.raises(mw.ParameterError, match="no cell tagged 'parameters'"):
+        runs.run_notebook(path, {}, tmp_path / "out")
+    with pytest.raises(mw.ParameterError, match="existing .ipynb"):
+        runs.run_notebook(tmp_path / "missing.ipynb", {}, tmp_path / "out")
+
+
+def test_run_writes_the_folder_atomically_and_replaces_an_old_one(writer, tmp_path):
+    out = tmp_path / "runs" / "one"
+    out.mkdir(parents=True)
+    (out / "stale.txt").write_text("from an earlier run")
+    assert runs.run_notebook(writer, {"x": 2.5}, out) == out.absolute()
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.json", "parameters.json",
+                                                     "writer.ipynb"]
+    assert json.loads((out / "parameters.json").read_text()) == {"x": 2.5, "n": 3}
+    assert json.loads((out / "metrics.json").read_text())["double"] == 5.0
+    executed = nbformat.read(out / "writer.ipynb", as_version=4)
+    assert executed.metadata.papermill.parameters["x"] == 2.5
+    assert leftovers(out.parent) == []
+
+
+def test_failing_cell_keeps_the_partial_notebook_and_no_folder(tmp_path):
+    path = make_notebook(tmp_path / "fails.ipynb", "y = 2 * x",
+                         "# the broken step\nraise ValueError(f'boom {y}')", WRITER)
+    out = tmp_path / "runs" / "broken"
+    with pytest.raises(runs.NotebookError) as err:
+        runs.run_notebook(path, {"x": 4.0}, out)
+    message = str(err.value)
+    assert "cell 2" in message and "# the broken step" in message
+    assert "ValueError: boom 8.0" in message
+    assert err.value.cell_index == 2 and err.value.ename == "ValueError"
+    kept = err.value.failed_notebook
+    assert kept == out.with_name("broken.failed.ipynb") and str(kept) in message
+    assert "boom 8.0" in kept.read_text()
+    assert not out.exists()
+    assert leftovers(out.parent) == []
+
+
+def test_out_dir_is_set_by_the_runner(writer, tmp_path):
+    with pytest.raises(mw.ParameterError, match="out_dir is set by run_notebook"):
+        runs.run_notebook(writer, {"out_dir": "elsewhere"}, tmp_path / "out")
+
+
+def test_solve_options_check_before_work():
+    ok = runs.solve_options(nx=41, nt=40, method="fdm", backend="numpy", device="cpu",
+                            tol=1e-6, max_iter=10, n_particles=100, seed=1)
+    assert ok == {"nx": 41, "nt": 40, "method": "fdm", "backend": "numpy", "device": "cpu",
+                  "tol": 1e-6, "max_iter": 10}
+    bad = [({"nx": 2}, "nx=2"), ({"method": "magic"}, "method='magic'"),
+           ({"tol": -1.0}, "tol=-1.0"), ({"device": "tpu"}, "device='tpu'"),
+           ({"n_particles": 0}, "n_particles=0"), ({"seed": -1}, "seed=-1")]
+    base = {"nx": 41, "nt": 40, "method": "fdm", "backend": "numpy", "device": "cpu",
+            "tol": 1e-6, "max_iter": 10}
+    for change, named in bad:
+        with pytest.raises(ValueError, match=named.replace("(", r"\(")):
+            runs.solve_options(**(base | change))
+
+
+def test_command_line_error_is_one_line(tmp_path):
+    notebook = ROOT / "notebooks" / "01_santa_fe_bar.ipynb"
+    out = subprocess.run([sys.executable, "-m", "mfgwork", "run", str(notebook), "-p", "nx",
+                          "20.5", "-o", str(tmp_path / "out")], capture_output=True, text=True)
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: nx=20.5 (float) is invalid")
+    assert not (tmp_path / "out").exists()
