@@ -267,3 +267,50 @@ def test_solver_rejects_bad_density_and_shapes():
         solver.solve_fp(np.zeros((5, 11)), np.ones(11))
     with pytest.raises(mw.ParameterError, match=r"m0 has shape \(10,\)"):
         solver.solve_fp(np.zeros((6, 11)), np.ones(10))
+
+
+def test_cuda_memory_estimate_is_checked_against_free_device_memory(monkeypatch):
+    torch = torch_or_skip()
+    from mfgwork.particles.memory import check_fits
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2**30, 80 * 2**30))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 0)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 0)
+    cuda = mw.Backend(name="torch", device="cuda", dtype="float32")
+    assert check_fits(10**6, 201, 201, cuda, copies=64) < 2**30
+    with pytest.raises(mw.ParameterError, match=r"about 1 GiB is free on torch/cuda"):
+        check_fits(10**8, 201, 201, cuda, copies=64)
+
+
+class _BrokenGraph:
+    def __init__(self, *args):
+        raise RuntimeError("capture not supported here")
+
+
+class _WrongGraph:
+    def __init__(self, solver, U, m0):
+        self.solver = solver
+
+    def run(self, U, m0):
+        self.solver.generator.manual_seed(self.solver.seed + 1)
+        return self.solver._masses_torch(U, m0)
+
+
+@pytest.mark.parametrize("graph, reason", [(_BrokenGraph, "capture not supported"),
+                                           (_WrongGraph, "differs from the eager solve")])
+def test_cuda_graph_falls_back_to_the_eager_loop(monkeypatch, graph, reason):
+    """The graph path's safety net, exercised on the CPU: a graph that cannot be recorded or
+    that disagrees with the eager solve is dropped with a warning; results stay eager."""
+    torch_or_skip()
+    from mfgwork.particles import cuda_graph
+
+    monkeypatch.setattr(cuda_graph, "GraphedSolve", graph)
+    be = mw.get_backend("torch", "cpu", "float64")
+    U, m0 = ou_inputs(be)
+    eager = ParticleFP(OU_GRID, OU_SIGMA, be, n_particles=2000, seed=3).solve_fp(U, m0)
+    solver = ParticleFP(OU_GRID, OU_SIGMA, be, n_particles=2000, seed=3)
+    solver.use_cuda_graph = True
+    with pytest.warns(RuntimeWarning, match=reason):
+        first = solver.solve_fp(U, m0)
+    assert not solver.use_cuda_graph
+    assert bool((first == eager).all()) and bool((solver.solve_fp(U, m0) == eager).all())
