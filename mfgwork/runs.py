@@ -16,6 +16,7 @@ that notebooks call on their solver parameters.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import shutil
@@ -153,10 +154,14 @@ def _execute(path: Path, output: Path, params: dict[str, Any], kernel_name: str 
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
+    extra = {}
+    if kernel_name is None and _language(path) == "python":
+        # ipykernel warns on stderr about its local TCP transport; the notebook keeps errors
+        extra["extra_arguments"] = ["--IPKernelApp.log_level=ERROR"]
     try:
         papermill.execute_notebook(str(path), str(output), parameters=params,
                                    kernel_name=kernel_name, progress_bar=progress,
-                                   cwd=str(path.parent))
+                                   cwd=str(path.parent), **extra)
     except PapermillExecutionError as exc:
         kept = _keep(output, failed)
         index, first_line = _source_cell(path, exc.source)
@@ -171,6 +176,12 @@ def _execute(path: Path, output: Path, params: dict[str, Any], kernel_name: str 
                             f"{exc}" + (f" — partial notebook kept at {kept}" if kept else ""),
                             ename=type(exc).__name__, evalue=str(exc),
                             failed_notebook=kept) from exc
+
+
+def _language(path: Path) -> str | None:
+    meta = json.loads(path.read_text()).get("metadata", {})
+    return (meta.get("kernelspec") or {}).get("language") or \
+        (meta.get("language_info") or {}).get("name")
 
 
 def _keep(output: Path, failed: Path) -> Path | None:
