@@ -58,19 +58,33 @@ def silverman_bandwidth(p: Any, x: Any, n_particles: int, xp: Any) -> Any:
 
 
 def kde_densities(mu: Any, x: Any, weights: Any, n_particles: int, xp: Any) -> Any:
-    """Reflected binned Gaussian KDE (levels, nx) from node masses mu (levels, nx)."""
+    """Reflected binned Gaussian KDE (levels, nx) from node masses mu (levels, nx).
+
+    On the uniform grid x_j − x_i = (j − i) h and x_j + x_i − 2 x_min = (j + i) h, so the
+    kernel matrix of each level is built from 2 (2 nx − 1) Gaussian values (Toeplitz part and
+    Hankel part for the two mirror images) instead of 3 nx² of them.
+    """
     p = mu / xp.sum(mu, axis=-1, keepdims=True)
     bw = silverman_bandwidth(p, x, n_particles, xp)
-    x_min, x_max = x[0], x[-1]
     levels, nx = p.shape
+    dev = _device(p)
+    h = x[1] - x[0]
+    ramp = xp.astype(xp.arange(2 * nx - 1, device=dev), p.dtype)
+    j = xp.arange(nx, device=dev)
+    diff_idx = xp.reshape(j[:, None] - j[None, :] + (nx - 1), (-1,))
+    sum_idx = xp.reshape(j[:, None] + j[None, :], (-1,))
     chunk = max(1, _KDE_CHUNK // (nx * nx))
     rows = []
     for start in range(0, levels, chunk):
-        b = bw[start:start + chunk, None, None]
-        xj, xi = x[None, :, None], x[None, None, :]
-        kernel = sum(xp.exp(-0.5 * (d / b) ** 2)
-                     for d in (xj - xi, xj + xi - 2 * x_min, xj + xi - 2 * x_max))
-        kernel = kernel / (b * math.sqrt(2 * math.pi))
-        rows.append(xp.sum(kernel * p[start:start + chunk, None, :], axis=-1))
+        b = bw[start:start + chunk, None]
+
+        def gauss(d: Any, b: Any = b) -> Any:
+            return xp.exp(-0.5 * (d / b) ** 2)
+
+        direct = gauss((ramp - (nx - 1)) * h)
+        images = gauss(ramp * h) + gauss((ramp - 2 * (nx - 1)) * h)
+        kernel = xp.take(direct, diff_idx, axis=1) + xp.take(images, sum_idx, axis=1)
+        kernel = xp.reshape(kernel, (-1, nx, nx)) / (b[..., None] * math.sqrt(2 * math.pi))
+        rows.append(xp.matmul(kernel, p[start:start + chunk, :, None])[..., 0])
     m = xp.concat(rows, axis=0)
     return m / xp.sum(m * weights, axis=-1, keepdims=True)
