@@ -271,7 +271,8 @@ def main(notebook: str, parameters: list[tuple[str, str]], out_dir: str | None,
     target = out_dir or str(Path("runs") / Path(notebook).stem)
     try:
         params = {name: parse_value(value) for name, value in parameters}
-        folder = run_notebook(notebook, params, target, kernel_name=kernel_name)
+        folder = run_notebook(notebook, params, target, kernel_name=kernel_name,
+                              progress=sys.stderr.isatty())
     except (NotebookError, ParameterError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

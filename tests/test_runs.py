@@ -140,3 +140,35 @@ def test_command_line_error_is_one_line(tmp_path):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: nx=20.5 (float) is invalid")
     assert not (tmp_path / "out").exists()
+
+
+def test_save_run_round_trip(tmp_path):
+    from matplotlib.image import imread
+
+    from mfgwork import plots
+    from mfgwork.results import load_table
+
+    res = mw.solve(mw.SantaFeBar(threshold=0.5), nx=21, nt=20, progress=False)
+    out = mw.save_run(tmp_path / "run", res, parameters={"seed": 3, "out_dir": "elsewhere"},
+                      metrics={"note": "hi"}, figures={"attendance": plots.plot_attendance(res)},
+                      tables={"rows": [{"a": 1, "b": None}, {"a": 2, "c": "x"}]})
+    back = mw.load(out)
+    for key in ("x", "t", "U", "M", "attendance"):
+        assert (getattr(back, key) == getattr(res, key)).all()
+    assert back.params["seed"] == 3 and back.params["threshold"] == 0.5
+    assert "out_dir" not in back.params
+    assert (back.iterations, back.converged, back.threshold) == (res.iterations, True, 0.5)
+    assert json.loads((out / "metrics.json").read_text())["note"] == "hi"
+    assert load_table(out / "rows.json") == [{"a": 1, "b": None}, {"a": 2, "c": "x"}]
+    assert (out / "rows.csv").read_text().splitlines() == ["a,b,c", "1,,", "2,,x"]
+    assert imread(out / "figures" / "attendance.png").std() > 0.01
+
+
+def test_save_run_that_fails_leaves_nothing(tmp_path):
+    class Broken:
+        def savefig(self, *args, **kwargs):
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        mw.save_run(tmp_path / "run", parameters={"a": 1}, figures={"f": Broken()})
+    assert list(tmp_path.iterdir()) == []
