@@ -24,7 +24,7 @@ from .grid import Grid
 from .picard import Anderson, FictitiousPlay, Relaxation
 from .problems import HopfColeProblem, MFGProblem, SantaFeBar
 from .results import Result, load, save_run
-from .solve import solve
+from .solve import solve, solve_batch
 from .sweep_run import SweepIndex, load_sweep, sweep
 
 __version__ = "0.1.0"
@@ -33,6 +33,6 @@ __all__ = [
     "Anderson", "Backend", "BackendError", "ConvergenceWarning", "FictitiousPlay", "Grid",
     "HopfColeProblem", "MFGProblem", "ParameterError", "Relaxation", "Result", "SantaFeBar",
     "SolverError", "available_backends", "available_devices", "device_info", "from_numpy",
-    "get_backend", "load", "mps_emulation", "save_run", "solve", "to_numpy",
+    "get_backend", "load", "mps_emulation", "save_run", "solve", "solve_batch", "to_numpy",
     "SweepIndex", "load_sweep", "sweep",
 ]

@@ -28,8 +28,9 @@ from .errors import ConvergenceWarning, ParameterError, SolverError, check_int, 
 class IterationScheme:
     """Chooses the next coupling state from the current one and its image."""
 
-    def reset(self) -> None:
-        """Forget the history (called at the start of every solve)."""
+    def reset(self, batched: bool = False) -> None:
+        """Forget the history (called at the start of every solve). ``batched``: the first
+        axis of z indexes independent problems, each mixed on its own."""
 
     def update(self, k: int, z: Any, gz: Any, xp: Any) -> Any:
         raise NotImplementedError
@@ -89,8 +90,9 @@ class Anderson(IterationScheme):
         self.regularization = check_real("regularization", self.regularization, low=0.0,
                                          low_open=False)
 
-    def reset(self) -> None:
+    def reset(self, batched: bool = False) -> None:
         self._z, self._r = [], []
+        self._batched = batched
 
     def update(self, k: int, z: Any, gz: Any, xp: Any) -> Any:
         r = gz - z
@@ -104,14 +106,17 @@ class Anderson(IterationScheme):
             return step
         dZ = xp.stack([a - b for a, b in zip(self._z[1:], self._z[:-1], strict=True)])
         dR = xp.stack([a - b for a, b in zip(self._r[1:], self._r[:-1], strict=True)])
-        flat = dR.reshape(dR.shape[0], -1)
-        gram = to_numpy(flat @ flat.T).astype(np.float64)
-        rhs = to_numpy(flat @ r.reshape(-1)).astype(np.float64)
-        scale = max(float(np.trace(gram)), 1e-300)
-        gamma = np.linalg.solve(gram + self.regularization * scale * np.eye(len(gram)), rhs)
-        g = xp.asarray(gamma, dtype=z.dtype, device=_device(z))
-        shape = (-1,) + (1,) * z.ndim
-        return step - xp.sum(g.reshape(shape) * (dZ + self.mixing * dR), axis=0)
+        batch = z.shape[0] if self._batched else 1
+        flat = xp.permute_dims(dR.reshape(dR.shape[0], batch, -1), (1, 0, 2))  # (B, m, n)
+        gram = to_numpy(flat @ xp.permute_dims(flat, (0, 2, 1))).astype(np.float64)
+        rhs = to_numpy(flat @ r.reshape(batch, -1, 1)).astype(np.float64)
+        scale = np.maximum(np.trace(gram, axis1=1, axis2=2), 1e-300)[:, None, None]
+        eye = np.eye(gram.shape[-1])
+        gamma = np.linalg.solve(gram + self.regularization * scale * eye, rhs)[..., 0]
+        g = xp.asarray(np.ascontiguousarray(gamma.T if self._batched else gamma[0]),
+                       dtype=z.dtype, device=_device(z))  # (m, B) or (m,)
+        g = xp.reshape(g, g.shape + (1,) * (dZ.ndim - g.ndim))
+        return step - xp.sum(g * (dZ + self.mixing * dR), axis=0)
 
     def describe(self) -> dict[str, Any]:
         return {"scheme": "anderson", "depth": self.depth, "mixing": self.mixing}
@@ -154,24 +159,29 @@ class History:
         return {k: list(v) for k, v in self.__dict__.items()}
 
 
-def _relative_change(new: Any, old: Any, xp: Any) -> Any:
-    return xp.sqrt(xp.sum((new - old) ** 2)) / xp.clip(xp.sqrt(xp.sum(new**2)), 1e-300, None)
+def _relative_change(new: Any, old: Any, xp: Any, batched: bool) -> Any:
+    """‖new − old‖₂ / ‖new‖₂, per problem when ``batched`` (first axis)."""
+    axes = tuple(range(1 if batched else 0, new.ndim))
+    return (xp.sqrt(xp.sum((new - old) ** 2, axis=axes))
+            / xp.clip(xp.sqrt(xp.sum(new**2, axis=axes)), 1e-300, None))
 
 
 def fixed_point(coupling: Any, hjb: Any, fp: Any, *, m0: Any, U_T: Any, nt: int,
                 backend: Backend, scheme: IterationScheme, tol: float, max_iter: int,
-                progress: Any = None) -> dict[str, Any]:
+                progress: Any = None, batched: bool = False) -> dict[str, Any]:
     """Run the damped/accelerated Picard iteration. Returns U, M, history and status.
 
     ``hjb(U_T, F, guess)`` and ``fp(U, m0)`` are the two solvers; ``coupling`` maps densities
     to the coupling state and the state to the running cost. The first state is that of
-    agents who do not move: m(t) = m0 for all t.
+    agents who do not move: m(t) = m0 for all t. ``batched``: arrays carry a leading axis of
+    independent problems; the history records the largest change over them, and the
+    iteration stops when every problem has converged.
     """
     xp = backend.xp
-    scheme.reset()
+    scheme.reset(batched)
     history = History()
     U = None
-    M = xp.stack([m0] * (nt + 1))
+    M = xp.stack([m0] * (nt + 1), axis=-2)
     z = coupling.state(M)
     converged = False
     iterations = 0
@@ -184,13 +194,13 @@ def fixed_point(coupling: Any, hjb: Any, fp: Any, *, m0: Any, U_T: Any, nt: int,
         M_new = fp(U_new, m0)
         t3 = backend.timer()
         gz = coupling.state(M_new)
-        stats = xp.stack([_relative_change(U_new, U if U is not None else 0.0 * U_new, xp),
-                          _relative_change(M_new, M, xp),
-                          _relative_change(gz, z, xp),
-                          xp.sum(xp.astype(~xp.isfinite(U_new), U_new.dtype)),
-                          xp.sum(xp.astype(~xp.isfinite(M_new), M_new.dtype)),
-                          xp.sum(xp.astype(~xp.isfinite(F), F.dtype))])
-        dU, dM, res, bad_U, bad_M, bad_F = (float(v) for v in to_numpy(stats))
+        changes = xp.stack([
+            _relative_change(U_new, U if U is not None else 0.0 * U_new, xp, batched),
+            _relative_change(M_new, M, xp, batched), _relative_change(gz, z, xp, batched)])
+        bad = xp.stack([xp.sum(xp.astype(~xp.isfinite(a), a.dtype)) for a in (F, U_new, M_new)])
+        changes, bad = to_numpy(changes).reshape(3, -1), to_numpy(bad)
+        dU, dM, res = (float(v) for v in changes.max(axis=1))
+        bad_F, bad_U, bad_M = bad
         for name, bad in (("running cost F", bad_F), ("U", bad_U), ("M", bad_M)):
             if bad:
                 raise SolverError(f"non-finite values in {name} at Picard iteration {k}: "
@@ -220,4 +230,4 @@ def fixed_point(coupling: Any, hjb: Any, fp: Any, *, m0: Any, U_T: Any, nt: int,
                       f"M {history.change_M[-1]:.3g}); returning converged=False",
                       ConvergenceWarning, stacklevel=3)
     return {"U": U, "M": M, "history": history, "converged": converged,
-            "iterations": iterations}
+            "iterations": iterations, "final_changes": changes[:2].T}

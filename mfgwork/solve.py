@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from .backend import Backend, get_backend
 from .errors import ParameterError, check_choice, check_int, check_real
 from .fdm.sweeps import FiniteDifferences
 from .particles import ParticleFP, check_particle_args
 from .picard import IterationScheme, fixed_point, make_scheme
-from .problems.base import MFGProblem
+from .problems.base import BatchCoupling, MFGProblem
 from .problems.santa_fe import SantaFeBar
 from .results import Result
 
@@ -66,34 +69,113 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
         particles = ParticleFP(grid, problem.sigma, be, n_particles=n_particles, seed=seed)
         fp = particles.solve_fp
         fp_params = {"n_particles": particles.n_particles, "seed": particles.seed}
-    bar = _progress_bar(progress, max_iter)
     setup = time.perf_counter() - started
+    out = _iterate(coupling, scheme_fd.solve_hjb, fp, m0, U_T, grid.nt, be, scheme, tol,
+                   max_iter, progress, batched=False)
+    timings = {"setup": setup, **_phase_totals(out["history"]),
+               "total": time.perf_counter() - started}
+    settings = {"method": method, "tol": tol, "max_iter": max_iter,
+                "iteration": scheme.describe()} | fp_params
+    return _result(problem, grid, be, out["U"], out["M"], out["converged"], out, settings,
+                   timings, {"newton_iterations": scheme_fd.newton_iterations})
+
+
+def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
+                backend: str | Backend = "numpy", device: str = "cpu", dtype: object = None,
+                tol: float = 1e-8, max_iter: int = 200,
+                iteration: str | IterationScheme | None = None,
+                progress: bool | None = None, compile_steps: bool | str = False
+                ) -> list[Result]:
+    """Solve several problems on one grid as one batched computation (finite differences).
+
+    The problems share the domain and T; they may differ in σ and in their couplings (e.g.
+    Santa Fe thresholds and payoffs over a parameter grid). On torch every array carries a
+    leading batch axis, so each kernel launch serves the whole batch: this is what makes an
+    accelerator pay off for finite differences. Each problem has its own Anderson mixing;
+    the iteration stops when every problem's changes of U and M are below ``tol``. On NumPy
+    the problems are solved one after the other by :func:`solve`. Returns one
+    :class:`Result` per problem (sharing the batch's history and timings).
+    """
+    started = time.perf_counter()
+    problems = _check_batch(problems)
+    grid = problems[0].grid(nx, nt)
+    tol = check_real("tol", tol, low=0.0)
+    max_iter = check_int("max_iter", max_iter, low=1)
+    scheme = make_scheme(iteration)
+    be = get_backend(backend, device, dtype)
+    if be.name == "numpy":
+        return [solve(p, nx=nx, nt=nt, backend=be, tol=tol, max_iter=max_iter,
+                      iteration=iteration, progress=progress) for p in problems]
+    xp = be.xp
+    m0 = xp.stack([p.initial_density(grid, be) for p in problems])
+    U_T = xp.stack([p.terminal_cost(grid, be) for p in problems])
+    coupling = BatchCoupling([p.coupling(grid, be) for p in problems], be)
+    fd = FiniteDifferences(grid, np.array([[p.nu] for p in problems]), be,
+                           compile_steps=compile_steps)
+    setup = time.perf_counter() - started
+    out = _iterate(coupling, fd.solve_hjb, fd.solve_fp, m0, U_T, grid.nt, be, scheme, tol,
+                   max_iter, progress, batched=True)
+    timings = {"setup": setup, **_phase_totals(out["history"]),
+               "total": time.perf_counter() - started}
+    settings = {"method": "fdm", "tol": tol, "max_iter": max_iter,
+                "iteration": scheme.describe(), "batch_size": len(problems)}
+    extra = {"newton_iterations": fd.newton_iterations, "batch_size": len(problems)}
+    return [_result(p, grid, be, out["U"][b], out["M"][b],
+                    bool(out["iterations"] > 1 and np.all(out["final_changes"][b] < tol)),
+                    out, settings, timings, extra) for b, p in enumerate(problems)]
+
+
+def _check_batch(problems: Sequence[MFGProblem]) -> list[MFGProblem]:
+    problems = list(problems) if isinstance(problems, (list, tuple)) else problems
+    if not isinstance(problems, list) or not problems:
+        raise ParameterError(f"problems={problems!r} is invalid: must be a non-empty list of "
+                             "mfgwork.MFGProblem")
+    for i, p in enumerate(problems):
+        if not isinstance(p, MFGProblem):
+            raise ParameterError(f"problems[{i}]={p!r} is invalid: must be an "
+                                 "mfgwork.MFGProblem")
+        for name in ("x_min", "x_max", "T"):
+            if getattr(p, name) != getattr(problems[0], name):
+                raise ParameterError(
+                    f"problems[{i}].{name}={getattr(p, name)!r} is invalid: a batch shares one "
+                    f"grid, so it must equal problems[0].{name}={getattr(problems[0], name)!r}")
+    return problems
+
+
+def _iterate(coupling: Any, hjb: Any, fp: Any, m0: Any, U_T: Any, nt: int, be: Backend,
+             scheme: IterationScheme, tol: float, max_iter: int, progress: bool | None,
+             batched: bool) -> dict[str, Any]:
+    bar = _progress_bar(progress, max_iter)
     try:
-        out = fixed_point(coupling, scheme_fd.solve_hjb, fp, m0=m0, U_T=U_T,
-                          nt=grid.nt, backend=be, scheme=scheme, tol=tol, max_iter=max_iter,
-                          progress=bar)
+        out = fixed_point(coupling, hjb, fp, m0=m0, U_T=U_T, nt=nt, backend=be, scheme=scheme,
+                          tol=tol, max_iter=max_iter, progress=bar, batched=batched)
     finally:
         if bar is not None:
             bar.close()
-    hist = out["history"]
-    x, t = be.asarray(grid.x), be.asarray(grid.t)
+    be.synchronize()
+    return out
+
+
+def _phase_totals(history: Any) -> dict[str, float]:
+    return {"hjb": sum(history.time_hjb), "fp": sum(history.time_fp),
+            "coupling": sum(history.time_coupling)}
+
+
+def _result(problem: MFGProblem, grid: Any, be: Backend, U: Any, M: Any, converged: bool,
+            out: dict[str, Any], settings: dict[str, Any], timings: dict[str, float],
+            extra: dict[str, Any]) -> Result:
     attendance = threshold = None
     if isinstance(problem, SantaFeBar):
         chi_w = be.asarray(grid.weights * grid.cell_fraction_above(0.0))
-        attendance = be.xp.sum(out["M"] * chi_w, axis=-1)
+        attendance = be.xp.sum(M * chi_w, axis=-1)
         threshold = problem.threshold
-    be.synchronize()
-    timings = {"setup": setup, "hjb": sum(hist.time_hjb), "fp": sum(hist.time_fp),
-               "coupling": sum(hist.time_coupling), "total": time.perf_counter() - started}
-    params = problem.params() | {"nx": grid.nx, "nt": grid.nt, "method": method, "tol": tol,
-                                 "max_iter": max_iter, "iteration": scheme.describe(),
-                                 "backend": be.name, "device": be.device, "dtype": be.dtype
-                                 } | fp_params
-    return Result(x=x, t=t, U=out["U"], M=out["M"], converged=out["converged"],
-                  iterations=out["iterations"], history=hist.as_dict(), params=params,
-                  timings=timings, backend=be.name, device=be.device, dtype=be.dtype,
-                  method=method, attendance=attendance, threshold=threshold,
-                  extra={"newton_iterations": scheme_fd.newton_iterations})
+    params = problem.params() | {"nx": grid.nx, "nt": grid.nt} | settings | {
+        "backend": be.name, "device": be.device, "dtype": be.dtype}
+    return Result(x=be.asarray(grid.x), t=be.asarray(grid.t), U=U, M=M, converged=converged,
+                  iterations=out["iterations"], history=out["history"].as_dict(),
+                  params=params, timings=timings, backend=be.name, device=be.device,
+                  dtype=be.dtype, method=settings["method"], attendance=attendance,
+                  threshold=threshold, extra=extra)
 
 
 def _progress_bar(progress: bool | None, total: int) -> Any:

@@ -166,3 +166,22 @@ class DensityCoupling(Coupling):
 
     def project(self, z: Any) -> Any:
         return self.backend.xp.clip(z, 0.0, None)
+
+
+class BatchCoupling(Coupling):
+    """Independent problems side by side: M, z and F carry a leading batch axis."""
+
+    def __init__(self, couplings: list[Coupling], backend: Backend) -> None:
+        self.couplings, self.xp = couplings, backend.xp
+
+    def _each(self, method: str, a: Any) -> Any:
+        return self.xp.stack([getattr(c, method)(a[b]) for b, c in enumerate(self.couplings)])
+
+    def state(self, M: Any) -> Any:
+        return self._each("state", M)
+
+    def running_cost(self, z: Any) -> Any:
+        return self._each("running_cost", z)
+
+    def project(self, z: Any) -> Any:
+        return self._each("project", z)
