@@ -113,7 +113,7 @@ def test_bad_value_stops_at_the_top_with_the_library_message(tmp_path):
 def test_cpu_vs_accelerator(tmp_path):
     torch_ok = mw.backend.torch_installed()
     out = runs.run_notebook(NOTEBOOKS / "02_cpu_vs_accelerator.ipynb",
-                            {"nx": 21, "nt": 20, "tol": 1e-5}, tmp_path / "cmp")
+                            {"nx": 16, "nt": 15, "tol": 1e-5}, tmp_path / "cmp")
     metrics = check_common(out, "02_cpu_vs_accelerator.ipynb", {"backend_comparison"})
     table = json.loads((out / "comparison.json").read_text())
     with (out / "comparison.csv").open() as fh:
@@ -132,7 +132,7 @@ def test_cpu_vs_accelerator(tmp_path):
         emulated = table[1]
         assert (emulated["backend"], emulated["dtype"]) == ("torch", "float32")
         assert emulated["rel_error_U"] > 0  # float32 really differs from float64
-    check_arrays(out, nx=21, nt=20)
+    check_arrays(out, nx=16, nt=15)
 
 
 def test_primer(tmp_path):
