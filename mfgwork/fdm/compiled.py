@@ -49,14 +49,7 @@ def hjb_sweep(U, F, guess, use_guess, nu, h, dt, inv_hw, inv_w, tol, max_newton
     ``bad n`` is -1 when every step converged, else the first time index that did not.
     """
     nt, nx = F.shape
-    lower = np.empty(nx, U.dtype)
-    diag = np.empty(nx, U.dtype)
-    upper = np.empty(nx, U.dtype)
-    res = np.empty(nx, U.dtype)
-    du = np.empty(nx, U.dtype)
-    cp = np.empty(nx, U.dtype)
-    dp = np.empty(nx, U.dtype)
-    u = np.empty(nx, U.dtype)
+    lower, diag, upper, res, du, cp, dp, u = np.empty((8, nx), U.dtype)
     iterations = 0
     for n in range(nt - 1, -1, -1):
         u[:] = guess[n] if use_guess else U[n + 1]
@@ -92,14 +85,7 @@ def fp_sweep(U, mu, nu, h, dt, inv_hw):  # pragma: no cover - compiled
     """Forward implicit Euler for cell masses: J(U[n])ᵀ mu[n+1] = mu[n] / dt."""
     nt = U.shape[0] - 1
     nx = U.shape[1]
-    lower = np.empty(nx, U.dtype)
-    diag = np.empty(nx, U.dtype)
-    upper = np.empty(nx, U.dtype)
-    lt = np.empty(nx, U.dtype)
-    ut = np.empty(nx, U.dtype)
-    rhs = np.empty(nx, U.dtype)
-    cp = np.empty(nx, U.dtype)
-    dp = np.empty(nx, U.dtype)
+    lower, diag, upper, lt, ut, rhs, cp, dp = np.empty((8, nx), U.dtype)
     for n in range(nt):
         _bands(U[n], nu, h, dt, inv_hw, lower, diag, upper)
         lt[0] = 0.0
