@@ -65,7 +65,7 @@ def deposit_check(be: Backend) -> tuple[Any, np.ndarray]:
         from .numpy_kernels import cic_deposit
 
         mu = np.zeros(g.nx)
-        cic_deposit(y_be, y_be.dtype.type((g.nx - 1) / (g.x_max - g.x_min)), mu)
+        cic_deposit(y_be, (g.nx - 1) / (g.x_max - g.x_min), mu)
         return mu / (mu.sum() * g.weights), ref
     from .torch_kernels import TorchKernels
 
@@ -87,8 +87,8 @@ def step_check(be: Backend) -> tuple[Any, np.ndarray]:
 
         dtype = np.dtype(be.dtype)
         out = y.astype(dtype)
-        step_deposit(out, xi.astype(dtype), b.astype(dtype), dtype.type((g.nx - 1) / length),
-                     dtype.type(DT), dtype.type(NOISE), dtype.type(length), np.zeros(g.nx))
+        step_deposit(out, xi.astype(dtype), b.astype(dtype), (g.nx - 1) / length, DT, NOISE,
+                     length, np.zeros(g.nx))
         return out, ref
     from .torch_kernels import TorchKernels
 

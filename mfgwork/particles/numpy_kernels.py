@@ -3,8 +3,10 @@
 Positions are stored as offsets y = x − x_min ∈ [0, L] (L = x_max − x_min). One step fuses the
 drift interpolation, the Euler–Maruyama update, the reflection at the walls and the
 cloud-in-cell deposit of the new positions; the Gaussian increments come from NumPy's
-``Generator`` (PCG64) and are passed in. Node masses accumulate in float64, serially, so the
-result does not depend on threading.
+``Generator`` (PCG64) and are passed in. Positions and increments are stored in the working
+dtype; the scalar arithmetic runs in float64 (the constants are passed as Python floats: on
+the CPU this is free, while numba's float32 scalar code is several times slower). Node
+masses accumulate in float64, serially, so the result does not depend on threading.
 """
 
 from __future__ import annotations

@@ -116,11 +116,11 @@ class ParticleFP:
         rng = np.random.Generator(np.random.PCG64(self.seed))
         y = sample_offsets(m0, rng.random(n, dtype=dtype), g.h)
         masses = np.zeros((g.nt + 1, g.nx))
-        inv_h = dtype.type((g.nx - 1) / self.length)
+        inv_h = (g.nx - 1) / self.length
         cic_deposit(y, inv_h, masses[0])
         b = nodal_drift(U[:-1], g.h).astype(dtype)
         xi = np.empty(n, dtype=dtype)
-        consts = (inv_h, dtype.type(g.dt), dtype.type(self.noise), dtype.type(self.length))
+        consts = (inv_h, g.dt, self.noise, self.length)
         for k in range(g.nt):
             rng.standard_normal(dtype=dtype, out=xi)
             step_deposit(y, xi, b[k], *consts, masses[k + 1])
