@@ -21,6 +21,7 @@ from .backend import (
 )
 from .errors import BackendError, ConvergenceWarning, ParameterError, SolverError
 from .grid import Grid
+from .particles import ParticleFP
 from .picard import Anderson, FictitiousPlay, Relaxation
 from .problems import HopfColeProblem, MFGProblem, SantaFeBar
 from .results import Result, load, save_run
@@ -34,5 +35,5 @@ __all__ = [
     "HopfColeProblem", "MFGProblem", "ParameterError", "Relaxation", "Result", "SantaFeBar",
     "SolverError", "available_backends", "available_devices", "device_info", "from_numpy",
     "get_backend", "load", "mps_emulation", "save_run", "solve", "solve_batch", "to_numpy",
-    "SweepIndex", "load_sweep", "sweep",
+    "SweepIndex", "load_sweep", "sweep", "ParticleFP",
 ]
