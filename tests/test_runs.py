@@ -132,14 +132,15 @@ def test_solve_options_check_before_work():
             runs.solve_options(**(base | change))
 
 
-def test_command_line_error_is_one_line(tmp_path):
-    notebook = ROOT / "notebooks" / "01_santa_fe_bar.ipynb"
-    out = subprocess.run([sys.executable, "-m", "mfgwork", "run", str(notebook), "-p", "nx",
-                          "20.5", "-o", str(tmp_path / "out")], capture_output=True, text=True)
+def test_command_line_failure_is_one_line(tmp_path):
+    path = make_notebook(tmp_path / "fails.ipynb", "assert x < 2, f'x={x} is too large'")
+    out = subprocess.run([sys.executable, "-m", "mfgwork", "run", str(path), "-p", "x", "3",
+                          "-o", str(tmp_path / "out")], capture_output=True, text=True)
     assert out.returncode == 1
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: nx=20.5 (float) is invalid")
-    assert not (tmp_path / "out").exists()
+    assert len(lines) == 1 and lines[0].startswith("error: fails.ipynb failed in cell 1")
+    assert "AssertionError: x=3 is too large" in lines[0] and "out.failed.ipynb" in lines[0]
+    assert not (tmp_path / "out").exists() and (tmp_path / "out.failed.ipynb").is_file()
 
 
 def test_save_run_round_trip(tmp_path):
