@@ -102,3 +102,18 @@ def test_fp_is_adjoint_of_linearized_hjb():
     lhs = np.sum(grid.weights * M[4] * grid.dt * J_phi)
     rhs = np.sum(grid.weights * M[3] * phi)
     assert abs(lhs - rhs) <= 1e-12 * (1 + abs(rhs))
+
+
+def test_cuda_graph_recording_falls_back_to_eager_when_it_fails(mps_emulation):
+    """Off CUDA, recording fails; the sweep warns once and returns the eager result."""
+    problem = mw.SantaFeBar()
+    grid = problem.grid(21, 10)
+    coupling = problem.coupling(grid, mps_emulation)
+    F = coupling.running_cost(mps_emulation.asarray(np.full(grid.nt, 0.7)))
+    U_T = problem.terminal_cost(grid, mps_emulation)
+    graphed = FiniteDifferences(grid, problem.nu, mps_emulation, cuda_graphs=True)
+    eager = FiniteDifferences(grid, problem.nu, mps_emulation, cuda_graphs=False)
+    with pytest.warns(RuntimeWarning, match="CUDA graph of the HJB sweep disabled"):
+        U = graphed.solve_hjb(U_T, F)
+    assert not graphed.use_cuda_graphs
+    assert np.array_equal(mw.to_numpy(U), mw.to_numpy(eager.solve_hjb(U_T, F)))

@@ -6,7 +6,9 @@ sweeps below with the backend's tridiagonal kernel. On accelerators (and MPS emu
 time loop makes no host round trip: each step takes a fixed number of Newton iterations and
 the largest final Newton update is checked once after the sweep (if it is too large, the
 sweep is repeated with twice the iterations). By quadratic convergence the error left after
-a last update δ is about C δ², so an update of 0.1·√tol leaves an error near tol.
+a last update δ is about C δ², so an update of 0.1·√tol leaves an error near tol. On CUDA
+each sweep is recorded once as a CUDA graph and replayed (``cuda_graphs``), which removes the
+launch cost of its many small kernels; ``compile_steps`` fuses them with ``torch.compile``.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ class FiniteDifferences:
 
     def __init__(self, grid: Grid, nu: float | np.ndarray, backend: Backend, *,
                  accelerator_newton_steps: int = 3,
-                 compile_steps: bool | str = False) -> None:
+                 compile_steps: bool | str = False, cuda_graphs: bool | None = None) -> None:
         self.grid, self.backend = grid, backend
         self.nu = np.asarray(nu, dtype=np.float64)  # a scalar, or (B, 1) for a batch
         self.weights = backend.asarray(grid.weights)
@@ -83,6 +85,8 @@ class FiniteDifferences:
                                  backend.asarray(grid.dt), self.inv_hw, self.inv_w)
         self._newton_kernel = partial(newton_iterations, solve=solve, xp=backend.xp)
         self._fp_kernel = partial(fp_step, solve=solve)
+        self.use_cuda_graphs = backend.kind == "cuda" if cuda_graphs is None else cuda_graphs
+        self._graphs: dict[tuple, Any] = {}
         if compile_steps:
             self._newton_kernel, self._fp_kernel = _compiled(
                 self._newton_kernel, self._fp_kernel,
@@ -101,7 +105,8 @@ class FiniteDifferences:
             return self._hjb_array(U_T, F, guess, MAX_NEWTON, adaptive=True)[0]
         steps = self.newton_steps
         while True:
-            U, worst = self._hjb_array(U_T, F, guess, steps, adaptive=False)
+            U, worst = self._hjb_fixed(U_T, F, guess, steps)
+            self.newton_iterations += steps * self.grid.nt
             worst = float(worst)
             if worst <= self.accept_tol or steps >= MAX_NEWTON:
                 break
@@ -152,10 +157,33 @@ class FiniteDifferences:
                                       f"(t={g.t[n]:.6g}) in {max_newton} iterations")
             else:
                 u, step = self._newton(u, u_next, F[..., n, :], max_newton)
-                self.newton_iterations += max_newton
                 worst = xp.maximum(worst, step)
             levels[n] = u
         return xp.stack(levels, axis=-2), xp.max(worst)
+
+    def _hjb_fixed(self, U_T: Any, F: Any, guess: Any | None, steps: int) -> tuple[Any, Any]:
+        """The sweep with ``steps`` Newton iterations per time step (graph-replayed on CUDA)."""
+        def sweep(U_T: Any, F: Any, *guess: Any) -> tuple[Any, Any]:
+            return self._hjb_array(U_T, F, guess[0] if guess else None, steps, adaptive=False)
+
+        args = (U_T, F) if guess is None else (U_T, F, guess)
+        return self._graphed(("hjb", steps, len(args)), sweep, args)
+
+    def _graphed(self, key: tuple, fn: Any, args: tuple) -> Any:
+        """``fn(*args)``; with CUDA graphs on, recorded at the first call and replayed after."""
+        if not self.use_cuda_graphs:
+            return fn(*args)
+        if key in self._graphs:
+            return self._graphs[key].run(*args)
+        eager = fn(*args)
+        from ..cuda_graphs import record_checked
+
+        graphed = record_checked(fn, eager, *args, what=f"{key[0].upper()} sweep")
+        if graphed is None:
+            self.use_cuda_graphs = False
+        else:
+            self._graphs[key] = graphed
+        return eager
 
     def _newton(self, u: Any, u_next: Any, F_n: Any, steps: int) -> tuple[Any, Any]:
         return self._newton_kernel(u, u_next, F_n, self._consts, steps)
@@ -163,7 +191,7 @@ class FiniteDifferences:
     # -- FP ----------------------------------------------------------------------------------
     def solve_fp(self, U: Any, m0: Any) -> Any:
         """Densities M (levels 0..nt) from m0, transported by the control −∂x u of U."""
-        g, xp = self.grid, self.backend.xp
+        g = self.grid
         mu0 = m0 * self.weights
         if self.backend.name == "numpy" and U.ndim == 2:
             from . import compiled
@@ -173,6 +201,10 @@ class FiniteDifferences:
             compiled.fp_sweep(U, mu, float(self.nu), g.h, g.dt,
                               self._inv_hw_np.astype(U.dtype))
             return mu * self._inv_w_np.astype(U.dtype)
+        return self._graphed(("fp",), self._fp_array, (U, mu0)) * self.inv_w
+
+    def _fp_array(self, U: Any, mu0: Any) -> Any:
+        g, xp = self.grid, self.backend.xp
         nu_levels = self._consts.nu[..., None, :] if self.nu.ndim else self._consts.nu
         lower, diag, upper, _ = jacobian_bands(U[..., :-1, :], nu_levels, g.h, g.dt,
                                                self.inv_hw, xp)
@@ -181,4 +213,4 @@ class FiniteDifferences:
         for n in range(g.nt):
             masses.append(self._fp_kernel(lt[..., n, :], dg[..., n, :], ut[..., n, :],
                                           masses[n], self._consts))
-        return xp.stack(masses, axis=-2) * self.inv_w
+        return xp.stack(masses, axis=-2)
