@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The accelerator measurements in one go: doctor, the FDM and particle benchmarks, and the
+# CPU-vs-accelerator notebook, all written under OUT_DIR (default benchmarks/results/accel).
+#   bash benchmarks/accelerator.sh [OUT_DIR] [PART...]   PART: doctor fdm particles notebook
+set -uo pipefail
+out="${1:-benchmarks/results/accel}"
+shift || true
+parts="${*:-doctor fdm particles notebook}"
+mkdir -p "$out"
+py="${PYTHON:-python3}"
+export PYTHONUNBUFFERED=1
+for part in $parts; do
+    echo "=== $part ==="
+    case "$part" in
+        doctor) $py -m mfgwork doctor --json > "$out/doctor.json"; $py -m mfgwork doctor ;;
+        fdm) $py benchmarks/fdm.py --repeats "${FDM_REPEATS:-3}" --batch "${FDM_BATCH:-256}" \
+                --targets "${FDM_TARGETS:-numpy,torch-cuda,torch-cuda-f32,torch-cuda-compiled}" \
+                --out "$out/fdm.json" ;;
+        particles) $py benchmarks/particles.py --backend torch --device cuda \
+                --sizes 1e4,1e5,1e6,1e7 --dtypes float32,float64 --out "$out/particles.json" ;;
+        notebook) $py -m mfgwork run notebooks/02_cpu_vs_accelerator.ipynb -p accelerator cuda \
+                -o "$out/02_cpu_vs_accelerator" ;;
+        *) echo "unknown part: $part" >&2; exit 2 ;;
+    esac
+done
