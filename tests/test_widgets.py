@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import json
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -186,3 +188,23 @@ def test_method_menu_switches_to_particles():
     assert ex.error is None, ex.error
     assert ex.result.method == "particles" and ex.result.params["seed"] == 0
     ex.close()
+
+
+@pytest.mark.slow
+def test_explorer_notebook_headless_writes_its_figures(tmp_path):
+    """03_explorer under papermill: the explorer is built and its figures written."""
+    pytest.importorskip("papermill")
+    from mfgwork import runs
+
+    notebook = Path(__file__).resolve().parents[1] / "notebooks" / "03_explorer.ipynb"
+    out = runs.run_notebook(notebook, {"threshold": 0.5, "nx": 52}, tmp_path / "explorer")
+    params = json.loads((out / "parameters.json").read_text())
+    assert params["threshold"] == 0.5 and params["nx"] == params["nt"] == 52
+    assert sorted(p.name for p in (out / "figures").iterdir()) == [
+        "attendance.png", "convergence.png", "density.png"]
+    for png in (out / "figures").iterdir():
+        w, h = png_size(png.read_bytes())
+        assert w > 300 and h > 200
+    with np.load(out / "arrays.npz") as data:
+        assert data["attendance"].shape == (53,)
+        assert abs(float(data["attendance"][-5]) - 0.5) < 0.1
