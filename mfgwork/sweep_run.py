@@ -119,7 +119,7 @@ class SweepIndex:
 # -- reading state from disk ---------------------------------------------------------------------
 def load_sweep(folder: str | os.PathLike) -> SweepIndex:
     """Rebuild the index of a sweep folder from its plan and the run folders on disk."""
-    folder = Path(folder)
+    folder = Path(folder).resolve()
     plan_file = folder / "sweep.json"
     if not plan_file.is_file():
         raise ParameterError(f"sweep folder {str(folder)!r} has no sweep.json: not a sweep folder")

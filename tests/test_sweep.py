@@ -122,12 +122,12 @@ def _leftovers(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob(".*"))
 
 
-GRID = {"threshold": [0.4, 0.5, 0.6, 1.5], "sigma": [0.4, 0.6]}
+GRID = {"threshold": [0.4, 0.6, 1.5], "sigma": [0.4, 0.6]}
 
 
 @pytest.fixture(scope="module")
 def finished_sweep(tiny_notebook, tmp_path_factory) -> Path:
-    """4 thresholds x 2 noise levels at 21 x 21 with 2 workers; threshold 1.5 is outside
+    """3 thresholds x 2 noise levels at 21 x 21 with 2 workers; threshold 1.5 is outside
     (0, 1), so those two runs fail."""
     out = tmp_path_factory.mktemp("sweep") / "santa_fe"
     index = mw.sweep(tiny_notebook, GRID, out, {"nx": 21}, workers=2, progress=False)
@@ -137,7 +137,7 @@ def finished_sweep(tiny_notebook, tmp_path_factory) -> Path:
 
 def test_sweep_end_to_end_with_a_failing_combination(finished_sweep) -> None:
     index = mw.load_sweep(finished_sweep)
-    assert len(index) == 8 and index.counts() == {"done": 6, "failed": 2, "pending": 0}
+    assert len(index) == 6 and index.counts() == {"done": 4, "failed": 2, "pending": 0}
     for row in index.where(status="failed"):
         assert row["threshold"] == 1.5
         assert "threshold" in row["error"] and "1.5" in row["error"]
@@ -154,6 +154,9 @@ def test_sweep_end_to_end_with_a_failing_combination(finished_sweep) -> None:
     on_disk = _csv(finished_sweep)
     assert [r["run"] for r in on_disk] == [r["run"] for r in index]
     assert [r["status"] for r in on_disk] == [r["status"] for r in index]
+    (finished_sweep / "index.csv").unlink()                 # rebuilt from the run folders
+    mw.load_sweep(finished_sweep).write_csv()
+    assert _csv(finished_sweep) == on_disk
     assert (finished_sweep / "spec.yaml").is_file()
     assert _leftovers(finished_sweep) == []
 
@@ -164,13 +167,13 @@ def test_rerun_skips_finished_runs_and_retries_failed_only_when_asked(
     failed = {p.name: p.stat().st_mtime_ns for p in (finished_sweep / "failed").iterdir()}
     again = mw.sweep(tiny_notebook, GRID, finished_sweep, {"nx": 21}, workers=2,
                      progress=False)
-    assert again.counts() == {"done": 6, "failed": 2, "pending": 0}
+    assert again.counts() == {"done": 4, "failed": 2, "pending": 0}
     assert _stamp(finished_sweep) == before
     assert {p.name: p.stat().st_mtime_ns for p in (finished_sweep / "failed").iterdir()
             } == failed
     retried = mw.sweep(tiny_notebook, GRID, finished_sweep, {"nx": 21}, workers=2,
                        retry_failed=True, progress=False)
-    assert retried.counts() == {"done": 6, "failed": 2, "pending": 0}
+    assert retried.counts() == {"done": 4, "failed": 2, "pending": 0}
     assert _stamp(finished_sweep) == before
     after = {p.name: p.stat().st_mtime_ns for p in (finished_sweep / "failed").iterdir()}
     assert after.keys() == failed.keys() and all(after[k] > failed[k] for k in failed)
@@ -183,7 +186,7 @@ def test_summary_notebook_draws_the_sweep(finished_sweep, tmp_path) -> None:
     figures = {p.stem for p in (folder / "figures").glob("*.png")}
     assert {"sweep_metrics", "attendance_grid", "wall_time"} <= figures
     rows = json.loads((folder / "index.json").read_text())
-    assert len(rows) == 8
+    assert len(rows) == 6
 
 
 def test_dask_local_cluster(tiny_notebook, tmp_path) -> None:
@@ -194,6 +197,24 @@ def test_dask_local_cluster(tiny_notebook, tmp_path) -> None:
     assert index.counts() == {"done": 4, "failed": 0, "pending": 0}
     assert [r["status"] for r in _csv(out)] == ["done"] * 4
     assert all(mw.load(index.run_folder(r)).M.shape == (22, 21) for r in index)
+
+
+def test_stale_temporaries_removed_unless_their_run_is_locked(tmp_path) -> None:
+    from filelock import FileLock
+
+    from mfgwork.sweep_run import _clean_stale
+
+    for sub in ("runs", "locks", "failed"):
+        (tmp_path / sub).mkdir()
+    for name in ("a-0123456789ab", "b-0123456789ab"):
+        (tmp_path / "runs" / f".{name}.tmp-xyz").mkdir()
+        (tmp_path / "runs" / f".{name}.running-xyz.ipynb").write_text("{}")
+        (tmp_path / "locks" / f"{name}.lock").touch()
+    (tmp_path / ".index.csv.tmp-1").write_text("")
+    with FileLock(tmp_path / "locks" / "b-0123456789ab.lock"):  # b: a straggler still runs
+        _clean_stale(tmp_path)
+        left = _leftovers(tmp_path)
+    assert left == ["runs/.b-0123456789ab.running-xyz.ipynb", "runs/.b-0123456789ab.tmp-xyz"]
 
 
 def _descendants(pid: int) -> list:
@@ -209,7 +230,7 @@ def test_resume_after_sigkill_of_the_sweep_process(tiny_notebook, tmp_path) -> N
     import psutil
 
     out, grid = tmp_path / "killed", tmp_path / "grid.yaml"
-    grid.write_text("threshold: [0.3, 0.4, 0.5, 0.6]\nsigma: [0.4, 0.6]\n")
+    grid.write_text("threshold: [0.3, 0.45, 0.6]\nsigma: [0.4, 0.6]\n")
     cmd = [sys.executable, "-m", "mfgwork", "sweep", str(tiny_notebook), "--grid", str(grid),
            "-o", str(out), "--workers", "2", "--no-progress"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -220,18 +241,18 @@ def test_resume_after_sigkill_of_the_sweep_process(tiny_notebook, tmp_path) -> N
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     done_before = _stamp(out)
-    assert 1 <= len(done_before) < 8, "the sweep must be killed mid-way"
+    assert 1 <= len(done_before) < 6, "the sweep must be killed mid-way"
     gone, alive = psutil.wait_procs(children, timeout=15)
     assert not alive, f"workers or kernels outlived the killed sweep: {alive}"
 
     rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
     index = mw.load_sweep(out)
-    assert index.counts() == {"done": 8, "failed": 0, "pending": 0}
+    assert index.counts() == {"done": 6, "failed": 0, "pending": 0}
     after = _stamp(out)
     assert sorted(after) == sorted(r["run"] for r in index)           # one folder per run
     assert {k: after[k] for k in done_before} == done_before            # none run twice
-    assert [r["status"] for r in _csv(out)] == ["done"] * 8
+    assert [r["status"] for r in _csv(out)] == ["done"] * 6
     assert _leftovers(out) == []
 
 
