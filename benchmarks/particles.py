@@ -10,7 +10,8 @@ and is the baseline of the ``x_numpy`` ratios; ``x_plain`` compares with a plain
 NumPy step (``mfgwork.particles.checks`` references + ``Generator.standard_normal``). On torch
 the table also gives the eager ``step`` and ``deposit`` kernels alone, and on CUDA the whole
 solve replayed as a CUDA graph (``mode=graph``) and launched eagerly (``mode=eager``), for
-each ``--copies`` (private deposit copies). Finally one hybrid Picard iteration (FDM HJB +
+each ``--copies`` (private deposit copies); with ``--compile`` also the step fused by
+``torch.compile``. Finally one hybrid Picard iteration (FDM HJB +
 particle FP, Santa Fe, N = 1e6 unless --hybrid-n) per backend. Times are taken with
 ``backend.timer()`` (device synchronized) after a warm-up solve; on the CPU a solve longer than
 ``--budget`` is timed once (the compiled kernels are loaded by then).
@@ -45,6 +46,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--copies", default=None,
                     help="private deposit copies to compare on torch (default: 1 on CPU, 1,64 "
                          "on CUDA)")
+    ap.add_argument("--compile", action="store_true",
+                    help="also time the step fused by torch.compile (mode compile / "
+                         "graph+compile; compiles once per N and dtype)")
     ap.add_argument("--hybrid-n", type=float, default=1e6, help="N of the hybrid Picard timing")
     ap.add_argument("--budget", type=float, default=2.0,
                     help="seconds of repeats per measurement after the warm-up")
@@ -87,7 +91,8 @@ def solve_row(be: mw.Backend, n: int, U: np.ndarray, m0: np.ndarray, budget: flo
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         solver = ParticleFP(grid, p.sigma, be, n_particles=n, seed=0, deposit_copies=copies,
-                            cuda_graph=(mode == "graph") if be.kind == "cuda" else None)
+                            cuda_graph=mode.startswith("graph") if be.kind == "cuda" else None,
+                            compile_step=mode.endswith("compile"))
         U_be, m0_be = be.asarray(U), be.asarray(m0)
         seconds = timed(be, lambda: solver.solve_fp(U_be, m0_be), budget,
                         warm_up=be.kind != "cpu")
@@ -98,6 +103,7 @@ def solve_row(be: mw.Backend, n: int, U: np.ndarray, m0: np.ndarray, budget: flo
         row["cuda_graph_used"] = solver.use_cuda_graph
         row["warnings"] = [str(w.message) for w in caught]
     if be.name == "torch":
+        row["compiled"] = solver._advance is not solver.kernels.advance
         row |= kernel_times(be, solver, U_be, m0_be, budget / 4)
     return row
 
@@ -184,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     copies = ([int(c) for c in args.copies.split(",")] if args.copies
               else ([1, 64] if on_cuda else [None]))
     modes = ["graph", "eager"] if on_cuda else ["-"]
+    if args.compile:
+        modes.append("graph+compile" if on_cuda else "compile")
     rows, hybrid = [], []
     for dtype in dtypes:
         base = mw.get_backend("numpy", "cpu", dtype)
@@ -225,14 +233,14 @@ _HEADER = False
 def _print_row(r: dict[str, Any]) -> None:
     global _HEADER
     if not _HEADER:
-        print(f"{'backend':<7} {'device':<6} {'dtype':<8} {'N':>9} {'mode':<6} {'copies':>6} "
+        print(f"{'backend':<7} {'device':<6} {'dtype':<8} {'N':>9} {'mode':<13} {'copies':>6} "
               f"{'step_us':>10} {'solve_ms':>10} {'x_numpy':>8} {'x_plain':>8} "
               f"{'k_step_us':>9} {'k_dep_us':>9}")
         _HEADER = True
     ks = f"{r['kernel_step_us']:9.1f}" if "kernel_step_us" in r else f"{'-':>9}"
     kd = (f"{r['kernel_locate_deposit_us']:9.1f}" if "kernel_locate_deposit_us" in r
           else f"{'-':>9}")
-    print(f"{r['backend']:<7} {r['device']:<6} {r['dtype']:<8} {r['n']:>9.0e} {r['mode']:<6} "
+    print(f"{r['backend']:<7} {r['device']:<6} {r['dtype']:<8} {r['n']:>9.0e} {r['mode']:<13} "
           f"{r['copies']:>6} {r['step_us']:10.1f} {r['solve_ms']:10.1f} {r['x_numpy']:8.2f} "
           f"{r['x_plain']:8.2f} {ks} {kd}", flush=True)
 

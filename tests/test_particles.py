@@ -314,3 +314,19 @@ def test_cuda_graph_falls_back_to_the_eager_loop(monkeypatch, graph, reason):
         first = solver.solve_fp(U, m0)
     assert not solver.use_cuda_graph
     assert bool((first == eager).all()) and bool((solver.solve_fp(U, m0) == eager).all())
+
+
+def test_failing_compiled_step_falls_back_to_plain_ops():
+    torch_or_skip()
+    be = mw.get_backend("torch", "cpu", "float64")
+    U, m0 = ou_inputs(be)
+    plain = ParticleFP(OU_GRID, OU_SIGMA, be, n_particles=2000, seed=3).solve_fp(U, m0)
+    solver = ParticleFP(OU_GRID, OU_SIGMA, be, n_particles=2000, seed=3)
+
+    def broken(*args):
+        raise RuntimeError("no compiler")
+
+    solver._advance = broken
+    with pytest.warns(RuntimeWarning, match="no compiler"):
+        M = solver.solve_fp(U, m0)
+    assert bool((M == plain).all())

@@ -52,13 +52,16 @@ class ParticleFP:
     ``deposit_copies``: private node copies for the torch deposit (default 64 on CUDA, else 1).
     ``cuda_graph``: on CUDA, record the whole FP solve once as a CUDA graph and replay it
     (default True); it is checked bitwise against an eager solve the first time and dropped,
-    with a warning, if it differs or cannot be recorded.
+    with a warning, if it differs or cannot be recorded. ``compile_step`` (torch): fuse the
+    element-wise part of a step with ``torch.compile`` (compiled on the first solve; if that
+    fails, a warning and the plain torch ops). Compiled steps round differently from the plain
+    ones (fused multiply-adds), so results match those of the plain path only to rounding.
     """
 
     def __init__(self, grid: Grid, sigma: float, backend: Backend,
                  n_particles: int = DEFAULT_PARTICLES, seed: int | None = None,
                  density: str = "cic", deposit_copies: int | None = None,
-                 cuda_graph: bool | None = None) -> None:
+                 cuda_graph: bool | None = None, compile_step: bool = False) -> None:
         self.n_particles, seed = check_particle_args(n_particles, seed)
         self.seed = fresh_seed() if seed is None else seed
         self.density = check_choice("density", density, DENSITIES)
@@ -84,6 +87,11 @@ class ParticleFP:
             import torch
 
             self.generator = torch.Generator(device=backend.native_device)
+            self._advance = self.kernels.advance
+            self.compile_step = bool(compile_step)
+            if self.compile_step:
+                self._advance = torch.compile(self.kernels.advance, fullgraph=True,
+                                              dynamic=False)
 
     @property
     def positions(self) -> Any:
@@ -143,11 +151,23 @@ class ParticleFP:
         xi = torch.empty(n, **opts)
         for step in range(g.nt):
             torch.randn(n, generator=self.generator, out=xi)
-            k.step(y, xi, b0[step], db[step], i, f, dt, noise)
-            i, f = k.locate(y)
-            k.deposit(i, f, masses[step + 1])
+            i, f, *cic = self._advance_checked(y, xi, b0[step], db[step], i, f, dt, noise)
+            k.scatter(masses[step + 1], *cic)
         self._offsets = y
         return masses
+
+    def _advance_checked(self, *args: Any) -> tuple[Any, ...]:
+        """The step kernel; a compiled one that fails on its first call (compilation happens
+        before any work, so the inputs are untouched) is replaced by the plain torch ops."""
+        try:
+            return self._advance(*args)
+        except Exception as exc:
+            if self._advance == self.kernels.advance:
+                raise
+            warnings.warn(f"torch.compile of the particle step failed ({type(exc).__name__}: "
+                          f"{exc}); running the plain torch ops", RuntimeWarning, stacklevel=4)
+            self._advance = self.kernels.advance
+            return self._advance(*args)
 
     def _masses_graphed(self, U: Any, m0: Any) -> Any:
         if self._graph is None:

@@ -91,8 +91,8 @@ class TorchKernels:
         i = s.to(self.torch.int32).clamp_(0, self.nx - 2)  # 0 also for NaN: never out of range
         return i, s.sub_(i)
 
-    def deposit(self, i: Any, f: Any, out: Any) -> None:
-        """Add the CIC masses (1 − f at node i, f at node i + 1) to the row ``out``."""
+    def weights(self, i: Any, f: Any) -> tuple[Any, Any, Any, Any]:
+        """CIC targets and masses: (index of node i, index of node i + 1, 1 − f, f)."""
         if self.lane is not None:
             i = i + self.lane
         if self.fixed_point:
@@ -101,8 +101,17 @@ class TorchKernels:
         else:
             right = f
             left = 1.0 - f
-        out.index_add_(0, i, left)
-        out.index_add_(0, i + 1, right)
+        return i, i + 1, left, right
+
+    @staticmethod
+    def scatter(out: Any, index_left: Any, index_right: Any, left: Any, right: Any) -> None:
+        """Add the CIC masses to the row ``out`` (atomics on a GPU)."""
+        out.index_add_(0, index_left, left)
+        out.index_add_(0, index_right, right)
+
+    def deposit(self, i: Any, f: Any, out: Any) -> None:
+        """Add the CIC masses (1 − f at node i, f at node i + 1) to the row ``out``."""
+        self.scatter(out, *self.weights(i, f))
 
     def step(self, y: Any, xi: Any, b0: Any, db: Any, i: Any, f: Any, dt: float,
              noise: float) -> Any:
@@ -111,6 +120,14 @@ class TorchKernels:
         drift = torch.addcmul(b0.index_select(0, i), f, db.index_select(0, i))
         y.add_(drift, alpha=dt).add_(xi, alpha=noise)
         return fold_(y, self.length)
+
+    def advance(self, y: Any, xi: Any, b0: Any, db: Any, i: Any, f: Any, dt: float,
+                noise: float) -> tuple[Any, ...]:
+        """One step, then the new (i, f) and the CIC weights of the new positions: the
+        element-wise part of a time step (what ``torch.compile`` fuses), before the scatter."""
+        self.step(y, xi, b0, db, i, f, dt, noise)
+        i, f = self.locate(y)
+        return (i, f, *self.weights(i, f))
 
 
 def fold_(y: Any, length: float) -> Any:
