@@ -37,3 +37,12 @@ __all__ = [
     "get_backend", "load", "mps_emulation", "save_run", "solve", "solve_batch", "to_numpy",
     "SweepIndex", "load_sweep", "sweep", "ParticleFP",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``mw.widgets`` (the notebook explorer, which needs ipywidgets) loads on first use."""
+    if name == "widgets":
+        import importlib
+
+        return importlib.import_module(".widgets", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -67,7 +67,8 @@ class SantaFeExplorer:
     seed) for ``method="particles"``. ``mode``: "inline" (PNG images),
     "widget" (ipympl canvases; needs ``%matplotlib widget``) or "auto" (widget when ipympl is
     the active matplotlib backend). ``devices``: the (backend, device) pairs to offer (None:
-    :func:`mfgwork.available_backends`). Results of recently seen settings are reused.
+    :func:`mfgwork.available_backends`). ``dpi``: of the figures on screen. Results of
+    recently seen settings are reused.
     """
 
     def __init__(self, *, nx: int = 101, method: str = "fdm", backend: str = "numpy",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -208,3 +210,10 @@ def test_explorer_notebook_headless_writes_its_figures(tmp_path):
     with np.load(out / "arrays.npz") as data:
         assert data["attendance"].shape == (53,)
         assert abs(float(data["attendance"][-5]) - 0.5) < 0.1
+
+
+def test_mw_widgets_loads_on_first_use_only():
+    assert mw.widgets is widgets and mw.widgets.explore is widgets.explore
+    code = ("import sys, mfgwork; assert 'ipywidgets' not in sys.modules; "
+            "mfgwork.widgets; assert 'ipywidgets' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
