@@ -192,18 +192,15 @@ class ParticleFP:
 
     # -- densities ----------------------------------------------------------------------------
     def _densities(self, masses: Any) -> Any:
+        """CIC densities m_i = μ_i / (w_i Σ μ), or the KDE of the node masses μ."""
         be = self.backend
-        if be.name == "numpy":
-            mu = masses
-            cic = mu / (mu.sum(axis=1, keepdims=True) * self.grid.weights)
-        else:
-            mu = masses.reshape(masses.shape[0], self.deposit_copies, self.grid.nx).sum(dim=1)
-            cic = self.kernels.densities(masses, self.weights)
-        if self.density == "cic":
-            return be.asarray(cic)
-        mu = be.asarray(mu)
-        return kde_densities(mu, be.asarray(self.grid.x), self.weights, self.n_particles,
-                             be.xp)
+        mu = masses if be.name == "numpy" else self.kernels.node_masses(masses)
+        if self.density == "kde":
+            mu = be.asarray(mu)
+            return kde_densities(mu, be.asarray(self.grid.x), self.weights, self.n_particles,
+                                 be.xp)
+        weights = self.grid.weights if be.name == "numpy" else self.weights
+        return be.asarray(mu / (mu.sum(axis=1, keepdims=True) * weights))
 
 
 def nodal_drift(U: np.ndarray, h: float) -> np.ndarray:

@@ -55,10 +55,10 @@ class TorchKernels:
         return self.torch.zeros((levels, self.copies * self.nx), dtype=self.mass_dtype,
                                 device=self.device)
 
-    def densities(self, masses: Any, weights: Any) -> Any:
-        """Densities (levels, nx) from the accumulated masses: Σ_i w_i m_i = 1 on each level."""
-        mu = masses.reshape(masses.shape[0], self.copies, self.nx).sum(dim=1).to(self.dtype)
-        return mu / (mu.sum(dim=1, keepdim=True) * weights)
+    def node_masses(self, masses: Any) -> Any:
+        """Node masses (levels, nx) in the working dtype: the copies summed (exactly, in
+        integers, on the fixed-point path), then converted."""
+        return masses.reshape(masses.shape[0], self.copies, self.nx).sum(dim=1).to(self.dtype)
 
     def drift_tables(self, U: Any) -> tuple[Any, Any]:
         """b = −∂x u at the nodes of levels 0..nt−1 (central differences, 0 at the walls),
