@@ -49,11 +49,10 @@ def tiny_notebook(tmp_path_factory) -> Path:
 NOTEBOOK_DEFAULTS = {"threshold": 0.6, "sigma": 0.5, "nx": 21, "device": "cpu", "out_dir": None}
 
 
-def test_expansion_linspace_range_zip_and_fixed() -> None:
+def test_expansion_linspace_range_zip() -> None:
     spec = parse_spec({"threshold": {"linspace": [0.3, 0.9, 7]}, "nx": {"range": [21, 42, 10]},
                        "sigma": [0.4, 0.8], "device": ["cpu", "auto"],
-                       "zip": [["sigma", "device"]]}, None,
-                      NOTEBOOK_DEFAULTS)
+                       "zip": [["sigma", "device"]]}, None, NOTEBOOK_DEFAULTS)
     runs = spec.runs()
     assert len(runs) == 7 * 3 * 2
     assert sorted({r.parameters["threshold"] for r in runs}) == [0.3, 0.4, 0.5, 0.6, 0.7, 0.8,
@@ -62,6 +61,8 @@ def test_expansion_linspace_range_zip_and_fixed() -> None:
     assert {(r.parameters["sigma"], r.parameters["device"]) for r in runs} == {
         (0.4, "cpu"), (0.8, "auto")}
     assert len({r.name for r in runs}) == len(runs)
+    floats = parse_spec({"sigma": {"range": [0.1, 0.5, 0.1]}}, None, NOTEBOOK_DEFAULTS).runs()
+    assert [r.parameters["sigma"] for r in floats] == [0.1, 0.2, 0.3, 0.4]
 
 
 def test_fixed_parameters_and_coercion_keep_names_stable() -> None:
