@@ -25,6 +25,7 @@ from typing import Any
 
 import ipywidgets as w
 import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from . import plots
@@ -207,6 +208,7 @@ class SantaFeExplorer:
             fig.canvas.header_visible = False
         else:
             fig = Figure(figsize=FIGSIZE, dpi=self.dpi)
+            FigureCanvasAgg(fig)  # one renderer kept across draws: its text caches stay warm
         return fig
 
     def _draw(self, res: Result) -> None:
