@@ -160,7 +160,15 @@ def test_explorer_renders_and_redraws_in_jupyterlab(lab, artifacts):
             page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
 
             explorer = page.locator(".mfg-explorer")
-            explorer.wait_for(timeout=RENDER_S * 1000)
+            # the explorer, or what shows instead: its text repr (no widget manager in the
+            # page) or a traceback; fail at once with what the notebook shows
+            page.locator(", ".join([
+                ".mfg-explorer", ".jp-OutputArea-output:has-text('VBox(children')",
+                ".jp-OutputArea-output:has-text('Traceback (most recent call last)')",
+            ])).first.wait_for(timeout=RENDER_S * 1000)
+            if not explorer.count():
+                shown = page.locator(".jp-OutputArea-output").all_inner_texts()
+                pytest.fail(f"the explorer widget did not render; outputs: {shown}"[:3000])
             sliders = explorer.locator(".widget-slider")
             assert sliders.count() == 6
             for name in ("threshold", "sigma", "good", "bad", "eps", "T"):
