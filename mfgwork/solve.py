@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,6 +60,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     max_iter = check_int("max_iter", max_iter, low=1)
     scheme = make_scheme(iteration)
     be = get_backend(backend, device, dtype)
+    tol = _reachable_tol(tol, be)
 
     m0 = problem.initial_density(grid, be)
     U_T = problem.terminal_cost(grid, be)
@@ -103,6 +105,7 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     max_iter = check_int("max_iter", max_iter, low=1)
     scheme = make_scheme(iteration)
     be = get_backend(backend, device, dtype)
+    tol = _reachable_tol(tol, be)
     if be.name == "numpy":
         return [solve(p, nx=nx, nt=nt, backend=be, tol=tol, max_iter=max_iter,
                       iteration=iteration, progress=progress) for p in problems]
@@ -123,6 +126,17 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     return [_result(p, grid, be, out["U"][b], out["M"][b],
                     bool(out["iterations"] > 1 and np.all(out["final_changes"][b] < tol)),
                     out, settings, timings, extra) for b, p in enumerate(problems)]
+
+
+def _reachable_tol(tol: float, be: Backend) -> float:
+    """``tol``, or 100 ε of the working dtype when ``tol`` is below it (with a warning):
+    relative changes of U and M between iterates do not fall below rounding."""
+    floor = 100 * be.eps
+    if tol < floor:
+        warnings.warn(f"tol={tol:g} is below what {be.dtype} resolves; iterating to "
+                      f"tol={floor:.1e} instead", UserWarning, stacklevel=3)
+        return floor
+    return tol
 
 
 def _check_batch(problems: Sequence[MFGProblem]) -> list[MFGProblem]:

@@ -33,12 +33,22 @@ def _pad_right(v: Any, xp: Any) -> Any:
     return xp.concat([v, xp.zeros_like(v[..., :1])], axis=-1)
 
 
+def positive_part(v: Any, xp: Any) -> Any:
+    """(v)_+ = max(v, 0), as arithmetic (exact; no scalar tensors, so CUDA-graph safe)."""
+    return 0.5 * (v + xp.abs(v))
+
+
+def negative_part(v: Any, xp: Any) -> Any:
+    """(v)_− = min(v, 0), as arithmetic (exact)."""
+    return 0.5 * (v - xp.abs(v))
+
+
 def jacobian_bands(u: Any, nu: float, h: float, dt: float, inv_hw: Any, xp: Any
                    ) -> tuple[Any, Any, Any, Any]:
     """(lower, diag, upper) of J(u) and the edge gradients q; ``inv_hw`` is 1/(h w)."""
     q = (u[..., 1:] - u[..., :-1]) / h
-    lower = _pad_left(-nu * inv_hw[1:] - xp.clip(q, 0.0, None) / h, xp)
-    upper = _pad_right(-nu * inv_hw[:-1] + xp.clip(q, None, 0.0) / h, xp)
+    lower = _pad_left(-nu * inv_hw[1:] - positive_part(q, xp) / h, xp)
+    upper = _pad_right(-nu * inv_hw[:-1] + negative_part(q, xp) / h, xp)
     diag = 1.0 / dt - lower - upper
     return lower, diag, upper, q
 
@@ -48,7 +58,7 @@ def hjb_residual(u: Any, u_next: Any, F: Any, q: Any, nu: float, dt: float, inv_
     """R(u) = (u − u^{n+1})/Δt − ν L u + H(u) − F, given q = D u."""
     q_left = _pad_left(q, xp)
     q_right = _pad_right(q, xp)
-    hamiltonian = 0.5 * (xp.clip(q_left, 0.0, None) ** 2 + xp.clip(q_right, None, 0.0) ** 2)
+    hamiltonian = 0.5 * (positive_part(q_left, xp) ** 2 + negative_part(q_right, xp) ** 2)
     return (u - u_next) / dt - nu * inv_w * (q_right - q_left) + hamiltonian - F
 
 
