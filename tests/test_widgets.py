@@ -19,6 +19,9 @@ from mfgwork import widgets  # noqa: E402
 from mfgwork.solve import METHODS  # noqa: E402
 
 NUMPY_ONLY = [("numpy", "cpu")]
+# ipympl's toolbar passes an argument traitlets deprecates; not ours to fix
+pytestmark = pytest.mark.filterwarnings(
+    r"ignore:Passing unrecognized arguments to super\(Toolbar\):DeprecationWarning")
 
 
 def make(**kw) -> widgets.SantaFeExplorer:
