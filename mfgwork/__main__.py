@@ -42,7 +42,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sweep", help="run a notebook over a parameter grid (resumable)")
+    p = sub.add_parser("sweep", help="run a notebook over a parameter grid (resumable)",
+                       epilog="Rerun the same command to resume. Exit status: 0 when every "
+                              "run is done, 1 when some failed or are pending, 2 for bad "
+                              "input (nothing was run).")
     p.add_argument("notebook", help="the notebook to run (needs a cell tagged 'parameters')")
     p.add_argument("--grid", required=True, metavar="SPEC",
                    help="YAML/JSON grid: lists, {linspace: [a, b, n]}, {range: [a, b, step]}")
