@@ -3,10 +3,10 @@
 For each grid (nx = nt) the explorer is built, warmed up with two updates, then the threshold
 slider is moved ``--updates`` times to values not seen before (no cached results): the
 median wall time of one update (the slider's observer: solve, three figures drawn and
-encoded as PNG, status line), its solve and draw parts, its CPU time (process time: a check
-on a machine shared with other work), and, as the baseline measured in the same run, a bare
-``mw.solve`` at the same settings. "A(t) shown": when the attendance image, drawn first, is
-sent (the others follow). The explorer's default grid is 101 × 101.
+encoded as PNG, status line) with its min and max, its solve and draw parts, its CPU time
+(process time: a check on a machine shared with other work), and, as the baseline measured
+in the same run, a bare ``mw.solve`` at the same settings. "A(t) shown": when the attendance
+image, drawn first, is sent (the others follow). The explorer's default grid is 101 × 101.
 
     python benchmarks/explorer.py [--backend numpy --device cpu] [--method fdm]
                                   [--grids 52,101,151,201] [--updates 20] [--out F]
@@ -93,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  measured {nx}x{nx}: {1e3 * rows[-1]['update_s']:.0f} ms", file=sys.stderr)
 
     header = (f"{'grid':<9} {'method':<9} {'device':<12} {'update':>9} {'solve':>9} "
-              f"{'draw':>9} {'bare solve':>10} {'× bare':>7} {'iters':>5} {'max':>9} {'CPU':>9} "
-              f"{'A(t) shown':>10}")
+              f"{'draw':>9} {'bare solve':>10} {'× bare':>7} {'iters':>5} {'min':>7} {'max':>7} "
+              f"{'CPU':>7} {'A(t) shown':>10}")
     print(f"median of {args.updates} threshold changes each; target at 101 x 101 (fdm): "
           f"<= {1e3 * TARGET_S:.0f} ms")
     print(header)
@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['nx']}x{r['nt']:<5} {r['method']:<9} {r['backend'] + '/' + r['device']:<12} "
               f"{_ms(r['update_s']):>9} {_ms(r['solve_s']):>9} {_ms(r['draw_s']):>9} "
               f"{_ms(r['bare_solve_s']):>10} {r['update_over_bare_solve']:7.2f} "
-              f"{r['iterations']:>5.0f} {_ms(r['update_max_s']):>9} {_ms(r['update_cpu_s']):>9} "
+              f"{r['iterations']:>5.0f} {_ms(r['update_min_s']):>7} {_ms(r['update_max_s']):>7} "
+              f"{_ms(r['update_cpu_s']):>7} "
               f"{_ms(r['first_figure_s']):>10}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
