@@ -330,3 +330,32 @@ def test_failing_compiled_step_falls_back_to_plain_ops():
     with pytest.warns(RuntimeWarning, match="no compiler"):
         M = solver.solve_fp(U, m0)
     assert bool((M == plain).all())
+
+
+@pytest.mark.parametrize("density", ["cic", "kde"])
+def test_mps_path_has_no_float64_and_no_host_sync(mps_emulation, density):
+    """Every aten op of an emulated MPS solve: float32 or integer results only, and no
+    ``.item()``-style read back to the host (``_local_scalar_dense``)."""
+    torch = torch_or_skip()
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: dict[str, set] = {"dtypes": set(), "ops": set()}
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            seen["ops"].add(str(func))
+            for t in out if isinstance(out, (tuple, list)) else [out]:
+                if isinstance(t, torch.Tensor):
+                    seen["dtypes"].add(t.dtype)
+            return out
+
+    U, m0 = ou_inputs(mps_emulation)
+    solver = ParticleFP(OU_GRID, OU_SIGMA, mps_emulation, n_particles=500, seed=1,
+                        density=density)
+    with Record():
+        M = solver.solve_fp(U, m0)
+    assert M.dtype == torch.float32
+    assert torch.float64 not in seen["dtypes"], seen["dtypes"]
+    assert not any("_local_scalar_dense" in op for op in seen["ops"])
+    assert any("index_add" in op for op in seen["ops"])  # the recorder sees the kernels
