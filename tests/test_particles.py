@@ -333,11 +333,16 @@ def test_failing_compiled_step_falls_back_to_plain_ops():
 
 
 @pytest.mark.parametrize("density", ["cic", "kde"])
-def test_mps_path_has_no_float64_and_no_host_sync(mps_emulation, density):
-    """Every aten op of an emulated MPS solve: float32 or integer results only, and no
-    ``.item()``-style read back to the host (``_local_scalar_dense``)."""
+@pytest.mark.parametrize("path", ["mps-emulation", "torch-float64"])
+def test_device_paths_have_no_host_sync_and_mps_no_float64(path, density):
+    """Every aten op of a solve on the MPS path (emulated) and on the CUDA path (the same ops
+    on the CPU): no ``.item()``-style read back to the host (``_local_scalar_dense``); on the
+    MPS path, float32 or integer results only."""
     torch = torch_or_skip()
     from torch.utils._python_dispatch import TorchDispatchMode
+
+    be = mw.mps_emulation() if path == "mps-emulation" else mw.get_backend("torch", "cpu",
+                                                                           "float64")
 
     seen: dict[str, set] = {"dtypes": set(), "ops": set()}
 
@@ -350,12 +355,13 @@ def test_mps_path_has_no_float64_and_no_host_sync(mps_emulation, density):
                     seen["dtypes"].add(t.dtype)
             return out
 
-    U, m0 = ou_inputs(mps_emulation)
-    solver = ParticleFP(OU_GRID, OU_SIGMA, mps_emulation, n_particles=500, seed=1,
-                        density=density)
+    U, m0 = ou_inputs(be)
+    solver = ParticleFP(OU_GRID, OU_SIGMA, be, n_particles=500, seed=1, density=density,
+                        deposit_copies=3)
     with Record():
         M = solver.solve_fp(U, m0)
-    assert M.dtype == torch.float32
-    assert torch.float64 not in seen["dtypes"], seen["dtypes"]
+    assert M.dtype == be.native_dtype
+    if path == "mps-emulation":
+        assert torch.float64 not in seen["dtypes"], seen["dtypes"]
     assert not any("_local_scalar_dense" in op for op in seen["ops"])
     assert any("index_add" in op for op in seen["ops"])  # the recorder sees the kernels
