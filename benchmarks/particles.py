@@ -95,7 +95,7 @@ def solve_row(be: mw.Backend, n: int, U: np.ndarray, m0: np.ndarray, budget: flo
                             compile_step=mode.endswith("compile"))
         U_be, m0_be = be.asarray(U), be.asarray(m0)
         seconds = timed(be, lambda: solver.solve_fp(U_be, m0_be), budget,
-                        warm_up=be.kind != "cpu")
+                        warm_up=be.kind != "cpu" or solver.compile_step)
     row = {"backend": be.name, "device": be.device, "dtype": be.dtype, "n": n, "mode": mode,
            "copies": solver.deposit_copies, "solve_ms": 1e3 * seconds,
            "step_us": 1e6 * seconds / NT, "memory_estimate_MiB": solver.memory_estimate / 2**20}
@@ -169,11 +169,12 @@ def hybrid_iteration(be: mw.Backend, n: int, budget: float) -> dict[str, Any]:
         M = fp.solve_fp(U, m0)
         coupling.state(M)
         t2 = be.timer()
-        parts.update(hjb_ms=1e3 * (t1 - t0), fp_ms=1e3 * (t2 - t1))
+        if t2 - t0 < parts.get("total", float("inf")):  # the parts of the best iteration
+            parts.update(total=t2 - t0, hjb_ms=1e3 * (t1 - t0), fp_ms=1e3 * (t2 - t1))
 
-    total = timed(be, iteration, budget)
+    timed(be, iteration, budget)
     return {"backend": be.name, "device": be.device, "dtype": be.dtype, "n": n,
-            "iteration_ms": 1e3 * total} | parts
+            "iteration_ms": 1e3 * parts.pop("total")} | parts
 
 
 def main(argv: list[str] | None = None) -> int:

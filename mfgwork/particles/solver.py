@@ -79,6 +79,7 @@ class ParticleFP:
         self._offsets: Any = None
         self._graph: Any = None
         self.use_cuda_graph = on_cuda and (cuda_graph is None or bool(cuda_graph))
+        self.compile_step = bool(compile_step) and backend.name == "torch"
         if backend.name == "torch":
             from .torch_kernels import TorchKernels
 
@@ -88,7 +89,6 @@ class ParticleFP:
 
             self.generator = torch.Generator(device=backend.native_device)
             self._advance = self.kernels.advance
-            self.compile_step = bool(compile_step)
             if self.compile_step:
                 self._advance = torch.compile(self.kernels.advance, fullgraph=True,
                                               dynamic=False)
