@@ -38,14 +38,13 @@ class Constants(NamedTuple):
     inv_w: Any
 
 
-def newton_iterations(u: Any, u_next: Any, F_n: Any, c: Constants, steps: int, *,
-                      solve: Any, xp: Any) -> tuple[Any, Any]:
-    """``steps`` Newton iterations for R(u) = 0 (one HJB time step); returns u and the
-    last update relative to 1 + max|u| (per batch member)."""
-    for _ in range(steps):
-        lower, diag, upper, q = jacobian_bands(u, c.nu, c.h, c.dt, c.inv_hw, xp)
-        du = solve(lower, diag, upper, hjb_residual(u, u_next, F_n, q, c.nu, c.dt, c.inv_w, xp))
-        u = u - du
+def newton_step(u: Any, u_next: Any, F_n: Any, c: Constants, *, solve: Any, xp: Any
+                ) -> tuple[Any, Any]:
+    """One Newton iteration for R(u) = 0 (one HJB time step); returns the new u and the
+    update relative to 1 + max|u| (per batch member)."""
+    lower, diag, upper, q = jacobian_bands(u, c.nu, c.h, c.dt, c.inv_hw, xp)
+    du = solve(lower, diag, upper, hjb_residual(u, u_next, F_n, q, c.nu, c.dt, c.inv_w, xp))
+    u = u - du
     return u, xp.max(xp.abs(du), axis=-1) / (1.0 + xp.max(xp.abs(u), axis=-1))
 
 
@@ -67,7 +66,7 @@ class FiniteDifferences:
     """The implicit upwind scheme on ``grid`` with diffusion ``nu`` for ``backend``."""
 
     def __init__(self, grid: Grid, nu: float | np.ndarray, backend: Backend, *,
-                 accelerator_newton_steps: int = 3,
+                 accelerator_newton_steps: int = 4,
                  compile_steps: bool | str = False, cuda_graphs: bool | None = None) -> None:
         self.grid, self.backend = grid, backend
         self.nu = np.asarray(nu, dtype=np.float64)  # a scalar, or (B, 1) for a batch
@@ -83,13 +82,13 @@ class FiniteDifferences:
         solve = tridiagonal_solver(backend)
         self._consts = Constants(backend.asarray(self.nu), backend.asarray(grid.h),
                                  backend.asarray(grid.dt), self.inv_hw, self.inv_w)
-        self._newton_kernel = partial(newton_iterations, solve=solve, xp=backend.xp)
+        self._newton = partial(newton_step, solve=solve, xp=backend.xp)
         self._fp_kernel = partial(fp_step, solve=solve)
         self.use_cuda_graphs = backend.kind == "cuda" if cuda_graphs is None else cuda_graphs
         self._graphs: dict[tuple, Any] = {}
         if compile_steps:
-            self._newton_kernel, self._fp_kernel = _compiled(
-                self._newton_kernel, self._fp_kernel,
+            self._newton, self._fp_kernel = _compiled(
+                self._newton, self._fp_kernel,
                 "default" if compile_steps is True else compile_steps)
 
     # -- HJB ---------------------------------------------------------------------------------
@@ -114,10 +113,7 @@ class FiniteDifferences:
         if not worst <= self.accept_tol:
             raise SolverError(f"HJB Newton did not converge in {steps} steps per time step "
                               f"(largest final relative update {worst:.3g})")
-        # the next sweep (next Picard iterate, closer guess) starts from what sufficed here,
-        # one step fewer when this one converged with a wide margin
-        margin = worst <= 1e-2 * self.accept_tol
-        self.newton_steps = max(1, steps - 1) if margin else steps
+        self.newton_steps = steps  # what sufficed here serves the next (closer) iterate
         return U
 
     def _hjb_compiled(self, U_T: np.ndarray, F: np.ndarray, guess: np.ndarray | None) -> Any:
@@ -148,7 +144,7 @@ class FiniteDifferences:
             u = u_next if guess is None else guess[..., n, :]
             if adaptive:
                 for _ in range(max_newton):
-                    u, step = self._newton(u, u_next, F[..., n, :], 1)
+                    u, step = self._newton(u, u_next, F[..., n, :], self._consts)
                     self.newton_iterations += 1
                     if float(xp.max(step)) <= self.newton_tol:
                         break
@@ -156,7 +152,8 @@ class FiniteDifferences:
                     raise SolverError(f"HJB Newton did not converge at time step n={n} "
                                       f"(t={g.t[n]:.6g}) in {max_newton} iterations")
             else:
-                u, step = self._newton(u, u_next, F[..., n, :], max_newton)
+                for _ in range(max_newton):
+                    u, step = self._newton(u, u_next, F[..., n, :], self._consts)
                 worst = xp.maximum(worst, step)
             levels[n] = u
         return xp.stack(levels, axis=-2), xp.max(worst)
@@ -184,9 +181,6 @@ class FiniteDifferences:
         else:
             self._graphs[key] = graphed
         return eager
-
-    def _newton(self, u: Any, u_next: Any, F_n: Any, steps: int) -> tuple[Any, Any]:
-        return self._newton_kernel(u, u_next, F_n, self._consts, steps)
 
     # -- FP ----------------------------------------------------------------------------------
     def solve_fp(self, U: Any, m0: Any) -> Any:
