@@ -265,10 +265,10 @@ def _dask_pool(workers: int, scheduler: str | None
 
 # -- the front door ------------------------------------------------------------------------------
 def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, Any],
-          out_dir: str | os.PathLike, parameters: Mapping[str, Any] | None = None, *,
+          out_dir: str | os.PathLike, parameters: Mapping[str, Any] | None = None,
           workers: int | None = None, scheduler: str | None = None, dask: bool = False,
-          retry_failed: bool = False, kernel_name: str | None = None,
-          progress: bool = True) -> SweepIndex:
+          retry_failed: bool = False, progress: bool = True, *,
+          kernel_name: str | None = None) -> SweepIndex:
     """Run ``notebook`` for every point of ``grid`` into run folders under ``out_dir``.
 
     ``grid`` is a spec (see :mod:`mfgwork.sweep_spec`) as a mapping, a YAML/JSON file or YAML
