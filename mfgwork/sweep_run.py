@@ -277,7 +277,7 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
     ``dask=True`` to a fresh ``LocalCluster``. Finished runs are skipped; failed ones are
     retried only with ``retry_failed``. Returns the index, also written to ``index.csv``
     after every finished run. The spec is checked against the notebook's parameters before
-    any run starts.
+    any run starts. ``kernel_name`` picks the Jupyter kernel (default: the notebook's).
     """
     from .runs import notebook_parameters
 
