@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .backend import Backend, get_backend
+from .backend import Backend, get_backend, to_numpy
 from .errors import ParameterError, check_choice, check_int, check_real
 from .fdm.sweeps import FiniteDifferences
 from .particles import ParticleFP, check_particle_args
@@ -40,7 +40,8 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     ``method="particles"``: HJB by finite differences, FP by ``n_particles`` particles
     (default 100 000; see :class:`mfgwork.particles.ParticleFP`) drawn from ``seed`` (None: a
     fresh seed, recorded in ``params``); every FP solve restarts from that seed (common random
-    numbers), so the Picard map is deterministic.
+    numbers), so the Picard map is deterministic. With particles on torch, HJB is solved on
+    the host (compiled NumPy float64 sweep) and U moved to the device once per iterate.
     ``compile_steps``: ``torch.compile`` the per-time-step kernels of the torch path (True, or
     a ``torch.compile`` mode name); it fuses their many small operations, which pays off on
     CUDA for long solves once the one-time compilation is done.
@@ -66,14 +67,17 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     U_T = problem.terminal_cost(grid, be)
     coupling = problem.coupling(grid, be)
     scheme_fd = FiniteDifferences(grid, problem.nu, be, compile_steps=compile_steps)
-    fp, fp_params = scheme_fd.solve_fp, {}
+    hjb, fp, fp_params = scheme_fd.solve_hjb, scheme_fd.solve_fp, {}
     if method == "particles":
         particles = ParticleFP(grid, problem.sigma, be, n_particles=n_particles, seed=seed)
         fp = particles.solve_fp
         fp_params = {"n_particles": particles.n_particles, "seed": particles.seed}
+        if be.name != "numpy":
+            scheme_fd = FiniteDifferences(grid, problem.nu, get_backend("numpy"))
+            hjb = _on_host(scheme_fd.solve_hjb, be)
     setup = time.perf_counter() - started
-    out = _iterate(coupling, scheme_fd.solve_hjb, fp, m0, U_T, grid.nt, be, scheme, tol,
-                   max_iter, progress, batched=False)
+    out = _iterate(coupling, hjb, fp, m0, U_T, grid.nt, be, scheme, tol, max_iter, progress,
+                   batched=False)
     timings = {"setup": setup, **_phase_totals(out["history"]),
                "total": time.perf_counter() - started}
     settings = {"method": method, "tol": tol, "max_iter": max_iter,
@@ -154,6 +158,17 @@ def _check_batch(problems: Sequence[MFGProblem]) -> list[MFGProblem]:
                     f"problems[{i}].{name}={getattr(p, name)!r} is invalid: a batch shares one "
                     f"grid, so it must equal problems[0].{name}={getattr(problems[0], name)!r}")
     return problems
+
+
+def _on_host(solve_hjb: Any, be: Backend) -> Any:
+    """HJB solved by the compiled NumPy float64 sweep, U moved to ``be``: with particles the
+    grid is small and the sequential sweep takes milliseconds on the CPU, far less than its
+    thousands of tiny kernel launches on a device. One transfer each way per Picard iterate."""
+    def hjb(U_T: Any, F: Any, guess: Any | None) -> Any:
+        host = [None if a is None else np.asarray(to_numpy(a), dtype=np.float64)
+                for a in (U_T, F, guess)]
+        return be.asarray(solve_hjb(*host))
+    return hjb
 
 
 def _iterate(coupling: Any, hjb: Any, fp: Any, m0: Any, U_T: Any, nt: int, be: Backend,
