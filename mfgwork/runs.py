@@ -154,7 +154,7 @@ def _execute(path: Path, output: Path, params: dict[str, Any], kernel_name: str 
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
-    extra = {}
+    extra: dict[str, Any] = {"shutdown_kernel": "immediate"}  # outputs are saved by then
     if kernel_name is None and _language(path) == "python":
         # ipykernel warns on stderr about its local TCP transport; the notebook keeps errors
         extra["extra_arguments"] = ["--IPKernelApp.log_level=ERROR"]

@@ -33,7 +33,7 @@ def test_batch_matches_one_by_one_solves():
 
 def test_batch_in_mps_emulation_agrees_with_float64(mps_emulation):
     problems = _problems()[:3]
-    batch = mw.solve_batch(problems, backend=mps_emulation, **(GRID | {"tol": 1e-5}))
+    batch = mw.solve_batch(problems, backend=mps_emulation, **(GRID | {"tol": 2e-5}))
     for p, res in zip(problems, batch, strict=True):
         ref = mw.solve(p, **GRID)
         assert mw.to_numpy(res.M).dtype == np.float32

@@ -98,7 +98,7 @@ def _rel(a, b) -> float:
 
 
 def test_backends_agree_on_converged_santa_fe(mps_emulation):
-    kw = {"nx": 52, "nt": 52, "tol": 1e-5, "max_iter": 300, "progress": False}
+    kw = {"nx": 52, "nt": 52, "tol": 2e-5, "max_iter": 300, "progress": False}
     ref = mw.solve(mw.SantaFeBar(), **kw)
     t64 = mw.solve(mw.SantaFeBar(), backend="torch", device="cpu", **kw)
     t32 = mw.solve(mw.SantaFeBar(), backend=mps_emulation, **kw)
@@ -107,7 +107,7 @@ def test_backends_agree_on_converged_santa_fe(mps_emulation):
              for name, r in (("torch cpu float64", t64), ("mps emulation float32", t32))}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", mw.ConvergenceWarning)
-        five = {name: mw.solve(mw.SantaFeBar(), nx=52, nt=52, max_iter=5, backend=b,
+        five = {name: mw.solve(mw.SantaFeBar(), nx=52, nt=52, max_iter=5, tol=2e-5, backend=b,
                                progress=False) for name, b in
                 (("numpy", "numpy"), ("torch cpu float64", mw.get_backend("torch")),
                  ("mps emulation float32", mps_emulation))}

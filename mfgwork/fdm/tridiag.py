@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from scipy.linalg import lapack
 
 from ..backend import Backend
 
@@ -29,6 +28,8 @@ TridiagonalSolver = Callable[[Any, Any, Any, Any], Any]
 def solve_lapack(lower: np.ndarray, diag: np.ndarray, upper: np.ndarray,
                  rhs: np.ndarray) -> np.ndarray:
     """LAPACK ``?gtsv`` on each matrix of the batch."""
+    from scipy.linalg import lapack  # imported on first use: keeps ``import mfgwork`` light
+
     gtsv = lapack.get_lapack_funcs("gtsv", (diag,))
     batch = diag.shape[:-1]
     out = np.empty(np.broadcast_shapes(diag.shape, rhs.shape), dtype=diag.dtype)
