@@ -168,20 +168,22 @@ def _relative_change(new: Any, old: Any, xp: Any, batched: bool) -> Any:
 
 def fixed_point(coupling: Any, hjb: Any, fp: Any, *, m0: Any, U_T: Any, nt: int,
                 backend: Backend, scheme: IterationScheme, tol: float, max_iter: int,
-                progress: Any = None, batched: bool = False) -> dict[str, Any]:
+                progress: Any = None, batched: bool = False, M_init: Any = None,
+                U_init: Any = None) -> dict[str, Any]:
     """Run the damped/accelerated Picard iteration. Returns U, M, history and status.
 
     ``hjb(U_T, F, guess)`` and ``fp(U, m0)`` are the two solvers; ``coupling`` maps densities
     to the coupling state and the state to the running cost. The first state is that of
     agents who do not move: m(t) = m0 for all t. ``batched``: arrays carry a leading axis of
     independent problems; the history records the largest change over them, and the
-    iteration stops when every problem has converged.
+    iteration stops when every problem has converged. ``M_init``/``U_init``: a warm start
+    (e.g. the solution at nearby parameters) in place of agents who do not move.
     """
     xp = backend.xp
     scheme.reset(batched)
     history = History()
-    U = None
-    M = xp.stack([m0] * (nt + 1), axis=-2)
+    U = U_init
+    M = xp.stack([m0] * (nt + 1), axis=-2) if M_init is None else M_init
     z = coupling.state(M)
     converged = False
     iterations = 0

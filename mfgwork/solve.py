@@ -26,7 +26,8 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
           tol: float = 1e-8, max_iter: int = 200,
           iteration: str | IterationScheme | None = None,
           progress: bool | None = None, n_particles: int | None = None,
-          seed: int | None = None, compile_steps: bool | str = False) -> Result:
+          seed: int | None = None, compile_steps: bool | str = False,
+          initial: Result | None = None) -> Result:
     """Solve the MFG system of ``problem`` on an ``nx`` × ``nt`` grid.
 
     ``nx`` counts grid points including both walls; ``nt`` time steps give ``nt + 1`` levels.
@@ -42,6 +43,9 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     fresh seed, recorded in ``params``); every FP solve restarts from that seed (common random
     numbers), so the Picard map is deterministic. With particles on torch, HJB is solved on
     the host (compiled NumPy float64 sweep) and U moved to the device once per iterate.
+    ``initial``: a result on the same grid (e.g. at nearby parameters) to start the Picard
+    iteration from, instead of agents who do not move; it saves iterations when the
+    parameters moved little.
     ``compile_steps``: ``torch.compile`` the per-time-step kernels of the torch path (True, or
     a ``torch.compile`` mode name); it fuses their many small operations, which pays off on
     CUDA for long solves once the one-time compilation is done.
@@ -62,6 +66,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     scheme = make_scheme(iteration)
     be = get_backend(backend, device, dtype)
     tol = _reachable_tol(tol, be)
+    warm = _warm_start(initial, grid, be)
 
     m0 = problem.initial_density(grid, be)
     U_T = problem.terminal_cost(grid, be)
@@ -77,7 +82,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
             hjb = _on_host(scheme_fd.solve_hjb, be)
     setup = time.perf_counter() - started
     out = _iterate(coupling, hjb, fp, m0, U_T, grid.nt, be, scheme, tol, max_iter, progress,
-                   batched=False)
+                   batched=False, **warm)
     timings = {"setup": setup, **_phase_totals(out["history"]),
                "total": time.perf_counter() - started}
     settings = {"method": method, "tol": tol, "max_iter": max_iter,
@@ -171,13 +176,27 @@ def _on_host(solve_hjb: Any, be: Backend) -> Any:
     return hjb
 
 
+def _warm_start(initial: Result | None, grid: Any, be: Backend) -> dict[str, Any]:
+    """``initial``'s U and M on ``be`` as the starting iterate (checked against the grid)."""
+    if initial is None:
+        return {}
+    if not isinstance(initial, Result):
+        raise ParameterError(f"initial={initial!r} is invalid: must be an mfgwork Result or "
+                             "None")
+    shape = tuple(np.shape(to_numpy(initial.M)))
+    if shape != (grid.nt + 1, grid.nx):
+        raise ParameterError(f"initial has M of shape {shape}: must match the grid, "
+                             f"({grid.nt + 1}, {grid.nx}) for nx={grid.nx}, nt={grid.nt}")
+    return {"M_init": be.asarray(to_numpy(initial.M)), "U_init": be.asarray(to_numpy(initial.U))}
+
+
 def _iterate(coupling: Any, hjb: Any, fp: Any, m0: Any, U_T: Any, nt: int, be: Backend,
              scheme: IterationScheme, tol: float, max_iter: int, progress: bool | None,
-             batched: bool) -> dict[str, Any]:
+             batched: bool, **warm: Any) -> dict[str, Any]:
     bar = _progress_bar(progress, max_iter)
     try:
         out = fixed_point(coupling, hjb, fp, m0=m0, U_T=U_T, nt=nt, backend=be, scheme=scheme,
-                          tol=tol, max_iter=max_iter, progress=bar, batched=batched)
+                          tol=tol, max_iter=max_iter, progress=bar, batched=batched, **warm)
     finally:
         if bar is not None:
             bar.close()

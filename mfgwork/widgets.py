@@ -191,6 +191,10 @@ class SantaFeExplorer:
         problem = SantaFeBar(**{k: s[k] for k in SLIDERS})
         # particles: a fixed seed, so that the figures change with the parameters, not the noise
         extra = {"n_particles": self.n_particles, "seed": 0} if s["method"] == "particles" else {}
+        last = self.result
+        if last is not None and (last.method, last.backend, last.device, len(last.x)) == (
+                s["method"], s["backend"], s["device"], s["nx"]):
+            extra["initial"] = last  # warm start from the previous equilibrium
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)  # shown in the status line
             return solve(problem, nx=s["nx"], nt=s["nx"], method=s["method"],

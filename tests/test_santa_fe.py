@@ -118,3 +118,14 @@ def test_backends_agree_on_converged_santa_fe(mps_emulation):
     assert table["torch cpu float64"][0] <= 1e-10 and table["torch cpu float64"][1] <= 1e-10
     assert table["mps emulation float32"][0] <= 1e-4 and table["mps emulation float32"][1] <= 1e-4
     assert mw.to_numpy(t32.M).dtype == np.float32
+
+
+def test_warm_start_from_nearby_parameters_saves_iterations():
+    kw = {"nx": 101, "nt": 101, "tol": 1e-6, "progress": False}
+    before = mw.solve(mw.SantaFeBar(threshold=0.6), **kw)
+    cold = mw.solve(mw.SantaFeBar(threshold=0.62), **kw)
+    warm = mw.solve(mw.SantaFeBar(threshold=0.62), initial=before, **kw)
+    assert warm.converged and warm.iterations < cold.iterations
+    assert np.max(np.abs(warm.M - cold.M)) <= 1e-5 * np.max(cold.M)
+    with pytest.raises(mw.ParameterError, match=r"initial has M of shape \(102, 101\)"):
+        mw.solve(mw.SantaFeBar(), nx=51, nt=51, initial=before)
