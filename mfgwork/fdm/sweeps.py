@@ -1,7 +1,8 @@
 """HJB (backward) and FP (forward) sweeps of the implicit finite-difference scheme.
 
 :class:`FiniteDifferences` binds the scheme of :mod:`.operators` to a grid, ν and a backend.
-On NumPy it runs the compiled loops of :mod:`.compiled`; on torch it runs the array-API
+On the CPU (NumPy arrays, and torch CPU tensors through zero-copy views) it runs the compiled
+loops of :mod:`.compiled`; on accelerators and under MPS emulation it runs the array-API
 sweeps below with the backend's tridiagonal kernel. On accelerators (and MPS emulation) the
 time loop makes no host round trip: each step takes a fixed number of Newton iterations and
 the largest final Newton update is checked once after the sweep (if it is too large, the
@@ -54,6 +55,11 @@ def fp_step(lower_t: Any, diag: Any, upper_t: Any, mu: Any, c: Constants, *,
     return solve(lower_t, diag, upper_t, mu / c.dt)
 
 
+def _host(a: Any) -> np.ndarray:
+    """A NumPy view of a host array (NumPy, or a torch CPU tensor without copying)."""
+    return a if isinstance(a, np.ndarray) else np.ascontiguousarray(a.numpy())
+
+
 def _compiled(newton: Any, fp: Any, mode: str) -> tuple[Any, Any]:
     """``torch.compile`` the per-step kernels (fusing their many small ops)."""
     import torch
@@ -84,6 +90,8 @@ class FiniteDifferences:
                                  backend.asarray(grid.dt), self.inv_hw, self.inv_w)
         self._newton = partial(newton_step, solve=solve, xp=backend.xp)
         self._fp_kernel = partial(fp_step, solve=solve)
+        # NumPy arrays and torch CPU tensors (zero-copy views) run the compiled loops
+        self._host_loops = backend.kind == "cpu" and not backend.emulate_mps
         self.use_cuda_graphs = backend.kind == "cuda" if cuda_graphs is None else cuda_graphs
         self._graphs: dict[tuple, Any] = {}
         if compile_steps:
@@ -98,8 +106,9 @@ class FiniteDifferences:
         ``guess`` (same shape as U, optional) seeds Newton at each step, e.g. the previous
         Picard iterate; otherwise each step starts from the later time level.
         """
-        if self.backend.name == "numpy" and F.ndim == 2:
-            return self._hjb_compiled(U_T, F, guess)
+        if self._host_loops and F.ndim == 2:
+            host = [None if a is None else _host(a) for a in (U_T, F, guess)]
+            return self._from_host(self._hjb_compiled(*host))
         if not self.backend.is_accelerator:
             return self._hjb_array(U_T, F, guess, MAX_NEWTON, adaptive=True)[0]
         steps = self.newton_steps
@@ -115,6 +124,13 @@ class FiniteDifferences:
                               f"(largest final relative update {worst:.3g})")
         self.newton_steps = steps  # what sufficed here serves the next (closer) iterate
         return U
+
+    def _from_host(self, a: np.ndarray) -> Any:
+        if self.backend.name == "numpy":
+            return a
+        import torch
+
+        return torch.from_numpy(a)
 
     def _hjb_compiled(self, U_T: np.ndarray, F: np.ndarray, guess: np.ndarray | None) -> Any:
         from . import compiled
@@ -187,14 +203,15 @@ class FiniteDifferences:
         """Densities M (levels 0..nt) from m0, transported by the control −∂x u of U."""
         g = self.grid
         mu0 = m0 * self.weights
-        if self.backend.name == "numpy" and U.ndim == 2:
+        if self._host_loops and U.ndim == 2:
             from . import compiled
 
-            mu = np.empty_like(U)
-            mu[0] = mu0
-            compiled.fp_sweep(U, mu, float(self.nu), g.h, g.dt,
-                              self._inv_hw_np.astype(U.dtype))
-            return mu * self._inv_w_np.astype(U.dtype)
+            U_host = _host(U)
+            mu = np.empty_like(U_host)
+            mu[0] = _host(mu0)
+            compiled.fp_sweep(U_host, mu, float(self.nu), g.h, g.dt,
+                              self._inv_hw_np.astype(U_host.dtype))
+            return self._from_host(mu * self._inv_w_np.astype(U_host.dtype))
         return self._graphed(("fp",), self._fp_array, (U, mu0)) * self.inv_w
 
     def _fp_array(self, U: Any, mu0: Any) -> Any:
