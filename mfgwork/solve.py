@@ -41,8 +41,9 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     ``method="particles"``: HJB by finite differences, FP by ``n_particles`` particles
     (default 100 000; see :class:`mfgwork.particles.ParticleFP`) drawn from ``seed`` (None: a
     fresh seed, recorded in ``params``); every FP solve restarts from that seed (common random
-    numbers), so the Picard map is deterministic. With particles on torch, HJB is solved on
-    the host (compiled NumPy float64 sweep) and U moved to the device once per iterate.
+    numbers), so the Picard map is deterministic. With particles on an accelerator, HJB is
+    solved on the host (compiled NumPy float64 sweep) and U moved to the device once per
+    iterate.
     ``initial``: a result on the same grid (e.g. at nearby parameters) to start the Picard
     iteration from, instead of agents who do not move; it saves iterations when the
     parameters moved little.
@@ -77,7 +78,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
         particles = ParticleFP(grid, problem.sigma, be, n_particles=n_particles, seed=seed)
         fp = particles.solve_fp
         fp_params = {"n_particles": particles.n_particles, "seed": particles.seed}
-        if be.name != "numpy":
+        if be.is_accelerator:  # (the CPU backends run the compiled loops already)
             scheme_fd = FiniteDifferences(grid, problem.nu, get_backend("numpy"))
             hjb = _on_host(scheme_fd.solve_hjb, be)
     setup = time.perf_counter() - started
