@@ -188,9 +188,6 @@ class Backend:
     def zeros(self, shape: int | tuple[int, ...]) -> Any:
         return self.xp.zeros(shape, dtype=self.native_dtype, device=self.native_device)
 
-    def empty(self, shape: int | tuple[int, ...]) -> Any:
-        return self.xp.empty(shape, dtype=self.native_dtype, device=self.native_device)
-
     def linspace(self, start: float, stop: float, num: int) -> Any:
         """Grid points computed in float64 on the host, then moved: the same on every backend."""
         return self.asarray(np.linspace(start, stop, num))
@@ -213,11 +210,6 @@ class Backend:
         """A host clock reading taken after the device has finished its queued work."""
         self.synchronize()
         return time.perf_counter()
-
-    def info(self) -> dict[str, Any]:
-        """Device information in the style of ``torch.cuda``: name, count, memory in bytes."""
-        return device_info(self.device if not self.emulate_mps else "cpu") | {
-            "backend": self.name, "dtype": self.dtype, "emulate_mps": self.emulate_mps}
 
 
 def get_backend(backend: str = "numpy", device: str = "cpu", dtype: object = None) -> Backend:
