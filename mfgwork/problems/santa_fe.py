@@ -74,9 +74,11 @@ class SantaFeBar(MFGProblem):
         import array_api_compat
 
         xp = array_api_compat.array_namespace(theta)
-        chi = _fraction_above_zero(theta, xp)
-        A = xp.sum(_trapezoid_weights(theta, xp) * chi * m)
-        return -self.payoff(A, xp) * chi
+        grid = Grid(self.x_min, self.x_max, theta.shape[0], self.T, 1)
+        fraction = grid.cell_fraction_above(0.0)
+        chi, chi_w = (xp.asarray(a, dtype=theta.dtype, device=array_api_compat.device(theta))
+                      for a in (fraction, grid.weights * fraction))
+        return -self.payoff(xp.sum(chi_w * m), xp) * chi
 
     def coupling(self, grid: Grid, backend: Backend) -> Coupling:
         """Iterate on the attendance path A(t) only: the coupling passes through it alone."""
@@ -93,19 +95,6 @@ def gaussian_m0(theta: Any) -> Any:
 def zero_terminal_cost(theta: Any) -> Any:
     """g = 0."""
     return 0.0 * theta
-
-
-def _trapezoid_weights(x: Any, xp: Any) -> Any:
-    h = (x[-1] - x[0]) / (x.shape[0] - 1)
-    end = xp.ones_like(x[:1]) * (h / 2)
-    return xp.concat([end, xp.ones_like(x[1:-1]) * h, end])
-
-
-def _fraction_above_zero(x: Any, xp: Any) -> Any:
-    h = (x[-1] - x[0]) / (x.shape[0] - 1)
-    lo = xp.clip(x - h / 2, x[0], None)
-    hi = xp.clip(x + h / 2, None, x[-1])
-    return xp.clip((hi - xp.clip(lo, 0.0, None)) / (hi - lo), 0.0, 1.0)
 
 
 class AttendanceCoupling(Coupling):
