@@ -24,7 +24,7 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 lint: $(STAMP)
-	$(PY) -m ruff check mfgwork tests benchmarks
+	$(PY) -m ruff check mfgwork tests benchmarks notebooks
 
 doctor: $(STAMP)
 	$(PY) -m mfgwork doctor

@@ -8,10 +8,13 @@ is one FP solve (sampling + nt = 201 steps + deposits): ``step_us`` = solve time
 NumPy backend (compiled kernel + PCG64 normals, one core) is always measured in the same run
 and is the baseline of the ``x_numpy`` ratios; ``x_plain`` compares with a plain vectorized
 NumPy step (``mfgwork.particles.checks`` references + ``Generator.standard_normal``). On torch
-the table also gives the eager ``step`` and ``deposit`` kernels alone, and on CUDA the whole
-solve replayed as a CUDA graph (``mode=graph``) and launched eagerly (``mode=eager``), for
-each ``--copies`` (private deposit copies); with ``--compile`` also the step fused by
-``torch.compile``. Finally one hybrid Picard iteration (FDM HJB +
+the table also gives the eager ``step`` and ``deposit`` kernels alone (on the fused path: the
+normals and the fused step + deposit kernel). On CUDA the modes are: the fused Triton step
+replayed as a CUDA graph (``fused``, the default of ``mw.solve``) and launched eagerly
+(``fused-eager``), and the plain torch ops as a graph (``graph``) and eagerly (``eager``), for
+each ``--copies`` (private deposit copies); with ``--compile`` also the plain step fused by
+``torch.compile``. Columns k_step_us and k_dep_us hold those kernel times (on fused rows:
+the normals and the fused kernel). Finally one hybrid Picard iteration (FDM HJB +
 particle FP, Santa Fe, N = 1e6 unless --hybrid-n) per backend. Times are taken with
 ``backend.timer()`` (device synchronized) after a warm-up solve; on the CPU a solve longer than
 ``--budget`` is timed once (the compiled kernels are loaded by then).
@@ -49,6 +52,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--compile", action="store_true",
                     help="also time the step fused by torch.compile (mode compile / "
                          "graph+compile; compiles once per N and dtype)")
+    ap.add_argument("--modes", default=None,
+                    help="CUDA modes to time (default: fused,fused-eager,graph,eager)")
+    ap.add_argument("--numpy-max", type=float, default=None,
+                    help="largest N of the NumPy baseline rows (default: every size)")
     ap.add_argument("--hybrid-n", type=float, default=1e6, help="N of the hybrid Picard timing")
     ap.add_argument("--budget", type=float, default=2.0,
                     help="seconds of repeats per measurement after the warm-up")
@@ -90,9 +97,11 @@ def solve_row(be: mw.Backend, n: int, U: np.ndarray, m0: np.ndarray, budget: flo
     grid = p.grid(NX, NT)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        on_cuda = be.kind == "cuda"
         solver = ParticleFP(grid, p.sigma, be, n_particles=n, seed=0, deposit_copies=copies,
-                            cuda_graph=mode.startswith("graph") if be.kind == "cuda" else None,
-                            compile_step=mode.endswith("compile"))
+                            cuda_graph=not mode.endswith("eager") if on_cuda else None,
+                            compile_step=mode.endswith("compile"),
+                            fused=mode.startswith("fused") if on_cuda else None)
         U_be, m0_be = be.asarray(U), be.asarray(m0)
         seconds = timed(be, lambda: solver.solve_fp(U_be, m0_be), budget,
                         warm_up=be.kind != "cpu" or solver.compile_step)
@@ -104,22 +113,36 @@ def solve_row(be: mw.Backend, n: int, U: np.ndarray, m0: np.ndarray, budget: flo
         row["warnings"] = [str(w.message) for w in caught]
     if be.name == "torch":
         row["compiled"] = solver._advance is not solver.kernels.advance
+        row["fused"] = solver.fused
         row |= kernel_times(be, solver, U_be, m0_be, budget / 4)
     return row
 
 
 def kernel_times(be: mw.Backend, solver: ParticleFP, U: Any, m0: Any,
                  budget: float) -> dict[str, float]:
-    """Eager step and deposit kernels alone, microseconds per call."""
+    """Eager kernels alone, microseconds per call: step and locate + deposit of the plain
+    path, or the normals and the fused step + deposit of the fused path."""
     import torch
 
     k, n = solver.kernels, solver.n_particles
     y = k.sample(m0, torch.rand(n, dtype=be.native_dtype, device=be.native_device))
     b0, db = k.drift_tables(U)
     xi = torch.randn(n, dtype=be.native_dtype, device=be.native_device)
+    g = solver.grid
+    fused = solver._fused_kernels
+    if fused is not None:
+        row = fused.mass_buffer(1)[0]
+
+        def normals() -> None:
+            torch.randn(n, generator=solver.generator, out=xi)
+
+        def step_deposit() -> None:
+            fused.step_deposit(y, xi, b0[0], db[0], row)
+
+        return {"kernel_randn_us": 1e6 * timed(be, normals, budget),
+                "kernel_fused_us": 1e6 * timed(be, step_deposit, budget)}
     masses = k.mass_buffer(2)
     i, f = k.locate(y)
-    g = solver.grid
 
     def step() -> None:
         k.step(y, xi, b0[0], db[0], i, f, g.dt, solver.noise)
@@ -179,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     on_cuda = args.device.startswith("cuda")
     copies = ([int(c) for c in args.copies.split(",")] if args.copies
               else ([1, 64] if on_cuda else [None]))
-    modes = ["graph", "eager"] if on_cuda else ["-"]
+    modes = (args.modes.split(",") if args.modes else ["fused", "fused-eager", "graph", "eager"]
+             ) if on_cuda else ["-"]
     if args.compile:
         modes.append("graph+compile" if on_cuda else "compile")
     rows, hybrid = [], []
@@ -187,18 +211,21 @@ def main(argv: list[str] | None = None) -> int:
         base = mw.get_backend("numpy", "cpu", dtype)
         be = mw.get_backend(args.backend, args.device, dtype) if target else None
         for n in sizes:
-            ref = solve_row(base, n, U, m0, args.budget)
-            ref["plain_step_us"] = plain_numpy_step_us(n, dtype, U, args.budget / 2)
-            ref["x_numpy"], ref["x_plain"] = 1.0, ref["plain_step_us"] / ref["step_us"]
-            rows.append(ref)
-            _print_row(ref)
+            ref = None
+            if args.numpy_max is None or n <= args.numpy_max:
+                ref = solve_row(base, n, U, m0, args.budget)
+                ref["plain_step_us"] = plain_numpy_step_us(n, dtype, U, args.budget / 2)
+                ref["x_numpy"], ref["x_plain"] = 1.0, ref["plain_step_us"] / ref["step_us"]
+                rows.append(ref)
+                _print_row(ref)
             if be is None:
                 continue
             for mode in modes:
-                for c in copies:
+                for c in ([None] if mode.startswith("fused") else copies):
                     row = solve_row(be, n, U, m0, args.budget, mode, c)
-                    row["x_numpy"] = ref["step_us"] / row["step_us"]
-                    row["x_plain"] = ref["plain_step_us"] / row["step_us"]
+                    if ref is not None:
+                        row["x_numpy"] = ref["step_us"] / row["step_us"]
+                        row["x_plain"] = ref["plain_step_us"] / row["step_us"]
                     rows.append(row)
                     _print_row(row)
     hybrid_n = int(args.hybrid_n)
@@ -227,12 +254,15 @@ def _print_row(r: dict[str, Any]) -> None:
               f"{'step_us':>10} {'solve_ms':>10} {'x_numpy':>8} {'x_plain':>8} "
               f"{'k_step_us':>9} {'k_dep_us':>9}")
         _HEADER = True
-    ks = f"{r['kernel_step_us']:9.1f}" if "kernel_step_us" in r else f"{'-':>9}"
-    kd = (f"{r['kernel_locate_deposit_us']:9.1f}" if "kernel_locate_deposit_us" in r
-          else f"{'-':>9}")
+    def cell(key: str, width: int, fmt: str) -> str:
+        return format(r[key], f"{width}{fmt}") if key in r else f"{'-':>{width}}"
+
+    fused = "kernel_fused_us" in r
+    ks = cell("kernel_randn_us" if fused else "kernel_step_us", 9, ".1f")
+    kd = cell("kernel_fused_us" if fused else "kernel_locate_deposit_us", 9, ".1f")
     print(f"{r['backend']:<7} {r['device']:<6} {r['dtype']:<8} {r['n']:>9.0e} {r['mode']:<13} "
-          f"{r['copies']:>6} {r['step_us']:10.1f} {r['solve_ms']:10.1f} {r['x_numpy']:8.2f} "
-          f"{r['x_plain']:8.2f} {ks} {kd}", flush=True)
+          f"{r['copies']:>6} {r['step_us']:10.1f} {r['solve_ms']:10.1f} "
+          f"{cell('x_numpy', 8, '.2f')} {cell('x_plain', 8, '.2f')} {ks} {kd}", flush=True)
 
 
 if __name__ == "__main__":

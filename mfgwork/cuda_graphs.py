@@ -15,13 +15,19 @@ from typing import Any
 
 
 class GraphedCall:
-    """``fn(*inputs)`` recorded as a CUDA graph; ``generator``: a torch.Generator it draws from
-    (registered, so that a replay after reseeding draws the same numbers as an eager call)."""
+    """``fn(*inputs)`` recorded as a CUDA graph.
 
-    def __init__(self, fn: Callable[..., Any], *inputs: Any, generator: Any = None) -> None:
+    ``generator``: a torch.Generator that ``fn`` draws from. It is registered with the graph,
+    and each replay first reseeds it with ``seed``, so every replay draws the numbers an eager
+    call right after ``generator.manual_seed(seed)`` draws.
+    """
+
+    def __init__(self, fn: Callable[..., Any], *inputs: Any, generator: Any = None,
+                 seed: int | None = None) -> None:
         import torch
 
         self.inputs = [a.clone() for a in inputs]
+        self.generator, self.seed = generator, seed
         self.graph = torch.cuda.CUDAGraph()
         if generator is not None:
             self.graph.register_generator_state(generator)
@@ -31,6 +37,8 @@ class GraphedCall:
     def run(self, *inputs: Any) -> Any:
         for buffer, a in zip(self.inputs, inputs, strict=True):
             buffer.copy_(a)
+        if self.generator is not None and self.seed is not None:
+            self.generator.manual_seed(self.seed)
         self.graph.replay()
         if isinstance(self.outputs, tuple):
             return tuple(o.clone() for o in self.outputs)
@@ -38,14 +46,12 @@ class GraphedCall:
 
 
 def record_checked(fn: Callable[..., Any], eager: Any, *inputs: Any, what: str,
-                   generator: Any = None, reseed: Callable[[], None] | None = None
-                   ) -> GraphedCall | None:
-    """Record ``fn`` and check a replay against ``eager`` (its eager result on ``inputs``),
-    bitwise. Returns the recording, or None with a warning when it differs or fails."""
+                   generator: Any = None, seed: int | None = None) -> GraphedCall | None:
+    """Record ``fn`` and check a replay against ``eager`` (its eager result on ``inputs``,
+    drawn right after ``generator.manual_seed(seed)`` if it draws random numbers), bitwise.
+    Returns the recording, or None with a warning when it differs or fails."""
     try:
-        graphed = GraphedCall(fn, *inputs, generator=generator)
-        if reseed is not None:
-            reseed()
+        graphed = GraphedCall(fn, *inputs, generator=generator, seed=seed)
         replay = graphed.run(*inputs)
         pairs = zip(replay, eager, strict=True) if isinstance(eager, tuple) else [(replay, eager)]
         if all(bool((a == b).all()) for a, b in pairs):

@@ -21,17 +21,22 @@ from .backend import Backend, available_backends, device_info, get_backend, to_n
 
 Check = Callable[[Backend], tuple[Any, np.ndarray]]
 CHECKS: dict[str, Check] = {}
+APPLIES: dict[str, Callable[[Backend], bool]] = {}
 
 TOLERANCE = {"float64": 1e-10, "float32": 1e-4}
 
 
-def register_check(name: str) -> Callable[[Check], Check]:
-    """Register ``fn(backend) -> (value on backend, NumPy float64 reference)``.
+def register_check(name: str, applies: Callable[[Backend], bool] | None = None
+                   ) -> Callable[[Check], Check]:
+    """Register ``fn(backend) -> (value on backend, NumPy float64 reference)``, run on the
+    backends where ``applies(backend)`` (default: all).
 
     The difference is measured relative to max(1, max |reference|).
     """
     def wrap(fn: Check) -> Check:
         CHECKS[name] = fn
+        if applies is not None:
+            APPLIES[name] = applies
         return fn
     return wrap
 
@@ -97,11 +102,33 @@ def _check_particle_step(be: Backend) -> tuple[Any, np.ndarray]:
     return step_check(be)
 
 
+def _fused_applies(be: Backend) -> bool:
+    from .particles.triton_kernels import triton_available
+
+    return be.name == "torch" and be.kind == "cuda" and triton_available()
+
+
+@register_check("fused particle deposit", applies=_fused_applies)
+def _check_fused_deposit(be: Backend) -> tuple[Any, np.ndarray]:
+    from .particles.checks import fused_deposit_check
+
+    return fused_deposit_check(be)
+
+
+@register_check("fused particle step", applies=_fused_applies)
+def _check_fused_step(be: Backend) -> tuple[Any, np.ndarray]:
+    from .particles.checks import fused_step_check
+
+    return fused_step_check(be)
+
+
 def run_checks(backends: list[Backend] | None = None) -> list[dict[str, Any]]:
     """Run every registered check on every backend; one row per (check, backend)."""
     rows = []
     for be in backends or usable_backends():
         for name, fn in CHECKS.items():
+            if name in APPLIES and not APPLIES[name](be):
+                continue
             row: dict[str, Any] = {"check": name, "backend": be.name, "device": be.device,
                                    "dtype": be.dtype, "tolerance": TOLERANCE[be.dtype]}
             try:

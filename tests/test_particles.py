@@ -283,28 +283,30 @@ def test_cuda_memory_estimate_is_checked_against_free_device_memory(monkeypatch)
 
 
 class _BrokenGraph:
-    def __init__(self, *args):
+    def __init__(self, *args, **kwargs):
         raise RuntimeError("capture not supported here")
 
 
 class _WrongGraph:
-    def __init__(self, solver, U, m0):
-        self.solver = solver
+    """A "replay" that draws other random numbers than the eager solve."""
 
-    def run(self, U, m0):
-        self.solver.generator.manual_seed(self.solver.seed + 1)
-        return self.solver._masses_torch(U, m0)
+    def __init__(self, fn, *inputs, generator=None, seed=None):
+        self.fn, self.generator, self.seed = fn, generator, seed
+
+    def run(self, *inputs):
+        self.generator.manual_seed(self.seed + 1)
+        return self.fn(*inputs)
 
 
 @pytest.mark.parametrize("graph, reason", [(_BrokenGraph, "capture not supported"),
-                                           (_WrongGraph, "differs from the eager solve")])
+                                           (_WrongGraph, "differs from the eager call")])
 def test_cuda_graph_falls_back_to_the_eager_loop(monkeypatch, graph, reason):
     """The graph path's safety net, exercised on the CPU: a graph that cannot be recorded or
     that disagrees with the eager solve is dropped with a warning; results stay eager."""
     torch_or_skip()
-    from mfgwork.particles import cuda_graph
+    from mfgwork import cuda_graphs
 
-    monkeypatch.setattr(cuda_graph, "GraphedSolve", graph)
+    monkeypatch.setattr(cuda_graphs, "GraphedCall", graph)
     be = mw.get_backend("torch", "cpu", "float64")
     U, m0 = ou_inputs(be)
     eager = ParticleFP(OU_GRID, OU_SIGMA, be, n_particles=2000, seed=3).solve_fp(U, m0)
@@ -365,3 +367,14 @@ def test_device_paths_have_no_host_sync_and_mps_no_float64(path, density):
         assert torch.float64 not in seen["dtypes"], seen["dtypes"]
     assert not any("_local_scalar_dense" in op for op in seen["ops"])
     assert any("index_add" in op for op in seen["ops"])  # the recorder sees the kernels
+
+
+def test_default_deposit_copies_respect_the_memory_cap():
+    from mfgwork.particles.solver import COPIES_MAX_BYTES, CUDA_DEPOSIT_COPIES, default_copies
+
+    assert default_copies(False, 201, 200) == 1
+    assert default_copies(True, 201, 200) == CUDA_DEPOSIT_COPIES
+    big = default_copies(True, 2001, 4000)
+    assert 1 <= big < CUDA_DEPOSIT_COPIES
+    assert big * 8 * 2001 * 4001 <= COPIES_MAX_BYTES < (big + 1) * 8 * 2001 * 4001
+    assert default_copies(True, 100_001, 100_000) == 1

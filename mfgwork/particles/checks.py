@@ -98,3 +98,34 @@ def step_check(be: Backend) -> tuple[Any, np.ndarray]:
     b_be = be.asarray(b)
     i, f = k.locate(y_be)
     return k.step(y_be, be.asarray(xi), b_be[:-1], b_be[1:] - b_be[:-1], i, f, DT, NOISE), ref
+
+
+def _fused(be: Backend, n: int) -> Any:
+    from .triton_kernels import FusedKernels
+
+    g = GRID
+    return FusedKernels(g.nx, g.x_max - g.x_min, n, DT, NOISE, be.asarray(g.weights),
+                        copies=64)
+
+
+def fused_deposit_check(be: Backend) -> tuple[Any, np.ndarray]:
+    """The fused Triton kernel's CIC deposit (torch CUDA) against :func:`reference_deposit`."""
+    y, _, _ = _inputs()
+    g = GRID
+    fused = _fused(be, y.size)
+    masses = fused.mass_buffer(1)
+    fused.deposit(be.asarray(y), masses[0])
+    mu = fused.node_masses(masses)[0]
+    return mu / (mu.sum() * be.asarray(g.weights)), reference_deposit(y, g)
+
+
+def fused_step_check(be: Backend) -> tuple[Any, np.ndarray]:
+    """The fused Triton kernel's step (torch CUDA) against :func:`reference_step`."""
+    y, xi, b = _inputs()
+    g = GRID
+    ref = reference_step(y, xi, b, g, DT, NOISE)
+    fused = _fused(be, y.size)
+    y_be, b_be = be.asarray(y.copy()), be.asarray(b)
+    fused.step_deposit(y_be, be.asarray(xi), b_be[:-1].contiguous(),
+                       (b_be[1:] - b_be[:-1]).contiguous(), fused.mass_buffer(1)[0])
+    return y_be, ref

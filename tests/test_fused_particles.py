@@ -1,0 +1,131 @@
+"""The fused Triton step + deposit (CUDA): against the NumPy references and the plain torch
+path, reproducible, and refused where it cannot run.
+
+The kernel tests run on CUDA when there is one, else under Triton's CPU interpreter when
+Triton is installed (``pip install triton``), else they are skipped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mfgwork as mw
+from mfgwork.errors import ParameterError
+from mfgwork.particles import ParticleFP
+from mfgwork.particles import triton_kernels as tk
+from mfgwork.particles.checks import fused_deposit_check, fused_step_check
+
+TOLERANCE = {"float64": 1e-12, "float32": 2e-5}
+GRID = mw.Grid(-2.0, 3.0, 41, 1.0, 12)
+
+
+@pytest.fixture
+def fused_device(monkeypatch) -> str:
+    """"cuda" where Triton compiles for a GPU, else "cpu" under Triton's interpreter."""
+    torch = pytest.importorskip("torch")
+    if not tk.triton_available():
+        pytest.skip("Triton is not installed")
+    if torch.cuda.is_available():
+        return "cuda"
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(tk, "_STEP_DEPOSIT", None)  # jit it again, for the interpreter
+    return "cpu"
+
+
+def _solver(be: mw.Backend, device: str, fused: bool) -> ParticleFP:
+    if device == "cuda":
+        return ParticleFP(GRID, 0.7, be, n_particles=3000, seed=8, fused=fused)
+    solver = ParticleFP(GRID, 0.7, be, n_particles=3000, seed=8, fused=False)
+    if fused:  # the interpreter runs the kernel on CPU tensors, which ParticleFP never picks
+        solver._fused_kernels = solver._make_fused()
+    return solver
+
+
+def _drift_inputs(be: mw.Backend) -> tuple[object, object]:
+    g = GRID
+    U = np.array([np.sin(2 * g.x) * (1 + 0.1 * t) + 0.4 * g.x**2 for t in g.t])
+    m0 = np.exp(-2 * (g.x - 0.5) ** 2)
+    return be.asarray(U), be.asarray(m0 / np.dot(g.weights, m0))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("check", [fused_deposit_check, fused_step_check])
+def test_fused_kernel_matches_the_numpy_reference(fused_device, dtype, check):
+    be = mw.get_backend("torch", fused_device, dtype)
+    value, ref = check(be)
+    diff = np.max(np.abs(mw.to_numpy(value).astype(np.float64) - ref)) / np.max(np.abs(ref))
+    assert diff <= TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_fused_solve_matches_plain_torch_and_repeats_bitwise(fused_device, dtype):
+    be = mw.get_backend("torch", fused_device, dtype)
+    U, m0 = _drift_inputs(be)
+    plain = _solver(be, fused_device, fused=False).solve_fp(U, m0)
+    solver = _solver(be, fused_device, fused=True)
+    fused = solver.solve_fp(U, m0)
+    assert solver._fused_kernels is not None
+    scale = float(plain.abs().max())
+    assert float((fused - plain).abs().max()) <= 10 * TOLERANCE[dtype] * scale
+    assert bool((solver.solve_fp(U, m0) == fused).all())
+    mass = mw.to_numpy(fused) @ GRID.weights
+    assert np.abs(mass - 1).max() < (1e-12 if dtype == "float64" else 1e-5)
+
+
+def test_fused_is_refused_where_it_cannot_run():
+    pytest.importorskip("torch")
+    be = mw.get_backend("torch", "cpu", "float64")
+    with pytest.raises(ParameterError, match="fused=True needs a torch CUDA backend"):
+        ParticleFP(GRID, 0.7, be, n_particles=10, fused=True)
+    with pytest.raises(ParameterError, match="fused='yes' is not allowed"):
+        ParticleFP(GRID, 0.7, be, n_particles=10, fused="yes")
+    assert not ParticleFP(GRID, 0.7, be, n_particles=10).fused
+
+
+@pytest.mark.parametrize(("n", "copies"), [(1000, 1), (20_000, 3), (50_000, 256)])
+def test_packed_deposit_unpacks_to_the_two_sided_fixed_point_masses(n, copies):
+    """The packed fields of the fused deposit, filled here by NumPy as the kernel fills them,
+    give exactly the integers of adding 2^k − r to node i and r to node i + 1; also with every
+    particle of a slot at f = 1, where the fields are fullest."""
+    torch = pytest.importorskip("torch")
+    nx = 17
+    fused = tk.FusedKernels(nx, 1.0, n, 0.1, 0.1, torch.zeros(1, dtype=torch.float64),
+                            copies=copies)
+    rng = np.random.default_rng(n)
+    for cells, fractions in [(rng.integers(0, nx - 1, n), rng.uniform(0, 1, n)),
+                             (np.full(n, nx - 2), np.ones(n))]:
+        r = np.floor(fractions * 2.0**fused.k).astype(np.int64)
+        packed = np.zeros(copies * nx, dtype=np.int64)
+        np.add.at(packed, np.arange(n) % copies * nx + cells, (1 << fused.shift) + r)
+        two_sided = np.zeros(nx, dtype=np.int64)
+        np.add.at(two_sided, cells, (1 << fused.k) - r)
+        np.add.at(two_sided, cells + 1, r)
+        mu = fused.integer_node_masses(torch.from_numpy(packed)[None])[0]
+        assert np.array_equal(mu.numpy(), two_sided)
+
+
+def test_packing_leaves_enough_bits_or_refuses():
+    assert tk.packing_bits(10**6, 256)[0] == 39
+    assert tk.packing_bits(10**7, 256)[0] == 31
+    with pytest.raises(ParameterError, match="n_particles=1000000000 with deposit_copies=1"):
+        tk.packing_bits(10**9, 1)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("copies", [3, 64])
+def test_fused_deposit_counts_every_particle_once(fused_device, dtype, copies):
+    """The count fields of the packed masses add up to N exactly and the node masses to
+    N 2^k: no particle lost or doubled, for particles on nodes and walls too."""
+    from mfgwork.particles.checks import GRID as CHECK_GRID
+    from mfgwork.particles.checks import _inputs
+
+    be = mw.get_backend("torch", fused_device, dtype)
+    y = _inputs()[0][:3000]
+    g = CHECK_GRID
+    fused = tk.FusedKernels(g.nx, g.x_max - g.x_min, y.size, 0.1, 0.1,
+                            be.asarray(g.weights), copies=copies)
+    masses = fused.mass_buffer(1)
+    fused.deposit(be.asarray(y), masses[0])
+    assert int((masses >> fused.shift).sum()) == y.size
+    assert int(fused.integer_node_masses(masses).sum()) == y.size << fused.k
