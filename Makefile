@@ -11,6 +11,8 @@ STAMP  := $(VENV)/.installed
 .PHONY: run test lint bench doctor lab
 
 LAB_PORT ?= 8888
+# pytest-xdist processes for make test (the CI machine has two cores)
+TEST_WORKERS ?= 2
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,7 +23,7 @@ run: $(STAMP)
 	$(PY) -m mfgwork run notebooks/01_santa_fe_bar.ipynb -o runs/santa_fe_bar
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check mfgwork tests benchmarks notebooks
