@@ -103,9 +103,9 @@ def _check_particle_step(be: Backend) -> tuple[Any, np.ndarray]:
 
 
 def _fused_applies(be: Backend) -> bool:
-    from .particles.triton_kernels import triton_available
+    from .particles.triton_kernels import fused_available
 
-    return be.name == "torch" and be.kind == "cuda" and triton_available()
+    return fused_available(be)
 
 
 @register_check("fused particle deposit", applies=_fused_applies)

@@ -84,7 +84,7 @@ class ParticleFP:
         self.sigma = check_real("sigma", sigma, low=0.0, low_open=False)
         self.grid, self.backend = grid, backend
         on_cuda = backend.name == "torch" and backend.kind == "cuda"
-        self.fused = _use_fused(fused, on_cuda)
+        self.fused = _use_fused(fused, backend)
         copies = (deposit_copies if deposit_copies is not None
                   else default_copies(on_cuda, grid.nx, grid.nt))
         self.deposit_copies = check_int("deposit_copies", copies, low=1)
@@ -180,9 +180,8 @@ class ParticleFP:
     def _make_fused(self) -> Any:
         from .triton_kernels import FusedKernels
 
-        like = self.backend.asarray(self.grid.weights)
         return FusedKernels(self.grid.nx, self.length, self.n_particles, self.grid.dt,
-                            self.noise, like, self.deposit_copies)
+                            self.noise, self.weights, self.deposit_copies)
 
     def _masses_fused(self, y: Any, U: Any) -> Any:
         """The loop of :meth:`_masses_torch` with one fused kernel per time step."""
@@ -248,20 +247,18 @@ class ParticleFP:
         return be.asarray(mu / (mu.sum(axis=1, keepdims=True) * weights))
 
 
-def _use_fused(fused: object, on_cuda: bool) -> bool:
+def _use_fused(fused: object, backend: Backend) -> bool:
     """Whether the fused Triton step serves this solve (``fused`` None: when it can)."""
-    from .triton_kernels import triton_available
+    from .triton_kernels import fused_available
 
     if fused is None:
-        return on_cuda and triton_available()
+        return fused_available(backend)
     if not isinstance(fused, bool):
         raise ParameterError(f"fused={fused!r} is not allowed: use True, False or None")
-    if fused and not on_cuda:
-        raise ParameterError("fused=True needs a torch CUDA backend (the fused step is a "
-                             "Triton kernel); use fused=None or False here")
-    if fused and not triton_available():
-        raise ParameterError("fused=True needs Triton, which is not installed here; "
-                             "use fused=None or False")
+    if fused and not fused_available(backend):
+        raise ParameterError("fused=True needs a torch CUDA backend with Triton installed (the "
+                             f"fused step is a Triton kernel), not {backend.name}/"
+                             f"{backend.device}; use fused=None or False here")
     return fused
 
 

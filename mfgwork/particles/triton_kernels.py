@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
+from ..backend import Backend
 from ..errors import ParameterError
 from .torch_kernels import FIXED_POINT_MAX_BITS
 
@@ -34,6 +35,11 @@ HI_BITS = 20  # bits of f taken first; k ≤ 40 leaves at most 20 for the rest
 def triton_available() -> bool:
     """Whether Triton is installed (it ships with the Linux CUDA builds of torch)."""
     return importlib.util.find_spec("triton") is not None
+
+
+def fused_available(backend: Backend) -> bool:
+    """Whether the fused kernel can run on ``backend``: torch on CUDA, Triton installed."""
+    return backend.name == "torch" and backend.kind == "cuda" and triton_available()
 
 
 def _kernel() -> Any:
