@@ -15,7 +15,7 @@ for part in $parts; do
     echo "=== $part ==="
     case "$part" in
         doctor) $py -m mfgwork doctor --json > "$out/doctor.json"
-                $py -c "import json, sys; from mfgwork.doctor import format_report; \
+                $py -c "import json, sys; from mfgwork.apps.doctor import format_report; \
 print(format_report(json.load(open(sys.argv[1]))))" "$out/doctor.json" ;;
         fdm) $py benchmarks/fdm.py --repeats "${FDM_REPEATS:-3}" --batch "${FDM_BATCH:-256}" \
                 --targets "${FDM_TARGETS:-numpy,torch-cuda,torch-cuda-f32,torch-cuda-compiled}" \

@@ -24,8 +24,8 @@ import warnings
 from pathlib import Path
 
 import mfgwork as mw
+from mfgwork.apps.explorer import GRIDS, SantaFeExplorer
 from mfgwork.results import provenance
-from mfgwork.widgets import GRIDS, SantaFeExplorer
 
 TARGET_S = 0.3  # slider change → new figure, at the default grid, method fdm
 

@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 
 import mfgwork as mw
-from mfgwork.doctor import versions
-from mfgwork.particles import triton_kernels as tk
-from mfgwork.particles.solver import default_copies
+from mfgwork.apps.doctor import versions
+from mfgwork.numerics.particles import triton_kernels as tk
+from mfgwork.numerics.particles.solver import default_copies
 
 
 def main(argv: list[str] | None = None) -> int:

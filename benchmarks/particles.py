@@ -7,7 +7,8 @@ The drift is the Santa Fe equilibrium U on the default 201 × 201 grid (FDM, Num
 is one FP solve (sampling + nt = 201 steps + deposits): ``step_us`` = solve time / nt. The
 NumPy backend (compiled kernel + PCG64 normals, one core) is always measured in the same run
 and is the baseline of the ``x_numpy`` ratios; ``x_plain`` compares with a plain vectorized
-NumPy step (``mfgwork.particles.checks`` references + ``Generator.standard_normal``). On torch
+NumPy step (``mfgwork.numerics.particles.self_checks`` references +
+``Generator.standard_normal``). On torch
 the table also gives the eager ``step`` and ``deposit`` kernels alone (on the fused path: the
 normals and the fused step + deposit kernel). On CUDA the modes are: the fused Triton step
 replayed as a CUDA graph (``fused``, the default of ``mw.solve``) and launched eagerly
@@ -33,9 +34,9 @@ from typing import Any
 import numpy as np
 
 import mfgwork as mw
-from mfgwork.doctor import versions
-from mfgwork.particles import ParticleFP
-from mfgwork.particles.checks import reference_deposit, reference_step
+from mfgwork.apps.doctor import versions
+from mfgwork.numerics.particles import ParticleFP
+from mfgwork.numerics.particles.self_checks import reference_deposit, reference_step
 
 NX = NT = 201
 

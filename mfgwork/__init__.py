@@ -9,7 +9,7 @@ Convention (ν = σ²/2, reflecting walls):
 PyTorch is imported only when a torch backend is asked for.
 """
 
-from .backend import (
+from .core.backend import (
     Backend,
     available_backends,
     available_devices,
@@ -19,14 +19,14 @@ from .backend import (
     mps_emulation,
     to_numpy,
 )
-from .errors import BackendError, ConvergenceWarning, ParameterError, SolverError
-from .grid import Grid
-from .particles import ParticleFP
-from .picard import Anderson, FictitiousPlay, Relaxation
+from .core.errors import BackendError, ConvergenceWarning, ParameterError, SolverError
+from .core.grid import Grid
+from .numerics.iteration import Anderson, FictitiousPlay, Relaxation
+from .numerics.particles import ParticleFP
 from .problems import HopfColeProblem, MFGProblem, SantaFeBar
 from .results import Result, load, save_run
 from .solve import solve, solve_batch
-from .sweep_run import SweepIndex, load_sweep, sweep
+from .workflows.sweeps import SweepIndex, load_sweep, sweep
 
 __version__ = "0.1.0"
 
@@ -39,10 +39,17 @@ __all__ = [
 ]
 
 
+# Modules a notebook reaches as ``mw.<name>`` (or ``from mfgwork import <name>``), loaded on
+# first use: they pull in matplotlib, papermill or ipywidgets, which ``import mfgwork`` avoids.
+LAZY_MODULES = {
+    "plots": "analysis.plots", "studies": "analysis.studies", "runs": "workflows.runs",
+    "sweep_plots": "workflows.sweep_plots", "widgets": "apps.explorer",
+}
+
+
 def __getattr__(name: str) -> object:
-    """``mw.widgets`` (the notebook explorer, which needs ipywidgets) loads on first use."""
-    if name == "widgets":
+    if name in LAZY_MODULES:
         import importlib
 
-        return importlib.import_module(".widgets", __name__)
+        return importlib.import_module(f".{LAZY_MODULES[name]}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,7 @@ import sys
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from .doctor import main
+    from .apps.doctor import main
 
     return main(as_json=args.json)
 
@@ -36,7 +36,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .runs import main
+    from .workflows.runs import main
 
     return main(args.notebook, args.parameter, args.out_dir, args.kernel)
 
@@ -64,9 +64,9 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from .errors import ParameterError
-    from .runs import parse_value
-    from .sweep_run import describe, sweep
+    from .core.errors import ParameterError
+    from .workflows.runs import parse_value
+    from .workflows.sweeps import describe, sweep
 
     try:
         index = sweep(args.notebook, args.grid, args.out_dir,

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .backend import to_numpy
+from .core.backend import to_numpy
 
 ARRAYS = ("x", "t", "U", "M", "attendance")
 

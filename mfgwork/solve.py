@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from .backend import Backend, get_backend, to_numpy
-from .errors import ParameterError, check_choice, check_int, check_real
-from .fdm.sweeps import FiniteDifferences
-from .particles import ParticleFP, check_particle_args
-from .picard import IterationScheme, fixed_point, make_scheme
+from .core.backend import Backend, get_backend, to_numpy
+from .core.errors import ParameterError, check_choice, check_int, check_real
+from .numerics.fdm.sweeps import FiniteDifferences
+from .numerics.iteration import IterationScheme, fixed_point, make_scheme
+from .numerics.particles import ParticleFP, check_particle_args
 from .problems.base import BatchCoupling, MFGProblem
 from .problems.santa_fe import SantaFeBar
 from .results import Result
@@ -34,12 +34,12 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     ``method="fdm"``: implicit upwind finite differences for HJB and FP (Achdou's adjoint
     scheme). ``backend``/``device``/``dtype`` choose where it runs (see
     :func:`mfgwork.get_backend`). The Picard iteration (``iteration``: "anderson" (default),
-    "relaxation", "fictitious_play", "picard" or an :class:`~mfgwork.picard.IterationScheme`)
+    "relaxation", "fictitious_play", "picard" or an :class:`~mfgwork.IterationScheme`)
     stops when the relative changes of U and M are below ``tol``, or after ``max_iter``
-    iterations with ``converged=False`` and a :class:`~mfgwork.errors.ConvergenceWarning`.
+    iterations with ``converged=False`` and a :class:`~mfgwork.ConvergenceWarning`.
     ``progress``: a tqdm bar (None: shown only when the solve lasts over a second).
     ``method="particles"``: HJB by finite differences, FP by ``n_particles`` particles
-    (default 100 000; see :class:`mfgwork.particles.ParticleFP`) drawn from ``seed`` (None: a
+    (default 100 000; see :class:`mfgwork.ParticleFP`) drawn from ``seed`` (None: a
     fresh seed, recorded in ``params``); every FP solve restarts from that seed (common random
     numbers), so the Picard map is deterministic. With particles on an accelerator, HJB is
     solved on the host (compiled NumPy float64 sweep) and U moved to the device once per

@@ -23,7 +23,7 @@ def mock_accelerators(monkeypatch):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda > 0)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: cuda)
         monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
-        monkeypatch.setattr(mw.backend, "_warned_mps_float32", False)
+        monkeypatch.setattr(mw.core.backend, "_warned_mps_float32", False)
 
     return apply
 

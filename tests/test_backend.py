@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import mfgwork as mw
-from mfgwork.errors import BackendError
+from mfgwork.core.errors import BackendError
 
 torch = pytest.importorskip("torch")
 

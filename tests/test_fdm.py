@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import mfgwork as mw
-from mfgwork.fdm.sweeps import FiniteDifferences
-from mfgwork.fdm.tridiag import solve_lapack, solve_pcr
+from mfgwork.numerics.fdm.sweeps import FiniteDifferences
+from mfgwork.numerics.fdm.tridiag import solve_lapack, solve_pcr
 
 
 def _errors(problem: mw.HopfColeProblem, nx: int) -> tuple[float, float]:
@@ -94,7 +94,7 @@ def test_fp_is_adjoint_of_linearized_hjb():
     U = np.cumsum(rng.standard_normal((grid.nt + 1, grid.nx)), axis=1)
     m0 = problem.initial_density(grid, be)
     M = fd.solve_fp(U, m0)
-    from mfgwork.fdm.operators import jacobian_bands
+    from mfgwork.numerics.fdm.operators import jacobian_bands
 
     lower, diag, upper, _ = jacobian_bands(U[3], fd.nu, grid.h, grid.dt, fd.inv_hw, np)
     phi = rng.standard_normal(grid.nx)

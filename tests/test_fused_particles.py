@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import mfgwork as mw
-from mfgwork.errors import ParameterError
-from mfgwork.particles import ParticleFP
-from mfgwork.particles import triton_kernels as tk
-from mfgwork.particles.checks import fused_deposit_check, fused_step_check
+from mfgwork.core.errors import ParameterError
+from mfgwork.numerics.particles import ParticleFP
+from mfgwork.numerics.particles import triton_kernels as tk
+from mfgwork.numerics.particles.self_checks import fused_deposit_check, fused_step_check
 
 TOLERANCE = {"float64": 1e-12, "float32": 2e-5}
 GRID = mw.Grid(-2.0, 3.0, 41, 1.0, 12)
@@ -117,8 +117,8 @@ def test_packing_leaves_enough_bits_or_refuses():
 def test_fused_deposit_counts_every_particle_once(fused_device, dtype, copies):
     """The count fields of the packed masses add up to N exactly and the node masses to
     N 2^k: no particle lost or doubled, for particles on nodes and walls too."""
-    from mfgwork.particles.checks import GRID as CHECK_GRID
-    from mfgwork.particles.checks import _inputs
+    from mfgwork.numerics.particles.self_checks import GRID as CHECK_GRID
+    from mfgwork.numerics.particles.self_checks import _inputs
 
     be = mw.get_backend("torch", fused_device, dtype)
     y = _inputs()[0][:3000]

@@ -16,7 +16,7 @@ import pytest
 from matplotlib.image import imread
 
 import mfgwork as mw
-from mfgwork import runs
+from mfgwork.workflows import runs
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -111,7 +111,7 @@ def test_bad_value_stops_at_the_top_with_the_library_message(tmp_path):
 
 
 def test_cpu_vs_accelerator(tmp_path):
-    torch_ok = mw.backend.torch_installed()
+    torch_ok = mw.core.backend.torch_installed()
     out = runs.run_notebook(NOTEBOOKS / "02_cpu_vs_accelerator.ipynb",
                             {"nx": 16, "nt": 15, "tol": 1e-5}, tmp_path / "cmp")
     metrics = check_common(out, "02_cpu_vs_accelerator.ipynb", {"backend_comparison"})

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import mfgwork as mw
-from mfgwork.particles import ParticleFP, silverman_bandwidth
-from mfgwork.particles.checks import deposit_check, step_check
+from mfgwork.numerics.particles import ParticleFP, silverman_bandwidth
+from mfgwork.numerics.particles.self_checks import deposit_check, step_check
 
 OU_GRID = mw.Grid(-5.0, 5.0, 201, 1.0, 50)
 OU_A, OU_SIGMA, OU_X0, OU_S0 = 1.5, 0.6, 1.0, 0.3
@@ -271,7 +271,7 @@ def test_solver_rejects_bad_density_and_shapes():
 
 def test_cuda_memory_estimate_is_checked_against_free_device_memory(monkeypatch):
     torch = torch_or_skip()
-    from mfgwork.particles.memory import check_fits
+    from mfgwork.numerics.particles.memory import check_fits
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2**30, 80 * 2**30))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 0)
@@ -304,7 +304,7 @@ def test_cuda_graph_falls_back_to_the_eager_loop(monkeypatch, graph, reason):
     """The graph path's safety net, exercised on the CPU: a graph that cannot be recorded or
     that disagrees with the eager solve is dropped with a warning; results stay eager."""
     torch_or_skip()
-    from mfgwork import cuda_graphs
+    from mfgwork.core import cuda_graphs
 
     monkeypatch.setattr(cuda_graphs, "GraphedCall", graph)
     be = mw.get_backend("torch", "cpu", "float64")
@@ -370,7 +370,11 @@ def test_device_paths_have_no_host_sync_and_mps_no_float64(path, density):
 
 
 def test_default_deposit_copies_respect_the_memory_cap():
-    from mfgwork.particles.solver import COPIES_MAX_BYTES, CUDA_DEPOSIT_COPIES, default_copies
+    from mfgwork.numerics.particles.solver import (
+        COPIES_MAX_BYTES,
+        CUDA_DEPOSIT_COPIES,
+        default_copies,
+    )
 
     assert default_copies(False, 201, 200) == 1
     assert default_copies(True, 201, 200) == CUDA_DEPOSIT_COPIES

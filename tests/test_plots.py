@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.image import imread
 
 import mfgwork as mw
-from mfgwork import plots
+from mfgwork.analysis import plots
 
 SINGLE_AXES = [plots.plot_density_heatmap, plots.plot_attendance, plots.plot_density_snapshots,
                plots.plot_value_snapshots, plots.plot_convergence, plots.plot_phase_portrait]
@@ -111,7 +111,7 @@ def test_backend_comparison_and_refinement(tmp_path):
 
 
 def test_library_leaves_pyplot_alone():
-    code = ("import mfgwork as mw, sys; from mfgwork import plots;"
+    code = ("import mfgwork as mw, sys; from mfgwork.analysis import plots;"
             "r = mw.solve(mw.SantaFeBar(), nx=21, nt=20, progress=False);"
             "plots.standard_figures(r); print('matplotlib.pyplot' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

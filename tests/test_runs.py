@@ -12,7 +12,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 import mfgwork as mw
-from mfgwork import runs
+from mfgwork.workflows import runs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -146,7 +146,7 @@ def test_command_line_failure_is_one_line(tmp_path):
 def test_save_run_round_trip(tmp_path):
     from matplotlib.image import imread
 
-    from mfgwork import plots
+    from mfgwork.analysis import plots
     from mfgwork.results import load_table
 
     res = mw.solve(mw.SantaFeBar(threshold=0.5), nx=21, nt=20, progress=False)

@@ -18,7 +18,7 @@ import pytest
 
 import mfgwork as mw
 from mfgwork.__main__ import main as cli
-from mfgwork.sweep_spec import SpecError, parse_spec, run_name
+from mfgwork.workflows.specs import SpecError, parse_spec, run_name
 
 pytest.importorskip("papermill")
 ROOT = Path(__file__).resolve().parents[1]
@@ -181,7 +181,7 @@ def test_rerun_skips_finished_runs_and_retries_failed_only_when_asked(
 
 
 def test_summary_notebook_draws_the_sweep(finished_sweep, tmp_path) -> None:
-    from mfgwork.runs import run_notebook
+    from mfgwork.workflows.runs import run_notebook
 
     folder = run_notebook(SUMMARY, {"sweep_dir": str(finished_sweep)}, tmp_path / "summary")
     figures = {p.stem for p in (folder / "figures").glob("*.png")}
@@ -203,7 +203,7 @@ def test_dask_local_cluster(tiny_notebook, tmp_path) -> None:
 def test_stale_temporaries_removed_unless_their_run_is_locked(tmp_path) -> None:
     from filelock import FileLock
 
-    from mfgwork.sweep_run import _clean_stale
+    from mfgwork.workflows.sweeps import _clean_stale
 
     for sub in ("runs", "locks", "failed"):
         (tmp_path / sub).mkdir()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import mfgwork as mw
-from mfgwork.errors import BackendError, ParameterError
+from mfgwork.core.errors import BackendError, ParameterError
 
 
 @pytest.mark.parametrize(("kwargs", "pattern"), [

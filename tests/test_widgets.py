@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("ipywidgets")
 
 import mfgwork as mw  # noqa: E402
-from mfgwork import widgets  # noqa: E402
+from mfgwork.apps import explorer as widgets  # noqa: E402
 from mfgwork.solve import METHODS  # noqa: E402
 
 NUMPY_ONLY = [("numpy", "cpu")]
@@ -199,7 +199,7 @@ def test_method_menu_switches_to_particles():
 def test_explorer_notebook_headless_writes_its_figures(tmp_path):
     """03_explorer under papermill: the explorer is built and its figures written."""
     pytest.importorskip("papermill")
-    from mfgwork import runs
+    from mfgwork.workflows import runs
 
     notebook = Path(__file__).resolve().parents[1] / "notebooks" / "03_explorer.ipynb"
     out = runs.run_notebook(notebook, {"threshold": 0.5, "nx": 52}, tmp_path / "explorer")

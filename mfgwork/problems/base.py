@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Backend, to_numpy
-from ..errors import ParameterError, check_real
-from ..grid import Grid
+from ..core.backend import Backend, to_numpy
+from ..core.errors import ParameterError, check_real
+from ..core.grid import Grid
 
 ArrayFn = Callable[..., Any]
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Backend
-from ..errors import ParameterError, check_real
-from ..grid import Grid
+from ..core.backend import Backend
+from ..core.errors import ParameterError, check_real
+from ..core.grid import Grid
 from .base import Coupling, MFGProblem
 
 DEFAULTS = {"threshold": 0.6, "sigma": 0.5, "T": 10.0, "theta_max": 5.0, "good": 10.0,

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import check_int, check_real
+from ..core.errors import check_int, check_real
 from .base import MFGProblem
 
 

@@ -2,7 +2,7 @@
 
 Fixed inputs (seeded): offsets on a 201-point grid of [−5, 5] including particles exactly on
 nodes and walls, Gaussian increments, and a smooth drift with steps large enough to reflect.
-Each check returns (value on the backend, reference), as :func:`mfgwork.doctor.register_check`
+Each check returns (value on the backend, reference), as :func:`mfgwork.apps.doctor.register_check`
 expects.
 """
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Backend
-from ..grid import Grid
+from ...core.backend import Backend
+from ...core.grid import Grid
 
 GRID = Grid(-5.0, 5.0, 201, 1.0, 1)
 N_CHECK = 20_000
@@ -62,7 +62,7 @@ def deposit_check(be: Backend) -> tuple[Any, np.ndarray]:
     ref = reference_deposit(y, g)
     y_be = y.astype(be.dtype)
     if be.name == "numpy":
-        from .numpy_kernels import cic_deposit
+        from .numba_kernels import cic_deposit
 
         mu = np.zeros(g.nx)
         cic_deposit(y_be, (g.nx - 1) / (g.x_max - g.x_min), mu)
@@ -84,7 +84,7 @@ def step_check(be: Backend) -> tuple[Any, np.ndarray]:
     ref = reference_step(y, xi, b, g, DT, NOISE)
     length = g.x_max - g.x_min
     if be.name == "numpy":
-        from .numpy_kernels import step_deposit
+        from .numba_kernels import step_deposit
 
         dtype = np.dtype(be.dtype)
         out = y.astype(dtype)

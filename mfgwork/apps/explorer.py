@@ -2,7 +2,7 @@
 
 Every change of a control re-solves the MFG system of :class:`mfgwork.SantaFeBar` (HJB
 backward, FP forward, Picard on the attendance path A(t) = ∫_{θ>0} m(t, θ) dθ) and redraws
-A(t), the density m(t, θ) and the convergence history with :mod:`mfgwork.plots`. Sliders
+A(t), the density m(t, θ) and the convergence history with :mod:`mfgwork.analysis.plots`. Sliders
 update on release (``continuous_update=False``). A failed solve shows its message in the
 status line, the last good figures stay, and the controls stay live.
 
@@ -28,12 +28,12 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from . import plots
-from .backend import available_backends
-from .errors import ConvergenceWarning, ParameterError, check_choice, check_int, check_real
-from .problems.santa_fe import DEFAULTS, SantaFeBar
-from .results import Result
-from .solve import METHODS, solve
+from ..analysis import plots
+from ..core.backend import available_backends
+from ..core.errors import ConvergenceWarning, ParameterError, check_choice, check_int, check_real
+from ..problems.santa_fe import DEFAULTS, SantaFeBar
+from ..results import Result
+from ..solve import METHODS, solve
 
 #: name → (label, min, max, step) of each problem slider; defaults are Santa Fe's.
 SLIDERS: dict[str, tuple[str, float, float, float]] = {
@@ -46,7 +46,7 @@ SLIDERS: dict[str, tuple[str, float, float, float]] = {
 }
 #: grid sizes offered (nx = nt).
 GRIDS = (52, 101, 151, 201)
-#: figure name → the :mod:`mfgwork.plots` function drawing it.
+#: figure name → the :mod:`mfgwork.analysis.plots` function drawing it.
 PANELS: dict[str, Callable[..., Figure]] = {
     "attendance": plots.plot_attendance,
     "density": plots.plot_density_heatmap,

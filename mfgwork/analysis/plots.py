@@ -21,9 +21,9 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from .backend import to_numpy
-from .errors import ParameterError
-from .results import Result
+from ..core.backend import to_numpy
+from ..core.errors import ParameterError
+from ..results import Result
 
 DPI = 110
 
@@ -191,7 +191,7 @@ def plot_backend_comparison(table: Sequence[Mapping[str, Any]]) -> Figure:
 
     ``table`` is a list of rows with ``label``, ``wall_time_s`` and the relative errors
     ``rel_error_U``, ``rel_error_M``, ``rel_error_A`` (as written by
-    :func:`mfgwork.studies.compare_backends`); a missing or zero error is not drawn.
+    :func:`mfgwork.analysis.studies.compare_backends`); a missing or zero error is not drawn.
     """
     rows = list(table)
     if not rows or any("label" not in r or "wall_time_s" not in r for r in rows):
@@ -222,7 +222,7 @@ def plot_backend_comparison(table: Sequence[Mapping[str, Any]]) -> Figure:
 
 def plot_refinement(rows: Sequence[Mapping[str, Any]], ax: Axes | None = None) -> Figure:
     """Log–log errors of U and M against h (rows of
-    :func:`mfgwork.studies.refinement_study`), with a slope-1 guide for first order."""
+    :func:`mfgwork.analysis.studies.refinement_study`), with a slope-1 guide for first order."""
     if len(rows) < 2 or any(k not in r for r in rows for k in ("h", "error_U", "error_M")):
         raise ParameterError(f"rows={list(rows)!r} is invalid: must be at least two rows with "
                              "'h', 'error_U' and 'error_M'")

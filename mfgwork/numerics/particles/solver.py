@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import cuda_graphs
-from ..backend import Backend
-from ..errors import ParameterError, check_choice, check_int, check_real
-from ..grid import Grid
+from ...core import cuda_graphs
+from ...core.backend import Backend
+from ...core.errors import ParameterError, check_choice, check_int, check_real
+from ...core.grid import Grid
 from .density import DENSITIES, kde_densities
 from .memory import check_fits
 
@@ -136,7 +136,7 @@ class ParticleFP:
 
     # -- NumPy --------------------------------------------------------------------------------
     def _masses_numpy(self, U: np.ndarray, m0: np.ndarray) -> np.ndarray:
-        from .numpy_kernels import cic_deposit, sample_offsets, step_deposit
+        from .numba_kernels import cic_deposit, sample_offsets, step_deposit
 
         g, n = self.grid, self.n_particles
         dtype = np.dtype(self.backend.dtype)

@@ -35,9 +35,9 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from .errors import ParameterError, check_int
-from .results import write_json
-from .sweep_spec import Run, SpecError, parse_spec, read_spec
+from ..core.errors import ParameterError, check_int
+from ..results import write_json
+from .specs import Run, SpecError, parse_spec, read_spec
 
 #: Headline metrics copied from a run's ``metrics.json`` into the index.
 METRICS = ("iterations", "converged", "mean_attendance", "time_overcrowded", "solve_time",
@@ -271,7 +271,7 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
           kernel_name: str | None = None) -> SweepIndex:
     """Run ``notebook`` for every point of ``grid`` into run folders under ``out_dir``.
 
-    ``grid`` is a spec (see :mod:`mfgwork.sweep_spec`) as a mapping, a YAML/JSON file or YAML
+    ``grid`` is a spec (see :mod:`mfgwork.workflows.specs`) as a mapping, a YAML/JSON file or YAML
     text; ``parameters`` are fixed for every run. Runs go to ``workers`` local processes
     (default: the number of usable cores), or to the Dask cluster at ``scheduler``, or with
     ``dask=True`` to a fresh ``LocalCluster``. Finished runs are skipped; failed ones are

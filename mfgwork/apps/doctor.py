@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .backend import Backend, available_backends, device_info, get_backend, to_numpy
+from ..core.backend import Backend, available_backends, device_info, get_backend, to_numpy
 
 Check = Callable[[Backend], tuple[Any, np.ndarray]]
 CHECKS: dict[str, Check] = {}
@@ -64,7 +64,7 @@ def _check_conversion(be: Backend) -> tuple[Any, np.ndarray]:
 def _check_tridiagonal(be: Backend) -> tuple[Any, np.ndarray]:
     from scipy.linalg import solve_banded
 
-    from .fdm.tridiag import tridiagonal_solver
+    from ..numerics.fdm.tridiag import tridiagonal_solver
 
     rng = _rng()
     n = 201
@@ -79,8 +79,8 @@ def _check_tridiagonal(be: Backend) -> tuple[Any, np.ndarray]:
 
 @register_check("fdm santa fe 52x52")
 def _check_fdm(be: Backend) -> tuple[Any, np.ndarray]:
-    from .problems import SantaFeBar
-    from .solve import solve
+    from ..problems import SantaFeBar
+    from ..solve import solve
 
     kw = {"nx": 52, "nt": 52, "max_iter": 300, "progress": False}
     ref = solve(SantaFeBar(), tol=1e-8, **kw)
@@ -90,34 +90,34 @@ def _check_fdm(be: Backend) -> tuple[Any, np.ndarray]:
 
 @register_check("particle deposit")
 def _check_particle_deposit(be: Backend) -> tuple[Any, np.ndarray]:
-    from .particles.checks import deposit_check
+    from ..numerics.particles.self_checks import deposit_check
 
     return deposit_check(be)
 
 
 @register_check("particle step")
 def _check_particle_step(be: Backend) -> tuple[Any, np.ndarray]:
-    from .particles.checks import step_check
+    from ..numerics.particles.self_checks import step_check
 
     return step_check(be)
 
 
 def _fused_applies(be: Backend) -> bool:
-    from .particles.triton_kernels import fused_available
+    from ..numerics.particles.triton_kernels import fused_available
 
     return fused_available(be)
 
 
 @register_check("fused particle deposit", applies=_fused_applies)
 def _check_fused_deposit(be: Backend) -> tuple[Any, np.ndarray]:
-    from .particles.checks import fused_deposit_check
+    from ..numerics.particles.self_checks import fused_deposit_check
 
     return fused_deposit_check(be)
 
 
 @register_check("fused particle step", applies=_fused_applies)
 def _check_fused_step(be: Backend) -> tuple[Any, np.ndarray]:
-    from .particles.checks import fused_step_check
+    from ..numerics.particles.self_checks import fused_step_check
 
     return fused_step_check(be)
 

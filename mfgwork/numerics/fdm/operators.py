@@ -1,6 +1,6 @@
 """The discrete operators shared by the HJB and FP steps (array-API code, batched).
 
-On the grid of :mod:`mfgwork.grid` (control volumes w_i, spacing h), with edge gradients
+On the grid of :mod:`mfgwork.core.grid` (control volumes w_i, spacing h), with edge gradients
 q_e = (u_{e+1} − u_e)/h and q = 0 across the walls (Neumann):
 
     (L u)_i = (q_i − q_{i−1}) / w_i                         diffusion

@@ -23,8 +23,8 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from ..backend import Backend
-from ..errors import ParameterError
+from ...core.backend import Backend
+from ...core.errors import ParameterError
 from .torch_kernels import FIXED_POINT_MAX_BITS
 
 BLOCK = 1024

@@ -1,4 +1,4 @@
-"""Figures of a sweep (see :mod:`mfgwork.sweep_run`), as functions returning a matplotlib
+"""Figures of a sweep (see :mod:`mfgwork.workflows.sweeps`), as functions returning a matplotlib
 ``Figure`` built without pyplot. Only finished runs are drawn; arrays come from the run
 folders through :func:`mfgwork.load` (NPZ + JSON, no pickle).
 
@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from .errors import ParameterError
-from .plots import DPI
-from .results import load
-from .sweep_run import SweepIndex
+from ..analysis.plots import DPI
+from ..core.errors import ParameterError
+from ..results import load
+from .sweeps import SweepIndex
 
 LABELS = {"mean_attendance": "mean attendance ⟨A⟩", "time_overcrowded": "time with A > A*",
           "iterations": "Picard iterations", "wall_time": "wall time per run [s]",

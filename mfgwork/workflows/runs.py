@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .backend import get_backend
-from .errors import ParameterError, check_choice, check_int, check_real
+from ..core.backend import get_backend
+from ..core.errors import ParameterError, check_choice, check_int, check_real
 
 FAILED_SUFFIX = ".failed.ipynb"
 _EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
@@ -69,7 +69,7 @@ def check_parameters(notebook: str | os.PathLike, parameters: Mapping[str, Any]
                      ) -> dict[str, Any]:
     """Check names and types of ``parameters`` against the notebook's defaults.
 
-    Raises :class:`~mfgwork.errors.ParameterError` for an unknown name (listing the
+    Raises :class:`~mfgwork.core.errors.ParameterError` for an unknown name (listing the
     notebook's parameters) or a value whose type differs from the default's (an int is
     accepted for a float; a None default accepts anything). Returns the parameters.
     """
@@ -243,9 +243,9 @@ def solve_options(*, nx: int, nt: int, method: str, backend: str, device: str, t
     """Check a notebook's solver parameters before any work; return ``mw.solve`` keywords.
 
     ``n_particles`` and ``seed`` are passed on only for ``method="particles"``. Unavailable
-    backends or devices raise :class:`~mfgwork.errors.BackendError` listing what is here.
+    backends or devices raise :class:`~mfgwork.core.errors.BackendError` listing what is here.
     """
-    from .solve import METHODS
+    from ..solve import METHODS
 
     options = {"nx": check_int("nx", nx, low=3), "nt": check_int("nt", nt, low=1),
                "method": check_choice("method", method, METHODS),

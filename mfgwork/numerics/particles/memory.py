@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 
-from ..backend import Backend
-from ..errors import ParameterError
+from ...core.backend import Backend
+from ...core.errors import ParameterError
 
 HOST_FRACTION = 0.8  # share of the host's available memory a CPU run may plan to use
 

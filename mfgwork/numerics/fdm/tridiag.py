@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import Backend
+from ...core.backend import Backend
 
 TridiagonalSolver = Callable[[Any, Any, Any, Any], Any]
 

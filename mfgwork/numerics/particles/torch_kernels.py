@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backend import Backend
+from ...core.backend import Backend
 
 FIXED_POINT_MAX_BITS = 40
 

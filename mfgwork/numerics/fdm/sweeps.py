@@ -2,7 +2,7 @@
 
 :class:`FiniteDifferences` binds the scheme of :mod:`.operators` to a grid, ν and a backend.
 On the CPU (NumPy arrays, and torch CPU tensors through zero-copy views) it runs the compiled
-loops of :mod:`.compiled`; on accelerators and under MPS emulation it runs the array-API
+loops of :mod:`.numba_kernels`; on accelerators and under MPS emulation it runs the array-API
 sweeps below with the backend's tridiagonal kernel. On accelerators (and MPS emulation) the
 time loop makes no host round trip: each step takes a fixed number of Newton iterations and
 the largest final Newton update is checked once after the sweep (if it is too large, the
@@ -19,9 +19,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..backend import Backend
-from ..errors import SolverError
-from ..grid import Grid
+from ...core.backend import Backend
+from ...core.errors import SolverError
+from ...core.grid import Grid
 from .operators import hjb_residual, jacobian_bands, transpose_bands
 from .tridiag import tridiagonal_solver
 
@@ -133,12 +133,12 @@ class FiniteDifferences:
         return torch.from_numpy(a)
 
     def _hjb_compiled(self, U_T: np.ndarray, F: np.ndarray, guess: np.ndarray | None) -> Any:
-        from . import compiled
+        from . import numba_kernels
 
         g = self.grid
         U = np.empty((g.nt + 1, g.nx), dtype=F.dtype)
         U[-1] = U_T
-        its, bad = compiled.hjb_sweep(U, F, U if guess is None else guess, guess is not None,
+        its, bad = numba_kernels.hjb_sweep(U, F, U if guess is None else guess, guess is not None,
                                       float(self.nu), g.h, g.dt,
                                       self._inv_hw_np.astype(F.dtype),
                                       self._inv_w_np.astype(F.dtype), self.newton_tol,
@@ -189,7 +189,7 @@ class FiniteDifferences:
         if key in self._graphs:
             return self._graphs[key].run(*args)
         eager = fn(*args)
-        from ..cuda_graphs import record_checked
+        from ...core.cuda_graphs import record_checked
 
         graphed = record_checked(fn, eager, *args, what=f"{key[0].upper()} sweep")
         if graphed is None:
@@ -204,12 +204,12 @@ class FiniteDifferences:
         g = self.grid
         mu0 = m0 * self.weights
         if self._host_loops and U.ndim == 2:
-            from . import compiled
+            from . import numba_kernels
 
             U_host = _host(U)
             mu = np.empty_like(U_host)
             mu[0] = _host(mu0)
-            compiled.fp_sweep(U_host, mu, float(self.nu), g.h, g.dt,
+            numba_kernels.fp_sweep(U_host, mu, float(self.nu), g.h, g.dt,
                               self._inv_hw_np.astype(U_host.dtype))
             return self._from_host(mu * self._inv_w_np.astype(U_host.dtype))
         return self._graphed(("fp",), self._fp_array, (U, mu0)) * self.inv_w

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from .backend import available_devices, mps_emulation, to_numpy, torch_installed
-from .errors import ConvergenceWarning, ParameterError, check_int
-from .problems.base import MFGProblem
-from .results import Result
-from .solve import solve
+from ..core.backend import available_devices, mps_emulation, to_numpy, torch_installed
+from ..core.errors import ConvergenceWarning, ParameterError, check_int
+from ..problems.base import MFGProblem
+from ..results import Result
+from ..solve import solve
 
 
 def comparison_targets(accelerator: str = "auto") -> tuple[list[dict[str, Any]], str]:

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from .backend import Backend, to_numpy
-from .errors import ConvergenceWarning, ParameterError, SolverError, check_int, check_real
+from ..core.backend import Backend, to_numpy
+from ..core.errors import ConvergenceWarning, ParameterError, SolverError, check_int, check_real
 
 
 class IterationScheme:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ParameterError
+from ..core.errors import ParameterError
 
 #: Parameters the sweep sets itself, one value per run; a spec may not set them.
 RESERVED = ("out_dir",)
@@ -107,7 +107,7 @@ def parse_spec(source: str | os.PathLike | Mapping[str, Any],
                notebook_parameters: Mapping[str, Any] | None = None) -> SweepSpec:
     """Parse ``source`` into a :class:`SweepSpec`; ``fixed`` adds parameters shared by every
     run (``-p NAME VALUE``). With ``notebook_parameters`` (name -> default, as from
-    :func:`mfgwork.runs.notebook_parameters`), names must exist in the notebook and values
+    :func:`mfgwork.workflows.runs.notebook_parameters`), names must exist in the notebook and values
     must fit the type of its defaults."""
     raw = read_spec(source)
     zips = _zip_groups(raw.pop("zip", None), raw)

@@ -1,0 +1,6 @@
+"""Workflows: batch work on files.
+
+``runs`` (a notebook executed by papermill into a run folder), ``specs`` (the parameter-grid
+language), ``sweeps`` (a notebook over a grid, parallel and resumable), ``sweep_plots``.
+Imports from ``analysis`` and below.
+"""
