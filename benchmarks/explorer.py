@@ -50,7 +50,7 @@ def measure(nx: int, method: str, backend: str, device: str, updates: int) -> di
             cpu.append(time.process_time() - c0)
             if ex.error:
                 raise SystemExit(f"update at threshold={v} failed: {ex.error}")
-            assert ex.result.threshold == v
+            assert ex.result.params["threshold"] == v
             solve_s.append(ex.timings["solve"])
             draw_s.append(ex.timings["draw"])
             iters.append(ex.result.iterations)

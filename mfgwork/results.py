@@ -21,17 +21,20 @@ from typing import Any
 import numpy as np
 
 from .core.backend import to_numpy
+from .core.grid import trapezoid_weights
 
-ARRAYS = ("x", "t", "U", "M", "attendance")
+FIELDS = ("x", "t", "U", "M")
 
 
 @dataclass
 class Result:
     """Solution of an MFG system on a grid.
 
-    ``x`` (nx,), ``t`` (nt+1,), ``U`` and ``M`` (nt+1, nx), ``attendance`` (nt+1,) for Santa Fe
-    (None otherwise). ``history`` holds per-iteration relative changes of U and M and the
-    wall time of each phase; ``timings`` the totals.
+    ``x`` (nx,), ``t`` (nt+1,), ``U`` and ``M`` (nt+1, nx). ``observables``: the paths the
+    problem observes, each (nt+1,) (Santa Fe: ``attendance``, ``mean_state``), also readable
+    as attributes (``res.attendance``); ``summary``: the problem's scalar headline numbers.
+    ``history`` holds per-iteration relative changes of U and M and the wall time of each
+    phase; ``timings`` the totals.
     """
 
     x: Any
@@ -47,18 +50,25 @@ class Result:
     device: str = "cpu"
     dtype: str = "float64"
     method: str = "fdm"
-    attendance: Any = None
-    threshold: float | None = None
+    observables: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, float] = field(default_factory=dict)
+    state_name: str = "x"
     extra: dict[str, Any] = field(default_factory=dict)
 
-    # -- observables (NumPy) ----------------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        """An observable by name (``res.attendance``)."""
+        observables = self.__dict__.get("observables") or {}
+        if name in observables:
+            return observables[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r} (observables: "
+                             f"{', '.join(observables) or 'none'})")
+
+    # -- derived numbers (NumPy) ------------------------------------------------------------
     @property
     def weights(self) -> np.ndarray:
         """Trapezoidal weights of the grid."""
         x = to_numpy(self.x).astype(np.float64)
-        w = np.full(x.shape, x[1] - x[0])
-        w[0] = w[-1] = (x[1] - x[0]) / 2
-        return w
+        return trapezoid_weights(x.size, float(x[1] - x[0]))
 
     @property
     def mass(self) -> np.ndarray:
@@ -69,21 +79,6 @@ class Result:
     def mass_error(self) -> float:
         """max_t |∫ m(t) − 1|."""
         return float(np.max(np.abs(self.mass - 1.0)))
-
-    @property
-    def mean_state(self) -> np.ndarray:
-        """E[x](t) (for Santa Fe: the mean preference E[θ](t))."""
-        x = to_numpy(self.x).astype(np.float64)
-        return to_numpy(self.M).astype(np.float64) @ (self.weights * x) / self.mass
-
-    @property
-    def time_overcrowded(self) -> float | None:
-        """Total time with A(t) > A* (trapezoidal in t), for Santa Fe; else None."""
-        if self.attendance is None or self.threshold is None:
-            return None
-        t = to_numpy(self.t).astype(np.float64)
-        over = (to_numpy(self.attendance) > self.threshold).astype(np.float64)
-        return float(np.sum(0.5 * (over[1:] + over[:-1]) * np.diff(t)))
 
     def metrics(self) -> dict[str, Any]:
         """Headline numbers, JSON-ready."""
@@ -96,18 +91,13 @@ class Result:
             "dtype": self.dtype, "method": self.method,
             "nx": int(np.size(to_numpy(self.x))), "nt": int(np.size(to_numpy(self.t))) - 1,
         }
-        if self.attendance is not None:
-            A = to_numpy(self.attendance).astype(np.float64)
-            out.update(mean_attendance=float(np.mean(A)), max_attendance=float(np.max(A)),
-                       min_attendance=float(np.min(A)),
-                       time_overcrowded=self.time_overcrowded,
-                       final_mean_preference=float(self.mean_state[-1]))
-        return out | self.extra
+        return out | self.summary | self.extra
 
     def to_numpy(self) -> Result:
         """A copy whose arrays are NumPy arrays."""
-        kw = {k: to_numpy(getattr(self, k)) for k in ARRAYS}
-        return Result(**(self.__dict__ | kw))
+        kw = {k: to_numpy(getattr(self, k)) for k in FIELDS}
+        observables = {k: to_numpy(v) for k, v in self.observables.items()}
+        return Result(**(self.__dict__ | kw | {"observables": observables}))
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write ``arrays.npz``, ``parameters.json``, ``metrics.json`` into the folder
@@ -119,11 +109,13 @@ class Result:
         """Write ``arrays.npz``, ``parameters.json`` (``params`` updated by ``parameters``) and
         ``metrics.json`` (:meth:`metrics`, history, provenance, updated by ``metrics``) into
         the existing folder ``folder``, non-atomically (see :func:`save_run`)."""
-        arrays = {k: to_numpy(getattr(self, k)) for k in ARRAYS if getattr(self, k) is not None}
+        arrays = {k: to_numpy(getattr(self, k)) for k in FIELDS}
+        arrays |= {k: to_numpy(v) for k, v in self.observables.items()}
         np.savez_compressed(folder / "arrays.npz", **arrays)
         write_json(folder / "parameters.json", self.params | (parameters or {}))
         write_json(folder / "metrics.json", self.metrics() | {
-            "history": self.history, "threshold": self.threshold,
+            "history": self.history, "observables": list(self.observables),
+            "summary": self.summary, "state_name": self.state_name, "extra": self.extra,
             "provenance": provenance()} | (metrics or {}))
 
 
@@ -139,13 +131,15 @@ def load(path: str | os.PathLike) -> Result:
         arrays = {k: data[k] for k in data.files}
     params = json.loads((folder / "parameters.json").read_text())
     metrics = json.loads((folder / "metrics.json").read_text())
+    observables = {k: arrays[k] for k in metrics.get("observables", []) if k in arrays}
     return Result(x=arrays["x"], t=arrays["t"], U=arrays["U"], M=arrays["M"],
-                  attendance=arrays.get("attendance"), converged=metrics["converged"],
-                  iterations=metrics["iterations"], history=metrics.get("history", {}),
-                  params=params, timings=metrics.get("timings", {}),
-                  backend=metrics.get("backend", "numpy"), device=metrics.get("device", "cpu"),
-                  dtype=metrics.get("dtype", "float64"), method=metrics.get("method", "fdm"),
-                  threshold=metrics.get("threshold"))
+                  converged=metrics["converged"], iterations=metrics["iterations"],
+                  history=metrics.get("history", {}), params=params,
+                  timings=metrics.get("timings", {}), backend=metrics.get("backend", "numpy"),
+                  device=metrics.get("device", "cpu"), dtype=metrics.get("dtype", "float64"),
+                  method=metrics.get("method", "fdm"), observables=observables,
+                  summary=metrics.get("summary", {}), state_name=metrics.get("state_name", "x"),
+                  extra=metrics.get("extra", {}))
 
 
 def save_run(path: str | os.PathLike, result: Result | None = None, *,
@@ -158,7 +152,7 @@ def save_run(path: str | os.PathLike, result: Result | None = None, *,
     - ``parameters.json``: ``result.params`` updated by ``parameters``;
     - ``metrics.json``: ``result.metrics()``, history and provenance (package versions),
       updated by ``metrics``;
-    - ``arrays.npz``: the result's arrays (x, t, U, M, attendance);
+    - ``arrays.npz``: the result's arrays (x, t, U, M and the observables);
     - ``figures/<name>.png`` for each ``figures`` entry (anything with ``savefig``);
     - ``<name>.json`` and ``<name>.csv`` for each ``tables`` entry (a list of flat rows).
 

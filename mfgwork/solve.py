@@ -15,7 +15,6 @@ from .numerics.fdm.sweeps import FiniteDifferences
 from .numerics.iteration import IterationScheme, fixed_point, make_scheme
 from .numerics.particles import ParticleFP, check_particle_args
 from .problems.base import BatchCoupling, MFGProblem
-from .problems.santa_fe import SantaFeBar
 from .results import Result
 
 METHODS = ("fdm", "particles")
@@ -213,18 +212,15 @@ def _phase_totals(history: Any) -> dict[str, float]:
 def _result(problem: MFGProblem, grid: Any, be: Backend, U: Any, M: Any, converged: bool,
             out: dict[str, Any], settings: dict[str, Any], timings: dict[str, float],
             extra: dict[str, Any]) -> Result:
-    attendance = threshold = None
-    if isinstance(problem, SantaFeBar):
-        chi_w = be.asarray(grid.weights * grid.cell_fraction_above(0.0))
-        attendance = be.xp.sum(M * chi_w, axis=-1)
-        threshold = problem.threshold
+    observables = problem.observables(grid, M, be)
+    summary = problem.summary(grid, {k: to_numpy(v) for k, v in observables.items()})
     params = problem.params() | {"nx": grid.nx, "nt": grid.nt} | settings | {
         "backend": be.name, "device": be.device, "dtype": be.dtype}
     return Result(x=be.asarray(grid.x), t=be.asarray(grid.t), U=U, M=M, converged=converged,
                   iterations=out["iterations"], history=out["history"].as_dict(),
                   params=params, timings=timings, backend=be.name, device=be.device,
-                  dtype=be.dtype, method=settings["method"], attendance=attendance,
-                  threshold=threshold, extra=extra)
+                  dtype=be.dtype, method=settings["method"], observables=observables,
+                  summary=summary, state_name=problem.state_name, extra=extra)
 
 
 def _progress_bar(progress: bool | None, total: int) -> Any:

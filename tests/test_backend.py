@@ -118,6 +118,18 @@ def test_device_info_cpu_and_mocked_cuda(monkeypatch, mock_accelerators):
     assert (info["memory_allocated"], info["memory_reserved"], info["memory_peak"]) == (1, 2, 3)
 
 
+def test_empty_cache_releases_device_memory_only_on_accelerators(monkeypatch, mock_accelerators):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("cuda"))
+    monkeypatch.setattr(torch.mps, "empty_cache", lambda: calls.append("mps"))
+    mw.get_backend("torch", "cpu").empty_cache()
+    assert calls == []
+    mock_accelerators(cuda=1, mps=True)
+    mw.get_backend("torch", "cuda").empty_cache()
+    mw.get_backend("torch", "mps").empty_cache()
+    assert calls == ["cuda", "mps"]
+
+
 def test_doctor_json_parses_and_checks_pass():
     out = subprocess.run([sys.executable, "-m", "mfgwork", "doctor", "--json"],
                          capture_output=True, text=True, timeout=600)

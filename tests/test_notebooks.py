@@ -65,7 +65,7 @@ def check_arrays(folder: Path, nx: int, nt: int) -> None:
     with np.load(folder / "arrays.npz", allow_pickle=False) as data:
         shapes = {k: data[k].shape for k in data.files}
         assert shapes == {"x": (nx,), "t": (nt + 1,), "U": (nt + 1, nx), "M": (nt + 1, nx),
-                          "attendance": (nt + 1,)}
+                          "attendance": (nt + 1,), "mean_state": (nt + 1,)}
         assert all(np.isfinite(data[k]).all() for k in data.files)
         assert data["M"].min() >= 0.0
         assert ((data["attendance"] >= 0.0) & (data["attendance"] <= 1.0)).all()
@@ -94,7 +94,7 @@ def test_santa_fe_bar_through_the_command_line(tmp_path):
     assert abs(metrics["mean_attendance"] - level) < 0.05
     check_arrays(out, nx=41, nt=40)
     res = mw.load(out)
-    assert res.U.shape == (41, 41) and res.threshold == 0.5
+    assert res.U.shape == (41, 41) and res.params["threshold"] == 0.5
 
 
 def test_bad_value_stops_at_the_top_with_the_library_message(tmp_path):

@@ -47,7 +47,7 @@ def test_attendance_settles_where_payoff_vanishes(default_solution):
     mid = (res.t > 2) & (res.t < 8)
     target = equilibrium_attendance(mw.SantaFeBar())
     assert np.max(np.abs(A[mid] - target)) < 5e-3, (A[mid].min(), A[mid].max(), target)
-    assert res.time_overcrowded > 5.0
+    assert res.summary["time_overcrowded"] > 5.0
 
 
 @pytest.mark.parametrize("threshold", [0.4, 0.8])

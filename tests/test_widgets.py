@@ -47,7 +47,7 @@ def png_size(data: bytes) -> tuple[int, int]:
 def test_opens_with_a_solution_and_three_pngs(explorer):
     res = explorer.result
     assert res is not None and res.converged and explorer.error is None
-    assert res.threshold == pytest.approx(0.6)
+    assert res.params["threshold"] == pytest.approx(0.6)
     assert np.shape(res.M) == (53, 52)
     for name in widgets.PANELS:
         w, h = png_size(explorer.views[name].value)
@@ -61,7 +61,7 @@ def test_threshold_slider_resolves_and_redraws(explorer):
     before_A = mw.to_numpy(explorer.result.attendance).copy()
     explorer.controls["threshold"].value = 0.4
     res = explorer.result
-    assert res.threshold == pytest.approx(0.4)
+    assert res.params["threshold"] == pytest.approx(0.4)
     assert np.max(np.abs(mw.to_numpy(res.attendance) - before_A)) > 0.05
     assert explorer.views["attendance"].value != before_png
     # the equilibrium level sits near the new threshold, not the old one
@@ -108,7 +108,7 @@ def test_solver_error_is_shown_not_raised(explorer, monkeypatch):
     assert explorer.error.startswith("SolverError") and "diverged" in explorer.status.value
     monkeypatch.undo()
     explorer.controls["threshold"].value = 0.35
-    assert explorer.error is None and explorer.result.threshold == pytest.approx(0.35)
+    assert explorer.error is None and explorer.result.params["threshold"] == pytest.approx(0.35)
 
 
 def test_not_converged_is_reported_without_a_warning():

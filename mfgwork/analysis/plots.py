@@ -40,11 +40,11 @@ def _np(a: Any) -> np.ndarray:
 
 
 def _state_label(result: Result) -> str:
-    return "θ" if result.attendance is not None else "x"
+    return result.state_name
 
 
 def _need_attendance(result: Result, figure: str) -> np.ndarray:
-    if result.attendance is None:
+    if "attendance" not in result.observables:
         raise ParameterError(f"result={type(result).__name__}(problem="
                              f"{result.params.get('problem')!r}) is invalid for {figure}: it "
                              "needs an attendance path A(t), which only Santa Fe Bar results have")
@@ -98,7 +98,7 @@ def plot_attendance(result: Result, ax: Axes | None = None) -> Figure:
     A = _need_attendance(result, "plot_attendance")
     fig, ax = _axes(ax)
     t = _np(result.t)
-    a_star, eps = result.threshold, result.params.get("eps")
+    a_star, eps = result.params.get("threshold"), result.params.get("eps")
     if a_star is not None and eps is not None:
         ax.axhspan(a_star - eps, a_star + eps, color="tab:red", alpha=0.15,
                    label=f"threshold band A* ± ε = {a_star:g} ± {eps:g}")
@@ -170,14 +170,14 @@ def plot_phase_portrait(result: Result, ax: Axes | None = None) -> Figure:
     """A(t) against the mean preference E[θ](t), coloured by time, with the threshold A*."""
     A = _need_attendance(result, "plot_phase_portrait")
     fig, ax = _axes(ax, size=(5.6, 4.4))
-    mean, t = result.mean_state, _np(result.t)
+    mean, t = _np(result.mean_state), _np(result.t)
     ax.plot(mean, A, color="0.6", lw=1.0, zorder=1)
     points = ax.scatter(mean, A, c=t, s=10, cmap="viridis", zorder=2)
     fig.colorbar(points, ax=ax, label="t")
     ax.plot(mean[0], A[0], "o", color="tab:green", ms=7, label="t = 0", zorder=3)
     ax.plot(mean[-1], A[-1], "s", color="tab:red", ms=7, label="t = T", zorder=3)
-    if result.threshold is not None:
-        ax.axhline(result.threshold, color="tab:red", lw=1.0, ls="--", label="A*")
+    if "threshold" in result.params:
+        ax.axhline(result.params["threshold"], color="tab:red", lw=1.0, ls="--", label="A*")
     ax.set(xlabel="mean preference E[θ](t)", ylabel="attendance A(t)", title="Phase portrait")
     ax.legend(loc="best", fontsize="small")
     return fig
@@ -261,12 +261,13 @@ def standard_figures(result: Result) -> dict[str, Figure]:
     """The standard set, by file stem: heatmap, snapshots, convergence, and for Santa Fe
     also attendance and the phase portrait."""
     figures = {"density_heatmap": plot_density_heatmap(result)}
-    if result.attendance is not None:
+    attendance = "attendance" in result.observables
+    if attendance:
         figures["attendance"] = plot_attendance(result)
     figures["density_snapshots"] = plot_density_snapshots(result)
     figures["value_snapshots"] = plot_value_snapshots(result)
     figures["convergence"] = plot_convergence(result)
-    if result.attendance is not None:
+    if attendance:
         figures["phase_portrait"] = plot_phase_portrait(result)
     return figures
 

@@ -52,9 +52,7 @@ class Grid:
     @cached_property
     def weights(self) -> np.ndarray:
         """Control-volume widths (trapezoidal quadrature weights), shape (nx,)."""
-        w = np.full(self.nx, self.h)
-        w[0] = w[-1] = self.h / 2
-        return w
+        return trapezoid_weights(self.nx, self.h)
 
     def cell_fraction_above(self, threshold: float) -> np.ndarray:
         """Fraction of each control volume lying in {x > threshold}: 0, 1, or in between.
@@ -65,3 +63,10 @@ class Grid:
         lo = np.maximum(self.x - self.h / 2, self.x_min)
         hi = np.minimum(self.x + self.h / 2, self.x_max)
         return np.clip((hi - np.maximum(lo, threshold)) / (hi - lo), 0.0, 1.0)
+
+
+def trapezoid_weights(n: int, h: float) -> np.ndarray:
+    """Trapezoidal weights of ``n`` points spaced ``h`` apart: h inside, h/2 at both ends."""
+    w = np.full(n, h)
+    w[0] = w[-1] = h / 2
+    return w

@@ -41,6 +41,9 @@ class MFGProblem:
     f: ArrayFn
     name: str = field(default="generic", kw_only=True)
 
+    #: Name of the state variable, for labels ("x"; Santa Fe: "θ").
+    state_name = "x"
+
     def __post_init__(self) -> None:
         check_real("x_min", self.x_min)
         check_real("x_max", self.x_max, low=float(self.x_min))
@@ -89,6 +92,17 @@ class MFGProblem:
     def coupling(self, grid: Grid, backend: Backend) -> Coupling:
         """How the density feeds back into the HJB equation (here: through f itself)."""
         return DensityCoupling(self.f, grid, backend)
+
+    def observables(self, grid: Grid, M: Any, backend: Backend) -> dict[str, Any]:
+        """Paths observed from densities ``M`` (..., nt+1, nx) on ``backend``, each shaped
+        (..., nt+1): here the mean state E[x](t) = Σ_i w_i x_i m_i / Σ_i w_i m_i."""
+        xp, w = backend.xp, backend.asarray(grid.weights)
+        return {"mean_state": xp.sum(M * (w * backend.asarray(grid.x)), axis=-1)
+                / xp.sum(M * w, axis=-1)}
+
+    def summary(self, grid: Grid, observables: dict[str, np.ndarray]) -> dict[str, float]:
+        """Scalar headline numbers from NumPy ``observables`` of one solution (JSON-ready)."""
+        return {"final_mean_state": float(observables["mean_state"][-1])}
 
 
 def _evaluate(name: str, fn: ArrayFn, grid: Grid, backend: Backend, *args: Any) -> Any:

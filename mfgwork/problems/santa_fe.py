@@ -13,6 +13,7 @@ control volume with θ > 0 (½ at θ = 0 when 0 is a grid point), and A = Σ_i w
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,13 @@ def logistic(z: Any, xp: Any) -> Any:
 
 
 class SantaFeBar(MFGProblem):
-    """Santa Fe Bar with preference θ; see the module docstring for the model."""
+    """Santa Fe Bar with preference θ; see the module docstring for the model.
+
+    Observables: ``attendance`` A(t) and ``mean_state`` E[θ](t); summary: mean, min and max
+    attendance, ``time_overcrowded`` (time with A > A*) and ``final_mean_preference``.
+    """
+
+    state_name = "θ"
 
     threshold: float
     theta_max: float
@@ -70,19 +77,41 @@ class SantaFeBar(MFGProblem):
         return self.good - (self.good - self.bad) * logistic((A - self.threshold) / self.eps, xp)
 
     def running_cost(self, t: float, theta: Any, m: Any) -> Any:
-        """f(t, θ, m) = −F(A) · 1{θ > 0}, with A computed from m on the grid ``theta``."""
+        """f(t, θ, m) = −F(A) · 1{θ > 0}, with A computed from m on the grid ``theta`` (the
+        full-density form of the coupling; the solver iterates on A(t) alone)."""
         import array_api_compat
 
         xp = array_api_compat.array_namespace(theta)
-        grid = Grid(self.x_min, self.x_max, theta.shape[0], self.T, 1)
-        fraction = grid.cell_fraction_above(0.0)
+        fraction, weights = attendance_weights(self.grid(theta.shape[0], 1))
         chi, chi_w = (xp.asarray(a, dtype=theta.dtype, device=array_api_compat.device(theta))
-                      for a in (fraction, grid.weights * fraction))
+                      for a in (fraction, weights))
         return -self.payoff(xp.sum(chi_w * m), xp) * chi
 
     def coupling(self, grid: Grid, backend: Backend) -> Coupling:
         """Iterate on the attendance path A(t) only: the coupling passes through it alone."""
         return AttendanceCoupling(self, grid, backend)
+
+    def observables(self, grid: Grid, M: Any, backend: Backend) -> dict[str, Any]:
+        """A(t) = Σ_i w_i 1{θ_i > 0} m_i and the mean preference E[θ](t)."""
+        weights = backend.asarray(attendance_weights(grid)[1])
+        return super().observables(grid, M, backend) | {
+            "attendance": backend.xp.sum(M * weights, axis=-1)}
+
+    def summary(self, grid: Grid, observables: dict[str, np.ndarray]) -> dict[str, float]:
+        A = np.asarray(observables["attendance"], dtype=np.float64)
+        over = (A > self.threshold).astype(np.float64)
+        return {"mean_attendance": float(np.mean(A)), "max_attendance": float(np.max(A)),
+                "min_attendance": float(np.min(A)),
+                "time_overcrowded": float(np.sum(0.5 * (over[1:] + over[:-1]) * np.diff(grid.t))),
+                "final_mean_preference": float(observables["mean_state"][-1])}
+
+
+@lru_cache(maxsize=16)
+def attendance_weights(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
+    """(χ, w χ) on ``grid``: χ_i the fraction of control volume i with θ > 0, w_i its width,
+    so that A = Σ_i w_i χ_i m_i."""
+    chi = grid.cell_fraction_above(0.0)
+    return chi, grid.weights * chi
 
 
 def gaussian_m0(theta: Any) -> Any:
@@ -102,9 +131,7 @@ class AttendanceCoupling(Coupling):
 
     def __init__(self, problem: SantaFeBar, grid: Grid, backend: Backend) -> None:
         self.problem, self.backend = problem, backend
-        chi = grid.cell_fraction_above(0.0)
-        self.chi = backend.asarray(chi)
-        self.attendance_weights = backend.asarray(grid.weights * chi)
+        self.chi, self.attendance_weights = map(backend.asarray, attendance_weights(grid))
 
     def state(self, M: Any) -> Any:
         return self.backend.xp.sum(M[1:, :] * self.attendance_weights, axis=-1)

@@ -88,10 +88,10 @@ def plot_attendance_grid(index: SweepIndex, rows: str = "sigma", cols: str = "th
             match = [r for r in done if r[rows] == rv and r[cols] == cv]
             if match:
                 res = load(index.run_folder(match[0]))
-                if res.attendance is not None:
+                if "attendance" in res.observables:
                     ax.plot(res.t, res.attendance, color="tab:blue", lw=1.5)
-                if res.threshold is not None:
-                    ax.axhline(res.threshold, color="tab:red", lw=0.8, ls="--")
+                if "threshold" in res.params:
+                    ax.axhline(res.params["threshold"], color="tab:red", lw=0.8, ls="--")
             ax.set_title(f"{rows}={rv}, {cols}={cv}", fontsize="small")
             if i == len(row_vals) - 1:
                 ax.set_xlabel("t")
@@ -122,11 +122,3 @@ def plot_wall_time(index: SweepIndex, by: str = "device") -> Figure:
     ax.set(xlabel=by, ylabel="seconds", title="Time per run (median, range)")
     ax.legend(fontsize="small")
     return fig
-
-
-def sweep_figures(index: SweepIndex, x: str = "threshold", by: str = "sigma",
-                  device: str = "device") -> dict[str, Figure]:
-    """The standard sweep figures, by file stem."""
-    return {"sweep_metrics": plot_sweep_metrics(index, x, by),
-            "attendance_grid": plot_attendance_grid(index, by, x),
-            "wall_time": plot_wall_time(index, device)}

@@ -39,9 +39,9 @@ from ..core.errors import ParameterError, check_int
 from ..results import write_json
 from .specs import Run, SpecError, parse_spec, read_spec
 
-#: Headline metrics copied from a run's ``metrics.json`` into the index.
-METRICS = ("iterations", "converged", "mean_attendance", "time_overcrowded", "solve_time",
-           "wall_time", "device")
+#: Headline metrics of every run in the index; the problem's own summary numbers (its
+#: ``summary`` in ``metrics.json``, e.g. the mean attendance for Santa Fe) follow them.
+METRICS = ("iterations", "converged", "solve_time", "wall_time", "device")
 STATUSES = ("done", "failed", "pending")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -57,7 +57,9 @@ class SweepIndex:
 
     @property
     def columns(self) -> list[str]:
-        return ["run", "status", "error", *self.parameters, *METRICS]
+        fixed = ["run", "status", "error", *self.parameters, *METRICS]
+        summary = dict.fromkeys(k for row in self.rows for k in row if k not in fixed)
+        return fixed + list(summary)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -145,8 +147,8 @@ def _metrics(run_dir: Path) -> dict[str, Any]:
     m: dict[str, Any] = {}
     with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
         m = json.loads((run_dir / "metrics.json").read_text())
-    out = {k: m.get(k) for k in ("iterations", "converged", "mean_attendance",
-                                 "time_overcrowded", "device")}
+    out = {k: m.get(k) for k in ("iterations", "converged", "device")}
+    out |= {k: v for k, v in (m.get("summary") or {}).items() if k not in out}
     out["solve_time"] = (m.get("timings") or {}).get("total")
     out["wall_time"] = _notebook_duration(run_dir)
     return out
