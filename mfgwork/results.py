@@ -30,8 +30,11 @@ class Result:
     """Solution of an MFG system on a grid.
 
     ``x`` (nx,), ``t`` (nt+1,), ``U`` and ``M`` (nt+1, nx), ``attendance`` (nt+1,) for Santa Fe
-    (None otherwise). ``history`` holds per-iteration relative changes of U and M and the
-    wall time of each phase; ``timings`` the totals.
+    (None otherwise). ``residual`` is the relative fixed-point residual of the returned
+    solution, ‖A(BR(A)) − A‖ / ‖A(BR(A))‖ for its attendance path A (for other problems the
+    same with the density path): ``converged`` means ``residual`` ≤ ``tol``, and
+    :meth:`check` recomputes it. ``history`` holds per-iteration residuals of the iterates,
+    relative changes of U and M and the wall time of each phase; ``timings`` the totals.
     """
 
     x: Any
@@ -50,6 +53,7 @@ class Result:
     attendance: Any = None
     threshold: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    residual: float | None = None
 
     # -- observables (NumPy) ----------------------------------------------------------------
     @property
@@ -85,10 +89,21 @@ class Result:
         over = (to_numpy(self.attendance) > self.threshold).astype(np.float64)
         return float(np.sum(0.5 * (over[1:] + over[:-1]) * np.diff(t)))
 
+    def check(self, problem: Any = None) -> float:
+        """Recompute one best response to this solution and return its relative fixed-point
+        residual (what ``residual`` reports; ≤ ``tol`` when converged). The best response
+        is computed as the solve did (method, backend, device, dtype, particles and seed
+        from ``params``). ``problem``: the problem solved; a Santa Fe result (also one read
+        by ``mw.load``) rebuilds it from ``params``, any other problem must be passed."""
+        from .solve import best_response_residual
+
+        return best_response_residual(self, problem)
+
     def metrics(self) -> dict[str, Any]:
         """Headline numbers, JSON-ready."""
         out: dict[str, Any] = {
             "converged": bool(self.converged), "iterations": int(self.iterations),
+            "residual": _finite_or_none(self.residual),
             "final_change_U": _last(self.history.get("change_U")),
             "final_change_M": _last(self.history.get("change_M")),
             "mass_error": self.mass_error, "min_density": float(np.min(to_numpy(self.M))),
@@ -127,6 +142,10 @@ class Result:
             "provenance": provenance()} | (metrics or {}))
 
 
+def _finite_or_none(value: float | None) -> float | None:
+    return float(value) if value is not None and np.isfinite(value) else None
+
+
 def _last(values: list[float] | None) -> float | None:
     return float(values[-1]) if values else None
 
@@ -145,7 +164,7 @@ def load(path: str | os.PathLike) -> Result:
                   params=params, timings=metrics.get("timings", {}),
                   backend=metrics.get("backend", "numpy"), device=metrics.get("device", "cpu"),
                   dtype=metrics.get("dtype", "float64"), method=metrics.get("method", "fdm"),
-                  threshold=metrics.get("threshold"))
+                  threshold=metrics.get("threshold"), residual=metrics.get("residual"))
 
 
 def save_run(path: str | os.PathLike, result: Result | None = None, *,
