@@ -288,7 +288,7 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     evaluate = _evaluator(coupling, hjb, fp, U_T, m0, backend)
     for k in range(1, max_iter + 1):
         t0 = backend.timer()
-        U_new, M_new, gz, (t1, t2, t3) = evaluate(z, U)
+        F, U_new, M_new, gz, (t1, t2, t3) = evaluate(z, U)
         res = relative_residual(gz, z, xp, batched)
         if prev is not None:  # z = Φ(z_prev) exactly where ``picard``: this certifies M_prev
             cert = xp.where(picard, res, inf)
@@ -300,9 +300,9 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
         changes = xp.stack([relative_residual(U_new, U if U is not None else 0.0 * U_new, xp,
                                               batched),
                             relative_residual(M_new, M, xp, batched), res, best["res"]])
-        bad = xp.stack([xp.sum(xp.astype(~xp.isfinite(a), a.dtype)) for a in (U_new, M_new)])
+        bad = xp.stack([xp.sum(xp.astype(~xp.isfinite(a), a.dtype)) for a in (F, U_new, M_new)])
         changes, bad = to_numpy(changes), to_numpy(bad)  # the one host synchronisation
-        for name, count in zip(("U", "M"), bad, strict=True):
+        for name, count in zip(("running cost F", "U", "M"), bad, strict=True):
             if count:
                 raise SolverError(f"non-finite values in {name} at Picard iteration {k}: "
                                   "the iteration diverged (try a smaller mixing factor, a "
@@ -353,15 +353,15 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
 
 def _evaluator(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, U_T: Array, m0: Array,
                backend: Backend) -> Any:
-    """Φ: z ↦ (U, M, state(M)) with the times at which the phases ended."""
-    def evaluate(z: Array, guess: Array | None) -> tuple[Array, Array, Array, tuple]:
+    """Φ: z ↦ (F, U, M, state(M)) with the times at which the phases ended."""
+    def evaluate(z: Array, guess: Array | None) -> tuple[Array, Array, Array, Array, tuple]:
         F = coupling.running_cost(z)
         t1 = backend.timer()
         U = hjb(U_T, F, guess)
         t2 = backend.timer()
         M = fp(U, m0)
         t3 = backend.timer()
-        return U, M, coupling.state(M), (t1, t2, t3)
+        return F, U, M, coupling.state(M), (t1, t2, t3)
     return evaluate
 
 
@@ -378,7 +378,7 @@ def _certify_fallback(best: dict, fallback: dict, evaluate: Any, coupling: Coupl
     """One more evaluation gives the residual of the best uncertified iterate; per problem,
     the better of it and the best certified one is kept. Returns the residuals (host)."""
     z = coupling.state(fallback["M"])
-    gz = evaluate(z, fallback["U"])[2]
+    gz = evaluate(z, fallback["U"])[3]
     cert = relative_residual(gz, z, xp, batched)
     _keep(best, cert < best["res"], cert, fallback["U"], fallback["M"], xp, batched)
     return to_numpy(best["res"])
