@@ -40,8 +40,8 @@ from ..results import write_json
 from .specs import Run, SpecError, parse_spec, read_spec
 
 #: Headline metrics copied from a run's ``metrics.json`` into the index.
-METRICS = ("iterations", "converged", "mean_attendance", "time_overcrowded", "solve_time",
-           "wall_time", "device")
+METRICS = ("iterations", "converged", "residual", "mean_attendance", "time_overcrowded",
+           "solve_time", "wall_time", "device")
 STATUSES = ("done", "failed", "pending")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -145,7 +145,7 @@ def _metrics(run_dir: Path) -> dict[str, Any]:
     m: dict[str, Any] = {}
     with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
         m = json.loads((run_dir / "metrics.json").read_text())
-    out = {k: m.get(k) for k in ("iterations", "converged", "mean_attendance",
+    out = {k: m.get(k) for k in ("iterations", "converged", "residual", "mean_attendance",
                                  "time_overcrowded", "device")}
     out["solve_time"] = (m.get("timings") or {}).get("total")
     out["wall_time"] = _notebook_duration(run_dir)
