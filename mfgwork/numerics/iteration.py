@@ -293,8 +293,10 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
         if prev is not None:  # z = Φ(z_prev) exactly where ``picard``: this certifies M_prev
             cert = xp.where(picard, res, inf)
             better = cert < best["res"]
+            amplification = xp.clip(xp.where(picard, cert, 1.0), 1e-300, None) / xp.clip(
+                prev[2], 1e-300, None)
             trigger = xp.where(picard & (cert > tol),
-                               xp.minimum(trigger, 0.5 * tol * prev[2] / cert), trigger)
+                               xp.minimum(trigger, 0.5 * tol / amplification), trigger)
             _keep(best, better, cert, prev[0], prev[1], xp, batched)
         _keep(fallback, res < fallback["res"], res, U_new, M_new, xp, batched)
         changes = xp.stack([relative_residual(U_new, U if U is not None else 0.0 * U_new, xp,
