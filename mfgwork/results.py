@@ -33,8 +33,11 @@ class Result:
     ``x`` (nx,), ``t`` (nt+1,), ``U`` and ``M`` (nt+1, nx). ``observables``: the paths the
     problem observes, each (nt+1,) (Santa Fe: ``attendance``, ``mean_state``), also readable
     as attributes (``res.attendance``); ``summary``: the problem's scalar headline numbers.
-    ``history`` holds per-iteration relative changes of U and M and the wall time of each
-    phase; ``timings`` the totals.
+    ``residual`` is the relative fixed-point residual of the returned solution,
+    ‖A(BR(A)) − A‖ / ‖A(BR(A))‖ for its attendance path A (for other problems the same with
+    the density path): ``converged`` means ``residual`` ≤ ``tol``, and :meth:`check`
+    recomputes it. ``history`` holds per-iteration residuals of the iterates, relative
+    changes of U and M and the wall time of each phase; ``timings`` the totals.
     """
 
     x: Any
@@ -54,6 +57,7 @@ class Result:
     summary: dict[str, float] = field(default_factory=dict)
     state_name: str = "x"
     extra: dict[str, Any] = field(default_factory=dict)
+    residual: float | None = None
 
     def __getattr__(self, name: str) -> Any:
         """An observable by name (``res.attendance``)."""
@@ -80,10 +84,21 @@ class Result:
         """max_t |∫ m(t) − 1|."""
         return float(np.max(np.abs(self.mass - 1.0)))
 
+    def check(self, problem: Any = None) -> float:
+        """Recompute one best response to this solution and return its relative fixed-point
+        residual (what ``residual`` reports; ≤ ``tol`` when converged). The best response
+        is computed as the solve did (method, backend, device, dtype, particles and seed
+        from ``params``). ``problem``: the problem solved; a Santa Fe result (also one read
+        by ``mw.load``) rebuilds it from ``params``, any other problem must be passed."""
+        from .solve import best_response_residual
+
+        return best_response_residual(self, problem)
+
     def metrics(self) -> dict[str, Any]:
         """Headline numbers, JSON-ready."""
         out: dict[str, Any] = {
             "converged": bool(self.converged), "iterations": int(self.iterations),
+            "residual": _finite_or_none(self.residual),
             "final_change_U": _last(self.history.get("change_U")),
             "final_change_M": _last(self.history.get("change_M")),
             "mass_error": self.mass_error, "min_density": float(np.min(to_numpy(self.M))),
@@ -119,6 +134,10 @@ class Result:
             "provenance": provenance()} | (metrics or {}))
 
 
+def _finite_or_none(value: float | None) -> float | None:
+    return float(value) if value is not None and np.isfinite(value) else None
+
+
 def _last(values: list[float] | None) -> float | None:
     return float(values[-1]) if values else None
 
@@ -139,7 +158,7 @@ def load(path: str | os.PathLike) -> Result:
                   device=metrics.get("device", "cpu"), dtype=metrics.get("dtype", "float64"),
                   method=metrics.get("method", "fdm"), observables=observables,
                   summary=metrics.get("summary", {}), state_name=metrics.get("state_name", "x"),
-                  extra=metrics.get("extra", {}))
+                  extra=metrics.get("extra", {}), residual=metrics.get("residual"))
 
 
 def save_run(path: str | os.PathLike, result: Result | None = None, *,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from collections.abc import Sequence
@@ -12,8 +13,17 @@ import numpy as np
 from .core.backend import Backend, get_backend, to_numpy
 from .core.errors import ParameterError, check_choice, check_int, check_real
 from .numerics.fdm.sweeps import FiniteDifferences
-from .numerics.iteration import IterationScheme, fixed_point, make_scheme
+from .numerics.iteration import (
+    FixedPointResult,
+    FPSolver,
+    HJBSolver,
+    IterationScheme,
+    fixed_point,
+    make_scheme,
+    relative_residual,
+)
 from .numerics.particles import ParticleFP, check_particle_args
+from .problems import problem_from_params
 from .problems.base import BatchCoupling, MFGProblem
 from .results import Result
 
@@ -34,13 +44,17 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     scheme). ``backend``/``device``/``dtype`` choose where it runs (see
     :func:`mfgwork.get_backend`). The Picard iteration (``iteration``: "anderson" (default),
     "relaxation", "fictitious_play", "picard" or an :class:`~mfgwork.IterationScheme`)
-    stops when the relative changes of U and M are below ``tol``, or after ``max_iter``
-    iterations with ``converged=False`` and a :class:`~mfgwork.ConvergenceWarning`.
+    stops when the returned solution is a fixed point to ``tol``: one best response to its
+    coupling state (for Santa Fe the attendance path A) reproduces it to a relative residual
+    ``res.residual`` ≤ ``tol`` (``res.check()`` recomputes it). Otherwise, after ``max_iter``
+    iterations, it returns the best iterate found with ``converged=False`` and a
+    :class:`~mfgwork.ConvergenceWarning` giving its residual.
     ``progress``: a tqdm bar (None: shown only when the solve lasts over a second).
     ``method="particles"``: HJB by finite differences, FP by ``n_particles`` particles
     (default 100 000; see :class:`mfgwork.ParticleFP`) drawn from ``seed`` (None: a
     fresh seed, recorded in ``params``); every FP solve restarts from that seed (common random
-    numbers), so the Picard map is deterministic. With particles on an accelerator, HJB is
+    numbers), so the Picard map is deterministic; ``tol`` below the Monte Carlo noise floor
+    1/√n_particles is raised to it with a warning. With particles on an accelerator, HJB is
     solved on the host (compiled NumPy float64 sweep) and U moved to the device once per
     iterate.
     ``initial``: a result on the same grid (e.g. at nearby parameters) to start the Picard
@@ -66,29 +80,24 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     scheme = make_scheme(iteration)
     be = get_backend(backend, device, dtype)
     tol = _reachable_tol(tol, be)
+    if method == "particles":
+        tol = _above_noise_floor(tol, n_particles)
     warm = _warm_start(initial, grid, be)
 
     m0 = problem.initial_density(grid, be)
     U_T = problem.terminal_cost(grid, be)
     coupling = problem.coupling(grid, be)
-    scheme_fd = FiniteDifferences(grid, problem.nu, be, compile_steps=compile_steps)
-    hjb, fp, fp_params = scheme_fd.solve_hjb, scheme_fd.solve_fp, {}
-    if method == "particles":
-        particles = ParticleFP(grid, problem.sigma, be, n_particles=n_particles, seed=seed)
-        fp = particles.solve_fp
-        fp_params = {"n_particles": particles.n_particles, "seed": particles.seed}
-        if be.is_accelerator:  # (the CPU backends run the compiled loops already)
-            scheme_fd = FiniteDifferences(grid, problem.nu, get_backend("numpy"))
-            hjb = _on_host(scheme_fd.solve_hjb, be)
+    scheme_fd, hjb, fp, fp_params = _solvers(problem, grid, be, method, n_particles, seed,
+                                             compile_steps)
     setup = time.perf_counter() - started
     out = _iterate(coupling, hjb, fp, m0, U_T, grid.nt, be, scheme, tol, max_iter, progress,
                    batched=False, **warm)
-    timings = {"setup": setup, **_phase_totals(out["history"]),
+    timings = {"setup": setup, **_phase_totals(out.history),
                "total": time.perf_counter() - started}
     settings = {"method": method, "tol": tol, "max_iter": max_iter,
                 "iteration": scheme.describe()} | fp_params
-    return _result(problem, grid, be, out["U"], out["M"], out["converged"], out, settings,
-                   timings, {"newton_iterations": scheme_fd.newton_iterations})
+    return _result(problem, grid, be, out, None, settings, timings,
+                   {"newton_iterations": scheme_fd.newton_iterations})
 
 
 def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
@@ -102,8 +111,9 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     The problems share the domain and T; they may differ in σ and in their couplings (e.g.
     Santa Fe thresholds and payoffs over a parameter grid). On torch every array carries a
     leading batch axis, so each kernel launch serves the whole batch: this is what makes an
-    accelerator pay off for finite differences. Each problem has its own Anderson mixing;
-    the iteration stops when every problem's changes of U and M are below ``tol``. On NumPy
+    accelerator pay off for finite differences. Each problem has its own Anderson mixing,
+    stopping test and result (``converged``, ``residual``, ``iterations``); the iteration
+    runs until every problem has converged or ``max_iter`` is reached. On NumPy
     the problems are solved one after the other by :func:`solve`. Returns one
     :class:`Result` per problem (sharing the batch's history and timings).
     """
@@ -127,23 +137,79 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     setup = time.perf_counter() - started
     out = _iterate(coupling, fd.solve_hjb, fd.solve_fp, m0, U_T, grid.nt, be, scheme, tol,
                    max_iter, progress, batched=True)
-    timings = {"setup": setup, **_phase_totals(out["history"]),
+    timings = {"setup": setup, **_phase_totals(out.history),
                "total": time.perf_counter() - started}
     settings = {"method": "fdm", "tol": tol, "max_iter": max_iter,
                 "iteration": scheme.describe(), "batch_size": len(problems)}
     extra = {"newton_iterations": fd.newton_iterations, "batch_size": len(problems)}
-    return [_result(p, grid, be, out["U"][b], out["M"][b],
-                    bool(out["iterations"] > 1 and np.all(out["final_changes"][b] < tol)),
-                    out, settings, timings, extra) for b, p in enumerate(problems)]
+    return [_result(p, grid, be, out, b, settings, timings, extra)
+            for b, p in enumerate(problems)]
+
+
+def _solvers(problem: MFGProblem, grid: Any, be: Backend, method: str,
+             n_particles: int | None, seed: int | None, compile_steps: bool | str = False
+             ) -> tuple[FiniteDifferences, HJBSolver, FPSolver, dict[str, Any]]:
+    """The HJB and FP solvers of one solve (and the particle parameters to record)."""
+    scheme_fd = FiniteDifferences(grid, problem.nu, be, compile_steps=compile_steps)
+    hjb, fp, fp_params = scheme_fd.solve_hjb, scheme_fd.solve_fp, {}
+    if method == "particles":
+        particles = ParticleFP(grid, problem.sigma, be, n_particles=n_particles, seed=seed)
+        fp = particles.solve_fp
+        fp_params = {"n_particles": particles.n_particles, "seed": particles.seed}
+        if be.is_accelerator:  # (the CPU backends run the compiled loops already)
+            scheme_fd = FiniteDifferences(grid, problem.nu, get_backend("numpy"))
+            hjb = _on_host(scheme_fd.solve_hjb, be)
+    return scheme_fd, hjb, fp, fp_params
+
+
+def best_response_residual(result: Result, problem: MFGProblem | None = None) -> float:
+    """‖z(BR(z)) − z‖₂ / ‖z(BR(z))‖₂ for the coupling state z of ``result.M`` (Santa Fe: the
+    attendance path at levels 1..nt; otherwise the density path): one best response (HJB,
+    then FP, as the solve did: method, backend, device, dtype and particles from
+    ``result.params``). ``problem`` defaults to the Santa Fe problem of ``result.params``."""
+    params = result.params
+    if problem is None:
+        problem = problem_from_params(params)
+    if not isinstance(problem, MFGProblem):
+        raise ParameterError(f"problem={problem!r} is invalid: must be an mfgwork.MFGProblem")
+    M = to_numpy(result.M)
+    nt, nx = M.shape[0] - 1, M.shape[1]
+    grid = problem.grid(nx, nt)
+    be = get_backend(result.backend, result.device, result.dtype)
+    particles = result.method == "particles"
+    _, hjb, fp, _ = _solvers(problem, grid, be, result.method,
+                             params.get("n_particles") if particles else None,
+                             params.get("seed") if particles else None)
+    coupling = problem.coupling(grid, be)
+    z = coupling.state(be.asarray(M))
+    U = hjb(problem.terminal_cost(grid, be), coupling.running_cost(z),
+            be.asarray(to_numpy(result.U)))
+    gz = coupling.state(fp(U, problem.initial_density(grid, be)))
+    return float(to_numpy(relative_residual(gz, z, be.xp, batched=False))[0])
 
 
 def _reachable_tol(tol: float, be: Backend) -> float:
-    """``tol``, or 100 ε of the working dtype when ``tol`` is below it (with a warning):
-    relative changes of U and M between iterates do not fall below rounding."""
-    floor = 100 * be.eps
+    """``tol``, or the residual floor of the working dtype when ``tol`` is below it (with a
+    warning): 100 ε in float64; 3e-4 in float32, where the rounding of the attendance path
+    (about 1e-7) is amplified by the steep payoff in the residual of one best response."""
+    floor = 100 * be.eps if be.eps < 1e-10 else 3e-4
     if tol < floor:
         warnings.warn(f"tol={tol:g} is below what {be.dtype} resolves; iterating to "
                       f"tol={floor:.1e} instead", UserWarning, stacklevel=3)
+        return floor
+    return tol
+
+
+def _above_noise_floor(tol: float, n_particles: int) -> float:
+    """``tol``, or the Monte Carlo noise floor 1/√N of N particles when ``tol`` is below it
+    (with a warning): the densities of N particles resolve the continuum equilibrium only to
+    relative errors of that order, so a smaller residual certifies nothing more."""
+    floor = 1.0 / math.sqrt(n_particles)
+    if tol < floor:
+        warnings.warn(f"tol={tol:g} is below the Monte Carlo noise floor 1/sqrt(n_particles) "
+                      f"= {floor:.1e} of n_particles={n_particles}; iterating to tol={floor:.1e}"
+                      " instead (use more particles for a smaller tol)", UserWarning,
+                      stacklevel=3)
         return floor
     return tol
 
@@ -192,7 +258,7 @@ def _warm_start(initial: Result | None, grid: Any, be: Backend) -> dict[str, Any
 
 def _iterate(coupling: Any, hjb: Any, fp: Any, m0: Any, U_T: Any, nt: int, be: Backend,
              scheme: IterationScheme, tol: float, max_iter: int, progress: bool | None,
-             batched: bool, **warm: Any) -> dict[str, Any]:
+             batched: bool, **warm: Any) -> FixedPointResult:
     bar = _progress_bar(progress, max_iter)
     try:
         out = fixed_point(coupling, hjb, fp, m0=m0, U_T=U_T, nt=nt, backend=be, scheme=scheme,
@@ -209,15 +275,19 @@ def _phase_totals(history: Any) -> dict[str, float]:
             "coupling": sum(history.time_coupling)}
 
 
-def _result(problem: MFGProblem, grid: Any, be: Backend, U: Any, M: Any, converged: bool,
-            out: dict[str, Any], settings: dict[str, Any], timings: dict[str, float],
+def _result(problem: MFGProblem, grid: Any, be: Backend, out: FixedPointResult,
+            member: int | None, settings: dict[str, Any], timings: dict[str, float],
             extra: dict[str, Any]) -> Result:
+    """The Result of one problem (``member`` of a batch, or None)."""
+    b = 0 if member is None else member
+    U, M = (out.U, out.M) if member is None else (out.U[b], out.M[b])
     observables = problem.observables(grid, M, be)
     summary = problem.summary(grid, {k: to_numpy(v) for k, v in observables.items()})
     params = problem.params() | {"nx": grid.nx, "nt": grid.nt} | settings | {
         "backend": be.name, "device": be.device, "dtype": be.dtype}
-    return Result(x=be.asarray(grid.x), t=be.asarray(grid.t), U=U, M=M, converged=converged,
-                  iterations=out["iterations"], history=out["history"].as_dict(),
+    return Result(x=be.asarray(grid.x), t=be.asarray(grid.t), U=U, M=M,
+                  converged=bool(out.converged[b]), residual=float(out.residual[b]),
+                  iterations=int(out.iterations[b]), history=out.history.as_dict(),
                   params=params, timings=timings, backend=be.name, device=be.device,
                   dtype=be.dtype, method=settings["method"], observables=observables,
                   summary=summary, state_name=problem.state_name, extra=extra)

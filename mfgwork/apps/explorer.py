@@ -233,8 +233,8 @@ class SantaFeExplorer:
         m = res.metrics()
         state = ("converged" if res.converged else
                  "<span style='color:#b36b00'>not converged (max_iter reached)</span>")
-        return (f"A* = {res.params['threshold']:.2f}: {state} in {res.iterations} iterations"
-                f" · mean A = {m['mean_attendance']:.3f}"
+        return (f"A* = {res.params['threshold']:.2f}: {state} in {res.iterations} iterations "
+                f"(residual {res.residual:.1e}) · mean A = {m['mean_attendance']:.3f}"
                 f" · time A > A* = {m['time_overcrowded']:.2f} · solve "
                 f"{self.timings['solve']:.3f} s · draw {self.timings['draw']:.3f} s")
 

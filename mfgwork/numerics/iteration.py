@@ -2,27 +2,63 @@
 
 One evaluation of the fixed-point map Φ takes the coupling state z (see
 :class:`mfgwork.problems.base.Coupling`: the density path, or for Santa Fe only the
-attendance path A(t)), builds the running cost, solves HJB backward, then FP forward, and
-returns the new state. The schemes below choose the next z from z and Φ(z):
+attendance path A(t)), builds the running cost, solves HJB backward (the best response
+U = BR(z)), then FP forward, and returns the new state Φ(z) = state(M(BR(z))). The schemes
+below choose the next z from z and Φ(z):
 
 - :class:`Relaxation`: z ← z + ω (Φ(z) − z)   (ω = 1 is plain Picard)
 - :class:`FictitiousPlay`: ω_k = 1/(k + 1)
-- :class:`Anderson`: type-II Anderson mixing of depth m with mixing factor β.
+- :class:`Anderson` (default): type-II Anderson mixing of depth m with mixing factor β,
+  safeguarded: a step that makes the residual grow restarts the mixing from the best iterate
+  with a halved β (damping).
 
-The iteration stops when the relative changes of U and M between two iterations are both
-below ``tol``.
+Convergence means the fixed point is reached. The residual of an iterate is
+r(z) = ‖Φ(z) − z‖₂ / ‖Φ(z)‖₂. The solver returns densities M = M(BR(z_k)) of some iterate, and
+their own residual (what :meth:`mfgwork.Result.check` recomputes) is that of Φ(z_k):
+r(M) = ‖Φ(Φ(z_k)) − Φ(z_k)‖ / ‖Φ(Φ(z_k))‖, which can be far larger than r(z_k) when Φ is steep
+(its Lipschitz constant scales like 1/ε for Santa Fe). So when r(z_k) is small enough the next
+iterate is the plain Picard step z_{k+1} = Φ(z_k), whose evaluation certifies M_k; the
+iteration stops when a certified residual is ≤ ``tol``. A failed certificate lowers the
+threshold for the next try by the observed amplification. Differences of U and M between
+iterates are recorded for the history only; they never stop the iteration.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..core.backend import Backend, to_numpy
 from ..core.errors import ConvergenceWarning, ParameterError, SolverError, check_int, check_real
+from ..core.types import Array
+
+
+class HJBSolver(Protocol):
+    """U (levels 0..nt) with U[..., nt, :] = U_T, for the running costs F (levels 0..nt−1);
+    ``guess`` (or None) seeds Newton's method."""
+
+    def __call__(self, U_T: Array, F: Array, guess: Array | None) -> Array: ...
+
+
+class FPSolver(Protocol):
+    """Densities M (levels 0..nt) from m0, transported by the control −∂x u of U."""
+
+    def __call__(self, U: Array, m0: Array) -> Array: ...
+
+
+class CouplingMap(Protocol):
+    """What the iteration mixes: ``state(M)`` (e.g. the attendance path), the running cost of
+    a state, and the projection of an extrapolated state onto admissible values."""
+
+    def state(self, M: Array) -> Array: ...
+
+    def running_cost(self, z: Array) -> Array: ...
+
+    def project(self, z: Array) -> Array: ...
 
 
 class IterationScheme:
@@ -32,7 +68,7 @@ class IterationScheme:
         """Forget the history (called at the start of every solve). ``batched``: the first
         axis of z indexes independent problems, each mixed on its own."""
 
-    def update(self, k: int, z: Any, gz: Any, xp: Any) -> Any:
+    def update(self, k: int, z: Array, gz: Array, xp: Any) -> Array:
         raise NotImplementedError
 
     def describe(self) -> dict[str, Any]:
@@ -48,7 +84,7 @@ class Relaxation(IterationScheme):
     def __post_init__(self) -> None:
         self.omega = check_real("omega", self.omega, low=0.0, high=1.0, high_open=False)
 
-    def update(self, k: int, z: Any, gz: Any, xp: Any) -> Any:
+    def update(self, k: int, z: Array, gz: Array, xp: Any) -> Array:
         return z + self.omega * (gz - z)
 
     def describe(self) -> dict[str, Any]:
@@ -59,7 +95,7 @@ class Relaxation(IterationScheme):
 class FictitiousPlay(IterationScheme):
     """z ← z + (Φ(z) − z)/(k + 1): the running average of best responses."""
 
-    def update(self, k: int, z: Any, gz: Any, xp: Any) -> Any:
+    def update(self, k: int, z: Array, gz: Array, xp: Any) -> Array:
         return z + (gz - z) / (k + 1)
 
     def describe(self) -> dict[str, Any]:
@@ -68,61 +104,92 @@ class FictitiousPlay(IterationScheme):
 
 @dataclass
 class Anderson(IterationScheme):
-    """Type-II Anderson acceleration (Walker & Ni 2011) with mixing factor β.
+    """Safeguarded type-II Anderson acceleration (Walker & Ni 2011) with mixing factor β.
 
     With residuals r_k = Φ(z_k) − z_k and the last ``depth`` differences ΔZ, ΔR:
     γ = argmin ‖r_k − ΔR γ‖₂² + λ tr(ΔRᵀΔR) ‖γ‖₂², then z_{k+1} = z_k + β r_k − (ΔZ + β ΔR) γ.
 
-    The defaults (depth 5, β = 0.1, λ = 1e-4) converge for Santa Fe at its defaults in about
-    80 iterations at 201 × 201. The regularization keeps the small least-squares problem well
-    conditioned near convergence, so round-off differences between backends are not amplified.
+    Safeguard (per problem of a batch): when ‖r_k‖ exceeds ``restart`` times the smallest
+    residual seen so far, the step is rejected: the mixing restarts from the best iterate with
+    β halved (down to ``min_mixing``), i.e. a damped step; β doubles back (up to ``mixing``)
+    at each new best. The small least-squares problems are solved on the arrays' device
+    (``linalg.solve``, batched), without a host round trip. The regularization λ keeps them
+    well conditioned near convergence, so round-off differences between backends are not
+    amplified.
     """
 
     depth: int = 5
     mixing: float = 0.1
     regularization: float = 1e-4
-    _z: list = field(default_factory=list, repr=False)
-    _r: list = field(default_factory=list, repr=False)
+    restart: float = 2.0
+    min_mixing: float = 1e-3
+    _state: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.depth = check_int("depth", self.depth, low=0)
         self.mixing = check_real("mixing", self.mixing, low=0.0, high=1.0, high_open=False)
         self.regularization = check_real("regularization", self.regularization, low=0.0,
                                          low_open=False)
+        self.restart = check_real("restart", self.restart, low=1.0, low_open=False)
+        self.min_mixing = check_real("min_mixing", self.min_mixing, low=0.0,
+                                     high=self.mixing, high_open=False)
 
     def reset(self, batched: bool = False) -> None:
-        self._z, self._r = [], []
-        self._batched = batched
+        self._state = {"batched": batched, "z": [], "r": []}
 
-    def update(self, k: int, z: Any, gz: Any, xp: Any) -> Any:
-        r = gz - z
-        self._z.append(z)
-        self._r.append(r)
-        if len(self._z) > self.depth + 1:
-            self._z.pop(0)
-            self._r.pop(0)
-        step = z + self.mixing * r
-        if len(self._z) < 2:
-            return step
-        dZ = xp.stack([a - b for a, b in zip(self._z[1:], self._z[:-1], strict=True)])
-        dR = xp.stack([a - b for a, b in zip(self._r[1:], self._r[:-1], strict=True)])
-        batch = z.shape[0] if self._batched else 1
-        flat = xp.permute_dims(dR.reshape(dR.shape[0], batch, -1), (1, 0, 2))  # (B, m, n)
-        gram = to_numpy(flat @ xp.permute_dims(flat, (0, 2, 1))).astype(np.float64)
-        rhs = to_numpy(flat @ r.reshape(batch, -1, 1)).astype(np.float64)
-        scale = np.maximum(np.trace(gram, axis1=1, axis2=2), 1e-300)[:, None, None]
-        eye = np.eye(gram.shape[-1])
-        gamma = np.linalg.solve(gram + self.regularization * scale * eye, rhs)[..., 0]
-        g = xp.asarray(np.ascontiguousarray(gamma.T if self._batched else gamma[0]),
-                       dtype=z.dtype, device=_device(z))  # (m, B) or (m,)
-        g = xp.reshape(g, g.shape + (1,) * (dZ.ndim - g.ndim))
-        return step - xp.sum(g * (dZ + self.mixing * dR), axis=0)
+    def update(self, k: int, z: Array, gz: Array, xp: Any) -> Array:
+        s = self._state
+        batch = z.shape[0] if s["batched"] else 1
+        zf, rf = xp.reshape(z, (batch, -1)), xp.reshape(gz - z, (batch, -1))
+        rn = xp.sqrt(xp.sum(rf**2, axis=-1))
+        if not s["z"]:
+            s.update(best_rn=rn, best_z=zf, best_r=rf, age=xp.zeros_like(rn),
+                     beta=xp.full_like(rn, self.mixing))
+        restart = rn > self.restart * s["best_rn"]
+        improved = rn < s["best_rn"]
+        s["best_rn"] = xp.where(improved, rn, s["best_rn"])
+        s["best_z"] = xp.where(improved[:, None], zf, s["best_z"])
+        s["best_r"] = xp.where(improved[:, None], rf, s["best_r"])
+        beta = xp.where(restart, xp.clip(0.5 * s["beta"], self.min_mixing, None), s["beta"])
+        s["beta"] = xp.where(improved, xp.clip(2.0 * beta, None, self.mixing), beta)
+        s["age"] = xp.where(restart, xp.zeros_like(rn), s["age"] + 1.0)
+        z0 = xp.where(restart[:, None], s["best_z"], zf)
+        r0 = xp.where(restart[:, None], s["best_r"], rf)
+        s["z"].append(z0)
+        s["r"].append(r0)
+        if len(s["z"]) > self.depth + 1:
+            s["z"].pop(0)
+            s["r"].pop(0)
+        step = z0 + beta[:, None] * r0
+        if len(s["z"]) >= 2:
+            step = step - self._correction(s, r0, beta, xp)
+        return xp.reshape(step, z.shape)
+
+    def _correction(self, s: dict, r: Array, beta: Array, xp: Any) -> Array:
+        """(ΔZ + β ΔR) γ over the differences younger than each problem's last restart."""
+        n = len(s["z"]) - 1
+        dZ = xp.stack([a - b for a, b in zip(s["z"][1:], s["z"][:-1], strict=True)], axis=1)
+        dR = xp.stack([a - b for a, b in zip(s["r"][1:], s["r"][:-1], strict=True)], axis=1)
+        # difference j joins entries j and j+1 (of n + 1); valid if both follow the restart
+        ages = xp.asarray(np.arange(n, 0, -1, dtype=np.float64), dtype=r.dtype,
+                          device=_device(r))
+        valid = xp.astype(ages[None, :] < s["age"][:, None], r.dtype)  # (B, n)
+        dZ, dR = dZ * valid[..., None], dR * valid[..., None]
+        gram = dR @ xp.permute_dims(dR, (0, 2, 1))  # (B, n, n)
+        rhs = dR @ r[..., None]
+        scale = xp.sum(xp.sum(gram * xp.eye(n, dtype=r.dtype, device=_device(r)), axis=-1),
+                       axis=-1)
+        shift = self.regularization * scale + xp.astype(scale == 0.0, r.dtype)
+        eye = xp.eye(n, dtype=r.dtype, device=_device(r))
+        gamma = xp.linalg.solve(gram + shift[:, None, None] * eye, rhs)  # (B, n, 1)
+        return xp.sum(gamma * (dZ + beta[:, None, None] * dR), axis=1)
 
     def describe(self) -> dict[str, Any]:
-        return {"scheme": "anderson", "depth": self.depth, "mixing": self.mixing}
+        return {"scheme": "anderson", "depth": self.depth, "mixing": self.mixing,
+                "restart": self.restart}
 
 
-def _device(a: Any) -> Any:
+def _device(a: Array) -> Any:
     import array_api_compat
 
     return array_api_compat.device(a)
@@ -146,11 +213,13 @@ def make_scheme(iteration: str | IterationScheme | None) -> IterationScheme:
 
 @dataclass
 class History:
-    """Per-iteration relative changes of U and M and wall time of each phase (seconds)."""
+    """Per iteration: the fixed-point residual r(z_k) of the iterate, the relative changes of
+    U and M, and the wall time of each phase (seconds). In a batch, the largest over the
+    problems that have not yet converged."""
 
+    residual: list[float] = field(default_factory=list)
     change_U: list[float] = field(default_factory=list)
     change_M: list[float] = field(default_factory=list)
-    residual: list[float] = field(default_factory=list)
     time_hjb: list[float] = field(default_factory=list)
     time_fp: list[float] = field(default_factory=list)
     time_coupling: list[float] = field(default_factory=list)
@@ -159,25 +228,48 @@ class History:
         return {k: list(v) for k, v in self.__dict__.items()}
 
 
-def _relative_change(new: Any, old: Any, xp: Any, batched: bool) -> Any:
-    """‖new − old‖₂ / ‖new‖₂, per problem when ``batched`` (first axis)."""
-    axes = tuple(range(1 if batched else 0, new.ndim))
-    return (xp.sqrt(xp.sum((new - old) ** 2, axis=axes))
-            / xp.clip(xp.sqrt(xp.sum(new**2, axis=axes)), 1e-300, None))
+@dataclass
+class FixedPointResult:
+    """What :func:`fixed_point` returns. ``converged``, ``residual`` and ``iterations`` are
+    per problem (length 1 unless batched); ``residual`` is that of the returned M, i.e.
+    ‖Φ(state(M)) − state(M)‖ / ‖Φ(state(M))‖ (inf where it was never evaluated)."""
+
+    U: Array
+    M: Array
+    converged: np.ndarray
+    residual: np.ndarray
+    iterations: np.ndarray
+    history: History
 
 
-def fixed_point(coupling: Any, hjb: Any, fp: Any, *, m0: Any, U_T: Any, nt: int,
-                backend: Backend, scheme: IterationScheme, tol: float, max_iter: int,
-                progress: Any = None, batched: bool = False, M_init: Any = None,
-                U_init: Any = None) -> dict[str, Any]:
-    """Run the damped/accelerated Picard iteration. Returns U, M, history and status.
+def relative_residual(gz: Array, z: Array, xp: Any, batched: bool) -> Array:
+    """‖gz − z‖₂ / ‖gz‖₂, per problem when ``batched`` (first axis); always shaped (B,)."""
+    batch = z.shape[0] if batched else 1
+    d, g = xp.reshape(gz - z, (batch, -1)), xp.reshape(gz, (batch, -1))
+    return (xp.sqrt(xp.sum(d**2, axis=-1))
+            / xp.clip(xp.sqrt(xp.sum(g**2, axis=-1)), 1e-300, None))
 
-    ``hjb(U_T, F, guess)`` and ``fp(U, m0)`` are the two solvers; ``coupling`` maps densities
-    to the coupling state and the state to the running cost. The first state is that of
-    agents who do not move: m(t) = m0 for all t. ``batched``: arrays carry a leading axis of
-    independent problems; the history records the largest change over them, and the
-    iteration stops when every problem has converged. ``M_init``/``U_init``: a warm start
-    (e.g. the solution at nearby parameters) in place of agents who do not move.
+
+def _where(mask: Array, a: Array, b: Array, xp: Any, batched: bool) -> Array:
+    """a where ``mask`` (shape (B,)) else b, broadcast over the trailing axes."""
+    if not batched:
+        mask = mask[0]
+    return xp.where(xp.reshape(mask, mask.shape + (1,) * (a.ndim - mask.ndim)), a, b)
+
+
+def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Array,
+                U_T: Array, nt: int, backend: Backend, scheme: IterationScheme, tol: float,
+                max_iter: int, progress: Any = None, batched: bool = False,
+                M_init: Array | None = None, U_init: Array | None = None) -> FixedPointResult:
+    """Iterate z ← scheme(z, Φ(z)) until the returned densities have residual ≤ ``tol``.
+
+    The first state is that of agents who do not move (m(t) = m0), or ``M_init``/``U_init``
+    (a warm start). ``batched``: arrays carry a leading axis of independent problems, each
+    with its own mixing, certificate and stopping test; the loop ends when all have
+    converged. One host synchronisation per iteration (the stopping test). Returns the best
+    certified iterate per problem; a problem that does not converge in ``max_iter`` gets the
+    best iterate found, its residual computed by one more evaluation, ``converged=False``
+    and a :class:`~mfgwork.ConvergenceWarning`.
     """
     xp = backend.xp
     scheme.reset(batched)
@@ -185,51 +277,110 @@ def fixed_point(coupling: Any, hjb: Any, fp: Any, *, m0: Any, U_T: Any, nt: int,
     U = U_init
     M = xp.stack([m0] * (nt + 1), axis=-2) if M_init is None else M_init
     z = coupling.state(M)
-    converged = False
-    iterations = 0
+    n_problems = z.shape[0] if batched else 1
+    inf = xp.full((n_problems,), math.inf, dtype=z.dtype, device=_device(z))
+    best = {"res": inf, "U": None, "M": None}      # smallest certified residual
+    fallback = {"res": inf, "U": None, "M": None}  # smallest iterate residual (uncertified)
+    trigger = xp.full((n_problems,), tol, dtype=z.dtype, device=_device(z))
+    picard = xp.zeros((n_problems,), dtype=xp.bool, device=_device(z))
+    done_at = np.zeros(n_problems, dtype=np.int64)
+    prev: tuple[Array, Array, Array] | None = None
+    evaluate = _evaluator(coupling, hjb, fp, U_T, m0, backend)
     for k in range(1, max_iter + 1):
         t0 = backend.timer()
-        F = coupling.running_cost(z)
-        t1 = backend.timer()
-        U_new = hjb(U_T, F, U)
-        t2 = backend.timer()
-        M_new = fp(U_new, m0)
-        t3 = backend.timer()
-        gz = coupling.state(M_new)
-        changes = xp.stack([
-            _relative_change(U_new, U if U is not None else 0.0 * U_new, xp, batched),
-            _relative_change(M_new, M, xp, batched), _relative_change(gz, z, xp, batched)])
+        F, U_new, M_new, gz, (t1, t2, t3) = evaluate(z, U)
+        res = relative_residual(gz, z, xp, batched)
+        if prev is not None:  # z = Φ(z_prev) exactly where ``picard``: this certifies M_prev
+            cert = xp.where(picard, res, inf)
+            better = cert < best["res"]
+            amplification = xp.clip(xp.where(picard, cert, 1.0), 1e-300, None) / xp.clip(
+                prev[2], 1e-300, None)
+            trigger = xp.where(picard & (cert > tol),
+                               xp.minimum(trigger, 0.5 * tol / amplification), trigger)
+            _keep(best, better, cert, prev[0], prev[1], xp, batched)
+        _keep(fallback, res < fallback["res"], res, U_new, M_new, xp, batched)
+        changes = xp.stack([relative_residual(U_new, U if U is not None else 0.0 * U_new, xp,
+                                              batched),
+                            relative_residual(M_new, M, xp, batched), res, best["res"]])
         bad = xp.stack([xp.sum(xp.astype(~xp.isfinite(a), a.dtype)) for a in (F, U_new, M_new)])
-        changes, bad = to_numpy(changes).reshape(3, -1), to_numpy(bad)
-        dU, dM, res = (float(v) for v in changes.max(axis=1))
-        bad_F, bad_U, bad_M = bad
-        for name, bad in (("running cost F", bad_F), ("U", bad_U), ("M", bad_M)):
-            if bad:
+        changes, bad = to_numpy(changes), to_numpy(bad)  # the one host synchronisation
+        for name, count in zip(("running cost F", "U", "M"), bad, strict=True):
+            if count:
                 raise SolverError(f"non-finite values in {name} at Picard iteration {k}: "
                                   "the iteration diverged (try a smaller mixing factor, a "
                                   "finer time step or a smaller eps)")
-        U, M = U_new, M_new
-        iterations = k
-        history.change_U.append(dU)
-        history.change_M.append(dM)
-        history.residual.append(res)
+        done = changes[3] <= tol
+        active = ~done | (done_at == 0)
+        done_at[(done_at == 0) & done] = k
+        history.change_U.append(float(np.max(changes[0][active])))
+        history.change_M.append(float(np.max(changes[1][active])))
+        history.residual.append(float(np.max(changes[2][active])))
         if progress is not None:
             progress.update(1)
-            progress.set_postfix(dU=f"{dU:.2e}", dM=f"{dM:.2e}", refresh=False)
-        if k > 1 and dU < tol and dM < tol:
-            converged = True
-        else:
-            z = coupling.project(scheme.update(k, z, gz, xp))
+            progress.set_postfix(residual=f"{history.residual[-1]:.2e}", refresh=False)
+        finished = bool(done.all())
+        if not finished:
+            frozen = xp.asarray(done, device=_device(z))
+            picard = (res <= trigger) & ~frozen
+            stepped = coupling.project(scheme.update(k, z, gz, xp))
+            z_next = _where(picard, gz, stepped, xp, batched)
+            prev = (U_new, M_new, res)
+            if k == max_iter - 1:  # the last evaluation certifies the best iterate found
+                picard = ~frozen
+                z_next = coupling.state(fallback["M"])
+                prev = (fallback["U"], fallback["M"], fallback["res"])
+            z = _where(frozen, z, z_next, xp, batched)
+        U, M = U_new, M_new
         t4 = backend.timer()
         history.time_hjb.append(t2 - t1)
         history.time_fp.append(t3 - t2)
         history.time_coupling.append((t1 - t0) + (t4 - t3))
-        if converged:
+        if finished:
             break
-    if not converged:
+    residual = changes[3]
+    if not np.all(np.isfinite(residual)):  # max_iter = 1: nothing certified yet
+        residual = _certify_fallback(best, fallback, evaluate, coupling, xp, batched)
+    converged = residual <= tol
+    done_at[done_at == 0] = k
+    if not converged.all():
+        worst = float(np.max(residual[~converged]))
         warnings.warn(f"Picard iteration did not reach tol={tol:g} in max_iter={max_iter} "
-                      f"iterations (last changes: U {history.change_U[-1]:.3g}, "
-                      f"M {history.change_M[-1]:.3g}); returning converged=False",
-                      ConvergenceWarning, stacklevel=3)
-    return {"U": U, "M": M, "history": history, "converged": converged,
-            "iterations": iterations, "final_changes": changes[:2].T}
+                      f"iterations ({int((~converged).sum())} of {converged.size} problems; "
+                      f"final residual {worst:.3g}); returning the best iterate found with "
+                      "converged=False", ConvergenceWarning, stacklevel=3)
+    return FixedPointResult(U=best["U"], M=best["M"], converged=converged,
+                            residual=residual, iterations=np.where(converged, done_at, k),
+                            history=history)
+
+
+def _evaluator(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, U_T: Array, m0: Array,
+               backend: Backend) -> Any:
+    """Φ: z ↦ (F, U, M, state(M)) with the times at which the phases ended."""
+    def evaluate(z: Array, guess: Array | None) -> tuple[Array, Array, Array, Array, tuple]:
+        F = coupling.running_cost(z)
+        t1 = backend.timer()
+        U = hjb(U_T, F, guess)
+        t2 = backend.timer()
+        M = fp(U, m0)
+        t3 = backend.timer()
+        return F, U, M, coupling.state(M), (t1, t2, t3)
+    return evaluate
+
+
+def _keep(slot: dict, mask: Array, res: Array, U: Array, M: Array, xp: Any,
+          batched: bool) -> None:
+    """Where ``mask``, replace the slot's residual, U and M."""
+    slot["res"] = xp.where(mask, res, slot["res"])
+    slot["U"] = U if slot["U"] is None else _where(mask, U, slot["U"], xp, batched)
+    slot["M"] = M if slot["M"] is None else _where(mask, M, slot["M"], xp, batched)
+
+
+def _certify_fallback(best: dict, fallback: dict, evaluate: Any, coupling: CouplingMap,
+                      xp: Any, batched: bool) -> np.ndarray:
+    """One more evaluation gives the residual of the best uncertified iterate; per problem,
+    the better of it and the best certified one is kept. Returns the residuals (host)."""
+    z = coupling.state(fallback["M"])
+    gz = evaluate(z, fallback["U"])[3]
+    cert = relative_residual(gz, z, xp, batched)
+    _keep(best, cert < best["res"], cert, fallback["U"], fallback["M"], xp, batched)
+    return to_numpy(best["res"])

@@ -1,7 +1,23 @@
 """MFG problems: the generic type, Santa Fe Bar, and verification problems."""
 
+from ..core.errors import ParameterError
 from .base import Coupling, MFGProblem
 from .santa_fe import SantaFeBar
 from .verification import HopfColeProblem
+
+#: Problems that can be rebuilt from the ``params`` they record (``params["problem"]``).
+REBUILDABLE = {SantaFeBar.name_default: SantaFeBar}
+
+
+def problem_from_params(params: dict) -> MFGProblem:
+    """The problem a result's ``params`` describe, for the problems in :data:`REBUILDABLE`
+    (others hold user callables, which are not stored)."""
+    cls = REBUILDABLE.get(params.get("problem"))
+    if cls is None:
+        raise ParameterError(f"problem=None is invalid for a result of problem "
+                             f"{params.get('problem')!r}: pass the problem that was solved "
+                             f"(only {', '.join(map(repr, REBUILDABLE))} results are rebuilt "
+                             "from their params)")
+    return cls.from_params(params)
 
 __all__ = ["Coupling", "HopfColeProblem", "MFGProblem", "SantaFeBar"]

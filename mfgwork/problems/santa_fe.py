@@ -41,6 +41,12 @@ class SantaFeBar(MFGProblem):
     """
 
     state_name = "θ"
+    name_default = "santa_fe_bar"
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> SantaFeBar:
+        """The problem whose :meth:`params` are ``params`` (extra keys are ignored)."""
+        return cls(**{k: params[k] for k in DEFAULTS})
 
     threshold: float
     theta_max: float
@@ -63,7 +69,7 @@ class SantaFeBar(MFGProblem):
             object.__setattr__(self, k, v)
         super().__init__(x_min=-values["theta_max"], x_max=values["theta_max"], T=T,
                          sigma=sigma, m0=gaussian_m0, g=zero_terminal_cost, f=self.running_cost,
-                         name="santa_fe_bar")
+                         name=self.name_default)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={getattr(self, k)!r}" for k in DEFAULTS)

@@ -41,7 +41,7 @@ from .specs import Run, SpecError, parse_spec, read_spec
 
 #: Headline metrics of every run in the index; the problem's own summary numbers (its
 #: ``summary`` in ``metrics.json``, e.g. the mean attendance for Santa Fe) follow them.
-METRICS = ("iterations", "converged", "solve_time", "wall_time", "device")
+METRICS = ("iterations", "converged", "residual", "solve_time", "wall_time", "device")
 STATUSES = ("done", "failed", "pending")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -147,7 +147,7 @@ def _metrics(run_dir: Path) -> dict[str, Any]:
     m: dict[str, Any] = {}
     with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
         m = json.loads((run_dir / "metrics.json").read_text())
-    out = {k: m.get(k) for k in ("iterations", "converged", "device")}
+    out = {k: m.get(k) for k in ("iterations", "converged", "residual", "device")}
     out |= {k: v for k, v in (m.get("summary") or {}).items() if k not in out}
     out["solve_time"] = (m.get("timings") or {}).get("total")
     out["wall_time"] = _notebook_duration(run_dir)

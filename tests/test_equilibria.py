@@ -1,0 +1,117 @@
+"""Converged means the fixed point is reached: the certified residual, its independent check,
+honest failure, batches, particles and stored results."""
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import mfgwork as mw
+from mfgwork.numerics.fdm.sweeps import FiniteDifferences
+
+
+def independent_residual(problem: mw.SantaFeBar, res: mw.Result) -> float:
+    """‖A(BR(A)) − A‖ / ‖A(BR(A))‖ for A the attendance of res.M (levels 1..nt), from the
+    finite-difference solvers directly (NumPy float64, HJB started from the terminal cost)."""
+    M = mw.to_numpy(res.M).astype(np.float64)
+    grid = problem.grid(M.shape[1], M.shape[0] - 1)
+    be = mw.get_backend("numpy")
+    chi_w = grid.weights * grid.cell_fraction_above(0.0)
+    A = M[1:] @ chi_w
+    fd = FiniteDifferences(grid, problem.nu, be)
+    F = -problem.payoff(A)[:, None] * grid.cell_fraction_above(0.0)[None, :]
+    M_br = fd.solve_fp(fd.solve_hjb(np.zeros(grid.nx), F), problem.initial_density(grid, be))
+    A_br = M_br[1:] @ chi_w
+    return float(np.linalg.norm(A_br - A) / np.linalg.norm(A_br))
+
+
+@settings(max_examples=8, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(threshold=st.floats(0.2, 0.9), sigma=st.floats(0.1, 1.5),
+       log_eps=st.floats(np.log(1e-3), np.log(1e-1)), T=st.floats(2.0, 20.0))
+def test_converged_implies_residual_below_tol_and_check_agrees(threshold, sigma, log_eps, T):
+    problem = mw.SantaFeBar(threshold=threshold, sigma=sigma, eps=float(np.exp(log_eps)), T=T)
+    tol = 1e-6
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mw.ConvergenceWarning)
+        res = mw.solve(problem, nx=25, nt=24, tol=tol, max_iter=60, progress=False)
+    r = independent_residual(problem, res)
+    assert r == pytest.approx(res.residual, rel=1e-5, abs=1e-12)
+    if res.converged:
+        assert res.residual <= tol and r <= tol * (1 + 1e-5)
+    else:
+        assert res.residual > tol
+
+
+def test_saturated_payoff_is_not_a_two_iteration_convergence():
+    """ε = 0.005 at the defaults: the changes of U and M between the first iterates vanish
+    (the payoff saturates) though A ≈ 1 is no equilibrium; the equilibrium sits near
+    A* + ε log(G/−B)."""
+    problem = mw.SantaFeBar(eps=0.005)
+    res = mw.solve(problem, nx=41, nt=40, tol=1e-6, max_iter=600, progress=False)
+    A = mw.to_numpy(res.attendance)
+    assert res.converged and res.iterations > 2
+    assert res.residual <= 1e-6 and independent_residual(problem, res) <= 1e-6
+    assert A[20] == pytest.approx(0.6 + 0.005 * np.log(2.0), abs=0.01)
+
+
+def test_small_residual_is_recognised_as_converged():
+    """ε = 0.02: the iterates reach residuals far below tol (changes of U and M between
+    iterates used to stall above it), and the solve stops there."""
+    problem = mw.SantaFeBar(eps=0.02)
+    res = mw.solve(problem, nx=41, nt=40, tol=1e-9, max_iter=500, progress=False)
+    assert res.converged and res.residual <= 1e-9
+    assert independent_residual(problem, res) <= 1e-9 * (1 + 1e-5)
+
+
+def test_max_iter_returns_best_iterate_with_its_residual():
+    problem = mw.SantaFeBar(threshold=0.2, sigma=0.1, eps=0.001)
+    with pytest.warns(mw.ConvergenceWarning, match="final residual"):
+        res = mw.solve(problem, nx=25, nt=24, tol=1e-6, max_iter=5, progress=False)
+    assert not res.converged and res.iterations == 5
+    assert res.residual == pytest.approx(independent_residual(problem, res), rel=1e-6)
+    assert res.residual <= max(res.history["residual"][0], res.residual)
+
+
+def test_batch_with_easy_and_hard_members_reports_each():
+    easy, hard = mw.SantaFeBar(), mw.SantaFeBar(threshold=0.2, sigma=0.1, eps=0.001)
+    with pytest.warns(mw.ConvergenceWarning, match="1 of 2 problems"):
+        out = mw.solve_batch([easy, hard], nx=25, nt=24, tol=1e-6, max_iter=120,
+                             backend="torch", progress=False)
+    assert out[0].converged and out[0].residual <= 1e-6
+    assert not out[1].converged and out[1].residual > 1e-6
+    assert out[0].iterations < out[1].iterations == 120
+    for p, res in zip((easy, hard), out, strict=True):
+        assert res.check() == pytest.approx(res.residual, rel=1e-6)
+        assert independent_residual(p, res) == pytest.approx(res.residual, rel=1e-5)
+    one = mw.solve(easy, nx=25, nt=24, tol=1e-6, max_iter=120, progress=False)
+    assert np.max(np.abs(mw.to_numpy(out[0].attendance) - mw.to_numpy(one.attendance))) < 1e-5
+
+
+def test_generic_problem_residual_is_that_of_the_density_path():
+    crowd = mw.MFGProblem(x_min=-1.0, x_max=1.0, T=1.0, sigma=0.4,
+                          m0=lambda x: np.exp(-8 * x**2), g=lambda x: x**2,
+                          f=lambda t, x, m: 2.0 * m)
+    res = mw.solve(crowd, nx=31, nt=30, tol=1e-8, progress=False)
+    assert res.converged and res.residual <= 1e-8
+    assert res.check(crowd) == pytest.approx(res.residual, rel=1e-6)
+    with pytest.raises(mw.ParameterError, match="pass the problem"):
+        res.check()
+
+
+def test_loaded_santa_fe_result_can_be_checked(tmp_path):
+    res = mw.solve(mw.SantaFeBar(threshold=0.5), nx=25, nt=24, tol=1e-7, progress=False)
+    back = mw.load(res.save(tmp_path / "run"))
+    assert back.residual == res.residual <= 1e-7
+    assert back.check() == pytest.approx(res.residual, rel=1e-6)
+
+
+def test_particle_tol_below_noise_floor_is_raised_with_a_warning():
+    with pytest.warns(UserWarning, match="noise floor"):
+        res = mw.solve(mw.SantaFeBar(), nx=25, nt=24, method="particles", n_particles=2500,
+                       seed=3, tol=1e-6, max_iter=100, progress=False)
+    assert res.params["tol"] == pytest.approx(0.02)
+    assert res.converged and res.residual <= 0.02
+    assert res.check() == pytest.approx(res.residual, rel=1e-6)
