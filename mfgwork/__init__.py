@@ -9,6 +9,7 @@ Convention (ν = σ²/2, reflecting walls):
 PyTorch is imported only when a torch backend is asked for.
 """
 
+from .analysis.n_player import NPlayerResult, n_player, n_player_study
 from .core.backend import (
     Backend,
     available_backends,
@@ -35,7 +36,8 @@ __all__ = [
     "HopfColeProblem", "MFGProblem", "ParameterError", "Relaxation", "Result", "SantaFeBar",
     "SolverError", "available_backends", "available_devices", "device_info", "from_numpy",
     "get_backend", "load", "mps_emulation", "save_run", "solve", "solve_batch", "to_numpy",
-    "SweepIndex", "load_sweep", "sweep", "ParticleFP",
+    "SweepIndex", "load_sweep", "sweep", "ParticleFP", "NPlayerResult", "n_player",
+    "n_player_study",
 ]
 
 
