@@ -22,9 +22,10 @@ from .core.backend import (
 )
 from .core.errors import BackendError, ConvergenceWarning, ParameterError, SolverError
 from .core.grid import Grid
+from .finite_state import TwoStateResult, solve_two_state
 from .numerics.iteration import Anderson, FictitiousPlay, Relaxation
 from .numerics.particles import ParticleFP
-from .problems import HopfColeProblem, MFGProblem, SantaFeBar
+from .problems import HopfColeProblem, MFGProblem, SantaFeBar, TwoStateElFarol
 from .results import Result, load, save_run
 from .solve import solve, solve_batch
 from .workflows.sweeps import SweepIndex, load_sweep, sweep
@@ -37,7 +38,7 @@ __all__ = [
     "SolverError", "available_backends", "available_devices", "device_info", "from_numpy",
     "get_backend", "load", "mps_emulation", "save_run", "solve", "solve_batch", "to_numpy",
     "SweepIndex", "load_sweep", "sweep", "ParticleFP", "NPlayerResult", "n_player",
-    "n_player_study",
+    "n_player_study", "TwoStateElFarol", "TwoStateResult", "solve_two_state",
 ]
 
 

@@ -1,0 +1,117 @@
+"""The front door of the two-state El Farol game: ``mw.solve_two_state(problem, nt=...)``."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .core.backend import get_backend
+from .core.errors import ParameterError, check_int, check_real
+from .numerics.finite_state import TwoStateScheme
+from .numerics.iteration import IterationScheme, fixed_point, make_scheme
+from .problems.two_state import TwoStateElFarol
+from .results import provenance, write_json
+
+
+@dataclass
+class TwoStateResult:
+    """Solution of the two-state game: ``t`` (nt + 1,), ``U`` and ``M`` (nt + 1, 2) with
+    columns (home, bar), ``attendance`` = M[:, 1]; ``history`` of the fixed-point iteration."""
+
+    t: np.ndarray
+    U: np.ndarray
+    M: np.ndarray
+    converged: bool
+    iterations: int
+    history: dict[str, list[float]]
+    params: dict[str, Any]
+    timings: dict[str, float]
+    plateau: float | None = None
+    threshold: float | None = None
+
+    @property
+    def attendance(self) -> np.ndarray:
+        """A(t) = m_1(t), the fraction at the bar."""
+        return self.M[:, 1]
+
+    @property
+    def rates(self) -> np.ndarray:
+        """Optimal switching rates (β_home→bar, β_bar→home) at each level, (nt + 1, 2)."""
+        d = self.U[:, 1] - self.U[:, 0]
+        return np.stack([np.maximum(-d, 0.0), np.maximum(d, 0.0)], axis=-1) / \
+            self.params["switching_cost"]
+
+    @property
+    def mass_error(self) -> float:
+        """max_t |m_0 + m_1 − 1|."""
+        return float(np.max(np.abs(self.M.sum(axis=1) - 1.0)))
+
+    def metrics(self) -> dict[str, Any]:
+        """Headline numbers, JSON-ready."""
+        A = self.attendance
+        return {"converged": bool(self.converged), "iterations": int(self.iterations),
+                "mass_error": self.mass_error, "min_mass": float(self.M.min()),
+                "mean_attendance": float(A.mean()), "max_attendance": float(A.max()),
+                "attendance_mid": float(A[len(A) // 2]), "plateau": self.plateau,
+                "nt": len(self.t) - 1, "timings": dict(self.timings)}
+
+    def write_files(self, folder: Path, parameters: dict[str, Any] | None = None,
+                    metrics: dict[str, Any] | None = None) -> None:
+        """``arrays.npz``, ``parameters.json`` and ``metrics.json`` into ``folder`` (the
+        interface :func:`mfgwork.save_run` writes a result through)."""
+        np.savez_compressed(folder / "arrays.npz", t=self.t, U=self.U, M=self.M,
+                            attendance=self.attendance)
+        write_json(folder / "parameters.json", self.params | (parameters or {}))
+        write_json(folder / "metrics.json", self.metrics() | {
+            "history": self.history, "provenance": provenance()} | (metrics or {}))
+
+
+def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-10,
+                    max_iter: int = 500, iteration: str | IterationScheme | None = None
+                    ) -> TwoStateResult:
+    """Solve the two-state El Farol game on ``nt`` implicit Euler steps.
+
+    The forward–backward system is coupled by the fixed-point iteration of
+    :func:`mfgwork.numerics.iteration.fixed_point` on the attendance path A(t_1..t_nt)
+    (``iteration`` as in :func:`mfgwork.solve`; default Anderson); it stops when the
+    relative changes of U and M fall below ``tol``.
+    """
+    started = time.perf_counter()
+    if not isinstance(problem, TwoStateElFarol):
+        raise ParameterError(f"problem={problem!r} is invalid: must be an "
+                             "mfgwork.TwoStateElFarol")
+    nt = check_int("nt", nt, low=1)
+    tol = check_real("tol", tol, low=0.0)
+    max_iter = check_int("max_iter", max_iter, low=1)
+    scheme = make_scheme(iteration)
+    t = problem.time_levels(nt)
+    sweeps = TwoStateScheme(nt, problem.T / nt, problem.switching_cost)
+    out = fixed_point(problem.coupling(), sweeps.solve_hjb, sweeps.solve_fp,
+                      m0=problem.initial_distribution(), U_T=problem.terminal_cost(), nt=nt,
+                      backend=get_backend("numpy"), scheme=scheme, tol=tol, max_iter=max_iter)
+    history = out["history"]
+    timings = {"hjb": sum(history.time_hjb), "fp": sum(history.time_fp),
+               "total": time.perf_counter() - started}
+    params = problem.params() | {"nt": nt, "tol": tol, "max_iter": max_iter,
+                                 "iteration": scheme.describe()}
+    return TwoStateResult(t=t, U=out["U"], M=out["M"], converged=out["converged"],
+                          iterations=out["iterations"], history=history.as_dict(),
+                          params=params, timings=timings, plateau=problem.plateau,
+                          threshold=problem.threshold)
+
+
+def time_to_level(t: Any, values: Any, level: float, tol: float) -> float | None:
+    """The first time from which ``values`` stays within ``tol`` of ``level`` for at least a
+    tenth of the horizon (None if it never does)."""
+    t, values = np.asarray(t, dtype=float), np.asarray(values, dtype=float)
+    inside = np.abs(values - level) <= tol
+    span = max(1, int(np.ceil(0.1 * (len(t) - 1))))
+    for n in range(len(t) - span):
+        if inside[n:n + span + 1].all():
+            return float(t[n])
+    return None
+
