@@ -22,7 +22,7 @@ from .core.backend import (
 )
 from .core.errors import BackendError, ConvergenceWarning, ParameterError, SolverError
 from .core.grid import Grid
-from .finite_state import TwoStateResult, solve_two_state
+from .finite_state import TwoStateResult, solve_two_state, time_to_level
 from .numerics.iteration import Anderson, FictitiousPlay, Relaxation
 from .numerics.particles import ParticleFP
 from .problems import HopfColeProblem, MFGProblem, SantaFeBar, TwoStateElFarol
@@ -38,7 +38,7 @@ __all__ = [
     "SolverError", "available_backends", "available_devices", "device_info", "from_numpy",
     "get_backend", "load", "mps_emulation", "save_run", "solve", "solve_batch", "to_numpy",
     "SweepIndex", "load_sweep", "sweep", "ParticleFP", "NPlayerResult", "n_player",
-    "n_player_study", "TwoStateElFarol", "TwoStateResult", "solve_two_state",
+    "n_player_study", "TwoStateElFarol", "TwoStateResult", "solve_two_state", "time_to_level",
 ]
 
 
@@ -47,6 +47,7 @@ __all__ = [
 LAZY_MODULES = {
     "plots": "analysis.plots", "studies": "analysis.studies", "runs": "workflows.runs",
     "sweep_plots": "workflows.sweep_plots", "widgets": "apps.explorer",
+    "game_plots": "analysis.game_plots",
 }
 
 
