@@ -69,6 +69,21 @@ def test_torch_and_numpy_agree_in_distribution(coarse):
     assert np.all(np.abs(mean_a - mean_b) < 5 * se + 1e-12)
 
 
+@pytest.mark.skipif(not torch_installed(), reason="torch not installed")
+def test_torch_batches_samples_in_chunks(coarse, monkeypatch):
+    from mfgwork.numerics.particles import counting
+
+    problem, result = coarse
+    grid, U, m0 = _inputs(problem, result)
+    be = mw.get_backend("torch")
+    monkeypatch.setattr(counting, "CHUNK_PARTICLES", 1000)  # 2 samples of 500 per batch
+    args = (be.asarray(U), be.asarray(m0), grid, problem.sigma, be, 500, 3)
+    counts = count_above(*args, seed=4)
+    assert counts.shape == (3, grid.nt + 1)
+    np.testing.assert_array_equal(counts, count_above(*args, seed=4))
+    assert np.all(counts[:, 0] > 150) and np.all(counts <= 500)
+
+
 def test_reproducible_with_a_seed(coarse):
     problem, result = coarse
     a = n_player(problem, result, 300, 3, seed=11, gap=False)

@@ -83,38 +83,66 @@ def _counts_numpy(U: np.ndarray, m0: np.ndarray, grid: Grid, sigma: float, backe
 
 def _counts_torch(U: Any, m0: Any, grid: Grid, sigma: float, backend: Backend, n: int,
                   n_samples: int, per_chunk: int, seed: int, cut: float) -> np.ndarray:
-    import torch
-
-    from .torch_kernels import TorchKernels
-
-    length = grid.x_max - grid.x_min
     starts = range(0, n_samples, per_chunk)
-    seeds = sample_seeds(seed, len(starts))
+    counter: TorchCounter | None = None
     out = []
-    for start, chunk_seed in zip(starts, seeds, strict=True):
+    for start, chunk_seed in zip(starts, sample_seeds(seed, len(starts)), strict=True):
         size = min(per_chunk, n_samples - start)
-        kernels = TorchKernels(grid.nx, grid.h, length, n * size, backend)
-        generator = torch.Generator(device=backend.native_device).manual_seed(chunk_seed)
-        out.append(_chunk_torch(kernels, generator, U, m0, grid, sigma, size,
-                                cut - grid.x_min).cpu().numpy())
+        if counter is None or counter.size != size:
+            counter = TorchCounter(grid, sigma, backend, n, size, cut)
+        out.append(counter.run(U, m0, chunk_seed).cpu().numpy())
     return np.concatenate(out, axis=0)
 
 
-def _chunk_torch(k: Any, generator: Any, U: Any, m0: Any, grid: Grid, sigma: float,
-                 size: int, cut: float) -> Any:
-    """Counts (size, nt + 1) of one batch of ``size`` samples of k.n / size agents each."""
-    import torch
+class TorchCounter:
+    """``size`` samples of ``n_agents`` agents simulated as one batch with the torch kernels
+    of the particle solver. On CUDA the whole simulation is recorded as a CUDA graph at the
+    first :meth:`run` (checked bitwise against the eager run, dropped with a warning if it
+    differs) and replayed, reseeded, by the following ones."""
 
-    opts = {"dtype": U.dtype, "device": U.device}
-    y = k.sample(m0, torch.rand(k.n, generator=generator, **opts))
-    counts = torch.empty((grid.nt + 1, size), dtype=torch.int64, device=U.device)
-    torch.sum((y > cut).view(size, -1), dim=1, out=counts[0])
-    b0, db = k.drift_tables(U)
-    xi = torch.empty(k.n, **opts)
-    noise = sigma * grid.dt**0.5
-    for step in range(grid.nt):
-        torch.randn(k.n, generator=generator, out=xi)
-        i, f = k.locate(y)
-        k.step(y, xi, b0[step], db[step], i, f, grid.dt, noise)
-        torch.sum((y > cut).view(size, -1), dim=1, out=counts[step + 1])
-    return counts.T
+    def __init__(self, grid: Grid, sigma: float, backend: Backend, n_agents: int, size: int,
+                 cut: float = 0.0, cuda_graph: bool = True) -> None:
+        import torch
+
+        from .torch_kernels import TorchKernels
+
+        self.grid, self.size, self.noise = grid, size, sigma * grid.dt**0.5
+        self.offset_cut = cut - grid.x_min
+        self.kernels = TorchKernels(grid.nx, grid.h, grid.x_max - grid.x_min, n_agents * size,
+                                    backend)
+        self.generator = torch.Generator(device=backend.native_device)
+        self.use_graph = cuda_graph and backend.kind == "cuda"
+        self._graph: Any = None
+
+    def run(self, U: Any, m0: Any, seed: int) -> Any:
+        """Counts (size, nt + 1) on the device, from the generator seeded with ``seed``."""
+        from ...core import cuda_graphs
+
+        if self._graph is not None:
+            self._graph.seed = seed
+            return self._graph.run(U, m0)
+        self.generator.manual_seed(seed)
+        counts = self._counts(U, m0)
+        if self.use_graph:
+            self._graph = cuda_graphs.record_checked(
+                self._counts, counts, U, m0, what="attendance simulation",
+                generator=self.generator, seed=seed)
+            self.use_graph = self._graph is not None
+        return counts
+
+    def _counts(self, U: Any, m0: Any) -> Any:
+        import torch
+
+        k, g, size = self.kernels, self.grid, self.size
+        opts = {"dtype": U.dtype, "device": U.device}
+        y = k.sample(m0, torch.rand(k.n, generator=self.generator, **opts))
+        counts = torch.empty((g.nt + 1, size), dtype=torch.int64, device=U.device)
+        torch.sum((y > self.offset_cut).view(size, -1), dim=1, out=counts[0])
+        b0, db = k.drift_tables(U)
+        xi = torch.empty(k.n, **opts)
+        for step in range(g.nt):
+            torch.randn(k.n, generator=self.generator, out=xi)
+            i, f = k.locate(y)
+            k.step(y, xi, b0[step], db[step], i, f, g.dt, self.noise)
+            torch.sum((y > self.offset_cut).view(size, -1), dim=1, out=counts[step + 1])
+        return counts.T.contiguous()
