@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,9 @@ from .results import provenance, write_json
 @dataclass
 class TwoStateResult:
     """Solution of the two-state game: ``t`` (nt + 1,), ``U`` and ``M`` (nt + 1, 2) with
-    columns (home, bar), ``attendance`` = M[:, 1]; ``history`` of the fixed-point iteration."""
+    columns (home, bar); ``observables`` the problem's paths, also readable as attributes
+    (``res.attendance`` = M[:, 1]); ``summary`` its scalar headline numbers; ``history`` of
+    the fixed-point iteration."""
 
     t: np.ndarray
     U: np.ndarray
@@ -30,13 +32,17 @@ class TwoStateResult:
     history: dict[str, list[float]]
     params: dict[str, Any]
     timings: dict[str, float]
+    observables: dict[str, np.ndarray] = field(default_factory=dict)
+    summary: dict[str, float] = field(default_factory=dict)
     plateau: float | None = None
-    threshold: float | None = None
 
-    @property
-    def attendance(self) -> np.ndarray:
-        """A(t) = m_1(t), the fraction at the bar."""
-        return self.M[:, 1]
+    def __getattr__(self, name: str) -> Any:
+        """An observable by name (``res.attendance``)."""
+        observables = self.__dict__.get("observables") or {}
+        if name in observables:
+            return observables[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r} (observables: "
+                             f"{', '.join(observables) or 'none'})")
 
     @property
     def rates(self) -> np.ndarray:
@@ -52,22 +58,21 @@ class TwoStateResult:
 
     def metrics(self) -> dict[str, Any]:
         """Headline numbers, JSON-ready."""
-        A = self.attendance
         return {"converged": bool(self.converged), "iterations": int(self.iterations),
                 "mass_error": self.mass_error, "min_mass": float(self.M.min()),
-                "mean_attendance": float(A.mean()), "max_attendance": float(A.max()),
-                "attendance_mid": float(A[len(A) // 2]), "plateau": self.plateau,
-                "nt": len(self.t) - 1, "timings": dict(self.timings)}
+                "plateau": self.plateau, "nt": len(self.t) - 1,
+                "timings": dict(self.timings)} | self.summary
 
     def write_files(self, folder: Path, parameters: dict[str, Any] | None = None,
                     metrics: dict[str, Any] | None = None) -> None:
         """``arrays.npz``, ``parameters.json`` and ``metrics.json`` into ``folder`` (the
         interface :func:`mfgwork.save_run` writes a result through)."""
         np.savez_compressed(folder / "arrays.npz", t=self.t, U=self.U, M=self.M,
-                            attendance=self.attendance)
+                            **self.observables)
         write_json(folder / "parameters.json", self.params | (parameters or {}))
         write_json(folder / "metrics.json", self.metrics() | {
-            "history": self.history, "provenance": provenance()} | (metrics or {}))
+            "history": self.history, "observables": list(self.observables),
+            "provenance": provenance()} | (metrics or {}))
 
 
 def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-10,
@@ -98,10 +103,11 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-10,
                "total": time.perf_counter() - started}
     params = problem.params() | {"nt": nt, "tol": tol, "max_iter": max_iter,
                                  "iteration": scheme.describe()}
+    observables = problem.observables(out["M"])
     return TwoStateResult(t=t, U=out["U"], M=out["M"], converged=out["converged"],
                           iterations=out["iterations"], history=history.as_dict(),
-                          params=params, timings=timings, plateau=problem.plateau,
-                          threshold=problem.threshold)
+                          params=params, timings=timings, observables=observables,
+                          summary=problem.summary(t, observables), plateau=problem.plateau)
 
 
 def time_to_level(t: Any, values: Any, level: float, tol: float) -> float | None:

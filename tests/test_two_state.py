@@ -3,6 +3,7 @@ payoff vanishes, first order in Δt, and an equilibrium that is its own best res
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -100,7 +101,18 @@ def test_saved_like_any_run(tmp_path, solved):
     folder = mw.save_run(tmp_path / "two_state", solved, parameters={"out_dir": "x"})
     with np.load(folder / "arrays.npz") as data:
         np.testing.assert_array_equal(data["attendance"], solved.attendance)
-    assert (folder / "metrics.json").is_file() and (folder / "parameters.json").is_file()
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics["observables"] == ["attendance"] and metrics["mass_error"] < 1e-13
+    assert metrics["mean_attendance"] == pytest.approx(float(np.mean(solved.M[:, 1])))
+    assert json.loads((folder / "parameters.json").read_text())["switching_cost"] == 1.0
+
+
+def test_the_problem_owns_its_observables(solved):
+    assert list(solved.observables) == ["attendance"]
+    np.testing.assert_array_equal(solved.attendance, solved.M[:, 1])
+    assert solved.summary["time_overcrowded"] == pytest.approx(10.0, abs=0.5)  # A > A* soon
+    with pytest.raises(AttributeError, match="observables: attendance"):
+        getattr(solved, "mean_state")  # noqa: B009 - the attribute access is the test
 
 
 def test_bad_input():

@@ -151,7 +151,7 @@ def n_player(problem: SantaFeBar, result: Result, n_players: int, n_samples: int
 def _check(problem: SantaFeBar, result: Result) -> Any:
     if not isinstance(problem, SantaFeBar):
         raise ParameterError(f"problem={problem!r} is invalid: must be an mfgwork.SantaFeBar")
-    if not isinstance(result, Result) or result.attendance is None:
+    if not isinstance(result, Result) or "attendance" not in result.observables:
         raise ParameterError(f"result={type(result).__name__} is invalid: must be the "
                              "mfgwork Result of solving the Santa Fe Bar problem")
     mismatch = {k: (v, result.params[k]) for k, v in problem.params().items()

@@ -88,6 +88,20 @@ class TwoStateElFarol:
         """u(T) = (0, 0)."""
         return np.zeros(2)
 
+    def observables(self, M: Any) -> dict[str, Any]:
+        """Paths observed from the distributions ``M`` (…, nt + 1, 2): the attendance
+        A(t) = m_1(t)."""
+        return {"attendance": M[..., 1]}
+
+    def summary(self, t: Any, observables: dict[str, Any]) -> dict[str, float]:
+        """Scalar headline numbers of one solution: mean, min and max attendance, the
+        attendance at T/2, and the time with A > A* (trapezoidal in t)."""
+        A = np.asarray(observables["attendance"], dtype=np.float64)
+        over = (A > self.threshold).astype(np.float64)
+        return {"mean_attendance": float(A.mean()), "min_attendance": float(A.min()),
+                "max_attendance": float(A.max()), "attendance_mid": float(A[len(A) // 2]),
+                "time_overcrowded": float(np.sum(0.5 * (over[1:] + over[:-1]) * np.diff(t)))}
+
     def coupling(self) -> TwoStateCoupling:
         """Iterate on the attendance path A(t_1..t_nt)."""
         return TwoStateCoupling(self)
