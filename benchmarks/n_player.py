@@ -4,10 +4,12 @@
         [--sizes 1e4,1e5,1e6] [--dtype float64] [--samples 1] [--out n_player.json]
 
 The feedback is the Santa Fe equilibrium U on a 201 × 201 grid (201 time steps; FDM, NumPy).
-Each row times ``count_above`` for ``--samples`` groups of N patrons (sampling from m0, 201
-Euler–Maruyama steps, the exact count of θ > 0 at every level), after a warm-up call (on CUDA
-the warm-up records the CUDA graph that the timed calls replay), as the best of repeats. The
-same row gives, in the same run: one particle FP solve of N particles on that backend
+Each row times the simulation of ``--samples`` groups of N patrons (sampling from m0, 201
+Euler–Maruyama steps, the exact count of θ > 0 at every level) after a warm-up call, as the
+best of repeats: ``count_above`` on NumPy; on torch a ``TorchCounter`` (on CUDA the warm-up
+records the CUDA graph that the timed calls replay, ``sim_ms``; ``eager_ms`` the same
+without the graph). The same row gives, in the same run: one particle FP solve of N
+particles on that backend
 (``fp_ms``: the same steps with a CIC deposit instead of the count) and the NumPy simulation
 (``x_numpy``: NumPy time / this time, the NumPy rows up to ``--numpy-max``). ``target_ms`` is
 the goal for one sample of N = 10⁶ on a GPU (50 ms); ``gap_ms`` the host time of the ε-Nash
@@ -29,7 +31,7 @@ import numpy as np
 import mfgwork as mw
 from mfgwork.analysis.n_player import _gaps
 from mfgwork.apps.doctor import versions
-from mfgwork.numerics.particles.counting import count_above
+from mfgwork.numerics.particles.counting import TorchCounter, count_above
 
 NX = NT = 201
 TARGET_MS = 50.0
@@ -77,16 +79,23 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     gap_s = timed(host, lambda: _gaps(problem, grid, host, U_np, m0_np, A), args.budget)
     rows = []
     for n in sizes:
-        def simulate(b=be, u=U, m=m0, n=n) -> Any:
-            return count_above(u, m, grid, problem.sigma, b, n, args.samples, seed=1)
-
         fp = mw.ParticleFP(grid, problem.sigma, be, n_particles=n, seed=1)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # a dropped CUDA graph is reported
-            sim_s = timed(be, simulate, args.budget)
+        eager_s = None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", RuntimeWarning)
+            if be.name == "numpy":
+                sim_s = timed(be, lambda n=n: count_above(U, m0, grid, problem.sigma, be, n,
+                                                          args.samples, seed=1), args.budget)
+            else:
+                counters = [TorchCounter(grid, problem.sigma, be, n, args.samples,
+                                         cuda_graph=graph) for graph in (True, False)]
+                sim_s, eager_s = (timed(be, lambda c=c: c.run(U, m0, 1), args.budget)
+                                  for c in counters)
             fp_s = timed(be, lambda fp=fp: fp.solve_fp(U, m0), args.budget)
         row = {"n": n, "samples": args.samples, "backend": be.name, "device": be.device,
-               "dtype": be.dtype, "sim_ms": 1e3 * sim_s, "fp_ms": 1e3 * fp_s,
+               "dtype": be.dtype, "sim_ms": 1e3 * sim_s,
+               "eager_ms": None if eager_s is None else 1e3 * eager_s, "fp_ms": 1e3 * fp_s,
+               "warnings": [str(w.message) for w in caught],
                "ns_per_patron_step": 1e9 * sim_s / (n * args.samples * NT),
                "gap_ms": 1e3 * gap_s, "target_ms": TARGET_MS}
         if be.name != "numpy" and n <= args.numpy_max:
@@ -105,8 +114,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 def format_row(row: dict[str, Any]) -> str:
     extra = (f"  numpy {row['numpy_ms']:9.2f} ms  x{row['x_numpy']:.1f}"
              if "x_numpy" in row else "")
+    eager = f" (eager {row['eager_ms']:.2f})" if row["eager_ms"] is not None else ""
     return (f"N={row['n']:>9,}  {row['backend']}/{row['device']} {row['dtype']}  "
-            f"simulation {row['sim_ms']:9.2f} ms  FP solve {row['fp_ms']:9.2f} ms  "
+            f"simulation {row['sim_ms']:9.2f} ms{eager}  FP solve {row['fp_ms']:9.2f} ms  "
             f"{row['ns_per_patron_step']:6.2f} ns/patron-step  gap {row['gap_ms']:.1f} ms"
             f"{extra}  (target {row['target_ms']:.0f} ms at N=1e6 on a GPU)")
 

@@ -148,5 +148,7 @@ def test_bad_input(coarse):
         n_player(object(), result, 10)
     with pytest.raises(mw.ParameterError, match="gap="):
         n_player(problem, result, 10, gap="yes")
+    with pytest.raises(mw.ParameterError, match=r"sizes=\[\] is invalid"):
+        n_player_study(problem, result, [])
     with pytest.raises(mw.ParameterError, match="at least two points"):
         fitted_slope([10], [1.0])

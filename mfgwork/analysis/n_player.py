@@ -177,12 +177,19 @@ def _gaps(problem: SantaFeBar, grid: Any, host: Backend, U: np.ndarray, m0: np.n
 
 
 def n_player_study(problem: SantaFeBar, result: Result, sizes: Sequence[int],
-                   n_samples: int = 20, seed: int = 0, **options: Any) -> list[NPlayerResult]:
-    """:func:`n_player` for each N in ``sizes`` (seeds ``seed``, ``seed`` + 1, …)."""
-    if not sizes:
+                   n_samples: int = 20, seed: int = 0, progress: bool | None = None,
+                   **options: Any) -> list[NPlayerResult]:
+    """:func:`n_player` for each N in ``sizes`` (seeds ``seed``, ``seed`` + 1, …);
+    ``progress``: a tqdm bar over the sizes (None: shown when the study lasts over a second).
+    """
+    if not isinstance(sizes, (list, tuple)) or not sizes:
         raise ParameterError(f"sizes={sizes!r} is invalid: must be a non-empty list of N")
+    from tqdm.auto import tqdm
+
+    bar = tqdm(sizes, desc="N patrons", unit="N", leave=False, disable=progress is False,
+               delay=0.0 if progress else 1.0)
     return [n_player(problem, result, n, n_samples, seed + k, **options)
-            for k, n in enumerate(sizes)]
+            for k, n in enumerate(bar)]
 
 
 def fitted_slope(n: Sequence[float], values: Sequence[float]) -> float:
