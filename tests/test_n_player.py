@@ -84,6 +84,16 @@ def test_torch_batches_samples_in_chunks(coarse, monkeypatch):
     assert np.all(counts[:, 0] > 150) and np.all(counts <= 500)
 
 
+def test_mps_path_in_float32(coarse, mps_emulation):
+    problem, result = coarse
+    a = n_player(problem, result, 1000, 8, seed=2, gap=False)
+    b = n_player(problem, result, 1000, 8, seed=2, backend=mps_emulation, gap=False)
+    assert b.summary()["dtype"] == "float32" and b.attendance.shape == a.attendance.shape
+    se = np.sqrt(a.attendance.var(axis=0, ddof=1) / 8 + b.attendance.var(axis=0, ddof=1) / 8)
+    assert np.all(np.abs(a.attendance.mean(axis=0) - b.attendance.mean(axis=0))
+                  < 5 * se + 1e-12)
+
+
 def test_reproducible_with_a_seed(coarse):
     problem, result = coarse
     a = n_player(problem, result, 300, 3, seed=11, gap=False)

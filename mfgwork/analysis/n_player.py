@@ -60,6 +60,7 @@ class NPlayerResult:
     cost_error: np.ndarray | None
     backend: str
     device: str
+    dtype: str
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -88,7 +89,7 @@ class NPlayerResult:
         """One flat, JSON-ready row."""
         row: dict[str, Any] = {"n_players": self.n_players, "n_samples": self.n_samples,
                                "seed": self.seed, "backend": self.backend,
-                               "device": self.device}
+                               "device": self.device, "dtype": self.dtype}
         row["distance"], row["distance_se"] = self.distance_rms
         if self.gap is not None:
             row["gap"], row["gap_se"] = self.gap_mean
@@ -143,7 +144,7 @@ def n_player(problem: SantaFeBar, result: Result, n_players: int, n_samples: int
     return NPlayerResult(n_players=n_players, n_samples=n_samples, seed=seed,
                          t=np.asarray(grid.t), mean_field=mean_field, attendance=A_N,
                          distance=distance, gap=gaps, cost_error=cost_error, backend=be.name,
-                         device=be.device,
+                         device=be.device, dtype=be.dtype,
                          timings={"simulation": t1 - t0, "gap": t2 - t1,
                                   "total": t2 - started})
 
