@@ -112,7 +112,11 @@ def n_player(problem: SantaFeBar, result: Result, n_players: int, n_samples: int
              seed: int | None = None, backend: str | Backend = "numpy", device: str = "cpu",
              dtype: object = None, gap: bool = True) -> NPlayerResult:
     """Simulate ``n_samples`` independent groups of ``n_players`` patrons playing the
-    equilibrium feedback of ``result`` (a solved ``problem``); see the module docstring.
+    equilibrium feedback α* = −∂θ u of ``result`` (a solved ``problem``); returns their
+    attendance paths A_N, the distance max_t |A_N − A| and, per sample, the ε-Nash gap: the
+    gain of one patron who best-responds to the realised path A_N instead of following α*.
+    That patron knows the whole path in advance, so the gap is an upper bound on what a real
+    deviator, who sees only the past, can gain. See the module docstring for the equations.
 
     The simulation runs on ``backend``/``device``/``dtype`` (as :func:`mfgwork.solve`), one
     sample after the other on NumPy, many in one batch on torch; ``seed`` (None: fresh,
