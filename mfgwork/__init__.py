@@ -9,6 +9,7 @@ Convention (ν = σ²/2, reflecting walls):
 PyTorch is imported only when a torch backend is asked for.
 """
 
+from .analysis.n_player import NPlayerResult, n_player, n_player_study
 from .core.backend import (
     Backend,
     available_backends,
@@ -21,9 +22,10 @@ from .core.backend import (
 )
 from .core.errors import BackendError, ConvergenceWarning, ParameterError, SolverError
 from .core.grid import Grid
+from .finite_state import TwoStateResult, solve_two_state, time_to_level
 from .numerics.iteration import Anderson, FictitiousPlay, Relaxation
 from .numerics.particles import ParticleFP
-from .problems import HopfColeProblem, MFGProblem, SantaFeBar
+from .problems import HopfColeProblem, MFGProblem, SantaFeBar, TwoStateElFarol
 from .results import Result, load, save_run
 from .solve import solve, solve_batch
 from .workflows.sweeps import SweepIndex, load_sweep, sweep
@@ -35,7 +37,8 @@ __all__ = [
     "HopfColeProblem", "MFGProblem", "ParameterError", "Relaxation", "Result", "SantaFeBar",
     "SolverError", "available_backends", "available_devices", "device_info", "from_numpy",
     "get_backend", "load", "mps_emulation", "save_run", "solve", "solve_batch", "to_numpy",
-    "SweepIndex", "load_sweep", "sweep", "ParticleFP",
+    "SweepIndex", "load_sweep", "sweep", "ParticleFP", "NPlayerResult", "n_player",
+    "n_player_study", "TwoStateElFarol", "TwoStateResult", "solve_two_state", "time_to_level",
 ]
 
 
@@ -44,6 +47,7 @@ __all__ = [
 LAZY_MODULES = {
     "plots": "analysis.plots", "studies": "analysis.studies", "runs": "workflows.runs",
     "sweep_plots": "workflows.sweep_plots", "widgets": "apps.explorer",
+    "game_plots": "analysis.game_plots",
 }
 
 

@@ -1,8 +1,10 @@
-"""MFG problems: the generic type, Santa Fe Bar, and verification problems."""
+"""MFG problems: the generic type, Santa Fe Bar, the two-state El Farol game, and verification
+problems."""
 
 from ..core.errors import ParameterError
 from .base import Coupling, MFGProblem
 from .santa_fe import SantaFeBar
+from .two_state import TwoStateElFarol
 from .verification import HopfColeProblem
 
 #: Problems that can be rebuilt from the ``params`` they record (``params["problem"]``).
@@ -20,4 +22,5 @@ def problem_from_params(params: dict) -> MFGProblem:
                              "from their params)")
     return cls.from_params(params)
 
-__all__ = ["Coupling", "HopfColeProblem", "MFGProblem", "SantaFeBar"]
+
+__all__ = ["Coupling", "HopfColeProblem", "MFGProblem", "SantaFeBar", "TwoStateElFarol"]

@@ -1,0 +1,206 @@
+"""N patrons against the mean field: realised attendance and the ε-Nash gap of the equilibrium.
+
+Given a solved Santa Fe Bar equilibrium (U, m, A), N patrons all play its feedback
+α*(t, θ) = −∂θ u(t, θ): each moves by dθ = α* dt + σ dW with reflecting walls, from
+θ_0 ~ m0, independently of the others (Euler–Maruyama, the kernels of the particle FP
+solver). Their realised attendance A_N(t) = #{j : θ_j(t) > 0} / N (an exact count) is
+random; the law of large numbers makes A_N → A, with fluctuations of order N^(−1/2).
+
+Two measures of how good the mean-field approximation is for N patrons, per sample path:
+
+- distance: max_t |A_N(t) − A(t)| over the time levels;
+- ε-Nash gap: the expected gain of one patron (θ_0 ~ m0) who best-responds to the realised
+  path A_N instead of following α*: ∫ m0 (v_N − u_N^BR)(0, θ) dθ ≥ 0, where u_N^BR solves the
+  HJB equation with f = −F(A_N(t)) 1{θ > 0} and v_N the linear policy-evaluation equation of
+  α* with the same f (:func:`mfgwork.numerics.fdm.policy.evaluate_policy`). The deviator
+  is taken to know the whole path A_N in advance (and to leave it unchanged), so this is an
+  upper bound on what a real deviator, who sees only the past, can gain.
+
+Because α* is optimal against A, the gain is second order in F(A_N) − F(A): expect the
+gap to fall like N^(−1), faster than the distance and than the cost error
+∫ m0 (v_N − u)(0) of following α* (first order, N^(−1/2)). The gap and the costs are
+computed on the host in float64, on the result's grid.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..core.backend import Backend, get_backend, to_numpy
+from ..core.errors import ParameterError, check_int
+from ..numerics.fdm.policy import evaluate_policy
+from ..numerics.fdm.sweeps import FiniteDifferences
+from ..numerics.particles.counting import count_above
+from ..numerics.particles.solver import fresh_seed
+from ..problems.santa_fe import AttendanceCoupling, SantaFeBar
+from ..results import Result
+
+
+@dataclass
+class NPlayerResult:
+    """Realised attendance of ``n_samples`` groups of N patrons and its distance to the mean
+    field. Per sample: ``distance`` max_t |A_N − A|, ``gap`` the ε-Nash gain of one best
+    response to A_N, ``cost_error`` ∫ m0 (v_N − u)(0), the change of the expected cost of
+    following α* when the path is A_N instead of A. Summaries: root-mean-square over samples
+    (distance, cost error) or mean (gap), each with its Monte Carlo standard error."""
+
+    n_players: int
+    n_samples: int
+    seed: int
+    t: np.ndarray
+    mean_field: np.ndarray
+    attendance: np.ndarray
+    distance: np.ndarray
+    gap: np.ndarray | None
+    cost_error: np.ndarray | None
+    backend: str
+    device: str
+    dtype: str
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def distance_rms(self) -> tuple[float, float]:
+        """RMS over samples of max_t |A_N − A|, and its standard error."""
+        return _rms(self.distance)
+
+    @property
+    def gap_mean(self) -> tuple[float, float] | None:
+        """Mean ε-Nash gap over samples, and its standard error."""
+        return None if self.gap is None else _mean(self.gap)
+
+    @property
+    def cost_error_rms(self) -> tuple[float, float] | None:
+        """RMS over samples of ∫ m0 (v_N − u)(0), and its standard error."""
+        return None if self.cost_error is None else _rms(self.cost_error)
+
+    @property
+    def bias(self) -> float:
+        """max_t |mean over samples of A_N − A|: what is left after averaging the fluctuations
+        (the time-discretization difference between particles and FP, plus noise of order
+        (N · n_samples)^(−1/2))."""
+        return float(np.max(np.abs(self.attendance.mean(axis=0) - self.mean_field)))
+
+    def summary(self) -> dict[str, Any]:
+        """One flat, JSON-ready row."""
+        row: dict[str, Any] = {"n_players": self.n_players, "n_samples": self.n_samples,
+                               "seed": self.seed, "backend": self.backend,
+                               "device": self.device, "dtype": self.dtype}
+        row["distance"], row["distance_se"] = self.distance_rms
+        if self.gap is not None:
+            row["gap"], row["gap_se"] = self.gap_mean
+            row["cost_error"], row["cost_error_se"] = self.cost_error_rms
+        return row | {"bias": self.bias} | {f"time_{k}": v for k, v in self.timings.items()}
+
+
+def _mean(v: np.ndarray) -> tuple[float, float]:
+    return float(v.mean()), float(v.std(ddof=1) / np.sqrt(v.size))
+
+
+def _rms(v: np.ndarray) -> tuple[float, float]:
+    """sqrt(mean v²) and its standard error (delta method: se(mean v²) / (2 rms))."""
+    mean_sq, se_sq = _mean(v**2)
+    rms = float(np.sqrt(mean_sq))
+    return rms, se_sq / (2 * rms) if rms > 0 else 0.0
+
+
+def n_player(problem: SantaFeBar, result: Result, n_players: int, n_samples: int = 20,
+             seed: int | None = None, backend: str | Backend = "numpy", device: str = "cpu",
+             dtype: object = None, gap: bool = True) -> NPlayerResult:
+    """Simulate ``n_samples`` independent groups of ``n_players`` patrons playing the
+    equilibrium feedback α* = −∂θ u of ``result`` (a solved ``problem``); returns their
+    attendance paths A_N, the distance max_t |A_N − A| and, per sample, the ε-Nash gap: the
+    gain of one patron who best-responds to the realised path A_N instead of following α*.
+    That patron knows the whole path in advance, so the gap is an upper bound on what a real
+    deviator, who sees only the past, can gain. See the module docstring for the equations.
+
+    The simulation runs on ``backend``/``device``/``dtype`` (as :func:`mfgwork.solve`), one
+    sample after the other on NumPy, many in one batch on torch; ``seed`` (None: fresh,
+    recorded) makes it reproducible. ``gap=False`` skips the best responses and policy
+    evaluations (one HJB and one linear sweep per sample, on the host).
+    """
+    started = time.perf_counter()
+    grid = _check(problem, result)
+    n_players = check_int("n_players", n_players, low=1)
+    n_samples = check_int("n_samples", n_samples, low=2)
+    seed = fresh_seed() if seed is None else check_int("seed", seed, low=0)
+    if not isinstance(gap, bool):
+        raise ParameterError(f"gap={gap!r} is invalid: must be True or False")
+    be = get_backend(backend, device, dtype)
+    host = get_backend("numpy")
+    U = np.asarray(to_numpy(result.U), dtype=np.float64)
+    m0 = problem.initial_density(grid, host)
+    mean_field = np.asarray(to_numpy(result.attendance), dtype=np.float64)
+    t0 = time.perf_counter()
+    counts = count_above(be.asarray(U), be.asarray(m0), grid, problem.sigma, be, n_players,
+                         n_samples, seed, cut=0.0)
+    t1 = time.perf_counter()
+    A_N = counts / n_players
+    distance = np.max(np.abs(A_N - mean_field), axis=1)
+    gaps = cost_error = None
+    if gap:
+        gaps, cost_error = _gaps(problem, grid, host, U, m0, A_N)
+    t2 = time.perf_counter()
+    return NPlayerResult(n_players=n_players, n_samples=n_samples, seed=seed,
+                         t=np.asarray(grid.t), mean_field=mean_field, attendance=A_N,
+                         distance=distance, gap=gaps, cost_error=cost_error, backend=be.name,
+                         device=be.device, dtype=be.dtype,
+                         timings={"simulation": t1 - t0, "gap": t2 - t1,
+                                  "total": t2 - started})
+
+
+def _check(problem: SantaFeBar, result: Result) -> Any:
+    if not isinstance(problem, SantaFeBar):
+        raise ParameterError(f"problem={problem!r} is invalid: must be an mfgwork.SantaFeBar")
+    if not isinstance(result, Result) or "attendance" not in result.observables:
+        raise ParameterError(f"result={type(result).__name__} is invalid: must be the "
+                             "mfgwork Result of solving the Santa Fe Bar problem")
+    mismatch = {k: (v, result.params[k]) for k, v in problem.params().items()
+                if k in result.params and result.params[k] != v}
+    if mismatch:
+        raise ParameterError(f"result does not solve problem: parameters differ "
+                             f"(problem, result): {mismatch}")
+    nt, nx = np.shape(to_numpy(result.U))
+    return problem.grid(nx, nt - 1)
+
+
+def _gaps(problem: SantaFeBar, grid: Any, host: Backend, U: np.ndarray, m0: np.ndarray,
+          A_N: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per sample: the best response's gain over α*, and α*'s cost change, against A_N."""
+    coupling = AttendanceCoupling(problem, grid, host)
+    U_T = problem.terminal_cost(grid, host)
+    weights = grid.weights * m0
+    F = np.stack([coupling.running_cost(a[1:]) for a in A_N])
+    V0 = evaluate_policy(U, F, U_T, grid, problem.nu, host)[:, 0, :] @ weights
+    fd = FiniteDifferences(grid, problem.nu, host)
+    best = np.array([fd.solve_hjb(U_T, F_s, U)[0] @ weights for F_s in F])
+    return V0 - best, V0 - U[0] @ weights
+
+
+def n_player_study(problem: SantaFeBar, result: Result, sizes: Sequence[int],
+                   n_samples: int = 20, seed: int = 0, progress: bool | None = None,
+                   **options: Any) -> list[NPlayerResult]:
+    """:func:`n_player` for each N in ``sizes`` (seeds ``seed``, ``seed`` + 1, …);
+    ``progress``: a tqdm bar over the sizes (None: shown when the study lasts over a second).
+    """
+    if not isinstance(sizes, (list, tuple)) or not sizes:
+        raise ParameterError(f"sizes={sizes!r} is invalid: must be a non-empty list of N")
+    from tqdm.auto import tqdm
+
+    bar = tqdm(sizes, desc="N patrons", unit="N", leave=False, disable=progress is False,
+               delay=0.0 if progress else 1.0)
+    return [n_player(problem, result, n, n_samples, seed + k, **options)
+            for k, n in enumerate(bar)]
+
+
+def fitted_slope(n: Sequence[float], values: Sequence[float]) -> float:
+    """Least-squares slope of log(values) against log(n)."""
+    n, values = np.asarray(n, dtype=float), np.asarray(values, dtype=float)
+    if n.size < 2 or np.any(n <= 0) or np.any(values <= 0):
+        raise ParameterError("fitted_slope needs at least two points with positive n and "
+                             f"values, not n={n.tolist()}, values={values.tolist()}")
+    return float(np.polyfit(np.log(n), np.log(values), 1)[0])
