@@ -70,15 +70,18 @@ def _kernels() -> dict[str, Any]:
             it = 0
             while (it < max_newton) & (tl.max(active.to(tl.int32), axis=0) > 0):
                 # forward: bands and residual of row i, then Thomas elimination
-                u_c = tl.load(u_lvl, mask=valid, other=0.0)
-                u_l = u_c
-                ihw = tl.load(inv_hw_ptr)
                 cp = zero
                 dp = zero
                 for i in range(NX):
+                    # neighbours read again rather than carried in registers: Triton loses a
+                    # loop variable assigned from another (u_l = u_c); at a wall the
+                    # neighbour is the point itself, so q = 0 there
                     has_right = i < NX - 1
-                    right = tl.minimum(i + 1, NX - 1)  # u_r = u_c at the wall: q = 0 there
+                    right = tl.minimum(i + 1, NX - 1)
+                    u_l = tl.load(u_lvl + tl.maximum(i - 1, 0) * B, mask=valid, other=0.0)
+                    u_c = tl.load(u_lvl + i * B, mask=valid, other=0.0)
                     u_r = tl.load(u_lvl + right * B, mask=valid, other=0.0)
+                    ihw = tl.load(inv_hw_ptr + i)
                     ql = (u_c - u_l) * inv_h
                     qr = (u_r - u_c) * inv_h
                     lo = tl.where(i > 0, -nu * ihw - tl.maximum(ql, 0.0) * inv_h, 0.0)
@@ -95,9 +98,6 @@ def _kernels() -> dict[str, Any]:
                     dp = (res - lo * dp) * r
                     tl.store(cp_b + i * B, cp, mask=valid)
                     tl.store(dp_b + i * B, dp, mask=valid)
-                    u_l = u_c
-                    u_c = u_r
-                    ihw = tl.load(inv_hw_ptr + right)
                 # backward substitution and the update, on the problems still iterating
                 du = zero
                 step = zero
@@ -139,16 +139,17 @@ def _kernels() -> dict[str, Any]:
         mu_lvl = mu_ptr + b
         for _n in range(NT):
             # J(u^n)ᵀ: row i has lower_t = upper_{i−1}, upper_t = lower_{i+1}
-            u_c = tl.load(u_lvl, mask=valid, other=0.0)
-            u_l = u_c
-            ihw_l = tl.load(inv_hw_ptr)
-            ihw_c = ihw_l
             cp = zero
             dp = zero
             for i in range(NX):
                 has_right = i < NX - 1
-                right = tl.minimum(i + 1, NX - 1)  # u_r = u_c at the wall: q = 0 there
+                left = tl.maximum(i - 1, 0)  # (neighbours read again, as in the HJB kernel)
+                right = tl.minimum(i + 1, NX - 1)
+                u_l = tl.load(u_lvl + left * B, mask=valid, other=0.0)
+                u_c = tl.load(u_lvl + i * B, mask=valid, other=0.0)
                 u_r = tl.load(u_lvl + right * B, mask=valid, other=0.0)
+                ihw_l = tl.load(inv_hw_ptr + left)
+                ihw_c = tl.load(inv_hw_ptr + i)
                 ihw_r = tl.load(inv_hw_ptr + right)
                 ql = (u_c - u_l) * inv_h
                 qr = (u_r - u_c) * inv_h
@@ -163,10 +164,6 @@ def _kernels() -> dict[str, Any]:
                 dp = (rhs - lo_t * dp) * r
                 tl.store(cp_b + i * B, cp, mask=valid)
                 tl.store(dp_b + i * B, dp, mask=valid)
-                u_l = u_c
-                u_c = u_r
-                ihw_l = ihw_c
-                ihw_c = ihw_r
             mu_lvl += row
             x = zero
             for j in range(NX):
