@@ -194,7 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     cores = os.cpu_count() or 1
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core per NumPy solve, in the pool too
     rows: list[dict] = []
-    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+
+    def log(msg: str) -> None:
+        print(msg, rows[-1] if rows else "", file=sys.stderr, flush=True)
 
     if "sweeps" in cases:
         rows += sweeps_case(sorted({1, args.batch, args.large}), dtypes)
@@ -205,25 +207,27 @@ def main(argv: list[str] | None = None) -> int:
     refs_list, loop_s = numpy_loop([params[i] for i in sample])
     refs = dict(zip(sample, refs_list, strict=True))
     per_problem = loop_s / len(sample)
-    rows.append({"case": "numpy", "target": "loop, one core", "sample": len(sample),
-                 "time_s": loop_s, "per_problem_s": per_problem,
-                 "extrapolated_batch_s": per_problem * len(probs),
-                 "iterations_mean": float(np.mean([r[4] for r in refs_list]))})
+    loop_row = {"case": "numpy", "target": "loop, one core", "sample": len(sample),
+                "time_s": loop_s, "per_problem_s": per_problem,
+                "extrapolated_batch_s": per_problem * len(probs),
+                "iterations_mean": float(np.mean([r[4] for r in refs_list]))}
+    rows.append(loop_row)
     log("numpy loop done")
     pool_n = args.pool_sample or 4 * cores
     pool_args = [params[i % len(params)] for i in
                  range(0, len(params), max(1, len(params) // pool_n))][:pool_n]
     pool_s = numpy_pool(pool_args, cores)
-    rows.append({"case": "numpy", "target": f"process pool, {cores} cores",
-                 "sample": len(pool_args), "time_s": pool_s,
-                 "per_problem_s": pool_s / len(pool_args),
-                 "extrapolated_batch_s": pool_s / len(pool_args) * len(probs)})
+    pool_row = {"case": "numpy", "target": f"process pool, {cores} cores",
+                "sample": len(pool_args), "time_s": pool_s,
+                "per_problem_s": pool_s / len(pool_args),
+                "extrapolated_batch_s": pool_s / len(pool_args) * len(probs)}
+    rows.append(pool_row)
     log("numpy pool done")
     if "batch" in cases:
         for dtype in dtypes:
             row = batch_case(args.batch, dtype, args.tol, sample, refs)
-            row["x_numpy_loop"] = rows[-2]["extrapolated_batch_s"] / row["time_s"]
-            row["x_numpy_pool"] = rows[-1]["extrapolated_batch_s"] / row["time_s"]
+            row["x_numpy_loop"] = loop_row["extrapolated_batch_s"] / row["time_s"]
+            row["x_numpy_pool"] = pool_row["extrapolated_batch_s"] / row["time_s"]
             rows.append(row)
             log(f"batch {dtype} done")
     if "large" in cases:

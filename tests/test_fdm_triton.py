@@ -19,6 +19,11 @@ from mfgwork.numerics.fdm.sweeps import FiniteDifferences
 TOLERANCE = {"float64": 1e-10, "float32": 1e-4}
 
 
+def _mass_tolerance(dtype: str, nt: int) -> float:
+    """Mass is conserved to round-off: a few ε per time step."""
+    return 20 * nt * float(np.finfo(dtype).eps)
+
+
 @pytest.fixture
 def fused(monkeypatch) -> dict:
     """Where the fused kernels run here: CUDA, or the interpreter on CPU tensors (smaller)."""
@@ -75,7 +80,7 @@ def test_fused_sweeps_match_the_compiled_loops_for_each_member(fused, dtype):
         assert _rel(U[b], U_ref) <= TOLERANCE[dtype]
         assert _rel(M[b], mu_ref / grid.weights) <= TOLERANCE[dtype]
     masses = mw.to_numpy(M).astype(np.float64) @ grid.weights
-    assert np.abs(masses - 1).max() <= (1e-12 if dtype == "float64" else 1e-5)
+    assert np.abs(masses - 1).max() <= _mass_tolerance(dtype, grid.nt)
     assert mw.to_numpy(M).min() >= 0
 
 
@@ -109,7 +114,7 @@ def test_fused_batch_solve_matches_numpy_for_every_member(fused, dtype, generic)
         assert _rel(res.M, ref.M) <= TOLERANCE[dtype]
         if not generic:
             assert _rel(res.attendance, ref.attendance) <= TOLERANCE[dtype]
-        assert res.mass_error <= (1e-12 if dtype == "float64" else 1e-5)
+        assert res.mass_error <= _mass_tolerance(dtype, fused["nt"])
 
 
 def test_a_single_solve_runs_the_fused_sweeps_as_a_batch_of_one(fused):
