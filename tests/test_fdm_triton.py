@@ -6,6 +6,7 @@ at small sizes when Triton is installed (the test extra installs it on Linux), e
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import numpy as np
@@ -34,6 +35,7 @@ def fused(monkeypatch) -> dict:
         return {"device": "cuda", "nx": 101, "nt": 40, "batch": 37, "picard": 4}
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setattr(triton_sweeps, "_KERNELS", {})  # jit them again, for the interpreter
+    monkeypatch.delitem(sys.modules, "mfgwork.numerics.fdm.triton_kernels", raising=False)
     table = sweeps.fdm_kernels  # torch on the CPU takes the fused sweeps, NumPy stays
     monkeypatch.setattr(sweeps, "fdm_kernels",
                         lambda be: kernels.TRITON if be.name == "torch" else table(be))
