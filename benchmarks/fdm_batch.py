@@ -228,6 +228,13 @@ def main(argv: list[str] | None = None) -> int:
             row = batch_case(args.batch, dtype, args.tol, sample, refs)
             row["x_numpy_loop"] = loop_row["extrapolated_batch_s"] / row["time_s"]
             row["x_numpy_pool"] = pool_row["extrapolated_batch_s"] / row["time_s"]
+            # per problem and Picard iteration: independent of how many iterations the
+            # stopping test takes in each dtype
+            per_it = row["time_s"] / (row["iterations"] * row["batch"])
+            numpy_per_it = loop_row["per_problem_s"] / loop_row["iterations_mean"]
+            row["x_numpy_loop_per_iteration"] = numpy_per_it / per_it
+            row["x_numpy_pool_per_iteration"] = (pool_row["per_problem_s"]
+                                                 / loop_row["iterations_mean"] / per_it)
             rows.append(row)
             log(f"batch {dtype} done")
     if "large" in cases:
@@ -237,10 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     if "single" in cases:
         rows += single_case(dtypes)
 
-    print(f"Santa Fe Bar, nx = nt = {NX}; batch: {args.batch} problems (thresholds × σ) "
-          f"to tol {args.tol:g}")
-    for r in rows:
-        print("  " + ", ".join(f"{k}={_fmt(v)}" for k, v in r.items()))
+    print_tables(rows, args)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     import torch
@@ -254,19 +258,47 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def print_tables(rows: list[dict], args: argparse.Namespace) -> None:
+    print(f"Santa Fe Bar, nx = nt = {NX}; batch: {args.batch} problems (thresholds × σ) "
+          f"to tol {args.tol:g} (float32: what it resolves)")
+    print(f"\n{'sweep':<8} {'dtype':<8} {'problems':>8} {'HJB':>10} {'FP':>10} "
+          f"{'Newton/step':>11}")
+    for r in (r for r in rows if r["case"] == "sweeps"):
+        print(f"{'':<8} {r['dtype']:<8} {r['batch']:>8} {_ms(r['hjb_s'])} {_ms(r['fp_s'])} "
+              f"{r['newton_per_step']:11.2f}")
+    print(f"\n{'NumPy baseline':<26} {'sample':>6} {'per problem':>12} {'whole batch':>12}")
+    for r in (r for r in rows if r["case"] == "numpy"):
+        print(f"{r['target']:<26} {r['sample']:>6} {r['per_problem_s']:11.3f}s "
+              f"{r['extrapolated_batch_s']:11.1f}s")
+    print(f"\n{'batch':<6} {'dtype':<8} {'problems':>8} {'time':>8} {'iters':>5} "
+          f"{'conv':>5} {'per iter':>10} {'peak GPU':>9} {'x loop':>7} {'x pool':>7} "
+          f"{'x loop/it':>9} {'x pool/it':>9}  rel. err vs NumPy f64 (U, M, A)")
+    for r in (r for r in rows if r["case"] in ("batch", "large")):
+        e = r["vs_numpy_f64_rel_err"]
+        err = f"{e['U']:.1e}, {e['M']:.1e}, {e['A']:.1e}" if "x_numpy_loop" in r else "-"
+        ratios = " ".join(f"{r[k]:>{w}.1f}" if k in r else f"{'-':>{w}}" for k, w in
+                          (("x_numpy_loop", 7), ("x_numpy_pool", 7),
+                           ("x_numpy_loop_per_iteration", 9), ("x_numpy_pool_per_iteration", 9)))
+        print(f"{r['case']:<6} {r['dtype']:<8} {r['batch']:>8} {r['time_s']:7.2f}s "
+              f"{r['iterations']:>5} {r['converged']:>5} "
+              f"{_ms(r['time_s'] / r['iterations'])} {r['peak_gpu_bytes'] / 2**30:8.2f}G "
+              f"{ratios}  {err}")
+    print(f"\n{'single solve':<14} {'time':>8} {'iters':>5} {'tol':>8} {'x numpy':>8} "
+          f"{'M rel. err':>10}")
+    for r in (r for r in rows if r["case"] == "single"):
+        print(f"{r['target']:<14} {r['time_s']:7.3f}s {r['iterations']:>5} {r['tol']:8.1e} "
+              f"{r.get('ratio_to_numpy', 1.0):8.2f} {r.get('vs_numpy_M_rel_err', 0.0):10.1e}")
+
+
+def _ms(seconds: float) -> str:
+    return f"{1e3 * seconds:8.2f}ms"
+
+
 def _version(name: str) -> str | None:
     try:
         return __import__(name).__version__
     except ImportError:
         return None
-
-
-def _fmt(v: object) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{k}: {_fmt(x)}" for k, x in v.items()) + "}"
-    return str(v)
 
 
 if __name__ == "__main__":
