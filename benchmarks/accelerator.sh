@@ -2,12 +2,12 @@
 # The accelerator measurements in one go: doctor, the FDM and particle benchmarks, and the
 # CPU-vs-accelerator notebook, all written under OUT_DIR (default benchmarks/results/accel).
 #   bash benchmarks/accelerator.sh [OUT_DIR] [PART...]
-#   PART: doctor fdm particles tuning notebook (default: all but tuning)
+#   PART: doctor fdm fdm-batch particles tuning notebook (default: all but tuning)
 #   PARTICLES_ARGS: extra arguments of benchmarks/particles.py, e.g. "--numpy-max 1e6"
 set -uo pipefail
 out="${1:-benchmarks/results/accel}"
 shift || true
-parts="${*:-doctor fdm particles notebook}"
+parts="${*:-doctor fdm fdm-batch particles notebook}"
 mkdir -p "$out"
 py="${PYTHON:-python3}"
 export PYTHONUNBUFFERED=1
@@ -20,6 +20,7 @@ print(format_report(json.load(open(sys.argv[1]))))" "$out/doctor.json" ;;
         fdm) $py benchmarks/fdm.py --repeats "${FDM_REPEATS:-3}" --batch "${FDM_BATCH:-256}" \
                 --targets "${FDM_TARGETS:-numpy,torch-cuda,torch-cuda-f32,torch-cuda-compiled}" \
                 --out "$out/fdm.json" ;;
+        fdm-batch) $py benchmarks/fdm_batch.py ${FDM_BATCH_ARGS:-} --out "$out/fdm_batch.json" ;;
         particles) $py benchmarks/particles.py --backend torch --device cuda \
                 --sizes 1e4,1e5,1e6,1e7 --dtypes float32,float64 ${PARTICLES_ARGS:-} \
                 --out "$out/particles.json" ;;

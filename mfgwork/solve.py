@@ -24,7 +24,7 @@ from .numerics.iteration import (
 )
 from .numerics.particles import ParticleFP, check_particle_args
 from .problems import problem_from_params
-from .problems.base import BatchCoupling, MFGProblem
+from .problems.base import MFGProblem, batch_coupling
 from .results import Result
 
 METHODS = ("fdm", "particles")
@@ -92,12 +92,14 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     setup = time.perf_counter() - started
     out = _iterate(coupling, hjb, fp, m0, U_T, grid.nt, be, scheme, tol, max_iter, progress,
                    batched=False, **warm)
+    scheme_fd.check_newton()
     timings = {"setup": setup, **_phase_totals(out.history),
                "total": time.perf_counter() - started}
     settings = {"method": method, "tol": tol, "max_iter": max_iter,
                 "iteration": scheme.describe()} | fp_params
     return _result(problem, grid, be, out, None, settings, timings,
-                   {"newton_iterations": scheme_fd.newton_iterations})
+                   {"newton_iterations": scheme_fd.newton_iterations,
+                    "fdm_kernels": scheme_fd.kernels.name})
 
 
 def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
@@ -131,17 +133,19 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     xp = be.xp
     m0 = xp.stack([p.initial_density(grid, be) for p in problems])
     U_T = xp.stack([p.terminal_cost(grid, be) for p in problems])
-    coupling = BatchCoupling([p.coupling(grid, be) for p in problems], be)
+    coupling = batch_coupling([p.coupling(grid, be) for p in problems], be)
     fd = FiniteDifferences(grid, np.array([[p.nu] for p in problems]), be,
                            compile_steps=compile_steps)
     setup = time.perf_counter() - started
     out = _iterate(coupling, fd.solve_hjb, fd.solve_fp, m0, U_T, grid.nt, be, scheme, tol,
                    max_iter, progress, batched=True)
+    fd.check_newton()
     timings = {"setup": setup, **_phase_totals(out.history),
                "total": time.perf_counter() - started}
     settings = {"method": "fdm", "tol": tol, "max_iter": max_iter,
                 "iteration": scheme.describe(), "batch_size": len(problems)}
-    extra = {"newton_iterations": fd.newton_iterations, "batch_size": len(problems)}
+    extra = {"newton_iterations": fd.newton_iterations, "batch_size": len(problems),
+             "fdm_kernels": fd.kernels.name}
     return [_result(p, grid, be, out, b, settings, timings, extra)
             for b, p in enumerate(problems)]
 

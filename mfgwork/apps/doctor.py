@@ -88,6 +88,41 @@ def _check_fdm(be: Backend) -> tuple[Any, np.ndarray]:
     return res.M, ref.M
 
 
+def _fused_fdm_applies(be: Backend) -> bool:
+    from ..numerics.fdm.kernels import TRITON, fdm_kernels
+
+    return be.name == "torch" and fdm_kernels(be) is TRITON
+
+
+@register_check("fused fdm sweeps", applies=_fused_fdm_applies)
+def _check_fused_fdm(be: Backend) -> tuple[Any, np.ndarray]:
+    """HJB then FP sweeps of 4 problems (own ν, running cost, terminal cost) at 101 × 50."""
+    from ..core.grid import Grid
+    from ..numerics.fdm import numba_kernels
+    from ..numerics.fdm.sweeps import MAX_NEWTON, FiniteDifferences
+
+    rng = _rng()
+    grid = Grid(-2.0, 2.0, 101, 1.0, 50)
+    nu = rng.uniform(0.05, 0.5, 4)
+    F = 2 * rng.standard_normal((4, grid.nt, grid.nx))
+    U_T = np.cos(2 * grid.x) * rng.uniform(0.5, 2.0, (4, 1))
+    m0 = np.exp(-grid.x**2) / np.dot(grid.weights, np.exp(-grid.x**2))
+    fd = FiniteDifferences(grid, nu[:, None], be)
+    U = fd.solve_hjb(be.asarray(U_T), be.asarray(F))
+    M = fd.solve_fp(U, be.asarray(np.broadcast_to(m0, (4, grid.nx))))
+    fd.check_newton()
+    inv_hw, inv_w = 1.0 / (grid.h * grid.weights), 1.0 / grid.weights
+    U_ref = np.empty((4, grid.nt + 1, grid.nx))
+    mu_ref = np.empty_like(U_ref)
+    for b in range(4):
+        U_ref[b, -1] = U_T[b]
+        numba_kernels.hjb_sweep(U_ref[b], F[b], U_ref[b], False, nu[b], grid.h, grid.dt,
+                                inv_hw, inv_w, 64 * np.finfo(float).eps, MAX_NEWTON)
+        mu_ref[b, 0] = m0 * grid.weights
+        numba_kernels.fp_sweep(U_ref[b], mu_ref[b], nu[b], grid.h, grid.dt, inv_hw)
+    return be.xp.concat([U, M]), np.concatenate([U_ref, mu_ref * inv_w])
+
+
 @register_check("particle deposit")
 def _check_particle_deposit(be: Backend) -> tuple[Any, np.ndarray]:
     from ..numerics.particles.self_checks import deposit_check

@@ -144,6 +144,20 @@ class Coupling:
     def project(self, z: Any) -> Any:
         return z
 
+    @classmethod
+    def stacked(cls, couplings: list[Coupling], backend: Backend) -> Coupling:
+        """Couplings of this type side by side along a leading batch axis (overridden where
+        the batch can be computed in one go; by default, one problem after the other)."""
+        return BatchCoupling(couplings, backend)
+
+
+def batch_coupling(couplings: list[Coupling], backend: Backend) -> Coupling:
+    """The coupling of a batch of problems: vectorised when all have one type that can be."""
+    kinds = {type(c) for c in couplings}
+    if len(kinds) == 1:
+        return kinds.pop().stacked(couplings, backend)
+    return BatchCoupling(couplings, backend)
+
 
 class DensityCoupling(Coupling):
     """General coupling: z = M at levels 1..nt, F[n] = f(t_{n+1}, x, m^{n+1})."""

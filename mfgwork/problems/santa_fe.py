@@ -80,7 +80,7 @@ class SantaFeBar(MFGProblem):
 
     def payoff(self, A: Any, xp: Any = np) -> Any:
         """F(A) = G − (G − B) s((A − A*)/ε)."""
-        return self.good - (self.good - self.bad) * logistic((A - self.threshold) / self.eps, xp)
+        return payoff(A, self.threshold, self.good, self.bad, self.eps, xp)
 
     def running_cost(self, t: float, theta: Any, m: Any) -> Any:
         """f(t, θ, m) = −F(A) · 1{θ > 0}, with A computed from m on the grid ``theta`` (the
@@ -120,6 +120,11 @@ def attendance_weights(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
     return chi, grid.weights * chi
 
 
+def payoff(A: Any, threshold: Any, good: Any, bad: Any, eps: Any, xp: Any = np) -> Any:
+    """F(A) = G − (G − B) s((A − A*)/ε); the parameters may be arrays (one per problem)."""
+    return good - (good - bad) * logistic((A - threshold) / eps, xp)
+
+
 def gaussian_m0(theta: Any) -> Any:
     """m0 ∝ exp(−θ²/2) (normalized by the solver on the domain)."""
     import array_api_compat
@@ -144,6 +149,31 @@ class AttendanceCoupling(Coupling):
 
     def running_cost(self, z: Any) -> Any:
         return -self.problem.payoff(z, self.backend.xp)[:, None] * self.chi[None, :]
+
+    def project(self, z: Any) -> Any:
+        return self.backend.xp.clip(z, 0.0, 1.0)
+
+    @classmethod
+    def stacked(cls, couplings: list[Coupling], backend: Backend) -> Coupling:
+        return StackedAttendanceCoupling(couplings, backend)
+
+
+class StackedAttendanceCoupling(Coupling):
+    """Santa Fe problems on one grid side by side: z = A (B, nt), F (B, nt, nx), each row
+    with its own threshold and payoffs; every operation serves the whole batch at once."""
+
+    def __init__(self, couplings: list[AttendanceCoupling], backend: Backend) -> None:
+        self.backend = backend
+        first = couplings[0]
+        self.chi, self.attendance_weights = first.chi, first.attendance_weights
+        self.params = [backend.asarray(np.array([[getattr(c.problem, k)] for c in couplings]))
+                       for k in ("threshold", "good", "bad", "eps")]
+
+    def state(self, M: Any) -> Any:
+        return self.backend.xp.sum(M[:, 1:, :] * self.attendance_weights, axis=-1)
+
+    def running_cost(self, z: Any) -> Any:
+        return -payoff(z, *self.params, self.backend.xp)[..., None] * self.chi
 
     def project(self, z: Any) -> Any:
         return self.backend.xp.clip(z, 0.0, 1.0)

@@ -76,9 +76,7 @@ def solve_pcr(lower: Any, diag: Any, upper: Any, rhs: Any) -> Any:
 
 
 def tridiagonal_solver(backend: Backend) -> TridiagonalSolver:
-    """The tridiagonal kernel for ``backend``."""
-    if backend.name == "numpy":
-        return solve_lapack
-    if backend.is_accelerator:
-        return solve_pcr
-    return solve_lapack_torch
+    """The tridiagonal kernel for ``backend`` (as named by the table in :mod:`.kernels`)."""
+    from .kernels import fdm_kernels
+
+    return fdm_kernels(backend).tridiagonal
