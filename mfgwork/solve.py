@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from .core.backend import Backend, get_backend, to_numpy
+from .core.compiling import check_compile_steps
 from .core.errors import ParameterError, check_choice, check_int, check_real
 from .numerics.fdm.sweeps import FiniteDifferences
 from .numerics.iteration import IterationScheme, fixed_point, make_scheme
@@ -26,7 +27,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
           tol: float = 1e-8, max_iter: int = 200,
           iteration: str | IterationScheme | None = None,
           progress: bool | None = None, n_particles: int | None = None,
-          seed: int | None = None, compile_steps: bool | str = False,
+          seed: int | None = None, compile_steps: bool | str = "auto",
           initial: Result | None = None) -> Result:
     """Solve the MFG system of ``problem`` on an ``nx`` × ``nt`` grid.
 
@@ -47,9 +48,12 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     ``initial``: a result on the same grid (e.g. at nearby parameters) to start the Picard
     iteration from, instead of agents who do not move; it saves iterations when the
     parameters moved little.
-    ``compile_steps``: ``torch.compile`` the per-time-step kernels of the torch path (True, or
-    a ``torch.compile`` mode name); it fuses their many small operations, which pays off on
-    CUDA for long solves once the one-time compilation is done.
+    ``compile_steps``: ``torch.compile`` the per-time-step kernels of the generic torch path
+    on devices (the Newton step of HJB, the FP step), fusing their many small operations.
+    "auto" (default): on CUDA and MPS where the installed torch can compile for them; True
+    or a ``torch.compile`` mode name: wherever it can (also the CPU and MPS emulation);
+    False: never. The first compiled call is checked against the eager one, and a failure
+    falls back to eager with a warning; ``res.extra["compiled_steps"]`` says what ran.
     """
     started = time.perf_counter()
     if not isinstance(problem, MFGProblem):
@@ -65,6 +69,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     tol = check_real("tol", tol, low=0.0)
     max_iter = check_int("max_iter", max_iter, low=1)
     scheme = make_scheme(iteration)
+    check_compile_steps(compile_steps)
     be = get_backend(backend, device, dtype)
     tol = _reachable_tol(tol, be)
     warm = _warm_start(initial, grid, be)
@@ -89,14 +94,15 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     settings = {"method": method, "tol": tol, "max_iter": max_iter,
                 "iteration": scheme.describe()} | fp_params
     return _result(problem, grid, be, out["U"], out["M"], out["converged"], out, settings,
-                   timings, {"newton_iterations": scheme_fd.newton_iterations})
+                   timings, {"newton_iterations": scheme_fd.newton_iterations,
+                             "compiled_steps": scheme_fd.compiled_steps})
 
 
 def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
                 backend: str | Backend = "numpy", device: str = "cpu", dtype: object = None,
                 tol: float = 1e-8, max_iter: int = 200,
                 iteration: str | IterationScheme | None = None,
-                progress: bool | None = None, compile_steps: bool | str = False
+                progress: bool | None = None, compile_steps: bool | str = "auto"
                 ) -> list[Result]:
     """Solve several problems on one grid as one batched computation (finite differences).
 
@@ -114,6 +120,7 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     tol = check_real("tol", tol, low=0.0)
     max_iter = check_int("max_iter", max_iter, low=1)
     scheme = make_scheme(iteration)
+    check_compile_steps(compile_steps)
     be = get_backend(backend, device, dtype)
     tol = _reachable_tol(tol, be)
     if be.name == "numpy":
@@ -132,7 +139,8 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
                "total": time.perf_counter() - started}
     settings = {"method": "fdm", "tol": tol, "max_iter": max_iter,
                 "iteration": scheme.describe(), "batch_size": len(problems)}
-    extra = {"newton_iterations": fd.newton_iterations, "batch_size": len(problems)}
+    extra = {"newton_iterations": fd.newton_iterations, "batch_size": len(problems),
+             "compiled_steps": fd.compiled_steps}
     return [_result(p, grid, be, out["U"][b], out["M"][b],
                     bool(out["iterations"] > 1 and np.all(out["final_changes"][b] < tol)),
                     out, settings, timings, extra) for b, p in enumerate(problems)]
