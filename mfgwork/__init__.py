@@ -23,6 +23,7 @@ from .core.errors import BackendError, ConvergenceWarning, ParameterError, Solve
 from .core.grid import Grid
 from .numerics.iteration import Anderson, FictitiousPlay, Relaxation
 from .numerics.particles import ParticleFP
+from .placement import Placement, crossover_table, placement
 from .problems import HopfColeProblem, MFGProblem, SantaFeBar
 from .results import Result, load, save_run
 from .solve import solve, solve_batch
@@ -35,7 +36,8 @@ __all__ = [
     "HopfColeProblem", "MFGProblem", "ParameterError", "Relaxation", "Result", "SantaFeBar",
     "SolverError", "available_backends", "available_devices", "device_info", "from_numpy",
     "get_backend", "load", "mps_emulation", "save_run", "solve", "solve_batch", "to_numpy",
-    "SweepIndex", "load_sweep", "sweep", "ParticleFP",
+    "SweepIndex", "load_sweep", "sweep", "ParticleFP", "Placement", "crossover_table",
+    "placement",
 ]
 
 
@@ -44,6 +46,7 @@ __all__ = [
 LAZY_MODULES = {
     "plots": "analysis.plots", "studies": "analysis.studies", "runs": "workflows.runs",
     "sweep_plots": "workflows.sweep_plots", "widgets": "apps.explorer",
+    "crossover": "analysis.crossover",
 }
 
 

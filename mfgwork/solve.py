@@ -9,12 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from .core.backend import Backend, get_backend, to_numpy
+from .core.backend import BACKENDS, Backend, get_backend, to_numpy
 from .core.compiling import check_compile_steps
 from .core.errors import ParameterError, check_choice, check_int, check_real
 from .numerics.fdm.sweeps import FiniteDifferences
 from .numerics.iteration import IterationScheme, fixed_point, make_scheme
 from .numerics.particles import ParticleFP, check_particle_args
+from .placement import placement
 from .problems.base import BatchCoupling, MFGProblem
 from .problems.santa_fe import SantaFeBar
 from .results import Result
@@ -34,10 +35,13 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     ``nx`` counts grid points including both walls; ``nt`` time steps give ``nt + 1`` levels.
     ``method="fdm"``: implicit upwind finite differences for HJB and FP (Achdou's adjoint
     scheme). ``backend``/``device``/``dtype`` choose where it runs (see
-    :func:`mfgwork.get_backend`). The Picard iteration (``iteration``: "anderson" (default),
-    "relaxation", "fictitious_play", "picard" or an :class:`~mfgwork.IterationScheme`)
-    stops when the relative changes of U and M are below ``tol``, or after ``max_iter``
-    iterations with ``converged=False`` and a :class:`~mfgwork.ConvergenceWarning`.
+    :func:`mfgwork.get_backend`); ``device="auto"`` runs where :func:`mfgwork.placement`
+    says from the measured crossover table (a single FDM solve: the CPU), and records its
+    choice and reason in ``res.params["placement"]``. The Picard iteration (``iteration``:
+    "anderson" (default), "relaxation", "fictitious_play", "picard" or an
+    :class:`~mfgwork.IterationScheme`) stops when the relative changes of U and M are below
+    ``tol``, or after ``max_iter`` iterations with ``converged=False`` and a
+    :class:`~mfgwork.ConvergenceWarning`.
     ``progress``: a tqdm bar (None: shown only when the solve lasts over a second).
     ``method="particles"``: HJB by finite differences, FP by ``n_particles`` particles
     (default 100 000; see :class:`mfgwork.ParticleFP`) drawn from ``seed`` (None: a
@@ -70,6 +74,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     max_iter = check_int("max_iter", max_iter, low=1)
     scheme = make_scheme(iteration)
     check_compile_steps(compile_steps)
+    backend, device, placed = _place(problem, method, n_particles, nx, nt, backend, device)
     be = get_backend(backend, device, dtype)
     tol = _reachable_tol(tol, be)
     warm = _warm_start(initial, grid, be)
@@ -92,7 +97,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     timings = {"setup": setup, **_phase_totals(out["history"]),
                "total": time.perf_counter() - started}
     settings = {"method": method, "tol": tol, "max_iter": max_iter,
-                "iteration": scheme.describe()} | fp_params
+                "iteration": scheme.describe()} | fp_params | placed
     return _result(problem, grid, be, out["U"], out["M"], out["converged"], out, settings,
                    timings, {"newton_iterations": scheme_fd.newton_iterations,
                              "compiled_steps": scheme_fd.compiled_steps})
@@ -110,9 +115,11 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     Santa Fe thresholds and payoffs over a parameter grid). On torch every array carries a
     leading batch axis, so each kernel launch serves the whole batch: this is what makes an
     accelerator pay off for finite differences. Each problem has its own Anderson mixing;
-    the iteration stops when every problem's changes of U and M are below ``tol``. On NumPy
-    the problems are solved one after the other by :func:`solve`. Returns one
-    :class:`Result` per problem (sharing the batch's history and timings).
+    the iteration stops when every problem's changes of U and M are below ``tol``.
+    ``device="auto"``: an accelerator from B* problems on (:func:`mfgwork.placement`),
+    recorded in each result's ``params["placement"]``. On NumPy the problems are solved one
+    after the other by :func:`solve`. Returns one :class:`Result` per problem (sharing the
+    batch's history and timings).
     """
     started = time.perf_counter()
     problems = _check_batch(problems)
@@ -121,11 +128,15 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     max_iter = check_int("max_iter", max_iter, low=1)
     scheme = make_scheme(iteration)
     check_compile_steps(compile_steps)
+    backend, device, placed = _place(problems, "fdm", None, nx, nt, backend, device)
     be = get_backend(backend, device, dtype)
     tol = _reachable_tol(tol, be)
     if be.name == "numpy":
-        return [solve(p, nx=nx, nt=nt, backend=be, tol=tol, max_iter=max_iter,
-                      iteration=iteration, progress=progress) for p in problems]
+        results = [solve(p, nx=nx, nt=nt, backend=be, tol=tol, max_iter=max_iter,
+                         iteration=iteration, progress=progress) for p in problems]
+        for res in results:
+            res.params |= placed
+        return results
     xp = be.xp
     m0 = xp.stack([p.initial_density(grid, be) for p in problems])
     U_T = xp.stack([p.terminal_cost(grid, be) for p in problems])
@@ -138,12 +149,34 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     timings = {"setup": setup, **_phase_totals(out["history"]),
                "total": time.perf_counter() - started}
     settings = {"method": "fdm", "tol": tol, "max_iter": max_iter,
-                "iteration": scheme.describe(), "batch_size": len(problems)}
+                "iteration": scheme.describe(), "batch_size": len(problems)} | placed
     extra = {"newton_iterations": fd.newton_iterations, "batch_size": len(problems),
              "compiled_steps": fd.compiled_steps}
     return [_result(p, grid, be, out["U"][b], out["M"][b],
                     bool(out["iterations"] > 1 and np.all(out["final_changes"][b] < tol)),
                     out, settings, timings, extra) for b, p in enumerate(problems)]
+
+
+def _place(problems: Any, method: str, n_particles: int | None, nx: int, nt: int,
+           backend: str | Backend, device: str) -> tuple[str | Backend, str, dict[str, Any]]:
+    """(backend, device, params entry): with ``device="auto"`` (and a backend given by name)
+    the choice of :func:`mfgwork.placement`, recorded as ``params["placement"]``."""
+    if device != "auto" or isinstance(backend, Backend):
+        return backend, device, {}
+    if backend not in BACKENDS:
+        return backend, device, {}   # get_backend names the error
+    chosen = placement(problems, method, n_particles=n_particles, nx=nx, nt=nt,
+                       backend=backend)
+    record = {k: v for k, v in chosen.as_dict().items() if k != "row"}
+    record["table_entry"] = _compact(chosen.row)
+    return chosen.backend, chosen.device, {"placement": record}
+
+
+def _compact(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    return {"kind": row["kind"], "measured": row["measured"], "crossover": row.get("crossover"),
+            "machine": (row.get("machine") or {}).get("name")}
 
 
 def _reachable_tol(tol: float, be: Backend) -> float:
