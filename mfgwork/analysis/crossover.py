@@ -115,21 +115,27 @@ def machine(kind: str) -> dict[str, Any]:
 def measure_table(batch_sizes: Sequence[int], particle_sizes: Sequence[int], *,
                   accelerators: Sequence[str] = ("cuda", "mps"),
                   emulation_batch_sizes: Sequence[int] = (),
-                  emulation_particle_sizes: Sequence[int] = (), repeats: int = 1,
-                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                  emulation_particle_sizes: Sequence[int] = (), nx: int = FDM_CASE["nx"],
+                  nt: int = FDM_CASE["nt"], iterations: int = FDM_CASE["iterations"],
+                  particle_nx: int = PARTICLE_CASE["nx"], particle_nt: int = PARTICLE_CASE["nt"],
+                  repeats: int = 1, progress: Callable[[str], None] | None = None
+                  ) -> dict[str, Any]:
     """The crossover table for this machine: the CPU side (NumPy, compiled loops), every
     accelerator in ``accelerators`` that is present (others marked not measured), and,
     with sizes given, MPS emulation (torch on this CPU in float32: information only, never
-    used for placement)."""
+    used for placement). The FDM case is ``nx`` × ``nt`` with ``iterations`` Picard
+    iterations; the particle case ``particle_nx`` × ``particle_nt``."""
     from ..core.backend import available_devices, torch_installed
 
     say = progress or (lambda message: None)
     present = available_devices("torch") if torch_installed() else []
+    fdm_case = {"nx": nx, "nt": nt, "iterations": iterations}
+    particle_case = {"nx": particle_nx, "nt": particle_nt}
     say("cpu: fdm batches")
     cpu = {"measured": True, "machine": machine("cpu"),
-           "fdm_batch": time_fdm_batches(batch_sizes, repeats=repeats)}
+           "fdm_batch": time_fdm_batches(batch_sizes, repeats=repeats, **fdm_case)}
     say("cpu: particles")
-    cpu["particles"] = time_particles(particle_sizes, repeats=repeats)
+    cpu["particles"] = time_particles(particle_sizes, repeats=repeats, **particle_case)
     entries: dict[str, Any] = {}
     targets = [(kind, get_backend("torch", kind) if kind in present else None)
                for kind in accelerators]
@@ -144,9 +150,10 @@ def measure_table(batch_sizes: Sequence[int], particle_sizes: Sequence[int], *,
         sizes_b = emulation_batch_sizes if emulated else batch_sizes
         sizes_p = emulation_particle_sizes if emulated else particle_sizes
         say(f"{kind}: fdm batches")
-        fdm = time_fdm_batches(sizes_b, be, repeats=repeats) if sizes_b else {}
+        fdm = time_fdm_batches(sizes_b, be, repeats=repeats, **fdm_case) if sizes_b else {}
         say(f"{kind}: particles")
-        particles = time_particles(sizes_p, be, repeats=repeats) if sizes_p else {}
+        particles = (time_particles(sizes_p, be, repeats=repeats, **particle_case)
+                     if sizes_p else {})
         entry = {"measured": True, "machine": machine("cpu" if emulated else kind),
                  "dtype": be.dtype, "fdm_batch": fdm, "particles": particles}
         for name, series in (("fdm_batch", fdm), ("particles", particles)):
@@ -158,8 +165,8 @@ def measure_table(batch_sizes: Sequence[int], particle_sizes: Sequence[int], *,
         entries[kind] = entry
     return {"format": 1, "written_by": "benchmarks/crossover.py",
             "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "cases": {"fdm_batch": dict(FDM_CASE, problems="Santa Fe, thresholds x sigma"),
-                      "particles": dict(PARTICLE_CASE, what="one particle FP solve")},
+            "cases": {"fdm_batch": fdm_case | {"problems": "Santa Fe, thresholds x sigma"},
+                      "particles": particle_case | {"what": "one particle FP solve"}},
             "cpu": cpu, "accelerators": entries}
 
 
@@ -175,3 +182,39 @@ def table_frame(table: dict[str, Any], label: str = "") -> list[dict[str, Any]]:
                 rows.append({"target": target, "method": method, "size": n, "seconds": t,
                              "source": label})
     return rows
+
+
+def crossovers(table: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """B* and N* of every measured accelerator entry of ``table`` (None: not reached)."""
+    return {kind: {m: (e.get(m) or {}).get("crossover") for m in ("fdm_batch", "particles")}
+            for kind, e in table.get("accelerators", {}).items() if e.get("measured")}
+
+
+def plot_crossover(rows: Sequence[dict[str, Any]]) -> Any:
+    """Wall time against batch size (FDM) and particle count, log-log, one line per target
+    and source (solid: the first source, e.g. the shipped table; dashed: the others)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11.0, 4.2), dpi=110, layout="constrained")
+    axes = dict(zip(("fdm_batch", "particles"), fig.subplots(1, 2), strict=True))
+    sources = list(dict.fromkeys(r["source"] for r in rows))
+    targets = list(dict.fromkeys(r["target"] for r in rows))
+    colors = {t: f"C{i}" for i, t in enumerate(targets)}
+    for method, ax in axes.items():
+        for source in sources:
+            for target in targets:
+                pts = sorted((r["size"], r["seconds"]) for r in rows if r["method"] == method
+                             and r["source"] == source and r["target"] == target)
+                if pts:
+                    ax.plot(*zip(*pts, strict=True), marker="o", color=colors[target],
+                            linestyle="-" if source == sources[0] else "--",
+                            label=f"{target} ({source})")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="small")
+    axes["fdm_batch"].set(xlabel="problems in the batch B", ylabel="wall time [s]",
+                          title="Finite differences: a batch of Santa Fe problems")
+    axes["particles"].set(xlabel="particles N", ylabel="wall time [s]",
+                          title="Particles: one Fokker–Planck solve")
+    return fig
