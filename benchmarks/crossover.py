@@ -40,10 +40,10 @@ def _sizes(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", default="1,2,4,8,16,32,64,128,256")
-    parser.add_argument("--particles", default="1e3,1e4,1e5,1e6,1e7")
+    parser.add_argument("--particles", default="1e3,1e4,1e5,1e6")
     parser.add_argument("--emulation-batches", default="1,2,4,8,16")
     parser.add_argument("--emulation-particles", default="1e3,1e4,1e5")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", default="benchmarks/results/crossover.json")
     parser.add_argument("--package", action="store_true",
                         help=f"write the packaged table {PACKAGE_TABLE}")

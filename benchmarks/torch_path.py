@@ -11,7 +11,9 @@ The path that MPS (and CUDA without Triton) runs, measured under ``mw.mps_emulat
 
 ``--baseline F`` reads an earlier output of this script (e.g. the measurement of the code
 before the launch reduction, ``benchmarks/baselines/torch_path_before.json``) and prints
-before/after side by side.
+before/after side by side. To measure an older checkout with this script, put it first on
+``PYTHONPATH`` (with ``mfgwork/core/profiling.py`` copied in) and pass
+``--compile-steps false --commit ID``.
 
     python benchmarks/torch_path.py [--repeats 5] [--baseline F] [--out F]
 """
@@ -42,7 +44,7 @@ def launches_per_step(backend: mw.Backend, n: int, newton: int) -> dict:
     """Kernels per time step of one HJB sweep (fixed Newton count) and one FP sweep."""
     problem = mw.SantaFeBar()
     grid = problem.grid(n, n)
-    fd = FiniteDifferences(grid, problem.nu, backend)
+    fd = FiniteDifferences(grid, problem.nu, backend, compile_steps=False)  # eager: aten ops
     F = problem.coupling(grid, backend).running_cost(backend.asarray(np.full(grid.nt, 0.7)))
     U_T = problem.terminal_cost(grid, backend)
     fd._hjb_fixed(U_T, F, None, newton)  # first calls (compilation, caches) not counted
@@ -55,15 +57,17 @@ def launches_per_step(backend: mw.Backend, n: int, newton: int) -> dict:
             "fp_ops": dict(fp.most_common())}
 
 
-def seed_case(backend: mw.Backend, repeats: int) -> dict:
+def seed_case(backend: mw.Backend, repeats: int, compile_steps: bool | str = "auto") -> dict:
     """Median wall time of the 52 × 52, 5-iteration solve, and its errors against NumPy."""
     def timed(be: object) -> tuple[list[float], mw.Result]:
         times, res = [], None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", mw.ConvergenceWarning)
+            warnings.simplefilter("ignore", UserWarning)   # tol below float32's floor
             for _ in range(repeats + 1):
                 t0 = time.perf_counter()
-                res = mw.solve(mw.SantaFeBar(), backend=be, progress=False, **SEED_CASE)
+                res = mw.solve(mw.SantaFeBar(), backend=be, progress=False,
+                               compile_steps=compile_steps, **SEED_CASE)
                 times.append(time.perf_counter() - t0)
         return times[1:], res
 
@@ -79,13 +83,15 @@ def seed_case(backend: mw.Backend, repeats: int) -> dict:
             "ratio_to_numpy": statistics.median(times) / statistics.median(ref_times),
             "newton_iterations": res.extra["newton_iterations"],
             "rel_error_U": rel(res.U, ref.U), "rel_error_M": rel(res.M, ref.M),
-            "rel_error_A": rel(res.attendance, ref.attendance)}
+            "rel_error_A": rel(res.attendance, ref.attendance),
+            "compiled_steps": res.extra.get("compiled_steps")}
 
 
 def _commit() -> str | None:
+    """The commit of the mfgwork that is imported (None outside a git checkout)."""
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
+                              text=True, check=True, cwd=Path(mw.__file__).parent).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
 
@@ -97,14 +103,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--newton", type=int, default=4,
                         help="Newton iterations per HJB time step when counting launches")
+    parser.add_argument("--compile-steps", default="auto", choices=("auto", "true", "false"),
+                        help="compile_steps of the timed solves (the launch count is eager)")
     parser.add_argument("--baseline", default=None, help="an earlier JSON of this script")
+    parser.add_argument("--commit", default=None,
+                        help="label of the measured code (default: git HEAD of mfgwork)")
     parser.add_argument("--out", default="benchmarks/results/torch_path.json")
     args = parser.parse_args(argv)
     backend = (mw.mps_emulation() if args.device == "mps-emulation"
                else mw.get_backend("torch", args.device, "float32"))
-    row = {"device": args.device, "commit": _commit(), "case": "santa-fe-52x52-5it"}
+    row = {"device": args.device, "commit": args.commit or _commit(),
+           "case": "santa-fe-52x52-5it"}
     row |= launches_per_step(backend, SEED_CASE["nx"], args.newton)
-    row |= seed_case(backend, args.repeats)
+    compile_steps = {"true": True, "false": False}.get(args.compile_steps, "auto")
+    row |= seed_case(backend, args.repeats, compile_steps)
     rows = [row]
     if args.baseline:
         before = json.loads(Path(args.baseline).read_text())["rows"][0]

@@ -9,7 +9,7 @@ with ``lower[..., 0]`` and ``upper[..., -1]`` ignored. Leading axes are a batch.
 - torch on CUDA and MPS (and MPS emulation): parallel cyclic reduction (PCR) written in
   plain tensor ops, ⌈log2 n⌉ levels, no host round trip. Rows are scaled to a unit
   diagonal, a_i x_{i−s} + x_i + c_i x_{i+s} = d_i, and (a, c, d) are kept stacked in one
-  (..., 3, n) array, so a level costs about ten kernels whatever the batch. For many
+  (..., 3, n) array, so a level costs ten kernels whatever the batch. For many
   right-hand sides with the same matrix (the FP sweep, whose matrices are all known before
   it starts), :func:`pcr_factor` computes the level coefficients once and
   :func:`pcr_apply` costs four kernels per level.
@@ -68,7 +68,7 @@ def solve_pcr_zero_ends(lower: Any, diag: Any, upper: Any, rhs: Any) -> Any:
     the scheme's are: there is no neighbour beyond a wall)."""
     import torch
 
-    return pcr(torch.stack([lower, upper, rhs], dim=-2) * (1.0 / diag)[..., None, :])
+    return pcr(torch.stack([lower, upper, rhs], dim=-2) * torch.reciprocal(diag)[..., None, :])
 
 
 def pcr(system: Any) -> Any:
@@ -78,17 +78,19 @@ def pcr(system: Any) -> Any:
     x_i (1 − a_i c_{i−s} − c_i a_{i+s}) − a_i a_{i−s} x_{i−2s} − c_i c_{i+s} x_{i+2s}
     = d_i − a_i d_{i−s} − c_i d_{i+s}, then rescales to a unit diagonal.
     """
+    import torch
     from torch.nn.functional import pad
 
     n = system.shape[-1]
     s = 1
     while s < n:
-        shifted = pad(system, (s, s))
-        left = system[..., 0:1, :] * shifted[..., :n]        # a_i (a, c, d)_{i−s}
-        right = system[..., 1:2, :] * shifted[..., 2 * s:]   # c_i (a, c, d)_{i+s}
-        minus_inv = 1.0 / (left[..., 1, :] + right[..., 0, :] - 1.0)
-        system = _stack3(left[..., 0, :], right[..., 1, :],
-                         left[..., 2, :] + right[..., 2, :] - system[..., 2, :]
+        # rows i − s and i + s of every band: (..., 3, 2, n) views of one padded copy
+        neighbours = pad(system, (s, s)).unfold(-1, n, 2 * s)
+        # [r, 0] = a_i · row_r(i − s), [r, 1] = c_i · row_r(i + s)
+        products = system[..., None, 0:2, :] * neighbours
+        minus_inv = torch.reciprocal(products[..., 1, 0, :] + products[..., 0, 1, :] - 1.0)
+        reduced_rhs = products[..., 2, :, :].sum(dim=-2) - system[..., 2, :]
+        system = _stack3(products[..., 0, 0, :], products[..., 1, 1, :], reduced_rhs
                          ) * minus_inv[..., None, :]
         s *= 2
     return system[..., 2, :]
@@ -101,19 +103,17 @@ def pcr_factor(lower: Any, diag: Any, upper: Any) -> tuple[Any, list[Any]]:
     import torch
     from torch.nn.functional import pad
 
-    inv_diag = 1.0 / diag
+    inv_diag = torch.reciprocal(diag)
     coupling = torch.stack([lower, upper], dim=-2) * inv_diag[..., None, :]   # (a, c)
     n = diag.shape[-1]
     levels = []
     s = 1
     while s < n:
-        shifted = pad(coupling, (s, s))
-        left = coupling[..., 0:1, :] * shifted[..., :n]
-        right = coupling[..., 1:2, :] * shifted[..., 2 * s:]
-        minus_inv = 1.0 / (left[..., 1, :] + right[..., 0, :] - 1.0)
+        products = coupling[..., None, :, :] * pad(coupling, (s, s)).unfold(-1, n, 2 * s)
+        minus_inv = torch.reciprocal(products[..., 1, 0, :] + products[..., 0, 1, :] - 1.0)
         weights = coupling * minus_inv[..., None, :]
         levels.append(_stack3(weights[..., 0, :], -minus_inv, weights[..., 1, :]))
-        coupling = torch.stack([left[..., 0, :], right[..., 1, :]], dim=-2
+        coupling = torch.stack([products[..., 0, 0, :], products[..., 1, 1, :]], dim=-2
                                ) * minus_inv[..., None, :]
         s *= 2
     return inv_diag, levels
