@@ -25,6 +25,7 @@ from .core.grid import Grid
 from .finite_state import TwoStateResult, solve_two_state, time_to_level
 from .numerics.iteration import Anderson, FictitiousPlay, Relaxation
 from .numerics.particles import ParticleFP
+from .placement import Placement, crossover_table, placement
 from .problems import HopfColeProblem, MFGProblem, SantaFeBar, TwoStateElFarol
 from .results import Result, load, save_run
 from .solve import solve, solve_batch
@@ -39,6 +40,7 @@ __all__ = [
     "get_backend", "load", "mps_emulation", "save_run", "solve", "solve_batch", "to_numpy",
     "SweepIndex", "load_sweep", "sweep", "ParticleFP", "NPlayerResult", "n_player",
     "n_player_study", "TwoStateElFarol", "TwoStateResult", "solve_two_state", "time_to_level",
+    "Placement", "crossover_table", "placement",
 ]
 
 
@@ -47,7 +49,7 @@ __all__ = [
 LAZY_MODULES = {
     "plots": "analysis.plots", "studies": "analysis.studies", "runs": "workflows.runs",
     "sweep_plots": "workflows.sweep_plots", "widgets": "apps.explorer",
-    "game_plots": "analysis.game_plots",
+    "game_plots": "analysis.game_plots", "crossover": "analysis.crossover",
 }
 
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from .core.backend import Backend, get_backend, to_numpy
+from .core.backend import BACKENDS, Backend, get_backend, to_numpy
+from .core.compiling import check_compile_steps
 from .core.errors import ParameterError, check_choice, check_int, check_real
 from .numerics.fdm.sweeps import FiniteDifferences
 from .numerics.iteration import (
@@ -23,6 +24,7 @@ from .numerics.iteration import (
     relative_residual,
 )
 from .numerics.particles import ParticleFP, check_particle_args
+from .placement import placement
 from .problems import problem_from_params
 from .problems.base import MFGProblem, batch_coupling
 from .results import Result
@@ -35,20 +37,23 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
           tol: float = 1e-8, max_iter: int = 200,
           iteration: str | IterationScheme | None = None,
           progress: bool | None = None, n_particles: int | None = None,
-          seed: int | None = None, compile_steps: bool | str = False,
+          seed: int | None = None, compile_steps: bool | str = "auto",
           initial: Result | None = None) -> Result:
     """Solve the MFG system of ``problem`` on an ``nx`` × ``nt`` grid.
 
     ``nx`` counts grid points including both walls; ``nt`` time steps give ``nt + 1`` levels.
     ``method="fdm"``: implicit upwind finite differences for HJB and FP (Achdou's adjoint
     scheme). ``backend``/``device``/``dtype`` choose where it runs (see
-    :func:`mfgwork.get_backend`). The Picard iteration (``iteration``: "anderson" (default),
-    "relaxation", "fictitious_play", "picard" or an :class:`~mfgwork.IterationScheme`)
-    stops when the returned solution is a fixed point to ``tol``: one best response to its
-    coupling state (for Santa Fe the attendance path A) reproduces it to a relative residual
-    ``res.residual`` ≤ ``tol`` (``res.check()`` recomputes it). Otherwise, after ``max_iter``
-    iterations, it returns the best iterate found with ``converged=False`` and a
-    :class:`~mfgwork.ConvergenceWarning` giving its residual.
+    :func:`mfgwork.get_backend`); ``device="auto"`` runs where :func:`mfgwork.placement`
+    says from the measured crossover table (a single FDM solve: the CPU), and records its
+    choice and reason in ``res.params["placement"]``. The Picard iteration (``iteration``:
+    "anderson" (default), "relaxation", "fictitious_play", "picard" or an
+    :class:`~mfgwork.IterationScheme`) stops when the returned solution is a fixed point to
+    ``tol``: one best response to its coupling state (for Santa Fe the attendance path A)
+    reproduces it to a relative residual ``res.residual`` ≤ ``tol`` (``res.check()``
+    recomputes it). Otherwise, after ``max_iter`` iterations, it returns the best iterate
+    found with ``converged=False`` and a :class:`~mfgwork.ConvergenceWarning` giving its
+    residual.
     ``progress``: a tqdm bar (None: shown only when the solve lasts over a second).
     ``method="particles"``: HJB by finite differences, FP by ``n_particles`` particles
     (default 100 000; see :class:`mfgwork.ParticleFP`) drawn from ``seed`` (None: a
@@ -60,9 +65,12 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     ``initial``: a result on the same grid (e.g. at nearby parameters) to start the Picard
     iteration from, instead of agents who do not move; it saves iterations when the
     parameters moved little.
-    ``compile_steps``: ``torch.compile`` the per-time-step kernels of the torch path (True, or
-    a ``torch.compile`` mode name); it fuses their many small operations, which pays off on
-    CUDA for long solves once the one-time compilation is done.
+    ``compile_steps``: ``torch.compile`` the per-time-step kernels of the generic torch path
+    on devices (the Newton step of HJB, the FP step), fusing their many small operations.
+    "auto" (default): on CUDA and MPS where the installed torch can compile for them; True
+    or a ``torch.compile`` mode name: wherever it can (also the CPU and MPS emulation);
+    False: never. The first compiled call is checked against the eager one, and a failure
+    falls back to eager with a warning; ``res.extra["compiled_steps"]`` says what ran.
     """
     started = time.perf_counter()
     if not isinstance(problem, MFGProblem):
@@ -78,6 +86,8 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     tol = check_real("tol", tol, low=0.0)
     max_iter = check_int("max_iter", max_iter, low=1)
     scheme = make_scheme(iteration)
+    check_compile_steps(compile_steps)
+    backend, device, placed = _place(problem, method, n_particles, nx, nt, backend, device)
     be = get_backend(backend, device, dtype)
     tol = _reachable_tol(tol, be)
     if method == "particles":
@@ -96,17 +106,18 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     timings = {"setup": setup, **_phase_totals(out.history),
                "total": time.perf_counter() - started}
     settings = {"method": method, "tol": tol, "max_iter": max_iter,
-                "iteration": scheme.describe()} | fp_params
+                "iteration": scheme.describe()} | fp_params | placed
     return _result(problem, grid, be, out, None, settings, timings,
                    {"newton_iterations": scheme_fd.newton_iterations,
-                    "fdm_kernels": scheme_fd.kernels.name})
+                    "fdm_kernels": scheme_fd.kernels.name,
+                    "compiled_steps": scheme_fd.compiled_steps})
 
 
 def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
                 backend: str | Backend = "numpy", device: str = "cpu", dtype: object = None,
                 tol: float = 1e-8, max_iter: int = 200,
                 iteration: str | IterationScheme | None = None,
-                progress: bool | None = None, compile_steps: bool | str = False
+                progress: bool | None = None, compile_steps: bool | str = "auto"
                 ) -> list[Result]:
     """Solve several problems on one grid as one batched computation (finite differences).
 
@@ -115,9 +126,11 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     leading batch axis, so each kernel launch serves the whole batch: this is what makes an
     accelerator pay off for finite differences. Each problem has its own Anderson mixing,
     stopping test and result (``converged``, ``residual``, ``iterations``); the iteration
-    runs until every problem has converged or ``max_iter`` is reached. On NumPy
-    the problems are solved one after the other by :func:`solve`. Returns one
-    :class:`Result` per problem (sharing the batch's history and timings).
+    runs until every problem has converged or ``max_iter`` is reached.
+    ``device="auto"``: an accelerator from B* problems on (:func:`mfgwork.placement`),
+    recorded in each result's ``params["placement"]``. On NumPy the problems are solved one
+    after the other by :func:`solve`. Returns one :class:`Result` per problem (sharing the
+    batch's history and timings).
     """
     started = time.perf_counter()
     problems = _check_batch(problems)
@@ -125,11 +138,16 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     tol = check_real("tol", tol, low=0.0)
     max_iter = check_int("max_iter", max_iter, low=1)
     scheme = make_scheme(iteration)
+    check_compile_steps(compile_steps)
+    backend, device, placed = _place(problems, "fdm", None, nx, nt, backend, device)
     be = get_backend(backend, device, dtype)
     tol = _reachable_tol(tol, be)
     if be.name == "numpy":
-        return [solve(p, nx=nx, nt=nt, backend=be, tol=tol, max_iter=max_iter,
-                      iteration=iteration, progress=progress) for p in problems]
+        results = [solve(p, nx=nx, nt=nt, backend=be, tol=tol, max_iter=max_iter,
+                         iteration=iteration, progress=progress) for p in problems]
+        for res in results:
+            res.params |= placed
+        return results
     xp = be.xp
     m0 = xp.stack([p.initial_density(grid, be) for p in problems])
     U_T = xp.stack([p.terminal_cost(grid, be) for p in problems])
@@ -143,9 +161,9 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     timings = {"setup": setup, **_phase_totals(out.history),
                "total": time.perf_counter() - started}
     settings = {"method": "fdm", "tol": tol, "max_iter": max_iter,
-                "iteration": scheme.describe(), "batch_size": len(problems)}
+                "iteration": scheme.describe(), "batch_size": len(problems)} | placed
     extra = {"newton_iterations": fd.newton_iterations, "batch_size": len(problems),
-             "fdm_kernels": fd.kernels.name}
+             "fdm_kernels": fd.kernels.name, "compiled_steps": fd.compiled_steps}
     return [_result(p, grid, be, out, b, settings, timings, extra)
             for b, p in enumerate(problems)]
 
@@ -190,6 +208,28 @@ def best_response_residual(result: Result, problem: MFGProblem | None = None) ->
             be.asarray(to_numpy(result.U)))
     gz = coupling.state(fp(U, problem.initial_density(grid, be)))
     return float(to_numpy(relative_residual(gz, z, be.xp, batched=False))[0])
+
+
+def _place(problems: Any, method: str, n_particles: int | None, nx: int, nt: int,
+           backend: str | Backend, device: str) -> tuple[str | Backend, str, dict[str, Any]]:
+    """(backend, device, params entry): with ``device="auto"`` (and a backend given by name)
+    the choice of :func:`mfgwork.placement`, recorded as ``params["placement"]``."""
+    if device != "auto" or isinstance(backend, Backend):
+        return backend, device, {}
+    if backend not in BACKENDS:
+        return backend, device, {}   # get_backend names the error
+    chosen = placement(problems, method, n_particles=n_particles, nx=nx, nt=nt,
+                       backend=backend)
+    record = {k: v for k, v in chosen.as_dict().items() if k != "row"}
+    record["table_entry"] = _compact(chosen.row)
+    return chosen.backend, chosen.device, {"placement": record}
+
+
+def _compact(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    return {"kind": row["kind"], "measured": row["measured"], "crossover": row.get("crossover"),
+            "machine": (row.get("machine") or {}).get("name")}
 
 
 def _reachable_tol(tol: float, be: Backend) -> float:

@@ -158,3 +158,29 @@ def test_nbmake_smoke_run():
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert f"{len(every)} passed" in proc.stdout
+
+
+def test_accelerator_payoff(tmp_path):
+    parameters = {"batch_sizes": [1, 2, 4], "particle_counts": [1000, 4000], "nx": 21, "nt": 20,
+                  "iterations": 2, "emulation_batch_sizes": [1],
+                  "emulation_particle_counts": [1000]}
+    out = runs.run_notebook(NOTEBOOKS / "08_accelerator_payoff.ipynb", parameters,
+                            tmp_path / "payoff")
+    metrics = check_common(out, "08_accelerator_payoff.ipynb", {"wall_time"})
+    fresh = json.loads((out / "measured_here.json").read_text())
+    cpu = {(r["method"], r["size"]): r["seconds"] for r in fresh if r["target"] == "cpu (numpy)"}
+    assert set(cpu) == {("fdm_batch", n) for n in (1, 2, 4)} | {("particles", 1000),
+                                                                ("particles", 4000)}
+    assert all(t > 0 for t in cpu.values())
+    shipped = json.loads((out / "shipped.json").read_text())
+    table = mw.crossover_table()
+    assert len(shipped) == sum(len(e[m]["sizes"]) for e in
+                               [table["cpu"]] + [a for a in table["accelerators"].values()
+                                                 if a["measured"]]
+                               for m in ("fdm_batch", "particles") if e.get(m))
+    assert metrics["crossovers_shipped"] == mw.crossover.crossovers(table)
+    here = metrics["table_here"]
+    assert metrics["crossovers_here"] == mw.crossover.crossovers(here)
+    if mw.core.backend.torch_installed():
+        emulation = here["accelerators"]["mps-emulation"]
+        assert emulation["dtype"] == "float32" and emulation["fdm_batch"]["sizes"] == [1]

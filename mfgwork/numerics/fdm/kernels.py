@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ...core.backend import Backend
-from .tridiag import TridiagonalSolver, solve_lapack, solve_lapack_torch, solve_pcr
+from .tridiag import TridiagonalSolver, solve_lapack, solve_lapack_torch, solve_pcr_zero_ends
 
 
 class FDKernels(NamedTuple):
@@ -52,10 +52,10 @@ def _triton_installed() -> bool:
 
 COMPILED_LOOPS = FDKernels("compiled loops (numba)", "_hjb_host", "_fp_host", solve_lapack)
 COMPILED_LOOPS_TORCH = COMPILED_LOOPS._replace(tridiagonal=solve_lapack_torch)
-TRITON = FDKernels("fused Triton sweeps", "_hjb_fused", "_fp_fused", solve_pcr,
+TRITON = FDKernels("fused Triton sweeps", "_hjb_fused", "_fp_fused", solve_pcr_zero_ends,
                    requires=_triton_installed)
 ARRAY_API = FDKernels("array-API sweeps (parallel cyclic reduction)", "_hjb_accelerated",
-                      "_fp_accelerated", solve_pcr)
+                      "_fp_accelerated", solve_pcr_zero_ends)
 
 KERNELS: dict[tuple[str, str], tuple[FDKernels, ...]] = {
     ("numpy", "cpu"): (COMPILED_LOOPS,),

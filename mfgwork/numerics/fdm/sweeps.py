@@ -10,52 +10,67 @@ sweeps below with the backend's tridiagonal kernel. The array-API time loop make
 round trip: each step takes a fixed number of Newton iterations and
 the largest final Newton update is checked once after the sweep (if it is too large, the
 sweep is repeated with twice the iterations). By quadratic convergence the error left after
-a last update δ is about C δ², so an update of 0.1·√tol leaves an error near tol. On CUDA
-each sweep is recorded once as a CUDA graph and replayed (``cuda_graphs``), which removes the
-launch cost of its many small kernels; ``compile_steps`` fuses them with ``torch.compile``.
+a last update δ is about C δ², so an update of 0.1·√tol leaves an error near tol.
+
+Every array operation of a time step is a kernel launch on a device, so the generic path
+keeps them few: the Jacobian bands and the residual come from one pass over the edge
+differences (:func:`.operators.newton_system`), the tridiagonal solve is a PCR on the
+stacked unit-diagonal system, the FP matrices of all time steps are reduced at once before
+the sweep (:func:`.tridiag.pcr_factor`), so that an FP step only applies the reduction to
+its right-hand side, and the Newton update size is checked once per sweep. On CUDA each sweep
+is recorded once as a CUDA graph and replayed (``cuda_graphs``); ``compile_steps`` fuses a
+time step's kernels with ``torch.compile`` (checked against the eager step at its first call,
+see :mod:`mfgwork.core.compiling`).
 """
 
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from ...core.backend import Backend
+from ...core.backend import Backend, to_numpy
+from ...core.compiling import CheckedCompile, wants_compile
 from ...core.errors import SolverError
 from ...core.grid import Grid
 from .kernels import FDKernels, fdm_kernels
-from .operators import hjb_residual, jacobian_bands, transpose_bands
+from .operators import StepConstants, jacobian_bands, newton_system, step_constants, transpose_bands
+from .tridiag import pcr_apply, pcr_factor
 
 MAX_NEWTON = 50
 
 
-class Constants(NamedTuple):
-    """Scheme constants as 0-d / 1-d arrays of the backend (so compiled steps don't
-    specialize on their values)."""
-
-    nu: Any
-    h: Any
-    dt: Any
-    inv_hw: Any
-    inv_w: Any
-
-
-def newton_step(u: Any, u_next: Any, F_n: Any, c: Constants, *, solve: Any, xp: Any
+def newton_step(u: Any, rhs: Any, c: StepConstants, *, solve: Any, xp: Any
                 ) -> tuple[Any, Any]:
-    """One Newton iteration for R(u) = 0 (one HJB time step); returns the new u and the
-    update relative to 1 + max|u| (per batch member)."""
-    lower, diag, upper, q = jacobian_bands(u, c.nu, c.h, c.dt, c.inv_hw, xp)
-    du = solve(lower, diag, upper, hjb_residual(u, u_next, F_n, q, c.nu, c.dt, c.inv_w, xp))
-    u = u - du
-    return u, xp.max(xp.abs(du), axis=-1) / (1.0 + xp.max(xp.abs(u), axis=-1))
+    """One Newton iteration for R(u) = 0 (``rhs`` = u^{n+1}/Δt + F^n); returns the new u
+    and the update."""
+    du = solve(*newton_system(u, rhs, c, xp))
+    return u - du, du
 
 
-def fp_step(lower_t: Any, diag: Any, upper_t: Any, mu: Any, c: Constants, *,
-            solve: Any) -> Any:
-    """One FP step for cell masses: J(u^n)ᵀ μ^{n+1} = μ^n / Δt."""
-    return solve(lower_t, diag, upper_t, mu / c.dt)
+def hjb_time_step(u: Any, u_next: Any, F_n: Any, c: StepConstants, *, steps: int,
+                  newton: Any) -> tuple[Any, Any, Any]:
+    """One HJB time step: ``steps`` iterations of ``newton`` (:func:`newton_step`, or its
+    compiled form) from ``u``; returns u, the last update and the one before it."""
+    rhs = u_next * c.inv_dt + F_n
+    u, du = newton(u, rhs, c)
+    before = du
+    for _ in range(steps - 1):
+        before = du
+        u, du = newton(u, rhs, c)
+    return u, du, before
+
+
+def relative_update(du: Any, u: Any, xp: Any) -> Any:
+    """max|du| / (1 + max|u|) over the last axis."""
+    return xp.max(xp.abs(du), axis=-1) / (1.0 + xp.max(xp.abs(u), axis=-1))
+
+
+def fp_time_step(mu: Any, scale_n: Any, levels_n: list[Any]) -> Any:
+    """One FP step on the device: μ^{n+1} from μ^n, the factored J(u^n)ᵀ (PCR levels) and
+    ``scale_n`` = 1/(Δt diag)."""
+    return pcr_apply(levels_n, mu * scale_n)
 
 
 def _host(a: Any) -> np.ndarray:
@@ -77,20 +92,12 @@ def _start_copy(status: Any) -> tuple[Any, Any]:
     return host.numpy(), event
 
 
-def _compiled(newton: Any, fp: Any, mode: str) -> tuple[Any, Any]:
-    """``torch.compile`` the per-step kernels (fusing their many small ops)."""
-    import torch
-
-    return (torch.compile(newton, mode=mode, dynamic=False),
-            torch.compile(fp, mode=mode, dynamic=False))
-
-
 class FiniteDifferences:
     """The implicit upwind scheme on ``grid`` with diffusion ``nu`` for ``backend``."""
 
     def __init__(self, grid: Grid, nu: float | np.ndarray, backend: Backend, *,
                  accelerator_newton_steps: int = 4,
-                 compile_steps: bool | str = False, cuda_graphs: bool | None = None,
+                 compile_steps: bool | str = "auto", cuda_graphs: bool | None = None,
                  kernels: FDKernels | None = None) -> None:
         self.grid, self.backend = grid, backend
         self.kernels = fdm_kernels(backend) if kernels is None else kernels
@@ -105,20 +112,30 @@ class FiniteDifferences:
         self.accept_tol = max(self.newton_tol, 0.1 * self.newton_tol**0.5)
         self.newton_steps = accelerator_newton_steps
         self.newton_iterations = 0
-        solve = self.kernels.tridiagonal
-        self._consts = Constants(backend.asarray(self.nu), backend.asarray(grid.h),
-                                 backend.asarray(grid.dt), self.inv_hw, self.inv_w)
-        self._newton = partial(newton_step, solve=solve, xp=backend.xp)
-        self._fp_kernel = partial(fp_step, solve=solve)
+        self._solve = self.kernels.tridiagonal
+        self._consts = step_constants(self.nu, grid.h, grid.dt, self._inv_hw_np, backend.asarray)
+        self._newton = partial(newton_step, solve=self._solve, xp=backend.xp)
+        self._fp_step = fp_time_step
         self._pending: list[tuple[Any, Any]] = []  # fused sweeps' status, read back later
         self._nu_device: Any = None
         self.use_cuda_graphs = (backend.kind == "cuda" and self.kernels.hjb == "_hjb_accelerated"
                                 if cuda_graphs is None else cuda_graphs)
         self._graphs: dict[tuple, Any] = {}
-        if compile_steps:
-            self._newton, self._fp_kernel = _compiled(
-                self._newton, self._fp_kernel,
-                "default" if compile_steps is True else compile_steps)
+        mode, self.compile_reason = (
+            wants_compile(compile_steps, backend) if backend.is_accelerator
+            else (None, "the CPU runs compiled loops and LAPACK"))
+        if mode is not None:
+            rtol = 512 * backend.eps
+            self._newton = CheckedCompile(self._newton, mode, "HJB Newton step", rtol)
+            self._fp_step = CheckedCompile(fp_time_step, mode, "FP time step", rtol)
+
+    @property
+    def compiled_steps(self) -> dict[str, Any]:
+        """Whether the time steps run ``torch.compile``d, and why (or why not)."""
+        step = self._newton
+        if isinstance(step, CheckedCompile):
+            return {"compiled": bool(step.active), "reason": step.reason}
+        return {"compiled": False, "reason": self.compile_reason}
 
     # -- HJB ---------------------------------------------------------------------------------
     def solve_hjb(self, U_T: Any, F: Any, guess: Any | None = None) -> Any:
@@ -138,16 +155,18 @@ class FiniteDifferences:
     def _hjb_accelerated(self, U_T: Any, F: Any, guess: Any | None) -> Any:
         steps = self.newton_steps
         while True:
-            U, worst = self._hjb_fixed(U_T, F, guess, steps)
+            U, sizes = self._hjb_fixed(U_T, F, guess, steps)
             self.newton_iterations += steps * self.grid.nt
-            worst = float(worst)
+            worst, worst_before = (float(v) for v in to_numpy(sizes))  # last, last but one
             if worst <= self.accept_tol or steps >= MAX_NEWTON:
                 break
             steps = min(2 * steps, MAX_NEWTON)
         if not worst <= self.accept_tol:
             raise SolverError(f"HJB Newton did not converge in {steps} steps per time step "
                               f"(largest final relative update {worst:.3g})")
-        self.newton_steps = steps  # what sufficed here serves the next (closer) iterate
+        # what sufficed here serves the next (closer) iterate; one step fewer if the last
+        # but one update was already ten times below the acceptance threshold
+        self.newton_steps = steps - (steps > 1 and worst_before <= 0.1 * self.accept_tol)
         return U
 
     def _hjb_fused(self, U_T: Any, F: Any, guess: Any | None) -> Any:
@@ -217,25 +236,34 @@ class FiniteDifferences:
         xp, g = self.backend.xp, self.grid
         levels: list[Any] = [None] * (g.nt + 1)
         levels[g.nt] = U_T + 0.0 * F[..., 0, :]
-        worst = xp.zeros_like(F[..., 0, 0])
+        updates: list[Any] = []   # (last, last but one) Newton update of each time step
         for n in range(g.nt - 1, -1, -1):
             u_next = levels[n + 1]
             u = u_next if guess is None else guess[..., n, :]
             if adaptive:
+                rhs = u_next * self._consts.inv_dt + F[..., n, :]
                 for _ in range(max_newton):
-                    u, step = self._newton(u, u_next, F[..., n, :], self._consts)
+                    u, du = self._newton(u, rhs, self._consts)
                     self.newton_iterations += 1
-                    if float(xp.max(step)) <= self.newton_tol:
+                    if float(xp.max(relative_update(du, u, xp))) <= self.newton_tol:
                         break
                 else:
                     raise SolverError(f"HJB Newton did not converge at time step n={n} "
                                       f"(t={g.t[n]:.6g}) in {max_newton} iterations")
             else:
-                for _ in range(max_newton):
-                    u, step = self._newton(u, u_next, F[..., n, :], self._consts)
-                worst = xp.maximum(worst, step)
+                u, du, before = hjb_time_step(u, u_next, F[..., n, :], self._consts,
+                                              steps=max_newton, newton=self._newton)
+                updates += [du, before]
             levels[n] = u
-        return xp.stack(levels, axis=-2), xp.max(worst)
+        U = xp.stack(levels, axis=-2)
+        if adaptive:
+            return U, xp.zeros_like(F[..., 0, 0])
+        # the largest last and last-but-one updates, checked once per sweep (no host read
+        # inside the time loop)
+        du = xp.stack(updates, axis=-2)
+        du = xp.reshape(du, du.shape[:-2] + (g.nt, 2, g.nx))
+        size = relative_update(du, xp.flip(U[..., :-1, None, :], axis=-3), xp)
+        return U, xp.max(xp.reshape(xp.moveaxis(size, -1, 0), (2, -1)), axis=1)
 
     def _hjb_fixed(self, U_T: Any, F: Any, guess: Any | None, steps: int) -> tuple[Any, Any]:
         """The sweep with ``steps`` Newton iterations per time step (graph-replayed on CUDA)."""
@@ -294,12 +322,19 @@ class FiniteDifferences:
 
     def _fp_array(self, U: Any, mu0: Any) -> Any:
         g, xp = self.grid, self.backend.xp
-        nu_levels = self._consts.nu[..., None, :] if self.nu.ndim else self._consts.nu
-        lower, diag, upper, _ = jacobian_bands(U[..., :-1, :], nu_levels, g.h, g.dt,
-                                               self.inv_hw, xp)
+        nu_levels = self.nu[..., None, :] if self.nu.ndim else self.nu
+        lower, diag, upper, _ = jacobian_bands(U[..., :-1, :], self.backend.asarray(nu_levels),
+                                               g.h, g.dt, self.inv_hw, xp)
         lt, dg, ut = transpose_bands(lower, diag, upper, xp)
         masses = [mu0 + 0.0 * U[..., 0, :]]
-        for n in range(g.nt):
-            masses.append(self._fp_kernel(lt[..., n, :], dg[..., n, :], ut[..., n, :],
-                                          masses[n], self._consts))
+        if self.backend.is_accelerator:   # every step's matrix is known: reduce them at once
+            inv_diag, levels = pcr_factor(lt, dg, ut)
+            scale = inv_diag * self._consts.inv_dt
+            for n in range(g.nt):
+                masses.append(self._fp_step(masses[n], scale[..., n, :],
+                                            [w[..., n, :, :] for w in levels]))
+        else:
+            for n in range(g.nt):
+                masses.append(self._solve(lt[..., n, :], dg[..., n, :], ut[..., n, :],
+                                          masses[n] * self._consts.inv_dt))
         return xp.stack(masses, axis=-2)

@@ -6,8 +6,13 @@ with ``lower[..., 0]`` and ``upper[..., -1]`` ignored. Leading axes are a batch.
 
 - NumPy and torch on the CPU: LAPACK ``gtsv`` through SciPy (torch CPU tensors are viewed
   as NumPy arrays without copying).
-- torch on CUDA and MPS (and MPS emulation): parallel cyclic reduction written in plain
-  tensor ops (slicing, multiply, divide), ⌈log2 n⌉ steps, no host round trip.
+- torch on CUDA and MPS (and MPS emulation): parallel cyclic reduction (PCR) written in
+  plain tensor ops, ⌈log2 n⌉ levels, no host round trip. Rows are scaled to a unit
+  diagonal, a_i x_{i−s} + x_i + c_i x_{i+s} = d_i, and (a, c, d) are kept stacked in one
+  (..., 3, n) array, so a level costs ten kernels whatever the batch. For many
+  right-hand sides with the same matrix (the FP sweep, whose matrices are all known before
+  it starts), :func:`pcr_factor` computes the level coefficients once and
+  :func:`pcr_apply` costs four kernels per level.
 
 The matrices met here (implicit HJB and FP steps) are diagonally dominant M-matrices, so
 no pivoting is needed.
@@ -53,30 +58,92 @@ def solve_pcr(lower: Any, diag: Any, upper: Any, rhs: Any) -> Any:
     """Parallel cyclic reduction in torch ops (any device; batched over leading axes)."""
     import torch
 
-    a, b, c, d = lower, diag, upper, rhs
-    n = b.shape[-1]
-    a = torch.cat([torch.zeros_like(a[..., :1]), a[..., 1:]], dim=-1)
-    c = torch.cat([c[..., :-1], torch.zeros_like(c[..., :1])], dim=-1)
+    lower = torch.cat([torch.zeros_like(lower[..., :1]), lower[..., 1:]], dim=-1)
+    upper = torch.cat([upper[..., :-1], torch.zeros_like(upper[..., :1])], dim=-1)
+    return solve_pcr_zero_ends(lower, diag, upper, rhs)
+
+
+def solve_pcr_zero_ends(lower: Any, diag: Any, upper: Any, rhs: Any) -> Any:
+    """PCR for bands whose ``lower[..., 0]`` and ``upper[..., -1]`` are exactly zero (as
+    the scheme's are: there is no neighbour beyond a wall)."""
+    import torch
+
+    return pcr(torch.stack([lower, upper, rhs], dim=-2) * torch.reciprocal(diag)[..., None, :])
+
+
+def pcr(system: Any) -> Any:
+    """x of the unit-diagonal rows ``system[..., :, i] = (a_i, c_i, d_i)``, a_0 = c_{n−1} = 0.
+
+    Level s eliminates x_{i∓s} with rows i∓s (rows beyond the ends are zero):
+    x_i (1 − a_i c_{i−s} − c_i a_{i+s}) − a_i a_{i−s} x_{i−2s} − c_i c_{i+s} x_{i+2s}
+    = d_i − a_i d_{i−s} − c_i d_{i+s}, then rescales to a unit diagonal.
+    """
+    import torch
+    from torch.nn.functional import pad
+
+    n = system.shape[-1]
     s = 1
     while s < n:
-        zeros = torch.zeros_like(b[..., :s])
-        ones = torch.ones_like(b[..., :s])
-        a_m, b_m, c_m, d_m = (torch.cat([pad, v[..., :-s]], dim=-1)
-                              for v, pad in ((a, zeros), (b, ones), (c, zeros), (d, zeros)))
-        a_p, b_p, c_p, d_p = (torch.cat([v[..., s:], pad], dim=-1)
-                              for v, pad in ((a, zeros), (b, ones), (c, zeros), (d, zeros)))
-        alpha = -a / b_m
-        gamma = -c / b_p
-        b = b + alpha * c_m + gamma * a_p
-        d = d + alpha * d_m + gamma * d_p
-        a = alpha * a_m
-        c = gamma * c_p
+        # rows i − s and i + s of every band: (..., 3, 2, n) views of one padded copy
+        neighbours = pad(system, (s, s)).unfold(-1, n, 2 * s)
+        # [r, 0] = a_i · row_r(i − s), [r, 1] = c_i · row_r(i + s)
+        products = system[..., None, 0:2, :] * neighbours
+        minus_inv = torch.reciprocal(products[..., 1, 0, :] + products[..., 0, 1, :] - 1.0)
+        reduced_rhs = products[..., 2, :, :].sum(dim=-2) - system[..., 2, :]
+        system = _stack3(products[..., 0, 0, :], products[..., 1, 1, :], reduced_rhs
+                         ) * minus_inv[..., None, :]
         s *= 2
-    return d / b
+    return system[..., 2, :]
 
 
-def tridiagonal_solver(backend: Backend) -> TridiagonalSolver:
-    """The tridiagonal kernel for ``backend`` (as named by the table in :mod:`.kernels`)."""
+def pcr_factor(lower: Any, diag: Any, upper: Any) -> tuple[Any, list[Any]]:
+    """The right-hand-side-free part of PCR (bands with zero ends, as in
+    :func:`solve_pcr_zero_ends`): ``(1/diag, levels)``, each level (..., 3, n) holding the
+    weights of d_{i−s}, d_i, d_{i+s} in the reduced right-hand side."""
+    import torch
+    from torch.nn.functional import pad
+
+    inv_diag = torch.reciprocal(diag)
+    coupling = torch.stack([lower, upper], dim=-2) * inv_diag[..., None, :]   # (a, c)
+    n = diag.shape[-1]
+    levels = []
+    s = 1
+    while s < n:
+        products = coupling[..., None, :, :] * pad(coupling, (s, s)).unfold(-1, n, 2 * s)
+        minus_inv = torch.reciprocal(products[..., 1, 0, :] + products[..., 0, 1, :] - 1.0)
+        weights = coupling * minus_inv[..., None, :]
+        levels.append(_stack3(weights[..., 0, :], -minus_inv, weights[..., 1, :]))
+        coupling = torch.stack([products[..., 0, 0, :], products[..., 1, 1, :]], dim=-2
+                               ) * minus_inv[..., None, :]
+        s *= 2
+    return inv_diag, levels
+
+
+def pcr_apply(levels: list[Any], d: Any) -> Any:
+    """x from the unit-diagonal right-hand side ``d`` (rhs / diag) and :func:`pcr_factor`'s
+    levels: per level, d_i ← w⁻_i d_{i−s} + w⁰_i d_i + w⁺_i d_{i+s}."""
+    from torch.nn.functional import pad
+
+    n = d.shape[-1]
+    s = 1
+    for weights in levels:
+        windows = pad(d, (s, s)).unfold(-1, n, s)   # (..., 3, n): d_{i−s}, d_i, d_{i+s}
+        d = (weights * windows).sum(dim=-2)
+        s *= 2
+    return d
+
+
+def _stack3(a: Any, b: Any, c: Any) -> Any:
+    import torch
+
+    return torch.stack([a, b, c], dim=-2)
+
+
+def tridiagonal_solver(backend: Backend, *, zero_ends: bool = False) -> TridiagonalSolver:
+    """The tridiagonal kernel for ``backend`` (as named by the table in :mod:`.kernels`);
+    ``zero_ends``: the caller guarantees ``lower[..., 0] == upper[..., -1] == 0``, as the
+    scheme's bands do (PCR then saves two kernels per solve)."""
     from .kernels import fdm_kernels
 
-    return fdm_kernels(backend).tridiagonal
+    solve = fdm_kernels(backend).tridiagonal
+    return solve_pcr if solve is solve_pcr_zero_ends and not zero_ends else solve

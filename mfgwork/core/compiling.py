@@ -1,0 +1,106 @@
+"""``torch.compile`` where the installed torch supports the device, checked, with a fallback.
+
+:func:`compile_support` says whether TorchInductor can generate code for a backend's device
+with this installation (CUDA: Triton importable; MPS: Inductor's Metal code generator
+present; CPU: a C++ compiler on the PATH). :class:`CheckedCompile` wraps a function: its first
+call runs both the compiled and the eager function and keeps the compiled one only if it ran
+and agrees with the eager result to a few hundred ulps; otherwise it warns once and stays
+eager. The eager function is always correct, so nothing is lost but speed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from .backend import Backend
+from .errors import ParameterError
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def check_compile_steps(value: object) -> bool | str:
+    """``compile_steps`` if it is True, False, "auto" or a ``torch.compile`` mode name."""
+    if value is True or value is False or value == "auto" or value in COMPILE_MODES:
+        return value  # type: ignore[return-value]
+    raise ParameterError(f"compile_steps={value!r} is invalid: must be True, False, 'auto' or "
+                         f"a torch.compile mode ({', '.join(map(repr, COMPILE_MODES))})")
+
+
+def compile_support(backend: Backend) -> tuple[bool, str]:
+    """(whether ``torch.compile`` can generate code for ``backend``'s device here, why)."""
+    if backend.name != "torch":
+        return False, f"backend={backend.name!r} is not torch"
+    if backend.kind == "cuda":
+        if importlib.util.find_spec("triton") is None:
+            return False, "Inductor needs Triton on CUDA, and Triton is not installed"
+        return True, "CUDA with Triton"
+    if backend.kind == "mps":
+        if importlib.util.find_spec("torch._inductor.codegen.mps") is None:
+            return False, "this torch has no Inductor code generator for MPS (Metal)"
+        return True, "MPS with Inductor's Metal code generator"
+    if shutil.which("c++") or shutil.which("g++") or shutil.which("clang++"):
+        return True, "CPU with a C++ compiler"
+    return False, "Inductor needs a C++ compiler on the CPU, and none is on the PATH"
+
+
+def wants_compile(setting: bool | str, backend: Backend) -> tuple[str | None, str]:
+    """The ``torch.compile`` mode to use for ``setting`` on ``backend`` (None: run eagerly),
+    and why. ``"auto"``: compile on CUDA and MPS where supported (not on the CPU, nor under
+    MPS emulation, where a compilation costs more than it saves); True or a mode name
+    ("default", "reduce-overhead", "max-autotune"): compile wherever supported."""
+    if check_compile_steps(setting) is False:
+        return None, "compile_steps=False"
+    supported, why = compile_support(backend)
+    if setting == "auto" and not (backend.kind in ("cuda", "mps") and not backend.emulate_mps):
+        return None, "compile_steps='auto' compiles on CUDA and MPS only"
+    if not supported:
+        return None, why
+    return ("default" if setting in (True, "auto") else str(setting)), why
+
+
+class CheckedCompile:
+    """``fn`` under ``torch.compile(mode=mode)``, checked against eager ``fn`` at the first
+    call (relative difference at most ``rtol`` of the largest output value)."""
+
+    def __init__(self, fn: Callable[..., Any], mode: str, what: str, rtol: float) -> None:
+        import torch
+
+        self.fn, self.what, self.rtol = fn, what, rtol
+        self.compiled = torch.compile(fn, mode=mode, dynamic=False)
+        self.active: bool | None = None   # None until the first call has checked it
+        self.reason = "not called yet"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.active:
+            return self.compiled(*args, **kwargs)
+        if self.active is False:
+            return self.fn(*args, **kwargs)
+        eager = self.fn(*args, **kwargs)
+        try:
+            out = self.compiled(*args, **kwargs)
+            worst = max(_relative_difference(a, b) for a, b in zip(_flat(out), _flat(eager),
+                                                                     strict=True))
+            self.active = worst <= self.rtol
+            self.reason = (f"compiled (first call within {worst:.1e} of eager)" if self.active
+                           else f"its result differs from eager by {worst:.1e} > {self.rtol:.0e}")
+        except Exception as exc:  # the eager function is always correct; fall back to it
+            self.active, self.reason = False, f"{type(exc).__name__}: {exc}"
+        if not self.active:
+            warnings.warn(f"torch.compile of the {self.what} disabled ({self.reason}); "
+                          "running eagerly", RuntimeWarning, stacklevel=2)
+        return eager
+
+
+def _flat(out: Any) -> list[Any]:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _relative_difference(a: Any, b: Any) -> float:
+    import torch
+
+    scale = torch.clamp(b.abs().max(), min=torch.finfo(b.dtype).tiny)
+    return float(((a - b).abs().max() / scale).item())

@@ -1,0 +1,1 @@
+"""Data shipped with the package: the measured crossover table (crossover.json)."""

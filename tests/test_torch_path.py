@@ -1,0 +1,179 @@
+"""The generic torch path of the FDM sweeps (MPS, and CUDA without Triton), under emulation:
+few kernel launches per time step, float32 only, no host reads in the time loop, agreement
+with NumPy float64, and ``torch.compile`` checked with an eager fallback."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import mfgwork as mw
+from mfgwork.core.compiling import CheckedCompile, check_compile_steps, wants_compile
+from mfgwork.core.profiling import kernel_launches
+from mfgwork.numerics.fdm.sweeps import FiniteDifferences
+from mfgwork.numerics.fdm.tridiag import pcr_apply, pcr_factor, solve_lapack
+
+torch = pytest.importorskip("torch")
+
+# Achieved (benchmarks/torch_path.py, nx = 52): 334 kernels per HJB step with 4 Newton
+# iterations and 26.7 per FP step; before the launch reduction 801 and 151.
+HJB_LAUNCHES_PER_NEWTON_MAX = 84
+FP_LAUNCHES_PER_STEP_MAX = 27
+
+
+def _santa_fe_inputs(be: mw.Backend, n: int = 52):
+    problem = mw.SantaFeBar()
+    grid = problem.grid(n, n)
+    F = problem.coupling(grid, be).running_cost(be.asarray(np.linspace(0.3, 0.9, grid.nt)))
+    return problem, grid, F, problem.terminal_cost(grid, be), problem.initial_density(grid, be)
+
+
+def test_kernel_launches_per_time_step_stay_reduced(mps_emulation):
+    problem, grid, F, U_T, m0 = _santa_fe_inputs(mps_emulation)
+    fd = FiniteDifferences(grid, problem.nu, mps_emulation)
+    (U, _), hjb = kernel_launches(fd._hjb_fixed, U_T, F, None, 4)
+    M, fp = kernel_launches(fd.solve_fp, U, m0)
+    hjb_per_step, fp_per_step = sum(hjb.values()) / grid.nt, sum(fp.values()) / grid.nt
+    print(f"launches per time step: HJB {hjb_per_step:.1f} (4 Newton), FP {fp_per_step:.1f}")
+    assert hjb["aten::mul"] > 0 and fp["aten::mul"] > 0   # the profiler sees the kernels
+    assert hjb_per_step <= 4 * HJB_LAUNCHES_PER_NEWTON_MAX
+    assert fp_per_step <= FP_LAUNCHES_PER_STEP_MAX
+    mass = mw.to_numpy(M).astype(np.float64) @ grid.weights   # the reduced FP keeps Σ w m = 1
+    assert np.max(np.abs(mass - 1.0)) <= 2e-5 and mw.to_numpy(M).min() >= 0.0
+
+
+def test_sweeps_are_float32_without_host_reads_in_the_time_loop(mps_emulation):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: dict[str, set] = {"dtypes": set(), "ops": set()}
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            seen["ops"].add(str(func))
+            for t in out if isinstance(out, (tuple, list)) else [out]:
+                if isinstance(t, torch.Tensor):
+                    seen["dtypes"].add(t.dtype)
+            return out
+
+    problem, grid, F, U_T, m0 = _santa_fe_inputs(mps_emulation, 21)
+    fd = FiniteDifferences(grid, problem.nu, mps_emulation)
+    with Record():
+        U, sizes = fd._hjb_fixed(U_T, F, None, 3)
+        M = fd.solve_fp(U, m0)
+    assert seen["dtypes"] == {torch.float32}, seen["dtypes"]
+    assert not any("_local_scalar_dense" in op or "item" in op for op in seen["ops"])
+    assert tuple(sizes.shape) == (2,) and M.dtype == torch.float32
+
+
+@pytest.mark.parametrize("n", [2, 3, 17, 52, 201])
+def test_pcr_factor_and_apply_match_lapack(n):
+    rng = np.random.default_rng(n)
+    lower, upper = -rng.uniform(0, 1, (2, 3, 5, n))
+    lower[..., 0] = upper[..., -1] = 0.0
+    diag = 0.5 + np.abs(lower) + np.abs(upper)
+    rhs = rng.standard_normal((3, 5, n))
+    inv_diag, levels = pcr_factor(*(torch.from_numpy(v) for v in (lower, diag, upper)))
+    x = pcr_apply(levels, torch.from_numpy(rhs) * inv_diag)
+    assert len(levels) == int(np.ceil(np.log2(n)))
+    assert np.allclose(x.numpy(), solve_lapack(lower, diag, upper, rhs), rtol=1e-12,
+                       atol=1e-12)
+
+
+def _rel(a, b) -> float:
+    a = mw.to_numpy(a).astype(np.float64)
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+def test_seed_case_on_the_generic_path_is_the_numpy_scheme():
+    """The 52 × 52, 5-iteration case on the generic path in float64 (emulation's code path
+    with float64 tensors) reproduces the compiled NumPy loops to round-off."""
+    kw = {"nx": 52, "nt": 52, "max_iter": 5, "tol": 1e-9, "progress": False}
+    generic64 = mw.Backend(name="torch", device="cpu", dtype="float64", emulate_mps=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mw.ConvergenceWarning)
+        ref = mw.solve(mw.SantaFeBar(), **kw)
+        res = mw.solve(mw.SantaFeBar(), backend=generic64, **kw)
+    assert res.iterations == ref.iterations == 5
+    assert max(_rel(res.U, ref.U), _rel(res.M, ref.M), _rel(res.attendance, ref.attendance)
+               ) <= 1e-10
+
+
+def test_converged_float32_emulation_agrees_with_numpy_float64(mps_emulation):
+    """float32 under MPS emulation within 1e-4 relative in U, M and A at the equilibrium."""
+    kw = {"nx": 52, "nt": 52, "max_iter": 300, "tol": 2e-5, "progress": False}
+    ref = mw.solve(mw.SantaFeBar(), **kw)
+    res = mw.solve(mw.SantaFeBar(), backend=mps_emulation, **kw)
+    errors = [_rel(res.U, ref.U), _rel(res.M, ref.M), _rel(res.attendance, ref.attendance)]
+    print("relative errors U, M, A:", errors)
+    assert res.converged and max(errors) <= 1e-4
+    assert res.extra["compiled_steps"]["compiled"] is False   # 'auto' leaves emulation eager
+
+
+def test_newton_steps_drop_when_the_guess_is_close(mps_emulation):
+    """A sweep from the converged U needs fewer Newton iterations: the next sweep uses one
+    fewer, and the result still agrees with the adaptive float64 loops."""
+    problem, grid, F, U_T, _ = _santa_fe_inputs(mps_emulation, 31)
+    fd = FiniteDifferences(grid, problem.nu, mps_emulation)
+    U = fd.solve_hjb(U_T, F)
+    steps = fd.newton_steps
+    U2 = fd.solve_hjb(U_T, F, guess=U)
+    assert fd.newton_steps == steps - 1
+    be64 = mw.get_backend()
+    ref = FiniteDifferences(grid, problem.nu, be64).solve_hjb(
+        problem.terminal_cost(grid, be64), mw.to_numpy(F).astype(np.float64))
+    assert _rel(U2, ref) <= 1e-5
+
+
+@pytest.mark.parametrize("failure", ["raises", "differs"])
+def test_checked_compile_falls_back_to_eager(monkeypatch, failure):
+    def broken_compile(fn, **kwargs):
+        def compiled(*args):
+            if failure == "raises":
+                raise RuntimeError("no compiler here")
+            return fn(*args) * 1.01
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    step = CheckedCompile(lambda a: a * 2.0, "default", "test step", rtol=1e-6)
+    a = torch.arange(4.0)
+    with pytest.warns(RuntimeWarning, match="torch.compile of the test step disabled"):
+        assert torch.equal(step(a), a * 2.0)
+    assert step.active is False
+    assert torch.equal(step(a + 1), (a + 1) * 2.0)   # eager from now on, no second warning
+
+
+def test_checked_compile_keeps_an_agreeing_compile(monkeypatch):
+    calls = []
+
+    def fake_compile(fn, **kwargs):
+        def compiled(*args):
+            calls.append(1)
+            return fn(*args)
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    step = CheckedCompile(lambda a: a + 1.0, "default", "test step", rtol=1e-6)
+    step(torch.zeros(3))
+    step(torch.zeros(3))
+    assert step.active and len(calls) == 2 and "compiled" in step.reason
+
+
+def test_compile_setting_per_device(mock_accelerators, mps_emulation):
+    assert wants_compile("auto", mps_emulation)[0] is None
+    assert wants_compile(False, mps_emulation) == (None, "compile_steps=False")
+    mock_accelerators(mps=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mps = mw.get_backend("torch", "mps")
+    mode, why = wants_compile("auto", mps)
+    assert mode == "default" and "Metal" in why   # torch 2.13 has Inductor's MPS backend
+    assert wants_compile("max-autotune", mps)[0] == "max-autotune"
+
+
+def test_bad_compile_setting_is_a_parameter_error():
+    with pytest.raises(mw.ParameterError, match="compile_steps='fast' is invalid"):
+        mw.solve(mw.SantaFeBar(), nx=21, nt=20, compile_steps="fast")
+    assert check_compile_steps("reduce-overhead") == "reduce-overhead"
