@@ -148,7 +148,7 @@ def test_save_run_round_trip(tmp_path):
     from matplotlib.image import imread
 
     from mfgwork.analysis import plots
-    from mfgwork.results import load_table
+    from mfgwork.core.storage import load_table
 
     res = mw.solve(mw.SantaFeBar(threshold=0.5), nx=21, nt=20, progress=False)
     out = mw.save_run(tmp_path / "run", res, parameters={"seed": 3, "out_dir": "elsewhere"},

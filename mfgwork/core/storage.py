@@ -350,8 +350,10 @@ def npz_headers(path: str | os.PathLike, *, max_bytes: int = MAX_NPZ_BYTES
                     raise LoadError(path, f"decompresses to more than {max_bytes} bytes "
                                     f"(at {info.filename!r}); refused before reading")
                 with zf.open(info) as fh:
-                    version = np.lib.format.read_magic(fh)
-                    shape, _, dtype = np.lib.format._read_array_header(fh, version)
+                    read_header = (np.lib.format.read_array_header_1_0
+                                   if np.lib.format.read_magic(fh) == (1, 0)
+                                   else np.lib.format.read_array_header_2_0)
+                    shape, _, dtype = read_header(fh)
                 if dtype.hasobject:
                     raise LoadError(path, f"array {info.filename[:-4]!r} holds Python "
                                     "objects, which are not loaded (no pickle)")
@@ -367,15 +369,18 @@ def npz_headers(path: str | os.PathLike, *, max_bytes: int = MAX_NPZ_BYTES
 
 
 def read_npz(path: str | os.PathLike, shapes: Mapping[str, tuple[str | int, ...]],
-             optional: Iterable[str] = (), *, max_bytes: int = MAX_NPZ_BYTES
-             ) -> dict[str, np.ndarray]:
+             optional: Iterable[str] = (), *, others: tuple[str | int, ...] | None = None,
+             max_bytes: int = MAX_NPZ_BYTES) -> dict[str, np.ndarray]:
     """The arrays of an NPZ file, checked before they are read: each name of ``shapes``
     (except those in ``optional``) is present, real-valued, with the given shape, where a
     str entry is a dimension name that must agree across arrays (e.g. ``{"x": ("nx",),
-    "M": ("nt1", "nx")}``). Arrays not named are refused."""
+    "M": ("nt+1", "nx")}``). Arrays not named must have the shape ``others`` (refused when
+    it is None). Floating arrays must be finite."""
     path = Path(path)
     headers = npz_headers(path, max_bytes=max_bytes)
     dims: dict[str, int] = {}
+    if others is not None:
+        shapes = dict(shapes) | {k: others for k in headers if k not in shapes}
     for key, spec in shapes.items():
         if key not in headers:
             if key in optional:
