@@ -148,13 +148,14 @@ METRICS_OPTIONAL = {"history": dict, "timings": dict, "backend": str, "device": 
                     "state_name": str, "extra": dict}
 
 
-def load(path: str | os.PathLike) -> Result:
+def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
     """Read a folder written by :meth:`Result.save` or :func:`save_run` (NumPy arrays and
     JSON; no pickle). Figures, tables and the executed notebook are left on disk.
 
     Every file is checked before use: present, parsable, with the expected entries and
     types; the arrays real-valued and finite, ``x`` (nx,), ``t`` (nt+1,), ``U`` and ``M``
-    (nt+1, nx), each observable (nt+1,), their decompressed size bounded before reading.
+    (nt+1, nx), each observable (nt+1,), their decompressed size at most ``max_bytes``
+    (default: :data:`mfgwork.core.storage.MAX_NPZ_BYTES`, 1 GiB), checked before reading.
     Anything wrong raises :class:`~mfgwork.LoadError` naming the file.
     """
     folder = Path(path)
@@ -171,7 +172,7 @@ def load(path: str | os.PathLike) -> Result:
         raise LoadError(folder / "parameters.json", "must hold a JSON object")
     arrays = storage.read_npz(folder / "arrays.npz",
                               {"x": ("nx",), "t": ("nt+1",), "U": ("nt+1", "nx"),
-                               "M": ("nt+1", "nx")}, others=("nt+1",))
+                               "M": ("nt+1", "nx")}, others=("nt+1",), max_bytes=max_bytes)
     names = metrics.get("observables", [k for k in arrays if k not in FIELDS])
     missing = [k for k in names if k not in arrays]
     if missing:

@@ -37,13 +37,15 @@ from typing import Any
 
 import numpy as np
 
+from . import memory
 from .errors import LoadError, ParameterError
 
 MARKER = "mfgwork.json"
 FORMAT = 1
-#: Largest JSON file and largest decompressed NPZ the readers accept (bytes).
+#: Largest JSON file and largest decompressed NPZ the readers accept by default (bytes); an
+#: NPZ is also refused when it would not fit in the host's available memory.
 MAX_JSON_BYTES = 256 * 2**20
-MAX_NPZ_BYTES = 8 * 2**30
+MAX_NPZ_BYTES = 2**30
 #: Packages a result depends on (recorded with every result and benchmark).
 PACKAGES = ("mfgwork", "numpy", "scipy", "numba", "torch", "triton", "array-api-compat",
             "matplotlib", "papermill", "nbclient", "ipykernel", "xarray", "zarr", "dask")
@@ -76,7 +78,7 @@ def check_target(target: str | os.PathLike, kind: str, *, name: str = "out_dir",
     before markers existed. ``force``: also replace a non-empty folder without the marker.
     """
     path = Path(os.path.abspath(os.fspath(target)))
-    how = "choose a new or empty folder, or a previous result folder of this kind"
+    how = f"choose a new or empty folder, or a previous {kind} folder"
     cwd = Path.cwd().resolve()
     real = path.resolve()
     guarded = {cwd: "the current directory", Path.home().resolve(): "your home folder"}
@@ -280,7 +282,7 @@ def provenance() -> dict[str, Any]:
 
 # -- reading ---------------------------------------------------------------------------------
 def _existing_file(path: Path, max_bytes: int) -> int:
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         raise LoadError(path, "does not exist")
     if not path.is_file():
         raise LoadError(path, "is not a file")
@@ -291,11 +293,11 @@ def _existing_file(path: Path, max_bytes: int) -> int:
 
 
 def read_json(path: str | os.PathLike, *, keys: Mapping[str, type | tuple[type, ...]] = {},
-              max_bytes: int = MAX_JSON_BYTES) -> Any:
-    """The JSON value in ``path``; with ``keys``, it must be an object holding each key with
-    a value of the given type(s)."""
+              max_bytes: int | None = None) -> Any:
+    """The JSON value in ``path`` (at most ``max_bytes``, default :data:`MAX_JSON_BYTES`);
+    with ``keys``, it must be an object holding each key with a value of the given type(s)."""
     path = Path(path)
-    _existing_file(path, max_bytes)
+    _existing_file(path, MAX_JSON_BYTES if max_bytes is None else max_bytes)
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -333,11 +335,14 @@ def load_table(path: str | os.PathLike) -> list[dict[str, Any]]:
     return rows
 
 
-def npz_headers(path: str | os.PathLike, *, max_bytes: int = MAX_NPZ_BYTES
+def npz_headers(path: str | os.PathLike, *, max_bytes: int | None = None
                 ) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """Shape and dtype of each array in an NPZ file, from the headers only; the sum of their
-    sizes must stay below ``max_bytes`` (a small file may decompress to gigabytes)."""
+    sizes must stay below ``max_bytes`` (default :data:`MAX_NPZ_BYTES`; a small file may
+    decompress to gigabytes)."""
     path = Path(path)
+    max_bytes = MAX_NPZ_BYTES if max_bytes is None else max_bytes
+    max_bytes = min(max_bytes, memory.host_available() or max_bytes)
     _existing_file(path, max_bytes)
     out, total = {}, 0
     try:
@@ -348,7 +353,8 @@ def npz_headers(path: str | os.PathLike, *, max_bytes: int = MAX_NPZ_BYTES
                 total += info.file_size
                 if total > max_bytes:
                     raise LoadError(path, f"decompresses to more than {max_bytes} bytes "
-                                    f"(at {info.filename!r}); refused before reading")
+                                    f"(at {info.filename!r}); refused before reading (pass "
+                                    "max_bytes= to read a larger file)")
                 with zf.open(info) as fh:
                     read_header = (np.lib.format.read_array_header_1_0
                                    if np.lib.format.read_magic(fh) == (1, 0)
@@ -370,7 +376,7 @@ def npz_headers(path: str | os.PathLike, *, max_bytes: int = MAX_NPZ_BYTES
 
 def read_npz(path: str | os.PathLike, shapes: Mapping[str, tuple[str | int, ...]],
              optional: Iterable[str] = (), *, others: tuple[str | int, ...] | None = None,
-             max_bytes: int = MAX_NPZ_BYTES) -> dict[str, np.ndarray]:
+             max_bytes: int | None = None) -> dict[str, np.ndarray]:
     """The arrays of an NPZ file, checked before they are read: each name of ``shapes``
     (except those in ``optional``) is present, real-valued, with the given shape, where a
     str entry is a dimension name that must agree across arrays (e.g. ``{"x": ("nx",),

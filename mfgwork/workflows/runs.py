@@ -138,12 +138,13 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
             storage.temporary_sibling(target, "kernel")]
     tmp, running_nb, kernel_dir = made
     try:
+        storage.write_marker(tmp, "run")  # the notebook's save_run(out_dir) may replace it
         _execute(path, running_nb, params | {"out_dir": str(tmp)}, kernel_name, progress,
                  failed, kernel_dir)
         os.replace(running_nb, tmp / path.name)
         os.chmod(tmp / path.name, 0o644)
         os.chmod(tmp, 0o755)
-        storage.write_marker(tmp, "run")
+        storage.write_marker(tmp, "run")  # also when the notebook wrote files by itself
         storage.check_target(target, "run", force=force, protect=[path.parent])
         storage.replace_folder(tmp, target)
     finally:
