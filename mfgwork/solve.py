@@ -203,10 +203,8 @@ def best_response_residual(result: Result, problem: MFGProblem | None = None) ->
 
 def _check_size(problems: Sequence[MFGProblem], grid: Any, be: Backend,
                 scheme: IterationScheme, max_memory: object, batch: int = 1) -> None:
-    """Scales (h, Δt, ν, ν Δt / h²) of every problem and the memory estimate, before any
-    allocation on the grid."""
-    for p in problems:
-        grid.check_scales(p.sigma)
+    """The memory estimate and the scales (h, Δt, ν, ν Δt / h²) of every problem, before
+    any allocation on the grid."""
     itemsize = np.dtype(be.dtype).itemsize
     size = max(p.coupling_size(grid.nx, grid.nt) for p in problems)
     need = memory.fdm_bytes(grid.nx, grid.nt, itemsize, size, getattr(scheme, "depth", 0),
@@ -217,6 +215,8 @@ def _check_size(problems: Sequence[MFGProblem], grid: Any, be: Backend,
                       change="use fewer points nx or time steps nt"
                              + (", or a smaller batch" if batch > 1 else "")
                              + " (or raise max_memory)")
+    for p in problems:
+        grid.check_scales(p.sigma)
 
 
 def _reachable_tol(tol: float, be: Backend) -> float:

@@ -68,22 +68,23 @@ def _listing(folder: Path, limit: int = 4) -> str:
 
 
 def check_target(target: str | os.PathLike, kind: str, *, name: str = "out_dir",
-                 force: bool = False, protect: Iterable[str | os.PathLike] = (),
+                 force: bool = False, protect: Mapping[str | os.PathLike, str] | None = None,
                  legacy: Iterable[str] = ()) -> Path:
     """``target`` as an absolute path if a writer of ``kind`` may replace it; else
     :class:`ParameterError` saying what is there and how to choose another target.
 
-    ``protect``: folders that must survive (with their ancestors), such as the folder of the
-    notebook being run. ``legacy``: file names that identify a folder of this kind written
-    before markers existed. ``force``: also replace a non-empty folder without the marker.
+    ``protect``: folders that must survive (with their ancestors), each with what it is, such
+    as ``{notebook.parent: "the folder of the notebook run.ipynb"}``. ``legacy``: file
+    names that identify a folder of this kind written before markers existed. ``force``:
+    also replace a non-empty folder without the marker.
     """
     path = Path(os.path.abspath(os.fspath(target)))
     how = f"choose a new or empty folder, or a previous {kind} folder"
     cwd = Path.cwd().resolve()
     real = path.resolve()
     guarded = {cwd: "the current directory", Path.home().resolve(): "your home folder"}
-    for p in protect:
-        guarded.setdefault(Path(p).resolve(), f"the folder of {Path(p).resolve()}")
+    for p, what in (protect or {}).items():
+        guarded.setdefault(Path(p).resolve(), what)
     for folder, what in guarded.items():
         if real == folder or real in folder.parents:
             role = what if real == folder else f"an ancestor of {what} ({folder})"
@@ -184,8 +185,9 @@ class atomic_folder:  # noqa: N801 - used as a context manager
     """
 
     def __init__(self, target: str | os.PathLike, kind: str, *, name: str = "out_dir",
-                 force: bool = False, protect: Iterable[str | os.PathLike] = ()) -> None:
-        self.args = {"kind": kind, "name": name, "force": force, "protect": tuple(protect)}
+                 force: bool = False, protect: Mapping[str | os.PathLike, str] | None = None
+                 ) -> None:
+        self.args = {"kind": kind, "name": name, "force": force, "protect": protect}
         self.target = check_target(target, **self.args)
         self.kind = kind
 

@@ -130,7 +130,8 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
     if "out_dir" in params:
         raise ParameterError("out_dir is set by run_notebook (the run folder's temporary "
                              "name); pass the destination as the out_dir argument instead")
-    target = storage.check_target(out_dir, "run", force=force, protect=[path.parent])
+    protect = {path.parent: f"the folder of the notebook {path.name}"}
+    target = storage.check_target(out_dir, "run", force=force, protect=protect)
     storage.remove_stale(target)
     failed = target.with_name(target.name + FAILED_SUFFIX)
     made = [storage.temporary_sibling(target, "tmp"),
@@ -145,7 +146,7 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
         os.chmod(tmp / path.name, 0o644)
         os.chmod(tmp, 0o755)
         storage.write_marker(tmp, "run")  # also when the notebook wrote files by itself
-        storage.check_target(target, "run", force=force, protect=[path.parent])
+        storage.check_target(target, "run", force=force, protect=protect)
         storage.replace_folder(tmp, target)
     finally:
         for p in made:
@@ -272,7 +273,7 @@ def main(notebook: str, parameters: list[tuple[str, str]], out_dir: str | None,
     def terminate(signum: int, frame: Any) -> None:
         raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGTERM, terminate)
+    previous = signal.signal(signal.SIGTERM, terminate)
     started = time.perf_counter()
     target = out_dir or str(Path("runs") / Path(notebook).stem)
     try:
@@ -282,5 +283,7 @@ def main(notebook: str, parameters: list[tuple[str, str]], out_dir: str | None,
     except (NotebookError, ParameterError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(f"run folder: {folder}  ({time.perf_counter() - started:.1f} s)")
     return 0

@@ -179,7 +179,8 @@ def _row(folder: Path, run: Run, problems: list[str]) -> dict[str, Any]:
     run_dir, failed = folder / "runs" / run.name, folder / "failed" / f"{run.name}.json"
     try:
         if run_dir.is_dir():
-            row.update(status="done", **_metrics(run_dir))
+            row["status"] = "done"
+            row.update(_metrics(run_dir))
         elif failed.is_file():
             row["status"] = "failed"
             row["error"] = _short(storage.read_json(failed, keys={"error": str})["error"])
@@ -343,7 +344,8 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
         raise SpecError("the grid spec lists the same parameter set more than once")
 
     folder = storage.check_target(out_dir, "sweep", legacy=["sweep.json"],
-                                  protect=[notebook.parent])
+                                  protect={notebook.parent: "the folder of the notebook "
+                                                            f"{notebook.name}"})
     plan = {"notebook": str(notebook), "spec": dict(raw), "fixed": dict(parameters or {})}
     earlier = _check_replan(folder, plan, replan)
     for sub in ("runs", "failed", "locks"):
