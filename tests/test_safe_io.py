@@ -331,6 +331,10 @@ BAD = [
      ["notes.txt"]),
     ("Result.save cwd", lambda e: e.result.save("."), ParameterError,
      ["current directory"]),
+    ("figures into unrelated", lambda e: mw.plots.write_png({}, e.unrelated), ParameterError,
+     ["folder=", "thesis.tex"]),
+    ("figures into cwd", lambda e: mw.plots.save_figures(e.result, "."), ParameterError,
+     ["current directory"]),
     # sweeps
     ("sweep unknown parameter", sweep_with({"speed": [1, 2]}), ParameterError, ["speed"]),
     ("sweep too many runs", sweep_with({"delay": {"linspace": [0, 1, 20001]}}),
@@ -458,6 +462,17 @@ def test_writers_replace_only_their_own_kind(env):
     with pytest.raises(ParameterError, match="current directory"):
         mw.save_run(".", res, force=True)
     assert [p.name for p in env.tmp.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_file_named_like_a_partial_notebook_is_left_alone(env):
+    notebook = make_notebook(env.tmp / "fails.ipynb", "raise ValueError('boom')")
+    mine = env.tmp / "out.failed.ipynb"
+    mine.write_text("my own notes")
+    with pytest.raises(runs.NotebookError) as err:
+        runs.run_notebook(notebook, {}, env.tmp / "out")
+    assert mine.read_text() == "my own notes"
+    assert err.value.failed_notebook == env.tmp / "out.failed-2.ipynb"
+    assert "boom" in err.value.failed_notebook.read_text()
 
 
 def test_failed_write_leaves_nothing_and_stale_temporaries_go(env):

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..core import storage
 from ..core.backend import get_backend
-from ..core.errors import ParameterError, check_choice, check_int, check_real
+from ..core.errors import LoadError, ParameterError, check_choice, check_int, check_real
 
 FAILED_SUFFIX = ".failed.ipynb"
 _EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
@@ -118,7 +118,8 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
     previous run folder (or an empty folder; any non-empty folder with ``force=True``); the
     current directory, its ancestors, the notebook's folder and files are refused before
     any work (see :func:`mfgwork.core.storage.check_target`). A stale
-    ``<out_dir>.failed.ipynb`` is removed. On failure nothing is left at ``out_dir`` and
+    ``<out_dir>.failed.ipynb`` (a partial notebook of an earlier run; any other file of that
+    name is left alone) is removed. On failure nothing is left at ``out_dir`` and
     :class:`NotebookError` is raised.
     """
     path = _existing_notebook(notebook)
@@ -151,7 +152,8 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
     finally:
         for p in made:
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-    failed.unlink(missing_ok=True)
+    if _is_partial_notebook(failed):
+        failed.unlink(missing_ok=True)
     return target
 
 
@@ -196,11 +198,27 @@ def _language(path: Path) -> str | None:
 
 
 def _keep(output: Path, failed: Path) -> Path | None:
-    if output.exists() and output.stat().st_size > 0:
-        os.chmod(output, 0o644)
-        os.replace(output, failed)
-        return failed
-    return None
+    """Move the partial notebook to ``failed`` (if that name holds nothing but an earlier
+    partial notebook; else to a free name beside it)."""
+    if not (output.exists() and output.stat().st_size > 0):
+        return None
+    stem, n = failed.name[: -len(FAILED_SUFFIX)], 1
+    while not _is_partial_notebook(failed):
+        n += 1
+        failed = failed.with_name(f"{stem}.failed-{n}.ipynb")
+    os.chmod(output, 0o644)
+    os.replace(output, failed)
+    return failed
+
+
+def _is_partial_notebook(path: Path) -> bool:
+    """True where nothing is, or a notebook executed by papermill (a partial run's)."""
+    if not path.exists():
+        return True
+    try:
+        return path.is_file() and "papermill" in storage.read_json(path)["metadata"]
+    except (LoadError, KeyError, TypeError):
+        return False
 
 
 def _source_cell(path: Path, source: str) -> tuple[int | None, str]:
