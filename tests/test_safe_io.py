@@ -339,6 +339,8 @@ BAD = [
     ("sweep unknown parameter", sweep_with({"speed": [1, 2]}), ParameterError, ["speed"]),
     ("sweep too many runs", sweep_with({"delay": {"linspace": [0, 1, 20001]}}),
      ParameterError, ["20001 runs", "max_runs"]),
+    ("sweep 1e12 runs", sweep_with({"delay": {"linspace": [0, 1, 10**12]}}), ParameterError,
+     ["1000000000000 runs"]),
     ("sweep max_runs", sweep_with({"delay": [0.0, 0.1]}, max_runs=1), ParameterError,
      ["2 runs", "max_runs=1"]),
     ("sweep workers=0", lambda e: mw.sweep(e.notebook, {"delay": [0.0]}, e.tmp / "s",

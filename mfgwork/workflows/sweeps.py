@@ -333,11 +333,9 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
                              "has no out_dir (the run folder it writes into)")
     notebook = Path(notebook).resolve()
     raw = read_spec(grid)
+    _check_count(_count_runs(raw), max_runs)         # before expanding a huge axis
     spec = parse_spec(raw, parameters, declared)
-    planned = math.prod(len(values) for _, values in spec.axes)
-    if planned > max_runs:
-        raise SpecError(f"the grid spec plans {planned} runs, more than max_runs={max_runs}: "
-                        "make the grid coarser or split it, or raise max_runs (--max-runs)")
+    _check_count(math.prod(len(values) for _, values in spec.axes), max_runs)
     runs = spec.runs()
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
@@ -370,6 +368,36 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
         _execute(index, tasks, workers, scheduler, dask, progress)
         index.write_csv()
     return index
+
+
+def _check_count(planned: int, max_runs: int) -> None:
+    if planned > max_runs:
+        raise SpecError(f"the grid spec plans {planned} runs, more than max_runs={max_runs}: "
+                        "make the grid coarser or split it, or raise max_runs (--max-runs)")
+
+
+def _count_runs(raw: Mapping[str, Any]) -> int:
+    """The number of runs a raw spec asks for, read from list lengths and linspace/range
+    arguments without expanding them (malformed entries count 1: the parser reports them);
+    a zip group counts as one axis."""
+    def length(spec: Any) -> int:
+        if isinstance(spec, list):
+            return len(spec)
+        with contextlib.suppress(AttributeError, TypeError, ValueError, ZeroDivisionError,
+                                 OverflowError):
+            (kind, (a, b, n)), = spec.items()
+            if kind == "linspace":
+                return max(1, int(n))
+            if kind == "range":
+                return max(1, math.ceil((b - a) / n))
+        return 1
+
+    zipped = raw.get("zip") if isinstance(raw.get("zip"), list) else []
+    groups = [set(g) for g in zipped if isinstance(g, list)]
+    lengths = {n: length(v) for n, v in raw.items() if n != "zip"}
+    alone = [k for n, k in lengths.items() if not any(n in g for g in groups)]
+    return math.prod(alone) * math.prod(min((lengths.get(n, 1) for n in g), default=1)
+                                        for g in groups)
 
 
 def _check_replan(folder: Path, plan: Mapping[str, Any], replan: bool) -> dict[str, Any] | None:
