@@ -170,7 +170,11 @@ def replace_folder(tmp: Path, target: Path) -> None:
     if target.exists():
         old = _temporary(target, "old")
         os.replace(target, old)
-        os.replace(tmp, target)
+        try:
+            os.replace(tmp, target)
+        except BaseException:
+            os.replace(old, target)
+            raise
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, target)
