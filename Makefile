@@ -34,12 +34,18 @@ doctor: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/fdm.py
 
-# JupyterLab on 127.0.0.1 in notebooks/ with a fresh token (or $LAB_TOKEN); one Ctrl-C stops it
-# and its kernels. Extra server options: make lab LAB_ARGS="--allow-root".
+# JupyterLab in notebooks/ on 127.0.0.1 (loopback only) with a fresh token (or $LAB_TOKEN); one
+# Ctrl-C stops it and its kernels. The token reaches the server through the environment
+# (JUPYTER_TOKEN), never the command line, which every local user can read. Another listening
+# address only through LAB_IP (e.g. make lab LAB_IP=0.0.0.0, reachable from the network).
+# Extra server options: make lab LAB_ARGS="--allow-root" (not the address or the token).
+LAB_IP ?= 127.0.0.1
 lab: $(STAMP)
-	@token=$${LAB_TOKEN:-$$($(PY) -c 'import secrets; print(secrets.token_hex(24))')}; \
-	echo "JupyterLab: http://127.0.0.1:$(LAB_PORT)/lab?token=$$token  (Ctrl-C stops it)"; \
-	exec $(PY) -m jupyter lab --no-browser --ServerApp.ip=127.0.0.1 \
-		--ServerApp.port=$(LAB_PORT) --ServerApp.port_retries=0 \
-		--IdentityProvider.token=$$token --ServerApp.root_dir=notebooks \
-		--ServerApp.answer_yes=True $(LAB_ARGS)
+	@case " $(LAB_ARGS) " in *[.-]ip[=\ ]*|*token*) \
+		echo "error: LAB_ARGS may not set the address or the token: use LAB_IP / LAB_TOKEN" >&2; \
+		exit 2;; esac; \
+	token=$${LAB_TOKEN:-$$($(PY) -c 'import secrets; print(secrets.token_hex(24))')}; \
+	echo "JupyterLab: http://$(LAB_IP):$(LAB_PORT)/lab?token=$$token  (Ctrl-C stops it)"; \
+	JUPYTER_TOKEN=$$token exec $(PY) -m jupyter lab --no-browser $(LAB_ARGS) \
+		--ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) --ServerApp.port_retries=0 \
+		--ServerApp.root_dir=notebooks --ServerApp.answer_yes=True

@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 
 import mfgwork as mw
+from mfgwork.core.storage import provenance
 from mfgwork.numerics.fdm.sweeps import FiniteDifferences
-from mfgwork.results import provenance
 
 THRESHOLDS = np.linspace(0.2, 0.9, 4)
 SIGMAS = np.linspace(0.1, 1.5, 4)

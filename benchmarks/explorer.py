@@ -25,7 +25,7 @@ from pathlib import Path
 
 import mfgwork as mw
 from mfgwork.apps.explorer import GRIDS, SantaFeExplorer
-from mfgwork.results import provenance
+from mfgwork.core.storage import provenance
 
 TARGET_S = 0.3  # slider change → new figure, at the default grid, method fdm
 

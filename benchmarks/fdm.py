@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 import mfgwork as mw
-from mfgwork.results import provenance
+from mfgwork.core.storage import provenance
 
 CASES = {
     "seed-52x52-5it": {"nx": 52, "nt": 52, "max_iter": 5, "tol": 1e-12},

@@ -20,7 +20,13 @@ from .core.backend import (
     mps_emulation,
     to_numpy,
 )
-from .core.errors import BackendError, ConvergenceWarning, ParameterError, SolverError
+from .core.errors import (
+    BackendError,
+    ConvergenceWarning,
+    LoadError,
+    ParameterError,
+    SolverError,
+)
 from .core.grid import Grid
 from .finite_state import TwoStateResult, solve_two_state, time_to_level
 from .numerics.iteration import Anderson, FictitiousPlay, Relaxation
@@ -35,7 +41,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Anderson", "Backend", "BackendError", "ConvergenceWarning", "FictitiousPlay", "Grid",
-    "HopfColeProblem", "MFGProblem", "ParameterError", "Relaxation", "Result", "SantaFeBar",
+    "HopfColeProblem", "LoadError", "MFGProblem", "ParameterError", "Relaxation", "Result",
+    "SantaFeBar",
     "SolverError", "available_backends", "available_devices", "device_info", "from_numpy",
     "get_backend", "load", "mps_emulation", "save_run", "solve", "solve_batch", "to_numpy",
     "SweepIndex", "load_sweep", "sweep", "ParticleFP", "NPlayerResult", "n_player",

@@ -32,13 +32,16 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--out-dir", default=None,
                    help="the run folder (default: runs/<notebook name>)")
     p.add_argument("--kernel", default=None, help="Jupyter kernel name (default: the notebook's)")
+    p.add_argument("--force", action="store_true",
+                   help="replace OUT_DIR even if it is a non-empty folder that is not a run "
+                        "folder (never a file, the current directory or the notebook's folder)")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     from .workflows.runs import main
 
-    return main(args.notebook, args.parameter, args.out_dir, args.kernel)
+    return main(args.notebook, args.parameter, args.out_dir, args.kernel, args.force)
 
 
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
@@ -58,23 +61,29 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dask", action="store_true",
                    help="run on a Dask LocalCluster started for this sweep")
     p.add_argument("--retry-failed", action="store_true", help="run failed runs again")
+    p.add_argument("--replan", action="store_true",
+                   help="run another spec into an existing sweep folder (its earlier runs "
+                        "stay listed)")
+    p.add_argument("--max-runs", type=int, default=None,
+                   help="refuse specs planning more runs than this (default: 10000)")
     p.add_argument("--kernel", default=None, help="Jupyter kernel name (default: the notebook's)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_sweep)
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from .core.errors import ParameterError
+    from .core.errors import LoadError, ParameterError
     from .workflows.runs import parse_value
-    from .workflows.sweeps import describe, sweep
+    from .workflows.sweeps import MAX_RUNS, describe, sweep
 
     try:
         index = sweep(args.notebook, args.grid, args.out_dir,
                       {name: parse_value(value) for name, value in args.parameter},
                       workers=args.workers, scheduler=args.scheduler, dask=args.dask,
                       retry_failed=args.retry_failed, kernel_name=args.kernel,
-                      progress=not args.no_progress)
-    except ParameterError as exc:
+                      progress=not args.no_progress, replan=args.replan,
+                      max_runs=MAX_RUNS if args.max_runs is None else args.max_runs)
+    except (ParameterError, LoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(describe(index))

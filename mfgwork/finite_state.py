@@ -11,10 +11,10 @@ import numpy as np
 
 from .core.backend import get_backend
 from .core.errors import ParameterError, check_int, check_real
+from .core.storage import provenance, write_json
 from .numerics.finite_state import TwoStateScheme
 from .numerics.iteration import IterationScheme, fixed_point, make_scheme
 from .problems.two_state import TwoStateElFarol
-from .results import provenance, write_json
 
 
 @dataclass

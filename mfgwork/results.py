@@ -6,22 +6,20 @@ observables and saving work on NumPy copies, at this boundary only.
 
 from __future__ import annotations
 
-import csv
-import json
 import os
-import platform
-import shutil
-import sys
-import tempfile
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .core import storage
 from .core.backend import to_numpy
+from .core.errors import LoadError
 from .core.grid import trapezoid_weights
+from .core.storage import load_table, provenance
+
+__all__ = ["FIELDS", "Result", "load", "load_table", "provenance", "save_run"]
 
 FIELDS = ("x", "t", "U", "M")
 
@@ -114,10 +112,11 @@ class Result:
         observables = {k: to_numpy(v) for k, v in self.observables.items()}
         return Result(**(self.__dict__ | kw | {"observables": observables}))
 
-    def save(self, path: str | os.PathLike) -> Path:
+    def save(self, path: str | os.PathLike, *, force: bool = False) -> Path:
         """Write ``arrays.npz``, ``parameters.json``, ``metrics.json`` into the folder
-        ``path``, atomically: files go to a temporary folder beside it, renamed at the end."""
-        return save_run(path, self)
+        ``path``, atomically: files go to a temporary folder beside it, renamed at the end.
+        What may be replaced: see :func:`save_run`."""
+        return save_run(path, self, force=force)
 
     def write_files(self, folder: Path, parameters: dict[str, Any] | None = None,
                     metrics: dict[str, Any] | None = None) -> None:
@@ -126,9 +125,9 @@ class Result:
         the existing folder ``folder``, non-atomically (see :func:`save_run`)."""
         arrays = {k: to_numpy(getattr(self, k)) for k in FIELDS}
         arrays |= {k: to_numpy(v) for k, v in self.observables.items()}
-        np.savez_compressed(folder / "arrays.npz", **arrays)
-        write_json(folder / "parameters.json", self.params | (parameters or {}))
-        write_json(folder / "metrics.json", self.metrics() | {
+        storage.write_npz(folder / "arrays.npz", arrays)
+        storage.write_json(folder / "parameters.json", self.params | (parameters or {}))
+        storage.write_json(folder / "metrics.json", self.metrics() | {
             "history": self.history, "observables": list(self.observables),
             "summary": self.summary, "state_name": self.state_name, "extra": self.extra,
             "provenance": provenance()} | (metrics or {}))
@@ -142,21 +141,50 @@ def _last(values: list[float] | None) -> float | None:
     return float(values[-1]) if values else None
 
 
-def load(path: str | os.PathLike) -> Result:
+#: Entries of ``metrics.json`` that :func:`load` reads, with their types.
+METRICS_REQUIRED = {"converged": bool, "iterations": int}
+METRICS_OPTIONAL = {"history": dict, "timings": dict, "backend": str, "device": str,
+                    "dtype": str, "method": str, "observables": list, "summary": dict,
+                    "state_name": str, "extra": dict}
+
+
+def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
     """Read a folder written by :meth:`Result.save` or :func:`save_run` (NumPy arrays and
-    JSON; no pickle). Figures, tables and the executed notebook are left on disk."""
+    JSON; no pickle). Figures, tables and the executed notebook are left on disk.
+
+    Every file is checked before use: present, parsable, with the expected entries and
+    types; the arrays real-valued and finite, ``x`` (nx,), ``t`` (nt+1,), ``U`` and ``M``
+    (nt+1, nx), each observable (nt+1,), their decompressed size at most ``max_bytes``
+    (default: :data:`mfgwork.core.storage.MAX_NPZ_BYTES`, 1 GiB), checked before reading.
+    Anything wrong raises :class:`~mfgwork.LoadError` naming the file.
+    """
     folder = Path(path)
-    with np.load(folder / "arrays.npz", allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files}
-    params = json.loads((folder / "parameters.json").read_text())
-    metrics = json.loads((folder / "metrics.json").read_text())
-    observables = {k: arrays[k] for k in metrics.get("observables", []) if k in arrays}
+    if not folder.is_dir():
+        raise LoadError(folder, "is not a result folder (it does not exist)" if not
+                        folder.exists() else "is not a result folder but a file")
+    metrics = storage.read_json(folder / "metrics.json", keys=METRICS_REQUIRED)
+    for key, kind in METRICS_OPTIONAL.items():
+        if key in metrics and not isinstance(metrics[key], kind):
+            raise LoadError(folder / "metrics.json", f"has {key}={metrics[key]!r:.60}: must "
+                            f"be a {kind.__name__}")
+    params = storage.read_json(folder / "parameters.json")
+    if not isinstance(params, dict):
+        raise LoadError(folder / "parameters.json", "must hold a JSON object")
+    arrays = storage.read_npz(folder / "arrays.npz",
+                              {"x": ("nx",), "t": ("nt+1",), "U": ("nt+1", "nx"),
+                               "M": ("nt+1", "nx")}, others=("nt+1",), max_bytes=max_bytes)
+    names = metrics.get("observables", [k for k in arrays if k not in FIELDS])
+    missing = [k for k in names if k not in arrays]
+    if missing:
+        raise LoadError(folder / "arrays.npz", f"has no array for the observables {missing} "
+                        "listed in metrics.json")
     return Result(x=arrays["x"], t=arrays["t"], U=arrays["U"], M=arrays["M"],
                   converged=metrics["converged"], iterations=metrics["iterations"],
                   history=metrics.get("history", {}), params=params,
                   timings=metrics.get("timings", {}), backend=metrics.get("backend", "numpy"),
                   device=metrics.get("device", "cpu"), dtype=metrics.get("dtype", "float64"),
-                  method=metrics.get("method", "fdm"), observables=observables,
+                  method=metrics.get("method", "fdm"),
+                  observables={k: arrays[k] for k in names},
                   summary=metrics.get("summary", {}), state_name=metrics.get("state_name", "x"),
                   extra=metrics.get("extra", {}), residual=metrics.get("residual"))
 
@@ -164,9 +192,15 @@ def load(path: str | os.PathLike) -> Result:
 def save_run(path: str | os.PathLike, result: Result | None = None, *,
              parameters: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None,
              figures: dict[str, Any] | None = None,
-             tables: dict[str, list[dict[str, Any]]] | None = None) -> Path:
+             tables: dict[str, list[dict[str, Any]]] | None = None,
+             force: bool = False) -> Path:
     """Write a run folder at ``path`` atomically (temporary folder beside it, renamed at the
-    end; an existing folder is replaced) and return its path. It holds:
+    end) and return its path.
+
+    ``path`` may be new, an empty folder or a previous run folder (it holds the marker
+    ``mfgwork.json``), which is replaced; a non-empty folder of anything else is refused
+    before any work unless ``force=True``; a file, the current directory, its ancestors and
+    the home folder are always refused. The folder holds:
 
     - ``parameters.json``: ``result.params`` updated by ``parameters``;
     - ``metrics.json``: ``result.metrics()``, history and provenance (package versions),
@@ -179,85 +213,18 @@ def save_run(path: str | os.PathLike, result: Result | None = None, *,
     written. A parameter named ``out_dir`` (where a notebook was told to write) is left out.
     """
     parameters = {k: v for k, v in (parameters or {}).items() if k != "out_dir"}
-    with atomic_folder(Path(path)) as tmp:
+    with storage.atomic_folder(path, "run", name="path", force=force) as tmp:
         if result is not None:
             result.write_files(tmp, parameters, metrics)
         else:
-            write_json(tmp / "parameters.json", parameters)
-            write_json(tmp / "metrics.json", {"provenance": provenance()} | (metrics or {}))
+            storage.write_json(tmp / "parameters.json", parameters)
+            storage.write_json(tmp / "metrics.json",
+                               {"provenance": provenance()} | (metrics or {}))
         if figures:
             (tmp / "figures").mkdir()
             for name, fig in figures.items():
                 fig.savefig(tmp / "figures" / f"{name}.png", dpi=getattr(fig, "dpi", 100))
         for name, rows in (tables or {}).items():
-            write_json(tmp / f"{name}.json", rows)
-            write_csv(tmp / f"{name}.csv", rows)
+            storage.write_json(tmp / f"{name}.json", rows)
+            storage.write_csv(tmp / f"{name}.csv", rows)
     return Path(path)
-
-
-def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Rows (dicts of scalars) as CSV; the header is the union of keys in first-seen order."""
-    fields = list(dict.fromkeys(k for row in rows for k in row))
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-
-
-def load_table(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Read back a table written by :func:`save_run` (``<name>.json``)."""
-    return json.loads(Path(path).read_text())
-
-
-def write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True, default=_json_default,
-                               allow_nan=False) + "\n")
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if hasattr(o, "as_dict"):
-        return o.as_dict()
-    return repr(o)
-
-
-class atomic_folder:  # noqa: N801 - used as a context manager
-    """``with atomic_folder(target) as tmp:`` fill ``tmp``; on success it becomes ``target``
-    by one rename (an existing ``target`` is replaced); on error nothing is left behind."""
-
-    def __init__(self, target: Path) -> None:
-        self.target = Path(target)
-
-    def __enter__(self) -> Path:
-        self.target.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-",
-                                         dir=self.target.parent))
-        os.chmod(self.tmp, 0o755)  # mkdtemp makes it private; a run folder is not
-        return self.tmp
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc_type is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            return
-        if self.target.exists():
-            old = self.target.with_name(f".{self.target.name}.old-{os.getpid()}")
-            os.replace(self.target, old)
-            os.replace(self.tmp, self.target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(self.tmp, self.target)
-
-
-def provenance() -> dict[str, Any]:
-    """Versions of Python and of the packages a result depends on, and the host."""
-    versions = {"python": sys.version.split()[0]}
-    for pkg in ("mfgwork", "numpy", "scipy", "numba", "torch", "matplotlib", "papermill"):
-        try:
-            versions[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            versions[pkg] = None
-    return {"versions": versions, "platform": platform.platform(),
-            "machine": platform.machine()}

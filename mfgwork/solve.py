@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from .core import memory
 from .core.backend import BACKENDS, Backend, get_backend, to_numpy
 from .core.compiling import check_compile_steps
 from .core.errors import ParameterError, check_choice, check_int, check_real
@@ -38,7 +39,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
           iteration: str | IterationScheme | None = None,
           progress: bool | None = None, n_particles: int | None = None,
           seed: int | None = None, compile_steps: bool | str = "auto",
-          initial: Result | None = None) -> Result:
+          initial: Result | None = None, max_memory: int | str | None = None) -> Result:
     """Solve the MFG system of ``problem`` on an ``nx`` × ``nt`` grid.
 
     ``nx`` counts grid points including both walls; ``nt`` time steps give ``nt + 1`` levels.
@@ -71,6 +72,10 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     or a ``torch.compile`` mode name: wherever it can (also the CPU and MPS emulation);
     False: never. The first compiled call is checked against the eager one, and a failure
     falls back to eager with a warning; ``res.extra["compiled_steps"]`` says what ran.
+    ``max_memory``: refuse solves whose estimated memory exceeds this (bytes or text such as
+    ``"4 GiB"``; default: ``$MFGWORK_MAX_MEMORY``, else the free memory of the device). The
+    estimate, the diffusion number ν Δt / h² and the ranges of h, Δt and ν are checked
+    before any work.
     """
     started = time.perf_counter()
     if not isinstance(problem, MFGProblem):
@@ -89,6 +94,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     check_compile_steps(compile_steps)
     backend, device, placed = _place(problem, method, n_particles, nx, nt, backend, device)
     be = get_backend(backend, device, dtype)
+    _check_size([problem], grid, be, scheme, max_memory)
     tol = _reachable_tol(tol, be)
     if method == "particles":
         tol = _above_noise_floor(tol, n_particles)
@@ -98,7 +104,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     U_T = problem.terminal_cost(grid, be)
     coupling = problem.coupling(grid, be)
     scheme_fd, hjb, fp, fp_params = _solvers(problem, grid, be, method, n_particles, seed,
-                                             compile_steps)
+                                             compile_steps, max_memory)
     setup = time.perf_counter() - started
     out = _iterate(coupling, hjb, fp, m0, U_T, grid.nt, be, scheme, tol, max_iter, progress,
                    batched=False, **warm)
@@ -117,8 +123,8 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
                 backend: str | Backend = "numpy", device: str = "cpu", dtype: object = None,
                 tol: float = 1e-8, max_iter: int = 200,
                 iteration: str | IterationScheme | None = None,
-                progress: bool | None = None, compile_steps: bool | str = "auto"
-                ) -> list[Result]:
+                progress: bool | None = None, compile_steps: bool | str = "auto",
+                max_memory: int | str | None = None) -> list[Result]:
     """Solve several problems on one grid as one batched computation (finite differences).
 
     The problems share the domain and T; they may differ in σ and in their couplings (e.g.
@@ -130,7 +136,8 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     ``device="auto"``: an accelerator from B* problems on (:func:`mfgwork.placement`),
     recorded in each result's ``params["placement"]``. On NumPy the problems are solved one
     after the other by :func:`solve`. Returns one :class:`Result` per problem (sharing the
-    batch's history and timings).
+    batch's history and timings). ``max_memory``: as for :func:`solve`, for the whole
+    batch.
     """
     started = time.perf_counter()
     problems = _check_batch(problems)
@@ -141,13 +148,17 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     check_compile_steps(compile_steps)
     backend, device, placed = _place(problems, "fdm", None, nx, nt, backend, device)
     be = get_backend(backend, device, dtype)
-    tol = _reachable_tol(tol, be)
     if be.name == "numpy":
+        _check_size(problems, grid, be, scheme, max_memory, batch=1)
+        tol = _reachable_tol(tol, be)
         results = [solve(p, nx=nx, nt=nt, backend=be, tol=tol, max_iter=max_iter,
-                         iteration=iteration, progress=progress) for p in problems]
+                         iteration=iteration, progress=progress, max_memory=max_memory)
+                   for p in problems]
         for res in results:
             res.params |= placed
         return results
+    _check_size(problems, grid, be, scheme, max_memory, batch=len(problems))
+    tol = _reachable_tol(tol, be)
     xp = be.xp
     m0 = xp.stack([p.initial_density(grid, be) for p in problems])
     U_T = xp.stack([p.terminal_cost(grid, be) for p in problems])
@@ -169,13 +180,15 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
 
 
 def _solvers(problem: MFGProblem, grid: Any, be: Backend, method: str,
-             n_particles: int | None, seed: int | None, compile_steps: bool | str = False
+             n_particles: int | None, seed: int | None, compile_steps: bool | str = False,
+             max_memory: object = None
              ) -> tuple[FiniteDifferences, HJBSolver, FPSolver, dict[str, Any]]:
     """The HJB and FP solvers of one solve (and the particle parameters to record)."""
     scheme_fd = FiniteDifferences(grid, problem.nu, be, compile_steps=compile_steps)
     hjb, fp, fp_params = scheme_fd.solve_hjb, scheme_fd.solve_fp, {}
     if method == "particles":
-        particles = ParticleFP(grid, problem.sigma, be, n_particles=n_particles, seed=seed)
+        particles = ParticleFP(grid, problem.sigma, be, n_particles=n_particles, seed=seed,
+                               max_memory=max_memory)
         fp = particles.solve_fp
         fp_params = {"n_particles": particles.n_particles, "seed": particles.seed}
         if be.is_accelerator:  # (the CPU backends run the compiled loops already)
@@ -230,6 +243,24 @@ def _compact(row: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     return {"kind": row["kind"], "measured": row["measured"], "crossover": row.get("crossover"),
             "machine": (row.get("machine") or {}).get("name")}
+
+
+def _check_size(problems: Sequence[MFGProblem], grid: Any, be: Backend,
+                scheme: IterationScheme, max_memory: object, batch: int = 1) -> None:
+    """The memory estimate and the scales (h, Δt, ν, ν Δt / h²) of every problem, before
+    any allocation on the grid."""
+    itemsize = np.dtype(be.dtype).itemsize
+    size = max(p.coupling_size(grid.nx, grid.nt) for p in problems)
+    need = memory.fdm_bytes(grid.nx, grid.nt, itemsize, size, getattr(scheme, "depth", 0),
+                            batch)
+    what = (f"a solve on an nx={grid.nx} x nt={grid.nt} grid" if batch == 1 else
+            f"a batch of {batch} solves on an nx={grid.nx} x nt={grid.nt} grid")
+    memory.check_fits(need, be, what=what, max_memory=max_memory,
+                      change="use fewer points nx or time steps nt"
+                             + (", or a smaller batch" if batch > 1 else "")
+                             + " (or raise max_memory)")
+    for p in problems:
+        grid.check_scales(p.sigma)
 
 
 def _reachable_tol(tol: float, be: Backend) -> float:

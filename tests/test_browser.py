@@ -87,12 +87,13 @@ def lab(tmp_path: Path, artifacts: Path):
     env = os.environ | {"JUPYTER_CONFIG_DIR": str(home / "config"),
                         "JUPYTER_DATA_DIR": str(home / "data"),
                         "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-                        "JUPYTER_PLATFORM_DIRS": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+                        "JUPYTER_PLATFORM_DIRS": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+                        "JUPYTER_TOKEN": token}
     log = (artifacts / "jupyterlab.log").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
          f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--allow-root",
+         f"--ServerApp.root_dir={root}", "--allow-root",
          "--LabApp.extension_manager=readonly",
          f"--LabApp.user_settings_dir={settings}", f"--LabApp.workspaces_dir={home / 'ws'}",
          "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None"],

@@ -81,13 +81,14 @@ def test_notebook_without_parameters_cell_is_refused(tmp_path):
         runs.run_notebook(tmp_path / "missing.ipynb", {}, tmp_path / "out")
 
 
-def test_run_writes_the_folder_atomically_and_replaces_an_old_one(writer, tmp_path):
+def test_run_writes_the_folder_atomically_and_replaces_an_old_run(writer, tmp_path):
     out = tmp_path / "runs" / "one"
-    out.mkdir(parents=True)
+    runs.run_notebook(writer, {"x": 1.5}, out)
     (out / "stale.txt").write_text("from an earlier run")
     assert runs.run_notebook(writer, {"x": 2.5}, out) == out.absolute()
-    assert sorted(p.name for p in out.iterdir()) == ["metrics.json", "parameters.json",
-                                                     "writer.ipynb"]
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.json", "mfgwork.json",
+                                                     "parameters.json", "writer.ipynb"]
+    assert json.loads((out / "mfgwork.json").read_text())["kind"] == "run"
     assert json.loads((out / "parameters.json").read_text()) == {"x": 2.5, "n": 3}
     assert json.loads((out / "metrics.json").read_text())["double"] == 5.0
     executed = nbformat.read(out / "writer.ipynb", as_version=4)
@@ -147,7 +148,7 @@ def test_save_run_round_trip(tmp_path):
     from matplotlib.image import imread
 
     from mfgwork.analysis import plots
-    from mfgwork.results import load_table
+    from mfgwork.core.storage import load_table
 
     res = mw.solve(mw.SantaFeBar(threshold=0.5), nx=21, nt=20, progress=False)
     out = mw.save_run(tmp_path / "run", res, parameters={"seed": 3, "out_dir": "elsewhere"},

@@ -208,14 +208,15 @@ def test_stale_temporaries_removed_unless_their_run_is_locked(tmp_path) -> None:
     for sub in ("runs", "locks", "failed"):
         (tmp_path / sub).mkdir()
     for name in ("a-0123456789ab", "b-0123456789ab"):
-        (tmp_path / "runs" / f".{name}.tmp-xyz").mkdir()
-        (tmp_path / "runs" / f".{name}.running-xyz.ipynb").write_text("{}")
+        (tmp_path / "runs" / f".{name}.tmp-{os.getpid()}-xyz").mkdir()
+        (tmp_path / "runs" / f".{name}.running-{os.getpid()}-xyz.ipynb").write_text("{}")
         (tmp_path / "locks" / f"{name}.lock").touch()
-    (tmp_path / ".index.csv.tmp-1").write_text("")
+    (tmp_path / f".index.csv.tmp-{os.getpid()}-1").write_text("")
     with FileLock(tmp_path / "locks" / "b-0123456789ab.lock"):  # b: a straggler still runs
         _clean_stale(tmp_path)
         left = _leftovers(tmp_path)
-    assert left == ["runs/.b-0123456789ab.running-xyz.ipynb", "runs/.b-0123456789ab.tmp-xyz"]
+    assert left == [f"runs/.b-0123456789ab.running-{os.getpid()}-xyz.ipynb",
+                    f"runs/.b-0123456789ab.tmp-{os.getpid()}-xyz"]
 
 
 def _descendants(pid: int) -> list:

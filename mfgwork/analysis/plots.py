@@ -21,6 +21,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from ..core import storage
 from ..core.backend import to_numpy
 from ..core.errors import ParameterError
 from ..results import Result
@@ -272,18 +273,18 @@ def standard_figures(result: Result) -> dict[str, Figure]:
     return figures
 
 
-def write_png(figures: Mapping[str, Figure], folder: str | Path) -> list[Path]:
-    """Save each figure as ``folder/<name>.png``; returns the paths."""
-    out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, fig in figures.items():
-        path = out / f"{name}.png"
-        fig.savefig(path, dpi=DPI)
-        paths.append(path)
-    return paths
+def write_png(figures: Mapping[str, Figure], folder: str | Path, *,
+              force: bool = False) -> list[Path]:
+    """Save each figure as ``folder/<name>.png``, atomically; returns the paths. ``folder``
+    may be new, empty or an earlier figures folder, which is replaced (see
+    :func:`mfgwork.core.storage.check_target`; ``force`` for any other folder)."""
+    with storage.atomic_folder(folder, "figures", name="folder", force=force) as tmp:
+        for name, fig in figures.items():
+            fig.savefig(tmp / f"{name}.png", dpi=DPI)
+    return [Path(folder).absolute() / f"{name}.png" for name in figures]
 
 
-def save_figures(result: Result, folder: str | Path) -> list[Path]:
-    """Write the standard set (:func:`standard_figures`) as PNG files into ``folder``."""
-    return write_png(standard_figures(result), folder)
+def save_figures(result: Result, folder: str | Path, *, force: bool = False) -> list[Path]:
+    """Write the standard set (:func:`standard_figures`) as PNG files into ``folder`` (see
+    :func:`write_png`)."""
+    return write_png(standard_figures(result), folder, force=force)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import platform
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..core.backend import Backend, available_backends, device_info, get_backend, to_numpy
+from ..core.storage import provenance
 
 Check = Callable[[Backend], tuple[Any, np.ndarray]]
 CHECKS: dict[str, Check] = {}
@@ -191,13 +190,14 @@ def usable_backends() -> list[Backend]:
 
 
 def versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {"python": sys.version.split()[0],
-                                  "platform": platform.platform()}
-    for mod in ("mfgwork", "numpy", "scipy", "numba", "torch", "jax"):
-        try:
-            out[mod] = importlib.import_module(mod).__version__
-        except ImportError:
-            out[mod] = None
+    """Python, the platform and the packages of :func:`mfgwork.core.storage.provenance`."""
+    prov = provenance()
+    out: dict[str, str | None] = {"python": prov["versions"]["python"],
+                                  "platform": prov["platform"]} | prov["versions"]
+    try:
+        out["jax"] = importlib.import_module("jax").__version__
+    except ImportError:
+        out["jax"] = None
     if out["jax"] is not None:
         import jax
 

@@ -82,16 +82,18 @@ def _describe_available() -> str:
 
 
 def _normalize_dtype(dtype: object) -> str | None:
+    """"float32" or "float64" for a dtype given as NumPy understands it ("float" and
+    ``float`` are float64, "single" and "f4" float32, ...) or as a torch dtype."""
     if dtype is None:
         return None
-    name = str(dtype).replace("torch.", "").replace("numpy.", "")
-    if name in ("float", "double"):
-        name = "float64" if name == "double" else "float32"
-    if name.startswith("<class '") and name.endswith("'>"):
-        name = name[8:-2].split(".")[-1]
+    text = str(dtype)
+    try:
+        name = np.dtype(text[len("torch."):] if text.startswith("torch.") else dtype).name
+    except (TypeError, ValueError):
+        name = None
     if name not in DTYPES:
         raise BackendError(f"dtype={dtype!r} is not supported: must be None, 'float32' or "
-                           "'float64'")
+                           "'float64' (or a NumPy/torch name of them, e.g. 'float' is float64)")
     return name
 
 

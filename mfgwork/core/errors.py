@@ -18,6 +18,15 @@ class SolverError(RuntimeError):
     """A solver produced non-finite values or could not proceed."""
 
 
+class LoadError(ValueError):
+    """A file could not be loaded: missing, unreadable, corrupt, too large, or not holding
+    what it should. ``path`` is the file, ``reason`` what is wrong with it."""
+
+    def __init__(self, path: object, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
 class ConvergenceWarning(UserWarning):
     """The fixed-point iteration stopped at ``max_iter`` without reaching ``tol``."""
 
@@ -69,3 +78,4 @@ def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
         raise ParameterError(
             f"{name}={value!r} is invalid: must be one of {', '.join(map(repr, choices))}")
     return value
+

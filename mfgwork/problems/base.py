@@ -89,6 +89,11 @@ class MFGProblem:
         """g on the grid."""
         return _evaluate("g", self.g, grid, backend, backend.asarray(grid.x))
 
+    def coupling_size(self, nx: int, nt: int) -> int:
+        """Number of values in the coupling state z (here the densities at levels 1..nt),
+        for memory estimates before any work."""
+        return nt * nx
+
     def coupling(self, grid: Grid, backend: Backend) -> Coupling:
         """How the density feeds back into the HJB equation (here: through f itself)."""
         return DensityCoupling(self.f, grid, backend)
@@ -105,25 +110,42 @@ class MFGProblem:
         return {"final_mean_state": float(observables["mean_state"][-1])}
 
 
-def _evaluate(name: str, fn: ArrayFn, grid: Grid, backend: Backend, *args: Any) -> Any:
+def _evaluate(name: str, fn: ArrayFn, grid: Grid, backend: Backend, *args: Any,
+              at: str = "") -> Any:
+    """``fn(*args)`` checked by :func:`_checked`; an exception inside it becomes a
+    :class:`ParameterError` naming the callable (and ``at``, e.g. the time)."""
     try:
         out = fn(*args)
     except Exception as exc:
-        raise ParameterError(f"{name} raised {type(exc).__name__}: {exc}") from exc
-    return _checked(name, out, grid, backend)
+        raise ParameterError(f"{name} raised {type(exc).__name__}{at}: {exc}") from exc
+    return _checked(name, out, grid, backend, at)
 
 
-def _checked(name: str, out: Any, grid: Grid, backend: Backend) -> Any:
-    if np.isscalar(out):
-        out = np.full(grid.nx, float(out))
-    shape = tuple(getattr(out, "shape", ()))
-    if shape != (grid.nx,):
-        raise ParameterError(f"{name} returned shape {shape}: must return an array shaped like "
-                             f"x, ({grid.nx},)")
-    out = backend.asarray(out)
-    if not bool(backend.xp.all(backend.xp.isfinite(out))):
-        raise ParameterError(f"{name} returned non-finite values (NaN or inf)")
-    return out
+def _checked(name: str, out: Any, grid: Grid, backend: Backend, at: str = "") -> Any:
+    """``out`` as an array of the backend's dtype shaped like x (a scalar is broadcast),
+    after checking that it holds finite real numbers (integers and booleans are cast)."""
+    host = np.asarray(to_numpy(out))
+    if host.dtype.kind not in "biuf":
+        what = ("complex values" if host.dtype.kind == "c" else
+                f"{out!r:.40} ({type(out).__name__})" if host.ndim == 0 else
+                f"values of dtype {host.dtype}")
+        raise ParameterError(f"{name} returned {what}{at}: must return real numbers (an "
+                             f"array of floats shaped like x, ({grid.nx},))")
+    if host.ndim == 0:
+        host = np.full(grid.nx, host)
+    if host.shape != (grid.nx,):
+        raise ParameterError(f"{name} returned shape {host.shape}{at}: must return an array "
+                             f"shaped like x, ({grid.nx},)")
+    with np.errstate(over="ignore", invalid="ignore"):
+        cast = host.astype(backend.dtype)
+    bad = ~np.isfinite(cast)
+    if bad.any():
+        i = int(np.argmax(bad))
+        beyond = f", or beyond the range of {backend.dtype}" if np.isfinite(host[i]) else ""
+        raise ParameterError(f"{name} returned non-finite values (NaN or inf{beyond}){at} "
+                             f"at {int(bad.sum())} of {grid.nx} points, first at "
+                             f"x={grid.x[i]:.6g} (index {i}): {host[i].item()!r}")
+    return backend.asarray(cast)
 
 
 class Coupling:
@@ -171,26 +193,30 @@ class DensityCoupling(Coupling):
         return M[1:, :]
 
     def running_cost(self, z: Any) -> Any:
-        xp, t = self.backend.xp, self.grid.t
-        F = xp.stack([self._as_row(self.f(float(t[n + 1]), self.x, z[n, :]))
-                      for n in range(self.grid.nt)])
-        if not self._checked_once:
-            finite = to_numpy(xp.all(xp.isfinite(F), axis=-1))
-            if not finite.all():
-                n = int(np.argmin(finite))
-                raise ParameterError(f"f returned non-finite values (NaN or inf) at "
-                                     f"t={t[n + 1]:.6g} on the first iterate (m = m0)")
-            self._checked_once = True
-        return F
+        """F[n] = f(t_{n+1}, x, m^{n+1}); every value of the first call is checked (array,
+        shape, real, finite) and cast to the working dtype; later calls are cast."""
+        rows = [self._row(n, z[n, :]) for n in range(self.grid.nt)]
+        self._checked_once = True
+        return self.backend.xp.stack(rows)
 
-    def _as_row(self, r: Any) -> Any:
-        if np.isscalar(r):
+    def _row(self, n: int, m: Any) -> Any:
+        t = float(self.grid.t[n + 1])
+        if not self._checked_once:
+            return _evaluate("f", self.f, self.grid, self.backend, t, self.x, m,
+                             at=f" at t={t:.6g}")
+        try:
+            r = self.f(t, self.x, m)
+        except Exception as exc:
+            raise ParameterError(f"f raised {type(exc).__name__} at t={t:.6g}: {exc}") from exc
+        if not hasattr(r, "shape"):
+            r = np.asarray(r)
+        if r.ndim == 0:
             return self.backend.asarray(np.full(self.grid.nx, float(r)))
-        if tuple(getattr(r, "shape", ())) != (self.grid.nx,):
-            shape = tuple(getattr(r, "shape", ()))
-            raise ParameterError(f"f returned shape {shape}: must return an array shaped like "
-                                 f"x, ({self.grid.nx},)")
-        return r
+        if tuple(r.shape) != (self.grid.nx,):
+            raise ParameterError(f"f returned shape {tuple(getattr(r, 'shape', ()))} at "
+                                 f"t={t:.6g}: must return an array shaped like x, "
+                                 f"({self.grid.nx},)")
+        return self.backend.asarray(r)
 
     def project(self, z: Any) -> Any:
         return self.backend.xp.clip(z, 0.0, None)

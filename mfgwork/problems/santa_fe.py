@@ -93,6 +93,10 @@ class SantaFeBar(MFGProblem):
                       for a in (fraction, weights))
         return -self.payoff(xp.sum(chi_w * m), xp) * chi
 
+    def coupling_size(self, nx: int, nt: int) -> int:
+        """The coupling state is the attendance path A(t) at levels 1..nt."""
+        return nt
+
     def coupling(self, grid: Grid, backend: Backend) -> Coupling:
         """Iterate on the attendance path A(t) only: the coupling passes through it alone."""
         return AttendanceCoupling(self, grid, backend)

@@ -20,14 +20,14 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..core import storage
 from ..core.backend import get_backend
-from ..core.errors import ParameterError, check_choice, check_int, check_real
+from ..core.errors import LoadError, ParameterError, check_choice, check_int, check_real
 
 FAILED_SUFFIX = ".failed.ipynb"
 _EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
@@ -107,15 +107,20 @@ def _same_type(value: Any, default: Any) -> bool:
 
 def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | None,
                  out_dir: str | os.PathLike, *, kernel_name: str | None = None,
-                 progress: bool = False) -> Path:
+                 progress: bool = False, force: bool = False) -> Path:
     """Execute ``notebook`` with ``parameters`` into the run folder ``out_dir``; return it.
 
     The notebook receives ``out_dir`` as the temporary folder it must write into
     (parameters.json, metrics.json, arrays.npz, figures/). It runs in its own directory (as
-    in JupyterLab), in the kernel ``kernel_name`` (default: the notebook's). On success the
-    executed notebook is added and the folder renamed to ``out_dir`` (an existing one is
-    replaced, a stale ``<out_dir>.failed.ipynb`` removed). On failure nothing is left at
-    ``out_dir`` and :class:`NotebookError` is raised.
+    in JupyterLab), in the kernel ``kernel_name`` (default: the notebook's), whose
+    connection file lives in a temporary folder beside the target. On success the executed
+    notebook is added and the folder renamed to ``out_dir``, replacing it only if it is a
+    previous run folder (or an empty folder; any non-empty folder with ``force=True``); the
+    current directory, its ancestors, the notebook's folder and files are refused before
+    any work (see :func:`mfgwork.core.storage.check_target`). A stale
+    ``<out_dir>.failed.ipynb`` (a partial notebook of an earlier run; any other file of that
+    name is left alone) is removed. On failure nothing is left at ``out_dir`` and
+    :class:`NotebookError` is raised.
     """
     path = _existing_notebook(notebook)
     defaults = notebook_parameters(path)
@@ -126,35 +131,43 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
     if "out_dir" in params:
         raise ParameterError("out_dir is set by run_notebook (the run folder's temporary "
                              "name); pass the destination as the out_dir argument instead")
-    target = Path(out_dir).absolute()
-    target.parent.mkdir(parents=True, exist_ok=True)
+    protect = {path.parent: f"the folder of the notebook {path.name}"}
+    target = storage.check_target(out_dir, "run", force=force, protect=protect)
+    storage.remove_stale(target)
     failed = target.with_name(target.name + FAILED_SUFFIX)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    fd, running = tempfile.mkstemp(prefix=f".{target.name}.running-", suffix=".ipynb",
-                                   dir=target.parent)
-    os.close(fd)
-    running_nb = Path(running)
+    made = [storage.temporary_sibling(target, "tmp"),
+            storage.temporary_sibling(target, "running", directory=False, suffix=".ipynb"),
+            storage.temporary_sibling(target, "kernel")]
+    tmp, running_nb, kernel_dir = made
     try:
+        storage.write_marker(tmp, "run")  # the notebook's save_run(out_dir) may replace it
         _execute(path, running_nb, params | {"out_dir": str(tmp)}, kernel_name, progress,
-                 failed)
+                 failed, kernel_dir)
         os.replace(running_nb, tmp / path.name)
         os.chmod(tmp / path.name, 0o644)
         os.chmod(tmp, 0o755)
-        _replace_folder(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        running_nb.unlink(missing_ok=True)
-        raise
-    failed.unlink(missing_ok=True)
+        storage.write_marker(tmp, "run")  # also when the notebook wrote files by itself
+        storage.check_target(target, "run", force=force, protect=protect)
+        storage.replace_folder(tmp, target)
+    finally:
+        for p in made:
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    if _is_partial_notebook(failed):
+        failed.unlink(missing_ok=True)
     return target
 
 
 def _execute(path: Path, output: Path, params: dict[str, Any], kernel_name: str | None,
-             progress: bool, failed: Path) -> None:
+             progress: bool, failed: Path, kernel_dir: Path) -> None:
     import papermill
     from papermill.exceptions import PapermillExecutionError
+    from traitlets.config import Config
 
-    extra: dict[str, Any] = {"shutdown_kernel": "immediate"}  # outputs are saved by then
+    # the kernel's connection file (ports and key) goes to kernel_dir, removed by the caller
+    # and, after a killed run, by the next run to the same target
+    config = Config({"KernelManager": {"connection_file": str(kernel_dir / "kernel.json")}})
+    extra: dict[str, Any] = {"shutdown_kernel": "immediate",  # outputs are saved by then
+                             "config": config}
     if kernel_name is None and _language(path) == "python":
         # ipykernel warns on stderr about its local TCP transport; the notebook keeps errors
         extra["extra_arguments"] = ["--IPKernelApp.log_level=ERROR"]
@@ -185,11 +198,27 @@ def _language(path: Path) -> str | None:
 
 
 def _keep(output: Path, failed: Path) -> Path | None:
-    if output.exists() and output.stat().st_size > 0:
-        os.chmod(output, 0o644)
-        os.replace(output, failed)
-        return failed
-    return None
+    """Move the partial notebook to ``failed`` (if that name holds nothing but an earlier
+    partial notebook; else to a free name beside it)."""
+    if not (output.exists() and output.stat().st_size > 0):
+        return None
+    stem, n = failed.name[: -len(FAILED_SUFFIX)], 1
+    while not _is_partial_notebook(failed):
+        n += 1
+        failed = failed.with_name(f"{stem}.failed-{n}.ipynb")
+    os.chmod(output, 0o644)
+    os.replace(output, failed)
+    return failed
+
+
+def _is_partial_notebook(path: Path) -> bool:
+    """True where nothing is, or a notebook executed by papermill (a partial run's)."""
+    if not path.exists():
+        return True
+    try:
+        return path.is_file() and "papermill" in storage.read_json(path)["metadata"]
+    except (LoadError, KeyError, TypeError):
+        return False
 
 
 def _source_cell(path: Path, source: str) -> tuple[int | None, str]:
@@ -203,16 +232,6 @@ def _source_cell(path: Path, source: str) -> tuple[int | None, str]:
         if cell.cell_type == "code" and cell.source.strip() == source.strip():
             return i, first
     return None, first
-
-
-def _replace_folder(tmp: Path, target: Path) -> None:
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}-{time.monotonic_ns()}")
-        os.replace(target, old)
-        os.replace(tmp, target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, target)
 
 
 def _existing_notebook(notebook: str | os.PathLike) -> Path:
@@ -263,18 +282,26 @@ def solve_options(*, nx: int, nt: int, method: str, backend: str, device: str, t
 
 
 def main(notebook: str, parameters: list[tuple[str, str]], out_dir: str | None,
-         kernel_name: str | None = None) -> int:
-    """``python -m mfgwork run``: run, print the run folder; one-line error and exit 1."""
+         kernel_name: str | None = None, force: bool = False) -> int:
+    """``python -m mfgwork run``: run, print the run folder; one-line error and exit 1.
+    SIGTERM stops the run like Ctrl-C: the kernel and the temporaries are removed."""
+    import signal
     import sys
 
+    def terminate(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
     started = time.perf_counter()
     target = out_dir or str(Path("runs") / Path(notebook).stem)
     try:
         params = {name: parse_value(value) for name, value in parameters}
         folder = run_notebook(notebook, params, target, kernel_name=kernel_name,
-                              progress=sys.stderr.isatty())
+                              progress=sys.stderr.isatty(), force=force)
     except (NotebookError, ParameterError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(f"run folder: {folder}  ({time.perf_counter() - started:.1f} s)")
     return 0

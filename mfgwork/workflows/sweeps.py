@@ -2,9 +2,12 @@
 
 A sweep folder holds::
 
+    mfgwork.json     the marker of a sweep folder (see :mod:`mfgwork.core.storage`)
     spec.yaml        the grid spec as given
     sweep.json       the notebook, the fixed parameters and the planned runs
-    index.csv        one row per planned run: status, error, parameters, headline metrics
+    index.csv        one row per planned run: status, error, parameters, headline metrics;
+                     written whole when a sweep starts and ends, one row appended per
+                     finished run in between (the last row of a run is its state)
     runs/NAME/       an ordinary run folder per finished run (written by ``run_notebook``
                      under a temporary name and renamed, so it is either whole or absent)
     failed/NAME.json the error of a failed run
@@ -13,6 +16,9 @@ A sweep folder holds::
 The status of a run is read from disk: done if ``runs/NAME`` exists, failed if
 ``failed/NAME.json`` does, pending otherwise; so the index can always be rebuilt
 (:func:`load_sweep`) and a rerun of the same sweep skips what is finished.
+A sweep goes only into a new or empty folder or a sweep folder; another spec in an existing
+sweep folder needs ``replan=True`` (the earlier runs stay listed). Plans of more than
+``max_runs`` runs are refused before anything is written.
 Runs execute in worker processes (``ProcessPoolExecutor``, spawn) or on Dask workers, each
 in its own kernel through papermill; local workers exit when the sweep process dies.
 """
@@ -22,22 +28,24 @@ from __future__ import annotations
 import contextlib
 import csv
 import html
-import json
+import math
 import os
 import re
-import shutil
-import tempfile
 import threading
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import ParameterError, check_int
-from ..results import write_json
+from ..core import storage
+from ..core.errors import LoadError, ParameterError, check_int
 from .specs import Run, SpecError, parse_spec, read_spec
+
+#: Largest number of runs a sweep plans unless ``max_runs`` says otherwise.
+MAX_RUNS = 10_000
 
 #: Headline metrics of every run in the index; the problem's own summary numbers (its
 #: ``summary`` in ``metrics.json``, e.g. the mean attendance for Santa Fe) follow them.
@@ -50,10 +58,13 @@ class SweepIndex:
     """The runs of a sweep, one dict per run (``run``, ``status``, ``error``, the
     parameters, then the headline metrics); ``folder`` is the sweep folder."""
 
-    def __init__(self, folder: Path, rows: list[dict[str, Any]], parameters: list[str]) -> None:
+    def __init__(self, folder: Path, rows: list[dict[str, Any]], parameters: list[str],
+                 problems: list[str] | None = None) -> None:
         self.folder = Path(folder)
         self.rows = rows
         self.parameters = parameters
+        #: Entries of the folder that could not be read (each also in its row's error).
+        self.problems = problems or []
 
     @property
     def columns(self) -> list[str]:
@@ -102,51 +113,89 @@ class SweepIndex:
     def write_csv(self, path: str | os.PathLike | None = None) -> Path:
         """Write the index as CSV (atomically: temporary file, then ``os.replace``)."""
         target = Path(path) if path is not None else self.folder / "index.csv"
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
-        try:
-            os.chmod(tmp, 0o644)
-            with os.fdopen(fd, "w", newline="") as fh:
-                writer = csv.DictWriter(fh, fieldnames=self.columns, extrasaction="ignore")
-                writer.writeheader()
-                writer.writerows({k: ("" if v is None else v) for k, v in r.items()}
-                                 for r in self.rows)
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        with storage.atomic_file(target) as fh:
+            self._writer(fh).writeheader()
+            self._writer(fh).writerows(_cells(r) for r in self.rows)
         return target
+
+    def append_csv(self, i: int) -> None:
+        """Append row ``i`` to ``index.csv`` under its present header (its state now; the
+        last row of a run wins; columns new since the header wait for :meth:`write_csv`)."""
+        path = self.folder / "index.csv"
+        with open(path, newline="") as fh:
+            header = next(csv.reader(fh), None)
+        if not header:
+            self.write_csv(path)
+            return
+        with open(path, "a", newline="") as fh:
+            self._writer(fh, header).writerow(_cells(self.rows[i]))
+
+    def _writer(self, fh: Any, fields: list[str] | None = None) -> csv.DictWriter:
+        return csv.DictWriter(fh, fieldnames=fields or self.columns, extrasaction="ignore")
+
+
+def _cells(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: ("" if v is None else v) for k, v in row.items()}
 
 
 # -- reading state from disk ---------------------------------------------------------------------
 def load_sweep(folder: str | os.PathLike) -> SweepIndex:
-    """Rebuild the index of a sweep folder from its plan and the run folders on disk."""
+    """Rebuild the index of a sweep folder from its plan and the run folders on disk.
+
+    A plan (``sweep.json``) that cannot be read raises :class:`~mfgwork.LoadError`; an
+    unreadable entry (a run's metrics, a failure record) is reported in its row's error,
+    in ``index.problems`` and by one warning, and the rest still loads.
+    """
     folder = Path(folder).resolve()
-    plan_file = folder / "sweep.json"
-    if not plan_file.is_file():
-        raise ParameterError(f"sweep folder {str(folder)!r} has no sweep.json: not a sweep folder")
-    plan = json.loads(plan_file.read_text())
-    runs = [Run(r["name"], r["parameters"]) for r in plan["runs"]]
-    return SweepIndex(folder, [_row(folder, r) for r in runs], plan["parameters"])
+    if not (folder / "sweep.json").is_file():
+        raise LoadError(folder, "has no sweep.json: not a sweep folder")
+    plan = read_plan(folder)
+    problems: list[str] = []
+    rows = [_row(folder, Run(r["name"], r["parameters"]), problems) for r in plan["runs"]]
+    if problems:
+        warnings.warn(f"{len(problems)} entr{'y' if len(problems) == 1 else 'ies'} of the "
+                      f"sweep {folder} could not be read: {problems[0]}"
+                      + (" …" if len(problems) > 1 else ""), UserWarning, stacklevel=2)
+    return SweepIndex(folder, rows, plan["parameters"], problems)
 
 
-def _row(folder: Path, run: Run) -> dict[str, Any]:
+def read_plan(folder: Path) -> dict[str, Any]:
+    """The checked content of ``sweep.json``."""
+    path = folder / "sweep.json"
+    plan = storage.read_json(path, keys={"notebook": str, "spec": dict, "fixed": dict,
+                                         "parameters": list, "runs": list})
+    for i, r in enumerate(plan["runs"]):
+        if not (isinstance(r, dict) and isinstance(r.get("name"), str)
+                and isinstance(r.get("parameters"), dict)
+                and re.fullmatch(r"[A-Za-z0-9._=+-]+", r["name"]) and r["name"][0] != "."):
+            raise LoadError(path, f"runs[{i}]={r!r:.80} is not a run (a name and parameters)")
+    return plan
+
+
+def _row(folder: Path, run: Run, problems: list[str]) -> dict[str, Any]:
     row: dict[str, Any] = {"run": run.name, "status": "pending", "error": None}
     row.update(run.parameters)
     row.update(dict.fromkeys(METRICS))
     run_dir, failed = folder / "runs" / run.name, folder / "failed" / f"{run.name}.json"
-    if run_dir.is_dir():
-        row.update(status="done", **_metrics(run_dir))
-    elif failed.is_file():
-        row.update(status="failed", error=_short(json.loads(failed.read_text())["error"]))
+    try:
+        if run_dir.is_dir():
+            row["status"] = "done"
+            row.update(_metrics(run_dir))
+        elif failed.is_file():
+            row["status"] = "failed"
+            row["error"] = _short(storage.read_json(failed, keys={"error": str})["error"])
+    except LoadError as exc:
+        problems.append(str(exc))
+        row["error"] = _short(f"unreadable: {exc}")
     return row
 
 
 def _metrics(run_dir: Path) -> dict[str, Any]:
-    """Headline metrics of a finished run folder (missing ones are None)."""
-    m: dict[str, Any] = {}
-    with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
-        m = json.loads((run_dir / "metrics.json").read_text())
+    """Headline metrics of a finished run folder (None where the run did not record one)."""
+    path = run_dir / "metrics.json"
+    m = storage.read_json(path) if path.exists() else {}
+    if not isinstance(m, dict):
+        raise LoadError(path, "must hold a JSON object")
     out = {k: m.get(k) for k in ("iterations", "converged", "residual", "device")}
     out |= {k: v for k, v in (m.get("summary") or {}).items() if k not in out}
     out["solve_time"] = (m.get("timings") or {}).get("total")
@@ -158,8 +207,8 @@ def _notebook_duration(run_dir: Path) -> float | None:
     """Wall time of the papermill execution (kernel start included), from the executed
     notebook's metadata."""
     for nb in sorted(run_dir.glob("*.ipynb")):
-        with contextlib.suppress(OSError, json.JSONDecodeError, AttributeError):
-            duration = json.loads(nb.read_text())["metadata"]["papermill"]["duration"]
+        with contextlib.suppress(LoadError, KeyError, TypeError):
+            duration = storage.read_json(nb)["metadata"]["papermill"]["duration"]
             if isinstance(duration, int | float):
                 return float(duration)
     return None
@@ -185,32 +234,17 @@ def execute_run(task: Mapping[str, Any]) -> dict[str, Any]:
     with FileLock(folder / "locks" / f"{name}.lock"):
         if run_dir.is_dir():
             return {"run": name, "status": "done", "error": None}
-        _remove_temporaries(folder / "runs", name)
+        storage.remove_stale(run_dir, every=True)
         try:
             run_notebook(task["notebook"], task["parameters"], run_dir,
                          kernel_name=task.get("kernel_name"), progress=False)
         except Exception as exc:  # noqa: BLE001 - any failure of one run is recorded, not raised
             message = f"{type(exc).__name__}: {_ANSI.sub('', str(exc))}"
-            _write_json_atomic(failed, {"run": name, "error": message,
-                                        "parameters": task["parameters"]})
+            storage.write_json(failed, {"run": name, "error": message,
+                                        "parameters": task["parameters"]}, atomic=True)
             return {"run": name, "status": "failed", "error": _short(message)}
         failed.unlink(missing_ok=True)
         return {"run": name, "status": "done", "error": None}
-
-
-def _remove_temporaries(runs_dir: Path, name: str) -> None:
-    """Remove leftovers (``.NAME.*``) of an earlier, killed attempt at run ``name``."""
-    for p in runs_dir.glob(f".{name}.*"):
-        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-
-
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    os.chmod(tmp, 0o644)
-    os.close(fd)
-    write_json(Path(tmp), obj)
-    os.replace(tmp, path)
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -270,7 +304,8 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
           out_dir: str | os.PathLike, parameters: Mapping[str, Any] | None = None,
           workers: int | None = None, scheduler: str | None = None, dask: bool = False,
           retry_failed: bool = False, progress: bool = True, *,
-          kernel_name: str | None = None) -> SweepIndex:
+          kernel_name: str | None = None, replan: bool = False,
+          max_runs: int = MAX_RUNS) -> SweepIndex:
     """Run ``notebook`` for every point of ``grid`` into run folders under ``out_dir``.
 
     ``grid`` is a spec (see :mod:`mfgwork.workflows.specs`) as a mapping, a YAML/JSON file or YAML
@@ -278,25 +313,39 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
     (default: the number of usable cores), or to the Dask cluster at ``scheduler``, or with
     ``dask=True`` to a fresh ``LocalCluster``. Finished runs are skipped; failed ones are
     retried only with ``retry_failed``. Returns the index, also written to ``index.csv``
-    after every finished run. The spec is checked against the notebook's parameters before
-    any run starts. ``kernel_name`` picks the Jupyter kernel (default: the notebook's).
+    (one row appended per finished run). ``kernel_name`` picks the Jupyter kernel (default:
+    the notebook's).
+
+    Checked before any run starts and before anything is written: the spec against the
+    notebook's parameters; the number of runs against ``max_runs``; ``out_dir``, which must
+    be new, empty or a sweep folder (see :func:`mfgwork.core.storage.check_target`); and,
+    for an existing sweep folder, that the notebook, spec and fixed parameters are those of
+    its plan, unless ``replan=True``: then this spec's runs are planned and executed, and the
+    earlier runs stay listed.
     """
     from .runs import notebook_parameters
 
     workers = check_int("workers", workers if workers is not None else _cores(), low=1)
+    max_runs = check_int("max_runs", max_runs, low=1)
     declared = notebook_parameters(notebook)
     if "out_dir" not in declared:
         raise ParameterError(f"notebook={str(notebook)!r} cannot be swept: its parameters cell "
                              "has no out_dir (the run folder it writes into)")
     notebook = Path(notebook).resolve()
     raw = read_spec(grid)
+    _check_count(_count_runs(raw), max_runs)         # before expanding a huge axis
     spec = parse_spec(raw, parameters, declared)
+    _check_count(math.prod(len(values) for _, values in spec.axes), max_runs)
     runs = spec.runs()
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
         raise SpecError("the grid spec lists the same parameter set more than once")
 
-    folder = Path(out_dir).resolve()
+    folder = storage.check_target(out_dir, "sweep", legacy=["sweep.json"],
+                                  protect={notebook.parent: "the folder of the notebook "
+                                                            f"{notebook.name}"})
+    plan = {"notebook": str(notebook), "spec": dict(raw), "fixed": dict(parameters or {})}
+    earlier = _check_replan(folder, plan, replan)
     for sub in ("runs", "failed", "locks"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     from filelock import FileLock, Timeout
@@ -306,34 +355,93 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
     except Timeout:
         raise ParameterError(f"out_dir={str(folder)!r} is in use by another sweep") from None
     with lock:
+        storage.write_marker(folder, "sweep")
         _clean_stale(folder)
-        _write_plan(folder, notebook, raw, parameters, spec.varying, runs)
+        _write_plan(folder, plan, spec.varying, runs, earlier)
         index = load_sweep(folder)
+        status = {row["run"]: row["status"] for row in index}
         tasks = [{"folder": str(folder), "name": r.name, "notebook": str(notebook),
                   "parameters": r.parameters, "kernel_name": kernel_name}
-                 for r, row in zip(runs, index.rows, strict=True)
-                 if row["status"] == "pending" or (retry_failed and row["status"] == "failed")]
+                 for r in runs if status[r.name] == "pending"
+                 or (retry_failed and status[r.name] == "failed")]
         index.write_csv()
         _execute(index, tasks, workers, scheduler, dask, progress)
+        index.write_csv()
     return index
+
+
+def _check_count(planned: int, max_runs: int) -> None:
+    if planned > max_runs:
+        raise SpecError(f"the grid spec plans {planned} runs, more than max_runs={max_runs}: "
+                        "make the grid coarser or split it, or raise max_runs (--max-runs)")
+
+
+def _count_runs(raw: Mapping[str, Any]) -> int:
+    """The number of runs a raw spec asks for, read from list lengths and linspace/range
+    arguments without expanding them (malformed entries count 1: the parser reports them);
+    a zip group counts as one axis."""
+    def length(spec: Any) -> int:
+        if isinstance(spec, list):
+            return len(spec)
+        with contextlib.suppress(AttributeError, TypeError, ValueError, ZeroDivisionError,
+                                 OverflowError):
+            (kind, (a, b, n)), = spec.items()
+            if kind == "linspace":
+                return max(1, int(n))
+            if kind == "range":
+                return max(1, math.ceil((b - a) / n))
+        return 1
+
+    zipped = raw.get("zip") if isinstance(raw.get("zip"), list) else []
+    groups = [set(g) for g in zipped if isinstance(g, list)]
+    lengths = {n: length(v) for n, v in raw.items() if n != "zip"}
+    alone = [k for n, k in lengths.items() if not any(n in g for g in groups)]
+    return math.prod(alone) * math.prod(min((lengths.get(n, 1) for n in g), default=1)
+                                        for g in groups)
+
+
+def _check_replan(folder: Path, plan: Mapping[str, Any], replan: bool) -> dict[str, Any] | None:
+    """The earlier plan of the sweep folder (None if new); refuses a different plan unless
+    ``replan``."""
+    if not (folder / "sweep.json").is_file():
+        return None
+    earlier = read_plan(folder)
+    changed = [k for k in plan if earlier.get(k) != plan[k]]
+    if changed and not replan:
+        raise ParameterError(
+            f"out_dir={str(folder)!r} holds a sweep with another {' and '.join(changed)} "
+            f"(its spec: {earlier['spec']!r:.200}); rerun with the same spec to resume it, "
+            "choose another folder, or pass replan=True (--replan) to run this spec there "
+            "(the earlier runs stay listed)")
+    return earlier
 
 
 def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-def _write_plan(folder: Path, notebook: Path, raw: Mapping[str, Any],
-                fixed: Mapping[str, Any] | None, varying: Iterable[str], runs: list[Run]) -> None:
+def _write_plan(folder: Path, plan: Mapping[str, Any], varying: Iterable[str],
+                runs: list[Run], earlier: Mapping[str, Any] | None) -> None:
+    """``spec.yaml`` and ``sweep.json``: this plan's runs, then those of earlier plans."""
     import yaml
 
-    text = yaml.safe_dump(dict(raw), sort_keys=False)
-    (folder / ".spec.yaml.tmp").write_text(text)
-    os.replace(folder / ".spec.yaml.tmp", folder / "spec.yaml")
-    names = list(dict.fromkeys([*varying, *(k for r in runs for k in r.parameters)]))
-    _write_json_atomic(folder / "sweep.json", {
-        "notebook": str(notebook), "spec": dict(raw), "fixed": dict(fixed or {}),
-        "parameters": names,
-        "runs": [{"name": r.name, "parameters": r.parameters} for r in runs]})
+    with storage.atomic_file(folder / "spec.yaml") as fh:
+        fh.write(yaml.safe_dump(plan["spec"], sort_keys=False))
+    listed = [{"name": r.name, "parameters": r.parameters} for r in runs]
+    names = [*varying, *(k for r in runs for k in r.parameters)]
+    history = []
+    if earlier is not None:
+        new = {r.name for r in runs}
+        listed += [r for r in earlier["runs"] if r["name"] not in new]
+        names += earlier["parameters"]
+        if any(earlier.get(k) != plan[k] for k in plan):
+            history = [*earlier.get("earlier_plans", []),
+                       {k: earlier.get(k) for k in ("notebook", "spec", "fixed")}]
+        else:
+            history = earlier.get("earlier_plans", [])
+    storage.write_json(folder / "sweep.json", dict(plan) | {
+        "parameters": list(dict.fromkeys(names)), "runs": listed,
+        "earlier_plans": history}, atomic=True)
 
 
 def _clean_stale(folder: Path) -> None:
@@ -341,18 +449,17 @@ def _clean_stale(folder: Path) -> None:
     still held (a straggler of a killed sweep still finishing: it renames or removes its own)."""
     from filelock import FileLock, Timeout
 
-    for p in folder.glob(".*.tmp*"):
+    for name in ("index.csv", "sweep.json", "spec.yaml"):
+        storage.remove_stale(folder / name, every=True)
+    for p in (folder / "failed").glob(".*"):
         p.unlink(missing_ok=True)
-    for sub in ("failed",):
-        for p in (folder / sub).glob(".*"):
-            p.unlink(missing_ok=True)
     for lock_file in (folder / "locks").glob("*.lock"):
         name = lock_file.name[: -len(".lock")]
         if not any((folder / "runs").glob(f".{name}.*")):
             continue
         try:
             with FileLock(lock_file, timeout=0):
-                _remove_temporaries(folder / "runs", name)
+                storage.remove_stale(folder / "runs" / name, every=True)
         except Timeout:
             continue
 
@@ -378,11 +485,12 @@ def _execute(index: SweepIndex, tasks: list[dict], workers: int, scheduler: str 
             for future in as_completed(list(futures)):
                 task = futures[future]
                 i = position[task["name"]]
-                index.rows[i] = _row(index.folder, Run(task["name"], task["parameters"]))
+                index.rows[i] = _row(index.folder, Run(task["name"], task["parameters"]),
+                                     index.problems)
                 error = _worker_error(future)
                 if error and index.rows[i]["status"] == "pending":
                     index.rows[i]["error"] = error
-                index.write_csv()
+                index.append_csv(i)
                 bar.set_postfix(index.counts(), refresh=False)
                 bar.update(1)
     finally:

@@ -77,7 +77,7 @@ class ParticleFP:
                  n_particles: int = DEFAULT_PARTICLES, seed: int | None = None,
                  density: str = "cic", deposit_copies: int | None = None,
                  cuda_graph: bool | None = None, compile_step: bool = False,
-                 fused: bool | None = None) -> None:
+                 fused: bool | None = None, max_memory: object = None) -> None:
         self.n_particles, seed = check_particle_args(n_particles, seed)
         self.seed = fresh_seed() if seed is None else seed
         self.density = check_choice("density", density, DENSITIES)
@@ -89,7 +89,7 @@ class ParticleFP:
                   else default_copies(on_cuda, grid.nx, grid.nt))
         self.deposit_copies = check_int("deposit_copies", copies, low=1)
         self.memory_estimate = check_fits(self.n_particles, grid.nx, grid.nt, backend,
-                                          self.deposit_copies)
+                                          self.deposit_copies, max_memory)
         self.length = grid.x_max - grid.x_min
         self.noise = self.sigma * grid.dt**0.5
         self.weights = backend.asarray(grid.weights)

@@ -1,0 +1,428 @@
+"""Every write and read of result files: atomic folders with a marker, JSON/CSV/NPZ, provenance.
+
+Writers never destroy what they did not make. A result folder (a run, a sweep, a scan) holds
+a marker file, ``mfgwork.json`` (``{"kind": ..., "format": 1}``); :func:`check_target`
+allows a target only if it does not exist, is an empty folder, or is a folder whose marker
+names the same kind. A non-empty folder without that marker needs ``force=True``; a file, a
+link, the current directory, an ancestor of it, the home folder, and folders given as
+``protect`` (e.g. the notebook's own folder) are refused in every case.
+
+:class:`atomic_folder` fills a temporary sibling ``.<name>.tmp-<pid>-<random>`` and renames
+it to the target at the end, so an interrupted write never leaves a half result; it first
+removes temporaries of earlier writes to the same target whose process is gone.
+:func:`atomic_file` does the same for one file.
+
+Readers (:func:`read_json`, :func:`read_npz`, :func:`load_table`) check that a file exists,
+parses, and holds the expected keys, shapes, dtypes and sizes (an NPZ's decompressed size is
+read from its headers before any array), and raise :class:`~mfgwork.core.errors.LoadError`
+naming the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import os
+import platform
+import re
+import shutil
+import sys
+import tempfile
+import zipfile
+from collections.abc import Iterable, Iterator, Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import memory
+from .errors import LoadError, ParameterError
+
+MARKER = "mfgwork.json"
+FORMAT = 1
+#: Largest JSON file and largest decompressed NPZ the readers accept by default (bytes); an
+#: NPZ is also refused when it would not fit in the host's available memory.
+MAX_JSON_BYTES = 256 * 2**20
+MAX_NPZ_BYTES = 2**30
+#: Packages a result depends on (recorded with every result and benchmark).
+PACKAGES = ("mfgwork", "numpy", "scipy", "numba", "torch", "triton", "array-api-compat",
+            "matplotlib", "papermill", "nbclient", "ipykernel", "xarray", "zarr", "dask")
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(tmp|old|running|kernel)-(?P<pid>\d+)-")
+
+
+# -- targets ---------------------------------------------------------------------------------
+def marker_kind(folder: Path) -> str | None:
+    """The kind named by the folder's marker, or None (no marker, or not readable)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        kind = json.loads((folder / MARKER).read_text()).get("kind")
+        return kind if isinstance(kind, str) else None
+    return None
+
+
+def _listing(folder: Path, limit: int = 4) -> str:
+    names = sorted(p.name for p in folder.iterdir())
+    shown = ", ".join(names[:limit]) + (", …" if len(names) > limit else "")
+    return f"{len(names)} entr{'y' if len(names) == 1 else 'ies'}: {shown}"
+
+
+def check_target(target: str | os.PathLike, kind: str, *, name: str = "out_dir",
+                 force: bool = False, protect: Mapping[str | os.PathLike, str] | None = None,
+                 legacy: Iterable[str] = ()) -> Path:
+    """``target`` as an absolute path if a writer of ``kind`` may replace it; else
+    :class:`ParameterError` saying what is there and how to choose another target.
+
+    ``protect``: folders that must survive (with their ancestors), each with what it is, such
+    as ``{notebook.parent: "the folder of the notebook run.ipynb"}``. ``legacy``: file
+    names that identify a folder of this kind written before markers existed. ``force``:
+    also replace a non-empty folder without the marker.
+    """
+    path = Path(os.path.abspath(os.fspath(target)))
+    how = f"choose a new or empty folder, or a previous {kind} folder"
+    cwd = Path.cwd().resolve()
+    real = path.resolve()
+    guarded = {cwd: "the current directory", Path.home().resolve(): "your home folder"}
+    for p, what in (protect or {}).items():
+        guarded.setdefault(Path(p).resolve(), what)
+    for folder, what in guarded.items():
+        if real == folder or real in folder.parents:
+            role = what if real == folder else f"an ancestor of {what} ({folder})"
+            raise ParameterError(f"{name}={str(target)!r} is refused: it is {role}, which a "
+                                 f"{kind} folder would replace; {how}")
+    if path.is_symlink():
+        raise ParameterError(f"{name}={str(target)!r} is refused: it is a symbolic link (to "
+                             f"{os.readlink(path)!r}); {how}")
+    if path.exists() and not path.is_dir():
+        raise ParameterError(f"{name}={str(target)!r} is refused: it is an existing file, not "
+                             f"a {kind} folder; {how}")
+    if path.is_dir() and any(path.iterdir()):
+        found = marker_kind(path)
+        if found == kind or (found is None and any((path / f).is_file() for f in legacy)):
+            return path
+        if force:
+            return path
+        what = (f"a {found} folder, not a {kind} folder" if found else
+                f"a folder that is not a previous {kind} (no {MARKER}; {_listing(path)})")
+        raise ParameterError(f"{name}={str(target)!r} is refused: it is {what}; {how} "
+                             f"(or force it: --force / force=True)")
+    return path
+
+
+def write_marker(folder: Path, kind: str) -> None:
+    """Mark ``folder`` as a result of ``kind``."""
+    write_json(folder / MARKER, {"kind": kind, "format": FORMAT})
+
+
+def _temporary(target: Path, role: str, directory: bool = True, suffix: str = "") -> Path:
+    prefix = f".{target.name}.{role}-{os.getpid()}-"
+    if directory:
+        return Path(tempfile.mkdtemp(prefix=prefix, suffix=suffix, dir=target.parent))
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=target.parent)
+    os.close(fd)
+    return Path(tmp)
+
+
+def temporary_sibling(target: Path, role: str, *, directory: bool = True,
+                      suffix: str = "") -> Path:
+    """A fresh temporary folder (or file) beside ``target`` (``role``: tmp, running or
+    kernel), named so that :func:`remove_stale` recognises it once its process is gone."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return _temporary(target, role, directory, suffix)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale(target: Path, *, every: bool = False) -> list[Path]:
+    """Remove temporaries of earlier writes to ``target`` whose process has ended (all of
+    them with ``every=True``, for a caller holding a lock on the target). Returns them."""
+    removed = []
+    with contextlib.suppress(FileNotFoundError):
+        for p in target.parent.iterdir():
+            m = _TEMPORARY.match(p.name)
+            if not m or m["name"] != target.name:
+                continue
+            if every or not _alive(int(m["pid"])):
+                _remove(p)
+                removed.append(p)
+    return removed
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
+
+
+def replace_folder(tmp: Path, target: Path) -> None:
+    """Rename the finished folder ``tmp`` to ``target``, replacing what is there."""
+    if target.exists():
+        old = _temporary(target, "old")
+        os.replace(target, old)
+        try:
+            os.replace(tmp, target)
+        except BaseException:
+            os.replace(old, target)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, target)
+
+
+class atomic_folder:  # noqa: N801 - used as a context manager
+    """``with atomic_folder(target, kind) as tmp:`` fill ``tmp``; on success it gets the
+    marker of ``kind`` and becomes ``target`` by one rename; on error nothing is left.
+
+    The target is checked (:func:`check_target`) on entry, before any work, and again at
+    the rename.
+    """
+
+    def __init__(self, target: str | os.PathLike, kind: str, *, name: str = "out_dir",
+                 force: bool = False, protect: Mapping[str | os.PathLike, str] | None = None
+                 ) -> None:
+        self.args = {"kind": kind, "name": name, "force": force, "protect": protect}
+        self.target = check_target(target, **self.args)
+        self.kind = kind
+
+    def __enter__(self) -> Path:
+        remove_stale(self.target)
+        self.tmp = temporary_sibling(self.target, "tmp")
+        os.chmod(self.tmp, 0o755)  # mkdtemp makes it private; a result folder is not
+        return self.tmp
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return
+        try:
+            write_marker(self.tmp, self.kind)
+            check_target(self.target, **self.args)
+            replace_folder(self.tmp, self.target)
+        except BaseException:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[Any]:
+    """``with atomic_file(path) as fh:`` write to a temporary sibling, renamed to ``path``
+    on success (world-readable, like an ordinary file); removed on error."""
+    target = Path(path)
+    remove_stale(target)
+    tmp = temporary_sibling(target, "tmp", directory=False)
+    try:
+        os.chmod(tmp, 0o644)
+        with open(tmp, mode, **({} if "b" in mode else {"newline": ""})) as fh:
+            yield fh
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+# -- writing ---------------------------------------------------------------------------------
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if hasattr(o, "as_dict"):
+        return o.as_dict()
+    return repr(o)
+
+
+def dumps(obj: Any) -> str:
+    """Indented, sorted JSON (NaN refused; NumPy scalars and arrays as numbers and lists)."""
+    return json.dumps(obj, indent=2, sort_keys=True, default=_json_default,
+                      allow_nan=False) + "\n"
+
+
+def write_json(path: str | os.PathLike, obj: Any, *, atomic: bool = False) -> None:
+    """``obj`` as JSON at ``path`` (through a temporary sibling with ``atomic=True``)."""
+    text = dumps(obj)
+    if atomic:
+        with atomic_file(path) as fh:
+            fh.write(text)
+    else:
+        Path(path).write_text(text)
+
+
+def write_csv(path: str | os.PathLike, rows: list[dict[str, Any]],
+              fields: list[str] | None = None) -> None:
+    """Rows (dicts of scalars) as CSV; the header is ``fields`` or the union of keys in
+    first-seen order; None is written as an empty cell."""
+    fields = fields or list(dict.fromkeys(k for row in rows for k in row))
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in rows)
+
+
+def write_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> None:
+    """Compressed NPZ of NumPy arrays (no object arrays, so it loads without pickle)."""
+    np.savez_compressed(path, **{k: np.asarray(v) for k, v in arrays.items()})
+
+
+def provenance() -> dict[str, Any]:
+    """Versions of Python and of :data:`PACKAGES` (None where not installed), and the host."""
+    versions: dict[str, str | None] = {"python": sys.version.split()[0]}
+    for pkg in PACKAGES:
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    return {"versions": versions, "platform": platform.platform(),
+            "machine": platform.machine()}
+
+
+# -- reading ---------------------------------------------------------------------------------
+def _existing_file(path: Path, max_bytes: int) -> int:
+    if not path.exists() and not path.is_symlink():
+        raise LoadError(path, "does not exist")
+    if not path.is_file():
+        raise LoadError(path, "is not a file")
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise LoadError(path, f"is {size} bytes, more than the {max_bytes} allowed")
+    return size
+
+
+def read_json(path: str | os.PathLike, *, keys: Mapping[str, type | tuple[type, ...]] = {},
+              max_bytes: int | None = None) -> Any:
+    """The JSON value in ``path`` (at most ``max_bytes``, default :data:`MAX_JSON_BYTES`);
+    with ``keys``, it must be an object holding each key with a value of the given type(s)."""
+    path = Path(path)
+    _existing_file(path, MAX_JSON_BYTES if max_bytes is None else max_bytes)
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LoadError(path, f"is not valid JSON ({exc})") from None
+    if keys:
+        if not isinstance(value, dict):
+            raise LoadError(path, f"must hold a JSON object, not {type(value).__name__}")
+        for key, types in keys.items():
+            if key not in value:
+                raise LoadError(path, f"has no {key!r} entry")
+            if not _is_instance(value[key], types):
+                raise LoadError(path, f"has {key}={value[key]!r:.60}: must be "
+                                f"{_type_names(types)}")
+    return value
+
+
+def _is_instance(value: Any, types: type | tuple[type, ...]) -> bool:
+    """isinstance, except that a bool is not an int or a float here."""
+    types = types if isinstance(types, tuple) else (types,)
+    if isinstance(value, bool):
+        return bool in types
+    return isinstance(value, types)
+
+
+def _type_names(types: type | tuple[type, ...]) -> str:
+    types = types if isinstance(types, tuple) else (types,)
+    return " or ".join(t.__name__ for t in types)
+
+
+def load_table(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """A table written by ``save_run`` (``<name>.json``: a list of flat rows)."""
+    rows = read_json(path)
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise LoadError(Path(path), "must hold a list of rows (JSON objects)")
+    return rows
+
+
+def npz_headers(path: str | os.PathLike, *, max_bytes: int | None = None
+                ) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Shape and dtype of each array in an NPZ file, from the headers only; the sum of their
+    sizes must stay below ``max_bytes`` (default :data:`MAX_NPZ_BYTES`; a small file may
+    decompress to gigabytes)."""
+    path = Path(path)
+    max_bytes = MAX_NPZ_BYTES if max_bytes is None else max_bytes
+    max_bytes = min(max_bytes, memory.host_available() or max_bytes)
+    _existing_file(path, max_bytes)
+    out, total = {}, 0
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                if not info.filename.endswith(".npy"):
+                    raise LoadError(path, f"holds {info.filename!r}, which is not an array")
+                total += info.file_size
+                if total > max_bytes:
+                    raise LoadError(path, f"decompresses to more than {max_bytes} bytes "
+                                    f"(at {info.filename!r}); refused before reading (pass "
+                                    "max_bytes= to read a larger file)")
+                with zf.open(info) as fh:
+                    read_header = (np.lib.format.read_array_header_1_0
+                                   if np.lib.format.read_magic(fh) == (1, 0)
+                                   else np.lib.format.read_array_header_2_0)
+                    shape, _, dtype = read_header(fh)
+                if dtype.hasobject:
+                    raise LoadError(path, f"array {info.filename[:-4]!r} holds Python "
+                                    "objects, which are not loaded (no pickle)")
+                if np.prod(shape, dtype=np.float64) * dtype.itemsize > info.file_size:
+                    raise LoadError(path, f"array {info.filename[:-4]!r} is truncated")
+                out[info.filename[:-4]] = (tuple(shape), dtype)
+    except LoadError:
+        raise
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+        raise LoadError(path, f"is not a readable NPZ file ({type(exc).__name__}: {exc})"
+                        ) from None
+    return out
+
+
+def read_npz(path: str | os.PathLike, shapes: Mapping[str, tuple[str | int, ...]],
+             optional: Iterable[str] = (), *, others: tuple[str | int, ...] | None = None,
+             max_bytes: int | None = None) -> dict[str, np.ndarray]:
+    """The arrays of an NPZ file, checked before they are read: each name of ``shapes``
+    (except those in ``optional``) is present, real-valued, with the given shape, where a
+    str entry is a dimension name that must agree across arrays (e.g. ``{"x": ("nx",),
+    "M": ("nt+1", "nx")}``). Arrays not named must have the shape ``others`` (refused when
+    it is None). Floating arrays must be finite."""
+    path = Path(path)
+    headers = npz_headers(path, max_bytes=max_bytes)
+    dims: dict[str, int] = {}
+    if others is not None:
+        shapes = dict(shapes) | {k: others for k in headers if k not in shapes}
+    for key, spec in shapes.items():
+        if key not in headers:
+            if key in optional:
+                continue
+            raise LoadError(path, f"has no array {key!r} (it has {', '.join(headers) or 'none'})")
+        shape, dtype = headers[key]
+        if dtype.kind not in "fiu":
+            raise LoadError(path, f"array {key!r} has dtype {dtype}: must be real numbers")
+        if len(shape) != len(spec):
+            raise LoadError(path, f"array {key!r} has shape {shape}: must have {len(spec)} "
+                            f"dimension(s) {spec}")
+        for size, want in zip(shape, spec, strict=True):
+            want = dims.setdefault(want, size) if isinstance(want, str) else want
+            if size != want:
+                raise LoadError(path, f"array {key!r} has shape {shape}, which does not agree "
+                                f"with the other arrays ({_dims(spec, dims)})")
+    extra = sorted(set(headers) - set(shapes))
+    if extra:
+        raise LoadError(path, f"holds unexpected arrays {extra}")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise LoadError(path, f"could not be read ({type(exc).__name__}: {exc})") from None
+    for key, a in arrays.items():
+        if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+            raise LoadError(path, f"array {key!r} holds NaN or inf")
+    return arrays
+
+
+def _dims(spec: tuple[str | int, ...], dims: Mapping[str, int]) -> str:
+    return "expected (" + ", ".join(f"{d}={dims.get(d, '?')}" if isinstance(d, str) else str(d)
+                                    for d in spec) + ")"
