@@ -168,3 +168,18 @@ if out_dir:
                                figures=figures, tables={"refinement": rows}))
 else:
     print("out_dir is empty: no run folder written")
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. **Order of convergence.** Run the refinement study with `sizes = [21, 41, 81, 161, 321]`
+#    and then with $\sigma = 0.3$ and $\sigma = 1.0$. Does the fitted order approach 1? Which
+#    parts of the scheme (Section 2) limit it to first order, and which error, in $U$ or in $M$,
+#    is larger?
+# 2. **The sign convention at work.** Take the Santa Fe solution `res` and plot $u$ at
+#    $t = T/2$ against $\theta$ (`plots.plot_value_snapshots(res)`). Where does $u$ decrease,
+#    and which way do the agents drift ($\alpha^* = -\partial_\theta u$)? Check that this matches
+#    the sign of $F(A(t))$.
+# 3. **The plateau.** Solve $F(A) = 0$ by hand to obtain $A = A^* + \varepsilon \log(G/(-B))$.
+#    Then solve the game with `mw.SantaFeBar(threshold=0.5, good=20.0)` and compare $A(T/2)$ with
+#    the formula. How does the difference change when the grid is refined?

@@ -139,3 +139,17 @@ if out_dir:
     print("wrote", mw.save_run(out_dir, res, parameters=options, figures=figures))
 else:
     print("out_dir is empty: no run folder written")
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. **A run folder.** Run this notebook from the command line with `-p threshold 0.5` into a
+#    run folder, read it back with `mw.load`, and compare the mean attendance in `metrics.json`
+#    with $A^* + \varepsilon \log(G/(-B))$. Why is the mean over $[0, T]$ a little below the
+#    plateau?
+# 2. **Grid convergence.** Solve with `nx = nt = 51, 101, 201, 401` and record $A(T/2)$. Is the
+#    difference to the finest grid halved with $h$, as a first-order scheme should be?
+# 3. **Particles against finite differences.** Solve with `method="particles"` and
+#    `n_particles` $= 10^4, 10^5, 10^6$ and measure the largest difference of $A(t)$ to the
+#    finite-difference solution on the same grid. How does it scale with the number of
+#    particles $N$ (expect $N^{-1/2}$)?

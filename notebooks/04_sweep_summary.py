@@ -116,3 +116,17 @@ if out_dir:
                                tables={"index": index.rows}))
 else:
     print("out_dir is empty: no run folder written")
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. **The plateau over a grid.** Sweep `threshold` over `{linspace: [0.3, 0.9, 13]}` and
+#    `sigma` over `[0.3, 0.5, 0.8]` at `nx = nt = 101`, summarize it, and plot the mean
+#    attendance minus the threshold (from the index) against the threshold. Compare it with
+#    $\varepsilon \log(G/(-B))$; why is it a little smaller, and does $\sigma$ matter?
+# 2. **Payoffs.** Sweep `good` over `[5, 10, 20]` at a fixed threshold. How do the mean
+#    attendance and the time overcrowded change, and why is the bar never overcrowded when
+#    $G = -B$?
+# 3. **Resuming.** Start a sweep of a dozen runs, interrupt it (Ctrl-C) halfway and run the same
+#    command again. Which runs are executed the second time? Make one run fail (an invalid
+#    value such as `threshold: [0.5, 1.5]`) and find its error in the index and in `failed/`.

@@ -60,6 +60,7 @@ def small_parameters(notebook: Path) -> dict[str, Any]:
 
 def execute(notebook: Path, target: Path, parameters: dict[str, Any], cwd: Path) -> float:
     """Run ``notebook`` in a fresh kernel in ``cwd`` into ``target``; return the seconds."""
+    import nbformat
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
@@ -72,6 +73,10 @@ def execute(notebook: Path, target: Path, parameters: dict[str, Any], cwd: Path)
     except PapermillExecutionError as exc:
         raise BookError(f"{notebook.name} failed in cell In [{exc.exec_count}]: {exc.ename}: "
                         f"{exc.evalue} (partial notebook: {target})") from None
+    # widget state needs the jupyter-widgets JavaScript, which the book does not load
+    executed = nbformat.read(target, as_version=4)
+    if executed.metadata.pop("widgets", None) is not None:
+        nbformat.write(executed, target)
     return time.perf_counter() - started
 
 
