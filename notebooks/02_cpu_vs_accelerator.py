@@ -55,11 +55,13 @@
 # round-off $2^{-53} \approx 1.1 \times 10^{-16}$), a float32 number about 7
 # ($2^{-24} \approx 6 \times 10^{-8}$). Every time step rounds, and the rounding errors of the
 # Newton solves and of the $n_t$ steps add up, so a float32 solution cannot be trusted much below
-# a relative $10^{-6}$. Two consequences: the stopping tolerance `tol` (the relative fixed-point
-# residual at which every row stops) must stay above that, which is why it is $10^{-5}$ here;
-# and float32 rows are expected to differ from the reference by about $10^{-6}$–$10^{-5}$, while
-# float64 rows on another backend or device agree with it to round-off, about $10^{-14}$
-# (sums taken in another order).
+# a relative $10^{-6}$. Two consequences. The stopping tolerance `tol` (every row stops when the
+# relative changes of $U$ and $M$ fall below it) must stay above the rounding level: `mw.solve`
+# raises a `tol` below 100 times the machine epsilon of the dtype to that floor
+# ($1.2 \times 10^{-5}$ in float32) and says so in a warning, which is why `tol` is $10^{-5}$
+# here and the float32 row may print that warning. And float32 rows are expected to differ from
+# the reference by about $10^{-6}$–$10^{-5}$, while float64 rows on another backend or device
+# agree with it to round-off, about $10^{-14}$ (sums taken in another order).
 # %% nbmake={"mock": {"nt": 10, "nx": 11}} tags=["parameters"]
 threshold = 0.6  # A*
 sigma = 0.5  # noise on the preference
