@@ -23,6 +23,12 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(PY) -m mfgwork run notebooks/01_santa_fe_bar.ipynb -o runs/santa_fe_bar
 
+# the notebooks executed at their defaults by papermill, rendered by Sphinx + myst-nb; open
+# build/book/html/index.html (MathJax is bundled: no network needed). BOOK_ARGS="-j 2": two
+# notebooks at a time; BOOK_ARGS="--small": the small parameters of the tests.
+book: $(STAMP)
+	$(PY) docs/book/build.py -o build/book $(BOOK_ARGS)
+
 test: $(STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS)
 
@@ -31,12 +37,6 @@ lint: $(STAMP)
 
 doctor: $(STAMP)
 	$(PY) -m mfgwork doctor
-
-# the notebooks executed at their defaults by papermill, rendered by Sphinx + myst-nb; open
-# build/book/html/index.html (MathJax is bundled: no network needed). BOOK_ARGS="-j 2": two
-# notebooks at a time; BOOK_ARGS="--small": the small parameters of the tests.
-book: $(STAMP)
-	$(PY) docs/book/build.py -o build/book $(BOOK_ARGS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/fdm.py

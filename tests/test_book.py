@@ -53,15 +53,23 @@ def _load_builder():
 builder = _load_builder()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def book(tmp_path_factory) -> Path:
-    """The book built at small parameters: its html folder."""
+    """The book built at small parameters: its html folder. Built once per test run, also
+    when several pytest-xdist workers need it (they share the folder, under a lock)."""
     _require("Debian's chromium (/usr/bin/chromium)", CHROMIUM.exists())
     _require("playwright (pip install playwright)", find_spec("playwright") is not None)
-    out = tmp_path_factory.mktemp("book")
-    index = builder.build_book(out, small=True)
-    assert index.is_file()
-    return index.parent
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    out, done = shared / "book", shared / "book.built"
+    with FileLock(shared / "book.lock"):
+        if not done.is_file():
+            assert builder.build_book(out, small=True, jobs=2).is_file()
+            done.touch()
+    return out / "html"
 
 
 @pytest.fixture
