@@ -95,7 +95,7 @@ def build_book(out: Path = DEFAULT_OUT, *, small: bool = False, jobs: int = 1,
     ``out/html``; return its index.html."""
     out = Path(out).absolute()
     src, work, html = out / "src", out / "work", out / "html"
-    for folder in (src, work):
+    for folder in (src, work, html):  # no page of a removed notebook survives
         shutil.rmtree(folder, ignore_errors=True)
     (src / "notebooks").mkdir(parents=True)
     shutil.copytree(NOTEBOOKS, work / "notebooks",

@@ -14,7 +14,8 @@ extensions = ["myst_nb", "sphinx.ext.mathjax", "sphinx-mathjax-offline"]
 
 # the executed notebooks are rendered, never re-executed
 nb_execution_mode = "off"
-# widgets need the jupyter-widgets JavaScript from a CDN: left out, their text shows instead
+# widgets need the jupyter-widgets JavaScript, which only a CDN serves: it is not loaded, so
+# a widget output shows nothing (the explorer notebook also shows its figures as images)
 nb_ipywidgets_js = {}
 nb_merge_streams = True
 
@@ -23,10 +24,8 @@ myst_heading_anchors = 3
 
 # the README copy is only included into the index page
 exclude_patterns = ["README.md", "**.ipynb_checkpoints"]
-suppress_warnings = ["mystnb.unknown_mime_type"]
 
 html_theme = "alabaster"
 html_title = "mfgwork course"
 html_theme_options = {"description": "Mean field games with mfgwork", "fixed_sidebar": True}
 html_sidebars = {"**": ["about.html", "navigation.html", "relations.html", "searchbox.html"]}
-html_static_path = []
