@@ -75,8 +75,9 @@ problem, options
 # %%
 res = mw.solve(problem, **options)
 metrics = res.metrics()
-{k: metrics[k] for k in ("converged", "iterations", "final_change_U", "final_change_M",
-                         "mass_error", "mean_attendance", "time_overcrowded", "timings")}
+{k: metrics[k] for k in ("converged", "iterations", "residual", "final_change_U",
+                         "final_change_M", "mass_error", "mean_attendance", "time_overcrowded",
+                         "timings")}
 
 # %% [markdown]
 # ## Attendance

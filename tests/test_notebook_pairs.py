@@ -1,6 +1,6 @@
 """Every notebook is paired with a jupytext ``py:percent`` twin that is committed and in sync.
 
-Edit either file and run ``jupytext --sync notebooks/NAME.py`` (or ``NAME.ipynb``)."""
+Edit either file and run ``jupytext --sync notebooks/NAME.py`` (the newer file wins)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,9 @@ def test_pair_is_declared_and_in_sync(path):
     # the notebook rendered as a script is the committed twin ...
     expected_text = jupytext.writes(notebook, fmt="py:percent")
     assert without_version(twin_text) == without_version(expected_text), (
-        f"{twin_path.name} is out of sync: run `jupytext --sync {path.relative_to(ROOT)}`")
+        f"{twin_path.name} is out of sync with {path.name}: after editing one of them run "
+        f"`jupytext --sync {twin_path.relative_to(ROOT)}`; after a merge that changed only the "
+        f"notebook, `jupytext --to py:percent {path.relative_to(ROOT)}`")
     # ... and the twin read back is the notebook: same cells, sources and tags
     compare_notebooks(twin, notebook, fmt="py:percent")
     assert [c.cell_type for c in twin.cells] == [c.cell_type for c in notebook.cells]
