@@ -60,7 +60,7 @@
 # above what the dtype resolves: `mw.solve` raises a smaller `tol` to the floor of the dtype,
 # $100\,\epsilon$ in float64 and $3 \times 10^{-4}$ in float32 (where the rounding of the
 # attendance path is amplified by the steep payoff in the residual), and says so in a warning,
-# which the float32 row prints under the table. And float32 rows are expected to differ from
+# which the float32 row prints with the table. And float32 rows are expected to differ from
 # the reference by about $10^{-6}$–$10^{-5}$, while float64 rows on another backend or device
 # agree with it to round-off, $10^{-13}$ or below (sums taken in another order).
 # %% nbmake={"mock": {"nt": 10, "nx": 11}} tags=["parameters"]
