@@ -1,0 +1,221 @@
+"""The course book: built from the notebooks at their small parameters, read in Chromium.
+
+Builds the book with ``docs/book/build.py --small`` into a temporary folder, checks every
+internal link and resource of every page (files and anchors) and that no page loads anything
+from another host, then serves the HTML on a loopback port and opens the index and the primer in
+Debian's Chromium through Playwright: the equations typeset by the bundled MathJax (no request
+leaves 127.0.0.1), the figures loaded. Screenshots go to ``$MFGWORK_ARTIFACTS/book`` (default:
+the test's temporary folder). Outside CI the test is skipped when Chromium or Playwright is
+missing; in CI it fails.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import importlib.util
+import os
+import threading
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from importlib.util import find_spec
+from pathlib import Path
+from urllib.parse import unquote, urljoin, urlsplit
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--disable-dev-shm-usage"]
+TYPESET_S = 30
+
+
+def _require(what: str, ok: bool) -> None:
+    if ok:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{what} is missing in CI (.ci/run installs Debian's chromium)")
+    pytest.skip(f"{what} is missing (apt-get install chromium; pip install playwright)")
+
+
+def _load_builder():
+    spec = importlib.util.spec_from_file_location("book_build", ROOT / "docs" / "book" /
+                                                  "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+builder = _load_builder()
+
+
+@pytest.fixture(scope="session")
+def book(tmp_path_factory) -> Path:
+    """The book built at small parameters: its html folder. Built once per test run, also
+    when several pytest-xdist workers need it (they share the folder, under a lock)."""
+    _require("Debian's chromium (/usr/bin/chromium)", CHROMIUM.exists())
+    _require("playwright (pip install playwright)", find_spec("playwright") is not None)
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    out, done = shared / "book", shared / "book.built"
+    with FileLock(shared / "book.lock"):
+        if not done.is_file():
+            assert builder.build_book(out, small=True, jobs=2).is_file()
+            done.touch()
+    return out / "html"
+
+
+@pytest.fixture
+def artifacts(tmp_path: Path) -> Path:
+    folder = Path(os.environ.get("MFGWORK_ARTIFACTS", tmp_path)) / "book"
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"book test artifacts: {folder}")
+    return folder
+
+
+@pytest.fixture
+def server(book: Path) -> Iterator[str]:
+    """The built book on a free loopback port: yields its base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(book))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=10)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 (the base class's signature)
+        pass
+
+
+class _Links(HTMLParser):
+    """The href/src targets and the element ids of one HTML page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.targets: list[tuple[str, str]] = []  # (tag, url)
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if name == "id" and value:
+                self.ids.add(value)
+            if tag == "a" and name == "name" and value:
+                self.ids.add(value)
+            if name in ("href", "src") and value:
+                self.targets.append((tag, value))
+
+
+def _parse(page: Path) -> _Links:
+    links = _Links()
+    links.feed(page.read_text(encoding="utf-8"))
+    return links
+
+
+def test_every_notebook_has_a_page_in_the_table_of_contents(book):
+    pages = {p.stem for p in (book / "notebooks").glob("*.html")}
+    assert pages == {p.stem for p in builder.notebooks()}
+    index = _parse(book / "index.html")
+    linked = {urlsplit(url).path for tag, url in index.targets if tag == "a"}
+    assert {f"notebooks/{name}.html" for name in pages} <= linked
+    # the README's introduction, down to its "Two commands", is the first page
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    first_sentence = readme.split("\n\n")[1].split("**")[0].strip()
+    text = (book / "index.html").read_text(encoding="utf-8")
+    assert len(first_sentence) > 20 and first_sentence in text
+    assert "Two commands" in readme and "Two commands" not in text
+
+
+def test_no_broken_internal_link_and_nothing_from_another_host(book):
+    pages = sorted(book.rglob("*.html"))
+    parsed = {page: _parse(page) for page in pages}
+    broken, external = [], []
+    for page, links in parsed.items():
+        base = page.relative_to(book).as_posix()
+        for tag, url in links.targets:
+            parts = urlsplit(url)
+            if parts.scheme in ("mailto", "data", "javascript"):
+                continue
+            if parts.scheme or parts.netloc:
+                if tag != "a":  # scripts, styles, images, fonts: a CDN would break offline
+                    external.append(f"{base}: <{tag}> {url}")
+                continue
+            target = urlsplit(urljoin(base, url))
+            path = book / unquote(target.path) if target.path else page
+            if path.is_dir():
+                path = path / "index.html"
+            if not path.is_file():
+                broken.append(f"{base}: {url}")
+            elif target.fragment and path.suffix == ".html" and \
+                    unquote(target.fragment) not in parsed[path].ids:
+                broken.append(f"{base}: {url} (no such anchor)")
+    assert len(pages) >= 2 + len(builder.notebooks())
+    assert not broken, broken
+    assert not external, external
+
+
+def test_index_and_primer_render_in_chromium(book, server, artifacts):
+    from playwright.sync_api import sync_playwright
+
+    foreign, failed = [], []
+
+    def only_loopback(route):
+        if route.request.url.startswith(server):
+            route.continue_()
+        else:
+            foreign.append(route.request.url)
+            route.abort()
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1300, "height": 1000})
+        page.route("**/*", only_loopback)
+        page.on("requestfailed", lambda request: failed.append(request.url))
+        try:
+            page.goto(server + "index.html", wait_until="load")
+            page.screenshot(path=artifacts / "index.png", full_page=True)
+            assert page.title().startswith("mfgwork")
+            toc = page.locator(".toctree-wrapper a.reference.internal")
+            assert toc.count() == len(builder.notebooks())
+
+            toc.first.click()
+            page.wait_for_load_state("load")
+            assert page.url == server + "notebooks/00_primer.html"
+            # every equation of the page typeset by MathJax, none in error
+            equations = page.locator("div.math, span.math")
+            assert equations.count() >= 10
+            page.wait_for_function(
+                "n => document.querySelectorAll('mjx-container').length >= n",
+                arg=equations.count(), timeout=TYPESET_S * 1000)
+            assert page.locator("mjx-container[display='true']").count() >= 3
+            assert page.locator("mjx-merror").count() == 0
+            assert page.evaluate("() => window.MathJax?.version ?? ''").startswith("3.")
+            # the figures of the executed notebook, inline and loaded
+            images = page.locator(".cell_output img")
+            assert images.count() >= 4
+            for i in range(images.count()):
+                images.nth(i).scroll_into_view_if_needed()
+                width = images.nth(i).evaluate(
+                    "el => el.complete ? el.naturalWidth : new Promise(ok => "
+                    "el.addEventListener('load', () => ok(el.naturalWidth)))")
+                assert width > 100, images.nth(i).get_attribute("src")
+            page.screenshot(path=artifacts / "primer.png", full_page=True)
+        except Exception:
+            page.screenshot(path=artifacts / "failure.png", full_page=True)
+            raise
+        finally:
+            browser.close()
+    assert not foreign, f"the book asked another host for {foreign}"
+    assert not failed, f"requests that failed: {failed}"
