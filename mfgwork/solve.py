@@ -23,6 +23,7 @@ from .numerics.iteration import (
     relative_residual,
 )
 from .numerics.particles import ParticleFP, check_particle_args
+from .numerics.potential import PotentialNewton
 from .problems import problem_from_params
 from .problems.base import BatchCoupling, MFGProblem
 from .results import Result
@@ -90,8 +91,9 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     scheme_fd, hjb, fp, fp_params = _solvers(problem, grid, be, method, n_particles, seed,
                                              compile_steps)
     setup = time.perf_counter() - started
+    fallback = _newton_fallback(coupling, iteration, method, m0, grid, problem.nu, be, tol)
     out = _iterate(coupling, hjb, fp, m0, U_T, grid.nt, be, scheme, tol, max_iter, progress,
-                   batched=False, **warm)
+                   batched=False, fallback=fallback, **warm)
     timings = {"setup": setup, **_phase_totals(out.history),
                "total": time.perf_counter() - started}
     settings = {"method": method, "tol": tol, "max_iter": max_iter,
@@ -160,6 +162,17 @@ def _solvers(problem: MFGProblem, grid: Any, be: Backend, method: str,
             scheme_fd = FiniteDifferences(grid, problem.nu, get_backend("numpy"))
             hjb = _on_host(scheme_fd.solve_hjb, be)
     return scheme_fd, hjb, fp, fp_params
+
+
+def _newton_fallback(coupling: Any, iteration: Any, method: str, m0: Any, grid: Any,
+                     nu: float, be: Backend, tol: float) -> PotentialNewton | None:
+    """Newton's method on the potential when the problem declares one, for the default
+    iteration with finite differences in float64 (its exact Jacobian is that of the scheme)."""
+    potential = coupling.potential()
+    if (potential is None or iteration not in (None, "anderson") or method != "fdm"
+            or be.eps > 1e-10):
+        return None
+    return PotentialNewton(potential, grid=grid, nu=nu, backend=be, tol=tol)
 
 
 def best_response_residual(result: Result, problem: MFGProblem | None = None) -> float:

@@ -144,6 +144,24 @@ class Coupling:
     def project(self, z: Any) -> Any:
         return z
 
+    def potential(self) -> ScalarPotential | None:
+        """The potential structure of the game, if it declares one (None: the generic
+        Picard/Anderson iteration only)."""
+        return None
+
+
+@dataclass(frozen=True)
+class ScalarPotential:
+    """A monotone scalar coupling with a potential (NumPy float64 functions, elementwise).
+
+    The running cost is F^n = −y_n χ for the price path y = P(z) of the observed path
+    z_n = Σ_i χ_i μ_i^{n+1} (μ = w m), P decreasing: ``price_slope`` is P'(z) ≤ 0. Such a
+    game has a convex potential, and its equilibrium is found by Newton's method (see
+    :mod:`mfgwork.numerics.potential`)."""
+
+    chi: np.ndarray
+    price_slope: ArrayFn
+
 
 class DensityCoupling(Coupling):
     """General coupling: z = M at levels 1..nt, F[n] = f(t_{n+1}, x, m^{n+1})."""
