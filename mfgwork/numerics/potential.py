@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve, solve_banded
+from scipy.linalg import cho_factor, cho_solve
 
 from ..core.backend import Backend, to_numpy
 from ..core.grid import Grid
 from ..problems.base import ScalarPotential
-from .fdm.operators import jacobian_bands
+from .fdm.operators import jacobian_bands, transpose_bands
 
 
 @dataclass
@@ -50,40 +50,16 @@ class NewtonOutcome:
 def observed_path_jacobian(U: np.ndarray, mu: np.ndarray, chi: np.ndarray, nu: float,
                            grid: Grid) -> np.ndarray:
     """D[n, j] = ∂z_n/∂y_j for z_n = χ·μ^{n+1}, μ the cell masses of the best response U to
-    the running cost F^n = −y_n χ (exact derivative of the discrete scheme).
+    the running cost F^n = −y_n χ: the exact derivative of the discrete scheme (the compiled
+    tangent sweeps of :mod:`.fdm.tangent`)."""
+    from .fdm.tangent import tangent_jacobian
 
-    HJB steps J_n δu^n = δu^{n+1}/Δt + δF^n (J_n the Newton Jacobian at u^n), then FP steps
-    J_nᵀ δμ^{n+1} = δμ^n/Δt − K_n δu^n, with K_n = Dᵀ diag(c) D the Hessian of μ^{n+1}·H(u^n)
-    (c_e = μ_{e+1} 1{q_e > 0} + μ_e 1{q_e < 0} on edge e, D the edge difference)."""
-    nt, h, dt = grid.nt, grid.h, grid.dt
-    inv_hw = 1.0 / (h * grid.weights)
-    lower, diag, upper, q = jacobian_bands(U[:-1], nu, h, dt, inv_hw, np)
-    du = np.zeros((nt + 1, grid.nx, nt))
-    for n in range(nt - 1, -1, -1):
-        rhs = du[n + 1] / dt
-        rhs[:, n] -= chi
-        du[n] = solve_banded((1, 1), _banded(lower[n, 1:], diag[n], upper[n, :-1]), rhs)
-    dmu = np.zeros((grid.nx, nt))
-    out = np.empty((nt, nt))
-    for n in range(nt):
-        m_next = mu[n + 1]
-        c = m_next[1:] * (q[n] > 0) + m_next[:-1] * (q[n] < 0)
-        flux = c[:, None] * np.diff(du[n], axis=0) / h**2
-        K = np.zeros_like(dmu)
-        K[:-1] -= flux
-        K[1:] += flux
-        dmu = solve_banded((1, 1), _banded(upper[n, :-1], diag[n], lower[n, 1:]),
-                           dmu / dt - K)  # Jᵀ
-        out[n] = chi @ dmu
-    return out
-
-
-def _banded(sub: np.ndarray, diag: np.ndarray, sup: np.ndarray) -> np.ndarray:
-    """(3, n) banded storage of the tridiagonal matrix with A[i+1, i] = sub[i],
-    A[i, i] = diag[i], A[i, i+1] = sup[i]."""
-    ab = np.zeros((3, diag.shape[-1]))
-    ab[0, 1:], ab[1], ab[2, :-1] = sup, diag, sub
-    return ab
+    inv_hw = 1.0 / (grid.h * grid.weights)
+    lower, diag, upper, q = jacobian_bands(np.ascontiguousarray(U[:-1]), nu, grid.h, grid.dt,
+                                           inv_hw, np)
+    lower_t, _, upper_t = transpose_bands(lower, diag, upper, np)
+    return tangent_jacobian(*(np.ascontiguousarray(a, dtype=np.float64) for a in (
+        lower, diag, upper, lower_t, upper_t, q, mu, chi)), grid.h, grid.dt)
 
 
 class PotentialNewton:
