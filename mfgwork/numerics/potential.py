@@ -23,17 +23,18 @@ fixed-point residual at Φ(z) is certified by one more best response per step.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
 
 from ..core.backend import Backend, to_numpy
 from ..core.grid import Grid
 from ..problems.base import ScalarPotential
 from .fdm.operators import jacobian_bands, transpose_bands
+from .fdm.tangent import spd_solve, tangent_jacobian
 
 
 @dataclass
@@ -52,8 +53,6 @@ def observed_path_jacobian(U: np.ndarray, mu: np.ndarray, chi: np.ndarray, nu: f
     """D[n, j] = ∂z_n/∂y_j for z_n = χ·μ^{n+1}, μ the cell masses of the best response U to
     the running cost F^n = −y_n χ: the exact derivative of the discrete scheme (the compiled
     tangent sweeps of :mod:`.fdm.tangent`)."""
-    from .fdm.tangent import tangent_jacobian
-
     inv_hw = 1.0 / (grid.h * grid.weights)
     lower, diag, upper, q = jacobian_bands(np.ascontiguousarray(U[:-1]), nu, grid.h, grid.dt,
                                            inv_hw, np)
@@ -93,7 +92,7 @@ class PotentialNewton:
         """The best response to the observed path z and R(z) = Φ(z) − z."""
         _, U, M, gz, _ = evaluate(self.backend.asarray(z), guess)
         R = np.asarray(to_numpy(gz), dtype=np.float64) - z
-        return {"z": z, "U": U, "M": M, "R": R, "norm": float(np.linalg.norm(R))}
+        return {"z": z, "U": U, "M": M, "R": R, "norm": _norm(R)}
 
     def _direction(self, point: dict[str, Any]) -> np.ndarray:
         """d = S⁻¹ (S D S + I)⁻¹ S R, the Newton step for R(z) = 0."""
@@ -102,7 +101,7 @@ class PotentialNewton:
         D = observed_path_jacobian(U, mu, self.potential.chi, self.nu, self.grid)
         s = np.sqrt(-self.potential.price_slope(point["z"]))
         A = s[:, None] * (0.5 * (D + D.T)) * s[None, :] + np.eye(s.size)
-        v = cho_solve(cho_factor(A), s * point["R"])
+        v = spd_solve(np.ascontiguousarray(A), s * point["R"])
         return np.where(s > 0, v / np.where(s > 0, s, 1.0), point["R"])
 
     def _certify(self, evaluate: Any, point: dict[str, Any]) -> dict[str, Any]:
@@ -110,7 +109,7 @@ class PotentialNewton:
         z = point["z"] + point["R"]
         gz = np.asarray(to_numpy(evaluate(self.backend.asarray(z), point["U"])[3]),
                         dtype=np.float64)
-        res = float(np.linalg.norm(gz - z) / max(float(np.linalg.norm(gz)), 1e-300))
+        res = _norm(gz - z) / max(_norm(gz), 1e-300)
         return {"res": res, "U": point["U"], "M": point["M"]}
 
     def _line_search(self, evaluate: Any, point: dict[str, Any], direction: np.ndarray
@@ -130,9 +129,12 @@ class PotentialNewton:
         def change(key: str) -> float:
             a = np.asarray(to_numpy(point[key]), dtype=np.float64)
             b = np.asarray(to_numpy(previous[key]), dtype=np.float64)
-            return float(np.linalg.norm(a - b) / max(float(np.linalg.norm(a)), 1e-300))
+            return _norm(a - b) / max(_norm(a), 1e-300)
 
         return {"residual": res, "change_U": change("U"), "change_M": change("M"),
                 "time": time.perf_counter() - started}
 
 
+def _norm(a: np.ndarray) -> float:
+    """‖a‖₂ over all entries (without BLAS; see :func:`.fdm.tangent.spd_solve`)."""
+    return math.sqrt(float(np.sum(a * a)))

@@ -70,3 +70,33 @@ def tangent_jacobian(lower, diag, upper, lower_t, upper_t, q, mu, chi, h, dt
                 s += chi[i] * dmu[i, j]
             out[n, j] = s
     return out
+
+
+@njit(cache=True, nogil=True)
+def spd_solve(A, b):  # pragma: no cover - compiled
+    """A⁻¹ b for a symmetric positive definite A by Cholesky, in plain loops: the Newton
+    systems are small (nt × nt), and threaded BLAS only oversubscribes the cores there."""
+    n = b.shape[0]
+    L = np.zeros((n, n))
+    for j in range(n):
+        s = A[j, j]
+        for k in range(j):
+            s -= L[j, k] * L[j, k]
+        if not s > 0.0:
+            raise ValueError("matrix is not positive definite")
+        L[j, j] = np.sqrt(s)
+        for i in range(j + 1, n):
+            s = A[i, j]
+            for k in range(j):
+                s -= L[i, k] * L[j, k]
+            L[i, j] = s / L[j, j]
+    x = b.copy()
+    for i in range(n):
+        for k in range(i):
+            x[i] -= L[i, k] * x[k]
+        x[i] /= L[i, i]
+    for i in range(n - 1, -1, -1):
+        for k in range(i + 1, n):
+            x[i] -= L[k, i] * x[k]
+        x[i] /= L[i, i]
+    return x
