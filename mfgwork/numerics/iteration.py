@@ -224,7 +224,8 @@ def make_scheme(iteration: str | IterationScheme | None) -> IterationScheme:
 class History:
     """Per iteration: the fixed-point residual r(z_k) of the iterate, the relative changes of
     U and M, and the wall time of each phase (seconds). In a batch, the largest over the
-    problems that have not yet converged."""
+    problems that have not yet converged. Iterations of a fallback (Newton's method) record
+    the certified residual of their solution and their whole wall time as coupling time."""
 
     residual: list[float] = field(default_factory=list)
     change_U: list[float] = field(default_factory=list)
