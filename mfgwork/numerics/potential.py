@@ -62,9 +62,10 @@ def observed_path_jacobian(U: np.ndarray, mu: np.ndarray, chi: np.ndarray, nu: f
 
 
 class PotentialNewton:
-    """Damped Newton's method on the potential W (a :class:`~mfgwork.numerics.iteration.
-    Fallback` for single solves): each iteration is one Newton step with its backtracking,
-    and the certificate of the new best response."""
+    """Damped Newton's method for R(z) = Φ(z) − z of a potential game (a
+    :class:`~mfgwork.numerics.iteration.Fallback` for single solves): each iteration is one
+    Newton step with its backtracking on ½‖R‖², and the certificate of the new best
+    response."""
 
     def __init__(self, potential: ScalarPotential, *, grid: Grid, nu: float,
                  backend: Backend, tol: float) -> None:
