@@ -25,12 +25,14 @@ from .numerics.iteration import (
     relative_residual,
 )
 from .numerics.particles import ParticleFP, check_particle_args
+from .numerics.potential import PotentialNewton
 from .placement import placement
 from .problems import problem_from_params
 from .problems.base import MFGProblem, batch_coupling
 from .results import Result
 
 METHODS = ("fdm", "particles")
+NEWTON_MEMORY = 2**29  # bytes: the tangent sweeps of grids up to about 400 × 400
 
 
 def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm",
@@ -55,6 +57,12 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     recomputes it). Otherwise, after ``max_iter`` iterations, it returns the best iterate
     found with ``converged=False`` and a :class:`~mfgwork.ConvergenceWarning` giving its
     residual.
+    With the default iteration, a
+    problem that declares a potential (Santa Fe) and stalls under Anderson (its best residual
+    has not halved in 25 iterations) continues by Newton's method on the coupling state with
+    the exact Jacobian of the scheme (:mod:`mfgwork.numerics.potential`; finite differences
+    in float64, single solves, grids up to about 400 × 400); each Newton step counts as one
+    iteration.
     ``progress``: a tqdm bar (None: shown only when the solve lasts over a second).
     ``method="particles"``: HJB by finite differences, FP by ``n_particles`` particles
     (default 100 000; see :class:`mfgwork.ParticleFP`) drawn from ``seed`` (None: a
@@ -106,8 +114,9 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     scheme_fd, hjb, fp, fp_params = _solvers(problem, grid, be, method, n_particles, seed,
                                              compile_steps, max_memory)
     setup = time.perf_counter() - started
+    fallback = _newton_fallback(coupling, iteration, method, grid, problem.nu, be, tol)
     out = _iterate(coupling, hjb, fp, m0, U_T, grid.nt, be, scheme, tol, max_iter, progress,
-                   batched=False, **warm)
+                   batched=False, fallback=fallback, **warm)
     scheme_fd.check_newton()
     timings = {"setup": setup, **_phase_totals(out.history),
                "total": time.perf_counter() - started}
@@ -195,6 +204,18 @@ def _solvers(problem: MFGProblem, grid: Any, be: Backend, method: str,
             scheme_fd = FiniteDifferences(grid, problem.nu, get_backend("numpy"))
             hjb = _on_host(scheme_fd.solve_hjb, be)
     return scheme_fd, hjb, fp, fp_params
+
+
+def _newton_fallback(coupling: Any, iteration: Any, method: str, grid: Any, nu: float,
+                     be: Backend, tol: float) -> PotentialNewton | None:
+    """Newton's method on the potential when the problem declares one, for the default
+    iteration with finite differences in float64 (its exact Jacobian is that of the scheme)
+    and grids whose tangent sweeps fit in ``NEWTON_MEMORY`` bytes ((nt+1)·nx·nt floats)."""
+    potential = coupling.potential()
+    if (potential is None or iteration not in (None, "anderson") or method != "fdm"
+            or be.eps > 1e-10 or 8 * (grid.nt + 1) * grid.nx * grid.nt > NEWTON_MEMORY):
+        return None
+    return PotentialNewton(potential, grid=grid, nu=nu, backend=be, tol=tol)
 
 
 def best_response_residual(result: Result, problem: MFGProblem | None = None) -> float:

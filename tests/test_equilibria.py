@@ -115,3 +115,47 @@ def test_particle_tol_below_noise_floor_is_raised_with_a_warning():
     assert res.params["tol"] == pytest.approx(0.02)
     assert res.converged and res.residual <= 0.02
     assert res.check() == pytest.approx(res.residual, rel=1e-6)
+
+
+def test_tangent_jacobian_of_the_scheme_matches_finite_differences():
+    """DΦ̃ from the tangent linear HJB–FP sweeps equals central differences of the best
+    response in the payoff path, and is symmetric (the Hessian of the potential)."""
+    from mfgwork.numerics.potential import observed_path_jacobian
+
+    problem = mw.SantaFeBar(threshold=0.4, sigma=0.3, eps=0.01)
+    grid = problem.grid(21, 16)
+    be = mw.get_backend("numpy")
+    chi = grid.cell_fraction_above(0.0)
+    fd = FiniteDifferences(grid, problem.nu, be)
+    m0 = problem.initial_density(grid, be)
+
+    def respond(y):
+        U = fd.solve_hjb(np.zeros(grid.nx), -y[:, None] * chi[None, :])
+        return U, fd.solve_fp(U, m0) * grid.weights
+
+    y = np.random.default_rng(1).uniform(-2.0, 2.0, grid.nt)
+    U, mu = respond(y)
+    D = observed_path_jacobian(U, mu, chi, problem.nu, grid)
+    h = 1e-6
+    D_fd = np.stack([(respond(y + h * e)[1][1:] @ chi - respond(y - h * e)[1][1:] @ chi)
+                     / (2 * h) for e in np.eye(grid.nt)], axis=1)
+    assert np.max(np.abs(D - D_fd)) < 1e-7 * np.max(np.abs(D))
+    assert np.max(np.abs(D - D.T)) < 1e-12 * np.max(np.abs(D))
+    assert np.min(np.linalg.eigvalsh(0.5 * (D + D.T))) > -1e-12
+
+
+@pytest.mark.parametrize(("threshold", "sigma", "eps"), [(0.2, 0.1, 0.001), (0.9, 0.1, 0.001)])
+def test_steep_corner_is_reached_by_newton_on_the_potential(threshold, sigma, eps):
+    """Anderson alone stalls at these corners of the parameter box; the default iteration
+    switches to Newton's method on the potential and certifies the equilibrium."""
+    problem = mw.SantaFeBar(threshold=threshold, sigma=sigma, eps=eps)
+    with pytest.warns(mw.ConvergenceWarning):
+        plain = mw.solve(problem, nx=41, nt=40, tol=1e-6, max_iter=150, progress=False,
+                         iteration=mw.Anderson())
+    res = mw.solve(problem, nx=41, nt=40, tol=1e-6, max_iter=150, progress=False)
+    assert not plain.converged
+    assert res.converged and res.residual <= 1e-6
+    assert res.check() == pytest.approx(res.residual, rel=1e-6, abs=1e-12)
+    assert independent_residual(problem, res) <= 1e-6 * (1 + 1e-5)
+    assert len(res.history["residual"]) == res.iterations == len(res.history["time_hjb"])
+    assert np.all(np.isfinite(res.history["change_M"]))

@@ -61,6 +61,15 @@ class CouplingMap(Protocol):
     def project(self, z: Array) -> Array: ...
 
 
+class Fallback(Protocol):
+    """Continues a single stagnating solve from the coupling state z of the iterate (U, M),
+    with the best response ``evaluate(z, guess) -> (F, U, M, state(M), times)``, in at most
+    ``budget`` iterations. Returns an object with U, M (the best certified solution),
+    ``residual`` and ``records`` (one dict per iteration: residual, change_U, change_M, time)."""
+
+    def __call__(self, evaluate: Any, z: Array, U: Array, M: Array, budget: int) -> Any: ...
+
+
 class IterationScheme:
     """Chooses the next coupling state from the current one and its image."""
 
@@ -215,7 +224,8 @@ def make_scheme(iteration: str | IterationScheme | None) -> IterationScheme:
 class History:
     """Per iteration: the fixed-point residual r(z_k) of the iterate, the relative changes of
     U and M, and the wall time of each phase (seconds). In a batch, the largest over the
-    problems that have not yet converged."""
+    problems that have not yet converged. Iterations of a fallback (Newton's method) record
+    the certified residual of their solution and their whole wall time as coupling time."""
 
     residual: list[float] = field(default_factory=list)
     change_U: list[float] = field(default_factory=list)
@@ -260,7 +270,8 @@ def _where(mask: Array, a: Array, b: Array, xp: Any, batched: bool) -> Array:
 def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Array,
                 U_T: Array, nt: int, backend: Backend, scheme: IterationScheme, tol: float,
                 max_iter: int, progress: Any = None, batched: bool = False,
-                M_init: Array | None = None, U_init: Array | None = None) -> FixedPointResult:
+                M_init: Array | None = None, U_init: Array | None = None,
+                fallback: Fallback | None = None, stall: int = 25) -> FixedPointResult:
     """Iterate z ← scheme(z, Φ(z)) until the returned densities have residual ≤ ``tol``.
 
     The first state is that of agents who do not move (m(t) = m0), or ``M_init``/``U_init``
@@ -270,6 +281,12 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     certified iterate per problem; a problem that does not converge in ``max_iter`` gets the
     best iterate found, its residual computed by one more evaluation, ``converged=False``
     and a :class:`~mfgwork.ConvergenceWarning`.
+
+    ``fallback`` (single problems only; e.g. Newton's method on a potential, see
+    :mod:`mfgwork.numerics.potential`): when the scheme stagnates (the residual of the best
+    iterate has not halved in ``stall`` iterations) or ``max_iter − 1`` iterations pass, the
+    fallback continues from the best iterate with the remaining iterations, and the better
+    certified solution of the two is returned.
     """
     xp = backend.xp
     scheme.reset(batched)
@@ -280,12 +297,14 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     n_problems = z.shape[0] if batched else 1
     inf = xp.full((n_problems,), math.inf, dtype=z.dtype, device=_device(z))
     best = {"res": inf, "U": None, "M": None}      # smallest certified residual
-    fallback = {"res": inf, "U": None, "M": None}  # smallest iterate residual (uncertified)
+    lowest = {"res": inf, "U": None, "M": None}  # smallest iterate residual (uncertified)
     trigger = xp.full((n_problems,), tol, dtype=z.dtype, device=_device(z))
     picard = xp.zeros((n_problems,), dtype=xp.bool, device=_device(z))
     done_at = np.zeros(n_problems, dtype=np.int64)
     prev: tuple[Array, Array, Array] | None = None
     evaluate = _evaluator(coupling, hjb, fp, U_T, m0, backend)
+    use_fallback = fallback is not None and not batched
+    stalled, reference, since = False, math.inf, 0
     for k in range(1, max_iter + 1):
         t0 = backend.timer()
         F, U_new, M_new, gz, (t1, t2, t3) = evaluate(z, U)
@@ -298,7 +317,7 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
             trigger = xp.where(picard & (cert > tol),
                                xp.minimum(trigger, 0.5 * tol / amplification), trigger)
             _keep(best, better, cert, prev[0], prev[1], xp, batched)
-        _keep(fallback, res < fallback["res"], res, U_new, M_new, xp, batched)
+        _keep(lowest, res < lowest["res"], res, U_new, M_new, xp, batched)
         changes = xp.stack([relative_residual(U_new, U if U is not None else 0.0 * U_new, xp,
                                               batched),
                             relative_residual(M_new, M, xp, batched), res, best["res"]])
@@ -319,6 +338,16 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
             progress.update(1)
             progress.set_postfix(residual=f"{history.residual[-1]:.2e}", refresh=False)
         finished = bool(done.all())
+        if use_fallback and not finished:
+            since = 0 if changes[2][0] < 0.5 * reference else since + 1
+            reference = changes[2][0] if since == 0 else reference
+            stalled = since >= stall
+        if stalled:
+            U, M = U_new, M_new
+            history.time_hjb.append(t2 - t1)
+            history.time_fp.append(t3 - t2)
+            history.time_coupling.append((t1 - t0) + (backend.timer() - t3))
+            break
         if not finished:
             frozen = xp.asarray(done, device=_device(z))
             picard = (res <= trigger) & ~frozen
@@ -327,8 +356,8 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
             prev = (U_new, M_new, res)
             if k == max_iter - 1:  # the last evaluation certifies the best iterate found
                 picard = ~frozen
-                z_next = coupling.state(fallback["M"])
-                prev = (fallback["U"], fallback["M"], fallback["res"])
+                z_next = coupling.state(lowest["M"])
+                prev = (lowest["U"], lowest["M"], lowest["res"])
             z = _where(frozen, z, z_next, xp, batched)
         U, M = U_new, M_new
         t4 = backend.timer()
@@ -338,8 +367,12 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
         if finished:
             break
     residual = changes[3]
-    if not np.all(np.isfinite(residual)):  # max_iter = 1: nothing certified yet
-        residual = _certify_fallback(best, fallback, evaluate, coupling, xp, batched)
+    if stalled:
+        residual = _continue(fallback, best, lowest, evaluate, coupling, history,
+                             max_iter - k, progress)
+        k = len(history.residual)
+    elif not np.all(np.isfinite(residual)):  # max_iter = 1: nothing certified yet
+        residual = _certify_fallback(best, lowest, evaluate, coupling, xp, batched)
     converged = residual <= tol
     done_at[done_at == 0] = k
     if not converged.all():
@@ -375,12 +408,38 @@ def _keep(slot: dict, mask: Array, res: Array, U: Array, M: Array, xp: Any,
     slot["M"] = M if slot["M"] is None else _where(mask, M, slot["M"], xp, batched)
 
 
-def _certify_fallback(best: dict, fallback: dict, evaluate: Any, coupling: CouplingMap,
+def _certify_fallback(best: dict, lowest: dict, evaluate: Any, coupling: CouplingMap,
                       xp: Any, batched: bool) -> np.ndarray:
     """One more evaluation gives the residual of the best uncertified iterate; per problem,
     the better of it and the best certified one is kept. Returns the residuals (host)."""
-    z = coupling.state(fallback["M"])
-    gz = evaluate(z, fallback["U"])[3]
+    z = coupling.state(lowest["M"])
+    gz = evaluate(z, lowest["U"])[3]
     cert = relative_residual(gz, z, xp, batched)
-    _keep(best, cert < best["res"], cert, fallback["U"], fallback["M"], xp, batched)
+    _keep(best, cert < best["res"], cert, lowest["U"], lowest["M"], xp, batched)
     return to_numpy(best["res"])
+
+
+def _continue(fallback: Fallback, best: dict, lowest: dict, evaluate: Any,
+              coupling: CouplingMap, history: History, budget: int, progress: Any
+              ) -> np.ndarray:
+    """Run ``fallback`` from the lowest-residual iterate with ``budget`` iterations, record its
+    steps in ``history`` (the whole step time as coupling time), and keep the better certified
+    solution. Returns the residual (host, shape (1,))."""
+    if budget < 1:
+        return to_numpy(best["res"])
+    out = fallback(evaluate, coupling.state(lowest["M"]), lowest["U"], lowest["M"], budget)
+    for step in out.records:
+        history.residual.append(step["residual"])
+        history.change_U.append(step["change_U"])
+        history.change_M.append(step["change_M"])
+        history.time_hjb.append(0.0)
+        history.time_fp.append(0.0)
+        history.time_coupling.append(step["time"])
+        if progress is not None:
+            progress.update(1)
+            progress.set_postfix(residual=f"{step['residual']:.2e}", refresh=False)
+    held = float(to_numpy(best["res"])[0])
+    if out.residual < held:
+        best.update(U=out.U, M=out.M)
+        return np.array([out.residual])
+    return np.array([held])

@@ -166,6 +166,11 @@ class Coupling:
     def project(self, z: Any) -> Any:
         return z
 
+    def potential(self) -> ScalarPotential | None:
+        """The potential structure of the game, if it declares one (None: the generic
+        Picard/Anderson iteration only)."""
+        return None
+
     @classmethod
     def stacked(cls, couplings: list[Coupling], backend: Backend) -> Coupling:
         """Couplings of this type side by side along a leading batch axis (overridden where
@@ -179,6 +184,19 @@ def batch_coupling(couplings: list[Coupling], backend: Backend) -> Coupling:
     if len(kinds) == 1:
         return kinds.pop().stacked(couplings, backend)
     return BatchCoupling(couplings, backend)
+
+
+@dataclass(frozen=True)
+class ScalarPotential:
+    """A monotone scalar coupling with a potential (NumPy float64 functions, elementwise).
+
+    The running cost is F^n = −y_n χ for the price path y = P(z) of the observed path
+    z_n = Σ_i χ_i μ_i^{n+1} (μ = w m), P decreasing: ``price_slope`` is P'(z) ≤ 0. Such a
+    game has a convex potential, and its equilibrium is found by Newton's method (see
+    :mod:`mfgwork.numerics.potential`)."""
+
+    chi: np.ndarray
+    price_slope: ArrayFn
 
 
 class DensityCoupling(Coupling):

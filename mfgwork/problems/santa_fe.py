@@ -21,7 +21,7 @@ import numpy as np
 from ..core.backend import Backend
 from ..core.errors import ParameterError, check_real
 from ..core.grid import Grid
-from .base import Coupling, MFGProblem
+from .base import Coupling, MFGProblem, ScalarPotential
 
 DEFAULTS = {"threshold": 0.6, "sigma": 0.5, "T": 10.0, "theta_max": 5.0, "good": 10.0,
             "bad": -5.0, "eps": 0.05}
@@ -146,6 +146,7 @@ class AttendanceCoupling(Coupling):
 
     def __init__(self, problem: SantaFeBar, grid: Grid, backend: Backend) -> None:
         self.problem, self.backend = problem, backend
+        self.chi_np = attendance_weights(grid)[0]
         self.chi, self.attendance_weights = map(backend.asarray, attendance_weights(grid))
 
     def state(self, M: Any) -> Any:
@@ -156,6 +157,17 @@ class AttendanceCoupling(Coupling):
 
     def project(self, z: Any) -> Any:
         return self.backend.xp.clip(z, 0.0, 1.0)
+
+    def potential(self) -> ScalarPotential:
+        """Santa Fe is a potential game with price y = F(A), F'(A) = −(G − B) s'(x)/ε for
+        x = (A − A*)/ε, s'(x) = e^(−|x|)/(1 + e^(−|x|))² (no overflow where F saturates)."""
+        p = self.problem
+
+        def price_slope(A: np.ndarray) -> np.ndarray:
+            e = np.exp(-np.abs((A - p.threshold) / p.eps))
+            return -(p.good - p.bad) / p.eps * e / (1.0 + e) ** 2
+
+        return ScalarPotential(chi=self.chi_np, price_slope=price_slope)
 
     @classmethod
     def stacked(cls, couplings: list[Coupling], backend: Backend) -> Coupling:
