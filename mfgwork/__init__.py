@@ -26,6 +26,7 @@ from .numerics.particles import ParticleFP
 from .problems import HopfColeProblem, MFGProblem, SantaFeBar
 from .results import Result, load, save_run
 from .solve import solve, solve_batch
+from .workflows.scan import open_scan, scan
 from .workflows.sweeps import SweepIndex, load_sweep, sweep
 
 __version__ = "0.1.0"
@@ -35,7 +36,7 @@ __all__ = [
     "HopfColeProblem", "MFGProblem", "ParameterError", "Relaxation", "Result", "SantaFeBar",
     "SolverError", "available_backends", "available_devices", "device_info", "from_numpy",
     "get_backend", "load", "mps_emulation", "save_run", "solve", "solve_batch", "to_numpy",
-    "SweepIndex", "load_sweep", "sweep", "ParticleFP",
+    "SweepIndex", "load_sweep", "sweep", "ParticleFP", "open_scan", "scan",
 ]
 
 
