@@ -392,7 +392,8 @@ def _attributes(plan: ScanPlan, first: MFGProblem, be: Backend) -> dict[str, Any
     opts = plan.options
     attrs: dict[str, Any] = {"title": f"parameter scan of {fixed.get('problem', 'a problem')}",
                              "scanned": ", ".join(plan.spec.varying),
-                             "problem_factory": _name(plan.factory)}
+                             "problem_factory": _name(plan.factory),
+                             "state_name": first.state_name}
     attrs |= {k: _attr(v) for k, v in fixed.items()}
     attrs |= {"nx": opts["nx"], "nt": opts["nt"], "tol": opts["tol"],
               "max_iter": opts["max_iter"], "method": "fdm", "backend": be.name,
