@@ -292,3 +292,25 @@ def test_command_line(tmp_path, capsys):
     assert cli([*args[:6], str(tmp_path / "other.zarr")]) == 2
     assert "duplicate key 'sigma'" in capsys.readouterr().err
     assert not (tmp_path / "other.zarr").exists()
+
+
+def test_notebook_writes_its_figures_and_table(tmp_path):
+    import json
+
+    from mfgwork.workflows import runs
+
+    notebook = Path(__file__).resolve().parents[1] / "notebooks" / "05_parameter_scan.ipynb"
+    out = runs.run_notebook(notebook, {"n_threshold": 3, "n_sigma": 2, "nx": 21, "nt": 20,
+                                       "device": "cpu", "slice_sigma": 0.3}, tmp_path / "run")
+    assert {p.stem for p in (out / "figures").glob("*.png")} == {
+        "scan_heatmaps", "attendance_slice", "density_point"}
+    rows = json.loads((out / "points.json").read_text())
+    assert [(r["threshold"], r["sigma"]) for r in rows] == [
+        (a, s) for a in (0.3, 0.6, 0.9) for s in (0.3, 1.0)]
+    assert {r["status"] for r in rows} == {"converged"}
+    row = next(r for r in rows if r["threshold"] == 0.6 and r["sigma"] == 1.0)
+    ref = mw.solve(mw.SantaFeBar(threshold=0.6, sigma=1.0), nx=21, nt=20, tol=1e-8,
+                   max_iter=300, progress=False)
+    assert row["mean_attendance"] == pytest.approx(ref.summary["mean_attendance"], abs=1e-12)
+    assert row["iterations"] == ref.iterations
+
