@@ -240,8 +240,11 @@ def test_dask_cluster_writes_the_same_scan(in_memory, tmp_path):
         ds = mw.scan(mw.SantaFeBar, GRID, fixed={"T": 5.0}, device="cpu", progress=False,
                      store=tmp_path / "dask.zarr", chunk_size=2,
                      scheduler=cluster.scheduler_address, **SOLVE)
+        back = mw.scan(mw.SantaFeBar, GRID, fixed={"T": 5.0}, device="cpu", progress=False,
+                       chunk_size=4, scheduler=cluster.scheduler_address, **SOLVE)
     xr.testing.assert_equal(ds.drop_vars("wall_time").load(),
                             in_memory.drop_vars("wall_time"))
+    xr.testing.assert_equal(back.drop_vars("wall_time"), in_memory.drop_vars("wall_time"))
     assert _leftovers(tmp_path) == []
 
 

@@ -452,9 +452,13 @@ def _executor(scheduler: str | None, dask: bool, workers: int | None
             client = stack.enter_context(Client(scheduler))
 
         def run(tasks: list[Task]) -> Iterator[dict[str, Any]]:
-            futures = [client.submit(solve_block, t, pure=False) for t in tasks]
-            for future in as_completed(futures):
-                yield future.result()
+            futures = {client.submit(solve_block, t, pure=False): t for t in tasks}
+            for future in as_completed(list(futures)):
+                try:
+                    yield future.result()
+                except Exception as exc:  # noqa: BLE001 - a lost worker must not stop the scan
+                    yield {"region": futures[future].region, "statuses": [], "arrays": None,
+                           "lost": f"{type(exc).__name__}: {exc}"}
 
         yield run
 
@@ -485,6 +489,8 @@ def scan(problem: Callable[..., MFGProblem] | str, grid: str | os.PathLike | Map
     """
     options = {"nx": nx, "nt": nt, "tol": tol, "max_iter": max_iter, "dtype": dtype,
                "backend": backend, "iteration": iteration}
+    if workers is not None:
+        workers = check_int("workers", workers, low=1)
     plan = make_plan(problem, grid, fixed, options, keep)
     be = placement(device, backend, dtype)
     layout = make_layout(plan, be)
@@ -514,9 +520,13 @@ def _run(tasks: list[Task], scheduler: str | None, dask: bool, workers: int | No
     if not tasks:
         return
     counts = {s: 0 for s in ("converged", "not_converged", "failed")}
+    lost: list[str] = []
     with tqdm(total=total, initial=initial, desc="scan", unit="point",
               disable=not progress) as bar, _executor(scheduler, dask, workers) as run:
         for out in run(tasks):
+            if "lost" in out:
+                lost.append(out["lost"])
+                continue
             if out["arrays"] is not None:
                 for name, value in out["arrays"].items():
                     dataset[name].values[out["region"]] = value
@@ -524,6 +534,10 @@ def _run(tasks: list[Task], scheduler: str | None, dask: bool, workers: int | No
                 counts[status] += 1
             bar.set_postfix(counts, refresh=False)
             bar.update(len(out["statuses"]))
+    if lost:
+        warnings.warn(f"{len(lost)} block(s) of the scan were lost on their Dask workers "
+                      f"(first: {lost[0]}); their points stay pending: run the same scan "
+                      "again to solve them", RuntimeWarning, stacklevel=3)
 
 
 def split_parameters(problem: Callable[..., MFGProblem] | str, parameters: Mapping[str, Any]
