@@ -83,6 +83,8 @@ def test_zipped_axis_keep_and_generic_factory():
                  "sigma"]]}, keep=("M",), nx=21, nt=10, tol=1e-9, device="cpu",
                  progress=False)
     assert ds.M.dims == ("strength", "t", "x") and "U" not in ds
+    with pytest.raises(mw.ParameterError, match="cannot be built.*strength"):
+        mw.scan(crowd, {"sigma": [0.4]}, nx=21, nt=10, device="cpu", progress=False)
     assert list(ds.sigma.values) == [0.4, 0.6] and ds.sigma.dims == ("strength",)
     ref = mw.solve(crowd(1.0, 0.6), nx=21, nt=10, tol=1e-9, progress=False)
     assert np.max(np.abs(ds.M.sel(strength=1.0).values - ref.M)) <= 1e-10

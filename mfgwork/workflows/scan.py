@@ -108,6 +108,9 @@ class ScanPlan:
             problem = self.factory(**params)
         except ParameterError as exc:
             raise ParameterError(f"the point {params} is invalid: {exc}") from None
+        except TypeError as exc:  # e.g. a parameter without a default left out of the grid
+            raise ParameterError(f"problem={_name(self.factory)} cannot be built from "
+                                 f"{params}: {exc}") from None
         if not isinstance(problem, MFGProblem):
             raise ParameterError(f"problem={_name(self.factory)} returned {problem!r}: must "
                                  "return an mfgwork.MFGProblem")
