@@ -310,7 +310,7 @@ def _solve_points(problems: list[MFGProblem], be: Backend, opts: Mapping[str, An
             pass
         else:
             share = (time.perf_counter() - started) / len(problems)
-            return [_outcome(p, r, share, opts) for p, r in zip(problems, results, strict=True)]
+            return [_outcome(r, share, opts) for r in results]
     return [_solve_one(p, kw, opts) for p in problems]
 
 
@@ -328,7 +328,7 @@ def _solve_one(problem: MFGProblem, kw: dict[str, Any], opts: Mapping[str, Any]
                 "wall_time": time.perf_counter() - started,
                 "device": kw["backend"].device,
                 "message": _clip(f"{type(exc).__name__}: {exc}")}
-    return _outcome(problem, result, time.perf_counter() - started, opts)
+    return _outcome(result, time.perf_counter() - started, opts)
 
 
 def final_residual(result: Result) -> float:
@@ -339,8 +339,8 @@ def final_residual(result: Result) -> float:
     return float(value)
 
 
-def _outcome(problem: MFGProblem, result: Result, wall_time: float,
-             opts: Mapping[str, Any]) -> dict[str, Any]:
+def _outcome(result: Result, wall_time: float, opts: Mapping[str, Any]) -> dict[str, Any]:
+    """A solved point's entries: fields, observables, summaries and metrics (NumPy)."""
     residual = final_residual(result)
     status = "converged" if result.converged else "not_converged"
     message = "" if result.converged else _clip(
@@ -364,11 +364,9 @@ def _clip(text: str) -> str:
 def make_layout(plan: ScanPlan, be: Backend) -> Layout:
     """Dimensions, coordinates, variables and attributes of the plan's Dataset. Observable
     names come from the problem itself, on its initial density."""
-    from ..core.backend import get_backend as numpy_backend
-
     first = plan.problem((0,) * len(plan.shape))
     grid = first.grid(plan.options["nx"], plan.options["nt"])
-    host = numpy_backend("numpy")
+    host = get_backend("numpy")
     m0 = to_numpy(first.initial_density(grid, host))
     paths = first.observables(grid, np.stack([m0] * (grid.nt + 1)), host)
     scalars = first.summary(grid, paths)
@@ -391,7 +389,7 @@ def _attributes(plan: ScanPlan, first: MFGProblem, be: Backend) -> dict[str, Any
     """Flat attributes (str, int, float): fixed problem parameters, solver settings,
     provenance."""
     scanned = set(plan.spec.varying)
-    fixed = {k: v for k, v in first.params().items() if k not in scanned}
+    fixed = {k: v for k, v in first.params().items() if k not in scanned} | plan.spec.fixed
     opts = plan.options
     attrs: dict[str, Any] = {"title": f"parameter scan of {fixed.get('problem', 'a problem')}",
                              "scanned": ", ".join(plan.spec.varying),
