@@ -35,6 +35,7 @@ import numpy as np
 
 import mfgwork as mw
 from mfgwork.workflows import scan as scan_module
+from mfgwork.workflows.scan_solve import solve_points
 from mfgwork.workflows.scan_store import block_shape, blocks, region_points
 
 
@@ -47,7 +48,7 @@ def solve_only(plan: scan_module.ScanPlan, be: mw.Backend, chunk: int) -> float:
     started = time.perf_counter()
     for region in blocks(plan.shape, block_shape(plan.shape, chunk)):
         problems = [plan.problem(i) for i in region_points(region)]
-        scan_module._solve_points(problems, be, plan.options)
+        solve_points(problems, be, plan.options)
     be.synchronize()
     return time.perf_counter() - started
 
