@@ -59,12 +59,12 @@ from .scan_plan import (
     resolve_problem,
     split_parameters,
 )
-from .scan_solve import Task, final_residual, placement, points_per_block, solve_block
+from .scan_solve import Task, placement, points_per_block, solve_block
 from .scan_store import METRICS, Layout, ScanStore, block_shape, blocks, store_lock
 
-__all__ = ["FIELDS", "PROBLEMS", "SOLVE_OPTIONS", "ScanPlan", "describe", "final_residual",
-           "make_layout", "make_plan", "open_scan", "placement", "points_per_block",
-           "resolve_problem", "scan", "solve_block", "split_parameters", "to_netcdf"]
+__all__ = ["FIELDS", "PROBLEMS", "SOLVE_OPTIONS", "ScanPlan", "describe", "make_layout",
+           "make_plan", "open_scan", "placement", "points_per_block", "resolve_problem", "scan",
+           "solve_block", "split_parameters", "to_netcdf"]
 
 
 # -- the Dataset's layout ----------------------------------------------------------------------

@@ -148,17 +148,9 @@ def _solve_one(problem: MFGProblem, kw: dict[str, Any], opts: Mapping[str, Any]
     return _outcome(result, time.perf_counter() - started, opts)
 
 
-def final_residual(result: Result) -> float:
-    """The final relative fixed-point residual of a solve."""
-    value = getattr(result, "residual", None)
-    if value is None:
-        value = result.history["residual"][-1]
-    return float(value)
-
-
 def _outcome(result: Result, wall_time: float, opts: Mapping[str, Any]) -> dict[str, Any]:
     """A solved point's entries: fields, observables, summaries and metrics (NumPy)."""
-    residual = final_residual(result)
+    residual = np.nan if result.residual is None else float(result.residual)
     status = "converged" if result.converged else "not_converged"
     message = "" if result.converged else _clip(
         f"did not reach tol={opts['tol']:g} in max_iter={opts['max_iter']} iterations "

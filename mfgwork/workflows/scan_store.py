@@ -48,7 +48,7 @@ ATTRS = {
     "converged": {"long_name": "the Picard iteration reached tol"},
     "status": {"long_name": "converged, not_converged, failed, or pending until solved"},
     "iterations": {"long_name": "Picard iterations"},
-    "residual": {"long_name": "final relative fixed-point residual"},
+    "residual": {"long_name": "relative fixed-point residual of the solution"},
     "mass_error": {"long_name": "max_t |∫ m(t) dx − 1|"},
     "wall_time": {"long_name": "solve time per point (a batch's, shared among its points)",
                   "units": "s"},
