@@ -35,6 +35,7 @@ from .placement import Placement, crossover_table, placement
 from .problems import HopfColeProblem, MFGProblem, SantaFeBar, TwoStateElFarol
 from .results import Result, load, save_run
 from .solve import solve, solve_batch
+from .workflows.scan import open_scan, scan
 from .workflows.sweeps import SweepIndex, load_sweep, sweep
 
 __version__ = "0.1.0"
@@ -47,7 +48,7 @@ __all__ = [
     "get_backend", "load", "mps_emulation", "save_run", "solve", "solve_batch", "to_numpy",
     "SweepIndex", "load_sweep", "sweep", "ParticleFP", "NPlayerResult", "n_player",
     "n_player_study", "TwoStateElFarol", "TwoStateResult", "solve_two_state", "time_to_level",
-    "Placement", "crossover_table", "placement",
+    "Placement", "crossover_table", "placement", "open_scan", "scan",
 ]
 
 

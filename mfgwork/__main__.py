@@ -1,4 +1,4 @@
-"""Command line: ``python -m mfgwork {doctor,run,sweep} ...``."""
+"""Command line: ``python -m mfgwork {doctor,run,sweep,scan} ...``."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.set_defaults(func=_doctor)
     _add_run(sub)
     _add_sweep(sub)
+    _add_scan(sub)
     return parser
 
 
@@ -88,6 +89,59 @@ def _sweep(args: argparse.Namespace) -> int:
         return 2
     print(describe(index))
     return 0 if index.counts()["done"] == len(index) else 1
+
+
+def _add_scan(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("scan", help="solve a problem over a parameter grid into an xarray "
+                                     "dataset (zarr store, resumable)",
+                       epilog="Rerun the same command to resume. Exit status: 0 when every "
+                              "point converged, 1 when some failed or did not converge, 2 for "
+                              "bad input (nothing was solved).")
+    p.add_argument("--problem", required=True,
+                   help="a problem name (santa_fe) or module:callable (a problem factory)")
+    p.add_argument("--grid", required=True, metavar="SPEC",
+                   help="YAML/JSON grid: lists, {linspace: [a, b, n]}, {range: [a, b, step]}")
+    p.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
+                   metavar=("NAME", "VALUE"),
+                   help="a problem parameter fixed for every point, or a solver option "
+                        "(nx, nt, tol, max_iter, dtype, backend, iteration)")
+    p.add_argument("-o", "--store", required=True, help="the zarr store (a folder)")
+    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda or mps")
+    p.add_argument("--keep", default="M,U", help="fields to store: M,U (default), M or none")
+    p.add_argument("--chunk-size", type=int, default=None,
+                   help="points per block (default: sized to the device's memory)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="solve blocks on this Dask distributed scheduler (shared file system)")
+    p.add_argument("--dask", action="store_true",
+                   help="solve blocks on a Dask LocalCluster started for this scan")
+    p.add_argument("--workers", type=int, default=None, help="LocalCluster workers (--dask)")
+    p.add_argument("--netcdf", default=None, metavar="FILE",
+                   help="also export the finished scan as NetCDF-4")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_scan)
+
+
+def _scan(args: argparse.Namespace) -> int:
+    from .core.errors import BackendError, ParameterError
+    from .workflows.runs import parse_value
+    from .workflows.scan import describe, scan, split_parameters, to_netcdf
+
+    keep = () if args.keep.strip().lower() == "none" else \
+        tuple(k.strip() for k in args.keep.split(",") if k.strip())
+    try:
+        fixed, options = split_parameters(
+            args.problem, {name: parse_value(value) for name, value in args.parameter})
+        ds = scan(args.problem, args.grid, fixed=fixed, **options, device=args.device,
+                  keep=keep, store=args.store, chunk_size=args.chunk_size,
+                  scheduler=args.scheduler, dask=args.dask, workers=args.workers,
+                  progress=not args.no_progress)
+    except (ParameterError, BackendError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(describe(ds, args.store))
+    if args.netcdf:
+        print(f"netcdf: {to_netcdf(ds, args.netcdf)}")
+    return 0 if bool((ds["status"] == "converged").all()) else 1
 
 
 def main(argv: list[str] | None = None) -> int:

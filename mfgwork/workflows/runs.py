@@ -28,6 +28,7 @@ from typing import Any
 from ..core import storage
 from ..core.backend import get_backend
 from ..core.errors import LoadError, ParameterError, check_choice, check_int, check_real
+from .specs import coerce_parameter
 
 FAILED_SUFFIX = ".failed.ipynb"
 _EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
@@ -70,39 +71,24 @@ def check_parameters(notebook: str | os.PathLike, parameters: Mapping[str, Any]
     """Check names and types of ``parameters`` against the notebook's defaults.
 
     Raises :class:`~mfgwork.core.errors.ParameterError` for an unknown name (listing the
-    notebook's parameters) or a value whose type differs from the default's (an int is
-    accepted for a float; a None default accepts anything). Returns the parameters.
+    notebook's parameters) or a value whose type differs from the default's
+    (:func:`~mfgwork.workflows.specs.coerce_parameter`: an int is accepted for a float, an
+    integral float for an int; a None default accepts anything). Returns the parameters,
+    converted by that rule.
     """
     return _check(notebook_parameters(notebook), parameters, Path(notebook).name)
 
 
 def _check(defaults: dict[str, Any], parameters: Mapping[str, Any], notebook: str
            ) -> dict[str, Any]:
+    out = {}
     for name, value in parameters.items():
         if name not in defaults:
             listing = ", ".join(f"{k}={v!r}" for k, v in defaults.items())
             raise ParameterError(f"parameter {name!r} is unknown to {notebook}: its "
                                  f"parameters are {listing}")
-        default = defaults[name]
-        if not _same_type(value, default):
-            raise ParameterError(f"{name}={value!r} ({type(value).__name__}) is invalid: "
-                                 f"{notebook} expects {_article(type(default).__name__)} "
-                                 f"like its default {default!r}")
-    return dict(parameters)
-
-
-def _article(word: str) -> str:
-    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
-
-
-def _same_type(value: Any, default: Any) -> bool:
-    if default is None:
-        return True
-    if isinstance(default, bool) or isinstance(value, bool):
-        return type(value) is type(default)
-    if isinstance(default, float):
-        return isinstance(value, int | float)
-    return isinstance(value, type(default))
+        out[name] = coerce_parameter(name, value, defaults[name], notebook)
+    return out
 
 
 def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | None,

@@ -1,7 +1,7 @@
-"""Sweep specifications: parse, check against a notebook's parameters, expand, name runs.
+"""Parameter-grid specifications for sweeps and scans: parse, check, expand, name points.
 
-A spec is a YAML or JSON mapping (read with ``yaml.safe_load``) from notebook parameter
-names to values::
+A spec is a YAML or JSON mapping (read by a safe YAML loader that refuses duplicate keys)
+from parameter names (a notebook's for sweeps, a problem's for scans) to values::
 
     threshold: {linspace: [0.3, 0.9, 13]}   # 13 evenly spaced values, both ends included
     sigma: [0.3, 0.5, 0.8]                  # an explicit list
@@ -13,17 +13,22 @@ The runs are the cartesian product of the axes, in the order they appear, where 
 ``zip`` group counts as one axis whose lists must have equal lengths. A run is named by
 the SHA-256 of its full parameter set (sorted JSON) behind a readable slug of the values
 that vary, so the same parameters always map to the same run folder.
+
+:func:`coerce_parameter` is the one type rule for parameters given against defaults
+(notebook runs, sweeps and scans): the value must have the default's type, except that an
+int is accepted (and converted) for a float and an integral float for an int.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import itertools
 import json
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +42,7 @@ Scalar = str | int | float | bool | None
 
 
 class SpecError(ParameterError):
-    """A sweep specification is malformed or does not fit the notebook."""
+    """A grid specification is malformed or does not fit the notebook or problem."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +98,7 @@ def read_spec(source: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
             raise SpecError(f"grid spec file {str(path)!r} does not exist")
         text, where = path.read_text(), f"grid spec {str(path)!r}"
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
         raise SpecError(f"{where} is not valid YAML/JSON: {exc}") from None
     if not isinstance(raw, dict) or not raw:
@@ -102,13 +107,39 @@ def read_spec(source: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
     return raw
 
 
+def _unique_key_loader() -> type:
+    """A ``yaml.SafeLoader`` that refuses a mapping with the same key twice (JSON too, which
+    it reads as YAML): the plain loader would keep the last value silently."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if isinstance(key, list | dict):  # unhashable: the base class reports it
+                    continue
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"found duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
 def parse_spec(source: str | os.PathLike | Mapping[str, Any],
                fixed: Mapping[str, Any] | None = None,
-               notebook_parameters: Mapping[str, Any] | None = None) -> SweepSpec:
+               declared: Mapping[str, Any] | None = None, *,
+               reserved: Iterable[str] = RESERVED, owner: str = "the notebook") -> SweepSpec:
     """Parse ``source`` into a :class:`SweepSpec`; ``fixed`` adds parameters shared by every
-    run (``-p NAME VALUE``). With ``notebook_parameters`` (name -> default, as from
-    :func:`mfgwork.workflows.runs.notebook_parameters`), names must exist in the notebook and values
-    must fit the type of its defaults."""
+    point (``-p NAME VALUE``). With ``declared`` (name -> default: a notebook's, from
+    :func:`mfgwork.workflows.runs.notebook_parameters`, or a problem's, from
+    :func:`signature_parameters`), names must be declared and values must fit the type of
+    the defaults (:func:`coerce_parameter`). ``reserved`` names are set per point by the
+    caller and refused; ``owner`` names the declaring side in messages."""
+    reserved = tuple(reserved)
     raw = read_spec(source)
     zips = _zip_groups(raw.pop("zip", None), raw)
     fixed = dict(fixed or {})
@@ -119,17 +150,18 @@ def parse_spec(source: str | os.PathLike | Mapping[str, Any],
     for name, _ in items:
         if not isinstance(name, str):
             raise SpecError(f"parameter name {name!r} must be a string")
-        if name in RESERVED:
+        if name in reserved:
             raise SpecError(f"parameter {name!r} is set by the sweep for each run; "
                             f"remove it from the spec")
-    if notebook_parameters is not None:
-        unknown = [n for n, _ in items if n not in notebook_parameters]
+    if declared is not None:
+        unknown = [n for n, _ in items if n not in declared]
         if unknown:
-            raise SpecError(f"unknown parameter(s) {', '.join(map(repr, unknown))}: the notebook "
-                            f"has {', '.join(sorted(set(notebook_parameters) - set(RESERVED)))}")
-    defaults = {n: (notebook_parameters or {}).get(n, ...) for n, _ in items}
-    lists = {n: [_coerce(n, v, defaults[n]) for v in _values(n, spec)] for n, spec in raw.items()}
-    consts = {n: _coerce(n, _scalar(n, v), defaults[n]) for n, v in fixed.items()}
+            raise SpecError(f"unknown parameter(s) {', '.join(map(repr, unknown))}: {owner} "
+                            f"has {', '.join(sorted(set(declared) - set(reserved)))}")
+    defaults = {n: (declared or {}).get(n, ...) for n, _ in items}
+    lists = {n: [_coerce(n, v, defaults[n], owner) for v in _values(n, spec)]
+             for n, spec in raw.items()}
+    consts = {n: _coerce(n, _scalar(n, v), defaults[n], owner) for n, v in fixed.items()}
     for n in [n for n, v in lists.items() if not isinstance(raw[n], list | dict)]:
         consts[n] = lists.pop(n)[0]                      # a bare scalar in the spec
 
@@ -223,20 +255,62 @@ def _scalar(name: str, v: Any) -> Scalar:
                     f"use numbers, strings, booleans or null")
 
 
-def _coerce(name: str, v: Scalar, default: Any) -> Scalar:
-    """Check ``v`` against the type of the notebook default; ints widen to float where the
-    default is a float, integral floats narrow to int where it is an int."""
-    if default is ... or default is None or v is None:
-        return v
+def _coerce(name: str, v: Scalar, default: Any, owner: str) -> Scalar:
+    try:
+        return coerce_parameter(name, v, default, owner)
+    except ParameterError as exc:
+        raise SpecError(str(exc)) from None
+
+
+# -- the type rule -----------------------------------------------------------------------------
+def coerce_parameter(name: str, value: Any, default: Any, owner: str = "the notebook") -> Any:
+    """``value`` checked against the type of ``default`` (the one rule for runs, sweeps and
+    scans): a float default takes an int or a float (returned as float), an int default an
+    int or an integral float (returned as int), a bool default a bool only; any other default
+    a value of its type. A default of None or ``...`` (none declared) takes anything.
+    Raises :class:`~mfgwork.core.errors.ParameterError` naming the parameter, the value and
+    the type expected."""
+    if default is ... or default is None:
+        return value
     want = type(default)
-    if want is float and _is_number(v):
-        return float(v)
-    if want is int and _is_number(v) and float(v).is_integer():
-        return int(v)
-    if type(v) is want:
-        return v
-    raise SpecError(f"parameter {name!r}: value {v!r} ({type(v).__name__}) does not match the "
-                    f"notebook default {default!r} ({want.__name__})")
+    if want is float and _is_number(value):
+        return float(value)
+    if want is int and _is_number(value) and float(value).is_integer():
+        return int(value)
+    if isinstance(default, bool) or isinstance(value, bool):
+        ok = type(value) is want
+    else:
+        ok = isinstance(value, want)
+    if ok:
+        return value
+    kind = want.__name__
+    raise ParameterError(f"{name}={value!r} ({type(value).__name__}) is invalid: {owner} "
+                         f"expects {'an' if kind[0] in 'aeiou' else 'a'} {kind} like its "
+                         f"default {default!r}")
+
+
+_PROTOTYPES = {float: 0.0, int: 0, bool: False, str: "", "float": 0.0, "int": 0,
+               "bool": False, "str": ""}
+
+
+def signature_parameters(factory: Callable[..., Any]) -> dict[str, Any]:
+    """Name -> default of the keyword parameters of ``factory`` (a problem class: those of
+    its ``__init__``). A parameter without a default is typed by its annotation where that is
+    float, int, bool or str (a value of that type stands for the default), else ``...``."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        raise ParameterError(f"problem={factory!r} is invalid: its parameters cannot be "
+                             "read (it needs a Python signature)") from None
+    out: dict[str, Any] = {}
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
+            continue
+        if p.default is not p.empty:
+            out[p.name] = p.default
+        else:
+            out[p.name] = _PROTOTYPES.get(p.annotation, ...)
+    return out
 
 
 # -- naming ------------------------------------------------------------------------------------

@@ -1,0 +1,144 @@
+"""Cost of a parameter scan: end to end, the machinery's share, and per point against mw.solve.
+
+A Santa Fe scan over ``--side`` thresholds × ``--side`` noise levels (σ), at ``--nx`` ×
+``--nt``, to ``--tol``, written into a zarr store:
+
+1. end to end: ``mw.scan(..., store=...)`` (placement, layout, solve, region writes, the
+   progress bar), after a warm-up scan of two points (library loading, device start-up);
+2. solve only: the same blocks solved by the same calls (``solve_batch`` on torch, the NumPy
+   solver point by point) with nothing written, once before and once after the scan (the
+   faster of the two is kept, so a warm-up the scan paid for is not counted against it);
+   the machinery's overhead is (end to end − solve only) / solve only, and the sum of the
+   per-point ``wall_time`` the scan records gives a second estimate of the solve time from
+   inside the same run;
+3. baseline: a loop of ``mw.solve`` (NumPy, float64, on the CPU) at ``--baseline-points``
+   points of the grid: seconds per point against the scan's, and the largest difference of
+   the attendance A(t) between the two at those points (a check of the scan's values).
+
+    python benchmarks/scan.py --side 8 --nx 101 --nt 101            # here: the CPU
+    python benchmarks/scan.py --device cuda --dtype float32         # 32 x 32 at 201² on a GPU
+
+Prints a table and writes JSON (default benchmarks/results/scan-<device>-<dtype>.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import mfgwork as mw
+from mfgwork.workflows import scan as scan_module
+from mfgwork.workflows.scan_solve import solve_points
+from mfgwork.workflows.scan_store import block_shape, blocks, region_points
+
+
+def grid_spec(side: int) -> dict:
+    return {"threshold": {"linspace": [0.3, 0.9, side]}, "sigma": {"linspace": [0.3, 1.0, side]}}
+
+
+def solve_only(plan: scan_module.ScanPlan, be: mw.Backend, chunk: int) -> float:
+    """The blocks of the scan solved by the same calls, nothing stored."""
+    started = time.perf_counter()
+    for region in blocks(plan.shape, block_shape(plan.shape, chunk)):
+        problems = [plan.problem(i) for i in region_points(region)]
+        solve_points(problems, be, plan.options)
+    be.synchronize()
+    return time.perf_counter() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--side", type=int, default=32, help="points per axis (default 32)")
+    parser.add_argument("--nx", type=int, default=201)
+    parser.add_argument("--nt", type=int, default=201)
+    parser.add_argument("--tol", type=float, default=1e-6)
+    parser.add_argument("--max-iter", type=int, default=400)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default=None)
+    parser.add_argument("--backend", default=None)
+    parser.add_argument("--chunk-size", type=int, default=None)
+    parser.add_argument("--baseline-points", type=int, default=8)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+
+    spec = grid_spec(args.side)
+    opts = {"nx": args.nx, "nt": args.nt, "tol": args.tol, "max_iter": args.max_iter,
+            "dtype": args.dtype, "backend": args.backend}
+    be = scan_module.placement(args.device, args.backend, args.dtype)
+    plan = scan_module.make_plan(mw.SantaFeBar, spec, None, opts, ("M", "U"))
+    n = int(np.prod(plan.shape))
+    chunk = args.chunk_size or scan_module.points_per_block(be, args.nx, args.nt, 2, n)
+    common = {"device": args.device, "chunk_size": chunk, "progress": False} | opts
+
+    with tempfile.TemporaryDirectory(prefix="scan-bench-") as tmp:
+        mw.scan(mw.SantaFeBar, {"threshold": [0.5, 0.7]}, store=Path(tmp) / "warm.zarr",
+                **common)
+        solve_before = solve_only(plan, be, chunk)
+        started = time.perf_counter()
+        ds = mw.scan(mw.SantaFeBar, spec, store=Path(tmp) / "scan.zarr", **common)
+        end_to_end = time.perf_counter() - started
+        ds = ds.load()
+        recorded = float(ds.wall_time.sum())
+        store_bytes = sum(p.stat().st_size for p in Path(tmp, "scan.zarr").rglob("*")
+                          if p.is_file())
+    solve_after = solve_only(plan, be, chunk)
+    solve = min(solve_before, solve_after)
+
+    rng = np.random.default_rng(0)
+    flat = rng.choice(n, size=min(args.baseline_points, n), replace=False)
+    loop, diff = 0.0, 0.0
+    for k in flat:
+        i, j = np.unravel_index(k, plan.shape)
+        problem = plan.problem((i, j))
+        started = time.perf_counter()
+        ref = mw.solve(problem, nx=args.nx, nt=args.nt, tol=max(args.tol, 1e-12),
+                       max_iter=args.max_iter, progress=False)
+        loop += time.perf_counter() - started
+        diff = max(diff, float(np.max(np.abs(ds.attendance.values[i, j] - ref.attendance))))
+    per_point_loop = loop / len(flat)
+
+    status = ds.status.values.astype(str).ravel()
+    rows = [
+        ("points", n), ("grid", f"{args.nx} x {args.nt}"), ("tol", args.tol),
+        ("backend / device / dtype", f"{be.name} / {be.device} / {be.dtype}"),
+        ("points per block", chunk),
+        ("converged / not / failed", "/".join(str(int(np.sum(status == s))) for s in
+                                              ("converged", "not_converged", "failed"))),
+        ("end to end (s)", end_to_end), ("solve only, before / after (s)",
+                                          f"{solve_before:.4g} / {solve_after:.4g}"),
+        ("sum of recorded wall_time (s)", recorded),
+        ("machinery overhead vs solve only", (end_to_end - solve) / solve),
+        ("machinery overhead vs recorded", (end_to_end - recorded) / recorded),
+        ("scan s/point", end_to_end / n),
+        ("mw.solve loop s/point (numpy f64, cpu)", per_point_loop),
+        ("speed-up per point vs the loop", per_point_loop / (end_to_end / n)),
+        ("max |A_scan - A_solve| at sampled points", diff),
+        ("store size (MB)", store_bytes / 1e6),
+    ]
+    width = max(len(r[0]) for r in rows)
+    for name, value in rows:
+        text = f"{value:.4g}" if isinstance(value, float) else str(value)
+        print(f"{name:<{width}}  {text}")
+
+    out = Path(args.out or f"benchmarks/results/scan-{be.device}-{be.dtype}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    device = mw.device_info(be.device)
+    out.write_text(json.dumps({
+        "rows": dict(rows), "args": vars(args), "machine": platform.machine(),
+        "processor": platform.processor(), "cores": os.cpu_count(),
+        "device": {k: device.get(k) for k in ("name", "memory_total")},
+        "load": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "versions": mw.results.provenance()["versions"]}, indent=2, default=str) + "\n")
+    print(f"written: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,294 @@
+"""Parameter scans as labeled xarray Datasets: batched on the device, resumable, on Dask.
+
+``mw.scan(problem, grid, ...)`` solves ``problem`` (a problem class or a factory returning
+an :class:`~mfgwork.MFGProblem`) at every point of ``grid`` (the spec language of sweeps,
+:mod:`mfgwork.workflows.specs`, checked against the problem's signature) and returns an
+``xarray.Dataset`` with one dimension per scanned axis plus ``t`` and ``x``:
+
+- fields ``M`` and ``U`` (scan dims, t, x), unless ``keep`` drops them;
+- the problem's observables over time (scan dims, t) and their summaries (scan dims), from
+  ``MFGProblem.observables`` and ``MFGProblem.summary``;
+- per-point metrics: ``converged``, ``status`` (converged / not_converged / failed),
+  ``iterations``, ``residual`` (final fixed-point residual), ``mass_error``, ``wall_time``,
+  ``device``, ``message`` (why a point failed or did not converge), ``done``;
+- attributes: the problem's fixed parameters, the solver settings and provenance.
+
+Points are solved block by block (:mod:`mfgwork.workflows.scan_store`): a block is one
+:func:`mfgwork.solve_batch` call on the device ``device="auto"`` chooses (CUDA or MPS through
+torch, with a leading batch axis; else the compiled NumPy solver, point by point), sized to
+the device's memory. A block that raises is solved again point by point, so one failing point
+is recorded (status, message) without stopping the scan. With ``store=PATH`` each finished
+block is written into a zarr store (region writes, the ``done`` flag last), a rerun of the
+same call skips finished blocks, and :func:`open_scan` opens the store lazily. With
+``scheduler=ADDRESS`` (or ``dask=True``: a ``LocalCluster``) blocks are solved by Dask
+workers, each on its own device, writing their regions into the shared store.
+
+The pieces: :mod:`~mfgwork.workflows.scan_plan` (the problem, the grid, the options, checked
+before work), :mod:`~mfgwork.workflows.scan_solve` (placement, block size, solving a block),
+:mod:`~mfgwork.workflows.scan_store` (the layout, the zarr store, region writes, resume);
+this module builds the Dataset's layout and runs the blocks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import subprocess
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..core.backend import Backend, get_backend, to_numpy
+from ..core.errors import ParameterError, check_int
+from ..problems import MFGProblem
+from ..results import provenance
+from .scan_plan import (
+    FIELDS,
+    PROBLEMS,
+    SOLVE_OPTIONS,
+    ScanPlan,
+    as_json_value,
+    factory_name,
+    make_plan,
+    resolve_problem,
+    split_parameters,
+)
+from .scan_solve import Task, placement, points_per_block, solve_block
+from .scan_store import METRICS, Layout, ScanStore, block_shape, blocks, store_lock
+
+__all__ = ["FIELDS", "PROBLEMS", "SOLVE_OPTIONS", "ScanPlan", "describe", "make_layout",
+           "make_plan", "open_scan", "placement", "points_per_block", "resolve_problem", "scan",
+           "solve_block", "split_parameters", "to_netcdf"]
+
+
+# -- the Dataset's layout ----------------------------------------------------------------------
+def make_layout(plan: ScanPlan, be: Backend) -> Layout:
+    """Dimensions, coordinates, variables and attributes of the plan's Dataset. Observable
+    names come from the problem itself, on its initial density."""
+    first = plan.problem((0,) * len(plan.shape))
+    grid = first.grid(plan.options["nx"], plan.options["nt"])
+    host = get_backend("numpy")
+    m0 = to_numpy(first.initial_density(grid, host))
+    paths = first.observables(grid, np.stack([m0] * (grid.nt + 1)), host)
+    scalars = first.summary(grid, paths)
+    coords = {}
+    for names, values in plan.spec.axes:
+        for k, name in enumerate(names):
+            coords[name] = (names[0], [v[k] for v in values])
+    field_dtype = "float32" if be.dtype == "float32" else "float64"
+    clash = set(paths) | set(scalars)
+    for name in clash & (set(FIELDS) | set(METRICS) | set(coords) | {"t", "x"}):
+        raise ParameterError(f"the problem's observable {name!r} clashes with a scan "
+                             "variable of the same name")
+    return Layout(dims=plan.dims, shape=plan.shape, coords=coords, t=np.asarray(grid.t),
+                  x=np.asarray(grid.x), fields={k: field_dtype for k in plan.keep},
+                  paths=tuple(paths), scalars=tuple(scalars),
+                  attrs=_attributes(plan, first, be))
+
+
+def _attributes(plan: ScanPlan, first: MFGProblem, be: Backend) -> dict[str, Any]:
+    """Flat attributes (str, int, float): fixed problem parameters, solver settings,
+    provenance."""
+    scanned = set(plan.spec.varying)
+    fixed = {k: v for k, v in first.params().items() if k not in scanned} | plan.spec.fixed
+    opts = plan.options
+    attrs: dict[str, Any] = {"title": f"parameter scan of {fixed.get('problem', 'a problem')}",
+                             "scanned": ", ".join(plan.spec.varying),
+                             "problem_factory": factory_name(plan.factory),
+                             "state_name": first.state_name}
+    attrs |= {k: _attr(v) for k, v in fixed.items()}
+    attrs |= {"nx": opts["nx"], "nt": opts["nt"], "tol": opts["tol"],
+              "max_iter": opts["max_iter"], "method": "fdm", "backend": be.name,
+              "dtype": be.dtype, "iteration": _attr(as_json_value(opts["iteration"]) or "anderson")}
+    prov = provenance()
+    attrs |= {f"version_{k}": _attr(v) for k, v in prov["versions"].items()}
+    attrs |= {"platform": prov["platform"], "machine": prov["machine"],
+              "host": platform.node(), "commit": _commit() or "unknown",
+              "created": datetime.now(UTC).isoformat(timespec="seconds")}
+    return attrs
+
+
+def _attr(v: Any) -> Any:
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, str | int | float):
+        return v
+    return json.dumps(v, sort_keys=True, default=repr)
+
+
+def _commit() -> str | None:
+    """The git commit of the mfgwork checkout, when it is one."""
+    here = Path(__file__).resolve().parent
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"],
+                             capture_output=True, text=True, timeout=5)
+        if out.returncode == 0:
+            dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--",
+                                    str(here.parent)], capture_output=True, text=True,
+                                   timeout=5).stdout.strip()
+            return out.stdout.strip() + ("-dirty" if dirty else "")
+    return None
+
+
+# -- executors ---------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _executor(scheduler: str | None, dask: bool, workers: int | None
+              ) -> Iterator[Callable[[list[Task]], Iterator[dict[str, Any]]]]:
+    """``run(tasks)`` yields each task's outcome as it finishes: in this process, or on Dask
+    workers (``scheduler``, or ``dask=True``: a LocalCluster)."""
+    if scheduler is None and not dask:
+        yield lambda tasks: (solve_block(t) for t in tasks)
+        return
+    try:
+        from distributed import Client, LocalCluster, as_completed
+    except ImportError as exc:
+        raise ParameterError("dask=True or scheduler=... needs dask.distributed: "
+                             "pip install 'mfgwork[dask]'") from exc
+    with contextlib.ExitStack() as stack:
+        if scheduler is None:
+            cluster = stack.enter_context(LocalCluster(
+                n_workers=workers or 1, threads_per_worker=1, processes=True,
+                dashboard_address=None))
+            client = stack.enter_context(Client(cluster))
+        else:
+            client = stack.enter_context(Client(scheduler))
+
+        def run(tasks: list[Task]) -> Iterator[dict[str, Any]]:
+            futures = {client.submit(solve_block, t, pure=False): t for t in tasks}
+            for future in as_completed(list(futures)):
+                try:
+                    yield future.result()
+                except Exception as exc:  # noqa: BLE001 - a lost worker must not stop the scan
+                    yield {"region": futures[future].region, "statuses": [], "arrays": None,
+                           "lost": f"{type(exc).__name__}: {exc}"}
+
+        yield run
+
+
+# -- the front door ----------------------------------------------------------------------------
+def scan(problem: Callable[..., MFGProblem] | str, grid: str | os.PathLike | Mapping[str, Any],
+         *, fixed: Mapping[str, Any] | None = None, nx: int = 201, nt: int = 201,
+         tol: float = 1e-8, max_iter: int = 200, dtype: Any = None, device: str = "auto",
+         backend: str | None = None, iteration: Any = None, keep: Sequence[str] = FIELDS,
+         store: str | os.PathLike | None = None, chunk_size: int | None = None,
+         scheduler: str | None = None, dask: bool = False, workers: int | None = None,
+         progress: bool = True) -> Any:
+    """Solve ``problem`` at every point of ``grid``; return an ``xarray.Dataset``.
+
+    ``problem``: a problem class or factory called with each point's parameters (e.g.
+    ``mw.SantaFeBar``), a name of :data:`PROBLEMS` (``"santa_fe"``) or ``"module:callable"``.
+    ``grid``: a spec mapping, YAML/JSON file or YAML text (lists, ``{linspace: [a, b, n]}``,
+    ``{range: [a, b, step]}``, scalars, ``zip``), checked against the problem's signature;
+    ``fixed``: problem parameters shared by every point. ``nx``, ``nt``, ``tol``,
+    ``max_iter``, ``dtype``, ``iteration``: as for :func:`mfgwork.solve`; ``device``: "auto"
+    (CUDA or MPS through torch, else NumPy on the CPU), "cpu", "cuda", "mps" (``backend``
+    overrides the choice of library). ``keep``: the fields to store (``("M",)`` drops U).
+    ``store``: a zarr path; finished blocks are written as they finish, a rerun resumes, and
+    the returned Dataset is the store opened lazily. ``chunk_size``: points per block
+    (default: sized to the device's memory; a resumed store keeps its own). ``scheduler`` /
+    ``dask``/``workers``: solve blocks on a Dask cluster. Bad names, values and grids raise
+    :class:`~mfgwork.ParameterError` before any solve.
+    """
+    options = {"nx": nx, "nt": nt, "tol": tol, "max_iter": max_iter, "dtype": dtype,
+               "backend": backend, "iteration": iteration}
+    if workers is not None:
+        workers = check_int("workers", workers, low=1)
+    plan = make_plan(problem, grid, fixed, options, keep)
+    be = placement(device, backend, dtype)
+    layout = make_layout(plan, be)
+    n_points = int(np.prod(plan.shape))
+    if chunk_size is None:
+        chunk_size = points_per_block(be, plan.options["nx"], plan.options["nt"],
+                                      len(plan.keep), n_points)
+    block = block_shape(plan.shape, check_int("chunk_size", chunk_size, low=1))
+    if store is None:
+        dataset = layout.dataset()
+        tasks = [Task(plan, r, layout, None, device) for r in blocks(plan.shape, block)]
+        _run(tasks, scheduler, dask, workers, progress, n_points, 0, dataset)
+        return dataset
+    with store_lock(store):
+        target = ScanStore(store, layout, plan.hash(), block)
+        finished = target.finished()
+        tasks = [Task(plan, r, layout, str(target.path), device)
+                 for r in blocks(plan.shape, target.block) if not finished[r].all()]
+        _run(tasks, scheduler, dask, workers, progress, n_points, int(finished.sum()), None)
+    return open_scan(target.path)
+
+
+def _run(tasks: list[Task], scheduler: str | None, dask: bool, workers: int | None,
+         progress: bool, total: int, initial: int, dataset: Any) -> None:
+    from tqdm.auto import tqdm
+
+    if not tasks:
+        return
+    counts = {s: 0 for s in ("converged", "not_converged", "failed")}
+    lost: list[str] = []
+    with tqdm(total=total, initial=initial, desc="scan", unit="point",
+              disable=not progress) as bar, _executor(scheduler, dask, workers) as run:
+        for out in run(tasks):
+            if "lost" in out:
+                lost.append(out["lost"])
+                continue
+            if out["arrays"] is not None:
+                for name, value in out["arrays"].items():
+                    dataset[name].values[out["region"]] = value
+            for status in out["statuses"]:
+                counts[status] += 1
+            bar.set_postfix(counts, refresh=False)
+            bar.update(len(out["statuses"]))
+    if lost:
+        warnings.warn(f"{len(lost)} block(s) of the scan were lost on their Dask workers "
+                      f"(first: {lost[0]}); their points stay pending: run the same scan "
+                      "again to solve them", RuntimeWarning, stacklevel=3)
+
+
+def describe(ds: Any, where: Any = None) -> str:
+    """One line: points per status, and where the scan is."""
+    status = np.asarray(ds["status"].values).astype(str).ravel()
+    counts = {s: int(np.sum(status == s)) for s in ("converged", "not_converged", "failed",
+                                                     "pending")}
+    text = f"{status.size} points: " + ", ".join(f"{n} {s.replace('_', ' ')}"
+                                                 for s, n in counts.items())
+    return text + (f"; store: {where}" if where is not None else "")
+
+
+def open_scan(path: str | os.PathLike) -> Any:
+    """Open a scan store lazily (Dask arrays); points not yet solved have ``done`` False,
+    NaN values and an empty ``status``."""
+    import xarray as xr
+
+    from .scan_store import read_attrs
+
+    if read_attrs(path) is None:
+        raise ParameterError(f"store={str(path)!r} is not a scan store (no zarr metadata "
+                             "with a scan plan)")
+    ds = xr.open_zarr(str(path), consolidated=False)
+    metrics = list(METRICS)
+
+    def order(name: str) -> tuple[Any, ...]:
+        return (name not in FIELDS, -ds[name].ndim,
+                metrics.index(name) if name in metrics else -1, name)
+
+    ds = ds[sorted(ds.data_vars, key=order)]
+    strings = {name: ds[name].astype(object) for name, (dtype, _) in METRICS.items()
+               if dtype == "object" and name in ds}  # as in memory (zarr reads StringDType)
+    return ds.assign(strings)
+
+
+def to_netcdf(scan_or_path: Any, path: str | os.PathLike) -> Path:
+    """Write a scan (a Dataset or a store path) as NetCDF-4 (h5netcdf), atomically."""
+    from .scan_store import atomic_file
+
+    ds = open_scan(scan_or_path) if isinstance(scan_or_path, str | os.PathLike) \
+        else scan_or_path
+    strings = [name for name in ds.data_vars if ds[name].dtype == object]
+    ds = ds.assign({name: ds[name].compute() for name in strings})  # small; typed on load
+    with atomic_file(path) as tmp:
+        ds.to_netcdf(tmp, engine="h5netcdf")
+    return Path(path)

@@ -1,0 +1,169 @@
+"""Solving the points of one block of a scan: where (placement), how many (block size), and
+each point's entries in the Dataset, with failures and non-convergence kept as data."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core.backend import (
+    Backend,
+    available_devices,
+    device_info,
+    get_backend,
+    to_numpy,
+    torch_installed,
+)
+from ..core.errors import ConvergenceWarning
+from ..problems import MFGProblem
+from ..results import Result
+from .scan_plan import ScanPlan
+from .scan_store import Layout, region_points, write_region
+
+#: Points per block on the host, where the NumPy solver takes them one by one: enough that
+#: writing a block costs little against solving it, few enough to lose little when killed.
+HOST_BLOCK_POINTS = 16
+#: Arrays of (nt + 1) × nx values a batched solve holds per point on a device (U, M, their
+#: next iterates, the running cost, Newton work arrays, Anderson history), with margin.
+DEVICE_ARRAYS_PER_POINT = 32
+#: Fraction of free device memory (host memory for results) a block may take.
+MEMORY_FRACTION = 0.5
+#: Longest message kept per point (the rest is cut).
+MESSAGE_CHARS = 400
+
+
+def placement(device: str, backend: str | None, dtype: Any) -> Backend:
+    """The backend a scan solves on: ``device="auto"`` takes CUDA, else MPS, through torch
+    (where batches pay off), else the compiled NumPy solver on the CPU; ``device="cpu"``
+    NumPy unless ``backend`` says otherwise."""
+    if backend is None:
+        backend = "numpy"
+        if device != "cpu":
+            accelerators = [d for d in (available_devices("torch") if torch_installed()
+                                        else []) if d != "cpu"]
+            if device != "auto" or accelerators:
+                backend = "torch"
+    return get_backend(backend, device, dtype)
+
+
+def points_per_block(be: Backend, nx: int, nt: int, kept: int, points: int) -> int:
+    """Points per block: on the host a fixed count (the NumPy solver loops over them); on a
+    device as many as fit in a fraction of its free memory; either way bounded by host memory
+    for the block's results."""
+    itemsize = 4 if be.dtype == "float32" else 8
+    per_point = (nt + 1) * nx * itemsize
+    host = _host_available() * MEMORY_FRACTION // max(1, (kept + 1) * per_point)
+    if not be.is_accelerator:
+        return int(max(1, min(points, HOST_BLOCK_POINTS, host)))
+    info = device_info(be.device)
+    free = None
+    if info.get("memory_total"):
+        free = info["memory_total"] - (info.get("memory_reserved") or 0)
+    device = free * MEMORY_FRACTION // (DEVICE_ARRAYS_PER_POINT * per_point) if free else points
+    return int(max(1, min(points, device, host)))
+
+
+def _host_available() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+# -- solving one block -------------------------------------------------------------------------
+@dataclass
+class Task:
+    """One block for a worker: the plan, the region, and where to write it (or None)."""
+
+    plan: ScanPlan
+    region: tuple[slice, ...]
+    layout: Layout
+    store: str | None
+    device: str
+
+
+def solve_block(task: Task) -> dict[str, Any]:
+    """Solve the points of ``task.region`` and fill their arrays; write them into the store
+    when there is one. Returns ``{"region", "statuses", "arrays"}`` (arrays only without a
+    store). Runs in the scan's process or on a Dask worker."""
+    plan, opts = task.plan, task.plan.options
+    indices = region_points(task.region)
+    problems = [plan.problem(i) for i in indices]
+    be = placement(task.device, opts["backend"], opts["dtype"])
+    outcomes = solve_points(problems, be, opts)
+    shape = tuple(s.stop - s.start for s in task.region)
+    arrays = task.layout.empty_block(shape)
+    for k, outcome in enumerate(outcomes):
+        at = np.unravel_index(k, shape)
+        for name, value in outcome.items():
+            if name in arrays:
+                arrays[name][at] = value
+    arrays["done"][...] = True
+    if task.store is not None:
+        write_region(task.store, task.region, arrays)
+    return {"region": task.region, "statuses": [o["status"] for o in outcomes],
+            "arrays": None if task.store is not None else arrays}
+
+
+def solve_points(problems: list[MFGProblem], be: Backend, opts: Mapping[str, Any]
+                  ) -> list[dict[str, Any]]:
+    """One batched solve on torch (a leading batch axis); point by point with NumPy, or when
+    the batch raised (so the failing point is found and the others are solved)."""
+    kw = {"nx": opts["nx"], "nt": opts["nt"], "backend": be, "tol": opts["tol"],
+          "max_iter": opts["max_iter"], "iteration": opts["iteration"], "progress": False}
+    if be.name == "torch" and len(problems) > 1:
+        from ..solve import solve_batch
+
+        started = time.perf_counter()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                results = solve_batch(problems, **kw)
+        except Exception:  # noqa: BLE001 - the points are solved one by one below
+            pass
+        else:
+            share = (time.perf_counter() - started) / len(problems)
+            return [_outcome(r, share, opts) for r in results]
+    return [_solve_one(p, kw, opts) for p in problems]
+
+
+def _solve_one(problem: MFGProblem, kw: dict[str, Any], opts: Mapping[str, Any]
+               ) -> dict[str, Any]:
+    from ..solve import solve
+
+    started = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            result = solve(problem, **kw)
+    except Exception as exc:  # noqa: BLE001 - a failing point is recorded, not raised
+        return {"status": "failed", "converged": False,
+                "wall_time": time.perf_counter() - started,
+                "device": kw["backend"].device,
+                "message": _clip(f"{type(exc).__name__}: {exc}")}
+    return _outcome(result, time.perf_counter() - started, opts)
+
+
+def _outcome(result: Result, wall_time: float, opts: Mapping[str, Any]) -> dict[str, Any]:
+    """A solved point's entries: fields, observables, summaries and metrics (NumPy)."""
+    residual = np.nan if result.residual is None else float(result.residual)
+    status = "converged" if result.converged else "not_converged"
+    message = "" if result.converged else _clip(
+        f"did not reach tol={opts['tol']:g} in max_iter={opts['max_iter']} iterations "
+        f"(final residual {residual:.3g})")
+    out = {"status": status, "converged": bool(result.converged),
+           "iterations": int(result.iterations), "residual": residual,
+           "mass_error": float(result.mass_error), "wall_time": wall_time,
+           "device": str(result.device), "message": message,
+           "M": to_numpy(result.M), "U": to_numpy(result.U)}
+    out |= {name: to_numpy(path) for name, path in result.observables.items()}
+    return out | {name: float(value) for name, value in result.summary.items()}
+
+
+def _clip(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 1] + "…"

@@ -1,0 +1,281 @@
+"""The layout of a scan Dataset and its zarr store: blocks, creation, region writes, resume.
+
+A scan over axes of shape ``(n_1, ..., n_k)`` is cut into rectangular *blocks* of points
+(the last axes whole, then a slab of the next one), solved one block at a time. In the store
+every variable is chunked by that block shape along the scan dimensions (and whole along
+``t`` and ``x``), so a block is exactly one zarr chunk of each variable: blocks written by
+different processes or machines never touch the same file, and each chunk file is written
+atomically by zarr (a temporary file renamed into place).
+
+A block is *finished* when its chunk of the ``done`` variable is True. That chunk is written
+last, after every other variable of the block, so a process killed at any moment leaves the
+block either finished (all its data on disk) or not finished (it is solved again on the next
+run, overwriting whatever part of it had been written). The store is created whole under a
+temporary name beside its path and renamed into place; its root attributes carry the plan's
+hash (``mfgwork_scan_plan``), by which a rerun recognizes its own store and refuses any other
+existing path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import ParameterError
+
+#: Root attribute naming the plan a store was made for (its hash).
+PLAN_ATTR = "mfgwork_scan_plan"
+#: Per-point metrics: name -> (dtype, fill value for points not solved); strings are stored
+#: with zarr's variable-length UTF-8 type.
+METRICS: dict[str, tuple[str, Any]] = {
+    "converged": ("bool", False), "status": ("object", "pending"), "iterations": ("int32", 0),
+    "residual": ("float64", np.nan), "mass_error": ("float64", np.nan),
+    "wall_time": ("float64", np.nan), "device": ("object", ""), "message": ("object", ""),
+    "done": ("bool", False)}
+STATUSES = ("converged", "not_converged", "failed")
+ATTRS = {
+    "M": {"long_name": "density m(t, x)"}, "U": {"long_name": "value function u(t, x)"},
+    "converged": {"long_name": "the Picard iteration reached tol"},
+    "status": {"long_name": "converged, not_converged, failed, or pending until solved"},
+    "iterations": {"long_name": "Picard iterations"},
+    "residual": {"long_name": "relative fixed-point residual of the solution"},
+    "mass_error": {"long_name": "max_t |∫ m(t) dx − 1|"},
+    "wall_time": {"long_name": "solve time per point (a batch's, shared among its points)",
+                  "units": "s"},
+    "device": {"long_name": "device that solved the point"},
+    "message": {"long_name": "why a point failed or did not converge"},
+    "done": {"long_name": "the point's block is solved and written"},
+    "t": {"long_name": "time"}, "x": {"long_name": "state"},
+}
+
+
+# -- blocks ------------------------------------------------------------------------------------
+def block_shape(shape: Sequence[int], points: int) -> tuple[int, ...]:
+    """The largest block of at most ``points`` points (at least one) that takes the last
+    axes whole, then a slab of the next axis: e.g. (32, 32) with 256 points -> (8, 32)."""
+    block, left = [], max(1, int(points))
+    for n in reversed(shape):
+        b = max(1, min(n, left))
+        block.append(b)
+        left = left // n if b == n else 1
+    return tuple(reversed(block))
+
+
+def blocks(shape: Sequence[int], block: Sequence[int]) -> list[tuple[slice, ...]]:
+    """The regions (tuples of slices) that tile ``shape`` with ``block``, in C order."""
+    starts = [range(0, n, b) for n, b in zip(shape, block, strict=True)]
+    return [tuple(slice(s, min(s + b, n)) for s, b, n in zip(combo, block, shape, strict=True))
+            for combo in itertools.product(*starts)]
+
+
+def region_points(region: Sequence[slice]) -> list[tuple[int, ...]]:
+    """Grid indices of the points of ``region``, in C order."""
+    return list(itertools.product(*(range(s.start, s.stop) for s in region)))
+
+
+# -- layout ------------------------------------------------------------------------------------
+@dataclass
+class Layout:
+    """Dimensions, coordinates and variables of a scan Dataset.
+
+    ``dims``/``shape``: the scan axes; ``coords``: name -> (dim, values) for every scanned
+    parameter (a zipped parameter lies along its group's first name); ``t``, ``x``: the grid;
+    ``fields``: the kept (nt+1, nx) arrays with their dtype; ``paths``: observables over
+    time; ``scalars``: per-point summaries of the observables; ``attrs``: the Dataset's
+    attributes (str, int or float values only, so NetCDF can hold them).
+    """
+
+    dims: tuple[str, ...]
+    shape: tuple[int, ...]
+    coords: dict[str, tuple[str, list[Any]]]
+    t: np.ndarray
+    x: np.ndarray
+    fields: dict[str, str]
+    paths: tuple[str, ...]
+    scalars: tuple[str, ...]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def variables(self) -> dict[str, tuple[tuple[str, ...], str, Any]]:
+        """name -> (trailing dims after the scan dims, dtype, fill value)."""
+        out: dict[str, tuple[tuple[str, ...], str, Any]] = {}
+        for name, dtype in self.fields.items():
+            out[name] = (("t", "x"), dtype, np.nan)
+        for name in self.paths:
+            out[name] = (("t",), "float64", np.nan)
+        for name in self.scalars:
+            out[name] = ((), "float64", np.nan)
+        for name, (dtype, fill) in METRICS.items():
+            out[name] = ((), dtype, fill)
+        return out
+
+    def trailing_shape(self, trailing: tuple[str, ...]) -> tuple[int, ...]:
+        sizes = {"t": self.t.size, "x": self.x.size}
+        return tuple(sizes[d] for d in trailing)
+
+    def empty_block(self, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+        """Arrays for a block of ``shape`` points, filled with each variable's fill value."""
+        return {name: np.full(shape + self.trailing_shape(trailing), fill, dtype=dtype)
+                for name, (trailing, dtype, fill) in self.variables().items()}
+
+    def dataset(self, block: tuple[int, ...] | None = None) -> Any:
+        """The Dataset: in memory (NumPy, every point at its fill value), or with ``block``
+        a lazy template of Dask arrays chunked by blocks, to create a store from."""
+        import xarray as xr
+
+        data = {}
+        for name, (trailing, dtype, fill) in self.variables().items():
+            full = self.shape + self.trailing_shape(trailing)
+            if block is None or dtype == "object":  # (strings: small, written at creation)
+                arr = np.full(full, fill, dtype=dtype)
+            else:
+                import dask.array as da
+
+                arr = da.full(full, fill, dtype=dtype,
+                              chunks=tuple(block) + self.trailing_shape(trailing))
+            data[name] = xr.Variable(self.dims + trailing, arr, ATTRS.get(name, {}))
+        coords = {name: xr.Variable((dim,), np.asarray(values))
+                  for name, (dim, values) in self.coords.items()}
+        state = {"long_name": self.attrs.get("state_name", "x")}
+        coords |= {"t": xr.Variable(("t",), self.t, ATTRS["t"]),
+                   "x": xr.Variable(("x",), self.x, ATTRS["x"] | state)}
+        return xr.Dataset(data, coords=coords, attrs=dict(self.attrs))
+
+
+# -- the store ---------------------------------------------------------------------------------
+class ScanStore:
+    """A scan's zarr store at ``path``: created whole or reopened for the same plan."""
+
+    def __init__(self, path: str | os.PathLike, layout: Layout, plan_hash: str,
+                 block: tuple[int, ...]) -> None:
+        self.path = Path(path).absolute()
+        self.layout, self.plan_hash = layout, plan_hash
+        if self.path.exists():
+            self.block = self._reopen()
+        else:
+            self._create(block)
+            self.block = tuple(block)
+
+    # creation and recognition
+    def _create(self, block: tuple[int, ...]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-", dir=self.path.parent))
+        try:
+            template = self.layout.dataset(block)
+            template.attrs[PLAN_ATTR] = self.plan_hash
+            encoding = {name: {"chunks": tuple(block) + var.shape[len(block):]}
+                        for name, var in template.data_vars.items()}
+            for name in [*self.layout.fields, *self.layout.paths]:
+                encoding[name]["compressors"] = None  # (float noise: zstd saves < 10 %)
+            template.to_zarr(tmp, mode="w", compute=False, consolidated=False,
+                             encoding=encoding)
+            os.chmod(tmp, 0o755)
+            os.rename(tmp, self.path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def _reopen(self) -> tuple[int, ...]:
+        attrs = read_attrs(self.path)
+        if attrs is None:
+            raise ParameterError(f"store={str(self.path)!r} exists and is not a scan store: "
+                                 "refusing to write into it (choose a new path)")
+        if attrs.get(PLAN_ATTR) != self.plan_hash:
+            raise ParameterError(
+                f"store={str(self.path)!r} holds a different scan (another problem, grid or "
+                "solver settings): a scan resumes only its own store; choose a new path or "
+                "remove that one")
+        self._remove_partial_writes()
+        import zarr
+
+        done = zarr.open_array(self.path / "done", mode="r")
+        return tuple(int(c) for c in done.chunks)
+
+    def _remove_partial_writes(self) -> None:
+        """Temporary files of chunk writes cut short by a killed process (zarr writes
+        ``<chunk>.<hex>.partial`` and renames it)."""
+        for p in self.path.rglob("*.partial"):
+            p.unlink(missing_ok=True)
+
+    # state
+    def finished(self) -> np.ndarray:
+        """The ``done`` flag of every point."""
+        import zarr
+
+        return np.asarray(zarr.open_array(self.path / "done", mode="r")[...], dtype=bool)
+
+    # writing
+    def write_block(self, region: tuple[slice, ...], arrays: Mapping[str, np.ndarray]) -> None:
+        """Write a block's arrays into its region, ``done`` last (see the module docstring)."""
+        write_region(self.path, region, arrays)
+
+
+def write_region(path: str | os.PathLike, region: tuple[slice, ...],
+                 arrays: Mapping[str, np.ndarray]) -> None:
+    """Region write of one block into the store at ``path``; ``done`` goes last."""
+    import zarr
+
+    group = zarr.open_group(str(path), mode="r+", zarr_format=3)
+    for name, value in arrays.items():
+        if name != "done":
+            group[name][region] = value
+    group["done"][region] = arrays["done"]
+
+
+def read_attrs(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The root attributes of a scan store at ``path``, or None if it is not one."""
+    meta = Path(path) / "zarr.json"
+    if not meta.is_file():
+        return None
+    with contextlib.suppress(OSError, json.JSONDecodeError):
+        attrs = json.loads(meta.read_text()).get("attributes", {})
+        if PLAN_ATTR in attrs:
+            return attrs
+    return None
+
+
+@contextlib.contextmanager
+def store_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold ``.<name>.lock`` beside the store while a scan writes it: a second scan of the
+    same store is refused instead of racing the first (the lock file is removed after)."""
+    from filelock import FileLock, Timeout
+
+    path = Path(path).absolute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock_file = path.with_name(f".{path.name}.lock")
+    lock = FileLock(lock_file, timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise ParameterError(f"store={str(path)!r} is being written by another scan") from None
+    try:
+        yield
+    finally:
+        lock_file.unlink(missing_ok=True)  # (while held: no other scan can have taken it)
+        lock.release()
+
+
+@contextlib.contextmanager
+def atomic_file(target: str | os.PathLike) -> Iterator[Path]:
+    """``with atomic_file(path) as tmp:`` write ``tmp``; it becomes ``path`` by one rename
+    on success and is removed on error."""
+    target = Path(target).absolute()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
