@@ -15,10 +15,11 @@ from .core.storage import provenance, write_json
 from .numerics.finite_state import TwoStateScheme
 from .numerics.iteration import IterationScheme, fixed_point, make_scheme
 from .problems.two_state import TwoStateElFarol
+from .results import ObservablesByName
 
 
 @dataclass
-class TwoStateResult:
+class TwoStateResult(ObservablesByName):
     """Solution of the two-state game: ``t`` (nt + 1,), ``U`` and ``M`` (nt + 1, 2) with
     columns (home, bar); ``observables`` the problem's paths, also readable as attributes
     (``res.attendance`` = M[:, 1]); ``summary`` its scalar headline numbers; ``history`` of
@@ -36,14 +37,6 @@ class TwoStateResult:
     observables: dict[str, np.ndarray] = field(default_factory=dict)
     summary: dict[str, float] = field(default_factory=dict)
     plateau: float | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        """An observable by name (``res.attendance``)."""
-        observables = self.__dict__.get("observables") or {}
-        if name in observables:
-            return observables[name]
-        raise AttributeError(f"{type(self).__name__} has no attribute {name!r} (observables: "
-                             f"{', '.join(observables) or 'none'})")
 
     @property
     def rates(self) -> np.ndarray:

@@ -24,8 +24,19 @@ __all__ = ["FIELDS", "Result", "load", "load_table", "provenance", "save_run"]
 FIELDS = ("x", "t", "U", "M")
 
 
+class ObservablesByName:
+    """Reads the entries of a result's ``observables`` as attributes (``res.attendance``)."""
+
+    def __getattr__(self, name: str) -> Any:
+        observables = self.__dict__.get("observables") or {}
+        if name in observables:
+            return observables[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r} (observables: "
+                             f"{', '.join(observables) or 'none'})")
+
+
 @dataclass
-class Result:
+class Result(ObservablesByName):
     """Solution of an MFG system on a grid.
 
     ``x`` (nx,), ``t`` (nt+1,), ``U`` and ``M`` (nt+1, nx). ``observables``: the paths the
@@ -56,14 +67,6 @@ class Result:
     state_name: str = "x"
     extra: dict[str, Any] = field(default_factory=dict)
     residual: float | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        """An observable by name (``res.attendance``)."""
-        observables = self.__dict__.get("observables") or {}
-        if name in observables:
-            return observables[name]
-        raise AttributeError(f"{type(self).__name__} has no attribute {name!r} (observables: "
-                             f"{', '.join(observables) or 'none'})")
 
     # -- derived numbers (NumPy) ------------------------------------------------------------
     @property
