@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 
 from .core.backend import get_backend
-from .core.errors import ParameterError, check_int, check_real
+from .core.errors import ParameterError, check_int
 from .core.storage import provenance, write_json
 from .numerics.finite_state import TwoStateScheme
-from .numerics.iteration import IterationScheme, fixed_point, make_scheme
+from .numerics.iteration import IterationScheme, check_stopping, fixed_point, make_scheme
 from .problems.two_state import TwoStateElFarol
 from .results import ObservablesByName
 
@@ -86,8 +86,7 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
         raise ParameterError(f"problem={problem!r} is invalid: must be an "
                              "mfgwork.TwoStateElFarol")
     nt = check_int("nt", nt, low=1)
-    tol = check_real("tol", tol, low=0.0)
-    max_iter = check_int("max_iter", max_iter, low=1)
+    tol, max_iter = check_stopping(tol, max_iter)
     scheme = make_scheme(iteration)
     t = problem.time_levels(nt)
     sweeps = TwoStateScheme(nt, problem.T / nt, problem.switching_cost)

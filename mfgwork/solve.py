@@ -13,13 +13,14 @@ import numpy as np
 from .core import memory
 from .core.backend import BACKENDS, Backend, get_backend, to_numpy
 from .core.compiling import check_compile_steps
-from .core.errors import ParameterError, check_choice, check_int, check_real
+from .core.errors import ParameterError, check_choice
 from .numerics.fdm.sweeps import FiniteDifferences
 from .numerics.iteration import (
     FixedPointResult,
     FPSolver,
     HJBSolver,
     IterationScheme,
+    check_stopping,
     fixed_point,
     make_scheme,
     relative_residual,
@@ -96,8 +97,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     elif n_particles is not None or seed is not None:
         raise ParameterError(f"n_particles={n_particles!r}, seed={seed!r} are invalid with "
                              f"method={method!r}: they apply only to method='particles'")
-    tol = check_real("tol", tol, low=0.0)
-    max_iter = check_int("max_iter", max_iter, low=1)
+    tol, max_iter = check_stopping(tol, max_iter)
     scheme = make_scheme(iteration)
     check_compile_steps(compile_steps)
     backend, device, placed = _place(problem, method, n_particles, nx, nt, backend, device)
@@ -111,21 +111,21 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     m0 = problem.initial_density(grid, be)
     U_T = problem.terminal_cost(grid, be)
     coupling = problem.coupling(grid, be)
-    scheme_fd, hjb, fp, fp_params = _solvers(problem, grid, be, method, n_particles, seed,
+    fd, hjb, fp, fp_params = _solvers(problem, grid, be, method, n_particles, seed,
                                              compile_steps, max_memory)
     setup = time.perf_counter() - started
     fallback = _newton_fallback(coupling, iteration, method, grid, problem.nu, be, tol)
     out = _iterate(coupling, hjb, fp, m0, U_T, grid.nt, be, scheme, tol, max_iter, progress,
                    batched=False, fallback=fallback, **warm)
-    scheme_fd.check_newton()
+    fd.check_newton()
     timings = {"setup": setup, **_phase_totals(out.history),
                "total": time.perf_counter() - started}
     settings = {"method": method, "tol": tol, "max_iter": max_iter,
                 "iteration": scheme.describe()} | fp_params | placed
     return _result(problem, grid, be, out, None, settings, timings,
-                   {"newton_iterations": scheme_fd.newton_iterations,
-                    "fdm_kernels": scheme_fd.kernels.name,
-                    "compiled_steps": scheme_fd.compiled_steps})
+                   {"newton_iterations": fd.newton_iterations,
+                    "fdm_kernels": fd.kernels.name,
+                    "compiled_steps": fd.compiled_steps})
 
 
 def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
@@ -151,8 +151,7 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     started = time.perf_counter()
     problems = _check_batch(problems)
     grid = problems[0].grid(nx, nt)
-    tol = check_real("tol", tol, low=0.0)
-    max_iter = check_int("max_iter", max_iter, low=1)
+    tol, max_iter = check_stopping(tol, max_iter)
     scheme = make_scheme(iteration)
     check_compile_steps(compile_steps)
     backend, device, placed = _place(problems, "fdm", None, nx, nt, backend, device)
@@ -193,17 +192,17 @@ def _solvers(problem: MFGProblem, grid: Any, be: Backend, method: str,
              max_memory: object = None
              ) -> tuple[FiniteDifferences, HJBSolver, FPSolver, dict[str, Any]]:
     """The HJB and FP solvers of one solve (and the particle parameters to record)."""
-    scheme_fd = FiniteDifferences(grid, problem.nu, be, compile_steps=compile_steps)
-    hjb, fp, fp_params = scheme_fd.solve_hjb, scheme_fd.solve_fp, {}
+    fd = FiniteDifferences(grid, problem.nu, be, compile_steps=compile_steps)
+    hjb, fp, fp_params = fd.solve_hjb, fd.solve_fp, {}
     if method == "particles":
         particles = ParticleFP(grid, problem.sigma, be, n_particles=n_particles, seed=seed,
                                max_memory=max_memory)
         fp = particles.solve_fp
         fp_params = {"n_particles": particles.n_particles, "seed": particles.seed}
         if be.is_accelerator:  # (the CPU backends run the compiled loops already)
-            scheme_fd = FiniteDifferences(grid, problem.nu, get_backend("numpy"))
-            hjb = _on_host(scheme_fd.solve_hjb, be)
-    return scheme_fd, hjb, fp, fp_params
+            fd = FiniteDifferences(grid, problem.nu, get_backend("numpy"))
+            hjb = _on_host(fd.solve_hjb, be)
+    return fd, hjb, fp, fp_params
 
 
 def _newton_fallback(coupling: Any, iteration: Any, method: str, grid: Any, nu: float,

@@ -208,6 +208,11 @@ SCHEMES = {"anderson": Anderson, "relaxation": Relaxation, "fictitious_play": Fi
            "picard": lambda: Relaxation(1.0)}
 
 
+def check_stopping(tol: object, max_iter: object) -> tuple[float, int]:
+    """``tol`` (> 0) and ``max_iter`` (≥ 1) checked: the stopping options of every solve."""
+    return check_real("tol", tol, low=0.0), check_int("max_iter", max_iter, low=1)
+
+
 def make_scheme(iteration: str | IterationScheme | None) -> IterationScheme:
     """An :class:`IterationScheme` from a name or an instance (None: the default Anderson)."""
     if iteration is None:

@@ -1,5 +1,6 @@
 """MFG problems: the generic type, Santa Fe Bar, the two-state El Farol game, and verification
-problems."""
+problems. A problem owns its coupling (how the density enters the HJB equation) and its
+observables. Imports from ``core`` only."""
 
 from ..core.errors import ParameterError
 from .base import Coupling, MFGProblem

@@ -27,7 +27,8 @@ from typing import Any
 
 from ..core import storage
 from ..core.backend import get_backend
-from ..core.errors import LoadError, ParameterError, check_choice, check_int, check_real
+from ..core.errors import LoadError, ParameterError, check_choice, check_int
+from ..numerics.iteration import check_stopping
 from .specs import coerce_parameter
 
 FAILED_SUFFIX = ".failed.ipynb"
@@ -254,8 +255,7 @@ def solve_options(*, nx: int, nt: int, method: str, backend: str, device: str, t
 
     options = {"nx": check_int("nx", nx, low=3), "nt": check_int("nt", nt, low=1),
                "method": check_choice("method", method, METHODS),
-               "tol": check_real("tol", tol, low=0.0),
-               "max_iter": check_int("max_iter", max_iter, low=1),
+               **dict(zip(("tol", "max_iter"), check_stopping(tol, max_iter), strict=True)),
                "backend": backend, "device": device}
     get_backend(backend, device)
     if n_particles is not None:

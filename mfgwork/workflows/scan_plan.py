@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import ParameterError, check_int, check_real
+from ..core.errors import ParameterError, check_int
+from ..numerics.iteration import check_stopping
 from ..problems import MFGProblem, SantaFeBar
 from .specs import (
     SpecError,
@@ -116,8 +117,7 @@ def make_plan(problem: Callable[..., MFGProblem] | str, grid: Any,
     opts = SOLVE_OPTIONS | dict(options)
     opts["nx"] = check_int("nx", opts["nx"], low=3)
     opts["nt"] = check_int("nt", opts["nt"], low=1)
-    opts["tol"] = check_real("tol", opts["tol"], low=0.0)
-    opts["max_iter"] = check_int("max_iter", opts["max_iter"], low=1)
+    opts["tol"], opts["max_iter"] = check_stopping(opts["tol"], opts["max_iter"])
     from ..numerics.iteration import make_scheme
 
     make_scheme(opts["iteration"])

@@ -1,4 +1,6 @@
-"""Finite-difference HJB and FP solvers (implicit Euler, monotone upwind, Achdou's adjoint)."""
+"""Finite-difference HJB and FP solvers (implicit Euler, monotone upwind, Achdou's adjoint):
+the sweeps, their kernels per (backend, device) in one table (``kernels``), the numba, Triton
+and tangent kernels. Imports from ``core`` only."""
 
 from .kernels import FDKernels, fdm_kernels
 from .sweeps import FiniteDifferences

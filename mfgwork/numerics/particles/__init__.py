@@ -1,4 +1,5 @@
-"""Particle Fokker–Planck solver (Euler–Maruyama, reflecting walls, CIC or KDE density)."""
+"""Particle Fokker–Planck solver (Euler–Maruyama, reflecting walls, CIC or KDE density) and
+its numba, torch and Triton kernels. Imports from ``core`` only."""
 
 from .density import DENSITIES, kde_densities, silverman_bandwidth
 from .memory import estimate_bytes
