@@ -45,3 +45,24 @@ def backend(request) -> mw.Backend:
     if name == "torch":
         pytest.importorskip("torch")
     return mw.get_backend(name, device, dtype)
+
+
+@pytest.fixture
+def op_recorder():
+    """``(mode, seen)``: inside ``with mode:`` every torch op is recorded by name in
+    ``seen["ops"]`` and the dtypes of the tensors it returns in ``seen["dtypes"]``."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: dict[str, set] = {"dtypes": set(), "ops": set()}
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            seen["ops"].add(str(func))
+            for t in out if isinstance(out, (tuple, list)) else [out]:
+                if isinstance(t, torch.Tensor):
+                    seen["dtypes"].add(t.dtype)
+            return out
+
+    return Record(), seen

@@ -336,31 +336,18 @@ def test_failing_compiled_step_falls_back_to_plain_ops():
 
 @pytest.mark.parametrize("density", ["cic", "kde"])
 @pytest.mark.parametrize("path", ["mps-emulation", "torch-float64"])
-def test_device_paths_have_no_host_sync_and_mps_no_float64(path, density):
+def test_device_paths_have_no_host_sync_and_mps_no_float64(path, density, op_recorder):
     """Every aten op of a solve on the MPS path (emulated) and on the CUDA path (the same ops
     on the CPU): no ``.item()``-style read back to the host (``_local_scalar_dense``); on the
     MPS path, float32 or integer results only."""
     torch = torch_or_skip()
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     be = mw.mps_emulation() if path == "mps-emulation" else mw.get_backend("torch", "cpu",
                                                                            "float64")
-
-    seen: dict[str, set] = {"dtypes": set(), "ops": set()}
-
-    class Record(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            seen["ops"].add(str(func))
-            for t in out if isinstance(out, (tuple, list)) else [out]:
-                if isinstance(t, torch.Tensor):
-                    seen["dtypes"].add(t.dtype)
-            return out
-
+    record, seen = op_recorder
     U, m0 = ou_inputs(be)
     solver = ParticleFP(OU_GRID, OU_SIGMA, be, n_particles=500, seed=1, density=density,
                         deposit_copies=3)
-    with Record():
+    with record:
         M = solver.solve_fp(U, m0)
     assert M.dtype == be.native_dtype
     if path == "mps-emulation":

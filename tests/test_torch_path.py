@@ -44,23 +44,12 @@ def test_kernel_launches_per_time_step_stay_reduced(mps_emulation):
     assert np.max(np.abs(mass - 1.0)) <= 2e-5 and mw.to_numpy(M).min() >= 0.0
 
 
-def test_sweeps_are_float32_without_host_reads_in_the_time_loop(mps_emulation):
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    seen: dict[str, set] = {"dtypes": set(), "ops": set()}
-
-    class Record(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            seen["ops"].add(str(func))
-            for t in out if isinstance(out, (tuple, list)) else [out]:
-                if isinstance(t, torch.Tensor):
-                    seen["dtypes"].add(t.dtype)
-            return out
+def test_sweeps_are_float32_without_host_reads_in_the_time_loop(mps_emulation, op_recorder):
+    record, seen = op_recorder
 
     problem, grid, F, U_T, m0 = _santa_fe_inputs(mps_emulation, 21)
     fd = FiniteDifferences(grid, problem.nu, mps_emulation)
-    with Record():
+    with record:
         U, sizes = fd._hjb_fixed(U_T, F, None, 3)
         M = fd.solve_fp(U, m0)
     assert seen["dtypes"] == {torch.float32}, seen["dtypes"]

@@ -48,6 +48,7 @@ from ..core.backend import Backend, get_backend, to_numpy
 from ..core.errors import ParameterError, check_int
 from ..problems import MFGProblem
 from ..results import provenance
+from .dask_client import dask_client
 from .scan_plan import (
     FIELDS,
     PROBLEMS,
@@ -145,20 +146,7 @@ def _executor(scheduler: str | None, dask: bool, workers: int | None
     if scheduler is None and not dask:
         yield lambda tasks: (solve_block(t) for t in tasks)
         return
-    try:
-        from distributed import Client, LocalCluster, as_completed
-    except ImportError as exc:
-        raise ParameterError("dask=True or scheduler=... needs dask.distributed: "
-                             "pip install 'mfgwork[dask]'") from exc
-    with contextlib.ExitStack() as stack:
-        if scheduler is None:
-            cluster = stack.enter_context(LocalCluster(
-                n_workers=workers or 1, threads_per_worker=1, processes=True,
-                dashboard_address=None))
-            client = stack.enter_context(Client(cluster))
-        else:
-            client = stack.enter_context(Client(scheduler))
-
+    with dask_client(workers or 1, scheduler) as (client, as_completed):
         def run(tasks: list[Task]) -> Iterator[dict[str, Any]]:
             futures = {client.submit(solve_block, t, pure=False): t for t in tasks}
             for future in as_completed(list(futures)):

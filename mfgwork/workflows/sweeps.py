@@ -42,6 +42,7 @@ from typing import Any
 
 from ..core import storage
 from ..core.errors import LoadError, ParameterError, check_int
+from .dask_client import dask_client
 from .specs import Run, SpecError, parse_spec, read_spec
 
 #: Largest number of runs a sweep plans unless ``max_runs`` says otherwise.
@@ -282,19 +283,7 @@ def _local_pool(workers: int) -> Iterator[tuple[Callable[[dict], Future], Callab
 @contextlib.contextmanager
 def _dask_pool(workers: int, scheduler: str | None
                ) -> Iterator[tuple[Callable[[dict], Any], Callable]]:
-    try:
-        from distributed import Client, LocalCluster, as_completed
-    except ImportError as exc:
-        raise ParameterError("dask=True or scheduler=... needs dask.distributed: "
-                             "pip install 'mfgwork[dask]'") from exc
-    with contextlib.ExitStack() as stack:
-        if scheduler is None:
-            cluster = stack.enter_context(LocalCluster(
-                n_workers=workers, threads_per_worker=1, processes=True,
-                dashboard_address=None))
-            client = stack.enter_context(Client(cluster))
-        else:
-            client = stack.enter_context(Client(scheduler))
+    with dask_client(workers, scheduler) as (client, as_completed):
         yield (lambda task: client.submit(execute_run, task, key=f"mfgwork-{task['name']}",
                                           pure=False)), as_completed
 
