@@ -141,7 +141,7 @@ def _pixels(png: bytes):
 
 def test_explorer_renders_and_redraws_in_jupyterlab(lab, artifacts):
     from PIL import ImageChops
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
     base, token = lab
     started = time.monotonic()
@@ -170,21 +170,21 @@ def test_explorer_renders_and_redraws_in_jupyterlab(lab, artifacts):
             if not explorer.count():
                 shown = page.locator(".jp-OutputArea-output").all_inner_texts()
                 pytest.fail(f"the explorer widget did not render; outputs: {shown}"[:3000])
-            sliders = explorer.locator(".widget-slider")
-            assert sliders.count() == 6
+            # the widget's parts render one after another: wait for each (expect retries)
+            waiting = {"timeout": RENDER_S * 1000}
+            expect(explorer.locator(".widget-slider")).to_have_count(6, **waiting)
             for name in ("threshold", "sigma", "good", "bad", "eps", "T"):
-                assert explorer.locator(f".mfg-{name} .noUi-handle").is_visible()
+                expect(explorer.locator(f".mfg-{name} .noUi-handle")).to_be_visible(**waiting)
             threshold = explorer.locator(".mfg-threshold")
-            assert threshold.locator(".widget-readout").inner_text() == "0.60"
+            expect(threshold.locator(".widget-readout")).to_have_text("0.60", **waiting)
             plot = explorer.locator("img.mfg-attendance-plot")
-            page.wait_for_function(
-                "el => el.complete && el.naturalWidth > 100", arg=plot.element_handle(),
-                timeout=RENDER_S * 1000)
-            for name in ("density", "convergence"):
-                assert explorer.locator(f"img.mfg-{name}-plot").evaluate(
-                    "el => el.naturalWidth") > 100
-            status = explorer.locator(".mfg-status").inner_text()
-            assert re.match(r"A\* = 0\.60: converged in \d+ iterations", status), status
+            for name in ("attendance", "density", "convergence"):
+                page.wait_for_function(
+                    "el => el.complete && el.naturalWidth > 100",
+                    arg=explorer.locator(f"img.mfg-{name}-plot").element_handle(),
+                    timeout=RENDER_S * 1000)
+            expect(explorer.locator(".mfg-status")).to_have_text(
+                re.compile(r"^A\* = 0\.60: converged in \d+ iterations"), **waiting)
             explorer.scroll_into_view_if_needed()
             before = plot.screenshot()
             page.screenshot(path=artifacts / "explorer_before.png", full_page=True)
@@ -203,9 +203,9 @@ def test_explorer_renders_and_redraws_in_jupyterlab(lab, artifacts):
             update_s = time.monotonic() - changed
             after = plot.screenshot()
             page.screenshot(path=artifacts / "explorer.png", full_page=True)
-            assert readout.inner_text() == "0.45"
-            status = explorer.locator(".mfg-status").inner_text()
-            assert re.match(r"A\* = 0\.45: converged in \d+ iterations", status), status
+            expect(readout).to_have_text("0.45", **waiting)
+            expect(explorer.locator(".mfg-status")).to_have_text(
+                re.compile(r"^A\* = 0\.45: converged in \d+ iterations"), **waiting)
             diff = np.asarray(ImageChops.difference(_pixels(before), _pixels(after)))
             changed_px = int(np.count_nonzero(diff.max(axis=-1) > 32))
             assert changed_px > 200, f"attendance plot barely changed ({changed_px} pixels)"
