@@ -66,3 +66,19 @@ def test_numpy_batch_is_a_loop_of_solves():
 def test_bad_batches(problems, pattern):
     with pytest.raises(mw.ParameterError, match=pattern):
         mw.solve_batch(problems, backend="torch")
+
+
+def test_iteration_adds_no_host_waits(monkeypatch):
+    """Phase times come from stamps read after the loop: the only wait per iteration is the
+    stopping test's read (which needs none on the CPU), and one at the end of the solve."""
+    pytest.importorskip("torch")
+    from mfgwork.core.backend import Backend
+
+    waits = []
+    monkeypatch.setattr(Backend, "synchronize", lambda self: waits.append(1))
+    problems = [mw.SantaFeBar(threshold=t) for t in (0.4, 0.6)]
+    out = mw.solve_batch(problems, nx=21, nt=20, backend="torch", max_iter=12, tol=1e-14,
+                         progress=False)
+    history = out[0].history
+    assert len(history["time_hjb"]) == 12 and min(history["time_fp"]) >= 0.0
+    assert len(waits) <= 1

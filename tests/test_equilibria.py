@@ -159,3 +159,16 @@ def test_steep_corner_is_reached_by_newton_on_the_potential(threshold, sigma, ep
     assert independent_residual(problem, res) <= 1e-6 * (1 + 1e-5)
     assert len(res.history["residual"]) == res.iterations == len(res.history["time_hjb"])
     assert np.all(np.isfinite(res.history["change_M"]))
+
+
+def test_slow_progress_hands_over_to_newton_within_the_budget():
+    """Anderson's residual keeps falling here, too slowly to stall, and would use up max_iter;
+    after half the budget the default iteration continues by Newton's method and certifies."""
+    problem = mw.SantaFeBar(threshold=0.3, sigma=0.1)
+    kw = {"nx": 41, "nt": 41, "tol": 1e-8, "max_iter": 50, "progress": False}
+    with pytest.warns(mw.ConvergenceWarning):
+        plain = mw.solve(problem, iteration=mw.Anderson(), **kw)
+    res = mw.solve(problem, **kw)
+    assert not plain.converged
+    assert res.converged and res.iterations <= 50 and res.residual <= 1e-8
+    assert independent_residual(problem, res) <= 1e-8 * (1 + 1e-5)

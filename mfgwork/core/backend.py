@@ -213,6 +213,29 @@ class Backend:
         self.synchronize()
         return time.perf_counter()
 
+    def stamp(self) -> Any:
+        """A point in this backend's work queue, taken without waiting: a timing event
+        recorded on the current CUDA or MPS stream, the host clock on the CPU. :meth:`seconds`
+        turns two stamps into the time between them."""
+        if self.kind == "cuda":
+            torch = _torch()
+            event = torch.cuda.Event(enable_timing=True)
+            event.record(torch.cuda.current_stream(self.native_device))
+            return event
+        if self.kind == "mps":
+            event = _torch().mps.event.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    @staticmethod
+    def seconds(start: Any, end: Any) -> float:
+        """Seconds from stamp ``start`` to stamp ``end`` (waits for ``end`` on a device)."""
+        if isinstance(start, float):
+            return end - start
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
 
 def get_backend(backend: str = "numpy", device: str = "cpu", dtype: object = None) -> Backend:
     """Resolve a backend name, a device and a dtype into a :class:`Backend`.

@@ -180,8 +180,7 @@ class Anderson(IterationScheme):
         dZ = xp.stack([a - b for a, b in zip(s["z"][1:], s["z"][:-1], strict=True)], axis=1)
         dR = xp.stack([a - b for a, b in zip(s["r"][1:], s["r"][:-1], strict=True)], axis=1)
         # difference j joins entries j and j+1 (of n + 1); valid if both follow the restart
-        ages = xp.asarray(np.arange(n, 0, -1, dtype=np.float64), dtype=r.dtype,
-                          device=_device(r))
+        ages = xp.arange(n, 0, -1, dtype=r.dtype, device=_device(r))  # made on the device
         valid = xp.astype(ages[None, :] < s["age"][:, None], r.dtype)  # (B, n)
         dZ, dR = dZ * valid[..., None], dR * valid[..., None]
         gram = dR @ xp.permute_dims(dR, (0, 2, 1))  # (B, n, n)
@@ -289,9 +288,10 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
 
     ``fallback`` (single problems only; e.g. Newton's method on a potential, see
     :mod:`mfgwork.numerics.potential`): when the scheme stagnates (the residual of the best
-    iterate has not halved in ``stall`` iterations) or ``max_iter − 1`` iterations pass, the
-    fallback continues from the best iterate with the remaining iterations, and the better
-    certified solution of the two is returned.
+    iterate has not halved in ``stall`` iterations) or, when ``max_iter`` ≥ 2 ``stall``, half
+    of it passes without convergence (slow progress), the fallback continues from the best
+    iterate with the remaining iterations, and the better certified solution of the two is
+    returned.
     """
     xp = backend.xp
     scheme.reset(batched)
@@ -310,8 +310,9 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     evaluate = _evaluator(coupling, hjb, fp, U_T, m0, backend)
     use_fallback = fallback is not None and not batched
     stalled, reference, since = False, math.inf, 0
+    stamps: list[tuple] = []  # per iteration (start, HJB start, FP start, FP end, end)
     for k in range(1, max_iter + 1):
-        t0 = backend.timer()
+        t0 = backend.stamp()
         F, U_new, M_new, gz, (t1, t2, t3) = evaluate(z, U)
         res = relative_residual(gz, z, xp, batched)
         if prev is not None:  # z = Φ(z_prev) exactly where ``picard``: this certifies M_prev
@@ -346,12 +347,10 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
         if use_fallback and not finished:
             since = 0 if changes[2][0] < 0.5 * reference else since + 1
             reference = changes[2][0] if since == 0 else reference
-            stalled = since >= stall
+            stalled = since >= stall or (max_iter >= 2 * stall and k >= max_iter // 2)
         if stalled:
             U, M = U_new, M_new
-            history.time_hjb.append(t2 - t1)
-            history.time_fp.append(t3 - t2)
-            history.time_coupling.append((t1 - t0) + (backend.timer() - t3))
+            stamps.append((t0, t1, t2, t3, backend.stamp()))
             break
         if not finished:
             frozen = xp.asarray(done, device=_device(z))
@@ -365,12 +364,10 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
                 prev = (lowest["U"], lowest["M"], lowest["res"])
             z = _where(frozen, z, z_next, xp, batched)
         U, M = U_new, M_new
-        t4 = backend.timer()
-        history.time_hjb.append(t2 - t1)
-        history.time_fp.append(t3 - t2)
-        history.time_coupling.append((t1 - t0) + (t4 - t3))
+        stamps.append((t0, t1, t2, t3, backend.stamp()))
         if finished:
             break
+    _record_times(history, stamps, backend)
     residual = changes[3]
     if stalled:
         residual = _continue(fallback, best, lowest, evaluate, coupling, history,
@@ -393,16 +390,27 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
 
 def _evaluator(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, U_T: Array, m0: Array,
                backend: Backend) -> Any:
-    """Φ: z ↦ (F, U, M, state(M)) with the times at which the phases ended."""
+    """Φ: z ↦ (F, U, M, state(M)) with the stamps (:meth:`Backend.stamp`) at which the HJB
+    and FP phases started and FP ended."""
     def evaluate(z: Array, guess: Array | None) -> tuple[Array, Array, Array, Array, tuple]:
         F = coupling.running_cost(z)
-        t1 = backend.timer()
+        t1 = backend.stamp()
         U = hjb(U_T, F, guess)
-        t2 = backend.timer()
+        t2 = backend.stamp()
         M = fp(U, m0)
-        t3 = backend.timer()
+        t3 = backend.stamp()
         return F, U, M, coupling.state(M), (t1, t2, t3)
     return evaluate
+
+
+def _record_times(history: History, stamps: list[tuple], backend: Backend) -> None:
+    """The phase times of the iterations from their stamps, read once the loop is over
+    (on a device they are events: reading them inside the loop would add host waits)."""
+    seconds = backend.seconds
+    for t0, t1, t2, t3, t4 in stamps:
+        history.time_hjb.append(seconds(t1, t2))
+        history.time_fp.append(seconds(t2, t3))
+        history.time_coupling.append(seconds(t0, t1) + seconds(t3, t4))
 
 
 def _keep(slot: dict, mask: Array, res: Array, U: Array, M: Array, xp: Any,
