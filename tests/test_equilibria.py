@@ -82,7 +82,9 @@ def test_batch_with_easy_and_hard_members_reports_each():
                              backend="torch", progress=False)
     assert out[0].converged and out[0].residual <= 1e-6
     assert not out[1].converged and out[1].residual > 1e-6
-    assert out[0].iterations < out[1].iterations == 120
+    # the stuck member gives up (refused certificates, no progress) instead of holding the
+    # batch to max_iter
+    assert out[0].iterations <= out[1].iterations < 120
     for p, res in zip((easy, hard), out, strict=True):
         assert res.check() == pytest.approx(res.residual, rel=1e-6)
         assert independent_residual(p, res) == pytest.approx(res.residual, rel=1e-5)

@@ -275,13 +275,19 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
                 U_T: Array, nt: int, backend: Backend, scheme: IterationScheme, tol: float,
                 max_iter: int, progress: Any = None, batched: bool = False,
                 M_init: Array | None = None, U_init: Array | None = None,
-                fallback: Fallback | None = None, stall: int = 25) -> FixedPointResult:
+                fallback: Fallback | None = None, stall: int = 25,
+                patience: int = 10, give_up: int = 5) -> FixedPointResult:
     """Iterate z ← scheme(z, Φ(z)) until the returned densities have residual ≤ ``tol``.
 
     The first state is that of agents who do not move (m(t) = m0), or ``M_init``/``U_init``
     (a warm start). ``batched``: arrays carry a leading axis of independent problems, each
     with its own mixing, certificate and stopping test; the loop ends when all have
-    converged. One host synchronisation per iteration (the stopping test). Returns the best
+    converged. A problem whose iterate residual has not halved in ``patience`` iterations has
+    its lowest iterate certified by the next evaluation (so a certificate does
+    not wait on a residual below the rounding floor); after ``give_up`` refused certificates
+    without halving (and no fallback) it stops iterating, not converged. One host
+    synchronisation per
+    iteration (the stopping test). Returns the best
     certified iterate per problem; a problem that does not converge in ``max_iter`` gets the
     best iterate found, its residual computed by one more evaluation, ``converged=False``
     and a :class:`~mfgwork.ConvergenceWarning`.
@@ -305,6 +311,10 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     lowest = {"res": inf, "U": None, "M": None}  # smallest iterate residual (uncertified)
     trigger = xp.full((n_problems,), tol, dtype=z.dtype, device=_device(z))
     picard = xp.zeros((n_problems,), dtype=xp.bool, device=_device(z))
+    anchor = inf  # per problem: the residual when it last halved, and iterations since
+    stale = xp.zeros((n_problems,), dtype=z.dtype, device=_device(z))
+    tries = xp.zeros((n_problems,), dtype=z.dtype, device=_device(z))  # refused rechecks since
+    recheck = xp.zeros((n_problems,), dtype=xp.bool, device=_device(z))
     done_at = np.zeros(n_problems, dtype=np.int64)
     prev: tuple[Array, Array, Array] | None = None
     evaluate = _evaluator(coupling, hjb, fp, U_T, m0, backend)
@@ -323,10 +333,16 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
             trigger = xp.where(picard & (cert > tol),
                                xp.minimum(trigger, 0.5 * tol / amplification), trigger)
             _keep(best, better, cert, prev[0], prev[1], xp, batched)
+            tries = tries + xp.astype(recheck & (cert > tol), tries.dtype)
+        halved = res < 0.5 * anchor  # progress: the residual halved since the last time
+        anchor = xp.where(halved, res, anchor)
+        stale = xp.where(halved, 0.0 * stale, stale + 1.0)
+        tries = xp.where(halved, 0.0 * tries, tries)
         _keep(lowest, res < lowest["res"], res, U_new, M_new, xp, batched)
         changes = xp.stack([relative_residual(U_new, U if U is not None else 0.0 * U_new, xp,
                                               batched),
-                            relative_residual(M_new, M, xp, batched), res, best["res"]])
+                            relative_residual(M_new, M, xp, batched), res, best["res"],
+                            tries])
         bad = xp.stack([xp.sum(xp.astype(~xp.isfinite(a), a.dtype)) for a in (F, U_new, M_new)])
         changes, bad = to_numpy(changes), to_numpy(bad)  # the one host synchronisation
         for name, count in zip(("running cost F", "U", "M"), bad, strict=True):
@@ -335,7 +351,9 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
                                   "the iteration diverged (try a smaller mixing factor, a "
                                   "finer time step or a smaller eps)")
         done = changes[3] <= tol
-        active = ~done | (done_at == 0)
+        # stagnant and refused its certificate ``give_up`` times: settled, not converged
+        settled = done | ((changes[4] >= give_up) & (fallback is None or batched))
+        active = ~settled | (done_at == 0)
         done_at[(done_at == 0) & done] = k
         history.change_U.append(float(np.max(changes[0][active])))
         history.change_M.append(float(np.max(changes[1][active])))
@@ -343,7 +361,7 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
         if progress is not None:
             progress.update(1)
             progress.set_postfix(residual=f"{history.residual[-1]:.2e}", refresh=False)
-        finished = bool(done.all())
+        finished = bool(settled.all())
         if use_fallback and not finished:
             since = 0 if changes[2][0] < 0.5 * reference else since + 1
             reference = changes[2][0] if since == 0 else reference
@@ -353,15 +371,22 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
             stamps.append((t0, t1, t2, t3, backend.stamp()))
             break
         if not finished:
-            frozen = xp.asarray(done, device=_device(z))
+            frozen = xp.asarray(settled, device=_device(z))
             picard = (res <= trigger) & ~frozen
             stepped = coupling.project(scheme.update(k, z, gz, xp))
             z_next = _where(picard, gz, stepped, xp, batched)
-            prev = (U_new, M_new, res)
-            if k == max_iter - 1:  # the last evaluation certifies the best iterate found
-                picard = ~frozen
-                z_next = coupling.state(lowest["M"])
-                prev = (lowest["U"], lowest["M"], lowest["res"])
+            # the lowest iterate of a problem whose iterates stopped improving (e.g. at the
+            # rounding floor of float32, below which a lowered trigger is never met), and of
+            # every problem at the last evaluation, is certified by the next one
+            recheck = ~frozen & ~picard & (stale >= patience)
+            if k == max_iter - 1:
+                recheck = ~frozen & ~picard
+            picard = picard | recheck
+            stale = xp.where(recheck, 0.0 * stale, stale)
+            z_next = _where(recheck, coupling.state(lowest["M"]), z_next, xp, batched)
+            prev = (_where(recheck, lowest["U"], U_new, xp, batched),
+                    _where(recheck, lowest["M"], M_new, xp, batched),
+                    xp.where(recheck, lowest["res"], res))
             z = _where(frozen, z, z_next, xp, batched)
         U, M = U_new, M_new
         stamps.append((t0, t1, t2, t3, backend.stamp()))
