@@ -208,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         log("sweeps done")
     probs = problems(args.batch)
     params = [(p.threshold, p.sigma, args.tol) for p in probs]
-    sample = list(range(0, len(probs), max(1, len(probs) // args.sample)))[:args.sample]
+    # spread over the grid of thresholds × σ (a stride of a multiple of the side would
+    # sample one σ only)
+    sample = sorted({int(i) for i in np.linspace(0, len(probs) - 1, args.sample).round()})
     refs_list, loop_s = numpy_loop([params[i] for i in sample])
     refs = dict(zip(sample, refs_list, strict=True))
     per_problem = loop_s / len(sample)
@@ -219,8 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(loop_row)
     log("numpy loop done")
     pool_n = args.pool_sample or 4 * cores
-    pool_args = [params[i % len(params)] for i in
-                 range(0, len(params), max(1, len(params) // pool_n))][:pool_n]
+    pool_args = [params[int(i)] for i in np.linspace(0, len(params) - 1, pool_n).round()]
     pool_s = numpy_pool(pool_args, cores)
     pool_row = {"case": "numpy", "target": f"process pool, {cores} cores",
                 "sample": len(pool_args), "time_s": pool_s,
