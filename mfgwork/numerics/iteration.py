@@ -282,12 +282,11 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     The first state is that of agents who do not move (m(t) = m0), or ``M_init``/``U_init``
     (a warm start). ``batched``: arrays carry a leading axis of independent problems, each
     with its own mixing, certificate and stopping test; the loop ends when all have
-    converged. A problem whose iterate residual has not halved in ``patience`` iterations has
-    its lowest iterate certified by the next evaluation (so a certificate does
-    not wait on a residual below the rounding floor); after ``give_up`` refused certificates
-    without halving (and no fallback) it stops iterating, not converged. One host
-    synchronisation per
-    iteration (the stopping test). Returns the best
+    converged. While the iterate residual of a problem has not halved for a multiple of
+    ``patience`` iterations, its lowest iterate is certified by the next evaluation (so a
+    certificate does not wait for a residual below the rounding floor); after ``give_up``
+    refused certificates without halving (and no fallback) the problem stops iterating, not
+    converged. One host synchronisation per iteration (the stopping test). Returns the best
     certified iterate per problem; a problem that does not converge in ``max_iter`` gets the
     best iterate found, its residual computed by one more evaluation, ``converged=False``
     and a :class:`~mfgwork.ConvergenceWarning`.
@@ -319,7 +318,7 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     prev: tuple[Array, Array, Array] | None = None
     evaluate = _evaluator(coupling, hjb, fp, U_T, m0, backend)
     use_fallback = fallback is not None and not batched
-    stalled, reference, since = False, math.inf, 0
+    stalled = False
     stamps: list[tuple] = []  # per iteration (start, HJB start, FP start, FP end, end)
     for k in range(1, max_iter + 1):
         t0 = backend.stamp()
@@ -342,7 +341,7 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
         changes = xp.stack([relative_residual(U_new, U if U is not None else 0.0 * U_new, xp,
                                               batched),
                             relative_residual(M_new, M, xp, batched), res, best["res"],
-                            tries])
+                            tries, stale])
         bad = xp.stack([xp.sum(xp.astype(~xp.isfinite(a), a.dtype)) for a in (F, U_new, M_new)])
         changes, bad = to_numpy(changes), to_numpy(bad)  # the one host synchronisation
         for name, count in zip(("running cost F", "U", "M"), bad, strict=True):
@@ -363,9 +362,7 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
             progress.set_postfix(residual=f"{history.residual[-1]:.2e}", refresh=False)
         finished = bool(settled.all())
         if use_fallback and not finished:
-            since = 0 if changes[2][0] < 0.5 * reference else since + 1
-            reference = changes[2][0] if since == 0 else reference
-            stalled = since >= stall or (max_iter >= 2 * stall and k >= max_iter // 2)
+            stalled = changes[5][0] >= stall or (max_iter >= 2 * stall and k >= max_iter // 2)
         if stalled:
             U, M = U_new, M_new
             stamps.append((t0, t1, t2, t3, backend.stamp()))
@@ -378,11 +375,11 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
             # the lowest iterate of a problem whose iterates stopped improving (e.g. at the
             # rounding floor of float32, below which a lowered trigger is never met), and of
             # every problem at the last evaluation, is certified by the next one
-            recheck = ~frozen & ~picard & (stale >= patience)
+            recheck = (~frozen & ~picard & (stale >= patience)
+                       & (xp.remainder(stale, float(patience)) == 0.0))
             if k == max_iter - 1:
                 recheck = ~frozen & ~picard
             picard = picard | recheck
-            stale = xp.where(recheck, 0.0 * stale, stale)
             z_next = _where(recheck, coupling.state(lowest["M"]), z_next, xp, batched)
             prev = (_where(recheck, lowest["U"], U_new, xp, batched),
                     _where(recheck, lowest["M"], M_new, xp, batched),
