@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .core.backend import get_backend
-from .core.errors import ParameterError, check_int
+from .core.errors import ConvergenceWarning, ParameterError, check_int
 from .core.storage import provenance, write_json
+from .numerics.attendance_newton import AttendanceNewton
 from .numerics.finite_state import TwoStateScheme
-from .numerics.iteration import IterationScheme, check_stopping, fixed_point, make_scheme
+from .numerics.iteration import IterationScheme, check_stopping, make_scheme
 from .problems.two_state import TwoStateElFarol
 from .results import ObservablesByName
 
@@ -23,7 +25,9 @@ class TwoStateResult(ObservablesByName):
     """Solution of the two-state game: ``t`` (nt + 1,), ``U`` and ``M`` (nt + 1, 2) with
     columns (home, bar); ``observables`` the problem's paths, also readable as attributes
     (``res.attendance`` = M[:, 1]); ``summary`` its scalar headline numbers; ``history`` of
-    the fixed-point iteration."""
+    the iteration (per iteration: certified and iterate residuals, step length, time);
+    ``stopped``: why the iteration ended (converged, max_iter or stalled); ``evaluations``:
+    best responses computed."""
 
     t: np.ndarray
     U: np.ndarray
@@ -37,6 +41,8 @@ class TwoStateResult(ObservablesByName):
     observables: dict[str, np.ndarray] = field(default_factory=dict)
     summary: dict[str, float] = field(default_factory=dict)
     plateau: float | None = None
+    stopped: str = "converged"
+    evaluations: int = 0
 
     @property
     def rates(self) -> np.ndarray:
@@ -53,7 +59,8 @@ class TwoStateResult(ObservablesByName):
     def metrics(self) -> dict[str, Any]:
         """Headline numbers, JSON-ready."""
         return {"converged": bool(self.converged), "iterations": int(self.iterations),
-                "residual": float(self.residual),
+                "residual": float(self.residual), "stopped": self.stopped,
+                "evaluations": int(self.evaluations),
                 "mass_error": self.mass_error, "min_mass": float(self.M.min()),
                 "plateau": self.plateau, "nt": len(self.t) - 1,
                 "timings": dict(self.timings)} | self.summary
@@ -70,16 +77,48 @@ class TwoStateResult(ObservablesByName):
             "provenance": provenance()} | (metrics or {}))
 
 
+MAX_STEP_RATE = 1e3  # the largest Δt · (fastest switching rate) the solver accepts
+
+
+def check_time_step(problem: TwoStateElFarol, nt: int) -> float:
+    """Δt = T/nt, refused (:class:`ParameterError`) where the scheme cannot resolve the
+    game: a step holding more than :data:`MAX_STEP_RATE` of the fastest switching times
+    1/β_max (β_max = :attr:`TwoStateElFarol.fastest_rate`), or values T·max|F| that overflow."""
+    dt = problem.T / nt
+    beta = problem.fastest_rate
+    if not (math.isfinite(dt) and math.isfinite(beta) and dt * beta <= MAX_STEP_RATE):
+        limit = MAX_STEP_RATE / beta if beta > 0 else math.inf
+        raise ParameterError(
+            f"T={problem.T!r} and nt={nt!r} are invalid: the time step T/nt={dt:.3g} holds "
+            f"{dt * beta:.3g} switching times 1/β_max = √(c/(2 max(|G|, |B|))) = "
+            f"{1.0 / beta:.3g}; it must hold at most {MAX_STEP_RATE:g} (T/nt ≤ {limit:.3g}: "
+            f"nt ≥ {math.ceil(problem.T / limit)} for this T, or T ≤ {nt * limit:.3g} for "
+            "this nt), beyond which switching saturates within a step and the certificate "
+            "says nothing about the game")
+    scale = problem.T * max(abs(problem.good), abs(problem.bad), problem.good - problem.bad)
+    if not scale < 1e300:
+        raise ParameterError(f"T={problem.T!r} is invalid: T·max|F| = {scale:.3g} overflows "
+                             "the values; must be < 1e300")
+    return dt
+
+
 def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
-                    max_iter: int = 500, iteration: str | IterationScheme | None = None
-                    ) -> TwoStateResult:
+                    max_iter: int = 500, iteration: str | IterationScheme | None = None,
+                    warmup: int = 0) -> TwoStateResult:
     """Solve the two-state El Farol game on ``nt`` implicit Euler steps.
 
-    The forward–backward system is coupled by the fixed-point iteration of
-    :func:`mfgwork.numerics.iteration.fixed_point` on the attendance path A(t_1..t_nt)
-    (``iteration`` as in :func:`mfgwork.solve`; default Anderson); it stops when the
-    certified fixed-point residual of the returned solution (one best response to its
-    attendance path reproduces it) is at most ``tol``.
+    Newton's method on the attendance path A(t_1..t_nt) with the exact Jacobian of the
+    discrete scheme and a line search on the game's potential
+    (:mod:`mfgwork.numerics.attendance_newton`), after ``warmup`` damped iterations of the
+    fixed-point scheme ``iteration`` (as in :func:`mfgwork.solve`; default Anderson;
+    ``warmup=max_iter`` runs that scheme alone). Every iteration certifies its iterate by
+    one more best response; the solve stops at the first certified fixed-point residual
+    ≤ ``tol`` (one best response to the returned attendance path reproduces it), and
+    otherwise returns the iterate of lowest certified residual with ``converged=False``, a
+    :class:`~mfgwork.ConvergenceWarning` naming the iterations done and why they stopped
+    (``max_iter``, or ``stalled``: no step decreases the residual any more), and that reason
+    in ``stopped``. Raises :class:`ParameterError` for a time step the scheme
+    cannot resolve (:func:`check_time_step`).
     """
     started = time.perf_counter()
     if not isinstance(problem, TwoStateElFarol):
@@ -87,23 +126,34 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
                              "mfgwork.TwoStateElFarol")
     nt = check_int("nt", nt, low=1)
     tol, max_iter = check_stopping(tol, max_iter)
+    warmup = check_int("warmup", warmup, low=0)
     scheme = make_scheme(iteration)
+    dt = check_time_step(problem, nt)
     t = problem.time_levels(nt)
-    sweeps = TwoStateScheme(nt, problem.T / nt, problem.switching_cost)
-    out = fixed_point(problem.coupling(), sweeps.solve_hjb, sweeps.solve_fp,
-                      m0=problem.initial_distribution(), U_T=problem.terminal_cost(), nt=nt,
-                      backend=get_backend("numpy"), scheme=scheme, tol=tol, max_iter=max_iter)
-    history = out.history
-    timings = {"hjb": sum(history.time_hjb), "fp": sum(history.time_fp),
-               "total": time.perf_counter() - started}
+    sweeps = TwoStateScheme(nt, dt, problem.switching_cost)
+    solver = AttendanceNewton(sweeps, problem.payoff, problem.payoff_slope,
+                              problem.payoff_integral, m0=problem.initial_distribution(),
+                              U_T=problem.terminal_cost(), tol=tol, max_iter=max_iter,
+                              warmup=warmup, mixing=scheme)
+    out = solver.run(np.full(nt, problem.attendance0))
+    if not out.converged:
+        why = {"max_iter": f"max_iter={max_iter} reached",
+               "stalled": "stalled: no step decreases the residual any more (its rounding "
+                          "floor, amplified by the sensitivity of the best response)"}
+        warnings.warn(f"two-state iteration did not reach tol={tol:g}: stopped after "
+                      f"{out.iterations} iterations ({why[out.reason]}); returning the "
+                      f"iterate of lowest certified residual {out.residual:.3g} with "
+                      "converged=False", ConvergenceWarning, stacklevel=2)
+    timings = {"iterations": sum(out.history["time"]), "total": time.perf_counter() - started}
     params = problem.params() | {"nt": nt, "tol": tol, "max_iter": max_iter,
-                                 "iteration": scheme.describe()}
+                                 "iteration": scheme.describe(), "warmup": warmup}
     observables = problem.observables(out.M)
-    return TwoStateResult(t=t, U=out.U, M=out.M, converged=bool(out.converged[0]),
-                          iterations=int(out.iterations[0]), residual=float(out.residual[0]),
-                          history=history.as_dict(),
-                          params=params, timings=timings, observables=observables,
-                          summary=problem.summary(t, observables), plateau=problem.plateau)
+    return TwoStateResult(t=t, U=out.U, M=out.M, converged=out.converged,
+                          iterations=out.iterations, residual=out.residual,
+                          history=out.history, params=params, timings=timings,
+                          observables=observables, summary=problem.summary(t, observables),
+                          plateau=problem.plateau, stopped=out.reason,
+                          evaluations=out.evaluations)
 
 
 def time_to_level(t: Any, values: Any, level: float, tol: float) -> float | None:

@@ -7,11 +7,18 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def hjb_sweep(U, F, dt, c):  # pragma: no cover - compiled
-    """The closed-form implicit HJB steps of :class:`.finite_state.TwoStateScheme`, in place."""
+def hjb_sweep(U, gap, F, dt, c):  # pragma: no cover - compiled
+    """The closed-form implicit HJB steps of :class:`.finite_state.TwoStateScheme`, in place.
+
+    The gap d^n = u_1^n − u_0^n is carried from step to step (``gap``), not recomputed from
+    U: the values grow like T·max|F| and their difference would lose the gap to rounding.
+    Each step solves d + Δt d|d|/(2c) = q, q = d^{n+1} + Δt (f_1^n − f_0^n), as
+    d = 2q / (1 + √(1 + 2Δt|q|/c)) (no 1/Δt that could overflow)."""
+    gap[-1] = U[-1, 1] - U[-1, 0]
     for n in range(U.shape[0] - 2, -1, -1):
-        r = (U[n + 1, 1] - U[n + 1, 0]) / dt + F[n, 1] - F[n, 0]
-        d = 2.0 * r / (1.0 / dt + np.sqrt(1.0 / dt**2 + 2.0 * abs(r) / c))
+        q = gap[n + 1] + dt * (F[n, 1] - F[n, 0])
+        d = 2.0 * q / (1.0 + np.sqrt(1.0 + 2.0 * dt * abs(q) / c))
+        gap[n] = d
         leave_home, leave_bar = max(-d, 0.0), max(d, 0.0)  # c β*
         U[n, 0] = U[n + 1, 0] + dt * (F[n, 0] - leave_home**2 / (2.0 * c))
         U[n, 1] = U[n + 1, 1] + dt * (F[n, 1] - leave_bar**2 / (2.0 * c))

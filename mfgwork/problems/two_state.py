@@ -73,6 +73,24 @@ class TwoStateElFarol:
         """F(A) = G − (G − B) s((A − A*)/ε)."""
         return self.good - (self.good - self.bad) * logistic((A - self.threshold) / self.eps, xp)
 
+    def payoff_slope(self, A: Any) -> Any:
+        """F'(A) = −(G − B) s(x)(1 − s(x)) / ε, x = (A − A*)/ε (≤ 0: a crowded bar pays
+        less), without overflow for large |x|."""
+        e = np.exp(-np.abs((np.asarray(A, dtype=np.float64) - self.threshold) / self.eps))
+        return -(self.good - self.bad) / self.eps * e / (1.0 + e) ** 2
+
+    def payoff_integral(self, A: Any) -> Any:
+        """∫ F dA = G A − (G − B) ε log(1 + e^x), x = (A − A*)/ε (up to a constant)."""
+        x = (np.asarray(A, dtype=np.float64) - self.threshold) / self.eps
+        softplus = np.maximum(x, 0.0) + np.log1p(np.exp(-np.abs(x)))
+        return self.good * A - (self.good - self.bad) * self.eps * softplus
+
+    @property
+    def fastest_rate(self) -> float:
+        """√(2 max(|G|, |B|)/c): no optimal switching rate exceeds it (the gap |u_1 − u_0|
+        of the scheme stays below √(2c max|F|))."""
+        return math.sqrt(2.0 * max(abs(self.good), abs(self.bad)) / self.switching_cost)
+
     @property
     def plateau(self) -> float | None:
         """A* + ε log(G/(−B)), the attendance at which F vanishes (None unless B < 0 < G)."""
