@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
 
 import mfgwork as mw
 from mfgwork.finite_state import time_to_level
+from mfgwork.numerics.attendance_newton import (
+    attendance_jacobian,
+    newton_direction,
+    tangent_coefficients,
+)
 from mfgwork.numerics.finite_state import TwoStateScheme
 
 
@@ -127,3 +133,152 @@ def test_bad_input():
     with pytest.raises(mw.ParameterError, match="must be an mfgwork.TwoStateElFarol"):
         mw.solve_two_state(mw.SantaFeBar())
     assert mw.TwoStateElFarol(bad=1.0).plateau is None
+
+
+# --- Newton on the attendance path: convergence over the switching costs, its certificate,
+# its Jacobian, and honest failures --------------------------------------------------------
+
+def reference_best_response(problem, A, nt):
+    """The attendance path of one best response to A, by the implicit equations written out
+    step by step (a quadratic per HJB step, a 2 × 2 linear solve per Kolmogorov step):
+    independent of the compiled sweeps and of the solver."""
+    dt, c = problem.T / nt, problem.switching_cost
+    y = problem.payoff(np.asarray(A, dtype=float))
+    gap = np.zeros(nt + 1)
+    for n in range(nt - 1, -1, -1):
+        r = gap[n + 1] / dt - y[n]  # d/Δt + d|d|/(2c) = r, the root of the right sign
+        gap[n] = math.copysign(c * (-1.0 / dt + math.sqrt(1.0 / dt**2 + 2.0 * abs(r) / c)),
+                               r)
+    m = problem.initial_distribution()
+    out = np.empty(nt)
+    for n in range(nt):
+        b0, b1 = max(-gap[n], 0.0) / c, max(gap[n], 0.0) / c
+        Q = np.array([[-b0, b0], [b1, -b1]])
+        m = np.linalg.solve(np.eye(2) - dt * Q.T, m)
+        out[n] = m[1]
+    return out
+
+
+def certified_residual(problem, res, nt):
+    A = res.attendance[1:]
+    again = reference_best_response(problem, A, nt)
+    return np.linalg.norm(again - A) / np.linalg.norm(again)
+
+
+@pytest.mark.parametrize("switching_cost, T", [
+    (0.01, 1.0), (0.01, 10.0), (0.0316, 30.0), (0.1, 10.0), (0.1, 60.0), (0.3, 10.0),
+    (0.3, 100.0), (1.0, 100.0), (10.0, 30.0), (100.0, 100.0)])
+def test_converges_across_switching_costs(switching_cost, T):
+    """Certified equilibria where the Anderson iteration failed (c = 0.3 ended at residual
+    1.70, c = 0.1 at 19.1), checked by an independent best response."""
+    problem = mw.TwoStateElFarol(switching_cost=switching_cost, T=T)
+    res = mw.solve_two_state(problem, nt=400)
+    assert res.converged and res.stopped == "converged" and res.residual <= 1e-8
+    assert certified_residual(problem, res, 400) <= 1e-8
+    assert res.iterations <= 60 and res.residual == min(res.history["residual"])
+    assert res.mass_error < 1e-13 and res.M.min() >= 0.0
+
+
+@pytest.mark.slow
+def test_converges_over_the_cost_and_horizon_box():
+    costs = np.geomspace(0.01, 100.0, 13)
+    failed = []
+    for c in costs:
+        for T in (1.0, 10.0, 30.0, 60.0, 100.0):
+            if c < 0.3 and T >= 30.0 and (c < 0.03 or T >= 100.0):
+                continue  # the certificate's rounding floor (see the next test)
+            problem = mw.TwoStateElFarol(switching_cost=float(c), T=T)
+            res = mw.solve_two_state(problem, nt=400)
+            if not (res.converged and certified_residual(problem, res, 400) <= 1e-8):
+                failed.append((float(c), T, res.residual))
+    assert not failed
+
+
+def test_floored_certificate_is_reported_not_claimed():
+    """Cheap switching over a long horizon makes the best response ~10⁷ times as sensitive
+    as its input: the certificate is floored above 1e-8, and the solve says so."""
+    problem = mw.TwoStateElFarol(switching_cost=0.01, T=100.0)
+    with pytest.warns(mw.ConvergenceWarning, match=r"stopped after (\d+) iterations "
+                      r"\(stalled") as record:
+        res = mw.solve_two_state(problem, nt=400)
+    count = int(re.search(r"after (\d+) iterations", str(record[0].message)).group(1))
+    assert not res.converged and res.stopped == "stalled" and count == res.iterations < 500
+    assert res.residual == min(res.history["residual"]) < 1e-6
+    assert certified_residual(problem, res, 400) == pytest.approx(res.residual, rel=1e-3)
+
+
+def test_failure_names_the_real_count_and_returns_the_best_iterate():
+    problem = mw.TwoStateElFarol(switching_cost=0.3)
+    with pytest.warns(mw.ConvergenceWarning, match=r"stopped after 4 iterations "
+                      r"\(max_iter=4 reached\)"):
+        res = mw.solve_two_state(problem, nt=400, max_iter=4)
+    assert not res.converged and res.iterations == 4 and res.stopped == "max_iter"
+    assert len(res.history["residual"]) == 4
+    assert res.residual == min(res.history["residual"])
+    assert certified_residual(problem, res, 400) == pytest.approx(res.residual, rel=1e-6)
+
+
+def test_damped_warmup_then_newton():
+    problem = mw.TwoStateElFarol(switching_cost=0.3)
+    res = mw.solve_two_state(problem, nt=400, iteration="relaxation", warmup=3)
+    assert res.converged and np.all(np.array(res.history["step"][:3]) == 0.0)
+    with pytest.warns(mw.ConvergenceWarning, match="after 40 iterations"):
+        alone = mw.solve_two_state(problem, nt=400, warmup=40, max_iter=40)
+    assert not alone.converged  # the damped iteration alone does not get there
+
+
+def test_jacobian_matches_central_differences():
+    """D = ∂Φ/∂y from the tangent sweeps against central differences of the best response,
+    at a path whose gaps are away from the kink of the rates."""
+    problem = mw.TwoStateElFarol(switching_cost=0.5, T=3.0)
+    nt = 30
+    scheme = TwoStateScheme(nt, problem.T / nt, problem.switching_cost)
+    rng = np.random.default_rng(3)
+    y = rng.uniform(-6.0, 9.0, nt)
+
+    def attendance(y):
+        F = np.stack([np.zeros(nt), -y], axis=-1)
+        return scheme.best_response(np.zeros(2), F, problem.initial_distribution())
+
+    _, gap, M = attendance(y)
+    assert np.min(np.abs(gap[:-1])) > 1e-3
+    D = attendance_jacobian(scheme, gap, M)
+    h = 1e-6
+    fd = np.stack([(attendance(y + h * e)[2][1:, 1] - attendance(y - h * e)[2][1:, 1]) / (2 * h)
+                   for e in np.eye(nt)], axis=1)
+    np.testing.assert_allclose(D, fd, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(D, D.T, rtol=1e-12, atol=1e-15)  # the potential's Hessian
+    assert np.linalg.eigvalsh(D).min() > -1e-12
+    # the banded Newton step solves (D S² + I) δz = R
+    a, W = tangent_coefficients(scheme, gap, M)
+    s2, R = rng.uniform(0.0, 50.0, nt), rng.normal(size=nt)
+    step = newton_direction(a, W, s2, R)
+    np.testing.assert_allclose((D * s2[None, :] + np.eye(nt)) @ step, R, rtol=1e-9,
+                               atol=1e-10)
+
+
+def test_unresolvable_time_step_is_refused_before_work():
+    """T = 1e18 on 50 steps used to report converged=True, residual 0, A stuck at 0.5."""
+    problem = mw.TwoStateElFarol(T=1e18)
+    with pytest.raises(mw.ParameterError, match=r"T=1e\+18 and nt=50 are invalid: .* at "
+                       r"most 1000 .*nt ≥ \d+ for this T, or T ≤ 1.12e\+04 for this nt"):
+        mw.solve_two_state(problem, nt=50)
+    assert mw.solve_two_state(mw.TwoStateElFarol(T=100.0), nt=50).converged  # inside
+
+
+def test_best_response_moves_when_the_payoff_says_so():
+    """At T = 1e18 the values reach 1e19 and their difference loses the gap of ~2 to
+    rounding: rates from U said nobody moves (residual 0 at A = 0.5, where the bar pays 8.2);
+    the gap carried by the sweep moves the patrons, so the residual is not 0."""
+    problem = mw.TwoStateElFarol(T=1e18)
+    nt = 50
+    scheme = TwoStateScheme(nt, problem.T / nt, problem.switching_cost)
+    A = np.full(nt, 0.5)
+    F = problem.coupling().running_cost(A)
+    U, gap, M = scheme.best_response(np.zeros(2), F, problem.initial_distribution())
+    assert problem.payoff(0.5) > 8.0 and gap[0] < -1.0
+    assert M[1, 1] > 0.99  # everybody at home goes out in the first step
+    assert np.linalg.norm(M[1:, 1] - A) / np.linalg.norm(M[1:, 1]) > 0.4
+    # rates from differences of U (the old evaluation) see no gap and move nobody
+    assert np.all(U[:-1, 1] == U[:-1, 0])
+    assert np.all(scheme.solve_fp(U, problem.initial_distribution())[:, 1] == 0.5)
