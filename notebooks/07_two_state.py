@@ -44,8 +44,11 @@
 # A patron leaves state $i$ when staying there costs more than switching, at a rate
 # proportional to the difference. Both equations are discretized by implicit Euler (each HJB
 # step is solved in closed form; the Kolmogorov step is its adjoint, so $m_0 + m_1 = 1$ to
-# round-off), and coupled by the same fixed-point iteration on the attendance path as the
-# Santa Fe Bar (`mw.solve_two_state`).
+# round-off). `mw.solve_two_state` couples them by Newton's method on the attendance path
+# $A(t_1), \dots, A(t_{nt})$, with the exact Jacobian of the discrete scheme (one backward and
+# one forward tangent sweep) and a line search on the potential of the game. Every iterate is
+# certified by one more best response: `converged=True` means that the best response to the
+# returned attendance path reproduces it to `tol` (the fixed-point residual `res.residual`).
 #
 # **The plateau.** In the middle of a long evening nobody switches, $u_0 = u_1$, which needs
 # the two running costs to agree: $F(A) = 0$, that is
@@ -82,9 +85,13 @@ continuous = mw.SantaFeBar(T=T, sigma=sigma)
 res_two = mw.solve_two_state(two_state, nt=nt_two_state)
 res_cont = mw.solve(continuous, nx=nx, nt=nt, tol=1e-8, max_iter=300, progress=False)
 level = two_state.plateau
-print(f"two-state: converged={res_two.converged} ({res_two.iterations} iterations), "
-      f"mass error {res_two.mass_error:.1e}")
+print(f"two-state: converged={res_two.converged} ({res_two.iterations} iterations, "
+      f"certified residual {res_two.residual:.1e}), mass error {res_two.mass_error:.1e}")
 print(f"continuous θ: converged={res_cont.converged} ({res_cont.iterations} iterations)")
+for name, r in (("two-state", res_two), ("continuous θ", res_cont)):
+    if not r.converged:
+        print(f"*** NOT AN EQUILIBRIUM: the {name} solve did not converge (residual "
+              f"{r.residual:.1e}); its curves below are its best iterate, not an equilibrium")
 
 # %% [markdown]
 # ## 1. Attendance paths
@@ -157,9 +164,17 @@ for s in sigmas:
                    "attendance_mid": float(r.attendance[nt // 2])})
 print(format_table(rows_c))
 print(format_table(rows_s))
+# plot certified equilibria only, and say which points are left out
+failed = [(name, r[key]) for name, key, rows in (("two states", "switching_cost", rows_c),
+                                                 ("continuous θ", "sigma", rows_s))
+          for r in rows if not r["converged"]]
+if failed:
+    print("*** left out of the plots (not converged): "
+          + ", ".join(f"{name} {value:g}" for name, value in failed))
 fig_scan = game_plots.plot_plateau_study(
-    {"two states: switching cost c": ("switching_cost", rows_c),
-     "continuous θ: noise σ": ("sigma", rows_s)}, level=level)
+    {"two states: switching cost c": ("switching_cost", [r for r in rows_c if r["converged"]]),
+     "continuous θ: noise σ": ("sigma", [r for r in rows_s if r["converged"]])},
+    level=level)
 fig_scan
 
 # %% [markdown]
@@ -190,11 +205,14 @@ if out_dir:
 # %% [markdown]
 # ## Exercises
 #
-# 1. **Cheap switching.** Lower `switching_cost` to 0.1. What happens to the rates at
-#    $t = 0$, and to the fixed-point iteration with its default settings? Retry with
-#    `mw.solve_two_state(..., iteration=mw.Anderson(mixing=0.02), max_iter=2000)`. Explain
-#    why cheap switching makes the best response to a given attendance path jump (nearly
-#    everybody switches at once), and why stronger damping restores convergence.
+# 1. **Cheap switching.** Lower `switching_cost` to 0.01. What happens to the rates at
+#    $t = 0$? Compare `res.iterations` with the damped fixed-point iteration alone,
+#    `mw.solve_two_state(..., warmup=500, max_iter=500)` (the Anderson mixing of
+#    `mw.solve`), and explain why cheap switching makes the best response to a given
+#    attendance path jump (nearly everybody switches at once). Then set `T = 100`: the
+#    solve stops with a `ConvergenceWarning` just above `tol`. Estimate how much a change
+#    of $10^{-15}$ in the plateau attendance changes the best response there, and explain
+#    why the certified residual cannot get below about $10^{-7}$ in double precision.
 # 2. **Matching the models.** For $\sigma = 0.5$, find by bisection the switching cost $c$
 #    whose two-state attendance reaches the plateau at the same time as the continuous
 #    model. Do the two paths then agree at all times?
