@@ -27,7 +27,7 @@ class TwoStateResult(ObservablesByName):
     (``res.attendance`` = M[:, 1]); ``summary`` its scalar headline numbers; ``history`` of
     the iteration (per iteration: certified and iterate residuals, step length, time);
     ``stopped``: why the iteration ended (converged, max_iter or stalled); ``evaluations``:
-    best responses computed."""
+    best responses computed; ``gap``: u_1 − u_0 at each level as carried by the sweep."""
 
     t: np.ndarray
     U: np.ndarray
@@ -43,11 +43,13 @@ class TwoStateResult(ObservablesByName):
     plateau: float | None = None
     stopped: str = "converged"
     evaluations: int = 0
+    gap: np.ndarray | None = None
 
     @property
     def rates(self) -> np.ndarray:
-        """Optimal switching rates (β_home→bar, β_bar→home) at each level, (nt + 1, 2)."""
-        d = self.U[:, 1] - self.U[:, 0]
+        """Optimal switching rates (β_home→bar, β_bar→home) at each level, (nt + 1, 2), from
+        the gaps u_1 − u_0 carried by the HJB sweep (``gap``; else differences of U)."""
+        d = self.U[:, 1] - self.U[:, 0] if self.gap is None else self.gap
         return np.stack([np.maximum(-d, 0.0), np.maximum(d, 0.0)], axis=-1) / \
             self.params["switching_cost"]
 
@@ -153,7 +155,7 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
                           history=out.history, params=params, timings=timings,
                           observables=observables, summary=problem.summary(t, observables),
                           plateau=problem.plateau, stopped=out.reason,
-                          evaluations=out.evaluations)
+                          evaluations=out.evaluations, gap=out.gap)
 
 
 def time_to_level(t: Any, values: Any, level: float, tol: float) -> float | None:

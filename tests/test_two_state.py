@@ -73,6 +73,13 @@ def test_steps_solve_the_implicit_scheme(solved):
                                    rtol=1e-13, atol=1e-15)
 
 
+def test_rates_come_from_the_carried_gap(solved):
+    scheme = TwoStateScheme(400, 10.0 / 400, 1.0)
+    np.testing.assert_array_equal(solved.rates, scheme.gap_rates(solved.gap))
+    np.testing.assert_allclose(solved.rates, scheme.rates(solved.U), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(solved.gap, solved.U[:, 1] - solved.U[:, 0], atol=1e-12)
+
+
 def test_equilibrium_is_its_own_best_response(solved):
     problem = mw.TwoStateElFarol()
     scheme = TwoStateScheme(400, problem.T / 400, problem.switching_cost)

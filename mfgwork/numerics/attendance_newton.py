@@ -81,11 +81,13 @@ class Point:
 
 @dataclass
 class NewtonRun:
-    """The lowest certified iterate (U, M), its ``residual``, whether it is ≤ tol, the
+    """The lowest certified iterate (U, its gaps u_1 − u_0 as carried by the sweep, M), its
+    ``residual``, whether it is ≤ tol, the
     iterations done, why the loop ended (``reason``: converged, max_iter or stalled) and the
     per-iteration ``history`` (certified and iterate residuals, step length, wall time)."""
 
     U: np.ndarray
+    gap: np.ndarray
     M: np.ndarray
     residual: float
     converged: bool
@@ -251,7 +253,8 @@ class AttendanceNewton:
             history["step"].append(t)
             history["time"].append(time.perf_counter() - started)
         res, chosen = best
-        return NewtonRun(U=chosen.U, M=chosen.M, residual=res, converged=res <= self.tol,
+        return NewtonRun(U=chosen.U, gap=chosen.gap, M=chosen.M, residual=res,
+                         converged=res <= self.tol,
                          iterations=k, reason=reason, evaluations=self.evaluations,
                          history=history)
 
