@@ -213,6 +213,15 @@ class AttendanceNewton:
         return float(-(self.m0 @ point.U[0])
                      + self.scheme.dt * np.sum(self.integral(z) - z * self.payoff(z)))
 
+    def advance(self, k: int, point: Point) -> tuple[Point, float] | None:
+        """Iteration k's next point and its step length: a damped step of the mixing scheme
+        during the warm-up (length 0), else the Newton step with its line search (None when
+        it finds no acceptable step)."""
+        if k <= self.warmup and self.mixing is not None:
+            z = self.mixing.update(k, point.z, point.image, _xp())
+            return self.respond(np.clip(z, 0.0, 1.0)), 0.0
+        return self.line_search(point, self.direction(point))
+
     def run(self, z0: np.ndarray) -> NewtonRun:
         """Iterate from the attendance path ``z0``."""
         history: dict[str, list[float]] = {"residual": [], "iterate_residual": [],
@@ -230,28 +239,18 @@ class AttendanceNewton:
                 best = (certified, point)
             history["residual"].append(certified)
             history["iterate_residual"].append(point.residual)
+            moved = None
             if certified <= self.tol:
                 reason = "converged"
-                history["step"].append(0.0)
-                history["time"].append(time.perf_counter() - started)
-                break
-            if k == self.max_iter:
-                history["step"].append(0.0)
-                history["time"].append(time.perf_counter() - started)
-                break
-            if k <= self.warmup and self.mixing is not None:
-                z = self.mixing.update(k, point.z, point.image, _xp())
-                point, t = self.respond(np.clip(z, 0.0, 1.0)), 0.0
-            else:
-                found = self.line_search(point, self.direction(point))
-                if found is None:
+            elif k < self.max_iter:
+                moved = self.advance(k, point)
+                if moved is None:
                     reason = "stalled"
-                    history["step"].append(0.0)
-                    history["time"].append(time.perf_counter() - started)
-                    break
-                point, t = found
-            history["step"].append(t)
+            history["step"].append(0.0 if moved is None else moved[1])
             history["time"].append(time.perf_counter() - started)
+            if moved is None:
+                break
+            point = moved[0]
         res, chosen = best
         return NewtonRun(U=chosen.U, gap=chosen.gap, M=chosen.M, residual=res,
                          converged=res <= self.tol,
