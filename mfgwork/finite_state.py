@@ -90,11 +90,13 @@ def check_time_step(problem: TwoStateElFarol, nt: int) -> float:
     beta = problem.fastest_rate
     if not (math.isfinite(dt) and math.isfinite(beta) and dt * beta <= MAX_STEP_RATE):
         limit = MAX_STEP_RATE / beta if beta > 0 else math.inf
+        steps = problem.T / limit
+        least = f"{math.ceil(steps)}" if steps < 1e12 else f"{steps:.3g}"
         raise ParameterError(
             f"T={problem.T!r} and nt={nt!r} are invalid: the time step T/nt={dt:.3g} holds "
             f"{dt * beta:.3g} switching times 1/β_max = √(c/(2 max(|G|, |B|))) = "
             f"{1.0 / beta:.3g}; it must hold at most {MAX_STEP_RATE:g} (T/nt ≤ {limit:.3g}: "
-            f"nt ≥ {math.ceil(problem.T / limit)} for this T, or T ≤ {nt * limit:.3g} for "
+            f"nt ≥ {least} for this T, or T ≤ {nt * limit:.3g} for "
             "this nt), beyond which switching saturates within a step and the certificate "
             "says nothing about the game")
     scale = problem.T * max(abs(problem.good), abs(problem.bad), problem.good - problem.bad)

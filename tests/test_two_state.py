@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 
 import numpy as np
 import pytest
@@ -267,9 +268,14 @@ def test_jacobian_matches_central_differences():
 def test_unresolvable_time_step_is_refused_before_work():
     """T = 1e18 on 50 steps used to report converged=True, residual 0, A stuck at 0.5."""
     problem = mw.TwoStateElFarol(T=1e18)
+    started = time.perf_counter()
     with pytest.raises(mw.ParameterError, match=r"T=1e\+18 and nt=50 are invalid: .* at "
-                       r"most 1000 .*nt ≥ \d+ for this T, or T ≤ 1.12e\+04 for this nt"):
+                       r"most 1000 .*nt ≥ 4.47e\+15 for this T, or T ≤ 1.12e\+04 for this nt"):
         mw.solve_two_state(problem, nt=50)
+    assert time.perf_counter() - started < 0.1
+    huge = mw.TwoStateElFarol(T=1e16, good=1e285, bad=-1e285, switching_cost=1e300)
+    with pytest.raises(mw.ParameterError, match=r"T=1e\+16 is invalid: T·max\|F\|"):
+        mw.solve_two_state(huge, nt=10**7)
     assert mw.solve_two_state(mw.TwoStateElFarol(T=100.0), nt=50).converged  # inside
 
 
