@@ -122,7 +122,7 @@ def _add_scan(sub: argparse._SubParsersAction) -> None:
 
 
 def _scan(args: argparse.Namespace) -> int:
-    from .core.errors import BackendError, ParameterError
+    from .core.errors import BackendError, LoadError, ParameterError
     from .workflows.runs import parse_value
     from .workflows.scan import describe, scan, split_parameters, to_netcdf
 
@@ -135,7 +135,7 @@ def _scan(args: argparse.Namespace) -> int:
                   keep=keep, store=args.store, chunk_size=args.chunk_size,
                   scheduler=args.scheduler, dask=args.dask, workers=args.workers,
                   progress=not args.no_progress)
-    except (ParameterError, BackendError) as exc:
+    except (ParameterError, BackendError, LoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(describe(ds, args.store))
