@@ -120,7 +120,9 @@ def arrays_of(path: Path) -> dict[str, Any]:
                             f"{done.chunks})")
         out[name] = arr
     if DIGEST not in out:
-        raise LoadError(path / DIGEST, "is missing: the store has no record of its blocks")
+        raise LoadError(path / DIGEST, "is missing: the store has no record of its blocks "
+                        "to check them against (written by an earlier mfgwork?); run the "
+                        "scan into a new store")
     return out
 
 
