@@ -73,6 +73,9 @@ DAMAGE = {
     "status chunk removed": (lambda s: (s / "status" / KEY2).unlink(), "status/" + KEY2),
     "digest chunk removed": (lambda s: (s / "digest" / KEY2).unlink(), "digest/" + KEY2),
     "done set on a block never written": (_never_written, "digest/" + KEY2),
+    "done chunk garbage": (lambda s: _rewrite(s / "done" / KEY2, b"\x00" * 3), "done/" + KEY2),
+    "digest chunk garbage": (lambda s: _random_same_size(s / "digest" / KEY2),
+                             "digest/" + KEY2),
 }
 
 
@@ -95,6 +98,8 @@ def test_damaged_block_is_refused_on_open_and_solved_again_on_resume(case, store
         mw.open_scan(store)  # whole again, and quiet
         again = mw.scan(mw.SantaFeBar, GRID, store=store, **KW)  # nothing to re-solve
     assert bool(again.done.all())
+    assert [p for p in store.parent.rglob("*")
+            if p.name.startswith(".") or p.name.endswith(".partial")] == []
 
 
 def test_only_the_damaged_block_is_solved_again(store, monkeypatch):
