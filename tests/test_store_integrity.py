@@ -149,6 +149,7 @@ METADATA = {
         s / "M" / "zarr.json",
         lambda m: m["chunk_grid"]["configuration"].update(chunk_shape=[3, 2, 11, 11])),
         "M/zarr.json"),
+    "M array removed": (lambda s: shutil.rmtree(s / "M"), "M"),
     "non-UTF-8 root zarr.json": (lambda s: _rewrite(s / "zarr.json", b"\xff\xfe{}"),
                                  "zarr.json"),
     "root zarr.json a list": (lambda s: _rewrite(s / "zarr.json", b"[1, 2]"), None),
@@ -209,3 +210,13 @@ def test_record_covers_every_variable(pristine):
     assert set(record) == data and {"M", "U", "status", "attendance"} <= data
     check = check_store(pristine)
     assert check.finished.all() and check.damaged == []
+
+
+def test_an_array_added_beside_the_scan_is_left_alone(store):
+    group = zarr.open_group(str(store), mode="r+", use_consolidated=False)
+    group.create_array("extra", shape=(3, 2), chunks=(1, 2), dtype="float64")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mw.open_scan(store)
+        ds = mw.scan(mw.SantaFeBar, GRID, store=store, **KW)
+    assert bool(ds.done.all())

@@ -149,22 +149,27 @@ def check_store(path: str | Path, regions: list[tuple[slice, ...]] | None = None
                                 reason)
 
     every = list(range(len(regions)))
-    done = _read(done_arr, regions, every, lambda k, exc: fail(k, DONE, f"unreadable ({exc})"))
+    done = _read(done_arr, regions, every,
+                 lambda k, exc: fail(k, DONE, f"has an unreadable done flag ({exc})"))
     marked = [k for k in every if k not in damaged and done[regions[k]].any()]
     records: dict[int, dict[str, str]] = {}
-    digests = _read(arrays[DIGEST], regions, marked, lambda k, exc: fail(k, DIGEST, exc))
+    digests = _read(arrays[DIGEST], regions, marked,
+                    lambda k, exc: fail(k, DIGEST, f"has an unreadable record ({exc})"))
     for k in marked:
         if k in damaged:
             continue
         texts = {str(v) for v in np.asarray(digests[regions[k]]).ravel()}
         record = parse_record(texts.pop()) if len(texts) == 1 else None
-        if record is None or set(record) != set(arrays) - {DIGEST} \
-                or not done[regions[k]].all():
+        if record is None or not done[regions[k]].all():
             fail(k, DIGEST, "is marked done without a complete record of its data")
-        else:
-            records[k] = record
+            continue
+        gone = sorted(set(record) - set(arrays))
+        if gone:
+            raise LoadError(path / gone[0], "is missing (no zarr.json): the store's blocks "
+                            f"hold values of {gone[0]}")
+        records[k] = record
     for name, arr in arrays.items():
-        todo = [k for k in records if k not in damaged]
+        todo = [k for k in records if k not in damaged and name in records[k]]
         if name == DIGEST or not todo:
             continue
 

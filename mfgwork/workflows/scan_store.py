@@ -205,6 +205,10 @@ class ScanStore:
                 "solver settings): a scan resumes only its own store; choose a new path or "
                 "remove that one")
         self._remove_partial_writes()
+        for name in [*self.layout.variables(), DIGEST]:
+            if not (self.path / name / "zarr.json").is_file():
+                raise LoadError(self.path / name / "zarr.json", f"is missing: the store has "
+                                f"no array {name}, which this scan writes")
         self.check = check_store(self.path)
         if self.check.finished.shape != self.layout.shape:
             raise LoadError(self.path / DONE / "zarr.json", f"gives the scan the shape "
