@@ -318,3 +318,12 @@ def test_grid_rule_text_or_path(tmp_path, monkeypatch):
     for missing in ("missing_grid", "grids/g.yaml", "g.json"):
         with pytest.raises(SpecError, match="does not exist"):
             read_spec(missing)
+
+
+def test_crossover_table_file_is_read_as_checked_json(tmp_path):
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
+    for name in ("fifo.json", "list.json", "deep.json", "missing.json"):
+        with deadline(), pytest.raises(LoadError, match=name):
+            mw.crossover_table(tmp_path / name)
