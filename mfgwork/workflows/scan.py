@@ -204,8 +204,8 @@ def scan(problem: Callable[..., MFGProblem] | str, grid: str | os.PathLike | Map
     with store_lock(store):
         target = ScanStore(store, layout, plan.hash(), block)
         finished = target.finished()
-        if target.damaged().damaged:
-            warnings.warn(resolving(target.path, layout, target.damaged().damaged),
+        if target.check.damaged:
+            warnings.warn(resolving(target.path, layout, target.check.damaged),
                           RuntimeWarning, stacklevel=2)
         tasks = [Task(plan, r, layout, str(target.path), device)
                  for r in blocks(plan.shape, target.block) if not finished[r].all()]

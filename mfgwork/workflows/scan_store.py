@@ -165,11 +165,14 @@ class ScanStore:
                  block: tuple[int, ...]) -> None:
         self.path = Path(path).absolute()
         self.layout, self.plan_hash = layout, plan_hash
+        #: The check of the store when it was opened: finished points, damaged blocks.
+        self.check: StoreCheck
         if self.path.exists():
             self.block = self._reopen()
         else:
             self._create(block)
             self.block = tuple(block)
+            self.check = StoreCheck(np.zeros(layout.shape, dtype=bool), self.block, [])
 
     # creation and recognition
     def _create(self, block: tuple[int, ...]) -> None:
@@ -226,14 +229,7 @@ class ScanStore:
     # state
     def finished(self) -> np.ndarray:
         """The points of blocks that are finished and hold what their record says."""
-        if not hasattr(self, "check"):
-            self.check = check_store(self.path)
         return self.check.finished
-
-    def damaged(self) -> StoreCheck:
-        """The check of the store made when it was opened (the damaged blocks in it)."""
-        self.finished()
-        return self.check
 
     # writing
     def write_block(self, region: tuple[slice, ...], arrays: Mapping[str, np.ndarray]) -> None:
