@@ -86,6 +86,7 @@ def test_damaged_block_is_refused_on_open_and_solved_again_on_resume(case, store
     with pytest.raises(mw.LoadError) as err:
         mw.open_scan(store)
     assert str(store / file) in str(err.value) and "1 block(s)" in str(err.value)
+    assert "block threshold[1:2], sigma[0:2]" in str(err.value)
     with pytest.warns(RuntimeWarning, match=r"solving 1 finished block\(s\) again") as rec:
         ds = mw.scan(mw.SantaFeBar, GRID, store=store, **KW)
     message = str(rec[0].message)

@@ -290,7 +290,8 @@ def open_scan(path: str | os.PathLike, *, verify: bool = True) -> Any:
         damaged = check_store(Path(path)).damaged
         if damaged:
             d = damaged[0]
-            raise LoadError(d.file, f"{d.reason}; {len(damaged)} block(s) of the scan store "
+            raise LoadError(d.file, f"{d.reason} (block {d.block}); {len(damaged)} block(s) "
+                            f"of the scan store "
                             f"{str(path)!r} cannot be trusted (run the same scan again to "
                             "solve them again)")
     try:

@@ -65,6 +65,13 @@ class Damage:
     region: tuple[slice, ...]
     file: Path
     reason: str
+    dims: tuple[str, ...] = ()
+
+    @property
+    def block(self) -> str:
+        """The block by index ranges, e.g. ``threshold[1:2], sigma[0:2]``."""
+        return ", ".join(f"{d}[{s.start}:{s.stop}]" for d, s in zip(self.dims, self.region,
+                                                                     strict=False))
 
 
 @dataclass
@@ -146,7 +153,7 @@ def check_store(path: str | Path, regions: list[tuple[slice, ...]] | None = None
             arr = done_arr if name == DONE else arrays[name]
             key += (0,) * (arr.ndim - len(key))
             damaged[k] = Damage(region, path / name / arr.metadata.encode_chunk_key(key),
-                                reason)
+                                reason, tuple(done_arr.metadata.dimension_names or ()))
 
     every = list(range(len(regions)))
     done = _read(done_arr, regions, every,
