@@ -133,17 +133,16 @@ def arrays_of(path: Path) -> dict[str, Any]:
     return out
 
 
-def check_store(path: str | Path, regions: list[tuple[slice, ...]] | None = None
-                ) -> StoreCheck:
+def check_store(path: str | Path) -> StoreCheck:
     """Check the store at ``path``: metadata (LoadError naming the file), then each block
-    marked done against its record. ``regions``: the blocks (default: those of ``done``)."""
+    (a chunk of ``done``) marked done against its record."""
     from .scan_store import blocks
 
     path = Path(path)
     arrays = arrays_of(path)
     done_arr = arrays.pop(DONE)
     block = tuple(int(c) for c in done_arr.chunks)
-    regions = blocks(done_arr.shape, block) if regions is None else regions
+    regions = blocks(done_arr.shape, block)
     damaged: dict[int, Damage] = {}  # by the block's position in regions
 
     def fail(k: int, name: str, reason: str) -> None:
