@@ -52,7 +52,8 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
                               "input (nothing was run).")
     p.add_argument("notebook", help="the notebook to run (needs a cell tagged 'parameters')")
     p.add_argument("--grid", required=True, metavar="SPEC",
-                   help="YAML/JSON grid: lists, {linspace: [a, b, n]}, {range: [a, b, step]}")
+                   help="YAML/JSON grid: lists, {linspace: [a, b, n]}, {range: [a, b, step]}; "
+                        "a file when it exists, ends in .yaml/.yml/.json or has no ':'")
     p.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
                    metavar=("NAME", "VALUE"), help="a parameter fixed for every run")
     p.add_argument("-o", "--out-dir", required=True, help="the sweep folder")
@@ -100,7 +101,8 @@ def _add_scan(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--problem", required=True,
                    help="a problem name (santa_fe) or module:callable (a problem factory)")
     p.add_argument("--grid", required=True, metavar="SPEC",
-                   help="YAML/JSON grid: lists, {linspace: [a, b, n]}, {range: [a, b, step]}")
+                   help="YAML/JSON grid: lists, {linspace: [a, b, n]}, {range: [a, b, step]}; "
+                        "a file when it exists, ends in .yaml/.yml/.json or has no ':'")
     p.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
                    metavar=("NAME", "VALUE"),
                    help="a problem parameter fixed for every point, or a solver option "
@@ -122,7 +124,7 @@ def _add_scan(sub: argparse._SubParsersAction) -> None:
 
 
 def _scan(args: argparse.Namespace) -> int:
-    from .core.errors import BackendError, ParameterError
+    from .core.errors import BackendError, LoadError, ParameterError
     from .workflows.runs import parse_value
     from .workflows.scan import describe, scan, split_parameters, to_netcdf
 
@@ -135,7 +137,7 @@ def _scan(args: argparse.Namespace) -> int:
                   keep=keep, store=args.store, chunk_size=args.chunk_size,
                   scheduler=args.scheduler, dask=args.dask, workers=args.workers,
                   progress=not args.no_progress)
-    except (ParameterError, BackendError) as exc:
+    except (ParameterError, BackendError, LoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(describe(ds, args.store))

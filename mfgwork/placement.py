@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .core.backend import BACKENDS, available_devices, torch_installed
-from .core.errors import ParameterError, check_choice, check_int
+from .core.errors import LoadError, ParameterError, check_choice, check_int
 from .numerics.particles.solver import DEFAULT_PARTICLES
 from .problems.base import MFGProblem
 
@@ -62,10 +62,16 @@ def _packaged_table() -> dict[str, Any]:
 
 
 def crossover_table(path: str | Path | None = None) -> dict[str, Any]:
-    """The crossover table: the one shipped with the package, or the JSON at ``path``."""
+    """The crossover table: the one shipped with the package, or the JSON object at ``path``
+    (read as by :func:`mfgwork.core.storage.read_json`; a LoadError names a bad file)."""
     if path is None:
         return _packaged_table()
-    return json.loads(Path(path).read_text())
+    from .core import storage
+
+    table = storage.read_json(path)
+    if not isinstance(table, dict):
+        raise LoadError(Path(path), "must hold a JSON object (a crossover table)")
+    return table
 
 
 def placement(problems: MFGProblem | Sequence[MFGProblem], method: str = "fdm", *,

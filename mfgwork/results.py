@@ -6,6 +6,7 @@ observables and saving work on NumPy copies, at this boundary only.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,6 +171,10 @@ def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
         if key in metrics and not isinstance(metrics[key], kind):
             raise LoadError(folder / "metrics.json", f"has {key}={metrics[key]!r:.60}: must "
                             f"be a {kind.__name__}")
+    residual = metrics.get("residual")
+    if residual is not None and not _is_residual(residual):
+        raise LoadError(folder / "metrics.json", f"has residual={residual!r:.60}: must be a "
+                        "finite number >= 0 or null")
     params = storage.read_json(folder / "parameters.json")
     if not isinstance(params, dict):
         raise LoadError(folder / "parameters.json", "must hold a JSON object")
@@ -190,6 +195,16 @@ def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
                   observables={k: arrays[k] for k in names},
                   summary=metrics.get("summary", {}), state_name=metrics.get("state_name", "x"),
                   extra=metrics.get("extra", {}), residual=metrics.get("residual"))
+
+
+def _is_residual(value: Any) -> bool:
+    """A finite number >= 0 (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(float(value)) and value >= 0
+    except OverflowError:
+        return False
 
 
 def save_run(path: str | os.PathLike, result: Result | None = None, *,

@@ -13,20 +13,24 @@ removes temporaries of earlier writes to the same target whose process is gone.
 :func:`atomic_file` does the same for one file.
 
 Readers (:func:`read_json`, :func:`read_npz`, :func:`load_table`) check that a file exists,
-parses, and holds the expected keys, shapes, dtypes and sizes (an NPZ's decompressed size is
-read from its headers before any array), and raise :class:`~mfgwork.core.errors.LoadError`
-naming the file and what is wrong.
+is a regular file (opened without blocking, so a FIFO or a device is refused, not waited
+on or read without end) of bounded size, parses, and holds the expected keys, shapes, dtypes
+and sizes (an NPZ's decompressed size is read from its headers before any array), and raise
+:class:`~mfgwork.core.errors.LoadError` naming the file and what is wrong. Markers are read
+only from a regular file of at most :data:`MAX_MARKER_BYTES`, never through a link.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import json
 import os
 import platform
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import zipfile
@@ -46,6 +50,8 @@ FORMAT = 1
 #: NPZ is also refused when it would not fit in the host's available memory.
 MAX_JSON_BYTES = 256 * 2**20
 MAX_NPZ_BYTES = 2**30
+#: Largest marker file read (bytes); a larger one is no marker.
+MAX_MARKER_BYTES = 64 * 2**10
 #: Packages a result depends on (recorded with every result and benchmark).
 PACKAGES = ("mfgwork", "numpy", "scipy", "numba", "torch", "triton", "array-api-compat",
             "matplotlib", "papermill", "nbclient", "ipykernel", "xarray", "zarr", "dask")
@@ -54,11 +60,14 @@ _TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(tmp|old|running|kernel)-(?P<pid>\d+)
 
 # -- targets ---------------------------------------------------------------------------------
 def marker_kind(folder: Path) -> str | None:
-    """The kind named by the folder's marker, or None (no marker, or not readable)."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        kind = json.loads((folder / MARKER).read_text()).get("kind")
-        return kind if isinstance(kind, str) else None
-    return None
+    """The kind named by the folder's marker, or None (no marker; or one that is a link,
+    not a regular file, larger than :data:`MAX_MARKER_BYTES`, or not a JSON object)."""
+    try:
+        value = read_json(Path(folder) / MARKER, max_bytes=MAX_MARKER_BYTES, follow=False)
+    except LoadError:
+        return None
+    kind = value.get("kind") if isinstance(value, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def _listing(folder: Path, limit: int = 4) -> str:
@@ -287,27 +296,83 @@ def provenance() -> dict[str, Any]:
 
 
 # -- reading ---------------------------------------------------------------------------------
-def _existing_file(path: Path, max_bytes: int) -> int:
-    if not path.exists() and not path.is_symlink():
-        raise LoadError(path, "does not exist")
-    if not path.is_file():
-        raise LoadError(path, "is not a file")
-    size = path.stat().st_size
-    if size > max_bytes:
-        raise LoadError(path, f"is {size} bytes, more than the {max_bytes} allowed")
-    return size
+def _open_regular(path: Path, max_bytes: int, *, follow: bool = True) -> int:
+    """A descriptor of the regular file ``path`` of at most ``max_bytes`` bytes, opened
+    without blocking (a FIFO, a device or a folder is refused, not waited on); with
+    ``follow=False`` a link is refused. Else :class:`LoadError` naming the file."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    if not follow:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise LoadError(path, "does not exist") from None
+    except PermissionError:
+        raise LoadError(path, "cannot be read (permission denied)") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow:
+            raise LoadError(path, "is a symbolic link, which is not followed here") from None
+        raise LoadError(path, f"cannot be opened ({exc.strerror or exc})") from None
+    try:
+        mode, size = os.fstat(fd).st_mode, os.fstat(fd).st_size
+        if stat.S_ISDIR(mode):
+            raise LoadError(path, "is a folder, not a file")
+        if not stat.S_ISREG(mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode)
+                    or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else
+                    "not a regular file")
+            raise LoadError(path, f"is not a regular file ({kind}): refused")
+        if size > max_bytes:
+            raise LoadError(path, f"is {size} bytes, more than the {max_bytes} allowed")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_bytes(path: str | os.PathLike, max_bytes: int, *, follow: bool = True) -> bytes:
+    """The bytes of the regular file ``path``, at most ``max_bytes`` (see
+    :func:`_open_regular`); a file that holds more than its size says (``/proc`` files, a
+    file growing while read) is refused."""
+    path = Path(path)
+    fd = _open_regular(path, max_bytes, follow=follow)
+    try:
+        size, parts, got = os.fstat(fd).st_size, [], 0
+        while got <= size:
+            part = os.read(fd, size + 1 - got)
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+    except OSError as exc:
+        raise LoadError(path, f"cannot be read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    if got > size:
+        raise LoadError(path, f"holds more than the {size} bytes its size says (a special "
+                        "file, or one growing while read): refused")
+    return b"".join(parts)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def read_json(path: str | os.PathLike, *, keys: Mapping[str, type | tuple[type, ...]] = {},
-              max_bytes: int | None = None) -> Any:
-    """The JSON value in ``path`` (at most ``max_bytes``, default :data:`MAX_JSON_BYTES`);
-    with ``keys``, it must be an object holding each key with a value of the given type(s)."""
+              max_bytes: int | None = None, follow: bool = True) -> Any:
+    """The JSON value in the regular file ``path`` (at most ``max_bytes``, default
+    :data:`MAX_JSON_BYTES`; through a link only with ``follow``); with ``keys``, it must be
+    an object holding each key with a value of the given type(s). NaN and Infinity (not
+    JSON), nesting deeper than Python can parse and integers of more digits than Python
+    converts are refused as invalid."""
     path = Path(path)
-    _existing_file(path, MAX_JSON_BYTES if max_bytes is None else max_bytes)
+    data = read_bytes(path, MAX_JSON_BYTES if max_bytes is None else max_bytes, follow=follow)
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LoadError(path, f"is not valid JSON ({exc})") from None
+        value = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    except RecursionError:
+        raise LoadError(path, "is not valid JSON here (nested too deeply)") from None
+    except (UnicodeDecodeError, ValueError) as exc:  # (JSONDecodeError, int digits, NaN)
+        raise LoadError(path, f"is not valid JSON ({str(exc)[:200]})") from None
     if keys:
         if not isinstance(value, dict):
             raise LoadError(path, f"must hold a JSON object, not {type(value).__name__}")
@@ -349,13 +414,22 @@ def npz_headers(path: str | os.PathLike, *, max_bytes: int | None = None
     path = Path(path)
     max_bytes = MAX_NPZ_BYTES if max_bytes is None else max_bytes
     max_bytes = min(max_bytes, memory.host_available() or max_bytes)
-    _existing_file(path, max_bytes)
-    out, total = {}, 0
+    with os.fdopen(_open_regular(path, max_bytes), "rb") as fh:
+        return _npz_headers(path, fh, max_bytes)
+
+
+def _npz_headers(path: Path, fh: Any, max_bytes: int
+                 ) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    out: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+    total = 0
     try:
-        with zipfile.ZipFile(path) as zf:
+        with zipfile.ZipFile(fh) as zf:
             for info in zf.infolist():
                 if not info.filename.endswith(".npy"):
                     raise LoadError(path, f"holds {info.filename!r}, which is not an array")
+                if info.filename[:-4] in out:
+                    raise LoadError(path, f"holds two arrays named {info.filename[:-4]!r}: "
+                                    "refused (which one is meant is not known)")
                 total += info.file_size
                 if total > max_bytes:
                     raise LoadError(path, f"decompresses to more than {max_bytes} bytes "
@@ -389,7 +463,27 @@ def read_npz(path: str | os.PathLike, shapes: Mapping[str, tuple[str | int, ...]
     "M": ("nt+1", "nx")}``). Arrays not named must have the shape ``others`` (refused when
     it is None). Floating arrays must be finite."""
     path = Path(path)
-    headers = npz_headers(path, max_bytes=max_bytes)
+    max_bytes = MAX_NPZ_BYTES if max_bytes is None else max_bytes
+    max_bytes = min(max_bytes, memory.host_available() or max_bytes)
+    with os.fdopen(_open_regular(path, max_bytes), "rb") as fh:
+        headers = _npz_headers(path, fh, max_bytes)
+        _check_shapes(path, headers, shapes, optional, others)
+        fh.seek(0)
+        try:
+            with np.load(fh, allow_pickle=False) as data:
+                arrays = {k: data[k] for k in data.files}
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+            raise LoadError(path, f"could not be read ({type(exc).__name__}: {exc})"
+                            ) from None
+    for key, a in arrays.items():
+        if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+            raise LoadError(path, f"array {key!r} holds NaN or inf")
+    return arrays
+
+
+def _check_shapes(path: Path, headers: Mapping[str, tuple[tuple[int, ...], np.dtype]],
+                  shapes: Mapping[str, tuple[str | int, ...]], optional: Iterable[str],
+                  others: tuple[str | int, ...] | None) -> None:
     dims: dict[str, int] = {}
     if others is not None:
         shapes = dict(shapes) | {k: others for k in headers if k not in shapes}
@@ -412,15 +506,6 @@ def read_npz(path: str | os.PathLike, shapes: Mapping[str, tuple[str | int, ...]
     extra = sorted(set(headers) - set(shapes))
     if extra:
         raise LoadError(path, f"holds unexpected arrays {extra}")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
-        raise LoadError(path, f"could not be read ({type(exc).__name__}: {exc})") from None
-    for key, a in arrays.items():
-        if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
-            raise LoadError(path, f"array {key!r} holds NaN or inf")
-    return arrays
 
 
 def _dims(spec: tuple[str | int, ...], dims: Mapping[str, int]) -> str:

@@ -15,13 +15,21 @@ REBUILDABLE = {SantaFeBar.name_default: SantaFeBar}
 def problem_from_params(params: dict) -> MFGProblem:
     """The problem a result's ``params`` describe, for the problems in :data:`REBUILDABLE`
     (others hold user callables, which are not stored)."""
-    cls = REBUILDABLE.get(params.get("problem"))
+    name = params.get("problem")
+    cls = REBUILDABLE.get(name) if isinstance(name, str) else None
     if cls is None:
         raise ParameterError(f"problem=None is invalid for a result of problem "
-                             f"{params.get('problem')!r}: pass the problem that was solved "
+                             f"{name!r:.80}: pass the problem that was solved "
                              f"(only {', '.join(map(repr, REBUILDABLE))} results are rebuilt "
                              "from their params)")
-    return cls.from_params(params)
+    try:
+        return cls.from_params(params)
+    except KeyError as exc:
+        raise ParameterError(f"the result's params lack {exc.args[0]!r}, which a {name} "
+                             "problem needs: pass the problem that was solved") from None
+    except TypeError as exc:
+        raise ParameterError(f"the result's params do not describe a {name} problem "
+                             f"({exc}): pass the problem that was solved") from None
 
 
 __all__ = ["Coupling", "HopfColeProblem", "MFGProblem", "SantaFeBar", "TwoStateElFarol"]

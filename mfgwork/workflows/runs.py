@@ -16,7 +16,6 @@ that notebooks call on their solver parameters.
 from __future__ import annotations
 
 import ast
-import json
 import os
 import re
 import shutil
@@ -54,7 +53,11 @@ def notebook_parameters(notebook: str | os.PathLike) -> dict[str, Any]:
     path = _existing_notebook(notebook)
     import papermill
 
-    inferred = papermill.inspect_notebook(str(path))
+    try:
+        inferred = papermill.inspect_notebook(str(path))
+    except Exception as exc:  # noqa: BLE001 - a file that is JSON but not a notebook
+        raise ParameterError(f"notebook={str(path)!r} is invalid: it cannot be read as a "
+                             f"notebook ({type(exc).__name__}: {str(exc)[:200]})") from None
     if not inferred:
         raise ParameterError(f"notebook={str(path)!r} is invalid: it has no cell tagged "
                              "'parameters'")
@@ -179,7 +182,7 @@ def _execute(path: Path, output: Path, params: dict[str, Any], kernel_name: str 
 
 
 def _language(path: Path) -> str | None:
-    meta = json.loads(path.read_text()).get("metadata", {})
+    meta = storage.read_json(path).get("metadata", {})
     return (meta.get("kernelspec") or {}).get("language") or \
         (meta.get("language_info") or {}).get("name")
 
@@ -222,10 +225,20 @@ def _source_cell(path: Path, source: str) -> tuple[int | None, str]:
 
 
 def _existing_notebook(notebook: str | os.PathLike) -> Path:
+    """The notebook's absolute path, once it is found to be a readable regular ``.ipynb``
+    file holding a JSON object with a list of cells."""
     path = Path(notebook)
     if path.suffix != ".ipynb" or not path.is_file():
         raise ParameterError(f"notebook={str(notebook)!r} is invalid: must be an existing "
                              ".ipynb file")
+    try:
+        content = storage.read_json(path)
+    except LoadError as exc:
+        raise ParameterError(f"notebook={str(notebook)!r} is invalid: {exc.reason}") from None
+    if not (isinstance(content, dict) and isinstance(content.get("cells"), list)
+            and isinstance(content.get("metadata", {}), dict)):
+        raise ParameterError(f"notebook={str(notebook)!r} is invalid: it is JSON but not a "
+                             "notebook (no list of cells)")
     return path.absolute()
 
 

@@ -45,10 +45,11 @@ from typing import Any
 import numpy as np
 
 from ..core.backend import Backend, get_backend, to_numpy
-from ..core.errors import ParameterError, check_int
+from ..core.errors import LoadError, ParameterError, check_int
 from ..problems import MFGProblem
 from ..results import provenance
 from .dask_client import dask_client
+from .scan_check import DIGEST, DONE, Damage, check_store
 from .scan_plan import (
     FIELDS,
     PROBLEMS,
@@ -203,10 +204,33 @@ def scan(problem: Callable[..., MFGProblem] | str, grid: str | os.PathLike | Map
     with store_lock(store):
         target = ScanStore(store, layout, plan.hash(), block)
         finished = target.finished()
+        if target.check.damaged:
+            warnings.warn(resolving(target.path, layout, target.check.damaged),
+                          RuntimeWarning, stacklevel=2)
         tasks = [Task(plan, r, layout, str(target.path), device)
                  for r in blocks(plan.shape, target.block) if not finished[r].all()]
         _run(tasks, scheduler, dask, workers, progress, n_points, int(finished.sum()), None)
-    return open_scan(target.path)
+    return open_scan(target.path, verify=False)  # (checked above, then written whole)
+
+
+def _region_text(region: tuple[slice, ...], layout: Layout) -> str:
+    """A block by its coordinate values, e.g. ``threshold=0.45, sigma=0.4…0.8``."""
+    parts = []
+    for dim, s in zip(layout.dims, region, strict=True):
+        values = layout.coords[dim][1]
+        first, last = values[s.start], values[s.stop - 1]
+        parts.append(f"{dim}={first:g}" if s.stop - s.start == 1 and isinstance(first, float)
+                     else f"{dim}={first}" if s.stop - s.start == 1
+                     else f"{dim}={first}…{last}")
+    return ", ".join(parts)
+
+
+def resolving(path: Path, layout: Layout, damaged: list[Damage]) -> str:
+    """The message of a resume that solves damaged blocks again."""
+    shown = "; ".join(f"[{_region_text(d.region, layout)}] {d.file.relative_to(path)} "
+                      f"{d.reason}" for d in damaged[:3])
+    return (f"store={str(path)!r}: solving {len(damaged)} finished block(s) again whose "
+            f"stored data is missing or damaged: {shown}" + (" …" if len(damaged) > 3 else ""))
 
 
 def _run(tasks: list[Task], scheduler: str | None, dask: bool, workers: int | None,
@@ -246,9 +270,15 @@ def describe(ds: Any, where: Any = None) -> str:
     return text + (f"; store: {where}" if where is not None else "")
 
 
-def open_scan(path: str | os.PathLike) -> Any:
+def open_scan(path: str | os.PathLike, *, verify: bool = True) -> Any:
     """Open a scan store lazily (Dask arrays); points not yet solved have ``done`` False,
-    NaN values and an empty ``status``."""
+    NaN values and the status ``pending``.
+
+    With ``verify`` (the default) the metadata and every finished block are first checked
+    against the record written with the block (:mod:`~mfgwork.workflows.scan_check`; this
+    reads the data once): a store with a missing, cut or changed chunk raises
+    :class:`~mfgwork.LoadError` naming the file and the block (running the same scan again
+    solves those blocks again)."""
     import xarray as xr
 
     from .scan_store import read_attrs
@@ -256,7 +286,20 @@ def open_scan(path: str | os.PathLike) -> Any:
     if read_attrs(path) is None:
         raise ParameterError(f"store={str(path)!r} is not a scan store (no zarr metadata "
                              "with a scan plan)")
-    ds = xr.open_zarr(str(path), consolidated=False)
+    if verify:
+        damaged = check_store(Path(path)).damaged
+        if damaged:
+            d = damaged[0]
+            raise LoadError(d.file, f"{d.reason} (block {d.block}); {len(damaged)} block(s) "
+                            f"of the scan store "
+                            f"{str(path)!r} cannot be trusted (run the same scan again to "
+                            "solve them again)")
+    try:
+        ds = xr.open_zarr(str(path), consolidated=None)
+    except Exception as exc:  # noqa: BLE001 - damaged metadata not caught by the check
+        raise LoadError(Path(path), f"is not a readable zarr store ({type(exc).__name__}: "
+                        f"{str(exc)[:200]})") from None
+    ds = ds.drop_vars([DIGEST], errors="ignore")
     metrics = list(METRICS)
 
     def order(name: str) -> tuple[Any, ...]:
@@ -270,11 +313,14 @@ def open_scan(path: str | os.PathLike) -> Any:
 
 
 def to_netcdf(scan_or_path: Any, path: str | os.PathLike) -> Path:
-    """Write a scan (a Dataset or a store path) as NetCDF-4 (h5netcdf), atomically."""
+    """Write a scan (a Dataset or a store path) as NetCDF-4 (h5netcdf), atomically; the
+    store's bookkeeping (``done``) is left out: a point is solved when ``status`` is not
+    ``pending``."""
     from .scan_store import atomic_file
 
     ds = open_scan(scan_or_path) if isinstance(scan_or_path, str | os.PathLike) \
         else scan_or_path
+    ds = ds.drop_vars([DONE, DIGEST], errors="ignore")
     strings = [name for name in ds.data_vars if ds[name].dtype == object]
     ds = ds.assign({name: ds[name].compute() for name in strings})  # small; typed on load
     with atomic_file(path) as tmp:

@@ -8,22 +8,25 @@ different processes or machines never touch the same file, and each chunk file i
 atomically by zarr (a temporary file renamed into place).
 
 A block is *finished* when its chunk of the ``done`` variable is True. That chunk is written
-last, after every other variable of the block, so a process killed at any moment leaves the
-block either finished (all its data on disk) or not finished (it is solved again on the next
-run, overwriting whatever part of it had been written). The store is created whole under a
-temporary name beside its path and renamed into place; its root attributes carry the plan's
-hash (``mfgwork_scan_plan``), by which a rerun recognizes its own store and refuses any other
-existing path.
+last, after every other variable of the block and after the block's record (a digest of each
+variable's values, in the ``digest`` variable, :mod:`mfgwork.workflows.scan_check`), so a
+process killed at any moment leaves the block either finished (all its data on disk) or not
+finished (it is solved again on the next run, overwriting whatever part of it had been
+written). A rerun checks every finished block against its record and solves again those
+whose chunks are missing or damaged. The store is created whole (with consolidated
+metadata) under a temporary name beside its path and renamed into place; its root
+attributes carry the plan's hash (``mfgwork_scan_plan``), by which a rerun recognizes its
+own store and refuses any other existing path.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import ParameterError
+from ..core import storage
+from ..core.errors import LoadError, ParameterError
+from .scan_check import DIGEST, DONE, StoreCheck, block_record, check_store
 
 #: Root attribute naming the plan a store was made for (its hash).
 PLAN_ATTR = "mfgwork_scan_plan"
@@ -55,6 +60,7 @@ ATTRS = {
     "device": {"long_name": "device that solved the point"},
     "message": {"long_name": "why a point failed or did not converge"},
     "done": {"long_name": "the point's block is solved and written"},
+    DIGEST: {"long_name": "digests of the values of the point's block (checked on reading)"},
     "t": {"long_name": "time"}, "x": {"long_name": "state"},
 }
 
@@ -159,11 +165,14 @@ class ScanStore:
                  block: tuple[int, ...]) -> None:
         self.path = Path(path).absolute()
         self.layout, self.plan_hash = layout, plan_hash
+        #: The check of the store when it was opened: finished points, damaged blocks.
+        self.check: StoreCheck
         if self.path.exists():
             self.block = self._reopen()
         else:
             self._create(block)
             self.block = tuple(block)
+            self.check = StoreCheck(np.zeros(layout.shape, dtype=bool), self.block, [])
 
     # creation and recognition
     def _create(self, block: tuple[int, ...]) -> None:
@@ -176,8 +185,12 @@ class ScanStore:
                         for name, var in template.data_vars.items()}
             for name in [*self.layout.fields, *self.layout.paths]:
                 encoding[name]["compressors"] = None  # (float noise: zstd saves < 10 %)
-            template.to_zarr(tmp, mode="w", compute=False, consolidated=False,
-                             encoding=encoding)
+            template[DIGEST] = digest_variable(self.layout.dims, self.layout.shape)
+            encoding[DIGEST] = {"chunks": tuple(block)}
+            with warnings.catch_warnings():  # (zarr: consolidated metadata is not in v3 spec)
+                warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
+                template.to_zarr(tmp, mode="w", compute=False, consolidated=True,
+                                 encoding=encoding)
             os.chmod(tmp, 0o755)
             os.rename(tmp, self.path)
         except BaseException:
@@ -195,23 +208,28 @@ class ScanStore:
                 "solver settings): a scan resumes only its own store; choose a new path or "
                 "remove that one")
         self._remove_partial_writes()
-        import zarr
-
-        done = zarr.open_array(self.path / "done", mode="r")
-        return tuple(int(c) for c in done.chunks)
+        for name in [*self.layout.variables(), DIGEST]:
+            if not (self.path / name / "zarr.json").is_file():
+                raise LoadError(self.path / name / "zarr.json", f"is missing: the store has "
+                                f"no array {name}, which this scan writes")
+        self.check = check_store(self.path)
+        if self.check.finished.shape != self.layout.shape:
+            raise LoadError(self.path / DONE / "zarr.json", f"gives the scan the shape "
+                            f"{self.check.finished.shape}, not {self.layout.shape}")
+        return self.check.block
 
     def _remove_partial_writes(self) -> None:
         """Temporary files of chunk writes cut short by a killed process (zarr writes
-        ``<chunk>.<hex>.partial`` and renames it)."""
-        for p in self.path.rglob("*.partial"):
-            p.unlink(missing_ok=True)
+        ``<chunk>.<hex>.partial`` and renames it); folders of that name are left alone."""
+        for root, _, files in os.walk(self.path):
+            for name in files:
+                if name.endswith(".partial"):
+                    Path(root, name).unlink(missing_ok=True)
 
     # state
     def finished(self) -> np.ndarray:
-        """The ``done`` flag of every point."""
-        import zarr
-
-        return np.asarray(zarr.open_array(self.path / "done", mode="r")[...], dtype=bool)
+        """The points of blocks that are finished and hold what their record says."""
+        return self.check.finished
 
     # writing
     def write_block(self, region: tuple[slice, ...], arrays: Mapping[str, np.ndarray]) -> None:
@@ -221,25 +239,37 @@ class ScanStore:
 
 def write_region(path: str | os.PathLike, region: tuple[slice, ...],
                  arrays: Mapping[str, np.ndarray]) -> None:
-    """Region write of one block into the store at ``path``; ``done`` goes last."""
+    """Region write of one block into the store at ``path``: the data, then the block's
+    record (:func:`~mfgwork.workflows.scan_check.block_record`), ``done`` last."""
     import zarr
 
     group = zarr.open_group(str(path), mode="r+", zarr_format=3)
     for name, value in arrays.items():
-        if name != "done":
+        if name != DONE:
             group[name][region] = value
-    group["done"][region] = arrays["done"]
+    shape = tuple(s.stop - s.start for s in region)
+    group[DIGEST][region] = np.full(shape, block_record(arrays), dtype=object)
+    group[DONE][region] = arrays[DONE]
+
+
+def digest_variable(dims: tuple[str, ...], shape: tuple[int, ...]) -> object:
+    """The ``digest`` variable of a new store: an empty record at every point."""
+    import xarray as xr
+
+    return xr.Variable(dims, np.full(shape, "", dtype=object), ATTRS[DIGEST])
 
 
 def read_attrs(path: str | os.PathLike) -> dict[str, Any] | None:
-    """The root attributes of a scan store at ``path``, or None if it is not one."""
+    """The root attributes of a scan store at ``path``, or None if it is not one (no
+    ``zarr.json``, or one without a scan plan); a ``zarr.json`` that cannot be read as a
+    JSON object raises :class:`~mfgwork.LoadError` naming it."""
     meta = Path(path) / "zarr.json"
-    if not meta.is_file():
+    if not (meta.exists() or meta.is_symlink()):
         return None
-    with contextlib.suppress(OSError, json.JSONDecodeError):
-        attrs = json.loads(meta.read_text()).get("attributes", {})
-        if PLAN_ATTR in attrs:
-            return attrs
+    root = storage.read_json(meta)
+    attrs = root.get("attributes") if isinstance(root, dict) else None
+    if isinstance(attrs, dict) and PLAN_ATTR in attrs:
+        return attrs
     return None
 
 

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import ParameterError
+from ..core import storage
+from ..core.errors import LoadError, ParameterError
 
 #: Parameters the sweep sets itself, one value per run; a spec may not set them.
 RESERVED = ("out_dir",)
@@ -85,7 +86,12 @@ class SweepSpec:
 
 # -- reading -----------------------------------------------------------------------------------
 def read_spec(source: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
-    """The raw mapping of a spec given as a mapping, a path to a YAML/JSON file, or YAML text."""
+    """The raw mapping of a spec given as a mapping, a path to a YAML/JSON file, or YAML text.
+
+    A string is a file path when it is one line and names something that exists, ends in
+    ``.yaml``, ``.yml`` or ``.json``, or has no ``:`` (YAML text of a mapping always has
+    one): so ``missing_grid`` is a file that does not exist, not the text of a spec. The
+    file must be a readable regular file (see :func:`mfgwork.core.storage.read_bytes`)."""
     if isinstance(source, Mapping):
         return dict(source)
     import yaml
@@ -93,18 +99,32 @@ def read_spec(source: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
     text, where = str(source), "grid spec"
     path = Path(source)
     if isinstance(source, os.PathLike) or ("\n" not in text and (
-            path.exists() or path.suffix.lower() in (".yaml", ".yml", ".json"))):
-        if not path.exists() or path.is_dir():
-            raise SpecError(f"grid spec file {str(path)!r} does not exist")
-        text, where = path.read_text(), f"grid spec {str(path)!r}"
+            path.exists() or path.is_symlink() or ":" not in text
+            or path.suffix.lower() in (".yaml", ".yml", ".json"))):
+        text, where = _read_file(path), f"grid spec {str(path)!r}"
     try:
         raw = yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
         raise SpecError(f"{where} is not valid YAML/JSON: {exc}") from None
+    except RecursionError:
+        raise SpecError(f"{where} is not valid YAML/JSON here (nested too deeply)") from None
     if not isinstance(raw, dict) or not raw:
         raise SpecError(f"{where} must be a non-empty mapping of parameter names to values, "
                         f"got {type(raw).__name__}: {raw!r:.80}")
     return raw
+
+
+def _read_file(path: Path) -> str:
+    """The text of a spec file; a SpecError saying why it cannot be read."""
+    if not (path.exists() or path.is_symlink()):
+        raise SpecError(f"grid spec file {str(path)!r} does not exist (a spec given as text "
+                        "is a YAML mapping, with a ':')")
+    try:
+        return storage.read_bytes(path, storage.MAX_JSON_BYTES).decode("utf-8")
+    except LoadError as exc:
+        raise SpecError(f"grid spec file {str(path)!r} {exc.reason}") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"grid spec file {str(path)!r} is not UTF-8 text") from None
 
 
 def _unique_key_loader() -> type:

@@ -334,6 +334,7 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
                                   protect={notebook.parent: "the folder of the notebook "
                                                             f"{notebook.name}"})
     plan = {"notebook": str(notebook), "spec": dict(raw), "fixed": dict(parameters or {})}
+    _check_files(folder)
     earlier = _check_replan(folder, plan, replan)
     for sub in ("runs", "failed", "locks"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
@@ -403,6 +404,28 @@ def _check_replan(folder: Path, plan: Mapping[str, Any], replan: bool) -> dict[s
             "choose another folder, or pass replan=True (--replan) to run this spec there "
             "(the earlier runs stay listed)")
     return earlier
+
+
+#: The files of a sweep folder that a sweep reads, writes or locks.
+FILES = ("mfgwork.json", "spec.yaml", "sweep.json", "index.csv", "sweep.lock")
+
+
+def _check_files(folder: Path) -> None:
+    """Each of :data:`FILES` is absent or a regular file (not a link, a folder or a FIFO)."""
+    import stat
+
+    for name in FILES:
+        path = folder / name
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(mode):
+            what = ("a symbolic link" if stat.S_ISLNK(mode) else "a folder"
+                    if stat.S_ISDIR(mode) else "not a regular file")
+            raise ParameterError(f"out_dir={str(folder)!r} is refused: its {name} is {what}, "
+                                 "which a sweep does not read or write through; remove it or "
+                                 "choose another folder")
 
 
 def _cores() -> int:
