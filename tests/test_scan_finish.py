@@ -66,15 +66,16 @@ def test_a_point_neither_path_brings_in_stays_not_converged_where_mw_solve_does(
 
 
 def test_the_single_path_runs_over_the_cpu_cores(monkeypatch):
-    """Several points to finish go to a pool of processes, one per core;
-    one point, one core, or a daemon process (a Dask worker) stay in this process."""
+    """Enough points to finish go to a pool of processes, one per core; one point, one
+    core, little work, or a daemon process (a Dask worker) stay in this process."""
     import os
 
     from mfgwork.workflows import scan_solve
 
     monkeypatch.setattr(scan_solve, "_cores", lambda: 2)
-    pids = scan_solve._map(os.getpid, [(), (), ()])
+    pids = scan_solve._map(os.getpid, [(), (), ()], parallel=True)
     assert len(pids) == 3 and os.getpid() not in pids
-    assert scan_solve._map(os.getpid, [()]) == [os.getpid()]
+    assert scan_solve._map(os.getpid, [()], parallel=True) == [os.getpid()]
+    assert scan_solve._map(os.getpid, [(), ()], parallel=False) == [os.getpid()] * 2
     monkeypatch.setattr(scan_solve, "_cores", lambda: 1)
-    assert scan_solve._map(os.getpid, [(), ()]) == [os.getpid()] * 2
+    assert scan_solve._map(os.getpid, [(), ()], parallel=True) == [os.getpid()] * 2

@@ -19,9 +19,10 @@ Points are solved block by block (:mod:`mfgwork.workflows.scan_store`): a block 
 torch, with a leading batch axis; else the compiled NumPy solver, point by point), sized to
 the device's memory. A block that raises is solved again point by point, so one failing point
 is recorded (status, message) without stopping the scan. The points a batch does not converge
-are finished by the single path (:func:`~mfgwork.workflows.scan_solve.finish`). With ``store=PATH`` each finished
-block is written into a zarr store (region writes, the ``done`` flag last), a rerun of the
-same call skips finished blocks, and :func:`open_scan` opens the store lazily. With
+are finished by the single path (:func:`~mfgwork.workflows.scan_solve.finish`). With
+``store=PATH`` each finished block is written into a zarr store (region writes, the ``done``
+flag last), a rerun of the same call skips finished blocks, and :func:`open_scan` opens the
+store lazily. With
 ``scheduler=ADDRESS`` (or ``dask=True``: a ``LocalCluster``) blocks are solved by Dask
 workers, each on its own device, writing their regions into the shared store.
 

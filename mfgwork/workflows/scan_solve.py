@@ -37,6 +37,10 @@ DEVICE_ARRAYS_PER_POINT = 32
 MEMORY_FRACTION = 0.5
 #: Longest message kept per point (the rest is cut).
 MESSAGE_CHARS = 400
+#: Grid cells (nx × nt, summed over the points) from which the single path finishes a batch's
+#: points over a pool of processes: about 5 s of work on one core, against 1–2 s to start
+#: the pool's processes (importing the library).
+POOL_MIN_CELLS = 100_000
 
 
 def placement(device: str, backend: str | None, dtype: Any) -> Backend:
@@ -141,12 +145,14 @@ def finish(problems: list[MFGProblem], outcomes: list[dict[str, Any]], iterates:
     with NumPy in float64 on the CPU (where :func:`mfgwork.placement` puts a single solve;
     its Newton fallback rescues stalling Santa Fe points), warm-started from the coupling
     state of the batch's best iterate (``iterates``: its densities per point), and from the
-    start if the warm start does not converge; over the CPU cores in parallel. A finished
+    start if the warm start does not converge; over the CPU cores in parallel (from
+    :data:`POOL_MIN_CELLS`). A finished
     point counts the batch's iterations and time too; one that the single path cannot bring
     in either keeps the better of the two solutions."""
     hard = [k for k, o in enumerate(outcomes) if o["status"] == "not_converged"]
     jobs = [(problems[k], _state(problems[k], iterates[k], opts), dict(opts)) for k in hard]
-    for k, single in zip(hard, _map(_finish_one, jobs), strict=True):
+    parallel = len(jobs) * opts["nx"] * opts["nt"] >= POOL_MIN_CELLS
+    for k, single in zip(hard, _map(_finish_one, jobs, parallel), strict=True):
         batch = outcomes[k]
         single["iterations"] = single.get("iterations", 0) + batch["iterations"]
         single["wall_time"] = single["wall_time"] + batch["wall_time"]
@@ -182,12 +188,13 @@ def _state(problem: MFGProblem, M: Any, opts: Mapping[str, Any]) -> np.ndarray:
     return np.asarray(problem.coupling(grid, host).state(M))
 
 
-def _map(fn: Any, jobs: list[tuple[Any, ...]]) -> list[Any]:
-    """``[fn(*job) for job in jobs]``, over a pool of processes when there are several jobs
-    and cores (and this process may start them: not in a daemon such as a Dask worker)."""
+def _map(fn: Any, jobs: list[tuple[Any, ...]], parallel: bool) -> list[Any]:
+    """``[fn(*job) for job in jobs]``, over a pool of processes when ``parallel`` and there
+    are several jobs and cores (and this process may start them: not in a daemon such as a
+    Dask worker)."""
     import multiprocessing
 
-    workers = min(len(jobs), _cores())
+    workers = min(len(jobs), _cores()) if parallel else 1
     if workers < 2 or multiprocessing.current_process().daemon:
         return [fn(*job) for job in jobs]
     try:
