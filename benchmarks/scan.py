@@ -26,6 +26,7 @@ points finished cold; and the CPU path (NumPy, point by point) cold against cont
 along ε (each point warm-started from its converged neighbour): iterations and time.
 
     python benchmarks/scan.py --hard --side 8 --nx 81 --nt 81 --backend torch --device cpu
+    python benchmarks/scan.py --hard --finish-only --device cuda       # 32 x 32 at 201²
 
 Prints a table and writes JSON (default benchmarks/results/scan-<device>-<dtype>.json, with
 ``--hard`` scan-hard-<device>-<dtype>.json).
@@ -79,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None)
     parser.add_argument("--hard", action="store_true",
                         help="the hard box: the batch's fallback and continuation on the CPU")
+    parser.add_argument("--finish-only", action="store_true",
+                        help="with --hard: the batch and its warm finish only (no cold "
+                             "finish, no CPU path)")
     args = parser.parse_args(argv)
     if args.hard:
         return hard_box(args)
@@ -192,6 +196,8 @@ def hard_box(args: argparse.Namespace) -> int:
         warm += finish(problems, [dict(o) for o in outcomes], [r.M for r in results],
                        plan.options)
         finish_time += time.perf_counter() - started
+        if args.finish_only:
+            continue
         started = time.perf_counter()
         for p, o in zip(problems, outcomes, strict=True):
             if not o["converged"]:
@@ -200,7 +206,7 @@ def hard_box(args: argparse.Namespace) -> int:
             cold.append(o)
         cold_time += time.perf_counter() - started
     cpu = {}
-    for name in ("cold", "continuation"):
+    for name in () if args.finish_only else ("cold", "continuation"):
         started = time.perf_counter()
         cpu[name] = along_eps(plan, host, kw, warm=name == "continuation")
         cpu[name + " time"] = time.perf_counter() - started
@@ -223,16 +229,18 @@ def hard_box(args: argparse.Namespace) -> int:
         ("after: batch + single path (warm), converged", f"{count(warm)} / {n}"),
         ("after: batch + single path (warm) (s)", batch_time + finish_time),
         ("single path on the points left, warm (s)", finish_time),
-        ("single path on the points left, cold, one core (s)", cold_time),
         ("points left by the batch", len(left)),
         ("their single-path iterations, warm: sum / median",
          f"{sum(extra(warm))} / {np.median(extra(warm)) if left else 0:g}"),
-        ("their single-path iterations, cold: sum / median",
-         f"{sum(extra(cold))} / {np.median(extra(cold)) if left else 0:g}"),
-        ("cold converged (batch + cold single path)", f"{count(cold)} / {n}"),
         ("finished_by", ", ".join(f"{k} {sum(p['finished_by'] == k for p in warm)}"
                                   for k in ("batch", "single-warm", "single"))),
     ]
+    if not args.finish_only:
+        rows += [
+            ("single path on the points left, cold, one core (s)", cold_time),
+            ("their single-path iterations, cold: sum / median",
+             f"{sum(extra(cold))} / {np.median(extra(cold)) if left else 0:g}"),
+            ("cold converged (batch + cold single path)", f"{count(cold)} / {n}")]
     for name in ("cold", "continuation"):
         its = [p["iterations"] for p in cpu[name]]
         rows += [(f"CPU path, {name}: converged", f"{count(cpu[name])} / {n}"),
