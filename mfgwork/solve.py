@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .core import memory
 from .core.backend import BACKENDS, Backend, get_backend, to_numpy
@@ -42,7 +43,8 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
           iteration: str | IterationScheme | None = None,
           progress: bool | None = None, n_particles: int | None = None,
           seed: int | None = None, compile_steps: bool | str = "auto",
-          initial: Result | Any = None, max_memory: int | str | None = None) -> Result:
+          initial: Result | npt.ArrayLike | None = None,
+          max_memory: int | str | None = None) -> Result:
     """Solve the MFG system of ``problem`` on an ``nx`` × ``nt`` grid.
 
     ``nx`` counts grid points including both walls; ``nt`` time steps give ``nt + 1`` levels.

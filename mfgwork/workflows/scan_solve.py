@@ -146,9 +146,8 @@ def finish(problems: list[MFGProblem], outcomes: list[dict[str, Any]], iterates:
     its Newton fallback rescues stalling Santa Fe points), warm-started from the coupling
     state of the batch's best iterate (``iterates``: its densities per point), and from the
     start if the warm start does not converge; over the CPU cores in parallel (from
-    :data:`POOL_MIN_CELLS`). A finished
-    point counts the batch's iterations and time too; one that the single path cannot bring
-    in either keeps the better of the two solutions."""
+    :data:`POOL_MIN_CELLS`). A finished point counts the batch's iterations and time too;
+    one that the single path cannot bring in either keeps the better of the two solutions."""
     hard = [k for k, o in enumerate(outcomes) if o["status"] == "not_converged"]
     jobs = [(problems[k], _state(problems[k], iterates[k], opts), dict(opts)) for k in hard]
     parallel = len(jobs) * opts["nx"] * opts["nt"] >= POOL_MIN_CELLS
@@ -233,29 +232,6 @@ def _solve_one(problem: MFGProblem, kw: dict[str, Any], opts: Mapping[str, Any],
                 "device": kw["backend"].device,
                 "message": _clip(f"{type(exc).__name__}: {exc}")}
     return _outcome(result, time.perf_counter() - started, opts) | {"finished_by": how}
-
-
-def _state(problem: MFGProblem, M: Any, opts: Mapping[str, Any]) -> np.ndarray:
-    """The coupling state (Santa Fe: the attendance path) of densities ``M``, in float64 on
-    the host: what a warm start of the single path takes."""
-    host = get_backend("numpy")
-    grid = problem.grid(opts["nx"], opts["nt"])
-    M = np.asarray(to_numpy(M), dtype=np.float64)
-    return np.asarray(problem.coupling(grid, host).state(M))
-
-
-def _neighbour(k: int, shape: tuple[int, ...], outcomes: list[dict[str, Any]],
-               states: list[np.ndarray | None]) -> np.ndarray | None:
-    """The coupling state of a converged point next to point ``k`` (C order) among those
-    before it: one step back along the last axis, else along the axes before it."""
-    at = np.unravel_index(k, shape)
-    for axis in reversed(range(len(shape))):
-        if at[axis] > 0:
-            j = int(np.ravel_multi_index(tuple(a - (d == axis) for d, a in enumerate(at)),
-                                         shape))
-            if j < len(states) and states[j] is not None:
-                return states[j]
-    return None
 
 
 def _outcome(result: Result, wall_time: float, opts: Mapping[str, Any]) -> dict[str, Any]:
