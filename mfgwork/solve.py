@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .core import memory
 from .core.backend import BACKENDS, Backend, get_backend, to_numpy
@@ -42,7 +43,8 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
           iteration: str | IterationScheme | None = None,
           progress: bool | None = None, n_particles: int | None = None,
           seed: int | None = None, compile_steps: bool | str = "auto",
-          initial: Result | None = None, max_memory: int | str | None = None) -> Result:
+          initial: Result | npt.ArrayLike | None = None,
+          max_memory: int | str | None = None) -> Result:
     """Solve the MFG system of ``problem`` on an ``nx`` × ``nt`` grid.
 
     ``nx`` counts grid points including both walls; ``nt`` time steps give ``nt + 1`` levels.
@@ -72,9 +74,11 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     1/√n_particles is raised to it with a warning. With particles on an accelerator, HJB is
     solved on the host (compiled NumPy float64 sweep) and U moved to the device once per
     iterate.
-    ``initial``: a result on the same grid (e.g. at nearby parameters) to start the Picard
-    iteration from, instead of agents who do not move; it saves iterations when the
-    parameters moved little.
+    ``initial``: where the Picard iteration starts instead of agents who do not move: a
+    result on the same grid (e.g. at nearby parameters; its U and M), or a coupling state
+    (Santa Fe: an attendance path, at levels 1..nt or 0..nt as ``res.attendance``; otherwise
+    a density path (nt or nt + 1, nx)), the first iterate of the mixing. It saves
+    iterations when the parameters moved little; shape, dtype and finiteness are checked.
     ``compile_steps``: ``torch.compile`` the per-time-step kernels of the generic torch path
     on devices (the Newton step of HJB, the FP step), fusing their many small operations.
     "auto" (default): on CUDA and MPS where the installed torch can compile for them; True
@@ -106,13 +110,14 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     tol = _reachable_tol(tol, be)
     if method == "particles":
         tol = _above_noise_floor(tol, n_particles)
-    warm = _warm_start(initial, grid, be)
 
     m0 = problem.initial_density(grid, be)
     U_T = problem.terminal_cost(grid, be)
     coupling = problem.coupling(grid, be)
+    start = check_initial(initial, grid, coupling.state(be.xp.stack([m0] * (grid.nt + 1))))
     fd, hjb, fp, fp_params = _solvers(problem, grid, be, method, n_particles, seed,
                                              compile_steps, max_memory)
+    warm = _warm_start(start, coupling, be)
     setup = time.perf_counter() - started
     fallback = _newton_fallback(coupling, iteration, method, grid, problem.nu, be, tol)
     out = _iterate(coupling, hjb, fp, m0, U_T, grid.nt, be, scheme, tol, max_iter, progress,
@@ -337,18 +342,47 @@ def _on_host(solve_hjb: Any, be: Backend) -> Any:
     return hjb
 
 
-def _warm_start(initial: Result | None, grid: Any, be: Backend) -> dict[str, Any]:
-    """``initial``'s U and M on ``be`` as the starting iterate (checked against the grid)."""
+def check_initial(initial: Any, grid: Any, state: Any) -> Result | np.ndarray | None:
+    """``initial`` checked against the grid before any work: a :class:`Result` with U and M
+    of shape (nt + 1, nx), or a real coupling state shaped like ``state`` (levels 1..nt) or
+    with level 0 in front (dropped), finite. Returns the Result or the state (float64)."""
     if initial is None:
+        return None
+    levels = (grid.nt + 1, grid.nx)
+    if isinstance(initial, Result):
+        for name in ("M", "U"):
+            value = np.asarray(to_numpy(getattr(initial, name)))
+            if value.shape != levels:
+                raise ParameterError(f"initial has {name} of shape {value.shape}: must match "
+                                     f"the grid, {levels} for nx={grid.nx}, nt={grid.nt}")
+            if not np.all(np.isfinite(value)):
+                raise ParameterError(f"initial has non-finite values in {name}: a warm start "
+                                     "must be finite")
+        return initial
+    value = np.asarray(to_numpy(initial)) if not isinstance(initial, np.ndarray) else initial
+    if value.dtype.kind not in "iuf":
+        raise ParameterError(f"initial of dtype {value.dtype} is invalid: must be an mfgwork "
+                             "Result or a real array (the coupling state)")
+    shape = tuple(np.shape(to_numpy(state)))
+    with_level0 = (shape[0] + 1, *shape[1:])
+    if value.shape not in (shape, with_level0):
+        raise ParameterError(f"initial has shape {value.shape}: a coupling state on this grid "
+                             f"has shape {shape} (levels 1..nt) or {with_level0} (levels "
+                             f"0..nt), for nx={grid.nx}, nt={grid.nt}")
+    if not np.all(np.isfinite(value)):
+        raise ParameterError("initial has non-finite values: a warm start must be finite")
+    return np.asarray(value[1:] if value.shape == with_level0 else value, dtype=np.float64)
+
+
+def _warm_start(start: Result | np.ndarray | None, coupling: Any, be: Backend
+                ) -> dict[str, Any]:
+    """The starting iterate on ``be``: a Result's U and M, or a coupling state (projected
+    onto admissible values)."""
+    if start is None:
         return {}
-    if not isinstance(initial, Result):
-        raise ParameterError(f"initial={initial!r} is invalid: must be an mfgwork Result or "
-                             "None")
-    shape = tuple(np.shape(to_numpy(initial.M)))
-    if shape != (grid.nt + 1, grid.nx):
-        raise ParameterError(f"initial has M of shape {shape}: must match the grid, "
-                             f"({grid.nt + 1}, {grid.nx}) for nx={grid.nx}, nt={grid.nt}")
-    return {"M_init": be.asarray(to_numpy(initial.M)), "U_init": be.asarray(to_numpy(initial.U))}
+    if isinstance(start, Result):
+        return {"M_init": be.asarray(to_numpy(start.M)), "U_init": be.asarray(to_numpy(start.U))}
+    return {"z_init": coupling.project(be.asarray(start.astype(be.dtype)))}
 
 
 def _iterate(coupling: Any, hjb: Any, fp: Any, m0: Any, U_T: Any, nt: int, be: Backend,

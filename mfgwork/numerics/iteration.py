@@ -275,7 +275,7 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
                 U_T: Array, nt: int, backend: Backend, scheme: IterationScheme, tol: float,
                 max_iter: int, progress: Any = None, batched: bool = False,
                 M_init: Array | None = None, U_init: Array | None = None,
-                fallback: Fallback | None = None, stall: int = 25,
+                z_init: Array | None = None, fallback: Fallback | None = None, stall: int = 25,
                 patience: int = 10, give_up: int = 5) -> FixedPointResult:
     """Iterate z ← scheme(z, Φ(z)) until the returned densities have residual ≤ ``tol``.
 
@@ -291,6 +291,8 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     best iterate found, its residual computed by one more evaluation, ``converged=False``
     and a :class:`~mfgwork.ConvergenceWarning`.
 
+    ``z_init``: a coupling state to start the mixing from, instead of state(M_init).
+
     ``fallback`` (single problems only; e.g. Newton's method on a potential, see
     :mod:`mfgwork.numerics.potential`): when the scheme stagnates (the residual of the best
     iterate has not halved in ``stall`` iterations) or, when ``max_iter`` ≥ 2 ``stall``, half
@@ -303,7 +305,7 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     history = History()
     U = U_init
     M = xp.stack([m0] * (nt + 1), axis=-2) if M_init is None else M_init
-    z = coupling.state(M)
+    z = coupling.state(M) if z_init is None else z_init
     n_problems = z.shape[0] if batched else 1
     inf = xp.full((n_problems,), math.inf, dtype=z.dtype, device=_device(z))
     best = {"res": inf, "U": None, "M": None}      # smallest certified residual

@@ -10,16 +10,19 @@ an :class:`~mfgwork.MFGProblem`) at every point of ``grid`` (the spec language o
   ``MFGProblem.observables`` and ``MFGProblem.summary``;
 - per-point metrics: ``converged``, ``status`` (converged / not_converged / failed),
   ``iterations``, ``residual`` (final fixed-point residual), ``mass_error``, ``wall_time``,
-  ``device``, ``message`` (why a point failed or did not converge), ``done``;
+  ``device``, ``message`` (why a point failed or did not converge), ``finished_by``
+  (``batch``, ``single`` or ``single-warm``: see below), ``done``;
 - attributes: the problem's fixed parameters, the solver settings and provenance.
 
 Points are solved block by block (:mod:`mfgwork.workflows.scan_store`): a block is one
 :func:`mfgwork.solve_batch` call on the device ``device="auto"`` chooses (CUDA or MPS through
 torch, with a leading batch axis; else the compiled NumPy solver, point by point), sized to
 the device's memory. A block that raises is solved again point by point, so one failing point
-is recorded (status, message) without stopping the scan. With ``store=PATH`` each finished
-block is written into a zarr store (region writes, the ``done`` flag last), a rerun of the
-same call skips finished blocks, and :func:`open_scan` opens the store lazily. With
+is recorded (status, message) without stopping the scan. The points a batch does not converge
+are finished by the single path (:func:`~mfgwork.workflows.scan_solve.finish`). With
+``store=PATH`` each finished block is written into a zarr store (region writes, the ``done``
+flag last), a rerun of the same call skips finished blocks, and :func:`open_scan` opens the
+store lazily. With
 ``scheduler=ADDRESS`` (or ``dask=True``: a ``LocalCluster``) blocks are solved by Dask
 workers, each on its own device, writing their regions into the shared store.
 

@@ -3,6 +3,8 @@ each point's entries in the Dataset, with failures and non-convergence kept as d
 
 from __future__ import annotations
 
+import os
+import pickle
 import time
 import warnings
 from collections.abc import Mapping
@@ -35,6 +37,10 @@ DEVICE_ARRAYS_PER_POINT = 32
 MEMORY_FRACTION = 0.5
 #: Longest message kept per point (the rest is cut).
 MESSAGE_CHARS = 400
+#: Grid cells (nx × nt, summed over the points) from which the single path finishes a batch's
+#: points over a pool of processes: about 5 s of work on one core, against 1–2 s to start
+#: the pool's processes (importing the library).
+POOL_MIN_CELLS = 100_000
 
 
 def placement(device: str, backend: str | None, dtype: Any) -> Backend:
@@ -110,9 +116,10 @@ def solve_block(task: Task) -> dict[str, Any]:
 
 
 def solve_points(problems: list[MFGProblem], be: Backend, opts: Mapping[str, Any]
-                  ) -> list[dict[str, Any]]:
-    """One batched solve on torch (a leading batch axis); point by point with NumPy, or when
-    the batch raised (so the failing point is found and the others are solved)."""
+                 ) -> list[dict[str, Any]]:
+    """One batched solve on torch (a leading batch axis), whose points that did not converge
+    are finished by the single path (:func:`finish`); point by point with NumPy, or when the
+    batch raised (so the failing point is found and the others are solved)."""
     kw = {"nx": opts["nx"], "nt": opts["nt"], "backend": be, "tol": opts["tol"],
           "max_iter": opts["max_iter"], "iteration": opts["iteration"], "progress": False}
     if be.name == "torch" and len(problems) > 1:
@@ -127,25 +134,104 @@ def solve_points(problems: list[MFGProblem], be: Backend, opts: Mapping[str, Any
             pass
         else:
             share = (time.perf_counter() - started) / len(problems)
-            return [_outcome(r, share, opts) for r in results]
+            outcomes = [_outcome(r, share, opts) | {"finished_by": "batch"} for r in results]
+            return finish(problems, outcomes, [r.M for r in results], opts)
     return [_solve_one(p, kw, opts) for p in problems]
 
 
-def _solve_one(problem: MFGProblem, kw: dict[str, Any], opts: Mapping[str, Any]
-               ) -> dict[str, Any]:
+def finish(problems: list[MFGProblem], outcomes: list[dict[str, Any]], iterates: list[Any],
+           opts: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Finish the points a batch did not bring in by the single path: :func:`mfgwork.solve`
+    with NumPy in float64 on the CPU (where :func:`mfgwork.placement` puts a single solve;
+    its Newton fallback rescues stalling Santa Fe points), warm-started from the coupling
+    state of the batch's best iterate (``iterates``: its densities per point), and from the
+    start if the warm start does not converge; over the CPU cores in parallel (from
+    :data:`POOL_MIN_CELLS`). A finished point counts the batch's iterations and time too;
+    one that the single path cannot bring in either keeps the better of the two solutions."""
+    hard = [k for k, o in enumerate(outcomes) if o["status"] == "not_converged"]
+    jobs = [(problems[k], _state(problems[k], iterates[k], opts), dict(opts)) for k in hard]
+    parallel = len(jobs) * opts["nx"] * opts["nt"] >= POOL_MIN_CELLS
+    for k, single in zip(hard, _map(_finish_one, jobs, parallel), strict=True):
+        batch = outcomes[k]
+        single["iterations"] = single.get("iterations", 0) + batch["iterations"]
+        single["wall_time"] = single["wall_time"] + batch["wall_time"]
+        held = batch["residual"] if np.isfinite(batch["residual"]) else np.inf
+        if single["status"] != "converged" and not single.get("residual", np.inf) < held:
+            single = batch | {"message": _clip(f"{batch['message']}; nor did the single path "
+                                               f"({single['message']})")}
+        outcomes[k] = single
+    return outcomes
+
+
+def _finish_one(problem: MFGProblem, initial: np.ndarray, opts: dict[str, Any]
+                ) -> dict[str, Any]:
+    """One point by the single path: warm, then (if that does not converge) cold."""
+    kw = {"nx": opts["nx"], "nt": opts["nt"], "backend": get_backend("numpy"),
+          "tol": opts["tol"], "max_iter": opts["max_iter"], "iteration": opts["iteration"],
+          "progress": False}
+    warm = _solve_one(problem, kw, opts, initial)
+    if warm["status"] == "converged":
+        return warm
+    cold = _solve_one(problem, kw, opts)
+    cold["iterations"] = cold.get("iterations", 0) + warm.get("iterations", 0)
+    cold["wall_time"] += warm["wall_time"]
+    return cold
+
+
+def _state(problem: MFGProblem, M: Any, opts: Mapping[str, Any]) -> np.ndarray:
+    """The coupling state (Santa Fe: the attendance path) of densities ``M``, in float64 on
+    the host: what a warm start of the single path takes."""
+    host = get_backend("numpy")
+    grid = problem.grid(opts["nx"], opts["nt"])
+    M = np.asarray(to_numpy(M), dtype=np.float64)
+    return np.asarray(problem.coupling(grid, host).state(M))
+
+
+def _map(fn: Any, jobs: list[tuple[Any, ...]], parallel: bool) -> list[Any]:
+    """``[fn(*job) for job in jobs]``, over a pool of processes when ``parallel`` and there
+    are several jobs and cores (and this process may start them: not in a daemon such as a
+    Dask worker)."""
+    import multiprocessing
+
+    workers = min(len(jobs), _cores()) if parallel else 1
+    if workers < 2 or multiprocessing.current_process().daemon:
+        return [fn(*job) for job in jobs]
+    try:
+        pickle.dumps(jobs)
+    except Exception:  # noqa: BLE001 - e.g. a problem with a local function: here, in turn
+        return [fn(*job) for job in jobs]
+    from concurrent.futures import ProcessPoolExecutor
+
+    from .sweeps import _watch_parent
+
+    with ProcessPoolExecutor(max_workers=workers,
+                             mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_watch_parent, initargs=(os.getpid(),)) as pool:
+        futures = [pool.submit(fn, *job) for job in jobs]
+        return [f.result() for f in futures]
+
+
+def _cores() -> int:
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+
+
+def _solve_one(problem: MFGProblem, kw: dict[str, Any], opts: Mapping[str, Any],
+               initial: np.ndarray | None = None) -> dict[str, Any]:
     from ..solve import solve
 
     started = time.perf_counter()
+    how = "single" if initial is None else "single-warm"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            result = solve(problem, **kw)
+            result = solve(problem, initial=initial, **kw)
     except Exception as exc:  # noqa: BLE001 - a failing point is recorded, not raised
-        return {"status": "failed", "converged": False,
+        return {"status": "failed", "converged": False, "finished_by": how,
                 "wall_time": time.perf_counter() - started,
                 "device": kw["backend"].device,
                 "message": _clip(f"{type(exc).__name__}: {exc}")}
-    return _outcome(result, time.perf_counter() - started, opts)
+    return _outcome(result, time.perf_counter() - started, opts) | {"finished_by": how}
 
 
 def _outcome(result: Result, wall_time: float, opts: Mapping[str, Any]) -> dict[str, Any]:

@@ -46,19 +46,22 @@ METRICS: dict[str, tuple[str, Any]] = {
     "converged": ("bool", False), "status": ("object", "pending"), "iterations": ("int32", 0),
     "residual": ("float64", np.nan), "mass_error": ("float64", np.nan),
     "wall_time": ("float64", np.nan), "device": ("object", ""), "message": ("object", ""),
-    "done": ("bool", False)}
+    "finished_by": ("object", ""), "done": ("bool", False)}
 STATUSES = ("converged", "not_converged", "failed")
 ATTRS = {
     "M": {"long_name": "density m(t, x)"}, "U": {"long_name": "value function u(t, x)"},
     "converged": {"long_name": "the Picard iteration reached tol"},
     "status": {"long_name": "converged, not_converged, failed, or pending until solved"},
-    "iterations": {"long_name": "Picard iterations"},
+    "iterations": {"long_name": "Picard iterations (of the batch and the single path, for a "
+                                "point the single path finished)"},
     "residual": {"long_name": "relative fixed-point residual of the solution"},
     "mass_error": {"long_name": "max_t |∫ m(t) dx − 1|"},
     "wall_time": {"long_name": "solve time per point (a batch's, shared among its points)",
                   "units": "s"},
     "device": {"long_name": "device that solved the point"},
     "message": {"long_name": "why a point failed or did not converge"},
+    "finished_by": {"long_name": "the solve that gave the point's values: batch, single, or "
+                                 "single-warm (the single path from a warm start)"},
     "done": {"long_name": "the point's block is solved and written"},
     DIGEST: {"long_name": "digests of the values of the point's block (checked on reading)"},
     "t": {"long_name": "time"}, "x": {"long_name": "state"},

@@ -1,0 +1,65 @@
+"""``initial=`` on mw.solve: a previous Result or a coupling state (the attendance path)
+starts the iteration; bad starts are refused before any work."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+import mfgwork as mw
+
+KW = {"nx": 61, "nt": 61, "tol": 1e-8, "progress": False}
+
+
+@pytest.fixture(scope="module")
+def neighbour():
+    return mw.solve(mw.SantaFeBar(threshold=0.6), **KW)
+
+
+def test_attendance_path_warm_start_saves_iterations_and_reaches_the_same_equilibrium(
+        neighbour):
+    problem = mw.SantaFeBar(threshold=0.63)
+    cold = mw.solve(problem, **KW)
+    A = np.asarray(neighbour.attendance)
+    by_path = mw.solve(problem, initial=A, **KW)            # levels 0..nt, as res.attendance
+    by_state = mw.solve(problem, initial=A[1:], **KW)       # the coupling state, levels 1..nt
+    by_result = mw.solve(problem, initial=neighbour, **KW)
+    assert cold.converged and by_path.converged and by_result.converged
+    assert by_path.iterations < cold.iterations
+    assert by_state.iterations == by_path.iterations
+    assert np.array_equal(by_state.M, by_path.M)
+    assert by_path.iterations == by_result.iterations   # same starting state z = A[1:]
+    assert by_path.check() <= KW["tol"] * (1 + 1e-6)
+    assert np.max(np.abs(by_path.M - cold.M)) <= 1e-5 * np.max(cold.M)
+
+
+@pytest.mark.parametrize("initial, words", [
+    (np.ones(5), ["initial has shape (5,)", "(61,)", "(62,)"]),
+    (np.ones((62, 61)), ["initial has shape (62, 61)"]),
+    (np.full(61, np.nan), ["initial has non-finite values"]),
+    (np.array(["0.5"] * 61), ["initial of dtype <U3"]),
+    (np.ones(61, dtype=complex), ["initial of dtype complex128"]),
+    ([0.5] * 61 + [np.inf], ["initial has non-finite values"]),
+    ({"A": 1}, ["initial of dtype object"]),
+])
+def test_bad_initial_is_refused_before_any_solve(initial, words, monkeypatch):
+    solve_module = importlib.import_module("mfgwork.solve")
+
+    def no_solvers(*args, **kwargs):
+        raise AssertionError("solvers built before initial was checked")
+
+    monkeypatch.setattr(solve_module, "_solvers", no_solvers)
+    with pytest.raises(mw.ParameterError) as info:
+        mw.solve(mw.SantaFeBar(), **KW, initial=initial)
+    for w in words:
+        assert w in str(info.value)
+
+
+def test_result_with_non_finite_values_is_refused(neighbour):
+    broken = neighbour.to_numpy()
+    broken.U = np.array(broken.U, copy=True)
+    broken.U[3, 4] = np.nan
+    with pytest.raises(mw.ParameterError, match="initial has non-finite values in U"):
+        mw.solve(mw.SantaFeBar(), **KW, initial=broken)
