@@ -331,7 +331,7 @@ BAD = [
      ["notes.txt"]),
     ("Result.save cwd", lambda e: e.result.save("."), ParameterError,
      ["current directory"]),
-    ("figures into unrelated", lambda e: mw.plots.write_png({}, e.unrelated), ParameterError,
+    ("figures into unrelated", lambda e: mw.plots.write_figures({}, e.unrelated), ParameterError,
      ["folder=", "thesis.tex"]),
     ("figures into cwd", lambda e: mw.plots.save_figures(e.result, "."), ParameterError,
      ["current directory"]),
