@@ -15,6 +15,7 @@ from .core.backend import BACKENDS, Backend, get_backend, to_numpy
 from .core.compiling import check_compile_steps
 from .core.errors import ParameterError, check_choice
 from .numerics.fdm.sweeps import FiniteDifferences
+from .numerics.fdm.warmup import compile_kernels
 from .numerics.iteration import (
     FixedPointResult,
     FPSolver,
@@ -81,6 +82,9 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     or a ``torch.compile`` mode name: wherever it can (also the CPU and MPS emulation);
     False: never. The first compiled call is checked against the eager one, and a failure
     falls back to eager with a warning; ``res.extra["compiled_steps"]`` says what ran.
+    ``res.timings``: seconds of ``compile`` (compiling or loading the NumPy backend's
+    kernels, done on a tiny grid by the first solve of a process; 0 afterwards), ``setup``,
+    the phases ``hjb``, ``fp`` and ``coupling`` summed over the iterations, and ``total``.
     ``max_memory``: refuse solves whose estimated memory exceeds this (bytes or text such as
     ``"4 GiB"``; default: ``$MFGWORK_MAX_MEMORY``, else the free memory of the device). The
     estimate, the diffusion number ν Δt / h² and the ranges of h, Δt and ν are checked
@@ -113,12 +117,13 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     coupling = problem.coupling(grid, be)
     fd, hjb, fp, fp_params = _solvers(problem, grid, be, method, n_particles, seed,
                                              compile_steps, max_memory)
-    setup = time.perf_counter() - started
+    compiling = compile_kernels(be)  # the first solve of a process: kept out of the phases
+    setup = time.perf_counter() - started - compiling
     fallback = _newton_fallback(coupling, iteration, method, grid, problem.nu, be, tol)
     out = _iterate(coupling, hjb, fp, m0, U_T, grid.nt, be, scheme, tol, max_iter, progress,
                    batched=False, fallback=fallback, **warm)
     fd.check_newton()
-    timings = {"setup": setup, **_phase_totals(out.history),
+    timings = {"compile": compiling, "setup": setup, **_phase_totals(out.history),
                "total": time.perf_counter() - started}
     settings = {"method": method, "tol": tol, "max_iter": max_iter,
                 "iteration": scheme.describe()} | fp_params | placed
