@@ -148,7 +148,9 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     stopping test and result (``converged``, ``residual``, ``iterations``); the iteration
     runs until every problem has converged or ``max_iter`` is reached.
     ``device="auto"``: an accelerator from B* problems on (:func:`mfgwork.placement`),
-    recorded in each result's ``params["placement"]``. On NumPy the problems are solved one
+    otherwise the CPU's compiled NumPy loops, one problem after the other (also with
+    ``backend="torch"``: a torch batch on the CPU is many times slower), recorded in each
+    result's ``params["placement"]``. On NumPy the problems are solved one
     after the other by :func:`solve`. Returns one :class:`Result` per problem (sharing the
     batch's history and timings). ``max_memory``: as for :func:`solve`, for the whole
     batch.
@@ -160,6 +162,7 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     scheme = make_scheme(iteration)
     check_compile_steps(compile_steps)
     backend, device, placed = _place(problems, "fdm", None, nx, nt, backend, device)
+    backend = _cpu_batch_on_numpy(backend, device, placed)
     be = get_backend(backend, device, dtype)
     if be.name == "numpy":
         _check_size(problems, grid, be, scheme, max_memory, batch=1)
@@ -261,6 +264,20 @@ def _place(problems: Any, method: str, n_particles: int | None, nx: int, nt: int
     record = {k: v for k, v in chosen.as_dict().items() if k != "row"}
     record["table_entry"] = _compact(chosen.row)
     return chosen.backend, chosen.device, {"placement": record}
+
+
+def _cpu_batch_on_numpy(backend: str | Backend, device: str, placed: dict[str, Any]
+                        ) -> str | Backend:
+    """The backend of a batch placed (``device="auto"``) on the CPU: NumPy, whose compiled
+    loops solve the problems one after the other faster than a torch batch on the CPU (its
+    many small kernels per time step cost more than they share); the record says so."""
+    if not placed or device != "cpu" or backend == "numpy":
+        return backend
+    record = placed["placement"]
+    record["reason"] += (f"; on the CPU the compiled NumPy loops, one problem after the other, "
+                         f"are faster than a {backend} batch, so backend='numpy'")
+    record["backend"] = "numpy"
+    return "numpy"
 
 
 def _compact(row: dict[str, Any] | None) -> dict[str, Any] | None:
