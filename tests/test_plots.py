@@ -201,6 +201,9 @@ def _package_figures(santa_fe, hopf_cole):
     yield game_plots.plot_switching(mw.solve_two_state(mw.TwoStateElFarol(), nt=40))
     panel = [{"c": c, "time_to_plateau": 1.0 * c, "attendance_mid": 0.6} for c in (0.5, 1.0)]
     yield game_plots.plot_plateau_study({"two states": ("c", panel)}, level=0.63)
+    yield mw.crossover.plot_crossover([
+        {"method": m, "source": "shipped", "target": "cpu", "size": n, "seconds": 0.1 * n}
+        for m in ("fdm_batch", "particles") for n in (1, 10)])
 
 
 def test_every_axes_of_every_figure_is_labelled(santa_fe, hopf_cole):

@@ -72,7 +72,7 @@ def plot_n_player_convergence(rows: Sequence[Mapping[str, Any]],
         ax.set(xscale="log", yscale="log", xlabel="number of patrons N")
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=1)
     axes[0].set(title="Attendance: distance to the mean field",
-                ylabel="distance max$_t$|A$_N$ − A| (RMS over samples)")
+                ylabel="distance max$_t$|A$_N$ − A| (RMS)")
     axes[1].set(title="Costs of following α* against A$_N$",
                 ylabel="cost difference (per patron)")
     return fig

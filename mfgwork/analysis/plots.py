@@ -203,7 +203,7 @@ def plot_convergence(result: Result, ax: Axes | None = None, changes: bool = Fal
     ax.set_yscale("log")
     ax.set(xlabel="iteration k", title=_convergence_title(result, tol),
            ylabel="relative residual or change" if changes else
-           "fixed-point residual ‖Φ(z) − z‖ / ‖Φ(z)‖")
+           "residual ‖Φ(z) − z‖ / ‖Φ(z)‖")
     ax.legend(loc="best")
     return fig
 
