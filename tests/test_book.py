@@ -261,3 +261,26 @@ def test_no_page_shows_a_duplicated_figure_or_a_warning(book, server):
         finally:
             browser.close()
     assert not found, found
+
+
+def test_page_check_catches_a_duplicated_figure_and_a_warning():
+    _require("Debian's chromium (/usr/bin/chromium)", CHROMIUM.exists())
+    _require("playwright (pip install playwright)", find_spec("playwright") is not None)
+    from playwright.sync_api import sync_playwright
+
+    cell = ('<div class="cell_output docutils container">{}</div>')
+    img = '<img alt="f" src="../_images/{}.png">'
+    html = "".join([cell.format(img.format("a") + img.format("b")),       # two figures: fine
+                    cell.format(img.format("c") + img.format("c")),       # shown twice
+                    cell.format('<div class="output stderr"><pre>oops</pre></div>'),
+                    cell.format("<pre>UserWarning: tol=1e-08 is below what float32</pre>")])
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.set_content(f"<html><body>{html}</body></html>")
+            problems = _page_problems(page)
+        finally:
+            browser.close()
+    assert problems == ["figure shown twice: ../_images/c.png", "stderr block: oops",
+                        "warning: UserWarning: tol=1e-08 is below what float32"], problems
