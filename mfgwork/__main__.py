@@ -13,8 +13,11 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="python -m mfgwork",
                                      description="mfgwork: mean field games workbench")
+    parser.add_argument("--version", action="version", version=f"mfgwork {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     doctor = sub.add_parser("doctor", help="versions, devices and a per-kernel self-check")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -26,7 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="execute a notebook through papermill into a run folder")
+    p = sub.add_parser("run", help="execute a notebook through papermill into a run folder",
+                       epilog="Exit status: 0 when the notebook ran, 1 when a cell failed, 2 "
+                              "for bad input (nothing was run).")
     p.add_argument("notebook", help="the notebook to run (needs a cell tagged 'parameters')")
     p.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
                    metavar=("NAME", "VALUE"), help="set a parameter (value read as YAML)")

@@ -17,6 +17,7 @@ import numpy as np
 from .core import storage
 from .core.backend import to_numpy
 from .core.errors import LoadError
+from .core.figures import save_figure
 from .core.grid import trapezoid_weights
 from .core.storage import load_table, provenance
 
@@ -224,7 +225,8 @@ def save_run(path: str | os.PathLike, result: Result | None = None, *,
     - ``metrics.json``: ``result.metrics()``, history and provenance (package versions),
       updated by ``metrics``;
     - ``arrays.npz``: the result's arrays (x, t, U, M and the observables);
-    - ``figures/<name>.png`` for each ``figures`` entry (anything with ``savefig``);
+    - ``figures/<name>.png`` and ``figures/<name>.pdf`` (vector, at print size) for each
+      ``figures`` entry (anything with ``savefig``; see :mod:`mfgwork.core.figures`);
     - ``<name>.json`` and ``<name>.csv`` for each ``tables`` entry (a list of flat rows).
 
     Without a result only the parameters, metrics (with provenance), figures and tables are
@@ -241,7 +243,7 @@ def save_run(path: str | os.PathLike, result: Result | None = None, *,
         if figures:
             (tmp / "figures").mkdir()
             for name, fig in figures.items():
-                fig.savefig(tmp / "figures" / f"{name}.png", dpi=getattr(fig, "dpi", 100))
+                save_figure(fig, tmp / "figures", name)
         for name, rows in (tables or {}).items():
             storage.write_json(tmp / f"{name}.json", rows)
             storage.write_csv(tmp / f"{name}.csv", rows)

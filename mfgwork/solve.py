@@ -16,6 +16,7 @@ from .core.backend import BACKENDS, Backend, get_backend, to_numpy
 from .core.compiling import check_compile_steps
 from .core.errors import ParameterError, check_choice
 from .numerics.fdm.sweeps import FiniteDifferences
+from .numerics.fdm.warmup import compile_kernels
 from .numerics.iteration import (
     FixedPointResult,
     FPSolver,
@@ -85,6 +86,9 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     or a ``torch.compile`` mode name: wherever it can (also the CPU and MPS emulation);
     False: never. The first compiled call is checked against the eager one, and a failure
     falls back to eager with a warning; ``res.extra["compiled_steps"]`` says what ran.
+    ``res.timings``: seconds of ``compile`` (compiling or loading the NumPy backend's
+    kernels, done on a tiny grid by the first solve of a process; 0 afterwards), ``setup``,
+    the phases ``hjb``, ``fp`` and ``coupling`` summed over the iterations, and ``total``.
     ``max_memory``: refuse solves whose estimated memory exceeds this (bytes or text such as
     ``"4 GiB"``; default: ``$MFGWORK_MAX_MEMORY``, else the free memory of the device). The
     estimate, the diffusion number ν Δt / h² and the ranges of h, Δt and ν are checked
@@ -119,11 +123,15 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
                                              compile_steps, max_memory)
     warm = _warm_start(start, coupling, be)
     setup = time.perf_counter() - started
+    compiled: dict[str, float] = {}
+    hjb = _compile_first(hjb, be, compiled)
     fallback = _newton_fallback(coupling, iteration, method, grid, problem.nu, be, tol)
     out = _iterate(coupling, hjb, fp, m0, U_T, grid.nt, be, scheme, tol, max_iter, progress,
                    batched=False, fallback=fallback, **warm)
     fd.check_newton()
-    timings = {"setup": setup, **_phase_totals(out.history),
+    compiling = compiled.get("seconds", 0.0)
+    out.history.time_hjb[0] -= compiling   # the first HJB phase, without the compilation
+    timings = {"compile": compiling, "setup": setup, **_phase_totals(out.history),
                "total": time.perf_counter() - started}
     settings = {"method": method, "tol": tol, "max_iter": max_iter,
                 "iteration": scheme.describe()} | fp_params | placed
@@ -148,7 +156,9 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     stopping test and result (``converged``, ``residual``, ``iterations``); the iteration
     runs until every problem has converged or ``max_iter`` is reached.
     ``device="auto"``: an accelerator from B* problems on (:func:`mfgwork.placement`),
-    recorded in each result's ``params["placement"]``. On NumPy the problems are solved one
+    otherwise the CPU's compiled NumPy loops, one problem after the other (also with
+    ``backend="torch"``: a torch batch on the CPU is many times slower), recorded in each
+    result's ``params["placement"]``. On NumPy the problems are solved one
     after the other by :func:`solve`. Returns one :class:`Result` per problem (sharing the
     batch's history and timings). ``max_memory``: as for :func:`solve`, for the whole
     batch.
@@ -160,6 +170,7 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     scheme = make_scheme(iteration)
     check_compile_steps(compile_steps)
     backend, device, placed = _place(problems, "fdm", None, nx, nt, backend, device)
+    backend = _cpu_batch_on_numpy(backend, device, placed)
     be = get_backend(backend, device, dtype)
     if be.name == "numpy":
         _check_size(problems, grid, be, scheme, max_memory, batch=1)
@@ -208,6 +219,18 @@ def _solvers(problem: MFGProblem, grid: Any, be: Backend, method: str,
             fd = FiniteDifferences(grid, problem.nu, get_backend("numpy"))
             hjb = _on_host(fd.solve_hjb, be)
     return fd, hjb, fp, fp_params
+
+
+def _compile_first(hjb: HJBSolver, be: Backend, compiled: dict[str, float]) -> HJBSolver:
+    """``hjb`` whose first call starts by compiling the NumPy kernels on a tiny grid
+    (:func:`~mfgwork.numerics.fdm.warmup.compile_kernels`), timed into
+    ``compiled["seconds"]``: after the running cost of the first iterate, so bad input
+    (e.g. a non-finite ``f``) is still refused before that work."""
+    def first(U_T: Any, F: Any, guess: Any | None) -> Any:
+        if "seconds" not in compiled:
+            compiled["seconds"] = compile_kernels(be)
+        return hjb(U_T, F, guess)
+    return first
 
 
 def _newton_fallback(coupling: Any, iteration: Any, method: str, grid: Any, nu: float,
@@ -261,6 +284,20 @@ def _place(problems: Any, method: str, n_particles: int | None, nx: int, nt: int
     record = {k: v for k, v in chosen.as_dict().items() if k != "row"}
     record["table_entry"] = _compact(chosen.row)
     return chosen.backend, chosen.device, {"placement": record}
+
+
+def _cpu_batch_on_numpy(backend: str | Backend, device: str, placed: dict[str, Any]
+                        ) -> str | Backend:
+    """The backend of a batch placed (``device="auto"``) on the CPU: NumPy, whose compiled
+    loops solve the problems one after the other faster than a torch batch on the CPU (its
+    many small kernels per time step cost more than they share); the record says so."""
+    if not placed or device != "cpu" or backend == "numpy":
+        return backend
+    record = placed["placement"]
+    record["reason"] += (f"; on the CPU the compiled NumPy loops, one problem after the other, "
+                         f"are faster than a {backend} batch, so backend='numpy'")
+    record["backend"] = "numpy"
+    return "numpy"
 
 
 def _compact(row: dict[str, Any] | None) -> dict[str, Any] | None:

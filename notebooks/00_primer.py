@@ -88,7 +88,8 @@ verification, santa_fe
 #   columns sum to one, so mass is conserved to round-off and $m \ge 0$.
 # - **Coupling.** A fixed point: from a guess of the density (for Santa Fe, of the attendance
 #   path), solve HJB backward, then FP forward, and mix old and new with damping and Anderson
-#   acceleration until $U$ and $M$ stop changing (`tol`).
+#   acceleration until the returned solution is a fixed point to `tol`: one best response to
+#   its attendance path reproduces it to a relative residual `res.residual` ≤ `tol`.
 
 # %% [markdown]
 # ## 3. Verification against an exact solution

@@ -45,7 +45,7 @@ backend = "numpy"  # "numpy" or "torch"
 device = "cpu"  # "cpu", "cuda", "mps" or "auto"
 n_particles = 100000  # particles only
 seed = 0  # particles only: random seed
-tol = 1e-8  # stop when the relative changes of U and M are below tol
+tol = 1e-8  # stop when the certified fixed-point residual is at most tol
 max_iter = 200  # at most this many Picard iterations
 # run folder to write; "" writes nothing (python -m mfgwork run sets it)
 out_dir = ""
@@ -70,7 +70,10 @@ problem, options
 # ## Solve
 #
 # Damped/Anderson-accelerated Picard iteration on the attendance path $A(t)$: HJB backward,
-# Fokker–Planck forward, until $U$ and $M$ stop changing.
+# Fokker–Planck forward, until the returned solution is a fixed point to `tol`: one best
+# response to its attendance path reproduces it to a relative residual `res.residual` ≤ `tol`
+# (Newton's method takes over when Anderson stalls). The relative changes of $U$ and $M$ between
+# the last iterates (`final_change_U`, `final_change_M`) are recorded, but they stop nothing.
 
 # %%
 res = mw.solve(problem, **options)
@@ -114,7 +117,9 @@ fig_value
 # %% [markdown]
 # ## Convergence and phase portrait
 #
-# Relative changes of $U$ and $M$ per Picard iteration (log scale), and the path of
+# The fixed-point residual $\|\Phi(z) - z\| / \|\Phi(z)\|$ of each iterate (log scale; shaded:
+# Newton steps, whose residuals are certified), the tolerance (dotted) and the certified
+# residual of the returned solution (star), which decides convergence; then the path of
 # $(E[\theta](t), A(t))$.
 
 # %%
@@ -130,7 +135,7 @@ fig_phase
 #
 # `parameters.json`, `metrics.json` (iterations, errors, mass error, timings, device, dtype,
 # package versions), `arrays.npz` (x, t, U, M, attendance; read back with `mw.load`) and
-# `figures/*.png`.
+# `figures/*.png` (and `*.pdf`, vector, for print).
 
 # %%
 figures = {"attendance": fig_attendance, "density_heatmap": fig_heatmap,

@@ -121,7 +121,7 @@ for figure in explorer.figures.values():
 # formula and the band $A^* \pm \varepsilon$ where the payoff switches; the length of the
 # transient from $A(0) = 1/2$; the dip at the end. In the density panel, where the mass sits
 # relative to the dashed line $\theta = 0$ and how wide it is. In the convergence panel, how
-# many iterations each setting needs and whether the changes fall steadily.
+# many iterations each setting needs and whether the residual falls steadily.
 
 # %%
 if out_dir:

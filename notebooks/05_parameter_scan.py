@@ -68,7 +68,7 @@ slice_sigma = 0.5
 out_dir = ""
 
 # %%
-import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 import numpy as np
 
 import mfgwork as mw
@@ -103,7 +103,8 @@ for point in ds.where(ds.status != "converged", drop=True).message.values.ravel(
 # where the equilibrium is harder to reach (steep payoffs against little noise).
 
 # %%
-fig_maps, axes = plt.subplots(2, 2, figsize=(11, 8), layout="constrained")
+fig_maps = Figure(figsize=(11, 8), layout="constrained")  # displayed once, by the last line
+axes = fig_maps.subplots(2, 2)
 ds.mean_attendance.plot(x="threshold", y="sigma", ax=axes[0, 0], cmap="viridis")
 ds.time_overcrowded.plot(x="threshold", y="sigma", ax=axes[0, 1], cmap="magma")
 ds.iterations.plot(x="threshold", y="sigma", ax=axes[1, 0], cmap="cividis")
@@ -122,11 +123,13 @@ fig_maps
 
 # %%
 row = ds.sel(sigma=slice_sigma, method="nearest")
-fig_paths, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
+fig_paths = Figure(figsize=(8, 4.5), layout="constrained")
+ax = fig_paths.subplots()
 row.attendance.plot.line(x="t", hue="threshold", ax=ax)
 for thr in row.threshold.values:
     ax.axhline(thr, color="0.6", lw=0.8, ls=":")
-ax.set_title(f"attendance A(t) at σ = {float(row.sigma):.3g}")
+ax.set(title=f"attendance A(t) at σ = {float(row.sigma):.3g}", xlabel="time t",
+       ylabel="attendance A(t)")
 fig_paths
 
 # %% [markdown]
@@ -136,9 +139,11 @@ fig_paths
 
 # %%
 middle = ds.isel(threshold=ds.sizes["threshold"] // 2, sigma=ds.sizes["sigma"] // 2)
-fig_density, ax = plt.subplots(figsize=(8, 4), layout="constrained")
-middle.M.plot(x="t", y="x", ax=ax, cmap="viridis")
-ax.set_title(f"m(t, θ) at A* = {float(middle.threshold):.3g}, σ = {float(middle.sigma):.3g}")
+fig_density = Figure(figsize=(8, 4), layout="constrained")
+ax = fig_density.subplots()
+middle.M.plot(x="t", y="x", ax=ax, cmap="viridis", cbar_kwargs={"label": "density m(t, θ)"})
+ax.set(title=f"m(t, θ) at A* = {float(middle.threshold):.3g}, σ = {float(middle.sigma):.3g}",
+       xlabel="time t", ylabel="preference θ")
 fig_density
 
 # %% [markdown]

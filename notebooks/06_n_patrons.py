@@ -97,7 +97,7 @@ print(f"mean field: converged={result.converged} in {result.iterations} iteratio
 # %%
 study = mw.n_player_study(problem, result, sizes, n_samples=n_samples, seed=seed,
                           backend=backend, device=device)
-rows = [r.summary() for r in study]
+rows = [r.metrics() for r in study]
 print(format_table(rows, ["n_players", "distance", "distance_se", "cost_error", "gap",
                           "gap_se", "bias", "time_simulation"]))
 

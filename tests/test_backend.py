@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import warnings
@@ -141,3 +143,24 @@ def test_doctor_json_parses_and_checks_pass():
     assert {(r["backend"], r["dtype"]) for r in rep["checks"]} >= {
         ("numpy", "float64"), ("torch", "float64"), ("torch", "float32")}
     assert all(r["ok"] for r in rep["checks"])
+    assert not out.stderr.strip(), out.stderr[-2000:]   # no warning from its own calls
+    assert not [r for r in rep["checks"] if r.get("warnings")]
+    assert all(r["first_s"] > 0 and r["time_s"] > 0 for r in rep["checks"])
+    cpu = rep["devices"][0]
+    assert cpu["kind"] == "cpu" and cpu["name"] and cpu["cores"] >= 1
+
+
+def test_doctor_report_says_what_a_user_can_act_on():
+    from mfgwork.apps.doctor import cpu_info, format_report
+
+    rep = {"versions": {"python": "3.11", "numpy": "2.0", "dask": None, "zarr": None},
+           "devices": [cpu_info()],
+           "checks": [{"check": "fdm", "backend": "numpy", "device": "cpu", "dtype": "float64",
+                       "tolerance": 1e-10, "max_abs_diff": 0.0, "first_s": 0.5,
+                       "time_s": 0.01, "ok": True, "warnings": ["something odd"]}]}
+    text = format_report(rep)
+    assert "None" not in text and "count" not in text
+    assert re.search(r"not installed +dask, zarr \(optional\)", text)
+    cpu_line = next(line for line in text.splitlines() if line.strip().startswith("cpu "))
+    assert f"{os.cpu_count()} cores" in cpu_line and cpu_info()["name"] in cpu_line
+    assert "500.00ms" in text and "10.00ms" in text and "warning: something odd" in text

@@ -219,3 +219,68 @@ def test_index_and_primer_render_in_chromium(book, server, artifacts):
             browser.close()
     assert not foreign, f"the book asked another host for {foreign}"
     assert not failed, f"requests that failed: {failed}"
+
+
+#: in the browser, per notebook page: figures shown twice in a row in one cell's outputs, and
+#: output blocks of stderr or warnings (a warning in the book is a bug of the notebook).
+PAGE_PROBLEMS_JS = r"""() => {
+  const problems = [];
+  document.querySelectorAll('.cell_output').forEach(out => {
+    const srcs = [...out.querySelectorAll('img')].map(img => img.getAttribute('src'));
+    srcs.forEach((src, k) => {
+      if (k > 0 && src === srcs[k - 1]) problems.push('figure shown twice: ' + src);
+    });
+    out.querySelectorAll('.stderr, .output.stderr, .traceback').forEach(el =>
+      problems.push('stderr block: ' + el.innerText.trim().slice(0, 160)));
+    const warning = out.innerText.match(/[^\n]*(\b[A-Z]\w*Warning\b|\bWarning:)[^\n]*/);
+    if (warning) problems.push('warning: ' + warning[0].trim().slice(0, 160));
+  });
+  return problems;
+}"""
+
+
+def _page_problems(page) -> list[str]:
+    """What a reader should not see on the loaded ``page``: see :data:`PAGE_PROBLEMS_JS`."""
+    return page.evaluate(PAGE_PROBLEMS_JS)
+
+
+def test_no_page_shows_a_duplicated_figure_or_a_warning(book, server):
+    from playwright.sync_api import sync_playwright
+
+    found = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1300, "height": 1000})
+        try:
+            for notebook in builder.notebooks():
+                page.goto(f"{server}notebooks/{notebook.stem}.html", wait_until="load")
+                assert page.locator(".cell_output").count() > 0, notebook.stem
+                problems = _page_problems(page)
+                if problems:
+                    found[notebook.stem] = problems
+        finally:
+            browser.close()
+    assert not found, found
+
+
+def test_page_check_catches_a_duplicated_figure_and_a_warning():
+    _require("Debian's chromium (/usr/bin/chromium)", CHROMIUM.exists())
+    _require("playwright (pip install playwright)", find_spec("playwright") is not None)
+    from playwright.sync_api import sync_playwright
+
+    cell = ('<div class="cell_output docutils container">{}</div>')
+    img = '<img alt="f" src="../_images/{}.png">'
+    html = "".join([cell.format(img.format("a") + img.format("b")),       # two figures: fine
+                    cell.format(img.format("c") + img.format("c")),       # shown twice
+                    cell.format('<div class="output stderr"><pre>oops</pre></div>'),
+                    cell.format("<pre>UserWarning: tol=1e-08 is below what float32</pre>")])
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.set_content(f"<html><body>{html}</body></html>")
+            problems = _page_problems(page)
+        finally:
+            browser.close()
+    assert problems == ["figure shown twice: ../_images/c.png", "stderr block: oops",
+                        "warning: UserWarning: tol=1e-08 is below what float32"], problems

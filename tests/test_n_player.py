@@ -90,7 +90,7 @@ def test_mps_path_in_float32(coarse, mps_emulation):
     problem, result = coarse
     a = n_player(problem, result, 1000, 8, seed=2, gap=False)
     b = n_player(problem, result, 1000, 8, seed=2, backend=mps_emulation, gap=False)
-    assert b.summary()["dtype"] == "float32" and b.attendance.shape == a.attendance.shape
+    assert b.metrics()["dtype"] == "float32" and b.attendance.shape == a.attendance.shape
     se = np.sqrt(a.attendance.var(axis=0, ddof=1) / 8 + b.attendance.var(axis=0, ddof=1) / 8)
     assert np.all(np.abs(a.attendance.mean(axis=0) - b.attendance.mean(axis=0))
                   < 5 * se + 1e-12)
@@ -162,7 +162,7 @@ def test_distance_and_gap_fall_with_n(medium):
     problem, result = medium
     sizes = [100, 1000, 10000]
     study = n_player_study(problem, result, sizes, n_samples=16, seed=0)
-    rows = [r.summary() for r in study]
+    rows = [r.metrics() for r in study]
     slope = fitted_slope(sizes, [r["distance"] for r in rows])
     assert -0.7 <= slope <= -0.3, rows
     gaps = [r["gap"] for r in rows]
@@ -187,3 +187,16 @@ def test_bad_input(coarse):
         n_player_study(problem, result, [])
     with pytest.raises(mw.ParameterError, match="at least two points"):
         fitted_slope([10], [1.0])
+
+
+def test_repr_is_a_summary_and_summary_is_an_attribute_as_for_every_result(coarse):
+    problem, result = coarse
+    res = n_player(problem, result, 200, n_samples=4, seed=2)
+    text = repr(res)
+    assert len(text) < 400 and "\n" not in text and "array" not in text
+    assert "n_players=200" in text and f"distance={res.distance_rms[0]:.3g}" in text
+    two_state = mw.solve_two_state(mw.TwoStateElFarol(), nt=40)
+    for r in (result, two_state, res):   # one kind of summary: a dict of numbers
+        assert isinstance(r.summary, dict) and r.summary
+        assert all(isinstance(v, float) for v in r.summary.values()), type(r).__name__
+    assert res.metrics()["n_players"] == 200 and res.summary.items() <= res.metrics().items()

@@ -145,3 +145,19 @@ def test_auto_device_in_solve_batch_and_particles(mock_accelerators):
         assert res.params["placement"]["device"] == "cpu"
         assert "no CUDA or MPS device" in res.params["placement"]["reason"]
     assert particles.params["placement"]["size"] == 2000
+
+
+@pytest.mark.parametrize("cuda", [0, 1], ids=["cpu-only", "cuda-below-crossover"])
+def test_auto_batch_on_the_cpu_runs_the_compiled_numpy_loops(mock_accelerators, cuda):
+    """backend="torch", device="auto": a batch that no accelerator pays off for runs on NumPy
+    (a torch batch on the CPU is many times slower), and the record says why."""
+    pytest.importorskip("torch")
+    mock_accelerators(cuda=cuda, mps=False)
+    results = mw.solve_batch(_batch(2), backend="torch", device="auto", **GRID)
+    for res in results:
+        placed = res.params["placement"]
+        assert (res.backend, res.device) == ("numpy", "cpu") and res.converged
+        assert (placed["backend"], placed["device"]) == ("numpy", "cpu")
+        assert "compiled NumPy loops" in placed["reason"]
+    explicit = mw.solve_batch(_batch(2), backend="torch", device="cpu", **GRID)
+    assert explicit[0].backend == "torch" and "placement" not in explicit[0].params

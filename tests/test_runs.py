@@ -176,3 +176,25 @@ def test_save_run_that_fails_leaves_nothing(tmp_path):
     with pytest.raises(OSError, match="disk full"):
         mw.save_run(tmp_path / "run", parameters={"a": 1}, figures={"f": Broken()})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_command_line_bad_input_exits_2_before_running(tmp_path):
+    path = make_notebook(tmp_path / "nb.ipynb", "print(x)")
+    for args in (["-p", "y", "1"], ["-p", "x", "'text'"]):
+        out = subprocess.run([sys.executable, "-m", "mfgwork", "run", str(path), *args,
+                              "-o", str(tmp_path / "out")], capture_output=True, text=True)
+        assert out.returncode == 2, out.stderr
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ")
+        assert f"{args[1]!r}" in lines[0] or f"{args[1]}=" in lines[0]
+    missing = subprocess.run([sys.executable, "-m", "mfgwork", "run",
+                              str(tmp_path / "absent.ipynb")], capture_output=True, text=True,
+                             cwd=tmp_path)
+    assert missing.returncode == 2, missing.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
+
+
+def test_command_line_version():
+    out = subprocess.run([sys.executable, "-m", "mfgwork", "--version"], capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == f"mfgwork {mw.__version__}"

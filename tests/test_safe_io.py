@@ -166,7 +166,7 @@ def truncate(name, keep=0.5):
 def cli_run(*args):
     def call(e):
         code = cli(["run", str(e.notebook), *[str(a(e)) if callable(a) else a for a in args]])
-        assert code == 1
+        assert code == 2   # bad input: nothing was run
         raise ParameterError("command line refused (see captured stderr)")
     return call
 
@@ -331,7 +331,7 @@ BAD = [
      ["notes.txt"]),
     ("Result.save cwd", lambda e: e.result.save("."), ParameterError,
      ["current directory"]),
-    ("figures into unrelated", lambda e: mw.plots.write_png({}, e.unrelated), ParameterError,
+    ("figures into unrelated", lambda e: mw.plots.write_figures({}, e.unrelated), ParameterError,
      ["folder=", "thesis.tex"]),
     ("figures into cwd", lambda e: mw.plots.save_figures(e.result, "."), ParameterError,
      ["current directory"]),
@@ -432,7 +432,7 @@ def test_table_is_large_and_varied():
 
 def test_cli_errors_are_one_line(env, capsys):
     for target in (env.file, ".", env.notebook, env.unrelated):
-        assert cli(["run", str(env.notebook), "-o", str(target)]) == 1
+        assert cli(["run", str(env.notebook), "-o", str(target)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: out_dir=") and "refused" in err[0]
     assert env.work["papermill"] == 0

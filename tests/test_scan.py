@@ -310,6 +310,10 @@ def test_notebook_writes_its_figures_and_table(tmp_path):
                                        "device": "cpu", "slice_sigma": 0.3}, tmp_path / "run")
     assert {p.stem for p in (out / "figures").glob("*.png")} == {
         "scan_heatmaps", "attendance_slice", "density_point"}
+    executed = json.loads((out / "05_parameter_scan.ipynb").read_text())
+    images = [sum("image/png" in o.get("data", {}) for o in c.get("outputs", []))
+              for c in executed["cells"] if c["cell_type"] == "code"]
+    assert sum(images) == 3 and max(images) == 1   # each figure shown once
     rows = json.loads((out / "points.json").read_text())
     assert [(r["threshold"], r["sigma"]) for r in rows] == [
         (a, s) for a in (0.3, 0.6, 0.9) for s in (0.3, 1.0)]

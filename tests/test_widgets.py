@@ -206,8 +206,9 @@ def test_explorer_notebook_headless_writes_its_figures(tmp_path):
     params = json.loads((out / "parameters.json").read_text())
     assert params["threshold"] == 0.5 and params["nx"] == params["nt"] == 52
     assert sorted(p.name for p in (out / "figures").iterdir()) == [
-        "attendance.png", "convergence.png", "density.png"]
-    for png in (out / "figures").iterdir():
+        f"{name}.{ext}" for name in ("attendance", "convergence", "density")
+        for ext in ("pdf", "png")]
+    for png in (out / "figures").glob("*.png"):
         w, h = png_size(png.read_bytes())
         assert w > 300 and h > 200
     with np.load(out / "arrays.npz") as data:

@@ -28,6 +28,7 @@ from ..core.errors import ConvergenceWarning
 from ..numerics.particles import ParticleFP
 from ..problems.santa_fe import SantaFeBar
 from ..solve import solve, solve_batch
+from .style import DPI, styled
 
 FDM_CASE = {"nx": 101, "nt": 101, "iterations": 3}
 PARTICLE_CASE = {"nx": 101, "nt": 100}
@@ -190,12 +191,13 @@ def crossovers(table: dict[str, Any]) -> dict[str, dict[str, Any]]:
             for kind, e in table.get("accelerators", {}).items() if e.get("measured")}
 
 
+@styled
 def plot_crossover(rows: Sequence[dict[str, Any]]) -> Any:
     """Wall time against batch size (FDM) and particle count, log-log, one line per target
     and source (solid: the first source, e.g. the shipped table; dashed: the others)."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(11.0, 4.2), dpi=110, layout="constrained")
+    fig = Figure(figsize=(11.0, 4.2), dpi=DPI, layout="constrained")
     axes = dict(zip(("fdm_batch", "particles"), fig.subplots(1, 2), strict=True))
     sources = list(dict.fromkeys(r["source"] for r in rows))
     targets = list(dict.fromkeys(r["target"] for r in rows))
@@ -212,9 +214,9 @@ def plot_crossover(rows: Sequence[dict[str, Any]]) -> Any:
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize="small")
-    axes["fdm_batch"].set(xlabel="problems in the batch B", ylabel="wall time [s]",
+        ax.legend()
+    axes["fdm_batch"].set(xlabel="problems in the batch B", ylabel="wall time of the batch [s]",
                           title="Finite differences: a batch of Santa Fe problems")
-    axes["particles"].set(xlabel="particles N", ylabel="wall time [s]",
+    axes["particles"].set(xlabel="particles N", ylabel="wall time of one FP solve [s]",
                           title="Particles: one Fokker–Planck solve")
     return fig

@@ -13,13 +13,14 @@ from matplotlib.figure import Figure
 from ..core.backend import to_numpy
 from ..core.errors import ParameterError
 from .n_player import NPlayerResult, fitted_slope
-from .plots import DPI
+from .style import DPI, TIME, styled
 
 MEASURES = {"distance": "distance  max$_t$|A$_N$ − A|  (RMS)",
             "cost_error": "cost error  ∫m$_0$(v$_N$ − u)  (RMS)",
             "gap": "ε-Nash gap  ∫m$_0$(v$_N$ − u$_N^{BR}$)  (mean)"}
 
 
+@styled
 def plot_n_player_paths(study: Sequence[NPlayerResult], max_paths: int = 12) -> Figure:
     """One panel per N: realised attendance paths A_N(t) (thin) against the mean field A(t)."""
     if not study:
@@ -34,13 +35,14 @@ def plot_n_player_paths(study: Sequence[NPlayerResult], max_paths: int = 12) -> 
         ax.plot(res.t, res.mean_field, color="black", lw=1.8, label="mean field A(t)")
         ax.set_title(f"N = {res.n_players:,}  ({min(max_paths, res.n_samples)} of "
                      f"{res.n_samples} samples)")
-        ax.set(xlabel="t", ylabel="attendance")
+        ax.set(xlabel=TIME, ylabel="attendance A$_N$(t)")
     for ax in axes[len(study):]:
         ax.set_visible(False)
-    axes[0].legend(loc="lower right", fontsize="small")
+    axes[0].legend(loc="lower right")
     return fig
 
 
+@styled
 def plot_n_player_convergence(rows: Sequence[Mapping[str, Any]],
                               fit_max_n: float | None = None) -> Figure:
     """Distance, cost error and ε-Nash gap against N on log-log axes, with Monte Carlo error
@@ -67,13 +69,16 @@ def plot_n_player_convergence(rows: Sequence[Mapping[str, Any]],
             if key == "gap":
                 ax.plot(n, v[-1] * (n / n[-1]) ** -1.0, color="gray", ls="-.", lw=1,
                         label="N$^{-1}$")
-        ax.set(xscale="log", yscale="log", xlabel="patrons N")
-        ax.legend(fontsize="x-small")
-    axes[0].set_title("Attendance: distance to the mean field")
-    axes[1].set_title("Costs of following α* against A$_N$")
+        ax.set(xscale="log", yscale="log", xlabel="number of patrons N")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=1)
+    axes[0].set(title="Attendance: distance to the mean field",
+                ylabel="distance max$_t$|A$_N$ − A| (RMS)")
+    axes[1].set(title="Costs of following α* against A$_N$",
+                ylabel="cost difference (per patron)")
     return fig
 
 
+@styled
 def plot_attendance_paths(paths: Mapping[str, tuple[Any, Any]], level: float | None = None,
                           threshold: float | None = None, title: str = "Attendance"
                           ) -> Figure:
@@ -84,29 +89,32 @@ def plot_attendance_paths(paths: Mapping[str, tuple[Any, Any]], level: float | N
     for label, (t, A) in paths.items():
         ax.plot(np.asarray(to_numpy(t)), np.asarray(to_numpy(A)), label=label)
     if level is not None:
-        ax.axhline(level, color="black", ls="--", lw=1, label="F(A) = 0")
+        ax.axhline(level, color="black", ls="--", lw=1,
+                   label="F(A) = 0: the payoff of going F vanishes")
     if threshold is not None:
-        ax.axhline(threshold, color="gray", ls=":", lw=1, label="A*")
-    ax.set(xlabel="t", ylabel="A(t)", title=title)
-    ax.legend(fontsize="small")
+        ax.axhline(threshold, color="gray", ls=":", lw=1, label="threshold A*")
+    ax.set(xlabel=TIME, ylabel="attendance A(t)", title=title)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=2)
     return fig
 
 
+@styled
 def plot_switching(result: Any) -> Figure:
     """Two-state game: the switching rates β*(t) and the value gap u_bar − u_home."""
     fig = Figure(figsize=(10.5, 3.6), dpi=DPI, layout="constrained")
     left, right = fig.subplots(1, 2)
     left.plot(result.t, result.rates[:, 0], label="home → bar")
     left.plot(result.t, result.rates[:, 1], label="bar → home")
-    left.set(xlabel="t", ylabel="rate β*(t)", title="Optimal switching rates")
-    left.legend(fontsize="small")
+    left.set(xlabel=TIME, ylabel="switching rate β*(t)", title="Optimal switching rates")
+    left.legend()
     right.plot(result.t, result.U[:, 1] - result.U[:, 0], color="tab:purple")
     right.axhline(0.0, color="gray", lw=0.8)
-    right.set(xlabel="t", ylabel="u_bar − u_home",
+    right.set(xlabel=TIME, ylabel="value gap u_bar(t) − u_home(t)",
               title="Cost-to-go at the bar minus at home")
     return fig
 
 
+@styled
 def plot_plateau_study(panels: Mapping[str, tuple[str, Sequence[Mapping[str, Any]]]],
                        level: float | None = None) -> Figure:
     """One column per model ``{title: (parameter, rows)}``: the time to the plateau (top)
@@ -120,10 +128,11 @@ def plot_plateau_study(panels: Mapping[str, tuple[str, Sequence[Mapping[str, Any
                  for r in rows]
         top, bottom = axes[0, col], axes[1, col]
         top.plot(x, times, marker="o")
-        top.set(xscale="log", xlabel=parameter, ylabel="time to the plateau", title=title)
+        top.set(xscale="log", xlabel=parameter, ylabel="time to the plateau t", title=title)
         bottom.plot(x, [r["attendance_mid"] for r in rows], marker="o")
         if level is not None:
-            bottom.axhline(level, color="black", ls="--", lw=1, label="F(A) = 0")
-            bottom.legend(fontsize="small")
-        bottom.set(xscale="log", xlabel=parameter, ylabel="A(T/2)")
+            bottom.axhline(level, color="black", ls="--", lw=1,
+                           label="F(A) = 0: the payoff of going F vanishes")
+            bottom.legend()
+        bottom.set(xscale="log", xlabel=parameter, ylabel="attendance at half time A(T/2)")
     return fig

@@ -85,16 +85,30 @@ class NPlayerResult:
         (N · n_samples)^(−1/2))."""
         return float(np.max(np.abs(self.attendance.mean(axis=0) - self.mean_field)))
 
-    def summary(self) -> dict[str, Any]:
-        """One flat, JSON-ready row."""
+    @property
+    def summary(self) -> dict[str, float]:
+        """The scalar headline numbers (as ``Result.summary``): distance, gap and cost error
+        with their standard errors (gap and cost error when computed), and the bias."""
+        out: dict[str, float] = {}
+        out["distance"], out["distance_se"] = self.distance_rms
+        if self.gap is not None:
+            out["gap"], out["gap_se"] = self.gap_mean
+            out["cost_error"], out["cost_error_se"] = self.cost_error_rms
+        return out | {"bias": self.bias}
+
+    def metrics(self) -> dict[str, Any]:
+        """One flat, JSON-ready row: N, samples, seed, where it ran, :attr:`summary` and the
+        timings (as ``time_<phase>``)."""
         row: dict[str, Any] = {"n_players": self.n_players, "n_samples": self.n_samples,
                                "seed": self.seed, "backend": self.backend,
                                "device": self.device, "dtype": self.dtype}
-        row["distance"], row["distance_se"] = self.distance_rms
-        if self.gap is not None:
-            row["gap"], row["gap_se"] = self.gap_mean
-            row["cost_error"], row["cost_error_se"] = self.cost_error_rms
-        return row | {"bias": self.bias} | {f"time_{k}": v for k, v in self.timings.items()}
+        return row | self.summary | {f"time_{k}": v for k, v in self.timings.items()}
+
+    def __repr__(self) -> str:
+        numbers = ", ".join(f"{k}={v:.3g}" for k, v in self.summary.items())
+        return (f"NPlayerResult(n_players={self.n_players}, n_samples={self.n_samples}, "
+                f"seed={self.seed}, {self.backend}/{self.device}/{self.dtype}, "
+                f"{len(self.t)} time levels; {numbers})")
 
 
 def _mean(v: np.ndarray) -> tuple[float, float]:

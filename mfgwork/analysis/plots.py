@@ -7,7 +7,8 @@ returned figure. Single-axes figures accept ``ax=`` to draw into existing axes (
 those axes is returned). Arrays are converted to NumPy here, at the plotting boundary.
 
 Conventions follow :mod:`mfgwork.problems`: ``result.M[n, i]`` is m(t_n, x_i); for the Santa
-Fe Bar the state is the preference θ and A(t) = ∫_{θ>0} m(t, θ) dθ.
+Fe Bar the state is the preference θ and A(t) = ∫_{θ>0} m(t, θ) dθ. Every figure is drawn in
+the package style (:mod:`mfgwork.analysis.style`); :func:`write_figures` writes PNG and PDF.
 """
 
 from __future__ import annotations
@@ -24,9 +25,15 @@ from matplotlib.figure import Figure
 from ..core import storage
 from ..core.backend import to_numpy
 from ..core.errors import ParameterError
+from ..core.figures import save_figure
 from ..results import Result
+from .style import DPI, TIME, state_label, styled
 
-DPI = 110
+__all__ = ["DPI", "equilibrium_attendance", "plot_attendance", "plot_backend_comparison",
+           "plot_convergence", "plot_density_heatmap", "plot_density_snapshots",
+           "plot_payoff", "plot_phase_portrait", "plot_refinement", "plot_value_snapshots",
+           "save_figures", "standard_figures", "write_figures"]
+PAYOFF = "F(A): payoff of going at attendance A"
 
 
 def _axes(ax: Axes | None, size: tuple[float, float] = (6.4, 4.0)) -> tuple[Figure, Axes]:
@@ -41,7 +48,7 @@ def _np(a: Any) -> np.ndarray:
 
 
 def _state_label(result: Result) -> str:
-    return result.state_name
+    return state_label(result.state_name)
 
 
 def _need_attendance(result: Result, figure: str) -> np.ndarray:
@@ -65,17 +72,18 @@ def _time_indices(result: Result, times: Sequence[float] | None) -> list[int]:
     return [int(np.argmin(np.abs(t - v))) for v in values]
 
 
+@styled
 def plot_density_heatmap(result: Result, ax: Axes | None = None) -> Figure:
     """m(t, θ) as a heatmap over (t, θ), with the θ = 0 line (attend above, stay home below)."""
     fig, ax = _axes(ax)
     x, t, M = _np(result.x), _np(result.t), _np(result.M)
+    s = result.state_name
     mesh = ax.pcolormesh(t, x, M.T, shading="nearest", cmap="viridis", rasterized=True)
-    fig.colorbar(mesh, ax=ax, label="m(t, " + _state_label(result) + ")")
+    fig.colorbar(mesh, ax=ax, label=f"density m(t, {s})")
     if x[0] < 0.0 < x[-1]:
-        ax.axhline(0.0, color="white", lw=1.0, ls="--", label=_state_label(result) + " = 0")
-        ax.legend(loc="upper right", fontsize="small")
-    ax.set(xlabel="t", ylabel=_state_label(result), title="Density m(t, " +
-           _state_label(result) + ")")
+        ax.axhline(0.0, color="white", lw=1.0, ls="--", label=f"{s} = 0")
+        ax.legend(loc="upper right")
+    ax.set(xlabel=TIME, ylabel=_state_label(result), title=f"Density m(t, {s})")
     return fig
 
 
@@ -94,23 +102,27 @@ def equilibrium_attendance(params: Mapping[str, Any]) -> float | None:
     return a_star + eps * math.log(good / -bad)
 
 
+@styled
 def plot_attendance(result: Result, ax: Axes | None = None) -> Figure:
-    """A(t) against the threshold band A* ± ε, the threshold A* and the level where F(A) = 0."""
+    """A(t) against the threshold band A* ± ε, the threshold A* and the level where the payoff
+    of going F(A) vanishes; the legend sits below the axes, off the curve."""
     A = _need_attendance(result, "plot_attendance")
     fig, ax = _axes(ax)
     t = _np(result.t)
     a_star, eps = result.params.get("threshold"), result.params.get("eps")
     if a_star is not None and eps is not None:
         ax.axhspan(a_star - eps, a_star + eps, color="tab:red", alpha=0.15,
-                   label=f"threshold band A* ± ε = {a_star:g} ± {eps:g}")
+                   label=f"band A* ± ε = {a_star:g} ± {eps:g}")
     if a_star is not None:
-        ax.axhline(a_star, color="tab:red", lw=1.0, label="A*")
+        ax.axhline(a_star, color="tab:red", lw=1.0, label="threshold A*")
     level = equilibrium_attendance(result.params)
     if level is not None:
-        ax.axhline(level, color="k", lw=1.0, ls=":", label=f"F(A) = 0 at A = {level:.4f}")
+        ax.axhline(level, color="k", lw=1.0, ls=":",
+                   label=f"F(A) = 0 at A = {level:.4f}")
     ax.plot(t, A, color="tab:blue", lw=2.0, label="A(t)")
-    ax.set(xlabel="t", ylabel="attendance A(t)", title="Attendance", xlim=(t[0], t[-1]))
-    ax.legend(loc="best", fontsize="small")
+    ax.set(xlabel=TIME, ylabel="attendance A(t)", title="Attendance", xlim=(t[0], t[-1]))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=2,
+              title=PAYOFF if level is not None else None, title_fontsize="small")
     return fig
 
 
@@ -123,7 +135,7 @@ def _snapshots(result: Result, values: np.ndarray, times: Sequence[float] | None
     for n, color in zip(idx, colors, strict=True):
         ax.plot(x, values[n], color=color, label=f"t = {t[n]:.3g}")
     ax.set(xlabel=_state_label(result), ylabel=ylabel, title=title)
-    ax.legend(loc="best", fontsize="small")
+    ax.legend(loc="best")
     return fig
 
 
@@ -133,40 +145,101 @@ def _cmap(v: float) -> Any:
     return colormaps["viridis"](0.9 * v)
 
 
+@styled
 def plot_density_snapshots(result: Result, times: Sequence[float] | None = None,
                            ax: Axes | None = None) -> Figure:
     """m(t, ·) at the time levels nearest to ``times`` (default: 5 evenly spaced in [0, T])."""
-    s = _state_label(result)
-    return _snapshots(result, _np(result.M), times, ax, f"m(t, {s})", "Density snapshots")
+    s = result.state_name
+    return _snapshots(result, _np(result.M), times, ax, f"density m(t, {s})",
+                      "Density snapshots")
 
 
+@styled
 def plot_value_snapshots(result: Result, times: Sequence[float] | None = None,
                          ax: Axes | None = None) -> Figure:
     """u(t, ·) at the time levels nearest to ``times`` (default: 5 evenly spaced in [0, T])."""
-    s = _state_label(result)
-    return _snapshots(result, _np(result.U), times, ax, f"u(t, {s})", "Value function snapshots")
+    s = result.state_name
+    return _snapshots(result, _np(result.U), times, ax, f"value (cost to go) u(t, {s})",
+                      "Value function snapshots")
 
 
-def plot_convergence(result: Result, ax: Axes | None = None) -> Figure:
-    """Relative changes of U and M (and the fixed-point residual) per iteration, log scale."""
+@styled
+def plot_convergence(result: Result, ax: Axes | None = None, changes: bool = False) -> Figure:
+    """The fixed-point residual per iteration on a log scale, with ``tol`` and the phases.
+
+    The residual r = ‖Φ(z) − z‖ / ‖Φ(z)‖ decides convergence: the line is that of each iterate
+    (``history["residual"]``); iterations of the Newton fallback (shaded) record the certified
+    residual of their solution; the star is the certified residual of the returned solution
+    (``result.residual``), which converged means is ≤ ``tol`` (dotted line). ``changes``: also
+    the relative changes of U and M between iterates (grey, dashed), which stop nothing.
+    Zero or non-finite values are left out (a log axis cannot show them).
+    """
     fig, ax = _axes(ax)
-    labels = {"change_U": "‖ΔU‖ / ‖U‖", "change_M": "‖ΔM‖ / ‖M‖", "residual": "residual"}
-    for key, label in labels.items():
-        values = np.asarray(result.history.get(key) or [], dtype=np.float64)
-        keep = values > 0
-        if keep.any():
-            ax.semilogy(np.arange(1, values.size + 1)[keep], values[keep], label=label)
+    history = result.history
+    residual = _series(history, "residual")
+    k = np.arange(1, residual.size + 1)
+    newton = _newton_steps(history, residual.size)
+    anderson = ~newton
+    _semilogy(ax, k[anderson], residual[anderson], color="tab:blue", marker=".",
+              label="residual of the iterate (Anderson / Picard)")
+    if newton.any():
+        _semilogy(ax, k[newton], residual[newton], color="tab:purple", marker="s", ms=4,
+                  label="certified residual (Newton fallback)")
+        ax.axvspan(k[newton][0] - 0.5, k[newton][-1] + 0.5, color="tab:purple", alpha=0.08,
+                   label="Newton steps")
+    if changes:
+        for key, style in (("change_U", "--"), ("change_M", ":")):
+            values = _series(history, key)
+            _semilogy(ax, np.arange(1, values.size + 1), values, color="0.5", ls=style,
+                      label=f"‖Δ{key[-1]}‖ / ‖{key[-1]}‖ between iterates")
     tol = result.params.get("tol")
     if isinstance(tol, int | float) and tol > 0:
         ax.axhline(tol, color="k", lw=1.0, ls=":", label=f"tol = {tol:g}")
+    certified = result.residual
+    if certified is not None and math.isfinite(certified) and certified > 0:
+        at = min(max(int(result.iterations), 1), max(residual.size, 1))
+        ax.plot([at], [certified], marker="*", ms=12, color="tab:red", ls="none",
+                label=f"certified residual of the result: {certified:.2g}")
     ax.set_yscale("log")
-    status = "converged" if result.converged else "not converged"
-    ax.set(xlabel="iteration", ylabel="relative change",
-           title=f"Convergence ({result.iterations} iterations, {status})")
-    ax.legend(loc="best", fontsize="small")
+    ax.set(xlabel="iteration k", title=_convergence_title(result, tol),
+           ylabel="relative residual or change" if changes else
+           "residual ‖Φ(z) − z‖ / ‖Φ(z)‖")
+    ax.legend(loc="best")
     return fig
 
 
+def _series(history: Mapping[str, Any], key: str) -> np.ndarray:
+    return np.asarray(history.get(key) or [], dtype=np.float64)
+
+
+def _semilogy(ax: Axes, k: np.ndarray, values: np.ndarray, **style: Any) -> None:
+    """Plot the positive, finite values only."""
+    keep = np.isfinite(values) & (values > 0)
+    if keep.any():
+        ax.plot(k[keep], values[keep], **style)
+
+
+def _newton_steps(history: Mapping[str, Any], n: int) -> np.ndarray:
+    """Which iterations were Newton steps of the fallback: they record no HJB or FP time,
+    only a coupling time (see :class:`mfgwork.numerics.iteration.History`)."""
+    hjb, fp, coupling = (_series(history, key) for key in ("time_hjb", "time_fp",
+                                                           "time_coupling"))
+    if not hjb.size == fp.size == coupling.size == n:
+        return np.zeros(n, dtype=bool)
+    return (hjb == 0.0) & (fp == 0.0) & (coupling > 0.0)
+
+
+def _convergence_title(result: Result, tol: Any) -> str:
+    iterations = f"{result.iterations} iterations"
+    certified = result.residual
+    if certified is None or not math.isfinite(certified):
+        return f"Convergence ({iterations}; no certified residual)"
+    if result.converged and isinstance(tol, int | float) and certified <= tol:
+        return f"Converged in {iterations}: residual {certified:.1e} ≤ tol"
+    return f"Not converged after {iterations}: residual {certified:.1e}"
+
+
+@styled
 def plot_phase_portrait(result: Result, ax: Axes | None = None) -> Figure:
     """A(t) against the mean preference E[θ](t), coloured by time, with the threshold A*."""
     A = _need_attendance(result, "plot_phase_portrait")
@@ -174,21 +247,23 @@ def plot_phase_portrait(result: Result, ax: Axes | None = None) -> Figure:
     mean, t = _np(result.mean_state), _np(result.t)
     ax.plot(mean, A, color="0.6", lw=1.0, zorder=1)
     points = ax.scatter(mean, A, c=t, s=10, cmap="viridis", zorder=2)
-    fig.colorbar(points, ax=ax, label="t")
+    fig.colorbar(points, ax=ax, label=TIME)
     ax.plot(mean[0], A[0], "o", color="tab:green", ms=7, label="t = 0", zorder=3)
     ax.plot(mean[-1], A[-1], "s", color="tab:red", ms=7, label="t = T", zorder=3)
     if "threshold" in result.params:
-        ax.axhline(result.params["threshold"], color="tab:red", lw=1.0, ls="--", label="A*")
+        ax.axhline(result.params["threshold"], color="tab:red", lw=1.0, ls="--",
+                   label="threshold A*")
     ax.set(xlabel="mean preference E[θ](t)", ylabel="attendance A(t)", title="Phase portrait")
-    ax.legend(loc="best", fontsize="small")
+    ax.legend(loc="best")
     return fig
 
 
 TABLE_ERRORS = ("rel_error_U", "rel_error_M", "rel_error_A")
 
 
+@styled
 def plot_backend_comparison(table: Sequence[Mapping[str, Any]]) -> Figure:
-    """Bar charts of a backend comparison: wall time, and relative errors (log scale).
+    """Points of a backend comparison: wall time, and relative errors (log scales).
 
     ``table`` is a list of rows with ``label``, ``wall_time_s`` and the relative errors
     ``rel_error_U``, ``rel_error_M``, ``rel_error_A`` (as written by
@@ -202,25 +277,31 @@ def plot_backend_comparison(table: Sequence[Mapping[str, Any]]) -> Figure:
     pos = np.arange(len(rows))
     fig = Figure(figsize=(10.0, 4.0), dpi=DPI, layout="constrained")
     ax_time, ax_err = fig.subplots(1, 2)
-    bars = ax_time.bar(pos, [float(r["wall_time_s"]) for r in rows], color="tab:blue")
-    ax_time.bar_label(bars, fmt="%.3g s", fontsize="small")
+    times = [float(r["wall_time_s"]) for r in rows]
+    ax_time.plot(pos, times, "o", ms=8, color="tab:blue")
+    for x, y in zip(pos, times, strict=True):
+        ax_time.annotate(f"{y:.3g} s", (x, y), textcoords="offset points", xytext=(8, 0),
+                         va="center", fontsize="small")
     ax_time.set_yscale("log")
-    ax_time.set(xticks=pos, ylabel="wall time [s]", title="Wall time of the solve")
+    ax_time.set(xticks=pos, xlim=(-0.5, len(rows) - 0.3), ylabel="wall time of one solve [s]",
+                xlabel="backend, device, dtype", title="Wall time of the solve")
     ax_time.set_xticklabels(labels, rotation=15, ha="right")
-    width = 0.8 / len(TABLE_ERRORS)
-    for k, key in enumerate(TABLE_ERRORS):
+    for k, (key, marker) in enumerate(zip(TABLE_ERRORS, "osD", strict=True)):
         vals = np.array([r.get(key) or np.nan for r in rows], dtype=np.float64)
         vals[~(vals > 0)] = np.nan
-        ax_err.bar(pos + (k - 1) * width, vals, width, label=key.replace("rel_error_", ""))
+        ax_err.plot(pos + (k - 1) * 0.12, vals, marker, ms=7, ls="none",
+                    label=f"e_{key.replace('rel_error_', '')}")
     if np.isfinite([r.get(k) or np.nan for r in rows for k in TABLE_ERRORS]).any():
         ax_err.set_yscale("log")
-    ax_err.set(xticks=pos, ylabel="max |X − X_ref| / max |X_ref|",
+    ax_err.set(xticks=pos, xlim=(-0.5, len(rows) - 0.5), xlabel="backend, device, dtype",
+               ylabel="relative error e_X = max |X − X_ref| / max |X_ref|",
                title="Relative error against the float64 reference")
     ax_err.set_xticklabels(labels, rotation=15, ha="right")
-    ax_err.legend(fontsize="small")
+    ax_err.legend(title="X = U, M, A")
     return fig
 
 
+@styled
 def plot_refinement(rows: Sequence[Mapping[str, Any]], ax: Axes | None = None) -> Figure:
     """Log–log errors of U and M against h (rows of
     :func:`mfgwork.analysis.studies.refinement_study`), with a slope-1 guide for first order."""
@@ -233,12 +314,13 @@ def plot_refinement(rows: Sequence[Mapping[str, Any]], ax: Axes | None = None) -
         ax.loglog(h, [r[key] for r in rows], marker=marker, label=label)
     top = max(max(r["error_U"], r["error_M"]) for r in rows)
     ax.loglog(h, 1.5 * top * h / h.max(), "k:", label="slope 1 (first order)")
-    ax.set(xlabel="h (with Δt = T / (nx − 1))", ylabel="error",
-           title="Convergence against the exact solution")
-    ax.legend(loc="best", fontsize="small")
+    ax.set(xlabel="grid step h (with Δt = T / (nx − 1))",
+           ylabel="error against the exact solution", title="Convergence of the scheme")
+    ax.legend(loc="best")
     return fig
 
 
+@styled
 def plot_payoff(problem: Any, ax: Axes | None = None) -> Figure:
     """The payoff of attending F(A) for A in [0, 1] (``problem``: a
     :class:`mfgwork.SantaFeBar`), with the threshold A* and the zero F(A) = 0."""
@@ -249,12 +331,12 @@ def plot_payoff(problem: Any, ax: Axes | None = None) -> Figure:
     A = np.linspace(0.0, 1.0, 501)
     ax.plot(A, problem.payoff(A), lw=2.0, label="F(A)")
     ax.axhline(0.0, color="0.5", lw=1.0)
-    ax.axvline(problem.threshold, color="tab:red", lw=1.0, label="A*")
+    ax.axvline(problem.threshold, color="tab:red", lw=1.0, label="threshold A*")
     level = equilibrium_attendance(problem.params())
     if level is not None:
         ax.axvline(level, color="k", lw=1.0, ls=":", label=f"F(A) = 0 at A = {level:.4f}")
-    ax.set(xlabel="attendance A", ylabel="payoff of attending F(A)", title="Payoff")
-    ax.legend(loc="best", fontsize="small")
+    ax.set(xlabel="attendance A", ylabel="payoff of going F(A)", title="Payoff of going")
+    ax.legend(loc="best")
     return fig
 
 
@@ -273,18 +355,18 @@ def standard_figures(result: Result) -> dict[str, Figure]:
     return figures
 
 
-def write_png(figures: Mapping[str, Figure], folder: str | Path, *,
-              force: bool = False) -> list[Path]:
-    """Save each figure as ``folder/<name>.png``, atomically; returns the paths. ``folder``
-    may be new, empty or an earlier figures folder, which is replaced (see
+def write_figures(figures: Mapping[str, Figure], folder: str | Path, *,
+                  force: bool = False) -> list[Path]:
+    """Save each figure as ``folder/<name>.png`` and, vector at print size,
+    ``folder/<name>.pdf`` (:func:`mfgwork.core.figures.save_figure`), atomically; returns the
+    paths. ``folder`` may be new, empty or an earlier figures folder, which is replaced (see
     :func:`mfgwork.core.storage.check_target`; ``force`` for any other folder)."""
     with storage.atomic_folder(folder, "figures", name="folder", force=force) as tmp:
-        for name, fig in figures.items():
-            fig.savefig(tmp / f"{name}.png", dpi=DPI)
-    return [Path(folder).absolute() / f"{name}.png" for name in figures]
+        names = [p.name for name, fig in figures.items() for p in save_figure(fig, tmp, name)]
+    return [Path(folder).absolute() / name for name in names]
 
 
 def save_figures(result: Result, folder: str | Path, *, force: bool = False) -> list[Path]:
-    """Write the standard set (:func:`standard_figures`) as PNG files into ``folder`` (see
-    :func:`write_png`)."""
-    return write_png(standard_figures(result), folder, force=force)
+    """Write the standard set (:func:`standard_figures`) as PNG and PDF files into ``folder``
+    (see :func:`write_figures`)."""
+    return write_figures(standard_figures(result), folder, force=force)

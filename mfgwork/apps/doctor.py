@@ -2,14 +2,18 @@
 
 Every kernel the package has is run on every usable backend/device and compared with the
 NumPy float64 reference: the table reports the max abs difference, the tolerance for the
-dtype, and the time. Other modules add their kernels with :func:`register_check`.
+dtype, the time of the first call (compilation included) and of a second one. A warning a
+check raises is reported in its row. Other modules add their kernels with
+:func:`register_check`.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
+import os
+import platform
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -83,7 +87,8 @@ def _check_fdm(be: Backend) -> tuple[Any, np.ndarray]:
 
     kw = {"nx": 52, "nt": 52, "max_iter": 300, "progress": False}
     ref = solve(SantaFeBar(), tol=1e-8, **kw)
-    res = solve(SantaFeBar(), backend=be, tol=1e-8 if be.dtype == "float64" else 1e-5, **kw)
+    # float32: its residual floor (a smaller tol would be raised to it, with a warning)
+    res = solve(SantaFeBar(), backend=be, tol=1e-8 if be.dtype == "float64" else 3e-4, **kw)
     return res.M, ref.M
 
 
@@ -165,17 +170,23 @@ def run_checks(backends: list[Backend] | None = None) -> list[dict[str, Any]]:
                 continue
             row: dict[str, Any] = {"check": name, "backend": be.name, "device": be.device,
                                    "dtype": be.dtype, "tolerance": TOLERANCE[be.dtype]}
-            try:
-                fn(be)  # warm up: compilation and first-call costs stay out of the time
-                t0 = be.timer()
-                value, ref = fn(be)
-                row["time_s"] = be.timer() - t0
-                ref = np.asarray(ref, dtype=np.float64)
-                diff = np.max(np.abs(to_numpy(value).astype(np.float64) - ref))
-                row["max_abs_diff"] = float(diff / max(1.0, np.max(np.abs(ref))))
-                row["ok"] = bool(row["max_abs_diff"] <= row["tolerance"])
-            except Exception as exc:  # a failing kernel is a row, not a crash
-                row.update(ok=False, error=f"{type(exc).__name__}: {exc}")
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    t0 = be.timer()
+                    fn(be)  # the first call: compilation and first-call costs
+                    row["first_s"] = be.timer() - t0
+                    t0 = be.timer()
+                    value, ref = fn(be)
+                    row["time_s"] = be.timer() - t0
+                    ref = np.asarray(ref, dtype=np.float64)
+                    diff = np.max(np.abs(to_numpy(value).astype(np.float64) - ref))
+                    row["max_abs_diff"] = float(diff / max(1.0, np.max(np.abs(ref))))
+                    row["ok"] = bool(row["max_abs_diff"] <= row["tolerance"])
+                except Exception as exc:  # a failing kernel is a row, not a crash
+                    row.update(ok=False, error=f"{type(exc).__name__}: {exc}")
+            if caught:
+                row["warnings"] = list(dict.fromkeys(str(w.message) for w in caught))
             rows.append(row)
     return rows
 
@@ -190,50 +201,80 @@ def usable_backends() -> list[Backend]:
 
 
 def versions() -> dict[str, str | None]:
-    """Python, the platform and the packages of :func:`mfgwork.core.storage.provenance`."""
+    """Python, the platform and the packages of :func:`mfgwork.core.storage.provenance`
+    (None: not installed)."""
     prov = provenance()
-    out: dict[str, str | None] = {"python": prov["versions"]["python"],
-                                  "platform": prov["platform"]} | prov["versions"]
-    try:
-        out["jax"] = importlib.import_module("jax").__version__
-    except ImportError:
-        out["jax"] = None
-    if out["jax"] is not None:
-        import jax
+    return {"python": prov["versions"]["python"], "platform": prov["platform"]} | \
+        prov["versions"]
 
-        out["jax_devices"] = ", ".join(str(d) for d in jax.devices())
-    return out
+
+def cpu_model() -> str:
+    """The processor's model name (Linux: /proc/cpuinfo; else what the platform says)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.lower().startswith(("model name", "hardware")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_info() -> dict[str, Any]:
+    """The CPU as this process sees it: model, cores usable here and on the host, memory."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return device_info("cpu") | {"name": cpu_model(), "cores": os.cpu_count(),
+                                 "usable_cores": usable, "machine": platform.machine()}
 
 
 def report() -> dict[str, Any]:
     backends = usable_backends()
-    devices = [device_info(d) for d in dict.fromkeys(be.device for be in backends)]
+    devices = [cpu_info() if d == "cpu" else device_info(d)
+               for d in dict.fromkeys(be.device for be in backends)]
     return {"versions": versions(), "backends": available_backends(), "devices": devices,
             "checks": run_checks(backends)}
 
 
 def format_report(rep: dict[str, Any]) -> str:
     lines = ["mfgwork doctor", ""]
-    lines += [f"  {k:<12} {v}" for k, v in rep["versions"].items()]
+    installed = {k: v for k, v in rep["versions"].items() if v is not None}
+    lines += [f"  {k:<16} {v}" for k, v in installed.items()]
+    missing = [k for k, v in rep["versions"].items() if v is None]
+    if missing:
+        lines.append(f"  {'not installed':<16} {', '.join(missing)} (optional)")
     lines += ["", "Devices:"]
-    for d in rep["devices"]:
-        mem = ", ".join(f"{k.removeprefix('memory_')}={_mib(d[k])}" for k in
-                        ("memory_total", "memory_allocated", "memory_reserved", "memory_peak")
-                        if d.get(k) is not None)
-        lines.append(f"  {d['device']:<8} {d['name'] or ''} (count {d['count']}) {mem}")
-    lines += ["", f"  {'check':<22} {'backend':<7} {'device':<7} {'dtype':<8} "
-              f"{'max|diff|':>10} {'tol':>7} {'time':>9}  status"]
+    lines += [f"  {_device_line(d)}" for d in rep["devices"]]
+    lines += ["", "Checks against NumPy float64 (first: the first call, compilation included):",
+              f"  {'check':<22} {'backend':<7} {'device':<7} {'dtype':<8} "
+              f"{'max|diff|':>10} {'tol':>7} {'first':>9} {'time':>9}  status"]
     for r in rep["checks"]:
         diff = f"{r['max_abs_diff']:10.2e}" if "max_abs_diff" in r else f"{'-':>10}"
-        t = f"{1e3 * r['time_s']:7.2f}ms" if "time_s" in r else f"{'-':>9}"
+        first, t = (f"{1e3 * r[k]:7.2f}ms" if k in r else f"{'-':>9}"
+                    for k in ("first_s", "time_s"))
         status = "ok" if r["ok"] else "FAIL " + r.get("error", "")
         lines.append(f"  {r['check']:<22} {r['backend']:<7} {r['device']:<7} {r['dtype']:<8} "
-                     f"{diff} {r['tolerance']:7.0e} {t}  {status}")
+                     f"{diff} {r['tolerance']:7.0e} {first} {t}  {status}")
+        lines += [f"      warning: {w}" for w in r.get("warnings", [])]
     return "\n".join(lines)
 
 
-def _mib(v: int) -> str:
-    return f"{v / 2**20:.0f}MiB"
+def _device_line(d: dict[str, Any]) -> str:
+    """One line per device: what it is, how many, and its memory."""
+    mem = ", ".join(f"{k.removeprefix('memory_')} {_gib(d[k])}" for k in
+                    ("memory_total", "memory_allocated", "memory_reserved", "memory_peak")
+                    if d.get(k) is not None)
+    if d["kind"] == "cpu":
+        usable = d.get("usable_cores")
+        cores = f"{d.get('cores')} cores" + (f" ({usable} usable by this process)"
+                                             if usable and usable != d.get("cores") else "")
+        what = f"{d['name']} ({d.get('machine')}), {cores}"
+    else:
+        what = f"{d['name'] or 'unnamed'}, {d['count']} device(s)"
+    return f"{d['device']:<8} {what}" + (f"; memory: {mem}" if mem else "")
+
+
+def _gib(v: int) -> str:
+    return f"{v / 2**30:.1f} GiB"
 
 
 def main(as_json: bool = False) -> int:

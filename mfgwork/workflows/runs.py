@@ -282,8 +282,9 @@ def solve_options(*, nx: int, nt: int, method: str, backend: str, device: str, t
 
 def main(notebook: str, parameters: list[tuple[str, str]], out_dir: str | None,
          kernel_name: str | None = None, force: bool = False) -> int:
-    """``python -m mfgwork run``: run, print the run folder; one-line error and exit 1.
-    SIGTERM stops the run like Ctrl-C: the kernel and the temporaries are removed."""
+    """``python -m mfgwork run``: run, print the run folder; a one-line error and exit 2 for
+    bad input (nothing was run), 1 for a failing cell. SIGTERM stops the run like Ctrl-C:
+    the kernel and the temporaries are removed."""
     import signal
     import sys
 
@@ -297,9 +298,12 @@ def main(notebook: str, parameters: list[tuple[str, str]], out_dir: str | None,
         params = {name: parse_value(value) for name, value in parameters}
         folder = run_notebook(notebook, params, target, kernel_name=kernel_name,
                               progress=sys.stderr.isatty(), force=force)
-    except (NotebookError, ParameterError, ValueError) as exc:
+    except NotebookError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except (ParameterError, LoadError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     finally:
         signal.signal(signal.SIGTERM, previous)
     print(f"run folder: {folder}  ({time.perf_counter() - started:.1f} s)")

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..analysis.plots import DPI
+from ..analysis.style import DPI, TIME, styled
 from ..core.errors import ParameterError
 from ..results import load
 from .sweeps import SweepIndex
@@ -43,6 +43,7 @@ def _key(value: Any) -> tuple[int, Any]:
     return (0, value) if isinstance(value, int | float) else (1, str(value))
 
 
+@styled
 def plot_sweep_metrics(index: SweepIndex, x: str = "threshold", by: str | None = "sigma",
                        metrics: Sequence[str] = ("mean_attendance", "time_overcrowded")
                        ) -> Figure:
@@ -65,10 +66,11 @@ def plot_sweep_metrics(index: SweepIndex, x: str = "threshold", by: str | None =
                     label="⟨A⟩ = A*")
         ax.set(xlabel=x, ylabel=LABELS.get(metric, metric), title=LABELS.get(metric, metric))
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small")
+            ax.legend()
     return fig
 
 
+@styled
 def plot_attendance_grid(index: SweepIndex, rows: str = "sigma", cols: str = "threshold",
                          max_cols: int = 6) -> Figure:
     """A(t) of each finished run on a grid of panels: ``rows`` × ``cols`` values (at most
@@ -93,14 +95,13 @@ def plot_attendance_grid(index: SweepIndex, rows: str = "sigma", cols: str = "th
                 if "threshold" in res.params:
                     ax.axhline(res.params["threshold"], color="tab:red", lw=0.8, ls="--")
             ax.set_title(f"{rows}={rv}, {cols}={cv}", fontsize="small")
-            if i == len(row_vals) - 1:
-                ax.set_xlabel("t")
-            if j == 0:
-                ax.set_ylabel("A(t)")
+            ax.set_xlabel(TIME if i == len(row_vals) - 1 else "")
+            ax.set_ylabel("attendance A(t)" if j == 0 else "")
     fig.suptitle("Attendance A(t) per run (dashed: A*)")
     return fig
 
 
+@styled
 def plot_wall_time(index: SweepIndex, by: str = "device") -> Figure:
     """Wall time per run (kernel start and papermill included) and solve time, per value of
     ``by``: median with the range of the runs."""
@@ -119,6 +120,6 @@ def plot_wall_time(index: SweepIndex, by: str = "device") -> Figure:
         ax.bar(pos + (k - 0.5) * 0.38, med, width=0.38, color=color, yerr=[lo, hi],
                capsize=3, label=LABELS[col])
     ax.set_xticks(pos, groups)
-    ax.set(xlabel=by, ylabel="seconds", title="Time per run (median, range)")
-    ax.legend(fontsize="small")
+    ax.set(xlabel=by, ylabel="time per run [s]", title="Time per run (median, range)")
+    ax.legend()
     return fig
