@@ -123,7 +123,7 @@ def test_hostile_marker_is_no_marker_and_never_blocks(kind, tmp_path, saved, not
         assert storage.marker_kind(target) is None
         with pytest.raises(ParameterError, match="no mfgwork.json"):
             mw.load(saved).save(target)
-        assert cli(["run", str(notebook), "-o", str(target)]) == 1
+        assert cli(["run", str(notebook), "-o", str(target)]) == 2
         assert "no mfgwork.json" in capsys.readouterr().err
         assert cli(["sweep", str(notebook), "--grid", "a: [1, 2]", "-o", str(target),
                     "--no-progress"]) == 2
