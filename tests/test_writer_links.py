@@ -105,6 +105,21 @@ def test_sweep_resume_refuses_linked_parts(sweep_folder, names, notebook, outsid
     assert snapshot(outside) == before and executed == []
 
 
+@pytest.mark.parametrize(("part", "make"), [
+    ("index.csv", Path.mkdir), ("sweep.lock", Path.mkdir), ("spec.yaml", os.mkfifo),
+    ("runs", Path.touch), ("failed", Path.touch)])
+def test_sweep_resume_refuses_parts_of_the_wrong_type(sweep_folder, notebook, executed, part,
+                                                      make):
+    target = sweep_folder / part
+    if target.is_dir():
+        shutil.rmtree(target)
+    target.unlink(missing_ok=True)
+    make(target)
+    with pytest.raises(ParameterError, match=f"its {part} is not a"):
+        mw.sweep(notebook, SPEC, sweep_folder, workers=1, progress=False)
+    assert executed == []
+
+
 @pytest.mark.parametrize("part", ["runs", "locks", "failed", "runs/{0}"])
 def test_a_worker_never_writes_through_a_link(sweep_folder, names, notebook, outside, part,
                                               snapshot):

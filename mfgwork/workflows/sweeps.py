@@ -56,6 +56,8 @@ STATUSES = ("done", "failed", "pending")
 INDEX_HEADER = b"run,status,error"
 #: Where a sweep writes: none of these, nor any entry inside them, may be a symbolic link.
 PARTS = ("runs", "failed", "locks")
+#: The files a sweep writes at its top level (regular files where they exist).
+FILES = ("index.csv", "sweep.json", "spec.yaml", "sweep.lock", storage.MARKER)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -354,7 +356,7 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
                                   protect={notebook.parent: "the folder of the notebook "
                                                             f"{notebook.name}"})
     if folder.is_dir():
-        storage.check_links(folder, name="out_dir", depth=2)
+        _check_parts(folder)
     plan = {"notebook": str(notebook), "spec": dict(raw), "fixed": dict(parameters or {})}
     earlier = _check_replan(folder, plan, replan)
     for sub in PARTS:
@@ -379,6 +381,19 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
         _execute(index, tasks, workers, scheduler, dask, progress)
         index.write_csv()
     return index
+
+
+def _check_parts(folder: Path) -> None:
+    """Refuse a sweep folder whose parts are links (:func:`~mfgwork.core.storage.check_links`,
+    two levels deep: the run folders included) or of the wrong type (a folder where a file
+    goes, a file where a folder goes), before anything is written."""
+    storage.check_links(folder, name="out_dir", depth=2)
+    for names, ok, want in ((FILES, Path.is_file, "a file"), (PARTS, Path.is_dir, "a folder")):
+        for name in names:
+            part = folder / name
+            if part.exists() and not ok(part):
+                raise ParameterError(f"out_dir={str(folder)!r} is refused: its {name} is not "
+                                     f"{want}; remove it or choose another folder")
 
 
 def _check_count(planned: int, max_runs: int) -> None:
