@@ -338,11 +338,17 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
 
     workers = check_int("workers", workers if workers is not None else _cores(), low=1)
     max_runs = check_int("max_runs", max_runs, low=1)
+    where = Path(notebook).resolve()
+    folder = storage.check_target(out_dir, "sweep", legacy=["sweep.json"], forceable=False,
+                                  protect={where.parent: f"the folder of the notebook "
+                                                         f"{where.name}"})
+    if folder.is_dir():
+        _check_parts(folder)
     declared = notebook_parameters(notebook)
     if "out_dir" not in declared:
         raise ParameterError(f"notebook={str(notebook)!r} cannot be swept: its parameters cell "
                              "has no out_dir (the run folder it writes into)")
-    notebook = Path(notebook).resolve()
+    notebook = where
     raw = read_spec(grid)
     _check_count(_count_runs(raw), max_runs)         # before expanding a huge axis
     spec = parse_spec(raw, parameters, declared)
@@ -352,11 +358,6 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
     if len(set(names)) != len(names):
         raise SpecError("the grid spec lists the same parameter set more than once")
 
-    folder = storage.check_target(out_dir, "sweep", legacy=["sweep.json"], forceable=False,
-                                  protect={notebook.parent: "the folder of the notebook "
-                                                            f"{notebook.name}"})
-    if folder.is_dir():
-        _check_parts(folder)
     plan = {"notebook": str(notebook), "spec": dict(raw), "fixed": dict(parameters or {})}
     earlier = _check_replan(folder, plan, replan)
     for sub in PARTS:
