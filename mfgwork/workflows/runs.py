@@ -112,6 +112,8 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
     :class:`NotebookError` is raised.
     """
     path = _existing_notebook(notebook)
+    protect = {path.parent: f"the folder of the notebook {path.name}"}
+    target = storage.check_target(out_dir, "run", force=force, protect=protect)
     defaults = notebook_parameters(path)
     params = _check(defaults, dict(parameters or {}), path.name)
     if "out_dir" not in defaults:
@@ -120,8 +122,6 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
     if "out_dir" in params:
         raise ParameterError("out_dir is set by run_notebook (the run folder's temporary "
                              "name); pass the destination as the out_dir argument instead")
-    protect = {path.parent: f"the folder of the notebook {path.name}"}
-    target = storage.check_target(out_dir, "run", force=force, protect=protect)
     storage.remove_stale(target)
     failed = target.with_name(target.name + FAILED_SUFFIX)
     made = [storage.temporary_sibling(target, "tmp"),
