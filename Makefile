@@ -25,7 +25,8 @@ run: $(STAMP)
 
 # the notebooks executed at their defaults by papermill, rendered by Sphinx + myst-nb; open
 # build/book/html/index.html (MathJax is bundled: no network needed). BOOK_ARGS="-j 2": two
-# notebooks at a time; BOOK_ARGS="--small": the small parameters of the tests.
+# notebooks at a time; BOOK_ARGS="--small": the small parameters of the tests. The build folder is
+# replaced whole when the build succeeds; a folder that is not a book is refused (BOOK_ARGS="--force").
 book: $(STAMP)
 	$(PY) docs/book/build.py -o build/book $(BOOK_ARGS)
 

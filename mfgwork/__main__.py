@@ -39,8 +39,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                    help="the run folder (default: runs/<notebook name>)")
     p.add_argument("--kernel", default=None, help="Jupyter kernel name (default: the notebook's)")
     p.add_argument("--force", action="store_true",
-                   help="replace OUT_DIR even if it is a non-empty folder that is not a run "
-                        "folder (never a file, the current directory or the notebook's folder)")
+                   help="replace OUT_DIR even if it is a non-empty folder without a marker "
+                        "(never one holding a notebook, a project root or a result; never a "
+                        "file, a link, the current directory, home or the notebook's folder)")
     p.set_defaults(func=_run)
 
 
@@ -123,7 +124,11 @@ def _add_scan(sub: argparse._SubParsersAction) -> None:
                    help="solve blocks on a Dask LocalCluster started for this scan")
     p.add_argument("--workers", type=int, default=None, help="LocalCluster workers (--dask)")
     p.add_argument("--netcdf", default=None, metavar="FILE",
-                   help="also export the finished scan as NetCDF-4")
+                   help="also export the finished scan as NetCDF-4 (checked before the scan: "
+                        "a new file or an earlier scan export)")
+    p.add_argument("--force", action="store_true",
+                   help="let --netcdf replace an existing file that is not a scan export "
+                        "(never a folder, a link or a FIFO)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_scan)
 
@@ -131,11 +136,13 @@ def _add_scan(sub: argparse._SubParsersAction) -> None:
 def _scan(args: argparse.Namespace) -> int:
     from .core.errors import BackendError, LoadError, ParameterError
     from .workflows.runs import parse_value
-    from .workflows.scan import describe, scan, split_parameters, to_netcdf
+    from .workflows.scan import check_netcdf, describe, scan, split_parameters, to_netcdf
 
     keep = () if args.keep.strip().lower() == "none" else \
         tuple(k.strip() for k in args.keep.split(",") if k.strip())
     try:
+        if args.netcdf:
+            check_netcdf(args.netcdf, force=args.force)
         fixed, options = split_parameters(
             args.problem, {name: parse_value(value) for name, value in args.parameter})
         ds = scan(args.problem, args.grid, fixed=fixed, **options, device=args.device,
@@ -147,7 +154,11 @@ def _scan(args: argparse.Namespace) -> int:
         return 2
     print(describe(ds, args.store))
     if args.netcdf:
-        print(f"netcdf: {to_netcdf(ds, args.netcdf)}")
+        try:
+            print(f"netcdf: {to_netcdf(ds, args.netcdf, force=args.force)}")
+        except ParameterError as exc:  # (the file changed while the scan ran)
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     return 0 if bool((ds["status"] == "converged").all()) else 1
 
 

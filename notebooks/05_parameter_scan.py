@@ -68,8 +68,8 @@ slice_sigma = 0.5
 out_dir = ""
 
 # %%
-from matplotlib.figure import Figure
 import numpy as np
+from matplotlib.figure import Figure
 
 import mfgwork as mw
 

@@ -66,3 +66,30 @@ def op_recorder():
             return out
 
     return Record(), seen
+
+
+def tree_snapshot(folder) -> dict[str, object]:
+    """Every entry under ``folder`` (links not followed): its content, link target or kind."""
+    import os
+    from pathlib import Path
+
+    out: dict[str, object] = {}
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            rel = str(p.relative_to(folder))
+            if p.is_symlink():
+                out[rel] = ("link", os.readlink(p))
+            elif p.is_dir():
+                out[rel] = "dir"
+            elif p.is_file():
+                out[rel] = p.read_bytes()
+            else:
+                out[rel] = "special"
+    return out
+
+
+@pytest.fixture
+def snapshot():
+    """``snapshot(folder)``: every entry under it, to prove a folder untouched."""
+    return tree_snapshot

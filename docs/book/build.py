@@ -3,7 +3,14 @@
     python docs/book/build.py                 # make book: the notebooks at their defaults
     python docs/book/build.py --small -o DIR  # their small parameters (what the tests use)
 
-Steps, all under the output folder (default ``build/book``):
+The output folder (default ``build/book``) is a result folder of kind ``book`` (see "What a
+writer replaces" in the README and :func:`mfgwork.core.storage.check_target`): it may be new,
+empty or an earlier book, which is replaced whole; a non-empty folder without the book's marker
+needs ``--force`` (and is never replaced if it holds a notebook, a project root or another
+result); the current directory, home, the checkout, the notebooks folder, their ancestors, files
+and links are always refused, before any notebook runs. The book is built in a temporary folder
+beside the target (``.NAME.tmp-PID-…``) and renamed to it at the end. Steps, all under that
+folder:
 
 1. ``work/notebooks/``: a copy of ``notebooks/``, the working directory of the executions, so
    that whatever a notebook writes next to itself (the demonstration sweep of the sweep
@@ -18,13 +25,15 @@ Steps, all under the output folder (default ``build/book``):
 Small parameters are the values that a notebook's ``parameters`` cell gives nbmake as mocks
 (``metadata.nbmake.mock``, the same values as the nbmake smoke test); a notebook that declares
 none runs at its defaults. A failing cell stops the build with the notebook and cell named; the
-partially executed notebook stays in ``src/notebooks/``.
+target is left as it was and the unfinished build is kept beside it (``.NAME.failed-PID-…``,
+with the partial notebook in ``src/notebooks/``) until the next build removes it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -38,15 +47,23 @@ ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "docs" / "book"
 NOTEBOOKS = ROOT / "notebooks"
 DEFAULT_OUT = ROOT / "build" / "book"
+#: Folders the book never replaces (nor their ancestors), whatever the options.
+PROTECT = {ROOT: "the checkout", NOTEBOOKS: "the notebooks folder"}
+if str(ROOT) not in sys.path:  # (run as a script from a checkout)
+    sys.path.insert(0, str(ROOT))
+
+from mfgwork.core import storage  # noqa: E402
+from mfgwork.core.errors import ParameterError  # noqa: E402
 
 
 class BookError(RuntimeError):
     """A notebook failed to execute or Sphinx reported an error or a warning."""
 
 
-def notebooks(folder: Path = NOTEBOOKS) -> list[Path]:
-    """The notebooks of the book, in the order of their names (00_, 01_, ...)."""
-    return sorted(folder.glob("*.ipynb"))
+def notebooks(folder: Path | None = None) -> list[Path]:
+    """The notebooks of the book (in ``folder``, default :data:`NOTEBOOKS`), in the order of
+    their names (00_, 01_, ...)."""
+    return sorted((folder or NOTEBOOKS).glob("*.ipynb"))
 
 
 def small_parameters(notebook: Path) -> dict[str, Any]:
@@ -89,14 +106,34 @@ def sphinx(src: Path, html: Path) -> None:
         raise BookError(f"sphinx-build failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
 
 
-def build_book(out: Path = DEFAULT_OUT, *, small: bool = False, jobs: int = 1,
-               log: Callable[[str], object] = print) -> Path:
+def check_out(out: str | os.PathLike, *, force: bool = False) -> Path:
+    """``out`` as an absolute path if the book may be built there (see the module
+    docstring); else :class:`~mfgwork.ParameterError`, before any work."""
+    path = storage.check_target(out, "book", name="out", force=force, protect=PROTECT)
+    if NOTEBOOKS.resolve() in path.resolve().parents:
+        raise ParameterError(f"out={str(out)!r} is refused: it is inside the notebooks folder "
+                             f"{NOTEBOOKS}, which the book copies; choose a folder elsewhere")
+    return path
+
+
+def build_book(out: str | os.PathLike = DEFAULT_OUT, *, small: bool = False, jobs: int = 1,
+               force: bool = False, log: Callable[[str], object] = print) -> Path:
     """Execute every notebook (``jobs`` kernels at a time) and render the book into
-    ``out/html``; return its index.html."""
-    out = Path(out).absolute()
-    src, work, html = out / "src", out / "work", out / "html"
-    for folder in (src, work, html):  # no page of a removed notebook survives
-        shutil.rmtree(folder, ignore_errors=True)
+    ``out/html``; return its index.html. ``out`` is checked first (:func:`check_out`) and
+    replaced whole, by one rename, when the build succeeds."""
+    out = check_out(out, force=force)
+    with storage.atomic_folder(out, "book", name="out", force=force, protect=PROTECT) as tmp:
+        try:
+            _build(tmp, small, jobs, log)
+        except BookError as exc:
+            failed = storage.temporary_sibling(out, "failed")
+            os.replace(tmp, failed)
+            raise BookError(str(exc).replace(str(tmp), str(failed))) from None
+    return out / "html" / "index.html"
+
+
+def _build(folder: Path, small: bool, jobs: int, log: Callable[[str], object]) -> None:
+    src, work, html = folder / "src", folder / "work", folder / "html"
     (src / "notebooks").mkdir(parents=True)
     shutil.copytree(NOTEBOOKS, work / "notebooks",
                     ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
@@ -117,9 +154,8 @@ def build_book(out: Path = DEFAULT_OUT, *, small: bool = False, jobs: int = 1,
             log(line)
     rendered = time.perf_counter()
     sphinx(src, html)
-    log(f"rendered {html} in {time.perf_counter() - rendered:.1f} s "
+    log(f"rendered in {time.perf_counter() - rendered:.1f} s "
         f"(total {time.perf_counter() - started:.1f} s)")
-    return html / "index.html"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -130,11 +166,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="execute the notebooks at their small (nbmake mock) parameters")
     parser.add_argument("-j", "--jobs", type=int, default=1,
                         help="notebooks executed at a time (default: 1)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace OUT even if it is a non-empty folder that is not a book "
+                             "(never one holding a notebook, a project root or a result)")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs={args.jobs} is invalid: it must be at least 1")
     try:
-        index = build_book(args.out, small=args.small, jobs=args.jobs)
+        index = build_book(args.out, small=args.small, jobs=args.jobs, force=args.force)
+    except ParameterError as exc:
+        print(f"book: error: {exc}", file=sys.stderr)
+        return 2
     except BookError as exc:
         print(f"book: {exc}", file=sys.stderr)
         return 1

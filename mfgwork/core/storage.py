@@ -1,16 +1,21 @@
 """Every write and read of result files: atomic folders with a marker, JSON/CSV/NPZ, provenance.
 
-Writers never destroy what they did not make. A result folder (a run, a sweep, a scan) holds
-a marker file, ``mfgwork.json`` (``{"kind": ..., "format": 1}``); :func:`check_target`
-allows a target only if it does not exist, is an empty folder, or is a folder whose marker
-names the same kind. A non-empty folder without that marker needs ``force=True``; a file, a
-link, the current directory, an ancestor of it, the home folder, and folders given as
-``protect`` (e.g. the notebook's own folder) are refused in every case.
+Writers never destroy what they did not make. A result folder (a run, a sweep, a figures
+folder, a book) holds a marker file, ``mfgwork.json`` (``{"kind": ..., "format": 1}``);
+:func:`check_target` allows a target only if it does not exist, is an empty folder, or is a
+folder whose marker names the same kind. A non-empty folder without a marker needs
+``force=True``, and is refused even then if it holds a notebook, a project or
+version-control root or a result folder; a folder of another kind, a file, a link, a FIFO,
+the current directory, the home folder, folders given as ``protect`` (e.g. the notebook's
+own folder), the ancestors of each, a path under a file and a target this process may not
+write are refused in every case. :func:`check_file` is the rule of single-file writers,
+:func:`check_links` refuses result folders whose parts are symbolic links.
 
 :class:`atomic_folder` fills a temporary sibling ``.<name>.tmp-<pid>-<random>`` and renames
 it to the target at the end, so an interrupted write never leaves a half result; it first
-removes temporaries of earlier writes to the same target whose process is gone.
-:func:`atomic_file` does the same for one file.
+removes temporaries of earlier writes to the same target whose process is gone (nested
+ones too, :func:`temporary_owner`). :func:`atomic_file` and :func:`atomic_path` do the same
+for one file.
 
 Readers (:func:`read_json`, :func:`read_npz`, :func:`load_table`) check that a file exists,
 is a regular file (opened without blocking, so a FIFO or a device is refused, not waited
@@ -34,7 +39,7 @@ import stat
 import sys
 import tempfile
 import zipfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -55,7 +60,9 @@ MAX_MARKER_BYTES = 64 * 2**10
 #: Packages a result depends on (recorded with every result and benchmark).
 PACKAGES = ("mfgwork", "numpy", "scipy", "numba", "torch", "triton", "array-api-compat",
             "matplotlib", "papermill", "nbclient", "ipykernel", "xarray", "zarr", "dask")
-_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(tmp|old|running|kernel)-(?P<pid>\d+)-")
+#: A temporary sibling: ``.<target>.<role>-<pid>-<random>[suffix]``.
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(tmp|old|running|kernel|failed)-(?P<pid>\d+)-"
+                        r"[a-z0-9_]+(\.[a-z]+)?")
 
 
 # -- targets ---------------------------------------------------------------------------------
@@ -76,51 +83,213 @@ def _listing(folder: Path, limit: int = 4) -> str:
     return f"{len(names)} entr{'y' if len(names) == 1 else 'ies'}: {shown}"
 
 
-def check_target(target: str | os.PathLike, kind: str, *, name: str = "out_dir",
-                 force: bool = False, protect: Mapping[str | os.PathLike, str] | None = None,
-                 legacy: Iterable[str] = ()) -> Path:
-    """``target`` as an absolute path if a writer of ``kind`` may replace it; else
-    :class:`ParameterError` saying what is there and how to choose another target.
+def _refuse(name: str, target: Any, what: str, how: str) -> ParameterError:
+    return ParameterError(f"{name}={str(target)!r} is refused: {what}; {how}")
 
-    ``protect``: folders that must survive (with their ancestors), each with what it is, such
-    as ``{notebook.parent: "the folder of the notebook run.ipynb"}``. ``legacy``: file
-    names that identify a folder of this kind written before markers existed. ``force``:
-    also replace a non-empty folder without the marker.
-    """
-    path = Path(os.path.abspath(os.fspath(target)))
-    how = f"choose a new or empty folder, or a previous {kind} folder"
-    cwd = Path.cwd().resolve()
+
+def _guard(path: Path, target: Any, name: str, kind: str, how: str,
+           protect: Mapping[str | os.PathLike, str] | None) -> None:
+    """Refuse the current directory, the home folder, the ``protect`` folders and the
+    ancestors of each (``/`` among them)."""
     real = path.resolve()
-    guarded = {cwd: "the current directory", Path.home().resolve(): "your home folder"}
+    guarded = {Path.cwd().resolve(): "the current directory",
+               Path.home().resolve(): "your home folder"}
     for p, what in (protect or {}).items():
         guarded.setdefault(Path(p).resolve(), what)
     for folder, what in guarded.items():
         if real == folder or real in folder.parents:
             role = what if real == folder else f"an ancestor of {what} ({folder})"
-            raise ParameterError(f"{name}={str(target)!r} is refused: it is {role}, which a "
-                                 f"{kind} folder would replace; {how}")
+            raise _refuse(name, target, f"it is {role}, which a {kind} would replace", how)
+
+
+def _not_a_link_or_special(path: Path, target: Any, name: str, how: str) -> None:
     if path.is_symlink():
-        raise ParameterError(f"{name}={str(target)!r} is refused: it is a symbolic link (to "
-                             f"{os.readlink(path)!r}); {how}")
+        raise _refuse(name, target, f"it is a symbolic link (to {os.readlink(path)!r}), "
+                      "which is never followed or replaced", how)
+    if os.path.lexists(path):
+        mode = os.lstat(path).st_mode
+        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+            raise _refuse(name, target, f"it is {_special(mode)}, not a file or a folder", how)
+
+
+def _special(mode: int) -> str:
+    for test, what in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return what
+    return "a special file"
+
+
+def _check_parent(path: Path, target: Any, name: str, how: str) -> None:
+    """The nearest existing ancestor of ``path`` must be a folder this process may write
+    in (where the temporary sibling and the missing folders go)."""
+    parent = path.parent
+    while not os.path.lexists(parent) and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise _refuse(name, target, f"{parent} is a file, not a folder", how)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise _refuse(name, target, f"the folder {parent} is not writable (permission "
+                      "denied or a read-only file system)", how)
+
+
+#: What ``force`` never replaces: a folder holding any of these, at any depth.
+NOTEBOOK_SUFFIX = ".ipynb"
+PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
+VCS_FOLDERS = (".git", ".hg", ".svn")
+
+
+def _survey(path: Path, *, force: bool) -> tuple[str | None, str | None]:
+    """Walk the folder ``path`` without following links: the first folder a replacement
+    could not remove (not readable and writable), and, with ``force``, the first entry
+    that makes the folder unforceable (a notebook, a project or version-control root, a
+    result folder inside it)."""
+    blocked = unforceable = None
+    stack = [path]
+    while stack and blocked is None and (unforceable is None or not force):
+        folder = stack.pop()
+        if not os.access(folder, os.R_OK | os.W_OK | os.X_OK):
+            blocked = str(folder)
+            break
+        with os.scandir(folder) as entries:
+            for e in entries:
+                is_dir = e.is_dir(follow_symlinks=False)
+                if force and unforceable is None:
+                    inner = folder != path
+                    if e.name.endswith(NOTEBOOK_SUFFIX) and not is_dir:
+                        unforceable = f"a notebook ({e.path})"
+                    elif e.name in PROJECT_FILES or (e.name in VCS_FOLDERS and is_dir):
+                        unforceable = f"a project or version-control root ({e.path})"
+                    elif inner and e.name == MARKER:
+                        unforceable = f"a result folder ({folder})"
+                if is_dir:
+                    stack.append(Path(e.path))
+    return blocked, unforceable
+
+
+def check_target(target: str | os.PathLike, kind: str, *, name: str = "out_dir",
+                 force: bool = False, protect: Mapping[str | os.PathLike, str] | None = None,
+                 legacy: Iterable[str] = (), what: str | None = None,
+                 forceable: bool = True) -> Path:
+    """``target`` as an absolute path if a writer of ``kind`` may replace (or resume) it;
+    else :class:`ParameterError` saying what is there and how to choose another target.
+
+    Allowed: a new path, an empty folder, a folder whose marker names ``kind`` (or that
+    holds a ``legacy`` file, identifying a folder of this kind written before markers
+    existed); with ``force``, also a non-empty folder without a marker, unless it holds,
+    at any depth, a notebook (``*.ipynb``), a project or version-control root
+    (:data:`PROJECT_FILES`, :data:`VCS_FOLDERS`) or a result folder. Refused in every
+    case: a folder of another kind, a file, a symbolic link, a FIFO or device, the current
+    directory, the home folder, the ``protect`` folders (each with what it is, such as
+    ``{notebook.parent: "the folder of the notebook run.ipynb"}``) and the ancestors of each
+    (``/`` among them), a path under a file, and a target this process could not write
+    (its parent, or a folder inside it that a replacement must remove, not writable).
+    ``what`` names such a folder in messages (default: "<kind> folder"); ``forceable``:
+    whether the writer takes ``force`` (else messages do not offer it).
+    """
+    path = Path(os.path.abspath(os.fspath(target)))
+    what = what or f"{kind} folder"
+    how = f"choose a new or empty folder, or a previous {what}"
+    _guard(path, target, name, what, how, protect)
+    _not_a_link_or_special(path, target, name, how)
     if path.exists() and not path.is_dir():
-        raise ParameterError(f"{name}={str(target)!r} is refused: it is an existing file, not "
-                             f"a {kind} folder; {how}")
-    if path.is_dir() and any(path.iterdir()):
+        raise _refuse(name, target, f"it is an existing file, not a {what}", how)
+    _check_parent(path, target, name, how)
+    if not path.is_dir():
+        return path
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        raise _refuse(name, target, "it is a folder this process may not read and write "
+                      "(permission denied or a read-only file system)", how)
+    ours = True
+    if any(path.iterdir()):
         found = marker_kind(path)
-        if found == kind or (found is None and any((path / f).is_file() for f in legacy)):
-            return path
-        if force:
-            return path
-        what = (f"a {found} folder, not a {kind} folder" if found else
-                f"a folder that is not a previous {kind} (no {MARKER}; {_listing(path)})")
-        raise ParameterError(f"{name}={str(target)!r} is refused: it is {what}; {how} "
-                             f"(or force it: --force / force=True)")
+        ours = found == kind or (found is None and any((path / f).is_file() for f in legacy))
+        if not ours and found is not None:
+            raise _refuse(name, target, f"it is a {found} folder, not a {what} (never "
+                          "replaced by another kind of result, even with force)", how)
+        if not ours and not force:
+            marks = " or ".join([MARKER, *legacy])
+            raise _refuse(name, target, f"it is not a {what}: a non-empty folder without "
+                          f"{marks} ({_listing(path)})",
+                          how + (" (or force it: --force / force=True)" if forceable else ""))
+    blocked, unforceable = _survey(path, force=not ours)
+    if blocked is not None:
+        raise _refuse(name, target, f"the folder {blocked} could not be removed to replace it "
+                      "(not writable: permission denied or a read-only file system)", how)
+    if unforceable is not None:
+        raise _refuse(name, target, f"it is not a {what} and holds {unforceable}, which "
+                      "force never replaces", how)
+    return path
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        raise _refuse(name, target, "it is a folder this process may not read and write "
+                      "(permission denied or a read-only file system)", how)
+    ours = True
+    if any(path.iterdir()):
+        found = marker_kind(path)
+        ours = found == kind or (found is None and any((path / f).is_file() for f in legacy))
+        if not ours and found is not None:
+            raise _refuse(name, target, f"it is a {found} folder, not a {kind} folder (never "
+                          "replaced by another kind of result, even with force)", how)
+        if not ours and not force:
+            raise _refuse(name, target, f"it is a folder that is not a previous {kind} (no "
+                          f"{MARKER}; {_listing(path)})", how + " (or force it: --force / "
+                          "force=True)")
+    blocked, unforceable = _survey(path, force=not ours)
+    if blocked is not None:
+        raise _refuse(name, target, f"the folder {blocked} could not be removed to replace it "
+                      "(not writable: permission denied or a read-only file system)", how)
+    if unforceable is not None:
+        raise _refuse(name, target, f"it is a folder that is not a previous {kind} and holds "
+                      f"{unforceable}, which force never replaces", how)
     return path
 
 
+def check_file(target: str | os.PathLike, *, name: str, force: bool = False,
+               ours: Callable[[Path], bool] | None = None) -> Path:
+    """``target`` as an absolute path if a single-file writer may write it; else
+    :class:`ParameterError`, before any work.
+
+    Allowed: a new path (its missing folders are made), or an existing regular file that
+    ``ours`` recognises as an earlier output of this writer, or any regular file with
+    ``force``. Refused in every case: a folder, a symbolic link, a FIFO or device, a path
+    under a file, and a folder this process cannot write in.
+    """
+    path = Path(os.path.abspath(os.fspath(target)))
+    how = "choose another file name"
+    _not_a_link_or_special(path, target, name, how)
+    if path.is_dir():
+        raise _refuse(name, target, "it is a folder, not a file", how)
+    _check_parent(path, target, name, how)
+    if path.exists() and not force and not (ours is not None and ours(path)):
+        raise _refuse(name, target, "it is an existing file that this writer did not write",
+                      how + " (or replace it: --force / force=True)")
+    return path
+
+
+def check_links(folder: Path, *, name: str, depth: int | None = None) -> None:
+    """Refuse the result folder ``folder`` if an entry in it, down to ``depth`` levels
+    (every level with None), is a symbolic link: writers and cleanups never follow one out
+    of their folder. Nothing is followed while looking."""
+    stack = [(Path(folder), 1)]
+    while stack:
+        here, level = stack.pop()
+        with os.scandir(here) as entries:
+            for e in entries:
+                if e.is_symlink():
+                    where = Path(e.path).relative_to(folder)
+                    raise ParameterError(
+                        f"{name}={str(folder)!r} is refused: {where} in it is a symbolic link "
+                        f"(to {os.readlink(e.path)!r}); a result folder is written only "
+                        "through its own folders, never through a link: replace the link "
+                        "by what it points to, or choose another folder")
+                if e.is_dir(follow_symlinks=False) and (depth is None or level < depth):
+                    stack.append((Path(e.path), level + 1))
+
+
 def write_marker(folder: Path, kind: str) -> None:
-    """Mark ``folder`` as a result of ``kind``."""
-    write_json(folder / MARKER, {"kind": kind, "format": FORMAT})
+    """Mark ``folder`` as a result of ``kind`` (atomically: an existing marker, or a link
+    in its place, is replaced, never written through)."""
+    write_json(folder / MARKER, {"kind": kind, "format": FORMAT}, atomic=True)
 
 
 def _temporary(target: Path, role: str, directory: bool = True, suffix: str = "") -> Path:
@@ -134,10 +303,22 @@ def _temporary(target: Path, role: str, directory: bool = True, suffix: str = ""
 
 def temporary_sibling(target: Path, role: str, *, directory: bool = True,
                       suffix: str = "") -> Path:
-    """A fresh temporary folder (or file) beside ``target`` (``role``: tmp, running or
-    kernel), named so that :func:`remove_stale` recognises it once its process is gone."""
+    """A fresh temporary folder (or file) beside ``target`` (``role``: tmp, running,
+    kernel or failed), named so that :func:`remove_stale` recognises it once its process
+    is gone."""
     target.parent.mkdir(parents=True, exist_ok=True)
     return _temporary(target, role, directory, suffix)
+
+
+def temporary_owner(name: str) -> tuple[str, list[int]] | None:
+    """The target name and the process ids of a temporary's file name, or None if it is
+    not one. A temporary of a temporary (``..NAME.tmp-1-ab.tmp-2-cd``: a notebook's
+    ``save_run`` into its run's temporary folder) belongs to NAME, with both ids."""
+    pids: list[int] = []
+    while m := _TEMPORARY.fullmatch(name):
+        pids.append(int(m["pid"]))
+        name = m["name"]
+    return (name, pids) if pids else None
 
 
 def _alive(pid: int) -> bool:
@@ -149,25 +330,30 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
+    except OverflowError:
+        return False
     return True
 
 
 def remove_stale(target: Path, *, every: bool = False) -> list[Path]:
-    """Remove temporaries of earlier writes to ``target`` whose process has ended (all of
-    them with ``every=True``, for a caller holding a lock on the target). Returns them."""
+    """Remove temporaries of earlier writes to ``target`` (nested ones included) of which a
+    process has ended (all of them with ``every=True``, for a caller holding a lock on the
+    target); links among them are removed, never followed. Returns them."""
     removed = []
-    with contextlib.suppress(FileNotFoundError):
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         for p in target.parent.iterdir():
-            m = _TEMPORARY.match(p.name)
-            if not m or m["name"] != target.name:
+            owner = temporary_owner(p.name)
+            if owner is None or owner[0] != target.name:
                 continue
-            if every or not _alive(int(m["pid"])):
-                _remove(p)
+            if every or not all(_alive(pid) for pid in owner[1]):
+                remove_path(p)
                 removed.append(p)
     return removed
 
 
-def _remove(p: Path) -> None:
+def remove_path(p: Path) -> None:
+    """Remove a file, a link (itself) or a folder tree (``shutil.rmtree`` does not follow
+    the links inside it)."""
     if p.is_dir() and not p.is_symlink():
         shutil.rmtree(p, ignore_errors=True)
     else:
@@ -224,20 +410,29 @@ class atomic_folder:  # noqa: N801 - used as a context manager
 
 
 @contextlib.contextmanager
-def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[Any]:
-    """``with atomic_file(path) as fh:`` write to a temporary sibling, renamed to ``path``
-    on success (world-readable, like an ordinary file); removed on error."""
-    target = Path(path)
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """``with atomic_path(path) as tmp:`` write the file ``tmp`` (a temporary sibling),
+    renamed to ``path`` on success (world-readable, like an ordinary file; a link at
+    ``path`` is replaced, never written through); removed on error."""
+    target = Path(os.path.abspath(os.fspath(path)))
     remove_stale(target)
     tmp = temporary_sibling(target, "tmp", directory=False)
     try:
+        yield tmp
         os.chmod(tmp, 0o644)
-        with open(tmp, mode, **({} if "b" in mode else {"newline": ""})) as fh:
-            yield fh
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[Any]:
+    """``with atomic_file(path) as fh:`` write to a temporary sibling, renamed to ``path``
+    on success (see :func:`atomic_path`)."""
+    with atomic_path(path) as tmp, \
+            open(tmp, mode, **({} if "b" in mode else {"newline": ""})) as fh:
+        yield fh
 
 
 # -- writing ---------------------------------------------------------------------------------

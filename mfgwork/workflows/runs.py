@@ -105,14 +105,18 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
     in JupyterLab), in the kernel ``kernel_name`` (default: the notebook's), whose
     connection file lives in a temporary folder beside the target. On success the executed
     notebook is added and the folder renamed to ``out_dir``, replacing it only if it is a
-    previous run folder (or an empty folder; any non-empty folder with ``force=True``); the
-    current directory, its ancestors, the notebook's folder and files are refused before
-    any work (see :func:`mfgwork.core.storage.check_target`). A stale
+    previous run folder (or an empty folder; a non-empty folder without a marker with
+    ``force=True``, unless it holds a notebook, a project root or a result); the current
+    directory, home, the notebook's folder, their ancestors, files, links and targets this
+    process could not write are refused before any work (see
+    :func:`mfgwork.core.storage.check_target`). A stale
     ``<out_dir>.failed.ipynb`` (a partial notebook of an earlier run; any other file of that
     name is left alone) is removed. On failure nothing is left at ``out_dir`` and
     :class:`NotebookError` is raised.
     """
     path = _existing_notebook(notebook)
+    protect = {path.parent: f"the folder of the notebook {path.name}"}
+    target = storage.check_target(out_dir, "run", force=force, protect=protect)
     defaults = notebook_parameters(path)
     params = _check(defaults, dict(parameters or {}), path.name)
     if "out_dir" not in defaults:
@@ -121,8 +125,6 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
     if "out_dir" in params:
         raise ParameterError("out_dir is set by run_notebook (the run folder's temporary "
                              "name); pass the destination as the out_dir argument instead")
-    protect = {path.parent: f"the folder of the notebook {path.name}"}
-    target = storage.check_target(out_dir, "run", force=force, protect=protect)
     storage.remove_stale(target)
     failed = target.with_name(target.name + FAILED_SUFFIX)
     made = [storage.temporary_sibling(target, "tmp"),

@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import storage
 from ..core.backend import Backend, get_backend, to_numpy
 from ..core.errors import LoadError, ParameterError, check_int
 from ..problems import MFGProblem
@@ -65,11 +66,23 @@ from .scan_plan import (
     split_parameters,
 )
 from .scan_solve import Task, placement, points_per_block, solve_block
-from .scan_store import METRICS, Layout, ScanStore, block_shape, blocks, store_lock
+from .scan_store import (
+    METRICS,
+    Layout,
+    ScanStore,
+    block_shape,
+    blocks,
+    check_store_target,
+    store_lock,
+)
 
-__all__ = ["FIELDS", "PROBLEMS", "SOLVE_OPTIONS", "ScanPlan", "describe", "make_layout",
-           "make_plan", "open_scan", "placement", "points_per_block", "resolve_problem", "scan",
-           "solve_block", "split_parameters", "to_netcdf"]
+__all__ = ["FIELDS", "PROBLEMS", "SOLVE_OPTIONS", "ScanPlan", "check_netcdf", "describe",
+           "make_layout", "make_plan", "open_scan", "placement", "points_per_block",
+           "resolve_problem", "scan", "solve_block", "split_parameters", "to_netcdf"]
+
+#: Attributes every scan Dataset has (see :func:`make_layout`), by which :func:`to_netcdf`
+#: recognises its own earlier exports.
+SCAN_ATTRS = ("scanned", "problem_factory")
 
 
 # -- the Dataset's layout ----------------------------------------------------------------------
@@ -191,6 +204,8 @@ def scan(problem: Callable[..., MFGProblem] | str, grid: str | os.PathLike | Map
                "backend": backend, "iteration": iteration}
     if workers is not None:
         workers = check_int("workers", workers, low=1)
+    if store is not None:
+        check_store_target(store)
     plan = make_plan(problem, grid, fixed, options, keep)
     be = placement(device, backend, dtype)
     layout = make_layout(plan, be)
@@ -315,17 +330,39 @@ def open_scan(path: str | os.PathLike, *, verify: bool = True) -> Any:
     return ds.assign(strings)
 
 
-def to_netcdf(scan_or_path: Any, path: str | os.PathLike) -> Path:
-    """Write a scan (a Dataset or a store path) as NetCDF-4 (h5netcdf), atomically; the
-    store's bookkeeping (``done``) is left out: a point is solved when ``status`` is not
-    ``pending``."""
-    from .scan_store import atomic_file
+def check_netcdf(path: str | os.PathLike, *, force: bool = False) -> Path:
+    """``path`` as an absolute path if :func:`to_netcdf` may write it: new, or a NetCDF
+    export of a scan (any other existing file only with ``force``; never a folder, a link
+    or a FIFO); else :class:`~mfgwork.ParameterError` (see
+    :func:`mfgwork.core.storage.check_file`)."""
+    return storage.check_file(path, name="netcdf", force=force, ours=_is_scan_netcdf)
 
+
+def _is_scan_netcdf(path: Path) -> bool:
+    """True for a NetCDF-4 (HDF5) file with the attributes of a scan (:data:`SCAN_ATTRS`),
+    as :func:`to_netcdf` writes them."""
+    with open(path, "rb") as fh:
+        if fh.read(8) != b"\x89HDF\r\n\x1a\n":
+            return False
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            return all(name in f.attrs for name in SCAN_ATTRS)
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def to_netcdf(scan_or_path: Any, path: str | os.PathLike, *, force: bool = False) -> Path:
+    """Write a scan (a Dataset or a store path) as NetCDF-4 (h5netcdf), atomically.
+    ``path`` is checked first (:func:`check_netcdf`): an existing file is replaced only if
+    it is an earlier export of a scan, or with ``force``."""
+    target = check_netcdf(path, force=force)
     ds = open_scan(scan_or_path) if isinstance(scan_or_path, str | os.PathLike) \
         else scan_or_path
     ds = ds.drop_vars([DONE, DIGEST], errors="ignore")
     strings = [name for name in ds.data_vars if ds[name].dtype == object]
     ds = ds.assign({name: ds[name].compute() for name in strings})  # small; typed on load
-    with atomic_file(path) as tmp:
+    with storage.atomic_path(target) as tmp:
         ds.to_netcdf(tmp, engine="h5netcdf")
-    return Path(path)
+    return target

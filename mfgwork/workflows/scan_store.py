@@ -22,10 +22,11 @@ own store and refuses any other existing path.
 from __future__ import annotations
 
 import contextlib
+import glob
 import itertools
 import os
 import shutil
-import tempfile
+import stat
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -179,8 +180,7 @@ class ScanStore:
 
     # creation and recognition
     def _create(self, block: tuple[int, ...]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-", dir=self.path.parent))
+        tmp = storage.temporary_sibling(self.path, "tmp")
         try:
             template = self.layout.dataset(block)
             template.attrs[PLAN_ATTR] = self.plan_hash
@@ -201,6 +201,7 @@ class ScanStore:
             raise
 
     def _reopen(self) -> tuple[int, ...]:
+        storage.check_links(self.path, name="store")
         attrs = read_attrs(self.path)
         if attrs is None:
             raise ParameterError(f"store={str(self.path)!r} exists and is not a scan store: "
@@ -276,39 +277,38 @@ def read_attrs(path: str | os.PathLike) -> dict[str, Any] | None:
     return None
 
 
+def check_store_target(path: str | os.PathLike) -> Path:
+    """``path`` as an absolute path if a scan may create or resume a store there (the rule
+    of :func:`mfgwork.core.storage.check_target`: new, empty, or a zarr store, which
+    :class:`ScanStore` then checks for its plan); else :class:`ParameterError`."""
+    return storage.check_target(path, "scan", name="store", legacy=["zarr.json"],
+                                what="scan store", forceable=False)
+
+
 @contextlib.contextmanager
 def store_lock(path: str | os.PathLike) -> Iterator[None]:
     """Hold ``.<name>.lock`` beside the store while a scan writes it: a second scan of the
     same store is refused instead of racing the first (the lock file is removed after)."""
     from filelock import FileLock, Timeout
 
-    path = Path(path).absolute()
+    path = check_store_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     lock_file = path.with_name(f".{path.name}.lock")
+    if os.path.lexists(lock_file) and not stat.S_ISREG(os.lstat(lock_file).st_mode):
+        raise ParameterError(f"store={str(path)!r} is refused: its lock {lock_file} is not a "
+                             "regular file (a link, a folder or a FIFO); remove it")
     lock = FileLock(lock_file, timeout=0)
     try:
         lock.acquire()
     except Timeout:
         raise ParameterError(f"store={str(path)!r} is being written by another scan") from None
     try:
+        # no other scan writes this store now: temporaries of earlier creations are stale
+        storage.remove_stale(path, every=True)
+        for p in path.parent.glob(f".{glob.escape(path.name)}.tmp-*"):
+            if storage.temporary_owner(p.name) is None:  # (named without a process id)
+                storage.remove_path(p)
         yield
     finally:
         lock_file.unlink(missing_ok=True)  # (while held: no other scan can have taken it)
         lock.release()
-
-
-@contextlib.contextmanager
-def atomic_file(target: str | os.PathLike) -> Iterator[Path]:
-    """``with atomic_file(path) as tmp:`` write ``tmp``; it becomes ``path`` by one rename
-    on success and is removed on error."""
-    target = Path(target).absolute()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -52,6 +52,12 @@ MAX_RUNS = 10_000
 #: ``summary`` in ``metrics.json``, e.g. the mean attendance for Santa Fe) follow them.
 METRICS = ("iterations", "converged", "residual", "solve_time", "wall_time", "device")
 STATUSES = ("done", "failed", "pending")
+#: The first bytes of every index CSV (its first three columns).
+INDEX_HEADER = b"run,status,error"
+#: Where a sweep writes: none of these, nor any entry inside them, may be a symbolic link.
+PARTS = ("runs", "failed", "locks")
+#: The files a sweep writes at its top level (regular files where they exist).
+FILES = ("index.csv", "sweep.json", "spec.yaml", "sweep.lock", storage.MARKER)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -111,9 +117,15 @@ class SweepIndex:
         """The run folder of a row (it exists when the row is done)."""
         return self.folder / "runs" / row["run"]
 
-    def write_csv(self, path: str | os.PathLike | None = None) -> Path:
-        """Write the index as CSV (atomically: temporary file, then ``os.replace``)."""
-        target = Path(path) if path is not None else self.folder / "index.csv"
+    def write_csv(self, path: str | os.PathLike | None = None, *, force: bool = False
+                  ) -> Path:
+        """Write the index as CSV (atomically: temporary file, then ``os.replace``): to the
+        sweep's ``index.csv``, or to ``path``, which must be new or an index written
+        before (its header starts with ``run,status,error``); any other existing file
+        only with ``force=True``, never a folder, a link or a FIFO
+        (:func:`mfgwork.core.storage.check_file`)."""
+        target = self.folder / "index.csv" if path is None else \
+            storage.check_file(path, name="path", force=force, ours=_is_index_csv)
         with storage.atomic_file(target) as fh:
             self._writer(fh).writeheader()
             self._writer(fh).writerows(_cells(r) for r in self.rows)
@@ -133,6 +145,12 @@ class SweepIndex:
 
     def _writer(self, fh: Any, fields: list[str] | None = None) -> csv.DictWriter:
         return csv.DictWriter(fh, fieldnames=fields or self.columns, extrasaction="ignore")
+
+
+def _is_index_csv(path: Path) -> bool:
+    """True for a CSV file written by :meth:`SweepIndex.write_csv` (read: its first bytes)."""
+    with open(path, "rb") as fh:
+        return fh.read(len(INDEX_HEADER)) == INDEX_HEADER
 
 
 def _cells(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -232,6 +250,10 @@ def execute_run(task: Mapping[str, Any]) -> dict[str, Any]:
 
     folder, name = Path(task["folder"]), task["name"]
     run_dir, failed = folder / "runs" / name, folder / "failed" / f"{name}.json"
+    for part in (*(folder / p for p in PARTS), run_dir, failed):
+        if part.is_symlink():
+            raise ParameterError(f"{part} is a symbolic link: a sweep writes only into its "
+                                 "own folders, never through a link")
     with FileLock(folder / "locks" / f"{name}.lock"):
         if run_dir.is_dir():
             return {"run": name, "status": "done", "error": None}
@@ -316,11 +338,17 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
 
     workers = check_int("workers", workers if workers is not None else _cores(), low=1)
     max_runs = check_int("max_runs", max_runs, low=1)
+    where = Path(notebook).resolve()
+    folder = storage.check_target(out_dir, "sweep", legacy=["sweep.json"], forceable=False,
+                                  protect={where.parent: f"the folder of the notebook "
+                                                         f"{where.name}"})
+    if folder.is_dir():
+        _check_parts(folder)
     declared = notebook_parameters(notebook)
     if "out_dir" not in declared:
         raise ParameterError(f"notebook={str(notebook)!r} cannot be swept: its parameters cell "
                              "has no out_dir (the run folder it writes into)")
-    notebook = Path(notebook).resolve()
+    notebook = where
     raw = read_spec(grid)
     _check_count(_count_runs(raw), max_runs)         # before expanding a huge axis
     spec = parse_spec(raw, parameters, declared)
@@ -330,13 +358,10 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
     if len(set(names)) != len(names):
         raise SpecError("the grid spec lists the same parameter set more than once")
 
-    folder = storage.check_target(out_dir, "sweep", legacy=["sweep.json"],
-                                  protect={notebook.parent: "the folder of the notebook "
-                                                            f"{notebook.name}"})
     plan = {"notebook": str(notebook), "spec": dict(raw), "fixed": dict(parameters or {})}
     _check_files(folder)
     earlier = _check_replan(folder, plan, replan)
-    for sub in ("runs", "failed", "locks"):
+    for sub in PARTS:
         (folder / sub).mkdir(parents=True, exist_ok=True)
     from filelock import FileLock, Timeout
 
@@ -358,6 +383,19 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
         _execute(index, tasks, workers, scheduler, dask, progress)
         index.write_csv()
     return index
+
+
+def _check_parts(folder: Path) -> None:
+    """Refuse a sweep folder whose parts are links (:func:`~mfgwork.core.storage.check_links`,
+    two levels deep: the run folders included) or of the wrong type (a folder where a file
+    goes, a file where a folder goes), before anything is written."""
+    storage.check_links(folder, name="out_dir", depth=2)
+    for names, ok, want in ((FILES, Path.is_file, "a file"), (PARTS, Path.is_dir, "a folder")):
+        for name in names:
+            part = folder / name
+            if part.exists() and not ok(part):
+                raise ParameterError(f"out_dir={str(folder)!r} is refused: its {name} is not "
+                                     f"{want}; remove it or choose another folder")
 
 
 def _check_count(planned: int, max_runs: int) -> None:
@@ -457,23 +495,29 @@ def _write_plan(folder: Path, plan: Mapping[str, Any], varying: Iterable[str],
 
 
 def _clean_stale(folder: Path) -> None:
-    """Remove temporary files and folders of killed runs, except those of runs whose lock is
-    still held (a straggler of a killed sweep still finishing: it renames or removes its own)."""
+    """Remove temporary files and folders of killed writes (nested temporaries of a
+    notebook's ``save_run`` included), except those of runs whose lock is still held (a
+    straggler of a killed sweep still finishing: it renames or removes its own). Called
+    under the sweep's lock, after :func:`mfgwork.core.storage.check_links`: nothing here
+    is a link, and removals never follow one."""
     from filelock import FileLock, Timeout
 
-    for name in ("index.csv", "sweep.json", "spec.yaml"):
+    for name in ("index.csv", "sweep.json", "spec.yaml", storage.MARKER):
         storage.remove_stale(folder / name, every=True)
-    for p in (folder / "failed").glob(".*"):
-        p.unlink(missing_ok=True)
-    for lock_file in (folder / "locks").glob("*.lock"):
-        name = lock_file.name[: -len(".lock")]
-        if not any((folder / "runs").glob(f".{name}.*")):
-            continue
+    for record in {owner[0] for owner in _temporaries(folder / "failed")}:
+        storage.remove_stale(folder / "failed" / record)
+    for name in sorted({owner[0] for owner in _temporaries(folder / "runs")}):
         try:
-            with FileLock(lock_file, timeout=0):
+            with FileLock(folder / "locks" / f"{name}.lock", timeout=0):
                 storage.remove_stale(folder / "runs" / name, every=True)
         except Timeout:
             continue
+
+
+def _temporaries(folder: Path) -> list[tuple[str, list[int]]]:
+    """Owners (target name, process ids) of the temporaries in ``folder``."""
+    with os.scandir(folder) as entries:
+        return [o for e in entries if (o := storage.temporary_owner(e.name)) is not None]
 
 
 def _execute(index: SweepIndex, tasks: list[dict], workers: int, scheduler: str | None,
