@@ -137,7 +137,7 @@ def _dataset(p: SimpleNamespace):
 WRITERS: dict[str, tuple[Callable, str, bool]] = {
     "save_run": (lambda p, t, f: mw.save_run(t, parameters={"a": 1}, force=f), "folder", True),
     "Result.save": (lambda p, t, f: p.result.save(t, force=f), "folder", True),
-    "figures": (lambda p, t, f: mw.plots.write_png({}, t, force=f), "folder", True),
+    "figures": (lambda p, t, f: mw.plots.write_figures({}, t, force=f), "folder", True),
     "run_notebook": (lambda p, t, f: runs.run_notebook(p.notebook, {}, t, force=f), "folder",
                      True),
     "sweep": (lambda p, t, f: mw.sweep(p.notebook, {"delay": [0.0]}, t, workers=1,
@@ -353,11 +353,11 @@ def test_read_only_targets_are_refused_before_any_work(tmp_path):
         ro_parent.chmod(0o555)
         (ro_target / "inner").chmod(0o555)
         out = _run(["run", str(notebook), "-o", str(ro_target), "--force"], tmp_path)
-        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
         assert "inner could not be removed to replace it (not writable" in out.stderr
         assert not any(tmp_path.glob(".ro_target.*"))  # nothing started
         out = _run(["run", str(notebook), "-o", str(ro_parent / "run")], tmp_path)
-        assert out.returncode == 1 and "ro_parent is not writable" in out.stderr, out.stderr
+        assert out.returncode == 2 and "ro_parent is not writable" in out.stderr, out.stderr
         out = _run(_scan_args(ro_parent / "s.zarr")[0:], tmp_path)
         assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
         assert "store=" in out.stderr and "not writable" in out.stderr
