@@ -47,7 +47,7 @@
 # round-off). `mw.solve_two_state` couples them by Newton's method on the attendance path
 # $A(t_1), \dots, A(t_{nt})$, with the exact Jacobian of the discrete scheme (one backward and
 # one forward tangent sweep) and a line search on the potential of the game. Every iterate is
-# certified by one more best response: `converged=True` means that the best response to the
+# certified by one more best response: `res.converged` says that the best response to the
 # returned attendance path reproduces it to `tol` (the fixed-point residual `res.residual`).
 #
 # **The plateau.** In the middle of a long evening nobody switches, $u_0 = u_1$, which needs

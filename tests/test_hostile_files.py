@@ -121,7 +121,7 @@ def test_hostile_marker_is_no_marker_and_never_blocks(kind, tmp_path, saved, not
     (target / "keep.txt").write_text("mine")
     with deadline():
         assert storage.marker_kind(target) is None
-        with pytest.raises(ParameterError, match="no mfgwork.json"):
+        with pytest.raises(ParameterError, match="without mfgwork.json"):
             mw.load(saved).save(target)
         assert cli(["run", str(notebook), "-o", str(target)]) == 2
         assert "no mfgwork.json" in capsys.readouterr().err
@@ -285,7 +285,7 @@ CLI = {
          str(t / "st.zarr"), "--device", "cpu", "--no-progress"])[3],
 }
 WORDS = {"grid a folder": "is a folder", "grid missing": "'missing_grid' does not exist",
-         "index.csv a link": "symbolic link", "sweep.lock a folder": "sweep.lock is a folder",
+         "index.csv a link": "symbolic link", "sweep.lock a folder": "sweep.lock is not a file",
          "notebook a FIFO": "existing .ipynb file", "grid a FIFO": "FIFO",
          "unreadable notebook": "permission",
          "grid unreadable": "permission", "scan store unreadable": "permission"}
