@@ -1,11 +1,10 @@
 """Sweeps: spec checks, expansion and naming; end-to-end runs in worker processes and on a
 Dask LocalCluster; a failing run recorded without stopping the others; resume after SIGKILL
-of the sweep process; the summary notebook on a finished sweep."""
+of the sweep process."""
 
 from __future__ import annotations
 
 import csv
-import json
 import os
 import signal
 import subprocess
@@ -21,8 +20,6 @@ from mfgwork.__main__ import main as cli
 from mfgwork.workflows.specs import SpecError, parse_spec, run_name
 
 pytest.importorskip("papermill")
-ROOT = Path(__file__).resolve().parents[1]
-SUMMARY = ROOT / "notebooks" / "04_sweep_summary.ipynb"
 
 
 @pytest.fixture(scope="module")
@@ -178,16 +175,6 @@ def test_rerun_skips_finished_runs_and_retries_failed_only_when_asked(
     assert _stamp(finished_sweep) == before
     after = {p.name: p.stat().st_mtime_ns for p in (finished_sweep / "failed").iterdir()}
     assert after.keys() == failed.keys() and all(after[k] > failed[k] for k in failed)
-
-
-def test_summary_notebook_draws_the_sweep(finished_sweep, tmp_path) -> None:
-    from mfgwork.workflows.runs import run_notebook
-
-    folder = run_notebook(SUMMARY, {"sweep_dir": str(finished_sweep)}, tmp_path / "summary")
-    figures = {p.stem for p in (folder / "figures").glob("*.png")}
-    assert {"sweep_metrics", "attendance_grid", "wall_time"} <= figures
-    rows = json.loads((folder / "index.json").read_text())
-    assert len(rows) == 6
 
 
 def test_dask_local_cluster(tiny_notebook, tmp_path) -> None:

@@ -11,14 +11,15 @@ Steps, all under the output folder (default ``build/book``):
 2. ``src/``: the Sphinx sources: ``index.md`` (the README's introduction and the table of
    contents, which takes every ``notebooks/*`` page), a copy of the README, and each notebook
    executed by papermill into ``src/notebooks/`` in a fresh kernel, ``out_dir`` left empty
-   (no run folder is written);
+   (no run folder is written), or with ``--executed DIR`` the notebooks of the same names
+   already executed in DIR (the tests pass their own executions: nothing runs twice);
 3. ``html/``: ``sphinx-build -W`` with ``docs/book/conf.py``: myst-nb renders the executed
    notebooks without running them again; MathJax is copied into ``html/_static``.
 
 Small parameters are the values that a notebook's ``parameters`` cell gives nbmake as mocks
-(``metadata.nbmake.mock``, the same values as the nbmake smoke test); a notebook that declares
-none runs at its defaults. A failing cell stops the build with the notebook and cell named; the
-partially executed notebook stays in ``src/notebooks/``.
+(``metadata.nbmake.mock``); a notebook that declares none runs at its defaults. A failing cell
+stops the build with the notebook and cell named; the partially executed notebook stays in
+``src/notebooks/``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from mfgwork.core.ansi import strip_ansi
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "docs" / "book"
@@ -60,7 +63,6 @@ def small_parameters(notebook: Path) -> dict[str, Any]:
 
 def execute(notebook: Path, target: Path, parameters: dict[str, Any], cwd: Path) -> float:
     """Run ``notebook`` in a fresh kernel in ``cwd`` into ``target``; return the seconds."""
-    import nbformat
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
@@ -72,12 +74,32 @@ def execute(notebook: Path, target: Path, parameters: dict[str, Any], cwd: Path)
             extra_arguments=["--IPKernelApp.log_level=ERROR"])
     except PapermillExecutionError as exc:
         raise BookError(f"{notebook.name} failed in cell In [{exc.exec_count}]: {exc.ename}: "
-                        f"{exc.evalue} (partial notebook: {target})") from None
-    # widget state needs the jupyter-widgets JavaScript, which the book does not load
+                        f"{strip_ansi(exc.evalue)} (partial notebook: {target})") from None
+    _drop_widget_state(target)
+    return time.perf_counter() - started
+
+
+def take_executed(executed: Path, target: Path) -> None:
+    """Copy a notebook that papermill executed without error to ``target``."""
+    import nbformat
+
+    if not executed.is_file():
+        raise BookError(f"{executed} is missing: --executed needs every notebook executed")
+    nb = nbformat.read(executed, as_version=4)
+    papermill = nb.metadata.get("papermill")
+    if papermill is None or papermill.get("exception"):
+        raise BookError(f"{executed} is not a notebook that papermill executed without error")
+    shutil.copy(executed, target)
+    _drop_widget_state(target)
+
+
+def _drop_widget_state(target: Path) -> None:
+    """Widget state needs the jupyter-widgets JavaScript, which the book does not load."""
+    import nbformat
+
     executed = nbformat.read(target, as_version=4)
     if executed.metadata.pop("widgets", None) is not None:
         nbformat.write(executed, target)
-    return time.perf_counter() - started
 
 
 def sphinx(src: Path, html: Path) -> None:
@@ -90,9 +112,10 @@ def sphinx(src: Path, html: Path) -> None:
 
 
 def build_book(out: Path = DEFAULT_OUT, *, small: bool = False, jobs: int = 1,
-               log: Callable[[str], object] = print) -> Path:
-    """Execute every notebook (``jobs`` kernels at a time) and render the book into
-    ``out/html``; return its index.html."""
+               executed: Path | None = None, log: Callable[[str], object] = print) -> Path:
+    """Execute every notebook (``jobs`` kernels at a time; with ``executed``, take
+    ``executed/NAME.ipynb`` instead) and render the book into ``out/html``; return its
+    index.html."""
     out = Path(out).absolute()
     src, work, html = out / "src", out / "work", out / "html"
     for folder in (src, work, html):  # no page of a removed notebook survives
@@ -105,6 +128,9 @@ def build_book(out: Path = DEFAULT_OUT, *, small: bool = False, jobs: int = 1,
     started = time.perf_counter()
 
     def run(notebook: Path) -> str:
+        if executed is not None:
+            take_executed(Path(executed) / notebook.name, src / "notebooks" / notebook.name)
+            return f"took {notebook.name} as executed in {executed}"
         parameters = small_parameters(notebook) if small else {}
         seconds = execute(work / "notebooks" / notebook.name, src / "notebooks" / notebook.name,
                           parameters, work / "notebooks")
@@ -130,11 +156,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="execute the notebooks at their small (nbmake mock) parameters")
     parser.add_argument("-j", "--jobs", type=int, default=1,
                         help="notebooks executed at a time (default: 1)")
+    parser.add_argument("--executed", type=Path, metavar="DIR",
+                        help="take the notebooks already executed in DIR (DIR/NAME.ipynb)")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs={args.jobs} is invalid: it must be at least 1")
     try:
-        index = build_book(args.out, small=args.small, jobs=args.jobs)
+        index = build_book(args.out, small=args.small, jobs=args.jobs, executed=args.executed)
     except BookError as exc:
         print(f"book: {exc}", file=sys.stderr)
         return 1
