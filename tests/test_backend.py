@@ -126,7 +126,7 @@ def test_empty_cache_releases_device_memory_only_on_accelerators(monkeypatch, mo
     assert calls == []
     mock_accelerators(cuda=1, mps=True)
     mw.get_backend("torch", "cuda").empty_cache()
-    mw.get_backend("torch", "mps").empty_cache()
+    mw.get_backend("torch", "mps", "float32").empty_cache()
     assert calls == ["cuda", "mps"]
 
 
