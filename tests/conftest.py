@@ -83,6 +83,15 @@ def op_recorder():
     return Record(), seen
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests of executed notebooks and tests that drive a browser are end-to-end: ``slow``
+    (``pytest -m "not slow"`` leaves them out for a quick check)."""
+    for item in items:
+        if "notebook_runs" in getattr(item, "fixturenames", ()) or \
+                item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.slow)
+
+
 # -- the checkout stays as it was --------------------------------------------------------------
 #: Caches that tools keep in the checkout: bytecode and numba's compiled kernels in
 #: __pycache__, the databases of pytest and hypothesis. Not looked at.

@@ -130,6 +130,7 @@ def test_empty_cache_releases_device_memory_only_on_accelerators(monkeypatch, mo
     assert calls == ["cuda", "mps"]
 
 
+@pytest.mark.slow
 def test_doctor_json_parses_and_checks_pass():
     out = subprocess.run([sys.executable, "-m", "mfgwork", "doctor", "--json"],
                          capture_output=True, text=True, timeout=600)

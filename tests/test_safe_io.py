@@ -554,6 +554,7 @@ def _started(parent: Path) -> bool:
     return any(parent.glob(".run.tmp-*/started"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_interrupted_run_then_rerun_leaves_nothing_behind(tmp_path, sig):
     import psutil

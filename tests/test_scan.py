@@ -190,6 +190,7 @@ KILLED_SCAN = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill(tmp_path):
     store = tmp_path / "killed.zarr"
     env = os.environ | {"PYTHONPATH": os.pathsep.join(
@@ -235,6 +236,7 @@ def _leftovers(folder: Path) -> list[str]:
 
 
 # -- Dask ----------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_dask_cluster_writes_the_same_scan(in_memory, tmp_path):
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,

@@ -133,6 +133,7 @@ def finished_sweep(tiny_notebook, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_sweep_end_to_end_with_a_failing_combination(finished_sweep) -> None:
     index = mw.load_sweep(finished_sweep)
     assert len(index) == 6 and index.counts() == {"done": 4, "failed": 2, "pending": 0}
@@ -159,6 +160,7 @@ def test_sweep_end_to_end_with_a_failing_combination(finished_sweep) -> None:
     assert _leftovers(finished_sweep) == []
 
 
+@pytest.mark.slow
 def test_rerun_skips_finished_runs_and_retries_failed_only_when_asked(
         tiny_notebook, finished_sweep) -> None:
     before = _stamp(finished_sweep)
@@ -177,6 +179,7 @@ def test_rerun_skips_finished_runs_and_retries_failed_only_when_asked(
     assert after.keys() == failed.keys() and all(after[k] > failed[k] for k in failed)
 
 
+@pytest.mark.slow
 def test_dask_local_cluster(tiny_notebook, tmp_path) -> None:
     pytest.importorskip("distributed")
     out = tmp_path / "dask"
@@ -215,6 +218,7 @@ def _descendants(pid: int) -> list:
         return []
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_of_the_sweep_process(tiny_notebook, tmp_path) -> None:
     import psutil
 
