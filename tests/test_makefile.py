@@ -45,9 +45,15 @@ def test_make_run_needs_only_the_run_extra(tmp_path):
     run = " ".join(extras()["run"])
     for heavy in ("torch", "triton", "jupyterlab", "sphinx", "xarray", "dask", "pytest"):
         assert heavy not in run
+    # the notebook's py:percent twin, with a small grid injected after its parameters cell
+    source = (ROOT / "notebooks" / "01_santa_fe_bar.py").read_text()
+    params = source.index('tags=["parameters"]')
+    end = source.index("\n# %%", params)
+    (tmp_path / "main_job.py").write_text(source[:end] + "\nnx, nt = 41, 40" + source[end:])
     script = (
         "import runpy, sys\n"
-        f"runpy.run_path({str(ROOT / 'notebooks' / '01_santa_fe_bar.py')!r})\n"
+        "ran = runpy.run_path('main_job.py')\n"
+        "assert ran['res'].converged and ran['res'].U.shape == (41, 41)\n"
         "import mfgwork.__main__\n"
         "heavy = ('torch', 'triton', 'jupyterlab', 'sphinx', 'xarray', 'zarr', 'dask',\n"
         "         'ipywidgets', 'playwright', 'pytest')\n"
