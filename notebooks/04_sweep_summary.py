@@ -38,8 +38,8 @@
 # ```
 #
 # Left empty, `sweep_dir` runs a small demonstration sweep (3 thresholds × 2 noise levels on a
-# `demo_nx` × `demo_nx` grid) into `sweeps/demo` at the top of the repository; run again, it
-# is reused.
+# `demo_nx` × `demo_nx` grid) into `sweeps/demo_41x41` (named by `demo_nx`) at the top of the
+# repository; run again, it is reused.
 
 # %% nbmake={"mock": {"demo_nx": 21}} tags=["parameters"]
 # the sweep folder to summarize; "" runs the small demonstration sweep
@@ -63,7 +63,7 @@ from mfgwork import sweep_plots
 # %matplotlib inline
 
 if not sweep_dir:
-    sweep_dir = Path("..") / "sweeps" / "demo"
+    sweep_dir = Path("..") / "sweeps" / f"demo_{demo_nx}x{demo_nx}"
     mw.sweep("01_santa_fe_bar.ipynb",
              {"threshold": [0.4, 0.6, 0.8], "sigma": [0.3, 0.6]}, sweep_dir,
              {"nx": demo_nx, "nt": demo_nx}, workers=2)

@@ -128,10 +128,11 @@ def test_empty_cache_releases_device_memory_only_on_accelerators(monkeypatch, mo
     assert calls == []
     mock_accelerators(cuda=1, mps=True)
     mw.get_backend("torch", "cuda").empty_cache()
-    mw.get_backend("torch", "mps").empty_cache()
+    mw.get_backend("torch", "mps", "float32").empty_cache()
     assert calls == ["cuda", "mps"]
 
 
+@pytest.mark.slow
 def test_doctor_json_parses_and_checks_pass():
     out = subprocess.run([sys.executable, "-m", "mfgwork", "doctor", "--json"],
                          capture_output=True, text=True, timeout=600)

@@ -33,7 +33,7 @@ def test_batch_matches_one_by_one_solves():
 
 def test_batch_in_mps_emulation_agrees_with_float64(mps_emulation):
     problems = _problems()[:3]
-    batch = mw.solve_batch(problems, backend=mps_emulation, **(GRID | {"tol": 2e-5}))
+    batch = mw.solve_batch(problems, backend=mps_emulation, **(GRID | {"tol": 3e-4}))
     for p, res in zip(problems, batch, strict=True):
         ref = mw.solve(p, **GRID)
         assert mw.to_numpy(res.M).dtype == np.float32
@@ -77,8 +77,9 @@ def test_iteration_adds_no_host_waits(monkeypatch):
     waits = []
     monkeypatch.setattr(Backend, "synchronize", lambda self: waits.append(1))
     problems = [mw.SantaFeBar(threshold=t) for t in (0.4, 0.6)]
-    out = mw.solve_batch(problems, nx=21, nt=20, backend="torch", max_iter=12, tol=1e-14,
-                         progress=False)
+    with pytest.warns(mw.ConvergenceWarning, match="max_iter=12"):
+        out = mw.solve_batch(problems, nx=21, nt=20, backend="torch", max_iter=12, tol=1e-13,
+                             progress=False)
     history = out[0].history
     assert len(history["time_hjb"]) == 12 and min(history["time_fp"]) >= 0.0
     assert len(waits) <= 1

@@ -1,6 +1,7 @@
 """The course book: built from the notebooks at their small parameters, read in Chromium.
 
-Builds the book with ``docs/book/build.py --small`` into a temporary folder, checks every
+Builds the book with ``docs/book/build.py --executed`` into a temporary folder from the
+notebooks the tests executed once (the ``notebook_runs`` fixture of conftest.py), checks every
 internal link and resource of every page (files and anchors) and that no page loads anything
 from another host, then serves the HTML on a loopback port and opens the index and the primer in
 Debian's Chromium through Playwright: the equations typeset by the bundled MathJax (no request
@@ -15,6 +16,7 @@ import functools
 import http.server
 import importlib.util
 import os
+import shutil
 import threading
 from collections.abc import Iterator
 from html.parser import HTMLParser
@@ -23,6 +25,7 @@ from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
+from conftest import shared_tmp
 
 pytestmark = pytest.mark.browser
 
@@ -54,22 +57,57 @@ builder = _load_builder()
 
 
 @pytest.fixture(scope="session")
-def book(tmp_path_factory) -> Path:
-    """The book built at small parameters: its html folder. Built once per test run, also
-    when several pytest-xdist workers need it (they share the folder, under a lock)."""
+def book(tmp_path_factory, notebook_runs) -> Path:
+    """The book built from the notebooks executed by the tests: its html folder. Built once
+    per test run, also when several pytest-xdist workers need it (they share the folder,
+    under a lock)."""
     _require("Debian's chromium (/usr/bin/chromium)", CHROMIUM.exists())
     _require("playwright (pip install playwright)", find_spec("playwright") is not None)
     from filelock import FileLock
 
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent
-    out, done = shared / "book", shared / "book.built"
+    shared = shared_tmp(tmp_path_factory)
+    out, done, executed = shared / "book", shared / "book.built", shared / "book-notebooks"
     with FileLock(shared / "book.lock"):
         if not done.is_file():
-            assert builder.build_book(out, small=True, jobs=2).is_file()
+            executed.mkdir(exist_ok=True)
+            for notebook in builder.notebooks():
+                shutil.copy(notebook_runs(notebook.name).notebook, executed / notebook.name)
+            assert builder.build_book(out, executed=executed).is_file()
             done.touch()
     return out / "html"
+
+
+def test_small_parameters_are_the_nbmake_mocks_of_the_parameters_cell():
+    """``--small`` (make book BOOK_ARGS=--small) takes a notebook's mocks, else its defaults;
+    each mock names a parameter of the notebook."""
+    import nbformat
+
+    from mfgwork.workflows import runs
+
+    for notebook in builder.notebooks():
+        cell, = [c for c in nbformat.read(notebook, as_version=4).cells
+                 if "parameters" in c.metadata.get("tags", [])]
+        mocks = cell.metadata.get("nbmake", {}).get("mock", {})
+        assert builder.small_parameters(notebook) == mocks
+        assert set(mocks) <= set(runs.notebook_parameters(notebook))
+    mocked = [builder.small_parameters(p) for p in builder.notebooks()]
+    assert {} in mocked and any(mocked)  # the explorer runs at its defaults
+
+
+def test_a_notebook_that_failed_or_was_not_executed_is_refused(tmp_path):
+    import nbformat
+
+    source = ROOT / "notebooks" / "03_explorer.ipynb"
+    with pytest.raises(builder.BookError, match="missing"):
+        builder.take_executed(tmp_path / "03_explorer.ipynb", tmp_path / "out.ipynb")
+    with pytest.raises(builder.BookError, match="not a notebook that papermill executed"):
+        builder.take_executed(source, tmp_path / "out.ipynb")
+    failed = nbformat.read(source, as_version=4)
+    failed.metadata["papermill"] = {"exception": True}
+    nbformat.write(failed, tmp_path / "failed.ipynb")
+    with pytest.raises(builder.BookError, match="not a notebook that papermill executed"):
+        builder.take_executed(tmp_path / "failed.ipynb", tmp_path / "out.ipynb")
+    assert not (tmp_path / "out.ipynb").exists()
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ def test_exact_solution_is_consistent():
 def test_mass_conservation_and_positivity(backend):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", mw.ConvergenceWarning)
-        res = mw.solve(mw.SantaFeBar(), nx=41, nt=40, max_iter=3, tol=2e-5, backend=backend,
+        res = mw.solve(mw.SantaFeBar(), nx=41, nt=40, max_iter=3, tol=3e-4, backend=backend,
                        progress=False)
     M = mw.to_numpy(res.M)
     tol = 1e-12 if backend.dtype == "float64" else 2e-5

@@ -43,14 +43,23 @@ def imports(path: Path) -> list[str]:
     return found
 
 
-MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
+def module_layer(path: Path) -> str | None:
+    return layer(".".join(path.relative_to(PACKAGE).with_suffix("").parts))
+
+
+#: Every module with a layer (the package's ``__init__``/``__main__`` may import anything).
+MODULES = sorted(p for p in PACKAGE.rglob("*.py") if module_layer(p) is not None)
+
+
+def test_only_the_package_entry_points_have_no_layer():
+    exempt = sorted(p.name for p in PACKAGE.rglob("*.py") if module_layer(p) is None)
+    assert exempt == ["__init__.py", "__main__.py"]
+    assert len(MODULES) > 20 and PACKAGE / "core" / "__init__.py" in MODULES
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_module_imports_only_its_layer_or_below(path):
-    own = layer(".".join(path.relative_to(PACKAGE).with_suffix("").parts))
-    if own is None:
-        return
+    own = module_layer(path)
     upward = [m for m in imports(path)
               if (other := layer(m)) is not None and LAYERS.index(other) > LAYERS.index(own)]
     assert upward == [], f"{path.relative_to(PACKAGE)} ({own}) imports from above: {upward}"

@@ -1,18 +1,18 @@
-"""The notebooks: committed clean, executed by papermill with small parameters into run folders
-whose files are checked, and an nbmake smoke run."""
+"""The notebooks: committed clean, each executed once per test run by papermill at small
+parameters into a run folder (the ``notebook_runs`` fixture of conftest.py), whose files are
+checked."""
 
 from __future__ import annotations
 
 import csv
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import numpy as np
 import pytest
+from conftest import NOTEBOOK_PARAMETERS
 from matplotlib.image import imread
 
 import mfgwork as mw
@@ -71,14 +71,25 @@ def check_arrays(folder: Path, nx: int, nt: int) -> None:
         assert ((data["attendance"] >= 0.0) & (data["attendance"] <= 1.0)).all()
 
 
-def test_santa_fe_bar_through_the_command_line(tmp_path):
-    out = tmp_path / "runs" / "santa_fe_bar"
-    proc = subprocess.run(
-        [sys.executable, "-m", "mfgwork", "run", str(NOTEBOOKS / "01_santa_fe_bar.ipynb"),
-         "-p", "nx", "41", "-p", "nt", "40", "-p", "threshold", "0.5", "-p", "tol", "1e-7",
-         "-o", str(out)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    assert str(out) in proc.stdout
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda p: p.name)
+def test_every_notebook_executes_at_small_parameters(path, notebook_runs):
+    """Each notebook is executed by the tests (at parameters it has), every code cell without
+    an error."""
+    assert set(NOTEBOOK_PARAMETERS[path.name]) <= set(runs.notebook_parameters(path))
+    run = notebook_runs(path.name)
+    executed = nbformat.read(run.notebook, as_version=4)
+    assert not executed.metadata.papermill.exception
+    given = dict(executed.metadata.papermill.parameters)
+    assert given.pop("out_dir") and given == NOTEBOOK_PARAMETERS[path.name]
+    code = [c for c in executed.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code)
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+
+
+def test_santa_fe_bar_through_the_command_line(notebook_runs):
+    run = notebook_runs("01_santa_fe_bar.ipynb")  # python -m mfgwork run … -p nx 41 …
+    out = run.folder
+    assert str(out) in run.stdout
     metrics = check_common(out, "01_santa_fe_bar.ipynb", {
         "attendance", "density_heatmap", "density_snapshots", "value_snapshots", "convergence",
         "phase_portrait"})
@@ -110,10 +121,9 @@ def test_bad_value_stops_at_the_top_with_the_library_message(tmp_path):
     assert err.value.failed_notebook.is_file() and not out.exists()
 
 
-def test_cpu_vs_accelerator(tmp_path):
+def test_cpu_vs_accelerator(notebook_runs):
     torch_ok = mw.core.backend.torch_installed()
-    out = runs.run_notebook(NOTEBOOKS / "02_cpu_vs_accelerator.ipynb",
-                            {"nx": 16, "nt": 15, "tol": 1e-5}, tmp_path / "cmp")
+    out = notebook_runs("02_cpu_vs_accelerator.ipynb").folder  # nx 16, nt 15, tol 1e-5
     metrics = check_common(out, "02_cpu_vs_accelerator.ipynb", {"backend_comparison"})
     table = json.loads((out / "comparison.json").read_text())
     with (out / "comparison.csv").open() as fh:
@@ -136,10 +146,8 @@ def test_cpu_vs_accelerator(tmp_path):
     check_arrays(out, nx=16, nt=15)
 
 
-def test_primer(tmp_path):
-    out = runs.run_notebook(NOTEBOOKS / "00_primer.ipynb",
-                            {"sizes": [11, 21, 41], "nx_santa_fe": 41, "nt_santa_fe": 40},
-                            tmp_path / "primer")
+def test_primer(notebook_runs):
+    out = notebook_runs("00_primer.ipynb").folder  # sizes 11, 21, 41; Santa Fe 41 × 40
     metrics = check_common(out, "00_primer.ipynb", {"refinement", "payoff", "attendance",
                                                     "density_heatmap"})
     rows = json.loads((out / "refinement.json").read_text())
@@ -150,23 +158,26 @@ def test_primer(tmp_path):
     check_arrays(out, nx=41, nt=40)
 
 
-def test_nbmake_smoke_run():
-    """Every notebook in notebooks/ under nbmake (its defaults, or the small values its
-    parameters cell gives nbmake as mocks)."""
-    every = sorted(NOTEBOOKS.glob("*.ipynb"))
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--nbmake", "-q", "-p",
-                           "no:cacheprovider", *map(str, every)],
-                          capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    assert f"{len(every)} passed" in proc.stdout
+def test_sweep_summary_runs_its_demonstration_sweep_beside_the_notebook(notebook_runs):
+    """Without sweep_dir, notebook 04 runs a demonstration sweep into the sweeps/ folder
+    beside the notebooks' folder (here the tests' temporary copy), named by its grid so that
+    the defaults and these small parameters never meet in one folder, and draws it."""
+    run = notebook_runs("04_sweep_summary.ipynb")  # demo_nx 21
+    folder = run.folder
+    figures = {p.stem for p in (folder / "figures").glob("*.png")}
+    assert {"sweep_metrics", "attendance_grid", "wall_time"} <= figures
+    assert len(json.loads((folder / "index.json").read_text())) == 6
+    sweeps = run.work.parent / "sweeps"
+    demo = sweeps / "demo_21x21"
+    assert [p.name for p in sweeps.iterdir()] == [demo.name]
+    index = mw.load_sweep(demo)
+    assert index.counts() == {"done": 6, "failed": 0, "pending": 0}
+    assert all(mw.load(index.run_folder(r)).U.shape == (22, 21) for r in index)
 
 
-def test_accelerator_payoff(tmp_path):
-    parameters = {"batch_sizes": [1, 2, 4], "particle_counts": [1000, 4000], "nx": 21, "nt": 20,
-                  "iterations": 2, "emulation_batch_sizes": [1],
-                  "emulation_particle_counts": [1000]}
-    out = runs.run_notebook(NOTEBOOKS / "08_accelerator_payoff.ipynb", parameters,
-                            tmp_path / "payoff")
+def test_accelerator_payoff(notebook_runs):
+    # batches 1, 2, 4 and 1000, 4000 particles on the CPU; emulation: a batch of 1, 1000
+    out = notebook_runs("08_accelerator_payoff.ipynb").folder
     metrics = check_common(out, "08_accelerator_payoff.ipynb", {"wall_time"})
     fresh = json.loads((out / "measured_here.json").read_text())
     cpu = {(r["method"], r["size"]): r["seconds"] for r in fresh if r["target"] == "cpu (numpy)"}

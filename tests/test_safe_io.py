@@ -239,8 +239,8 @@ BAD = [
     ("nx=1e7", solve_santa_fe(nx=10**7, nt=10**5), ParameterError, ["nx=10000000", "GiB"]),
     ("max_memory small", solve_santa_fe(nx=201, nt=201, max_memory="1 MiB"), ParameterError,
      ["max_memory", "1 MiB", "nx=201"]),
-    ("particles count", solve_santa_fe(method="particles", n_particles=10**13), ParameterError,
-     ["n_particles=10000000000000"]),
+    ("particles count", solve_santa_fe(method="particles", n_particles=10**13, tol=0.1),
+     ParameterError, ["n_particles=10000000000000"]),
     ("particles grid", lambda e: mw.ParticleFP(mw.Grid(-1.0, 1.0, 10**6, 1.0, 10**5), 0.5,
                                                mw.get_backend(), n_particles=10),
      ParameterError, ["nx=1000000, nt=100000"]),
@@ -289,7 +289,7 @@ BAD = [
     ("f None", solve_generic(f=lambda t, x, m: None), ParameterError, ["f returned None"]),
     ("f beyond float32", lambda e: mw.solve(generic(f=lambda t, x, m: np.full(x.shape, 1e300)),
                                             nx=21,
-                                            nt=10, dtype="float32", tol=1e-4,
+                                            nt=10, dtype="float32", tol=3e-4,
                                             progress=False),
      ParameterError, ["f returned non-finite", "float32"]),
     # batches
@@ -554,6 +554,7 @@ def _started(parent: Path) -> bool:
     return any(parent.glob(".run.tmp-*/started"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_interrupted_run_then_rerun_leaves_nothing_behind(tmp_path, sig):
     import psutil
@@ -597,9 +598,10 @@ def fake_lab(tmp_path) -> dict[str, str]:
     fake.write_text(f'#!/bin/sh\nif [ "$1" = "-c" ]; then exec {sys.executable} "$@"; fi\n'
                     'echo "ARGV: $*"\necho "ENV: $JUPYTER_TOKEN"\n')
     fake.chmod(0o755)
-    stamp = tmp_path / "stamp"
-    stamp.touch()
-    return {"PY": str(fake), "STAMP": str(stamp)}
+    venv = tmp_path / "venv"  # an environment that make finds installed
+    venv.mkdir()
+    (venv / ".installed-all").touch()
+    return {"PY": str(fake), "VENV": str(venv)}
 
 
 def _make_lab(fake_lab, *extra: str) -> subprocess.CompletedProcess:

@@ -191,6 +191,7 @@ KILLED_SCAN = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill(tmp_path):
     store = tmp_path / "killed.zarr"
     env = os.environ | {"PYTHONPATH": os.pathsep.join(
@@ -236,6 +237,7 @@ def _leftovers(folder: Path) -> list[str]:
 
 
 # -- Dask ----------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_dask_cluster_writes_the_same_scan(in_memory, tmp_path):
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
@@ -300,14 +302,11 @@ def test_command_line(tmp_path, capsys):
     assert not (tmp_path / "other.zarr").exists()
 
 
-def test_notebook_writes_its_figures_and_table(tmp_path):
+def test_notebook_writes_its_figures_and_table(notebook_runs):
     import json
 
-    from mfgwork.workflows import runs
-
-    notebook = Path(__file__).resolve().parents[1] / "notebooks" / "05_parameter_scan.ipynb"
-    out = runs.run_notebook(notebook, {"n_threshold": 3, "n_sigma": 2, "nx": 21, "nt": 20,
-                                       "device": "cpu", "slice_sigma": 0.3}, tmp_path / "run")
+    # 3 thresholds × 2 noise levels, 21 × 20, on the CPU, the slice at sigma 0.3
+    out = notebook_runs("05_parameter_scan.ipynb").folder
     assert {p.stem for p in (out / "figures").glob("*.png")} == {
         "scan_heatmaps", "attendance_slice", "density_point"}
     executed = json.loads((out / "05_parameter_scan.ipynb").read_text())

@@ -1,11 +1,10 @@
 """Sweeps: spec checks, expansion and naming; end-to-end runs in worker processes and on a
 Dask LocalCluster; a failing run recorded without stopping the others; resume after SIGKILL
-of the sweep process; the summary notebook on a finished sweep."""
+of the sweep process."""
 
 from __future__ import annotations
 
 import csv
-import json
 import os
 import signal
 import subprocess
@@ -21,8 +20,6 @@ from mfgwork.__main__ import main as cli
 from mfgwork.workflows.specs import SpecError, parse_spec, run_name
 
 pytest.importorskip("papermill")
-ROOT = Path(__file__).resolve().parents[1]
-SUMMARY = ROOT / "notebooks" / "04_sweep_summary.ipynb"
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +133,7 @@ def finished_sweep(tiny_notebook, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_sweep_end_to_end_with_a_failing_combination(finished_sweep) -> None:
     index = mw.load_sweep(finished_sweep)
     assert len(index) == 6 and index.counts() == {"done": 4, "failed": 2, "pending": 0}
@@ -162,6 +160,7 @@ def test_sweep_end_to_end_with_a_failing_combination(finished_sweep) -> None:
     assert _leftovers(finished_sweep) == []
 
 
+@pytest.mark.slow
 def test_rerun_skips_finished_runs_and_retries_failed_only_when_asked(
         tiny_notebook, finished_sweep) -> None:
     before = _stamp(finished_sweep)
@@ -180,16 +179,7 @@ def test_rerun_skips_finished_runs_and_retries_failed_only_when_asked(
     assert after.keys() == failed.keys() and all(after[k] > failed[k] for k in failed)
 
 
-def test_summary_notebook_draws_the_sweep(finished_sweep, tmp_path) -> None:
-    from mfgwork.workflows.runs import run_notebook
-
-    folder = run_notebook(SUMMARY, {"sweep_dir": str(finished_sweep)}, tmp_path / "summary")
-    figures = {p.stem for p in (folder / "figures").glob("*.png")}
-    assert {"sweep_metrics", "attendance_grid", "wall_time"} <= figures
-    rows = json.loads((folder / "index.json").read_text())
-    assert len(rows) == 6
-
-
+@pytest.mark.slow
 def test_dask_local_cluster(tiny_notebook, tmp_path) -> None:
     pytest.importorskip("distributed")
     out = tmp_path / "dask"
@@ -228,6 +218,7 @@ def _descendants(pid: int) -> list:
         return []
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_of_the_sweep_process(tiny_notebook, tmp_path) -> None:
     import psutil
 

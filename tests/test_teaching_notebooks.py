@@ -1,5 +1,6 @@
 """Notebooks 06 (N patrons against the mean field) and 07 (the two-state El Farol game),
-executed by papermill with small parameters into run folders whose files are checked."""
+executed once per test run by papermill at small parameters into run folders (the
+``notebook_runs`` fixture of conftest.py) whose files are checked."""
 
 from __future__ import annotations
 
@@ -12,9 +13,6 @@ import numpy as np
 from matplotlib.image import imread
 
 import mfgwork as mw
-from mfgwork.workflows import runs
-
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 
 def check_run_folder(folder: Path, notebook: str, figures: set[str]) -> dict:
@@ -31,11 +29,9 @@ def check_run_folder(folder: Path, notebook: str, figures: set[str]) -> dict:
     return metrics
 
 
-def test_n_patrons_notebook(tmp_path):
-    sizes = [100, 1000, 10000]
-    out = runs.run_notebook(NOTEBOOKS / "06_n_patrons.ipynb",
-                            {"nx": 61, "nt": 60, "sizes": sizes, "n_samples": 8,
-                             "fit_max_n": 10000}, tmp_path / "n_patrons")
+def test_n_patrons_notebook(notebook_runs):
+    run = notebook_runs("06_n_patrons.ipynb")  # 61 × 60, N = 100, 1000, 10000, 8 samples
+    out, sizes = run.folder, run.parameters["sizes"]
     metrics = check_run_folder(out, "06_n_patrons.ipynb",
                                {"n_player_paths", "n_player_convergence"})
     rows = json.loads((out / "n_player.json").read_text())
@@ -52,10 +48,9 @@ def test_n_patrons_notebook(tmp_path):
         assert data["U"].shape == (61, 61) and data["attendance"].shape == (61,)
 
 
-def test_two_state_notebook(tmp_path):
-    out = runs.run_notebook(NOTEBOOKS / "07_two_state.ipynb",
-                            {"nx": 41, "nt": 40, "nt_two_state": 100, "sigmas": [0.5, 1.0],
-                             "switching_costs": [1.0, 3.0, 10.0]}, tmp_path / "two_state")
+def test_two_state_notebook(notebook_runs):
+    # nx 41, nt 40, nt_two_state 100, sigmas 0.5 and 1.0, switching costs 1, 3 and 10
+    out = notebook_runs("07_two_state.ipynb").folder
     metrics = check_run_folder(out, "07_two_state.ipynb",
                                {"attendance_two_models", "switching_rates",
                                 "noise_vs_switching_cost"})

@@ -92,12 +92,11 @@ def test_seed_case_on_the_generic_path_is_the_numpy_scheme():
 
 def test_converged_float32_emulation_agrees_with_numpy_float64(mps_emulation):
     """float32 under MPS emulation within 1e-4 relative in U, M and A at the equilibrium."""
-    kw = {"nx": 52, "nt": 52, "max_iter": 300, "tol": 2e-5, "progress": False}
-    ref = mw.solve(mw.SantaFeBar(), **kw)
-    res = mw.solve(mw.SantaFeBar(), backend=mps_emulation, **kw)
+    kw = {"nx": 52, "nt": 52, "max_iter": 300, "progress": False}
+    ref = mw.solve(mw.SantaFeBar(), tol=2e-5, **kw)
+    res = mw.solve(mw.SantaFeBar(), backend=mps_emulation, tol=3e-4, **kw)  # float32's floor
     errors = [_rel(res.U, ref.U), _rel(res.M, ref.M), _rel(res.attendance, ref.attendance)]
-    print("relative errors U, M, A:", errors)
-    assert res.converged and max(errors) <= 1e-4
+    assert res.converged and max(errors) <= 1e-4, errors
     assert res.extra["compiled_steps"]["compiled"] is False   # 'auto' leaves emulation eager
 
 

@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -196,13 +195,9 @@ def test_method_menu_switches_to_particles():
 
 
 @pytest.mark.slow
-def test_explorer_notebook_headless_writes_its_figures(tmp_path):
+def test_explorer_notebook_headless_writes_its_figures(notebook_runs):
     """03_explorer under papermill: the explorer is built and its figures written."""
-    pytest.importorskip("papermill")
-    from mfgwork.workflows import runs
-
-    notebook = Path(__file__).resolve().parents[1] / "notebooks" / "03_explorer.ipynb"
-    out = runs.run_notebook(notebook, {"threshold": 0.5, "nx": 52}, tmp_path / "explorer")
+    out = notebook_runs("03_explorer.ipynb").folder  # threshold 0.5, nx 52
     params = json.loads((out / "parameters.json").read_text())
     assert params["threshold"] == 0.5 and params["nx"] == params["nt"] == 52
     assert sorted(p.name for p in (out / "figures").iterdir()) == [

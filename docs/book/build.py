@@ -18,15 +18,16 @@ folder:
 2. ``src/``: the Sphinx sources: ``index.md`` (the README's introduction and the table of
    contents, which takes every ``notebooks/*`` page), a copy of the README, and each notebook
    executed by papermill into ``src/notebooks/`` in a fresh kernel, ``out_dir`` left empty
-   (no run folder is written);
+   (no run folder is written), or with ``--executed DIR`` the notebooks of the same names
+   already executed in DIR (the tests pass their own executions: nothing runs twice);
 3. ``html/``: ``sphinx-build -W`` with ``docs/book/conf.py``: myst-nb renders the executed
    notebooks without running them again; MathJax is copied into ``html/_static``.
 
 Small parameters are the values that a notebook's ``parameters`` cell gives nbmake as mocks
-(``metadata.nbmake.mock``, the same values as the nbmake smoke test); a notebook that declares
-none runs at its defaults. A failing cell stops the build with the notebook and cell named; the
-target is left as it was and the unfinished build is kept beside it (``.NAME.failed-PID-…``,
-with the partial notebook in ``src/notebooks/``) until the next build removes it.
+(``metadata.nbmake.mock``); a notebook that declares none runs at its defaults. A failing cell
+stops the build with the notebook and cell named; the target is left as it was and the
+unfinished build is kept beside it (``.NAME.failed-PID-…``, with the partial notebook in
+``src/notebooks/``) until the next build removes it.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from mfgwork.core.ansi import strip_ansi
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "docs" / "book"
@@ -77,7 +80,6 @@ def small_parameters(notebook: Path) -> dict[str, Any]:
 
 def execute(notebook: Path, target: Path, parameters: dict[str, Any], cwd: Path) -> float:
     """Run ``notebook`` in a fresh kernel in ``cwd`` into ``target``; return the seconds."""
-    import nbformat
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
@@ -89,12 +91,32 @@ def execute(notebook: Path, target: Path, parameters: dict[str, Any], cwd: Path)
             extra_arguments=["--IPKernelApp.log_level=ERROR"])
     except PapermillExecutionError as exc:
         raise BookError(f"{notebook.name} failed in cell In [{exc.exec_count}]: {exc.ename}: "
-                        f"{exc.evalue} (partial notebook: {target})") from None
-    # widget state needs the jupyter-widgets JavaScript, which the book does not load
+                        f"{strip_ansi(exc.evalue)} (partial notebook: {target})") from None
+    _drop_widget_state(target)
+    return time.perf_counter() - started
+
+
+def take_executed(executed: Path, target: Path) -> None:
+    """Copy a notebook that papermill executed without error to ``target``."""
+    import nbformat
+
+    if not executed.is_file():
+        raise BookError(f"{executed} is missing: --executed needs every notebook executed")
+    nb = nbformat.read(executed, as_version=4)
+    papermill = nb.metadata.get("papermill")
+    if papermill is None or papermill.get("exception"):
+        raise BookError(f"{executed} is not a notebook that papermill executed without error")
+    shutil.copy(executed, target)
+    _drop_widget_state(target)
+
+
+def _drop_widget_state(target: Path) -> None:
+    """Widget state needs the jupyter-widgets JavaScript, which the book does not load."""
+    import nbformat
+
     executed = nbformat.read(target, as_version=4)
     if executed.metadata.pop("widgets", None) is not None:
         nbformat.write(executed, target)
-    return time.perf_counter() - started
 
 
 def sphinx(src: Path, html: Path) -> None:
@@ -117,14 +139,16 @@ def check_out(out: str | os.PathLike, *, force: bool = False) -> Path:
 
 
 def build_book(out: str | os.PathLike = DEFAULT_OUT, *, small: bool = False, jobs: int = 1,
-               force: bool = False, log: Callable[[str], object] = print) -> Path:
-    """Execute every notebook (``jobs`` kernels at a time) and render the book into
-    ``out/html``; return its index.html. ``out`` is checked first (:func:`check_out`) and
-    replaced whole, by one rename, when the build succeeds."""
+               force: bool = False, executed: str | os.PathLike | None = None,
+               log: Callable[[str], object] = print) -> Path:
+    """Execute every notebook (``jobs`` kernels at a time; with ``executed``, take
+    ``executed/NAME.ipynb`` instead) and render the book into ``out/html``; return its
+    index.html. ``out`` is checked first (:func:`check_out`) and replaced whole, by one
+    rename, when the build succeeds."""
     out = check_out(out, force=force)
     with storage.atomic_folder(out, "book", name="out", force=force, protect=PROTECT) as tmp:
         try:
-            _build(tmp, small, jobs, log)
+            _build(tmp, small, jobs, executed, log)
         except BookError as exc:
             failed = storage.temporary_sibling(out, "failed")
             os.replace(tmp, failed)
@@ -132,7 +156,8 @@ def build_book(out: str | os.PathLike = DEFAULT_OUT, *, small: bool = False, job
     return out / "html" / "index.html"
 
 
-def _build(folder: Path, small: bool, jobs: int, log: Callable[[str], object]) -> None:
+def _build(folder: Path, small: bool, jobs: int, executed: str | os.PathLike | None,
+           log: Callable[[str], object]) -> None:
     src, work, html = folder / "src", folder / "work", folder / "html"
     (src / "notebooks").mkdir(parents=True)
     shutil.copytree(NOTEBOOKS, work / "notebooks",
@@ -142,6 +167,9 @@ def _build(folder: Path, small: bool, jobs: int, log: Callable[[str], object]) -
     started = time.perf_counter()
 
     def run(notebook: Path) -> str:
+        if executed is not None:
+            take_executed(Path(executed) / notebook.name, src / "notebooks" / notebook.name)
+            return f"took {notebook.name} as executed in {executed}"
         parameters = small_parameters(notebook) if small else {}
         seconds = execute(work / "notebooks" / notebook.name, src / "notebooks" / notebook.name,
                           parameters, work / "notebooks")
@@ -169,11 +197,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true",
                         help="replace OUT even if it is a non-empty folder that is not a book "
                              "(never one holding a notebook, a project root or a result)")
+    parser.add_argument("--executed", type=Path, metavar="DIR",
+                        help="take the notebooks already executed in DIR (DIR/NAME.ipynb)")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs={args.jobs} is invalid: it must be at least 1")
     try:
-        index = build_book(args.out, small=args.small, jobs=args.jobs, force=args.force)
+        index = build_book(args.out, small=args.small, jobs=args.jobs, force=args.force,
+                           executed=args.executed)
     except ParameterError as exc:
         print(f"book: error: {exc}", file=sys.stderr)
         return 2

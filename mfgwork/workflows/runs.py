@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import storage
+from ..core.ansi import strip_ansi
 from ..core.backend import get_backend
 from ..core.errors import LoadError, ParameterError, check_choice, check_int
 from ..numerics.iteration import check_stopping
@@ -171,15 +172,17 @@ def _execute(path: Path, output: Path, params: dict[str, Any], kernel_name: str 
         kept = _keep(output, failed)
         index, first_line = _source_cell(path, exc.source)
         where = f"cell {index}" if index is not None else f"cell In [{exc.exec_count}]"
+        evalue = strip_ansi(exc.evalue)
         raise NotebookError(f"{path.name} failed in {where} ({first_line!r}): {exc.ename}: "
-                            f"{exc.evalue} — partial notebook kept at {kept}",
-                            cell_index=index, ename=exc.ename, evalue=exc.evalue,
+                            f"{evalue} — partial notebook kept at {kept}",
+                            cell_index=index, ename=exc.ename, evalue=evalue,
                             failed_notebook=kept) from None
     except Exception as exc:
         kept = _keep(output, failed)
+        evalue = strip_ansi(str(exc))
         raise NotebookError(f"{path.name} could not be executed: {type(exc).__name__}: "
-                            f"{exc}" + (f" — partial notebook kept at {kept}" if kept else ""),
-                            ename=type(exc).__name__, evalue=str(exc),
+                            f"{evalue}" + (f" — partial notebook kept at {kept}" if kept else ""),
+                            ename=type(exc).__name__, evalue=evalue,
                             failed_notebook=kept) from exc
 
 

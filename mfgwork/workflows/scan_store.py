@@ -37,10 +37,13 @@ import numpy as np
 
 from ..core import storage
 from ..core.errors import LoadError, ParameterError
+from .differences import plan_differences
 from .scan_check import DIGEST, DONE, StoreCheck, block_record, check_store
 
 #: Root attribute naming the plan a store was made for (its hash).
 PLAN_ATTR = "mfgwork_scan_plan"
+#: Attributes that record where and when a scan ran, not what it computes.
+PROVENANCE = {"platform", "machine", "host", "commit", "created"}
 #: Per-point metrics: name -> (dtype, fill value for points not solved); strings are stored
 #: with zarr's variable-length UTF-8 type.
 METRICS: dict[str, tuple[str, Any]] = {
@@ -207,9 +210,11 @@ class ScanStore:
             raise ParameterError(f"store={str(self.path)!r} exists and is not a scan store: "
                                  "refusing to write into it (choose a new path)")
         if attrs.get(PLAN_ATTR) != self.plan_hash:
+            differences = self._differences(attrs) or \
+                "another problem, grid or solver settings"
             raise ParameterError(
-                f"store={str(self.path)!r} holds a different scan (another problem, grid or "
-                "solver settings): a scan resumes only its own store; choose a new path or "
+                f"store={str(self.path)!r} holds a different scan (there → here: "
+                f"{differences}): a scan resumes only its own store; choose a new path or "
                 "remove that one")
         self._remove_partial_writes()
         for name in [*self.layout.variables(), DIGEST]:
@@ -221,6 +226,28 @@ class ScanStore:
             raise LoadError(self.path / DONE / "zarr.json", f"gives the scan the shape "
                             f"{self.check.finished.shape}, not {self.layout.shape}")
         return self.check.block
+
+    def _differences(self, attrs: Mapping[str, Any]) -> str:
+        """The parameters and grid values that differ between the stored scan and this one
+        ("" where these agree and the difference lies elsewhere, e.g. the kept fields)."""
+        import zarr
+
+        def stored(name: str) -> Any:
+            with contextlib.suppress(Exception):
+                return np.asarray(zarr.open_array(self.path / name, mode="r")[...]).tolist()
+            return None
+
+        here = {k: v for k, v in self.layout.attrs.items() if k not in PROVENANCE
+                and not k.startswith("version_")}
+        there = {k: v for k, v in attrs.items() if k in here or
+                 (k not in PROVENANCE and k != PLAN_ATTR and not k.startswith("version_"))}
+        grid_here = {name: np.asarray(values).tolist()
+                     for name, (_, values) in self.layout.coords.items()}
+        grid_there = {name: values for name in [*str(attrs.get("scanned", "")).split(", "),
+                                                *grid_here]
+                      if name and (values := stored(name)) is not None}
+        return plan_differences({"parameters": there, "grid": grid_there},
+                                {"parameters": here, "grid": grid_here})
 
     def _remove_partial_writes(self) -> None:
         """Temporary files of chunk writes cut short by a killed process (zarr writes

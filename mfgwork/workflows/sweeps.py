@@ -43,6 +43,7 @@ from typing import Any
 from ..core import storage
 from ..core.errors import LoadError, ParameterError, check_int
 from .dask_client import dask_client
+from .differences import plan_differences
 from .specs import Run, SpecError, parse_spec, read_spec
 
 #: Largest number of runs a sweep plans unless ``max_runs`` says otherwise.
@@ -436,9 +437,12 @@ def _check_replan(folder: Path, plan: Mapping[str, Any], replan: bool) -> dict[s
     earlier = read_plan(folder)
     changed = [k for k in plan if earlier.get(k) != plan[k]]
     if changed and not replan:
+        what = {"notebook": "another notebook", "spec": "another spec",
+                "fixed": "other fixed parameters"}
         raise ParameterError(
-            f"out_dir={str(folder)!r} holds a sweep with another {' and '.join(changed)} "
-            f"(its spec: {earlier['spec']!r:.200}); rerun with the same spec to resume it, "
+            f"out_dir={str(folder)!r} holds a sweep with "
+            f"{' and '.join(what.get(k, k) for k in changed)} (there → here: "
+            f"{plan_differences(earlier, plan)}); rerun with the same spec to resume it, "
             "choose another folder, or pass replan=True (--replan) to run this spec there "
             "(the earlier runs stay listed)")
     return earlier
