@@ -124,10 +124,10 @@ def test_hostile_marker_is_no_marker_and_never_blocks(kind, tmp_path, saved, not
         with pytest.raises(ParameterError, match="without mfgwork.json"):
             mw.load(saved).save(target)
         assert cli(["run", str(notebook), "-o", str(target)]) == 2
-        assert "no mfgwork.json" in capsys.readouterr().err
+        assert "without mfgwork.json" in capsys.readouterr().err
         assert cli(["sweep", str(notebook), "--grid", "a: [1, 2]", "-o", str(target),
                     "--no-progress"]) == 2
-        assert "no mfgwork.json" in capsys.readouterr().err
+        assert "without mfgwork.json" in capsys.readouterr().err
         (target / "sweep.json").write_text("{}")  # a sweep folder of before markers
         assert cli(["sweep", str(notebook), "--grid", "a: [1, 2]", "-o", str(target),
                     "--no-progress"]) == 2
