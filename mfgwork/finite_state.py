@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -9,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .core import memory
 from .core.backend import get_backend
 from .core.errors import ParameterError, check_int
 from .core.storage import provenance, write_json
@@ -88,6 +91,7 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
     nt = check_int("nt", nt, low=1)
     tol, max_iter = check_stopping(tol, max_iter)
     scheme = make_scheme(iteration)
+    check_size(problem, nt, scheme)
     t = problem.time_levels(nt)
     sweeps = TwoStateScheme(nt, problem.T / nt, problem.switching_cost)
     out = fixed_point(problem.coupling(), sweeps.solve_hjb, sweeps.solve_fp,
@@ -104,6 +108,21 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
                           history=history.as_dict(),
                           params=params, timings=timings, observables=observables,
                           summary=problem.summary(t, observables), plateau=problem.plateau)
+
+
+def check_size(problem: TwoStateElFarol, nt: int, scheme: IterationScheme) -> int:
+    """Bytes of a two-state solve on ``nt`` steps, refused before any work when they do not
+    fit (blaming the Anderson depth beyond its default, else nt), or when the step
+    dt = T/nt is not a normal float64 number."""
+    dt = problem.T / nt
+    if not sys.float_info.min <= dt < math.inf:
+        raise ParameterError(f"dt = T/nt = {dt!r} is out of the range of float64 (T="
+                             f"{problem.T!r}, nt={nt}): use fewer time steps nt")
+    depth = getattr(scheme, "depth", 0)
+    base = memory.two_state_bytes(nt, min(depth, 5))
+    return memory.check_parts({"nt": base, "the Anderson depth":
+                               memory.two_state_bytes(nt, depth) - base},
+                              get_backend("numpy"), what=f"a two-state solve with nt={nt}")
 
 
 def time_to_level(t: Any, values: Any, level: float, tol: float) -> float | None:
