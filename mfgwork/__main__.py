@@ -117,6 +117,8 @@ def _add_scan(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=None, help="LocalCluster workers (--dask)")
     p.add_argument("--netcdf", default=None, metavar="FILE",
                    help="also export the finished scan as NetCDF-4")
+    p.add_argument("--max-points", type=int, default=None,
+                   help="refuse grids of more points (default: 100000)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_scan)
 
@@ -134,7 +136,8 @@ def _scan(args: argparse.Namespace) -> int:
         ds = scan(args.problem, args.grid, fixed=fixed, **options, device=args.device,
                   keep=keep, store=args.store, chunk_size=args.chunk_size,
                   scheduler=args.scheduler, dask=args.dask, workers=args.workers,
-                  progress=not args.no_progress)
+                  progress=not args.no_progress,
+                  **({} if args.max_points is None else {"max_points": args.max_points}))
     except (ParameterError, BackendError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

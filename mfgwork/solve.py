@@ -13,7 +13,7 @@ import numpy as np
 from .core import memory
 from .core.backend import BACKENDS, Backend, get_backend, to_numpy
 from .core.compiling import check_compile_steps
-from .core.errors import ParameterError, check_choice
+from .core.errors import ParameterError, check_choice, check_flag
 from .numerics.fdm.sweeps import FiniteDifferences
 from .numerics.iteration import (
     FixedPointResult,
@@ -101,6 +101,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     tol, max_iter = check_stopping(tol, max_iter)
     scheme = make_scheme(iteration)
     check_compile_steps(compile_steps)
+    check_flag("progress", progress, optional=True)
     backend, device, placed = _place(problem, method, n_particles, nx, nt, backend, device)
     be = get_backend(backend, device, dtype)
     _check_size([problem], grid, be, scheme, max_memory)
@@ -147,7 +148,11 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     recorded in each result's ``params["placement"]``. On NumPy the problems are solved one
     after the other by :func:`solve`. Returns one :class:`Result` per problem (sharing the
     batch's history and timings). ``max_memory``: as for :func:`solve`, for the whole
-    batch.
+    batch. Problems whose couplings differ in kind (e.g. Santa Fe, which iterates on the
+    attendance path, and a generic problem, which iterates on the density) cannot share
+    one batched iteration: on torch they are solved as one batch per kind, one batch after
+    the other, each with its own history and timings; results keep the order of
+    ``problems``.
     """
     started = time.perf_counter()
     problems = _check_batch(problems)
@@ -155,6 +160,7 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     tol, max_iter = check_stopping(tol, max_iter)
     scheme = make_scheme(iteration)
     check_compile_steps(compile_steps)
+    check_flag("progress", progress, optional=True)
     backend, device, placed = _place(problems, "fdm", None, nx, nt, backend, device)
     be = get_backend(backend, device, dtype)
     if be.name == "numpy":
@@ -167,6 +173,18 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
             res.params |= placed
         return results
     _check_size(problems, grid, be, scheme, max_memory, batch=len(problems))
+    groups = _coupling_groups(problems, grid, be)
+    if len(groups) > 1:
+        results: list[Any] = [None] * len(problems)
+        for group in groups:
+            solved = solve_batch([problems[i] for i in group], nx=nx, nt=nt, backend=be,
+                                 tol=tol, max_iter=max_iter, iteration=iteration,
+                                 progress=progress, compile_steps=compile_steps,
+                                 max_memory=max_memory)
+            for i, res in zip(group, solved, strict=True):
+                res.params |= placed
+                results[i] = res
+        return results
     tol = _reachable_tol(tol, be)
     xp = be.xp
     m0 = xp.stack([p.initial_density(grid, be) for p in problems])
@@ -248,9 +266,9 @@ def _place(problems: Any, method: str, n_particles: int | None, nx: int, nt: int
            backend: str | Backend, device: str) -> tuple[str | Backend, str, dict[str, Any]]:
     """(backend, device, params entry): with ``device="auto"`` (and a backend given by name)
     the choice of :func:`mfgwork.placement`, recorded as ``params["placement"]``."""
-    if device != "auto" or isinstance(backend, Backend):
+    if not isinstance(device, str) or device != "auto" or isinstance(backend, Backend):
         return backend, device, {}
-    if backend not in BACKENDS:
+    if not isinstance(backend, str) or backend not in BACKENDS:
         return backend, device, {}   # get_backend names the error
     chosen = placement(problems, method, n_particles=n_particles, nx=nx, nt=nt,
                        backend=backend)
@@ -334,6 +352,15 @@ def _check_batch(problems: Sequence[MFGProblem]) -> list[MFGProblem]:
                     f"problems[{i}].{name}={getattr(p, name)!r} is invalid: a batch shares one "
                     f"grid, so it must equal problems[0].{name}={getattr(problems[0], name)!r}")
     return problems
+
+
+def _coupling_groups(problems: Sequence[MFGProblem], grid: Any, be: Backend
+                     ) -> list[list[int]]:
+    """Indices of ``problems`` grouped by the kind of their coupling, in first-seen order."""
+    groups: dict[type, list[int]] = {}
+    for i, p in enumerate(problems):
+        groups.setdefault(type(p.coupling(grid, be)), []).append(i)
+    return list(groups.values())
 
 
 def _on_host(solve_hjb: Any, be: Backend) -> Any:

@@ -222,6 +222,7 @@ def n_player_study(problem: SantaFeBar, result: Result, sizes: Sequence[int],
     """
     if not isinstance(sizes, (list, tuple)) or not sizes:
         raise ParameterError(f"sizes={sizes!r} is invalid: must be a non-empty list of N")
+    check_flag("progress", progress, optional=True)
     from tqdm.auto import tqdm
 
     bar = tqdm(sizes, desc="N patrons", unit="N", leave=False, disable=progress is False,

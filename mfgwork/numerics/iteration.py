@@ -213,8 +213,10 @@ SCHEMES = {"anderson": Anderson, "relaxation": Relaxation, "fictitious_play": Fi
 
 
 def check_stopping(tol: object, max_iter: object) -> tuple[float, int]:
-    """``tol`` (> 0) and ``max_iter`` (≥ 1) checked: the stopping options of every solve."""
-    return check_real("tol", tol, low=0.0), check_int("max_iter", max_iter, low=1)
+    """``tol`` (> 0 and ≤ 1: a relative residual) and ``max_iter`` (≥ 1) checked: the
+    stopping options of every solve."""
+    return (check_real("tol", tol, low=0.0, high=1.0, high_open=False),
+            check_int("max_iter", max_iter, low=1))
 
 
 def make_scheme(iteration: str | IterationScheme | None) -> IterationScheme:

@@ -49,6 +49,9 @@ class MFGProblem:
         check_real("x_max", self.x_max, low=float(self.x_min))
         check_real("T", self.T, low=0.0)
         check_real("sigma", self.sigma, low=0.0)
+        if not isinstance(self.name, str) or not self.name:
+            raise ParameterError(f"name={self.name!r:.80} is invalid: must be a non-empty "
+                                 "string")
         for name in ("m0", "g", "f"):
             if not callable(getattr(self, name)):
                 raise ParameterError(f"{name}={getattr(self, name)!r} is invalid: must be a "
