@@ -13,7 +13,7 @@ import numpy as np
 
 from .core import memory
 from .core.backend import get_backend
-from .core.errors import ParameterError, check_int
+from .core.errors import MAX_COUNT, ParameterError, check_int
 from .core.storage import provenance, write_json
 from .numerics.finite_state import TwoStateScheme
 from .numerics.iteration import IterationScheme, check_stopping, fixed_point, make_scheme
@@ -88,7 +88,7 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
     if not isinstance(problem, TwoStateElFarol):
         raise ParameterError(f"problem={problem!r} is invalid: must be an "
                              "mfgwork.TwoStateElFarol")
-    nt = check_int("nt", nt, low=1)
+    nt = check_int("nt", nt, low=1, high=MAX_COUNT)
     tol, max_iter = check_stopping(tol, max_iter)
     scheme = make_scheme(iteration)
     check_size(problem, nt, scheme)

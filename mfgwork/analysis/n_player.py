@@ -33,7 +33,7 @@ import numpy as np
 
 from ..core import memory
 from ..core.backend import Backend, get_backend, to_numpy
-from ..core.errors import ParameterError, check_flag, check_int
+from ..core.errors import MAX_COUNT, ParameterError, check_flag, check_int
 from ..numerics.fdm.policy import evaluate_policy
 from ..numerics.fdm.sweeps import FiniteDifferences
 from ..numerics.particles.counting import CHUNK_PARTICLES, count_above
@@ -133,8 +133,8 @@ def n_player(problem: SantaFeBar, result: Result, n_players: int, n_samples: int
     """
     started = time.perf_counter()
     grid = _check(problem, result)
-    n_players = check_int("n_players", n_players, low=1)
-    n_samples = check_int("n_samples", n_samples, low=2)
+    n_players = check_int("n_players", n_players, low=1, high=MAX_COUNT)
+    n_samples = check_int("n_samples", n_samples, low=2, high=MAX_COUNT)
     seed = fresh_seed() if seed is None else check_int("seed", seed, low=0)
     check_flag("gap", gap)
     be = get_backend(backend, device, dtype)

@@ -5,6 +5,10 @@ from __future__ import annotations
 import math
 from numbers import Integral, Real
 
+#: Largest count (grid points, particles, players, samples) accepted: the integers float64
+#: holds exactly, far beyond any memory.
+MAX_COUNT = 2**53
+
 
 class ParameterError(ValueError):
     """A parameter has the wrong type or a value outside its allowed range."""

@@ -11,7 +11,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .errors import ParameterError, check_int, check_real
+from .errors import MAX_COUNT, ParameterError, check_int, check_real
 
 #: Largest diffusion number ν Δt / h² accepted: the implicit FP step conserves mass up to
 #: about ε·r (measured: 6e-11 at r = 5e4, 2e-9 at r = 5e6 in float64), so beyond this the
@@ -20,8 +20,8 @@ MAX_DIFFUSION_NUMBER = 1e5
 #: Smallest space step accepted relative to the largest |x| of the domain: below it the
 #: positions x_i carry relative errors above about 1e-6 in h (float64 round-off 2.2e-16).
 MIN_RELATIVE_STEP = 2.2e-10
-#: Largest nx or nt accepted: counts float64 holds exactly (far beyond any memory anyway).
-MAX_POINTS = 2**53
+#: Largest nx or nt accepted.
+MAX_POINTS = MAX_COUNT
 
 
 @dataclass(frozen=True)

@@ -37,10 +37,11 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 
 
 
 def format_bytes(n: float) -> str:
-    """``n`` bytes in TiB, GiB, MiB or KiB, three significant digits (any size)."""
-    if n >= 2**40 * 1e12:
+    """``n`` bytes in GiB, MiB or KiB, three significant digits (any size: beyond 10^12
+    GiB as a power of ten)."""
+    if n >= 2**30 * 1e12:
         return f"10^{len(str(int(n))) - 1} bytes"
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= size:
             return f"{n / size:.3g} {unit}"
     return f"{int(n)} bytes"

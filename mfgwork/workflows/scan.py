@@ -189,7 +189,7 @@ def scan(problem: Callable[..., MFGProblem] | str, grid: str | os.PathLike | Map
     """
     options = {"nx": nx, "nt": nt, "tol": tol, "max_iter": max_iter, "dtype": dtype,
                "backend": backend, "iteration": iteration}
-    workers = _check_options(store, scheduler, dask, workers, progress)
+    workers = _check_options(store, device, scheduler, dask, workers, progress)
     plan = make_plan(problem, grid, fixed, options, keep, max_points)
     be = placement(device, backend, dtype)
     check_size(plan, be, in_memory=store is None)
@@ -213,7 +213,7 @@ def scan(problem: Callable[..., MFGProblem] | str, grid: str | os.PathLike | Map
     return open_scan(target.path)
 
 
-def _check_options(store: Any, scheduler: Any, dask: Any, workers: Any,
+def _check_options(store: Any, device: Any, scheduler: Any, dask: Any, workers: Any,
                    progress: Any) -> int | None:
     """The types of the options that say where and how a scan runs; returns ``workers``."""
     if store is not None and not isinstance(store, str | os.PathLike):
@@ -223,6 +223,9 @@ def _check_options(store: Any, scheduler: Any, dask: Any, workers: Any,
         raise ParameterError(f"scheduler={scheduler!r:.80} ({type(scheduler).__name__}) is "
                              "invalid: must be None or a Dask scheduler address such as "
                              "'tcp://host:8786'")
+    if not isinstance(device, str):
+        raise ParameterError(f"device={device!r:.80} ({type(device).__name__}) is invalid: "
+                             "must be 'auto', 'cpu', 'cuda' or 'mps'")
     check_flag("dask", dask)
     check_flag("progress", progress)
     return None if workers is None else check_int("workers", workers, low=1)
