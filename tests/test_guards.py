@@ -37,7 +37,8 @@ def solved():
 def no_scan_work(monkeypatch):
     """Scans that would expand an axis, build the points or solve fail the test."""
     for target, name in ((specs, "_range"), (specs, "_linspace"),
-                         (scan_plan, "_check_points"), (scan_module, "make_layout"),
+                         (scan_plan, "check_points"), (scan_module, "check_points"),
+                         (scan_module, "make_layout"),
                          (scan_module, "_run")):
         monkeypatch.setattr(target, name, _never)
 
@@ -53,7 +54,7 @@ def test_scan_point_count_is_refused_before_expanding(grid, no_scan_work):
 
 
 def test_scan_refuses_a_grid_that_solve_refuses(monkeypatch):
-    for name in ("make_layout", "_run"):
+    for name in ("check_points", "make_layout", "_run"):
         monkeypatch.setattr(scan_module, name, _never)
     with pytest.raises(mw.ParameterError, match=r"^nx, nt too large") as solve_refusal:
         mw.solve(mw.SantaFeBar(), nx=10**5, nt=10**5)
@@ -65,7 +66,7 @@ def test_scan_refuses_a_grid_that_solve_refuses(monkeypatch):
 
 
 def test_scan_without_store_refuses_a_dataset_beyond_memory(monkeypatch):
-    for name in ("make_layout", "_run"):
+    for name in ("check_points", "make_layout", "_run"):
         monkeypatch.setattr(scan_module, name, _never)
     monkeypatch.setenv("MFGWORK_MAX_MEMORY", "64 MiB")
     with pytest.raises(mw.ParameterError, match=r"scan grid's points too large.*store=None"):

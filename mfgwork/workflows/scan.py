@@ -56,6 +56,7 @@ from .scan_plan import (
     SOLVE_OPTIONS,
     ScanPlan,
     as_json_value,
+    check_points,
     check_size,
     factory_name,
     make_plan,
@@ -190,9 +191,12 @@ def scan(problem: Callable[..., MFGProblem] | str, grid: str | os.PathLike | Map
     options = {"nx": nx, "nt": nt, "tol": tol, "max_iter": max_iter, "dtype": dtype,
                "backend": backend, "iteration": iteration}
     workers = _check_options(store, device, scheduler, dask, workers, progress)
-    plan = make_plan(problem, grid, fixed, options, keep, max_points)
+    if chunk_size is not None:
+        chunk_size = check_int("chunk_size", chunk_size, low=1)
+    plan = make_plan(problem, grid, fixed, options, keep, max_points, build_points=False)
     be = placement(device, backend, dtype)
     check_size(plan, be, in_memory=store is None)
+    check_points(plan)
     layout = make_layout(plan, be)
     n_points = int(np.prod(plan.shape))
     if chunk_size is None:

@@ -108,11 +108,12 @@ def as_json_value(v: Any) -> Any:
 
 def make_plan(problem: Callable[..., MFGProblem] | str, grid: Any,
               fixed: Mapping[str, Any] | None, options: Mapping[str, Any],
-              keep: Sequence[str], max_points: int = MAX_POINTS) -> ScanPlan:
+              keep: Sequence[str], max_points: int = MAX_POINTS,
+              build_points: bool = True) -> ScanPlan:
     """Check everything that can be checked before work and return the plan: the grid
     against the problem's parameters and ``max_points`` (counted before any axis is
-    expanded), the solver options, ``keep``, and every point's problem (constructed once,
-    which validates its parameters, and sharing one domain)."""
+    expanded), the solver options, ``keep``, and (``build_points``; else call
+    :func:`check_points` later, e.g. after :func:`check_size`) every point's problem."""
     factory = resolve_problem(problem)
     declared = signature_parameters(factory)
     max_points = check_int("max_points", max_points, low=1)
@@ -133,7 +134,8 @@ def make_plan(problem: Callable[..., MFGProblem] | str, grid: Any,
         raise SpecError("the grid has no axis to scan: give at least one parameter a list, "
                         "linspace or range")
     plan = ScanPlan(factory, spec, opts, tuple(dict.fromkeys(keep)))
-    _check_points(plan)
+    if build_points:
+        check_points(plan)
     return plan
 
 
@@ -186,7 +188,7 @@ def resolve_problem(problem: Callable[..., MFGProblem] | str) -> Callable[..., M
     return problem
 
 
-def _check_points(plan: ScanPlan) -> None:
+def check_points(plan: ScanPlan) -> None:
     """Construct every point's problem (cheap; validates the values) and check that they share
     the domain and horizon, so the scan has one grid."""
     first = None
