@@ -129,6 +129,8 @@ def _add_scan(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true",
                    help="let --netcdf replace an existing file that is not a scan export "
                         "(never a folder, a link or a FIFO)")
+    p.add_argument("--max-points", type=int, default=None,
+                   help="refuse grids of more points (default: 100000)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_scan)
 
@@ -148,7 +150,8 @@ def _scan(args: argparse.Namespace) -> int:
         ds = scan(args.problem, args.grid, fixed=fixed, **options, device=args.device,
                   keep=keep, store=args.store, chunk_size=args.chunk_size,
                   scheduler=args.scheduler, dask=args.dask, workers=args.workers,
-                  progress=not args.no_progress)
+                  progress=not args.no_progress,
+                  **({} if args.max_points is None else {"max_points": args.max_points}))
     except (ParameterError, BackendError, LoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

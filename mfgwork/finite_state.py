@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -11,7 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from .core.errors import ConvergenceWarning, ParameterError, check_int
+from .core import memory
+from .core.backend import get_backend
+from .core.errors import MAX_COUNT, ConvergenceWarning, ParameterError, check_int
 from .core.storage import provenance, write_json
 from .numerics.attendance_newton import AttendanceNewton
 from .numerics.finite_state import TwoStateScheme
@@ -128,10 +131,11 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
     if not isinstance(problem, TwoStateElFarol):
         raise ParameterError(f"problem={problem!r} is invalid: must be an "
                              "mfgwork.TwoStateElFarol")
-    nt = check_int("nt", nt, low=1)
+    nt = check_int("nt", nt, low=1, high=MAX_COUNT)
     tol, max_iter = check_stopping(tol, max_iter)
     warmup = check_int("warmup", warmup, low=0)
     scheme = make_scheme(iteration)
+    check_size(problem, nt, scheme)
     dt = check_time_step(problem, nt)
     t = problem.time_levels(nt)
     sweeps = TwoStateScheme(nt, dt, problem.switching_cost)
@@ -158,6 +162,21 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
                           observables=observables, summary=problem.summary(t, observables),
                           plateau=problem.plateau, stopped=out.reason,
                           evaluations=out.evaluations, gap=out.gap)
+
+
+def check_size(problem: TwoStateElFarol, nt: int, scheme: IterationScheme) -> int:
+    """Bytes of a two-state solve on ``nt`` steps, refused before any work when they do not
+    fit (blaming the Anderson depth beyond its default, else nt), or when the step
+    dt = T/nt is not a normal float64 number."""
+    dt = problem.T / nt
+    if not sys.float_info.min <= dt < math.inf:
+        raise ParameterError(f"dt = T/nt = {dt!r} is out of the range of float64 (T="
+                             f"{problem.T!r}, nt={nt}): use fewer time steps nt")
+    depth = getattr(scheme, "depth", 0)
+    base = memory.two_state_bytes(nt, min(depth, 5))
+    return memory.check_parts({"nt": base, "the Anderson depth":
+                               memory.two_state_bytes(nt, depth) - base},
+                              get_backend("numpy"), what=f"a two-state solve with nt={nt}")
 
 
 def time_to_level(t: Any, values: Any, level: float, tol: float) -> float | None:

@@ -14,7 +14,7 @@ import numpy.typing as npt
 from .core import memory
 from .core.backend import BACKENDS, Backend, get_backend, to_numpy
 from .core.compiling import check_compile_steps
-from .core.errors import ParameterError, check_choice
+from .core.errors import ParameterError, check_choice, check_flag
 from .numerics.fdm.sweeps import FiniteDifferences
 from .numerics.fdm.warmup import compile_kernels
 from .numerics.iteration import (
@@ -36,6 +36,7 @@ from .results import Result
 
 METHODS = ("fdm", "particles")
 NEWTON_MEMORY = 2**29  # bytes: the tangent sweeps of grids up to about 400 × 400
+DEFAULT_DEPTH = 5  # Anderson's default depth: a larger one is blamed for what it adds
 
 
 def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm",
@@ -108,6 +109,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     tol, max_iter = check_stopping(tol, max_iter)
     scheme = make_scheme(iteration)
     check_compile_steps(compile_steps)
+    check_flag("progress", progress, optional=True)
     backend, device, placed = _place(problem, method, n_particles, nx, nt, backend, device)
     be = get_backend(backend, device, dtype)
     _check_size([problem], grid, be, scheme, max_memory)
@@ -161,7 +163,11 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     result's ``params["placement"]``. On NumPy the problems are solved one
     after the other by :func:`solve`. Returns one :class:`Result` per problem (sharing the
     batch's history and timings). ``max_memory``: as for :func:`solve`, for the whole
-    batch.
+    batch. Problems whose couplings differ in kind (e.g. Santa Fe, which iterates on the
+    attendance path, and a generic problem, which iterates on the density) cannot share
+    one batched iteration: on torch they are solved as one batch per kind, one batch after
+    the other, each with its own history and timings; results keep the order of
+    ``problems``.
     """
     started = time.perf_counter()
     problems = _check_batch(problems)
@@ -169,6 +175,7 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     tol, max_iter = check_stopping(tol, max_iter)
     scheme = make_scheme(iteration)
     check_compile_steps(compile_steps)
+    check_flag("progress", progress, optional=True)
     backend, device, placed = _place(problems, "fdm", None, nx, nt, backend, device)
     backend = _cpu_batch_on_numpy(backend, device, placed)
     be = get_backend(backend, device, dtype)
@@ -182,6 +189,18 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
             res.params |= placed
         return results
     _check_size(problems, grid, be, scheme, max_memory, batch=len(problems))
+    groups = _coupling_groups(problems, grid, be)
+    if len(groups) > 1:
+        results: list[Any] = [None] * len(problems)
+        for group in groups:
+            solved = solve_batch([problems[i] for i in group], nx=nx, nt=nt, backend=be,
+                                 tol=tol, max_iter=max_iter, iteration=iteration,
+                                 progress=progress, compile_steps=compile_steps,
+                                 max_memory=max_memory)
+            for i, res in zip(group, solved, strict=True):
+                res.params |= placed
+                results[i] = res
+        return results
     tol = _reachable_tol(tol, be)
     xp = be.xp
     m0 = xp.stack([p.initial_density(grid, be) for p in problems])
@@ -275,9 +294,9 @@ def _place(problems: Any, method: str, n_particles: int | None, nx: int, nt: int
            backend: str | Backend, device: str) -> tuple[str | Backend, str, dict[str, Any]]:
     """(backend, device, params entry): with ``device="auto"`` (and a backend given by name)
     the choice of :func:`mfgwork.placement`, recorded as ``params["placement"]``."""
-    if device != "auto" or isinstance(backend, Backend):
+    if not isinstance(device, str) or device != "auto" or isinstance(backend, Backend):
         return backend, device, {}
-    if backend not in BACKENDS:
+    if not isinstance(backend, str) or backend not in BACKENDS:
         return backend, device, {}   # get_backend names the error
     chosen = placement(problems, method, n_particles=n_particles, nx=nx, nt=nt,
                        backend=backend)
@@ -311,18 +330,27 @@ def _check_size(problems: Sequence[MFGProblem], grid: Any, be: Backend,
                 scheme: IterationScheme, max_memory: object, batch: int = 1) -> None:
     """The memory estimate and the scales (h, Δt, ν, ν Δt / h²) of every problem, before
     any allocation on the grid."""
-    itemsize = np.dtype(be.dtype).itemsize
-    size = max(p.coupling_size(grid.nx, grid.nt) for p in problems)
-    need = memory.fdm_bytes(grid.nx, grid.nt, itemsize, size, getattr(scheme, "depth", 0),
-                            batch)
-    what = (f"a solve on an nx={grid.nx} x nt={grid.nt} grid" if batch == 1 else
-            f"a batch of {batch} solves on an nx={grid.nx} x nt={grid.nt} grid")
-    memory.check_fits(need, be, what=what, max_memory=max_memory,
-                      change="use fewer points nx or time steps nt"
-                             + (", or a smaller batch" if batch > 1 else "")
-                             + " (or raise max_memory)")
+    check_fdm_size(grid, be, scheme, [p.coupling_size(grid.nx, grid.nt) for p in problems],
+                   max_memory, batch)
     for p in problems:
-        grid.check_scales(p.sigma)
+        grid.check_scales(p.sigma, be.dtype)
+
+
+def check_fdm_size(grid: Any, be: Backend, scheme: IterationScheme, sizes: Sequence[int],
+                   max_memory: object, batch: int = 1, what: str = "") -> int:
+    """Bytes of a finite-difference solve of ``batch`` problems whose coupling states hold
+    ``sizes`` values, refused (:func:`mfgwork.core.memory.check_parts`) when they do not
+    fit: blaming the Anderson ``depth`` beyond its default, else the grid (and batch)."""
+    itemsize = np.dtype(be.dtype).itemsize
+    depth = getattr(scheme, "depth", 0)
+    size = max(sizes)
+    base = memory.fdm_bytes(grid.nx, grid.nt, itemsize, size, min(depth, DEFAULT_DEPTH), batch)
+    extra = memory.fdm_bytes(grid.nx, grid.nt, itemsize, size, depth, batch) - base
+    what = what or (f"a solve on an nx={grid.nx} x nt={grid.nt} grid" if batch == 1 else
+                    f"a batch of {batch} solves on an nx={grid.nx} x nt={grid.nt} grid")
+    grid_key = "nx, nt" if batch == 1 else "nx, nt or the batch size"
+    return memory.check_parts({grid_key: base, "the Anderson depth": extra}, be, what=what,
+                              max_memory=max_memory)
 
 
 def _reachable_tol(tol: float, be: Backend) -> float:
@@ -366,6 +394,15 @@ def _check_batch(problems: Sequence[MFGProblem]) -> list[MFGProblem]:
                     f"problems[{i}].{name}={getattr(p, name)!r} is invalid: a batch shares one "
                     f"grid, so it must equal problems[0].{name}={getattr(problems[0], name)!r}")
     return problems
+
+
+def _coupling_groups(problems: Sequence[MFGProblem], grid: Any, be: Backend
+                     ) -> list[list[int]]:
+    """Indices of ``problems`` grouped by the kind of their coupling, in first-seen order."""
+    groups: dict[type, list[int]] = {}
+    for i, p in enumerate(problems):
+        groups.setdefault(type(p.coupling(grid, be)), []).append(i)
+    return list(groups.values())
 
 
 def _on_host(solve_hjb: Any, be: Backend) -> Any:

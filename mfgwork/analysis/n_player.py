@@ -31,14 +31,22 @@ from typing import Any
 
 import numpy as np
 
+from ..core import memory
 from ..core.backend import Backend, get_backend, to_numpy
-from ..core.errors import ParameterError, check_int
+from ..core.errors import MAX_COUNT, ParameterError, check_flag, check_int
 from ..numerics.fdm.policy import evaluate_policy
 from ..numerics.fdm.sweeps import FiniteDifferences
-from ..numerics.particles.counting import count_above
+from ..numerics.particles.counting import CHUNK_PARTICLES, count_above
+from ..numerics.particles.memory import estimate_bytes as particle_bytes
 from ..numerics.particles.solver import fresh_seed
 from ..problems.santa_fe import AttendanceCoupling, SantaFeBar
 from ..results import Result
+
+#: Float64 values per sample and time level besides the simulation: counts, A_N, |A_N − A|.
+PATH_ARRAYS = 3
+#: Float64 values per sample and grid node of the gaps: the running costs F, the policy
+#: values of every level and their stacked copy, with margin.
+GAP_ARRAYS = 4
 
 
 @dataclass
@@ -139,12 +147,12 @@ def n_player(problem: SantaFeBar, result: Result, n_players: int, n_samples: int
     """
     started = time.perf_counter()
     grid = _check(problem, result)
-    n_players = check_int("n_players", n_players, low=1)
-    n_samples = check_int("n_samples", n_samples, low=2)
+    n_players = check_int("n_players", n_players, low=1, high=MAX_COUNT)
+    n_samples = check_int("n_samples", n_samples, low=2, high=MAX_COUNT)
     seed = fresh_seed() if seed is None else check_int("seed", seed, low=0)
-    if not isinstance(gap, bool):
-        raise ParameterError(f"gap={gap!r} is invalid: must be True or False")
+    check_flag("gap", gap)
     be = get_backend(backend, device, dtype)
+    check_size(grid, be, n_players, n_samples, gap)
     host = get_backend("numpy")
     U = np.asarray(to_numpy(result.U), dtype=np.float64)
     m0 = problem.initial_density(grid, host)
@@ -178,8 +186,33 @@ def _check(problem: SantaFeBar, result: Result) -> Any:
     if mismatch:
         raise ParameterError(f"result does not solve problem: parameters differ "
                              f"(problem, result): {mismatch}")
+    for name in ("U", "M", "attendance"):
+        values = np.asarray(to_numpy(getattr(result, name)))
+        if values.dtype.kind not in "biuf" or not np.isfinite(values).all():
+            raise ParameterError(f"result.{name} holds non-finite or non-real values: the "
+                                 "result is not an equilibrium to simulate; solve the problem "
+                                 "again (res.converged and res.residual say how it ended)")
     nt, nx = np.shape(to_numpy(result.U))
     return problem.grid(nx, nt - 1)
+
+
+def check_size(grid: Any, be: Backend, n_players: int, n_samples: int, gap: bool) -> int:
+    """Bytes of :func:`n_player`, refused before any work when they do not fit
+    (:func:`mfgwork.core.memory.check_parts`): the agents simulated at once (one sample on
+    NumPy, up to :data:`CHUNK_PARTICLES` agents of several samples on torch) grow with
+    ``n_players``; the counts and paths per sample, and with ``gap`` its running costs and
+    policy values on the grid, with ``n_samples``."""
+    itemsize = 4 if be.dtype == "float32" else 8
+    in_flight = n_players * (1 if be.name == "numpy" else
+                             max(1, min(n_samples, CHUNK_PARTICLES // n_players)))
+    per_sample = PATH_ARRAYS * 8 * (grid.nt + 1)
+    if gap:
+        per_sample += GAP_ARRAYS * 8 * (grid.nt + 1) * grid.nx
+    return memory.check_parts(
+        {"n_players": particle_bytes(in_flight, grid.nx, grid.nt, itemsize),
+         "n_samples": n_samples * per_sample}, be,
+        what=f"simulating {n_samples} samples of {n_players} players on an nx={grid.nx} x "
+             f"nt={grid.nt} grid" + (" with their gaps" if gap else ""))
 
 
 def _gaps(problem: SantaFeBar, grid: Any, host: Backend, U: np.ndarray, m0: np.ndarray,
@@ -203,6 +236,7 @@ def n_player_study(problem: SantaFeBar, result: Result, sizes: Sequence[int],
     """
     if not isinstance(sizes, (list, tuple)) or not sizes:
         raise ParameterError(f"sizes={sizes!r} is invalid: must be a non-empty list of N")
+    check_flag("progress", progress, optional=True)
     from tqdm.auto import tqdm
 
     bar = tqdm(sizes, desc="N patrons", unit="N", leave=False, disable=progress is False,

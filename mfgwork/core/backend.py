@@ -86,6 +86,9 @@ def _normalize_dtype(dtype: object) -> str | None:
     ``float`` are float64, "single" and "f4" float32, ...) or as a torch dtype."""
     if dtype is None:
         return None
+    if isinstance(dtype, bool | int | float | complex | np.number | np.ndarray):
+        raise BackendError(f"dtype={dtype!r:.80} is not supported: must be None, 'float32' "
+                           "or 'float64' (a name or a NumPy/torch dtype, not a number)")
     text = str(dtype)
     try:
         name = np.dtype(text[len("torch."):] if text.startswith("torch.") else dtype).name
@@ -244,8 +247,8 @@ def get_backend(backend: str = "numpy", device: str = "cpu", dtype: object = Non
     """
     if isinstance(backend, Backend):
         return backend
-    if backend not in BACKENDS:
-        raise BackendError(f"backend={backend!r} is unknown: must be one of {BACKENDS}. "
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise BackendError(f"backend={backend!r:.80} is unknown: must be one of {BACKENDS}. "
                            f"Available here: {_describe_available()}")
     dt = _normalize_dtype(dtype)
     dev = _resolve_device(backend, device)

@@ -24,7 +24,8 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 
 def check_compile_steps(value: object) -> bool | str:
     """``compile_steps`` if it is True, False, "auto" or a ``torch.compile`` mode name."""
-    if value is True or value is False or value == "auto" or value in COMPILE_MODES:
+    if value is True or value is False or (isinstance(value, str) and (
+            value == "auto" or value in COMPILE_MODES)):
         return value  # type: ignore[return-value]
     raise ParameterError(f"compile_steps={value!r} is invalid: must be True, False, 'auto' or "
                          f"a torch.compile mode ({', '.join(map(repr, COMPILE_MODES))})")

@@ -5,6 +5,10 @@ from __future__ import annotations
 import math
 from numbers import Integral, Real
 
+#: Largest count (grid points, particles, players, samples) accepted: the integers float64
+#: holds exactly, far beyond any memory.
+MAX_COUNT = 2**53
+
 
 class ParameterError(ValueError):
     """A parameter has the wrong type or a value outside its allowed range."""
@@ -33,7 +37,7 @@ class ConvergenceWarning(UserWarning):
 
 def _describe(value: object) -> str:
     plain = isinstance(value, Real) and not isinstance(value, bool)
-    return repr(value) if plain else f"{value!r} ({type(value).__name__})"
+    return _short(value) if plain else f"{_short(value)} ({type(value).__name__})"
 
 
 def check_real(name: str, value: object, *, low: float | None = None,
@@ -48,7 +52,11 @@ def check_real(name: str, value: object, *, low: float | None = None,
     allowed = "a finite real number" + (" " + " and ".join(bounds) if bounds else "")
     if isinstance(value, bool) or not isinstance(value, Real):
         raise ParameterError(f"{name}={_describe(value)} is invalid: must be {allowed}")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an integer beyond the range of float64
+        raise ParameterError(f"{name}={_short(value)} is invalid: must be {allowed} "
+                             "(it is beyond the range of float64)") from None
     ok = math.isfinite(v)
     if ok and low is not None:
         ok = v > low if low_open else v >= low
@@ -59,23 +67,40 @@ def check_real(name: str, value: object, *, low: float | None = None,
     return v
 
 
-def check_int(name: str, value: object, *, low: int) -> int:
-    """Return ``value`` as an int if it is an integer ``>= low``."""
+def check_int(name: str, value: object, *, low: int, high: int | None = None) -> int:
+    """Return ``value`` as an int if it is an integer ``>= low`` (and ``<= high``)."""
+    allowed = f"an integer >= {low}" + (f" and <= {high}" if high is not None else "")
     if isinstance(value, bool) or not isinstance(value, Integral):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         else:
-            raise ParameterError(
-                f"{name}={_describe(value)} is invalid: must be an integer >= {low}")
-    if value < low:
-        raise ParameterError(f"{name}={value!r} is invalid: must be an integer >= {low}")
+            raise ParameterError(f"{name}={_describe(value)} is invalid: must be {allowed}")
+    if value < low or (high is not None and value > high):
+        raise ParameterError(f"{name}={_short(value)} is invalid: must be {allowed}")
     return int(value)
+
+
+def check_flag(name: str, value: object, *, optional: bool = False) -> bool | None:
+    """Return ``value`` if it is True or False (or None when ``optional``)."""
+    if value is True or value is False or (optional and value is None):
+        return value
+    allowed = "True, False or None" if optional else "True or False"
+    raise ParameterError(f"{name}={_describe(value)} is invalid: must be {allowed}")
+
+
+def _short(value: object) -> str:
+    """``repr(value)``, shortened for huge integers."""
+    text = repr(value)
+    if len(text) <= 60:
+        return text
+    return f"{text[:12]}...({len(text)} digits)" if isinstance(value, int) else text[:57] + "..."
 
 
 def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     """Return ``value`` if it is one of ``choices``."""
     if not isinstance(value, str) or value not in choices:
-        raise ParameterError(
-            f"{name}={value!r} is invalid: must be one of {', '.join(map(repr, choices))}")
+        shown = repr(value) if isinstance(value, str) else _describe(value)
+        raise ParameterError(f"{name}={shown} is invalid: must be one of "
+                             f"{', '.join(map(repr, choices))}")
     return value
 

@@ -11,12 +11,17 @@ from functools import cached_property
 
 import numpy as np
 
-from .errors import ParameterError, check_int, check_real
+from .errors import MAX_COUNT, ParameterError, check_int, check_real
 
 #: Largest diffusion number ν Δt / h² accepted: the implicit FP step conserves mass up to
 #: about ε·r (measured: 6e-11 at r = 5e4, 2e-9 at r = 5e6 in float64), so beyond this the
 #: mass error leaves round-off.
 MAX_DIFFUSION_NUMBER = 1e5
+#: Smallest space step accepted relative to the largest |x| of the domain: below it the
+#: positions x_i carry relative errors above about 1e-6 in h (float64 round-off 2.2e-16).
+MIN_RELATIVE_STEP = 2.2e-10
+#: Largest nx or nt accepted.
+MAX_POINTS = MAX_COUNT
 
 
 @dataclass(frozen=True)
@@ -28,30 +33,47 @@ class Grid:
     nt: int
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "nx", check_int("nx", self.nx, low=3))
-        object.__setattr__(self, "nt", check_int("nt", self.nt, low=1))
+        object.__setattr__(self, "nx", check_int("nx", self.nx, low=3, high=MAX_POINTS))
+        object.__setattr__(self, "nt", check_int("nt", self.nt, low=1, high=MAX_POINTS))
         check_real("T", self.T, low=0.0)
         check_real("x_min", self.x_min)
         check_real("x_max", self.x_max, low=float(self.x_min))
 
-    def check_scales(self, sigma: float) -> float:
+    def check_scales(self, sigma: float, dtype: str = "float64") -> float:
         """Check the quantities the scheme is built from, before any work: h, Δt, ν = σ²/2
-        finite and > 0 in float64, and the diffusion number r = ν Δt / h² at most
-        :data:`MAX_DIFFUSION_NUMBER`. Returns r; a :class:`ParameterError` names what to
-        change."""
+        finite, > 0 and normal (not denormal) in float64 and in ``dtype``; h resolved next to
+        the coordinates (grid points that differ by more than round-off, h at least
+        :data:`MIN_RELATIVE_STEP` times the largest |x|); and the diffusion number
+        r = ν Δt / h² at most :data:`MAX_DIFFUSION_NUMBER`. Returns r; a
+        :class:`ParameterError` names what to change."""
         setting = (f"x_min={self.x_min!r}, x_max={self.x_max!r}, T={self.T!r}, "
                    f"sigma={sigma!r}, nx={self.nx}, nt={self.nt}")
         with np.errstate(all="ignore"):
             h, dt = np.float64(self.x_max) - np.float64(self.x_min), np.float64(self.T)
             h, dt = h / (self.nx - 1), dt / self.nt
             nu = np.float64(sigma) ** 2 / 2
-            r = nu * dt / (h * h)
+            hh = h * h
+            r = nu * dt / hh
+        info = np.finfo(np.float64 if dtype == "float64" else np.float32)
         for name, value, cause in (
                 ("h = (x_max - x_min)/(nx - 1)", h, "x_min, x_max or nx"),
                 ("dt = T/nt", dt, "T or nt"), ("nu = sigma**2/2", nu, "sigma")):
-            if not (np.isfinite(value) and value > 0):
+            if not (np.isfinite(value) and info.tiny <= value <= info.max):
                 raise ParameterError(f"{name} = {float(value)!r} is out of the range of "
-                                     f"float64 ({setting}): change {cause}")
+                                     f"{dtype} (normal numbers {info.tiny:.3g} to "
+                                     f"{info.max:.3g}; {setting}): change {cause}")
+        scale = max(abs(self.x_min), abs(self.x_max))
+        if h < MIN_RELATIVE_STEP * scale:
+            raise ParameterError(
+                f"h = (x_max - x_min)/(nx - 1) = {float(h):.3g} is below {MIN_RELATIVE_STEP:g}"
+                f" times the largest |x| = {scale:.3g} ({setting}): grid points that far from 0"
+                " differ by little more than round-off; shift the domain towards 0 or use "
+                "fewer points nx")
+        if not (np.isfinite(hh) and info.tiny <= r):
+            raise ParameterError(
+                f"the diffusion number nu*dt/h**2 = {float(r):.3g} underflows in {dtype} "
+                f"({setting}): h is far too large for sigma and T; use a smaller domain "
+                "(x_min, x_max) or larger sigma or T")
         if not (np.isfinite(r) and r <= MAX_DIFFUSION_NUMBER):
             raise ParameterError(
                 f"the diffusion number nu*dt/h**2 = {float(r):.3g} is above "

@@ -1,8 +1,13 @@
 """Memory a computation will need, checked against what the device has before it allocates.
 
+The one estimator of every entry point (solves, batches, scans, the two-state game, N-player
+simulations; the particle FP solver adds its per-particle bytes through :func:`limit`).
 Every estimate counts arrays of the working dtype on the space-time grid; the finite-difference
 coefficients below were measured with ``tracemalloc`` (a generic problem with Anderson depth 5
-peaks at 36 arrays of (nt + 1) × nx floats, Santa Fe, whose coupling state is A(t), at 6).
+peaks at 36 arrays of (nt + 1) × nx floats, Santa Fe, whose coupling state is A(t), at 6; the
+two-state game at 62 floats per time step).
+:func:`check_parts` refuses an estimate made of parts, naming the parameter behind the
+largest part, in microseconds: sizes are products of Python integers, never allocated.
 The limit is the free memory of the device (80 % of the host's available memory on the CPU),
 or ``max_memory`` (bytes, or text such as ``"4 GiB"``; default: the environment variable
 ``MFGWORK_MAX_MEMORY``) when that is lower.
@@ -10,8 +15,10 @@ or ``max_memory`` (bytes, or text such as ``"4 GiB"``; default: the environment 
 
 from __future__ import annotations
 
+import math
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from .errors import ParameterError
@@ -21,13 +28,19 @@ ENV_MAX_MEMORY = "MFGWORK_MAX_MEMORY"
 #: Arrays shaped like U held by a finite-difference solve: U, M, their next iterates, the
 #: running cost and the sweeps' level lists.
 FDM_GRID_ARRAYS = 6
+#: Floats per time step of the two-state game besides the Anderson history: U, M, the sweeps'
+#: temporaries and the iterates (measured 62 in all with depth 5, see the module docstring).
+TWO_STATE_LEVEL_FLOATS = 40
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
           "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
           "tib": 2**40}
 
 
 def format_bytes(n: float) -> str:
-    """``n`` bytes in GiB, MiB or KiB, three significant digits."""
+    """``n`` bytes in GiB, MiB or KiB, three significant digits (any size: beyond 10^12
+    GiB as a power of ten)."""
+    if n >= 2**30 * 1e12:
+        return f"10^{len(str(int(n))) - 1} bytes"
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= size:
             return f"{n / size:.3g} {unit}"
@@ -38,8 +51,9 @@ def parse_bytes(name: str, value: object) -> int:
     """A memory size given as bytes (an integer > 0) or text like ``"512 MiB"``, ``"4GB"``."""
     if isinstance(value, str):
         m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", value)
-        if m and m[2].lower() in _UNITS and float(m[1]) > 0:
-            return int(float(m[1]) * _UNITS[m[2].lower()])
+        number = float(m[1]) * _UNITS.get(m[2].lower(), 0) if m else 0.0
+        if m and m[2].lower() in _UNITS and 0 < number < math.inf:
+            return max(1, int(number))
     elif isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
     raise ParameterError(f"{name}={value!r} is invalid: must be a number of bytes > 0 or a "
@@ -99,8 +113,18 @@ def fdm_bytes(nx: int, nt: int, itemsize: int, coupling_size: int, depth: int = 
     state of ``coupling_size`` values, the iterate, its image, Anderson's ``depth + 1``
     past states and residuals with their differences and the mixing temporaries."""
     grid = FDM_GRID_ARRAYS * (nt + 1) * nx
-    state = (4 * depth + 10) * coupling_size
-    return batch * itemsize * (grid + state)
+    return batch * itemsize * grid + anderson_bytes(coupling_size, itemsize, depth, batch)
+
+
+def anderson_bytes(coupling_size: int, itemsize: int, depth: int = 0, batch: int = 1) -> int:
+    """The coupling states of a fixed-point iteration: the iterate, its image, Anderson's
+    ``depth + 1`` past states and residuals with their differences, the mixing temporaries."""
+    return batch * itemsize * (4 * depth + 10) * coupling_size
+
+
+def two_state_bytes(nt: int, depth: int = 0) -> int:
+    """Peak bytes of a two-state solve on ``nt`` steps (float64)."""
+    return 8 * TWO_STATE_LEVEL_FLOATS * (nt + 1) + anderson_bytes(nt, 8, depth)
 
 
 def check_fits(need: int, backend: Any, *, what: str, change: str,
@@ -112,3 +136,19 @@ def check_fits(need: int, backend: Any, *, what: str, change: str,
         raise ParameterError(f"{what} needs about {format_bytes(need)} but {where}: "
                              f"{change}")
     return need
+
+
+def check_parts(parts: Mapping[str, int], backend: Any, *, what: str,
+                max_memory: object = None) -> int:
+    """The sum of ``parts`` (bytes, keyed by the parameters each part grows with) if it fits
+    the limit of :func:`limit`; else :class:`ParameterError` naming the parameters of the
+    largest part first, with every part's size and the limit."""
+    need = sum(parts.values())
+    available, where = limit(backend, max_memory)
+    if available is None or need <= available:
+        return need
+    blame = max(parts, key=lambda k: parts[k])
+    detail = ", ".join(f"{k}: {format_bytes(v)}" for k, v in parts.items() if v)
+    raise ParameterError(f"{blame} too large: {what} needs about {format_bytes(need)} "
+                         f"({detail}) but {where}: lower {blame} (or raise the limit: max_memory "
+                         f"where taken, or ${ENV_MAX_MEMORY})")

@@ -111,6 +111,11 @@ class FictitiousPlay(IterationScheme):
         return {"scheme": "fictitious_play"}
 
 
+#: Largest Anderson depth accepted: each past state costs a copy of the coupling state, and
+#: the least-squares problem of the mixing has depth × depth entries.
+MAX_DEPTH = 1000
+
+
 @dataclass
 class Anderson(IterationScheme):
     """Safeguarded type-II Anderson acceleration (Walker & Ni 2011) with mixing factor β.
@@ -135,7 +140,7 @@ class Anderson(IterationScheme):
     _state: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        self.depth = check_int("depth", self.depth, low=0)
+        self.depth = check_int("depth", self.depth, low=0, high=MAX_DEPTH)
         self.mixing = check_real("mixing", self.mixing, low=0.0, high=1.0, high_open=False)
         self.regularization = check_real("regularization", self.regularization, low=0.0,
                                          low_open=False)
@@ -208,8 +213,10 @@ SCHEMES = {"anderson": Anderson, "relaxation": Relaxation, "fictitious_play": Fi
 
 
 def check_stopping(tol: object, max_iter: object) -> tuple[float, int]:
-    """``tol`` (> 0) and ``max_iter`` (≥ 1) checked: the stopping options of every solve."""
-    return check_real("tol", tol, low=0.0), check_int("max_iter", max_iter, low=1)
+    """``tol`` (> 0 and ≤ 1: a relative residual) and ``max_iter`` (≥ 1) checked: the
+    stopping options of every solve."""
+    return (check_real("tol", tol, low=0.0, high=1.0, high_open=False),
+            check_int("max_iter", max_iter, low=1))
 
 
 def make_scheme(iteration: str | IterationScheme | None) -> IterationScheme:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..core.backend import Backend, to_numpy
-from ..core.errors import ParameterError, check_real
+from ..core.errors import ParameterError, SolverError, check_real
 from ..core.grid import Grid
 
 ArrayFn = Callable[..., Any]
@@ -49,6 +49,9 @@ class MFGProblem:
         check_real("x_max", self.x_max, low=float(self.x_min))
         check_real("T", self.T, low=0.0)
         check_real("sigma", self.sigma, low=0.0)
+        if not isinstance(self.name, str) or not self.name:
+            raise ParameterError(f"name={self.name!r:.80} is invalid: must be a non-empty "
+                                 "string")
         for name in ("m0", "g", "f"):
             if not callable(getattr(self, name)):
                 raise ParameterError(f"{name}={getattr(self, name)!r} is invalid: must be a "
@@ -212,7 +215,8 @@ class DensityCoupling(Coupling):
 
     def running_cost(self, z: Any) -> Any:
         """F[n] = f(t_{n+1}, x, m^{n+1}); every value of the first call is checked (array,
-        shape, real, finite) and cast to the working dtype; later calls are cast."""
+        shape, real, finite) and cast to the working dtype; later calls check each row's
+        dtype (real: never cast from complex), and the iteration the finiteness of F."""
         rows = [self._row(n, z[n, :]) for n in range(self.grid.nt)]
         self._checked_once = True
         return self.backend.xp.stack(rows)
@@ -228,6 +232,12 @@ class DensityCoupling(Coupling):
             raise ParameterError(f"f raised {type(exc).__name__} at t={t:.6g}: {exc}") from exc
         if not hasattr(r, "shape"):
             r = np.asarray(r)
+        kind = str(r.dtype)
+        if not kind.removeprefix("torch.").startswith(("float", "int", "uint", "bool")):
+            what = "complex values" if "complex" in kind else f"values of dtype {kind}"
+            raise SolverError(f"f returned {what} at t={t:.6g} during the Picard iteration "
+                              "(its first call returned real numbers): it must return real "
+                              f"numbers, an array of floats shaped like x, ({self.grid.nx},)")
         if r.ndim == 0:
             return self.backend.asarray(np.full(self.grid.nx, float(r)))
         if tuple(r.shape) != (self.grid.nx,):

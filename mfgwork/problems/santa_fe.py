@@ -23,6 +23,12 @@ from ..core.errors import ParameterError, check_real
 from ..core.grid import Grid
 from .base import Coupling, MFGProblem, ScalarPotential
 
+#: Largest |good|, |bad| accepted: the payoff times T is the scale of u, whose gradient the
+#: Hamiltonian squares; far beyond it the HJB Newton steps lose float64 precision (they fail
+#: at 1e100) long before the numbers overflow.
+MAX_PAYOFF = 1e12
+#: Largest θ_max accepted: m0 ∝ exp(−θ²/2) needs θ² finite in float64.
+MAX_THETA = 1e150
 DEFAULTS = {"threshold": 0.6, "sigma": 0.5, "T": 10.0, "theta_max": 5.0, "good": 10.0,
             "bad": -5.0, "eps": 0.05}
 
@@ -58,10 +64,11 @@ class SantaFeBar(MFGProblem):
                  theta_max: float = 5.0, good: float = 10.0, bad: float = -5.0,
                  eps: float = 0.05) -> None:
         values = {"threshold": check_real("threshold", threshold, low=0.0, high=1.0),
-                  "theta_max": check_real("theta_max", theta_max, low=0.0),
+                  "theta_max": check_real("theta_max", theta_max, low=0.0, high=MAX_THETA,
+                                          high_open=False),
                   "eps": check_real("eps", eps, low=0.0),
-                  "good": check_real("good", good),
-                  "bad": check_real("bad", bad)}
+                  "good": check_payoff("good", good),
+                  "bad": check_payoff("bad", bad)}
         if values["good"] < values["bad"]:
             raise ParameterError(f"good={good!r} is invalid: must be >= bad={bad!r} (the payoff "
                                  "of an uncrowded bar cannot be below that of a crowded one)")
@@ -114,6 +121,12 @@ class SantaFeBar(MFGProblem):
                 "min_attendance": float(np.min(A)),
                 "time_overcrowded": float(np.sum(0.5 * (over[1:] + over[:-1]) * np.diff(grid.t))),
                 "final_mean_preference": float(observables["mean_state"][-1])}
+
+
+def check_payoff(name: str, value: object) -> float:
+    """A payoff (``good`` or ``bad``): a finite real number with |value| <= MAX_PAYOFF."""
+    return check_real(name, value, low=-MAX_PAYOFF, high=MAX_PAYOFF, low_open=False,
+                      high_open=False)
 
 
 @lru_cache(maxsize=16)

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..core.errors import ParameterError, check_int, check_real
 from .base import Coupling
-from .santa_fe import logistic
+from .santa_fe import check_payoff, logistic
 
 STATES = ("home", "bar")
 
@@ -52,7 +52,7 @@ class TwoStateElFarol:
         check_real("switching_cost", self.switching_cost, low=0.0)
         check_real("attendance0", self.attendance0, low=0.0, high=1.0, low_open=False,
                    high_open=False)
-        good, bad = check_real("good", self.good), check_real("bad", self.bad)
+        good, bad = check_payoff("good", self.good), check_payoff("bad", self.bad)
         if good < bad:
             raise ParameterError(f"good={good!r} is invalid: must be >= bad={bad!r} (the "
                                  "payoff of an uncrowded bar cannot be below that of a "

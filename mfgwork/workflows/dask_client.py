@@ -25,5 +25,10 @@ def dask_client(workers: int, scheduler: str | None) -> Iterator[tuple[Any, Any]
                 dashboard_address=None))
             client = stack.enter_context(Client(cluster))
         else:
-            client = stack.enter_context(Client(scheduler))
+            try:
+                client = stack.enter_context(Client(scheduler))
+            except (ValueError, TypeError, OSError, TimeoutError) as exc:
+                raise ParameterError(f"scheduler={scheduler!r} cannot be reached: "
+                                     f"{type(exc).__name__}: {exc}; give the address of a "
+                                     "running Dask scheduler, e.g. 'tcp://host:8786'") from None
         yield client, as_completed

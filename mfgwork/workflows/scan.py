@@ -49,17 +49,20 @@ import numpy as np
 
 from ..core import storage
 from ..core.backend import Backend, get_backend, to_numpy
-from ..core.errors import LoadError, ParameterError, check_int
+from ..core.errors import LoadError, ParameterError, check_flag, check_int
 from ..problems import MFGProblem
 from ..results import provenance
 from .dask_client import dask_client
 from .scan_check import DIGEST, DONE, Damage, check_store
 from .scan_plan import (
     FIELDS,
+    MAX_POINTS,
     PROBLEMS,
     SOLVE_OPTIONS,
     ScanPlan,
     as_json_value,
+    check_points,
+    check_size,
     factory_name,
     make_plan,
     resolve_problem,
@@ -183,7 +186,7 @@ def scan(problem: Callable[..., MFGProblem] | str, grid: str | os.PathLike | Map
          backend: str | None = None, iteration: Any = None, keep: Sequence[str] = FIELDS,
          store: str | os.PathLike | None = None, chunk_size: int | None = None,
          scheduler: str | None = None, dask: bool = False, workers: int | None = None,
-         progress: bool = True) -> Any:
+         progress: bool = True, max_points: int = MAX_POINTS) -> Any:
     """Solve ``problem`` at every point of ``grid``; return an ``xarray.Dataset``.
 
     ``problem``: a problem class or factory called with each point's parameters (e.g.
@@ -198,16 +201,21 @@ def scan(problem: Callable[..., MFGProblem] | str, grid: str | os.PathLike | Map
     the returned Dataset is the store opened lazily. ``chunk_size``: points per block
     (default: sized to the device's memory; a resumed store keeps its own). ``scheduler`` /
     ``dask``/``workers``: solve blocks on a Dask cluster. Bad names, values and grids raise
-    :class:`~mfgwork.ParameterError` before any solve.
+    :class:`~mfgwork.ParameterError` before any solve, as do grids of more than
+    ``max_points`` points (counted before any axis is expanded) and scans whose point, or
+    whose Dataset when there is no store, does not fit in memory.
     """
     options = {"nx": nx, "nt": nt, "tol": tol, "max_iter": max_iter, "dtype": dtype,
                "backend": backend, "iteration": iteration}
-    if workers is not None:
-        workers = check_int("workers", workers, low=1)
+    workers = _check_options(store, device, scheduler, dask, workers, progress)
     if store is not None:
         check_store_target(store)
-    plan = make_plan(problem, grid, fixed, options, keep)
+    if chunk_size is not None:
+        chunk_size = check_int("chunk_size", chunk_size, low=1)
+    plan = make_plan(problem, grid, fixed, options, keep, max_points, build_points=False)
     be = placement(device, backend, dtype)
+    check_size(plan, be, in_memory=store is None)
+    check_points(plan)
     layout = make_layout(plan, be)
     n_points = int(np.prod(plan.shape))
     if chunk_size is None:
@@ -249,6 +257,24 @@ def resolving(path: Path, layout: Layout, damaged: list[Damage]) -> str:
                       f"{d.reason}" for d in damaged[:3])
     return (f"store={str(path)!r}: solving {len(damaged)} finished block(s) again whose "
             f"stored data is missing or damaged: {shown}" + (" …" if len(damaged) > 3 else ""))
+
+
+def _check_options(store: Any, device: Any, scheduler: Any, dask: Any, workers: Any,
+                   progress: Any) -> int | None:
+    """The types of the options that say where and how a scan runs; returns ``workers``."""
+    if store is not None and not isinstance(store, str | os.PathLike):
+        raise ParameterError(f"store={store!r:.80} ({type(store).__name__}) is invalid: must "
+                             "be None or a path (a folder for the zarr store)")
+    if scheduler is not None and not isinstance(scheduler, str):
+        raise ParameterError(f"scheduler={scheduler!r:.80} ({type(scheduler).__name__}) is "
+                             "invalid: must be None or a Dask scheduler address such as "
+                             "'tcp://host:8786'")
+    if not isinstance(device, str):
+        raise ParameterError(f"device={device!r:.80} ({type(device).__name__}) is invalid: "
+                             "must be 'auto', 'cpu', 'cuda' or 'mps'")
+    check_flag("dask", dask)
+    check_flag("progress", progress)
+    return None if workers is None else check_int("workers", workers, low=1)
 
 
 def _run(tasks: list[Task], scheduler: str | None, dask: bool, workers: int | None,

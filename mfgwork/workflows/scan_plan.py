@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ..core import memory
+from ..core.backend import Backend, get_backend
 from ..core.errors import ParameterError, check_int
+from ..core.grid import MAX_POINTS as MAX_GRID
 from ..numerics.iteration import check_stopping
 from ..problems import MFGProblem, SantaFeBar
 from .specs import (
@@ -30,6 +34,11 @@ FIELDS = ("M", "U")
 #: Solver options, with their defaults (the type rule of specs applies to them too).
 SOLVE_OPTIONS: dict[str, Any] = {"nx": 201, "nt": 201, "tol": 1e-8, "max_iter": 200,
                                  "dtype": None, "backend": None, "iteration": None}
+#: Largest number of points a scan plans unless ``max_points`` says otherwise (each point's
+#: problem is built once before any solve).
+MAX_POINTS = 100_000
+#: Float64 values per point and time level besides the fields: observables and margin.
+PATH_VALUES = 8
 
 @dataclass(frozen=True)
 class ScanPlan:
@@ -99,31 +108,57 @@ def as_json_value(v: Any) -> Any:
 
 def make_plan(problem: Callable[..., MFGProblem] | str, grid: Any,
               fixed: Mapping[str, Any] | None, options: Mapping[str, Any],
-              keep: Sequence[str]) -> ScanPlan:
+              keep: Sequence[str], max_points: int = MAX_POINTS,
+              build_points: bool = True) -> ScanPlan:
     """Check everything that can be checked before work and return the plan: the grid
-    against the problem's parameters, the solver options, ``keep``, and every point's
-    problem (constructed once, which validates its parameters, and sharing one domain)."""
+    against the problem's parameters and ``max_points`` (counted before any axis is
+    expanded), the solver options, ``keep``, and (``build_points``; else call
+    :func:`check_points` later, e.g. after :func:`check_size`) every point's problem."""
     factory = resolve_problem(problem)
     declared = signature_parameters(factory)
-    spec = parse_spec(read_spec(grid), fixed, declared, reserved=(),
-                      owner=f"problem {factory_name(factory)}")
-    if not spec.axes:
-        raise SpecError("the grid has no axis to scan: give at least one parameter a list, "
-                        "linspace or range")
-    keep = tuple(keep)
-    for name in keep:
-        if name not in FIELDS:
-            raise ParameterError(f"keep={keep!r} is invalid: may hold only {FIELDS}")
+    max_points = check_int("max_points", max_points, low=1)
     opts = SOLVE_OPTIONS | dict(options)
-    opts["nx"] = check_int("nx", opts["nx"], low=3)
-    opts["nt"] = check_int("nt", opts["nt"], low=1)
+    opts["nx"] = check_int("nx", opts["nx"], low=3, high=MAX_GRID)
+    opts["nt"] = check_int("nt", opts["nt"], low=1, high=MAX_GRID)
     opts["tol"], opts["max_iter"] = check_stopping(opts["tol"], opts["max_iter"])
     from ..numerics.iteration import make_scheme
 
     make_scheme(opts["iteration"])
+    if isinstance(keep, str) or not isinstance(keep, Sequence) or not all(
+            isinstance(k, str) and k in FIELDS for k in keep):
+        raise ParameterError(f"keep={keep!r:.80} is invalid: must be a list or tuple holding "
+                             f"only names of {FIELDS} (e.g. ('M',) or ())")
+    spec = parse_spec(read_spec(grid), fixed, declared, reserved=(),
+                      owner=f"problem {factory_name(factory)}", max_points=max_points)
+    if not spec.axes:
+        raise SpecError("the grid has no axis to scan: give at least one parameter a list, "
+                        "linspace or range")
     plan = ScanPlan(factory, spec, opts, tuple(dict.fromkeys(keep)))
-    _check_points(plan)
+    if build_points:
+        check_points(plan)
     return plan
+
+
+def check_size(plan: ScanPlan, be: Backend, in_memory: bool) -> None:
+    """Refuse, before any solve, a scan whose single point does not fit on ``be`` (as
+    :func:`mfgwork.solve` refuses it) or, with ``in_memory`` (no store), whose fields and
+    paths for every point do not fit in host memory; see :mod:`mfgwork.core.memory`."""
+    from ..numerics.iteration import make_scheme
+    from ..solve import check_fdm_size
+
+    first = plan.problem((0,) * len(plan.shape))
+    grid = first.grid(plan.options["nx"], plan.options["nt"])
+    check_fdm_size(grid, be, make_scheme(plan.options["iteration"]),
+                   [first.coupling_size(grid.nx, grid.nt)], None,
+                   what=f"one point of the scan (nx={grid.nx} x nt={grid.nt})")
+    if not in_memory:
+        return
+    points = math.prod(plan.shape)
+    itemsize = 4 if be.dtype == "float32" else 8
+    per_point = (len(plan.keep) * itemsize * grid.nx + 8 * PATH_VALUES) * (grid.nt + 1)
+    memory.check_parts({"the scan grid's points": points * per_point}, get_backend("numpy"),
+                       what=f"the Dataset of {points} points with fields {plan.keep} on an "
+                            f"nx={grid.nx} x nt={grid.nt} grid (store=None keeps it in memory)")
 
 
 def resolve_problem(problem: Callable[..., MFGProblem] | str) -> Callable[..., MFGProblem]:
@@ -153,7 +188,7 @@ def resolve_problem(problem: Callable[..., MFGProblem] | str) -> Callable[..., M
     return problem
 
 
-def _check_points(plan: ScanPlan) -> None:
+def check_points(plan: ScanPlan) -> None:
     """Construct every point's problem (cheap; validates the values) and check that they share
     the domain and horizon, so the scan has one grid."""
     first = None

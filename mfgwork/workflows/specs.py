@@ -21,6 +21,7 @@ int is accepted (and converted) for a float and an integral float for an int.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import itertools
@@ -94,6 +95,10 @@ def read_spec(source: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
     file must be a readable regular file (see :func:`mfgwork.core.storage.read_bytes`)."""
     if isinstance(source, Mapping):
         return dict(source)
+    if not isinstance(source, str | os.PathLike):
+        raise SpecError(f"grid={source!r:.80} ({type(source).__name__}) is invalid: must be "
+                        "a mapping of parameter names to values, a path to a YAML/JSON file "
+                        "or YAML text")
     import yaml
 
     text, where = str(source), "grid spec"
@@ -152,15 +157,24 @@ def _unique_key_loader() -> type:
 def parse_spec(source: str | os.PathLike | Mapping[str, Any],
                fixed: Mapping[str, Any] | None = None,
                declared: Mapping[str, Any] | None = None, *,
-               reserved: Iterable[str] = RESERVED, owner: str = "the notebook") -> SweepSpec:
+               reserved: Iterable[str] = RESERVED, owner: str = "the notebook",
+               max_points: int | None = None, limit_name: str = "max_points") -> SweepSpec:
     """Parse ``source`` into a :class:`SweepSpec`; ``fixed`` adds parameters shared by every
     point (``-p NAME VALUE``). With ``declared`` (name -> default: a notebook's, from
     :func:`mfgwork.workflows.runs.notebook_parameters`, or a problem's, from
     :func:`signature_parameters`), names must be declared and values must fit the type of
     the defaults (:func:`coerce_parameter`). ``reserved`` names are set per point by the
-    caller and refused; ``owner`` names the declaring side in messages."""
+    caller and refused; ``owner`` names the declaring side in messages. ``max_points``
+    refuses grids with more points (``limit_name`` is the caller's name for it), counted
+    before any axis is expanded. The same values twice on an axis (after the type rule, so
+    ``1`` and ``1.0`` for a float) are refused: every point is a distinct parameter set."""
     reserved = tuple(reserved)
     raw = read_spec(source)
+    if fixed is not None and not isinstance(fixed, Mapping):
+        raise SpecError(f"fixed={fixed!r:.80} ({type(fixed).__name__}) is invalid: must be a "
+                        "mapping of parameter names to values, or None")
+    if max_points is not None:
+        check_count(count_points(raw), max_points, limit_name)
     zips = _zip_groups(raw.pop("zip", None), raw)
     fixed = dict(fixed or {})
     for name in fixed:
@@ -194,9 +208,56 @@ def parse_spec(source: str | os.PathLike | Mapping[str, Any],
         if len(set(lengths.values())) > 1:
             raise SpecError(f"zipped parameters must have lists of equal length, got "
                             f"{', '.join(f'{n}: {k}' for n, k in lengths.items())}")
-        axes.append((group, tuple(zip(*(lists[n] for n in group), strict=True))))
+        values = tuple(zip(*(lists[n] for n in group), strict=True))
+        _check_distinct(group, values)
+        axes.append((group, values))
         seen.update(group)
     return SweepSpec(axes=tuple(axes), fixed=consts)
+
+
+def _check_distinct(group: tuple[str, ...], values: tuple[tuple[Scalar, ...], ...]) -> None:
+    """Refuse an axis that lists the same value (tuple, for a zip group) twice."""
+    keys = [json.dumps(v) for v in values]
+    if len(set(keys)) < len(keys):
+        twice = next(v for k, v in zip(keys, values, strict=True) if keys.count(k) > 1)
+        shown = twice[0] if len(group) == 1 else dict(zip(group, twice, strict=True))
+        raise SpecError(f"parameter {', '.join(map(repr, group))} lists the value {shown!r} "
+                        "more than once (after conversion to the declared type): every point "
+                        "of a grid must be a distinct parameter set")
+
+
+def check_count(planned: int, max_points: int, limit_name: str = "max_points") -> None:
+    """Refuse a grid of more than ``max_points`` points (``limit_name``: its option, whose
+    name after ``max_`` says what a point is: runs, points)."""
+    if planned > max_points:
+        unit = limit_name.removeprefix("max_")
+        raise SpecError(f"the grid spec plans {planned} {unit}, more than {limit_name}="
+                        f"{max_points}: make the grid coarser or split it, or raise "
+                        f"{limit_name}")
+
+
+def count_points(raw: Mapping[str, Any]) -> int:
+    """The number of points a raw spec asks for, read from list lengths and linspace/range
+    arguments without expanding them (malformed entries count 1: the parser reports them);
+    a zip group counts as one axis."""
+    def length(spec: Any) -> int:
+        if isinstance(spec, list):
+            return len(spec)
+        with contextlib.suppress(AttributeError, TypeError, ValueError, ZeroDivisionError,
+                                 OverflowError):
+            (kind, (a, b, n)), = spec.items()
+            if kind == "linspace":
+                return max(1, int(n))
+            if kind == "range":
+                return max(1, math.ceil((b - a) / n))
+        return 1
+
+    zipped = raw.get("zip") if isinstance(raw.get("zip"), list) else []
+    groups = [set(g) for g in zipped if isinstance(g, list)]
+    lengths = {n: length(v) for n, v in raw.items() if n != "zip"}
+    alone = [k for n, k in lengths.items() if not any(n in g for g in groups)]
+    return math.prod(alone) * math.prod(min((lengths.get(n, 1) for n in g), default=1)
+                                        for g in groups)
 
 
 def _zip_groups(spec: Any, raw: Mapping[str, Any]) -> list[tuple[str, ...]]:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import html
-import math
 import os
 import re
 import threading
@@ -41,10 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from ..core import storage
-from ..core.errors import LoadError, ParameterError, check_int
+from ..core.errors import LoadError, ParameterError, check_flag, check_int
 from .dask_client import dask_client
 from .differences import plan_differences
-from .specs import Run, SpecError, parse_spec, read_spec
+from .specs import Run, parse_spec, read_spec
 
 #: Largest number of runs a sweep plans unless ``max_runs`` says otherwise.
 MAX_RUNS = 10_000
@@ -339,6 +338,8 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
 
     workers = check_int("workers", workers if workers is not None else _cores(), low=1)
     max_runs = check_int("max_runs", max_runs, low=1)
+    _check_options(notebook, scheduler, kernel_name, dask=dask, retry_failed=retry_failed,
+                   progress=progress, replan=replan)
     where = Path(notebook).resolve()
     folder = storage.check_target(out_dir, "sweep", legacy=["sweep.json"], forceable=False,
                                   protect={where.parent: f"the folder of the notebook "
@@ -351,13 +352,8 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
                              "has no out_dir (the run folder it writes into)")
     notebook = where
     raw = read_spec(grid)
-    _check_count(_count_runs(raw), max_runs)         # before expanding a huge axis
-    spec = parse_spec(raw, parameters, declared)
-    _check_count(math.prod(len(values) for _, values in spec.axes), max_runs)
+    spec = parse_spec(raw, parameters, declared, max_points=max_runs, limit_name="max_runs")
     runs = spec.runs()
-    names = [r.name for r in runs]
-    if len(set(names)) != len(names):
-        raise SpecError("the grid spec lists the same parameter set more than once")
 
     plan = {"notebook": str(notebook), "spec": dict(raw), "fixed": dict(parameters or {})}
     _check_files(folder)
@@ -399,34 +395,17 @@ def _check_parts(folder: Path) -> None:
                                      f"{want}; remove it or choose another folder")
 
 
-def _check_count(planned: int, max_runs: int) -> None:
-    if planned > max_runs:
-        raise SpecError(f"the grid spec plans {planned} runs, more than max_runs={max_runs}: "
-                        "make the grid coarser or split it, or raise max_runs (--max-runs)")
-
-
-def _count_runs(raw: Mapping[str, Any]) -> int:
-    """The number of runs a raw spec asks for, read from list lengths and linspace/range
-    arguments without expanding them (malformed entries count 1: the parser reports them);
-    a zip group counts as one axis."""
-    def length(spec: Any) -> int:
-        if isinstance(spec, list):
-            return len(spec)
-        with contextlib.suppress(AttributeError, TypeError, ValueError, ZeroDivisionError,
-                                 OverflowError):
-            (kind, (a, b, n)), = spec.items()
-            if kind == "linspace":
-                return max(1, int(n))
-            if kind == "range":
-                return max(1, math.ceil((b - a) / n))
-        return 1
-
-    zipped = raw.get("zip") if isinstance(raw.get("zip"), list) else []
-    groups = [set(g) for g in zipped if isinstance(g, list)]
-    lengths = {n: length(v) for n, v in raw.items() if n != "zip"}
-    alone = [k for n, k in lengths.items() if not any(n in g for g in groups)]
-    return math.prod(alone) * math.prod(min((lengths.get(n, 1) for n in g), default=1)
-                                        for g in groups)
+def _check_options(notebook: Any, scheduler: Any, kernel_name: Any, **flags: Any) -> None:
+    """The types of :func:`sweep`'s options, before anything is read or written."""
+    if not isinstance(notebook, str | os.PathLike):
+        raise ParameterError(f"notebook={notebook!r:.80} ({type(notebook).__name__}) is "
+                             "invalid: must be the path of a notebook (.ipynb)")
+    for name, value in (("scheduler", scheduler), ("kernel_name", kernel_name)):
+        if value is not None and not isinstance(value, str):
+            raise ParameterError(f"{name}={value!r:.80} ({type(value).__name__}) is invalid: "
+                                 "must be None or a string")
+    for name, value in flags.items():
+        check_flag(name, value)
 
 
 def _check_replan(folder: Path, plan: Mapping[str, Any], replan: bool) -> dict[str, Any] | None:

@@ -25,7 +25,7 @@ import numpy as np
 
 from ...core import cuda_graphs
 from ...core.backend import Backend
-from ...core.errors import ParameterError, check_choice, check_int, check_real
+from ...core.errors import MAX_COUNT, ParameterError, check_choice, check_int, check_real
 from ...core.grid import Grid
 from .density import DENSITIES, kde_densities
 from .memory import check_fits
@@ -46,7 +46,7 @@ def default_copies(on_cuda: bool, nx: int, nt: int) -> int:
 def check_particle_args(n_particles: object, seed: object) -> tuple[int, int | None]:
     """Validated (n_particles, seed): an integer >= 1 and None or an integer >= 0."""
     n = check_int("n_particles", DEFAULT_PARTICLES if n_particles is None else n_particles,
-                  low=1)
+                  low=1, high=MAX_COUNT)
     return n, None if seed is None else check_int("seed", seed, low=0)
 
 
