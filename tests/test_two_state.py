@@ -273,8 +273,10 @@ def test_unresolvable_time_step_is_refused_before_work():
                        r"most 1000 .*nt ≥ 4.47e\+15 for this T, or T ≤ 1.12e\+04 for this nt"):
         mw.solve_two_state(problem, nt=50)
     assert time.perf_counter() - started < 0.1
-    huge = mw.TwoStateElFarol(T=1e16, good=1e285, bad=-1e285, switching_cost=1e300)
-    with pytest.raises(mw.ParameterError, match=r"T=1e\+16 is invalid: T·max\|F\|"):
+    with pytest.raises(mw.ParameterError, match=r"good=1e\+285 is invalid"):
+        mw.TwoStateElFarol(T=1e16, good=1e285, bad=-1e285)  # payoffs bounded at construction
+    huge = mw.TwoStateElFarol(T=1e300, good=1e12, bad=-1e12, switching_cost=1e300)
+    with pytest.raises(mw.ParameterError, match=r"T=1e\+300 and nt=10000000 are invalid"):
         mw.solve_two_state(huge, nt=10**7)
     assert mw.solve_two_state(mw.TwoStateElFarol(T=100.0), nt=50).converged  # inside
 
