@@ -13,7 +13,8 @@ import numpy as np
 from .core import memory
 from .core.backend import BACKENDS, Backend, get_backend, to_numpy
 from .core.compiling import check_compile_steps
-from .core.errors import ParameterError, check_choice
+from .core.errors import ConvergenceWarning, ParameterError, check_choice
+from .numerics.batch_newton import BatchNewton, member_potentials
 from .numerics.fdm.sweeps import FiniteDifferences
 from .numerics.iteration import (
     FixedPointResult,
@@ -31,6 +32,7 @@ from .placement import placement
 from .problems import problem_from_params
 from .problems.base import MFGProblem, batch_coupling
 from .results import Result
+from .warm_start import initial_state
 
 METHODS = ("fdm", "particles")
 NEWTON_MEMORY = 2**29  # bytes: the tangent sweeps of grids up to about 400 × 400
@@ -42,7 +44,8 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
           iteration: str | IterationScheme | None = None,
           progress: bool | None = None, n_particles: int | None = None,
           seed: int | None = None, compile_steps: bool | str = "auto",
-          initial: Result | None = None, max_memory: int | str | None = None) -> Result:
+          initial: Result | Any = None, max_memory: int | str | None = None,
+          coarse: bool = True) -> Result:
     """Solve the MFG system of ``problem`` on an ``nx`` × ``nt`` grid.
 
     ``nx`` counts grid points including both walls; ``nt`` time steps give ``nt + 1`` levels.
@@ -106,7 +109,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     tol = _reachable_tol(tol, be)
     if method == "particles":
         tol = _above_noise_floor(tol, n_particles)
-    warm = _warm_start(initial, grid, be)
+    warm = initial_state(initial, [problem], grid, be, batched=False)
 
     m0 = problem.initial_density(grid, be)
     U_T = problem.terminal_cost(grid, be)
@@ -114,16 +117,28 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     fd, hjb, fp, fp_params = _solvers(problem, grid, be, method, n_particles, seed,
                                              compile_steps, max_memory)
     setup = time.perf_counter() - started
-    fallback = _newton_fallback(coupling, iteration, method, grid, problem.nu, be, tol)
-    out = _iterate(coupling, hjb, fp, m0, U_T, grid.nt, be, scheme, tol, max_iter, progress,
-                   batched=False, fallback=fallback, **warm)
+    newton = (_batch_newton([coupling], iteration, grid, [problem], be, tol)
+              if method == "fdm" else None)
+    coarse_iterations = None
+    if newton is not None and coarse and not warm and _refines(grid):
+        start = _coarse_solve(solve, problem, be, tol, max_iter, max_memory)
+        warm = initial_state(start, [problem], grid, be, batched=False)
+        coarse_iterations = start.iterations
+    if newton is not None:
+        out = _run_newton(newton, coupling, hjb, fp, m0, U_T, max_iter, progress,
+                          batched=False, **warm)
+    else:
+        fallback = _newton_fallback(coupling, iteration, method, grid, problem.nu, be, tol)
+        out = _iterate(coupling, hjb, fp, m0, U_T, grid.nt, be, scheme, tol, max_iter,
+                       progress, batched=False, fallback=fallback, **warm)
     fd.check_newton()
     timings = {"setup": setup, **_phase_totals(out.history),
                "total": time.perf_counter() - started}
     settings = {"method": method, "tol": tol, "max_iter": max_iter,
-                "iteration": scheme.describe()} | fp_params | placed
+                "iteration": _describe(scheme, newton)} | fp_params | placed
     return _result(problem, grid, be, out, None, settings, timings,
                    {"newton_iterations": fd.newton_iterations,
+                    **_newton_extra(newton, coarse_iterations),
                     "fdm_kernels": fd.kernels.name,
                     "compiled_steps": fd.compiled_steps})
 
@@ -133,7 +148,9 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
                 tol: float = 1e-8, max_iter: int = 200,
                 iteration: str | IterationScheme | None = None,
                 progress: bool | None = None, compile_steps: bool | str = "auto",
-                max_memory: int | str | None = None) -> list[Result]:
+                max_memory: int | str | None = None,
+                initial: Sequence[Result] | Result | Any = None,
+                coarse: bool = True) -> list[Result]:
     """Solve several problems on one grid as one batched computation (finite differences).
 
     The problems share the domain and T; they may differ in σ and in their couplings (e.g.
@@ -159,29 +176,44 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     if be.name == "numpy":
         _check_size(problems, grid, be, scheme, max_memory, batch=1)
         tol = _reachable_tol(tol, be)
+        starts = _per_member(initial, len(problems))
         results = [solve(p, nx=nx, nt=nt, backend=be, tol=tol, max_iter=max_iter,
-                         iteration=iteration, progress=progress, max_memory=max_memory)
-                   for p in problems]
+                         iteration=iteration, progress=progress, max_memory=max_memory,
+                         initial=start, coarse=coarse)
+                   for p, start in zip(problems, starts, strict=True)]
         for res in results:
             res.params |= placed
         return results
     _check_size(problems, grid, be, scheme, max_memory, batch=len(problems))
     tol = _reachable_tol(tol, be)
+    warm = initial_state(initial, problems, grid, be, batched=True)
     xp = be.xp
     m0 = xp.stack([p.initial_density(grid, be) for p in problems])
     U_T = xp.stack([p.terminal_cost(grid, be) for p in problems])
-    coupling = batch_coupling([p.coupling(grid, be) for p in problems], be)
+    couplings = [p.coupling(grid, be) for p in problems]
+    coupling = batch_coupling(couplings, be)
     fd = FiniteDifferences(grid, np.array([[p.nu] for p in problems]), be,
                            compile_steps=compile_steps)
     setup = time.perf_counter() - started
-    out = _iterate(coupling, fd.solve_hjb, fd.solve_fp, m0, U_T, grid.nt, be, scheme, tol,
-                   max_iter, progress, batched=True)
+    newton = _batch_newton(couplings, iteration, grid, problems, be, tol)
+    coarse_iterations = None
+    if newton is not None and coarse and not warm and _refines(grid):
+        starts = _coarse_solve(solve_batch, problems, be, tol, max_iter, max_memory)
+        warm = initial_state(starts, problems, grid, be, batched=True)
+        coarse_iterations = [r.iterations for r in starts]
+    if newton is not None:
+        out = _run_newton(newton, coupling, fd.solve_hjb, fd.solve_fp, m0, U_T, max_iter,
+                          progress, batched=True, **warm)
+    else:
+        out = _iterate(coupling, fd.solve_hjb, fd.solve_fp, m0, U_T, grid.nt, be, scheme, tol,
+                       max_iter, progress, batched=True, **warm)
     fd.check_newton()
     timings = {"setup": setup, **_phase_totals(out.history),
                "total": time.perf_counter() - started}
     settings = {"method": "fdm", "tol": tol, "max_iter": max_iter,
-                "iteration": scheme.describe(), "batch_size": len(problems)} | placed
+                "iteration": _describe(scheme, newton), "batch_size": len(problems)} | placed
     extra = {"newton_iterations": fd.newton_iterations, "batch_size": len(problems),
+             **_newton_extra(newton, coarse_iterations),
              "fdm_kernels": fd.kernels.name, "compiled_steps": fd.compiled_steps}
     return [_result(p, grid, be, out, b, settings, timings, extra)
             for b, p in enumerate(problems)]
@@ -215,6 +247,69 @@ def _newton_fallback(coupling: Any, iteration: Any, method: str, grid: Any, nu: 
             or be.eps > 1e-10 or 8 * (grid.nt + 1) * grid.nx * grid.nt > NEWTON_MEMORY):
         return None
     return PotentialNewton(potential, grid=grid, nu=nu, backend=be, tol=tol)
+
+
+def _batch_newton(couplings: list[Any], iteration: Any, grid: Any,
+                  problems: Sequence[MFGProblem], be: Backend, tol: float) -> BatchNewton | None:
+    """Newton's method on the coupling state for a batch whose problems all declare a
+    potential, with the default iteration (and, on the CPU, grids whose tangent sweeps fit in
+    ``NEWTON_MEMORY`` bytes per problem; devices compute them in chunks)."""
+    potentials = member_potentials([c.potential() for c in couplings])
+    if (potentials is None or iteration is not None
+            or (not be.is_accelerator
+                and 8 * (grid.nt + 1) * grid.nx * grid.nt > NEWTON_MEMORY)):
+        return None
+    return BatchNewton(potentials, grid=grid, nu=np.array([p.nu for p in problems]),
+                       backend=be, tol=tol)
+
+
+COARSE = 51   # the grid of the first stage of coarse-to-fine solves (nx = nt)
+COARSE_TOL = 1e-5
+
+
+def _refines(grid: Any) -> bool:
+    """Whether a solve on ``grid`` starts from a solve on the COARSE × COARSE grid: when it is
+    at least twice as fine in x and in t."""
+    return min(grid.nx, grid.nt) >= 2 * COARSE
+
+
+def _coarse_solve(solver: Any, problems: Any, be: Backend, tol: float, max_iter: int,
+                  max_memory: object) -> Any:
+    """The first stage of a coarse-to-fine solve (its own ConvergenceWarning silenced: the
+    fine solve reports)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return solver(problems, nx=COARSE, nt=COARSE, backend=be, tol=max(tol, COARSE_TOL),
+                      max_iter=max_iter, progress=False, max_memory=max_memory, coarse=False)
+
+
+def _describe(scheme: IterationScheme, newton: BatchNewton | None) -> dict[str, Any]:
+    if newton is None:
+        return scheme.describe()
+    return {"scheme": "newton", "system": "conjugate gradients (matrix-free)"
+            if newton.backend.kind == "cpu" and not newton.backend.emulate_mps
+            else "Cholesky (batched, tangent Jacobian)", "system_dtype": newton.system_dtype}
+
+
+def _newton_extra(newton: BatchNewton | None, coarse_iterations: Any) -> dict[str, Any]:
+    if newton is None:
+        return {}
+    return {"newton_steps": newton.newton_steps, "krylov_products": newton.products,
+            "coarse_iterations": coarse_iterations}
+
+
+def _run_newton(newton: BatchNewton, coupling: Any, hjb: Any, fp: Any, m0: Any, U_T: Any,
+                max_iter: int, progress: bool | None, batched: bool, **warm: Any
+                ) -> FixedPointResult:
+    bar = _progress_bar(progress, max_iter)
+    try:
+        out = newton.solve(coupling, hjb, fp, m0=m0, U_T=U_T, max_iter=max_iter,
+                           progress=bar, batched=batched, **warm)
+    finally:
+        if bar is not None:
+            bar.close()
+    newton.backend.synchronize()
+    return out
 
 
 def best_response_residual(result: Result, problem: MFGProblem | None = None) -> float:
@@ -337,18 +432,19 @@ def _on_host(solve_hjb: Any, be: Backend) -> Any:
     return hjb
 
 
-def _warm_start(initial: Result | None, grid: Any, be: Backend) -> dict[str, Any]:
-    """``initial``'s U and M on ``be`` as the starting iterate (checked against the grid)."""
-    if initial is None:
-        return {}
-    if not isinstance(initial, Result):
-        raise ParameterError(f"initial={initial!r} is invalid: must be an mfgwork Result or "
-                             "None")
-    shape = tuple(np.shape(to_numpy(initial.M)))
-    if shape != (grid.nt + 1, grid.nx):
-        raise ParameterError(f"initial has M of shape {shape}: must match the grid, "
-                             f"({grid.nt + 1}, {grid.nx}) for nx={grid.nx}, nt={grid.nt}")
-    return {"M_init": be.asarray(to_numpy(initial.M)), "U_init": be.asarray(to_numpy(initial.U))}
+def _per_member(initial: Any, n: int) -> list[Any]:
+    """``initial`` of a batch split into one start per problem (checked by the solves)."""
+    if initial is None or isinstance(initial, Result):
+        return [initial] * n
+    if isinstance(initial, (list, tuple)) or np.ndim(to_numpy(initial)) == 2:
+        starts = list(initial)
+        if len(starts) != n:
+            raise ParameterError(f"initial has {len(starts)} entries: must have one per "
+                                 f"problem ({n})")
+        return starts
+    raise ParameterError(f"initial={initial!r:.60} is invalid: must be None, an mfgwork "
+                         "Result, a list of Results (one per problem) or an array of paths "
+                         "(one row per problem)")
 
 
 def _iterate(coupling: Any, hjb: Any, fp: Any, m0: Any, U_T: Any, nt: int, be: Backend,

@@ -100,3 +100,39 @@ def spd_solve(A, b):  # pragma: no cover - compiled
             x[i] -= L[k, i] * x[k]
         x[i] /= L[i, i]
     return x
+
+
+@njit(cache=True, nogil=True)
+def tangent_product(lower, diag, upper, lower_t, upper_t, q, mu, chi, h, dt, v
+                    ):  # pragma: no cover - compiled
+    """D v (nt,) for one direction v (nt,): the sweeps of :func:`tangent_jacobian` with one
+    column, O(nt nx) (for matrix-free Newton–Krylov)."""
+    nt, nx = diag.shape
+    du = np.zeros((nt + 1, nx, 1))
+    rhs = np.zeros((nx, 1))
+    cp = np.empty(nx)
+    for n in range(nt - 1, -1, -1):
+        for i in range(nx):
+            rhs[i, 0] = du[n + 1, i, 0] / dt - v[n] * chi[i]
+        _solve_columns(lower[n], diag[n], upper[n], rhs, cp, du[n])
+    out = np.empty(nt)
+    dmu = np.zeros((nx, 1))
+    for n in range(nt):
+        for i in range(nx):
+            rhs[i, 0] = dmu[i, 0] / dt
+        for e in range(nx - 1):
+            if q[n, e] > 0:
+                c = mu[n + 1, e + 1]
+            elif q[n, e] < 0:
+                c = mu[n + 1, e]
+            else:
+                continue
+            flux = c / (h * h) * (du[n, e + 1, 0] - du[n, e, 0])
+            rhs[e, 0] += flux
+            rhs[e + 1, 0] -= flux
+        _solve_columns(lower_t[n], diag[n], upper_t[n], rhs, cp, dmu)
+        s = 0.0
+        for i in range(nx):
+            s += chi[i] * dmu[i, 0]
+        out[n] = s
+    return out
