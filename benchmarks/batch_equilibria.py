@@ -12,6 +12,10 @@ computed here, NumPy float64 finite differences, not the solver's own residual):
          cores, extrapolated from a sample)
   hard   a ``--hard`` × ``--hard`` scan threshold 0.2–0.9 × ε 0.001–0.1 at σ 0.3,
          ``--hard-n``², one batch per dtype
+  system the Newton system S D S + I at the first iterate and at the solution of box points,
+         on one CPU core: the dense tangent Jacobian (compiled sweeps, all nt directions)
+         and a Cholesky solve, against conjugate gradients with one tangent sweep of a single
+         direction per product (matrix-free Newton–Krylov, to 10⁻⁶): times and CG counts
 
 Each solver runs twice in the same process: ``after`` (the default iteration: Newton's
 method on the attendance path, per problem, from a coarse solve on fine grids) and ``before``
@@ -150,6 +154,58 @@ def batch_rows(name: str, points: list, dtype: str, device: str, tol: float, max
     return rows
 
 
+def system_rows(problems: list, sizes: list[int]) -> list[dict]:
+    """Dense Jacobian + Cholesky against matrix-free CG for the Newton systems of
+    ``problems`` at ``sizes``² (at the first iterate and at the solution of each)."""
+    from mfgwork.numerics.batch_newton import conjugate_gradients
+    from mfgwork.numerics.fdm.tangent import spd_solve, tangent_jacobian, tangent_product
+    from mfgwork.numerics.potential import product_operands, tangent_operands
+
+    rows = []
+    be = mw.get_backend("numpy")
+    for n in sizes:
+        dense, krylov, counts, gaps = [], [], [], []
+        for problem in problems:
+            grid = problem.grid(n, n)
+            coupling = problem.coupling(grid, be)
+            fd = FiniteDifferences(grid, problem.nu, be)
+            m0, U_T = problem.initial_density(grid, be), problem.terminal_cost(grid, be)
+            solved, _ = _quiet(mw.solve, problem, nx=n, nt=n, tol=1e-8, progress=False)
+            for z in (np.full(grid.nt, float(coupling.state(np.stack([m0] * 2))[0])),
+                      coupling.state(solved.M)):
+                U = fd.solve_hjb(U_T, coupling.running_cost(z))
+                M = fd.solve_fp(U, m0)
+                R = coupling.state(M) - z
+                ops = tangent_operands(U, M * grid.weights, coupling.potential().chi,
+                                       problem.nu, grid)
+                s = np.sqrt(-coupling.potential().price_slope(z))
+                t0 = time.perf_counter()
+                D = tangent_jacobian(*ops, grid.h, grid.dt)
+                A = s[:, None] * (0.5 * (D + D.T)) * s[None, :] + np.eye(grid.nt)
+                v_dense = spd_solve(np.ascontiguousarray(A), s * R)
+                dense.append(time.perf_counter() - t0)
+                products = [0]
+                t0 = time.perf_counter()
+                factored = product_operands(ops)
+
+                def apply(p, s=s, products=products, grid=grid, factored=factored):
+                    products[0] += 1
+                    return s * tangent_product(*factored, grid.h, grid.dt, s * p) + p
+
+                v = conjugate_gradients(apply, s * R, 1e-6, 4 * grid.nt)
+                krylov.append(time.perf_counter() - t0)
+                counts.append(products[0])
+                gaps.append(float(np.linalg.norm(v - v_dense) / np.linalg.norm(v_dense)))
+        rows.append({"case": "system", "variant": "after", "solver": f"one CPU core, {n}x{n}",
+                     "problems": len(problems), "systems": len(counts),
+                     "dense_median_ms": 1e3 * statistics.median(dense),
+                     "krylov_median_ms": 1e3 * statistics.median(krylov),
+                     "cg_products_median": float(statistics.median(counts)),
+                     "cg_products_max": max(counts),
+                     "max_relative_gap_of_directions": max(gaps)})
+    return rows
+
+
 def _pool_solve(args: tuple[float, float, int, float]) -> float:
     threshold, sigma, n, tol = args
     _, seconds = _quiet(mw.solve, mw.SantaFeBar(threshold=threshold, sigma=sigma), nx=n, nt=n,
@@ -188,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tol", type=float, default=1e-6)
     parser.add_argument("--max-iter", type=int, default=200)
     parser.add_argument("--seed", type=int, default=20)
-    parser.add_argument("--cases", default="box,easy,hard")
+    parser.add_argument("--cases", default="box,easy,hard,system")
+    parser.add_argument("--system-sizes", default="41,81,121")
     parser.add_argument("--pool", action="store_true",
                         help="the easy box by NumPy solves in a process pool too")
     parser.add_argument("--pool-sample", type=int, default=64)
@@ -197,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.small:
         args.points, args.grids = min(args.points, 10), "41,61"
         args.easy, args.easy_n, args.hard, args.hard_n = 3, 41, 3, 41
+        args.system_sizes = "41,81"
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     dtypes, cases = args.dtypes.split(","), args.cases.split(",")
     rows: list[dict] = []
@@ -229,6 +287,10 @@ def main(argv: list[str] | None = None) -> int:
         for dtype in dtypes:
             rows += batch_rows("hard", points, dtype, args.device, args.tol, args.max_iter)
             done(f"hard {dtype}")
+    if "system" in cases:
+        problems = [p for p, _ in box_points(min(args.points, 6), [41], args.seed)]
+        rows += system_rows(problems, [int(n) for n in args.system_sizes.split(",")])
+        done("system")
     _ratios(rows)
     print_table(rows)
     out = Path(args.out)
@@ -258,6 +320,13 @@ def print_table(rows: list[dict]) -> None:
             f"{'false':>5} {'med it':>6} {'max it':>6} {'coarse':>6} {'time':>9} {'x before':>8}")
     print(head)
     for r in rows:
+        if r["case"] == "system":
+            print(f"{r['case']:<6} {r['solver']:<32} Newton system: dense Jacobian + Cholesky "
+                  f"{r['dense_median_ms']:.1f} ms, conjugate gradients "
+                  f"{r['krylov_median_ms']:.1f} ms ({r['cg_products_median']:.0f} products, "
+                  f"at most {r['cg_products_max']}; {r['systems']} systems; directions agree to "
+                  f"{r['max_relative_gap_of_directions']:.0e})")
+            continue
         if "certified" not in r:
             print(f"{r['case']:<5} {r['solver']:<32} {r['variant']:<7} {r['problems']:>5} "
                   f"{'':>5} {'':>5} {'':>5} {'':>6} {'':>6} {'':>6} {r['time_s']:8.2f}s")

@@ -61,12 +61,14 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     recomputes it). Otherwise, after ``max_iter`` iterations, it returns the best iterate
     found with ``converged=False`` and a :class:`~mfgwork.ConvergenceWarning` giving its
     residual.
-    With the default iteration, a
-    problem that declares a potential (Santa Fe) and stalls under Anderson (its best residual
-    has not halved in 25 iterations) continues by Newton's method on the coupling state with
-    the exact Jacobian of the scheme (:mod:`mfgwork.numerics.potential`; finite differences
-    in float64, single solves, grids up to about 400 × 400); each Newton step counts as one
-    iteration.
+    With the default iteration (``iteration=None``), finite differences for a problem that
+    declares a potential (Santa Fe) run Newton's method on the coupling state from the first
+    iterate (:mod:`mfgwork.numerics.batch_newton`: the exact tangent Jacobian of the scheme,
+    an SPD solve, a line search; on the CPU matrix-free by conjugate gradients, in float64
+    also for float32 solves); each iteration is one best response. ``iteration="anderson"``:
+    Anderson mixing, continued by Newton's method when it stalls (float64, grids up to about
+    400 × 400). ``coarse``: on grids at least twice as fine as 51 × 51 in x and t, Newton's
+    method starts from a 51 × 51 solve (``res.extra["coarse_iterations"]``).
     ``progress``: a tqdm bar (None: shown only when the solve lasts over a second).
     ``method="particles"``: HJB by finite differences, FP by ``n_particles`` particles
     (default 100 000; see :class:`mfgwork.ParticleFP`) drawn from ``seed`` (None: a
@@ -75,9 +77,11 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     1/√n_particles is raised to it with a warning. With particles on an accelerator, HJB is
     solved on the host (compiled NumPy float64 sweep) and U moved to the device once per
     iterate.
-    ``initial``: a result on the same grid (e.g. at nearby parameters) to start the Picard
-    iteration from, instead of agents who do not move; it saves iterations when the
-    parameters moved little.
+    ``initial``: a result (e.g. at nearby parameters) to start the iteration from, instead of
+    agents who do not move; it saves iterations when the parameters moved little. On the same
+    grid its U and M are the first iterate; for problems whose coupling state is one path
+    (Santa Fe: the attendance path), a result on another grid, or the path itself (levels
+    1..nt, or 0..nt as ``res.attendance``), is interpolated in time.
     ``compile_steps``: ``torch.compile`` the per-time-step kernels of the generic torch path
     on devices (the Newton step of HJB, the FP step), fusing their many small operations.
     "auto" (default): on CUDA and MPS where the installed torch can compile for them; True
@@ -156,9 +160,14 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     The problems share the domain and T; they may differ in σ and in their couplings (e.g.
     Santa Fe thresholds and payoffs over a parameter grid). On torch every array carries a
     leading batch axis, so each kernel launch serves the whole batch: this is what makes an
-    accelerator pay off for finite differences. Each problem has its own Anderson mixing,
-    stopping test and result (``converged``, ``residual``, ``iterations``); the iteration
-    runs until every problem has converged or ``max_iter`` is reached.
+    accelerator pay off for finite differences. Each problem has its own iteration (Newton's
+    method for problems with a potential at the default ``iteration=None``, per problem: its
+    own steps and line search; the dense tangent Jacobians of all members as one wide batch
+    and a batched Cholesky solve on devices; otherwise Anderson mixing), stopping test and
+    result (``converged``, ``residual``, ``iterations``); the iteration runs until every
+    problem has stopped or ``max_iter`` is reached. ``initial``: a Result for all, one per
+    problem (e.g. a previous batch), or paths (B, nt) / (B, nt+1) (see :func:`solve`);
+    ``coarse``: as for :func:`solve`.
     ``device="auto"``: an accelerator from B* problems on (:func:`mfgwork.placement`),
     recorded in each result's ``params["placement"]``. On NumPy the problems are solved one
     after the other by :func:`solve`. Returns one :class:`Result` per problem (sharing the
@@ -251,13 +260,11 @@ def _newton_fallback(coupling: Any, iteration: Any, method: str, grid: Any, nu: 
 
 def _batch_newton(couplings: list[Any], iteration: Any, grid: Any,
                   problems: Sequence[MFGProblem], be: Backend, tol: float) -> BatchNewton | None:
-    """Newton's method on the coupling state for a batch whose problems all declare a
-    potential, with the default iteration (and, on the CPU, grids whose tangent sweeps fit in
-    ``NEWTON_MEMORY`` bytes per problem; devices compute them in chunks)."""
+    """Newton's method on the coupling state for a batch (or a single problem) whose problems
+    all declare a potential, with the default iteration (on the CPU it is matrix-free; devices
+    compute the tangent Jacobians in chunks that fit their memory)."""
     potentials = member_potentials([c.potential() for c in couplings])
-    if (potentials is None or iteration is not None
-            or (not be.is_accelerator
-                and 8 * (grid.nt + 1) * grid.nx * grid.nt > NEWTON_MEMORY)):
+    if potentials is None or iteration is not None:
         return None
     return BatchNewton(potentials, grid=grid, nu=np.array([p.nu for p in problems]),
                        backend=be, tol=tol)
@@ -287,8 +294,8 @@ def _describe(scheme: IterationScheme, newton: BatchNewton | None) -> dict[str, 
     if newton is None:
         return scheme.describe()
     return {"scheme": "newton", "system": "conjugate gradients (matrix-free)"
-            if newton.backend.kind == "cpu" and not newton.backend.emulate_mps
-            else "Cholesky (batched, tangent Jacobian)", "system_dtype": newton.system_dtype}
+            if newton.matrix_free else "Cholesky (batched, tangent Jacobian)",
+            "system_dtype": newton.system_dtype}
 
 
 def _newton_extra(newton: BatchNewton | None, coarse_iterations: Any) -> dict[str, Any]:

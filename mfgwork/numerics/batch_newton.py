@@ -22,14 +22,16 @@ Problems whose new point was accepted get a new Newton direction d = S⁻¹ (S D
   quarter of the free memory on CUDA) and one batched Cholesky factorisation (a problem whose
   factorisation fails steps along R, the Picard direction);
 - on the CPU matrix-free (Newton–Krylov): conjugate gradients on the SPD system, each product
-  D p one tangent sweep of a single direction (:func:`.fdm.tangent.tangent_product`), O(nt nx)
-  against O(nt² nx) for D. Measured on one core (``benchmarks/batch_equilibria.py``): about 15
-  products per Newton step (60 at most), so at 81² a step costs 4 ms against 11 ms for D.
+  D p one tangent sweep of a single direction (:func:`.fdm.tangent.tangent_product`, the
+  Thomas factors of the step matrices computed once per direction), O(nt nx) against
+  O(nt² nx) for D. Measured on one core (``benchmarks/batch_equilibria.py --cases system``):
+  10–14 products per system (at most 26); 1.7 ms against 30 ms for D and its Cholesky
+  solve at 81², the same at 41².
 
 The Newton system is float64 except on MPS (float32 throughout), also for float32 solves, whose
 evaluations and certificates stay float32. A problem stops when its certificate is ≤ ``tol``
-(converged) or when it is stuck and its current point is certified (not converged); it returns
-the best certified densities.
+(converged) or when it is stuck and its certificate was refused ``retries`` + 1 times (not
+converged); it returns the best certified densities.
 """
 
 from __future__ import annotations
@@ -142,16 +144,22 @@ class BatchNewton:
     diffusions (B,)."""
 
     def __init__(self, potential: MemberPotentials, *, grid: Grid, nu: np.ndarray,
-                 backend: Backend, tol: float, max_halvings: int = 12,
+                 backend: Backend, tol: float, max_halvings: int = 12, retries: int = 2,
                  jacobian_memory: int | None = None) -> None:
         self.potential, self.grid, self.backend, self.tol = potential, grid, backend, tol
         self.nu = np.asarray(nu, dtype=np.float64).reshape(-1)
-        self.max_halvings = max_halvings
+        self.max_halvings, self.retries = max_halvings, retries
         self.jacobian_memory = (_quarter_of_free_memory(backend) if jacobian_memory is None
                                 else jacobian_memory)
         mps = backend.kind == "mps" or backend.emulate_mps
         self.system_dtype = backend.dtype if mps else "float64"
         self.newton_steps = self.products = 0
+
+    @property
+    def matrix_free(self) -> bool:
+        """Whether Newton systems are solved by conjugate gradients (the CPU) rather than from
+        the dense tangent Jacobians (devices)."""
+        return self.backend.kind == "cpu" and not self.backend.emulate_mps
 
     # -- the iteration -----------------------------------------------------------------------
     def solve(self, coupling: Any, hjb: Any, fp: Any, *, m0: Any, U_T: Any, max_iter: int,
@@ -185,6 +193,7 @@ class BatchNewton:
         best = np.full(B, math.inf)      # certified residual of the best densities
         certified = np.zeros(B, dtype=bool)   # the accepted point's densities are certified
         stuck = np.zeros(B, dtype=bool)
+        retries = np.zeros(B, dtype=np.int64)
         done_at = np.zeros(B, dtype=np.int64)
         cur: dict[str, Any] = {"z": w, "R": None, "U": U_init, "M": None}
         kept: dict[str, Any] = {"U": None, "M": None}
@@ -212,13 +221,19 @@ class BatchNewton:
                 kept = self._keep(kept, better, cur["U"], cur["M"])
             certified |= check
             passed = check & (r_w <= self.tol)
-            amplification = r_w / np.maximum(rel, 1e-300)
+            amplification = np.maximum(r_w / np.maximum(rel, 1e-300), 1e-300)
             trigger = np.where(check & ~passed,
                                np.minimum(trigger, 0.5 * self.tol / amplification), trigger)
-            finished = passed | (check & stuck)
+            # a stuck problem whose certificate is refused moves to Φ(z) and tries again, up
+            # to ``retries`` times (at the rounding floor, e.g. of float32, a point near z
+            # may pass where z did not)
+            retry = check & stuck & ~passed & (retries < self.retries)
+            retries = retries + retry
+            finished = passed | (check & stuck & ~retry)
             # acceptance: the first point, an Armijo trial, or a refused certificate's Φ(z)
             decrease = 1.0 - ARMIJO * np.where(check, 1.0, t)
-            accept = active & ~finished & (~np.isfinite(norm) | (n_w**2 <= decrease * norm**2))
+            accept = active & ~finished & (~np.isfinite(norm) | (n_w**2 <= decrease * norm**2)
+                                           | retry)
             history.change_U.append(self._change(U_w, cur["U"], active))
             history.change_M.append(self._change(M_w, cur["M"], active))
             if accept.any():
@@ -325,7 +340,7 @@ class BatchNewton:
         """d = S⁻¹ (S D S + I)⁻¹ S R for the problems of ``mask`` (others keep theirs)."""
         idx = np.flatnonzero(mask)
         self.newton_steps += idx.size
-        if self.backend.kind == "cpu" and not self.backend.emulate_mps:
+        if self.matrix_free:
             return self._directions_krylov(d, idx, cur, rel)
         import torch
 
@@ -351,7 +366,7 @@ class BatchNewton:
         (O(nt nx), against O(nt² nx) for D itself), to the relative accuracy
         min(10⁻², r) (r: the relative residual of z; an inexact Newton step)."""
         from .fdm.tangent import tangent_product
-        from .potential import tangent_operands
+        from .potential import product_operands, tangent_operands
 
         g = self.grid
         out = np.array(to_numpy(d), dtype=np.float64)
@@ -359,7 +374,8 @@ class BatchNewton:
             z, R = (np.asarray(to_numpy(cur[k][b]), dtype=np.float64) for k in ("z", "R"))
             U = np.asarray(to_numpy(cur["U"][b]), dtype=np.float64)
             mu = np.asarray(to_numpy(cur["M"][b]), dtype=np.float64) * g.weights
-            ops = tangent_operands(U, mu, self.potential.chi, float(self.nu[b]), g)
+            ops = product_operands(tangent_operands(U, mu, self.potential.chi,
+                                                    float(self.nu[b]), g))
             s = np.sqrt(np.maximum(-self.potential.price_slope(z[None], [b])[0], 0.0))
 
             def apply(p: np.ndarray, s: np.ndarray = s, ops: tuple = ops) -> np.ndarray:

@@ -34,7 +34,7 @@ from ..core.backend import Backend, to_numpy
 from ..core.grid import Grid
 from ..problems.base import ScalarPotential
 from .fdm.operators import jacobian_bands, transpose_bands
-from .fdm.tangent import spd_solve, tangent_jacobian
+from .fdm.tangent import spd_solve, tangent_jacobian, thomas_factors
 
 
 @dataclass
@@ -58,6 +58,14 @@ def tangent_operands(U: np.ndarray, mu: np.ndarray, chi: np.ndarray, nu: float,
     lower_t, _, upper_t = transpose_bands(lower, diag, upper, np)
     return tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (
         lower, diag, upper, lower_t, upper_t, q, mu, chi))
+
+
+def product_operands(operands: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
+    """The arguments of :func:`.fdm.tangent.tangent_product` (before h, Δt, v) from
+    :func:`tangent_operands`: the Thomas factors of every J(u^n) and J(u^n)ᵀ computed once."""
+    lower, diag, upper, lower_t, upper_t, q, mu, chi = operands
+    return (lower, thomas_factors(lower, diag, upper), lower_t,
+            thomas_factors(lower_t, diag, upper_t), q, mu, chi)
 
 
 def observed_path_jacobian(U: np.ndarray, mu: np.ndarray, chi: np.ndarray, nu: float,
