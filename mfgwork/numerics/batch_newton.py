@@ -30,8 +30,8 @@ Problems whose new point was accepted get a new Newton direction d = S⁻¹ (S D
 
 The Newton system is float64 except on MPS (float32 throughout), also for float32 solves, whose
 evaluations and certificates stay float32. A problem stops when its certificate is ≤ ``tol``
-(converged) or when it is stuck and its certificate was refused ``retries`` + 1 times (not
-converged); it returns the best certified densities.
+(converged) or when it is stuck and its current point is certified (not converged); it returns
+the best certified densities.
 """
 
 from __future__ import annotations
@@ -144,11 +144,11 @@ class BatchNewton:
     diffusions (B,)."""
 
     def __init__(self, potential: MemberPotentials, *, grid: Grid, nu: np.ndarray,
-                 backend: Backend, tol: float, max_halvings: int = 12, retries: int = 2,
+                 backend: Backend, tol: float, max_halvings: int = 12,
                  jacobian_memory: int | None = None) -> None:
         self.potential, self.grid, self.backend, self.tol = potential, grid, backend, tol
         self.nu = np.asarray(nu, dtype=np.float64).reshape(-1)
-        self.max_halvings, self.retries = max_halvings, retries
+        self.max_halvings = max_halvings
         self.jacobian_memory = (_quarter_of_free_memory(backend) if jacobian_memory is None
                                 else jacobian_memory)
         mps = backend.kind == "mps" or backend.emulate_mps
@@ -193,7 +193,6 @@ class BatchNewton:
         best = np.full(B, math.inf)      # certified residual of the best densities
         certified = np.zeros(B, dtype=bool)   # the accepted point's densities are certified
         stuck = np.zeros(B, dtype=bool)
-        retries = np.zeros(B, dtype=np.int64)
         done_at = np.zeros(B, dtype=np.int64)
         cur: dict[str, Any] = {"z": w, "R": None, "U": U_init, "M": None}
         kept: dict[str, Any] = {"U": None, "M": None}
@@ -203,10 +202,13 @@ class BatchNewton:
             t0 = be.stamp()
             F, U_w, M_w, g_w, (t1, t2, t3) = evaluate(w, cur["U"])
             R_w = g_w - w
-            sums = xp.stack([xp.sum(R_w * R_w, axis=-1), xp.sum(g_w * g_w, axis=-1)])
-            bad = xp.stack([xp.sum(xp.astype(~xp.isfinite(a), a.dtype)) for a in (F, U_w, M_w)])
-            sums, bad = to_numpy(sums).astype(np.float64), to_numpy(bad)  # the host read
-            if bad.any():
+            bad = [xp.sum(xp.reshape(xp.astype(~xp.isfinite(a), a.dtype), (B, -1)), axis=-1)
+                   for a in (F, U_w, M_w)]
+            sums = xp.stack([xp.sum(R_w * R_w, axis=-1), xp.sum(g_w * g_w, axis=-1),
+                             *self._change_sums(U_w, cur["U"]), *self._change_sums(M_w, cur["M"]),
+                             *bad])
+            sums = to_numpy(sums).astype(np.float64)  # the one host read of an iteration
+            if sums[6:].any():
                 raise SolverError(f"non-finite values at iteration {k} of Newton's method on "
                                   "the coupling state: the iteration diverged")
             n_w = np.sqrt(sums[0])
@@ -224,18 +226,13 @@ class BatchNewton:
             amplification = np.maximum(r_w / np.maximum(rel, 1e-300), 1e-300)
             trigger = np.where(check & ~passed,
                                np.minimum(trigger, 0.5 * self.tol / amplification), trigger)
-            # a stuck problem whose certificate is refused moves to Φ(z) and tries again, up
-            # to ``retries`` times (at the rounding floor, e.g. of float32, a point near z
-            # may pass where z did not)
-            retry = check & stuck & ~passed & (retries < self.retries)
-            retries = retries + retry
-            finished = passed | (check & stuck & ~retry)
+            finished = passed | (check & stuck)
             # acceptance: the first point, an Armijo trial, or a refused certificate's Φ(z)
             decrease = 1.0 - ARMIJO * np.where(check, 1.0, t)
-            accept = active & ~finished & (~np.isfinite(norm) | (n_w**2 <= decrease * norm**2)
-                                           | retry)
-            history.change_U.append(self._change(U_w, cur["U"], active))
-            history.change_M.append(self._change(M_w, cur["M"], active))
+            accept = active & ~finished & (~np.isfinite(norm) | (n_w**2 <= decrease * norm**2))
+            for name, j in (("change_U", 2), ("change_M", 4)):
+                change = np.sqrt(sums[j] / np.maximum(sums[j + 1], 1e-300))
+                getattr(history, name).append(float(np.max(change[active])))
             if accept.any():
                 cur = self._accept(cur, accept, w, R_w, U_w, M_w)
                 start = np.where(accept & (mode == TRIAL), np.minimum(1.0, GROW * t), start)
@@ -316,15 +313,12 @@ class BatchNewton:
                 "U": xp.where(self._mask(mask, U), U, cur["U"]),
                 "M": xp.where(self._mask(mask, M), M, cur["M"])}
 
-    def _change(self, new: Any, old: Any, active: np.ndarray) -> float:
-        """The largest relative change over the active problems (0 without an old value)."""
-        if old is None:
-            return 0.0
+    def _change_sums(self, new: Any, old: Any) -> tuple[Any, Any]:
+        """Per problem ‖new − old‖² and ‖new‖² (old None: no change), for the history."""
         xp = self.backend.xp
-        num = xp.sum(xp.reshape((new - old) ** 2, (new.shape[0], -1)), axis=-1)
-        den = xp.sum(xp.reshape(new * new, (new.shape[0], -1)), axis=-1)
-        r = np.sqrt(to_numpy(num) / np.maximum(to_numpy(den), 1e-300))
-        return float(np.max(r[active]))
+        flat = xp.reshape(new, (new.shape[0], -1))
+        diff = flat - (flat if old is None else xp.reshape(old, (new.shape[0], -1)))
+        return xp.sum(diff * diff, axis=-1), xp.sum(flat * flat, axis=-1)
 
     def _next_points(self, mode: np.ndarray, t: np.ndarray, cur: dict, d: Any,
                      coupling: Any) -> Any:
