@@ -224,7 +224,9 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     extra = {"newton_iterations": fd.newton_iterations, "batch_size": len(problems),
              **_newton_extra(newton, coarse_iterations),
              "fdm_kernels": fd.kernels.name, "compiled_steps": fd.compiled_steps}
-    return [_result(p, grid, be, out, b, settings, timings, extra)
+    return [_result(p, grid, be, out, b, settings, timings,
+                    extra if coarse_iterations is None
+                    else extra | {"coarse_iterations": coarse_iterations[b]})
             for b, p in enumerate(problems)]
 
 

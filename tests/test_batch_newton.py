@@ -181,3 +181,12 @@ def test_generic_problems_keep_anderson_mixing_in_batches():
         assert np.max(np.abs(mw.to_numpy(res.M) - exact)) < 0.05 * np.max(exact)
         one = mw.solve(p, nx=41, nt=40, tol=1e-9, progress=False)
         assert np.max(np.abs(mw.to_numpy(res.M) - one.M)) <= 1e-8 * np.max(one.M)
+
+
+def test_batches_on_fine_grids_start_from_a_coarse_batch():
+    problems = [mw.SantaFeBar(), mw.SantaFeBar(threshold=0.4, sigma=0.3, eps=0.01)]
+    out = mw.solve_batch(problems, nx=103, nt=102, backend="torch", tol=1e-8, progress=False)
+    for p, res in zip(problems, out, strict=True):
+        assert res.converged and isinstance(res.extra["coarse_iterations"], int)
+        assert res.iterations <= 10
+        assert independent_residual(p, res.M) <= 1e-8 * (1 + 1e-4)
