@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from .core import memory
 from .core.backend import BACKENDS, Backend, get_backend, to_numpy
 from .core.compiling import check_compile_steps
-from .core.errors import ParameterError, check_choice, check_flag
+from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag
+from .numerics.batch_newton import BatchNewton, member_potentials
 from .numerics.fdm.sweeps import FiniteDifferences
 from .numerics.fdm.warmup import compile_kernels
 from .numerics.iteration import (
@@ -33,6 +33,7 @@ from .placement import placement
 from .problems import problem_from_params
 from .problems.base import MFGProblem, batch_coupling
 from .results import Result
+from .warm_start import initial_state
 
 METHODS = ("fdm", "particles")
 NEWTON_MEMORY = 2**29  # bytes: the tangent sweeps of grids up to about 400 × 400
@@ -45,8 +46,8 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
           iteration: str | IterationScheme | None = None,
           progress: bool | None = None, n_particles: int | None = None,
           seed: int | None = None, compile_steps: bool | str = "auto",
-          initial: Result | npt.ArrayLike | None = None,
-          max_memory: int | str | None = None) -> Result:
+          initial: Result | Any = None, max_memory: int | str | None = None,
+          coarse: bool = True) -> Result:
     """Solve the MFG system of ``problem`` on an ``nx`` × ``nt`` grid.
 
     ``nx`` counts grid points including both walls; ``nt`` time steps give ``nt + 1`` levels.
@@ -62,12 +63,14 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     recomputes it). Otherwise, after ``max_iter`` iterations, it returns the best iterate
     found with ``converged=False`` and a :class:`~mfgwork.ConvergenceWarning` giving its
     residual.
-    With the default iteration, a
-    problem that declares a potential (Santa Fe) and stalls under Anderson (its best residual
-    has not halved in 25 iterations) continues by Newton's method on the coupling state with
-    the exact Jacobian of the scheme (:mod:`mfgwork.numerics.potential`; finite differences
-    in float64, single solves, grids up to about 400 × 400); each Newton step counts as one
-    iteration.
+    With the default iteration (``iteration=None``), finite differences for a problem that
+    declares a potential (Santa Fe) run Newton's method on the coupling state from the first
+    iterate (:mod:`mfgwork.numerics.batch_newton`: the exact tangent Jacobian of the scheme,
+    an SPD solve, a line search; on the CPU matrix-free by conjugate gradients, in float64
+    also for float32 solves); each iteration is one best response. ``iteration="anderson"``:
+    Anderson mixing, continued by Newton's method when it stalls (float64, grids up to about
+    400 × 400). ``coarse``: on grids at least twice as fine as 51 × 51 in x and t, Newton's
+    method starts from a 51 × 51 solve (``res.extra["coarse_iterations"]``).
     ``progress``: a tqdm bar (None: shown only when the solve lasts over a second).
     ``method="particles"``: HJB by finite differences, FP by ``n_particles`` particles
     (default 100 000; see :class:`mfgwork.ParticleFP`) drawn from ``seed`` (None: a
@@ -76,11 +79,11 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     1/√n_particles is raised to it with a warning. With particles on an accelerator, HJB is
     solved on the host (compiled NumPy float64 sweep) and U moved to the device once per
     iterate.
-    ``initial``: where the Picard iteration starts instead of agents who do not move: a
-    result on the same grid (e.g. at nearby parameters; its U and M), or a coupling state
-    (Santa Fe: an attendance path, at levels 1..nt or 0..nt as ``res.attendance``; otherwise
-    a density path (nt or nt + 1, nx)), the first iterate of the mixing. It saves
-    iterations when the parameters moved little; shape, dtype and finiteness are checked.
+    ``initial``: a result (e.g. at nearby parameters) to start the iteration from, instead of
+    agents who do not move; it saves iterations when the parameters moved little. On the same
+    grid its U and M are the first iterate; for problems whose coupling state is one path
+    (Santa Fe: the attendance path), a result on another grid, or the path itself (levels
+    1..nt, or 0..nt as ``res.attendance``), is interpolated in time.
     ``compile_steps``: ``torch.compile`` the per-time-step kernels of the generic torch path
     on devices (the Newton step of HJB, the FP step), fusing their many small operations.
     "auto" (default): on CUDA and MPS where the installed torch can compile for them; True
@@ -116,29 +119,40 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     tol = _reachable_tol(tol, be)
     if method == "particles":
         tol = _above_noise_floor(tol, n_particles)
+    warm = initial_state(initial, [problem], grid, be, batched=False)
 
     m0 = problem.initial_density(grid, be)
     U_T = problem.terminal_cost(grid, be)
     coupling = problem.coupling(grid, be)
-    start = check_initial(initial, grid, coupling.state(be.xp.stack([m0] * (grid.nt + 1))))
     fd, hjb, fp, fp_params = _solvers(problem, grid, be, method, n_particles, seed,
                                              compile_steps, max_memory)
-    warm = _warm_start(start, coupling, be)
     setup = time.perf_counter() - started
     compiled: dict[str, float] = {}
     hjb = _compile_first(hjb, be, compiled)
-    fallback = _newton_fallback(coupling, iteration, method, grid, problem.nu, be, tol)
-    out = _iterate(coupling, hjb, fp, m0, U_T, grid.nt, be, scheme, tol, max_iter, progress,
-                   batched=False, fallback=fallback, **warm)
+    newton = (_batch_newton([coupling], iteration, grid, [problem], be, tol)
+              if method == "fdm" else None)
+    coarse_iterations = None
+    if newton is not None and coarse and not warm and _refines(grid):
+        start = _coarse_solve(solve, problem, be, tol, max_iter, max_memory)
+        warm = initial_state(start, [problem], grid, be, batched=False)
+        coarse_iterations = start.iterations
+    if newton is not None:
+        out = _run_newton(newton, coupling, hjb, fp, m0, U_T, max_iter, progress,
+                          batched=False, **warm)
+    else:
+        fallback = _newton_fallback(coupling, iteration, method, grid, problem.nu, be, tol)
+        out = _iterate(coupling, hjb, fp, m0, U_T, grid.nt, be, scheme, tol, max_iter,
+                       progress, batched=False, fallback=fallback, **warm)
     fd.check_newton()
     compiling = compiled.get("seconds", 0.0)
     out.history.time_hjb[0] -= compiling   # the first HJB phase, without the compilation
     timings = {"compile": compiling, "setup": setup, **_phase_totals(out.history),
                "total": time.perf_counter() - started}
     settings = {"method": method, "tol": tol, "max_iter": max_iter,
-                "iteration": scheme.describe()} | fp_params | placed
+                "iteration": _describe(scheme, newton)} | fp_params | placed
     return _result(problem, grid, be, out, None, settings, timings,
                    {"newton_iterations": fd.newton_iterations,
+                    **_newton_extra(newton, coarse_iterations),
                     "fdm_kernels": fd.kernels.name,
                     "compiled_steps": fd.compiled_steps})
 
@@ -148,15 +162,22 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
                 tol: float = 1e-8, max_iter: int = 200,
                 iteration: str | IterationScheme | None = None,
                 progress: bool | None = None, compile_steps: bool | str = "auto",
-                max_memory: int | str | None = None) -> list[Result]:
+                max_memory: int | str | None = None,
+                initial: Sequence[Result] | Result | Any = None,
+                coarse: bool = True) -> list[Result]:
     """Solve several problems on one grid as one batched computation (finite differences).
 
     The problems share the domain and T; they may differ in σ and in their couplings (e.g.
     Santa Fe thresholds and payoffs over a parameter grid). On torch every array carries a
     leading batch axis, so each kernel launch serves the whole batch: this is what makes an
-    accelerator pay off for finite differences. Each problem has its own Anderson mixing,
-    stopping test and result (``converged``, ``residual``, ``iterations``); the iteration
-    runs until every problem has converged or ``max_iter`` is reached.
+    accelerator pay off for finite differences. Each problem has its own iteration (Newton's
+    method for problems with a potential at the default ``iteration=None``, per problem: its
+    own steps and line search; the dense tangent Jacobians of all members as one wide batch
+    and a batched Cholesky solve on devices; otherwise Anderson mixing), stopping test and
+    result (``converged``, ``residual``, ``iterations``); the iteration runs until every
+    problem has stopped or ``max_iter`` is reached. ``initial``: a Result for all, one per
+    problem (e.g. a previous batch), or paths (B, nt) / (B, nt+1) (see :func:`solve`);
+    ``coarse``: as for :func:`solve`.
     ``device="auto"``: an accelerator from B* problems on (:func:`mfgwork.placement`),
     otherwise the CPU's compiled NumPy loops, one problem after the other (also with
     ``backend="torch"``: a torch batch on the CPU is many times slower), recorded in each
@@ -182,9 +203,11 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     if be.name == "numpy":
         _check_size(problems, grid, be, scheme, max_memory, batch=1)
         tol = _reachable_tol(tol, be)
+        starts = _per_member(initial, len(problems))
         results = [solve(p, nx=nx, nt=nt, backend=be, tol=tol, max_iter=max_iter,
-                         iteration=iteration, progress=progress, max_memory=max_memory)
-                   for p in problems]
+                         iteration=iteration, progress=progress, max_memory=max_memory,
+                         initial=start, coarse=coarse)
+                   for p, start in zip(problems, starts, strict=True)]
         for res in results:
             res.params |= placed
         return results
@@ -202,23 +225,38 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
                 results[i] = res
         return results
     tol = _reachable_tol(tol, be)
+    warm = initial_state(initial, problems, grid, be, batched=True)
     xp = be.xp
     m0 = xp.stack([p.initial_density(grid, be) for p in problems])
     U_T = xp.stack([p.terminal_cost(grid, be) for p in problems])
-    coupling = batch_coupling([p.coupling(grid, be) for p in problems], be)
+    couplings = [p.coupling(grid, be) for p in problems]
+    coupling = batch_coupling(couplings, be)
     fd = FiniteDifferences(grid, np.array([[p.nu] for p in problems]), be,
                            compile_steps=compile_steps)
     setup = time.perf_counter() - started
-    out = _iterate(coupling, fd.solve_hjb, fd.solve_fp, m0, U_T, grid.nt, be, scheme, tol,
-                   max_iter, progress, batched=True)
+    newton = _batch_newton(couplings, iteration, grid, problems, be, tol)
+    coarse_iterations = None
+    if newton is not None and coarse and not warm and _refines(grid):
+        starts = _coarse_solve(solve_batch, problems, be, tol, max_iter, max_memory)
+        warm = initial_state(starts, problems, grid, be, batched=True)
+        coarse_iterations = [r.iterations for r in starts]
+    if newton is not None:
+        out = _run_newton(newton, coupling, fd.solve_hjb, fd.solve_fp, m0, U_T, max_iter,
+                          progress, batched=True, **warm)
+    else:
+        out = _iterate(coupling, fd.solve_hjb, fd.solve_fp, m0, U_T, grid.nt, be, scheme, tol,
+                       max_iter, progress, batched=True, **warm)
     fd.check_newton()
     timings = {"setup": setup, **_phase_totals(out.history),
                "total": time.perf_counter() - started}
     settings = {"method": "fdm", "tol": tol, "max_iter": max_iter,
-                "iteration": scheme.describe(), "batch_size": len(problems)} | placed
+                "iteration": _describe(scheme, newton), "batch_size": len(problems)} | placed
     extra = {"newton_iterations": fd.newton_iterations, "batch_size": len(problems),
+             **_newton_extra(newton, coarse_iterations),
              "fdm_kernels": fd.kernels.name, "compiled_steps": fd.compiled_steps}
-    return [_result(p, grid, be, out, b, settings, timings, extra)
+    return [_result(p, grid, be, out, b, settings, timings,
+                    extra if coarse_iterations is None
+                    else extra | {"coarse_iterations": coarse_iterations[b]})
             for b, p in enumerate(problems)]
 
 
@@ -262,6 +300,67 @@ def _newton_fallback(coupling: Any, iteration: Any, method: str, grid: Any, nu: 
             or be.eps > 1e-10 or 8 * (grid.nt + 1) * grid.nx * grid.nt > NEWTON_MEMORY):
         return None
     return PotentialNewton(potential, grid=grid, nu=nu, backend=be, tol=tol)
+
+
+def _batch_newton(couplings: list[Any], iteration: Any, grid: Any,
+                  problems: Sequence[MFGProblem], be: Backend, tol: float) -> BatchNewton | None:
+    """Newton's method on the coupling state for a batch (or a single problem) whose problems
+    all declare a potential, with the default iteration (on the CPU it is matrix-free; devices
+    compute the tangent Jacobians in chunks that fit their memory)."""
+    potentials = member_potentials([c.potential() for c in couplings])
+    if potentials is None or iteration is not None:
+        return None
+    return BatchNewton(potentials, grid=grid, nu=np.array([p.nu for p in problems]),
+                       backend=be, tol=tol)
+
+
+COARSE = 51   # the grid of the first stage of coarse-to-fine solves (nx = nt)
+COARSE_TOL = 1e-5
+
+
+def _refines(grid: Any) -> bool:
+    """Whether a solve on ``grid`` starts from a solve on the COARSE × COARSE grid: when it is
+    at least twice as fine in x and in t."""
+    return min(grid.nx, grid.nt) >= 2 * COARSE
+
+
+def _coarse_solve(solver: Any, problems: Any, be: Backend, tol: float, max_iter: int,
+                  max_memory: object) -> Any:
+    """The first stage of a coarse-to-fine solve (its own ConvergenceWarning silenced: the
+    fine solve reports)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return solver(problems, nx=COARSE, nt=COARSE, backend=be, tol=max(tol, COARSE_TOL),
+                      max_iter=max_iter, progress=False, max_memory=max_memory, coarse=False)
+
+
+def _describe(scheme: IterationScheme, newton: BatchNewton | None) -> dict[str, Any]:
+    if newton is None:
+        return scheme.describe()
+    return {"scheme": "newton", "system": "conjugate gradients (matrix-free)"
+            if newton.matrix_free else "Cholesky (batched, tangent Jacobian)",
+            "system_dtype": newton.system_dtype}
+
+
+def _newton_extra(newton: BatchNewton | None, coarse_iterations: Any) -> dict[str, Any]:
+    if newton is None:
+        return {}
+    return {"newton_steps": newton.newton_steps, "krylov_products": newton.products,
+            "coarse_iterations": coarse_iterations}
+
+
+def _run_newton(newton: BatchNewton, coupling: Any, hjb: Any, fp: Any, m0: Any, U_T: Any,
+                max_iter: int, progress: bool | None, batched: bool, **warm: Any
+                ) -> FixedPointResult:
+    bar = _progress_bar(progress, max_iter)
+    try:
+        out = newton.solve(coupling, hjb, fp, m0=m0, U_T=U_T, max_iter=max_iter,
+                           progress=bar, batched=batched, **warm)
+    finally:
+        if bar is not None:
+            bar.close()
+    newton.backend.synchronize()
+    return out
 
 
 def best_response_residual(result: Result, problem: MFGProblem | None = None) -> float:
@@ -416,47 +515,19 @@ def _on_host(solve_hjb: Any, be: Backend) -> Any:
     return hjb
 
 
-def check_initial(initial: Any, grid: Any, state: Any) -> Result | np.ndarray | None:
-    """``initial`` checked against the grid before any work: a :class:`Result` with U and M
-    of shape (nt + 1, nx), or a real coupling state shaped like ``state`` (levels 1..nt) or
-    with level 0 in front (dropped), finite. Returns the Result or the state (float64)."""
-    if initial is None:
-        return None
-    levels = (grid.nt + 1, grid.nx)
-    if isinstance(initial, Result):
-        for name in ("M", "U"):
-            value = np.asarray(to_numpy(getattr(initial, name)))
-            if value.shape != levels:
-                raise ParameterError(f"initial has {name} of shape {value.shape}: must match "
-                                     f"the grid, {levels} for nx={grid.nx}, nt={grid.nt}")
-            if not np.all(np.isfinite(value)):
-                raise ParameterError(f"initial has non-finite values in {name}: a warm start "
-                                     "must be finite")
-        return initial
-    value = np.asarray(to_numpy(initial)) if not isinstance(initial, np.ndarray) else initial
-    if value.dtype.kind not in "iuf":
-        raise ParameterError(f"initial of dtype {value.dtype} is invalid: must be an mfgwork "
-                             "Result or a real array (the coupling state)")
-    shape = tuple(np.shape(to_numpy(state)))
-    with_level0 = (shape[0] + 1, *shape[1:])
-    if value.shape not in (shape, with_level0):
-        raise ParameterError(f"initial has shape {value.shape}: a coupling state on this grid "
-                             f"has shape {shape} (levels 1..nt) or {with_level0} (levels "
-                             f"0..nt), for nx={grid.nx}, nt={grid.nt}")
-    if not np.all(np.isfinite(value)):
-        raise ParameterError("initial has non-finite values: a warm start must be finite")
-    return np.asarray(value[1:] if value.shape == with_level0 else value, dtype=np.float64)
-
-
-def _warm_start(start: Result | np.ndarray | None, coupling: Any, be: Backend
-                ) -> dict[str, Any]:
-    """The starting iterate on ``be``: a Result's U and M, or a coupling state (projected
-    onto admissible values)."""
-    if start is None:
-        return {}
-    if isinstance(start, Result):
-        return {"M_init": be.asarray(to_numpy(start.M)), "U_init": be.asarray(to_numpy(start.U))}
-    return {"z_init": coupling.project(be.asarray(start.astype(be.dtype)))}
+def _per_member(initial: Any, n: int) -> list[Any]:
+    """``initial`` of a batch split into one start per problem (checked by the solves)."""
+    if initial is None or isinstance(initial, Result):
+        return [initial] * n
+    if isinstance(initial, (list, tuple)) or np.ndim(to_numpy(initial)) == 2:
+        starts = list(initial)
+        if len(starts) != n:
+            raise ParameterError(f"initial has {len(starts)} entries: must have one per "
+                                 f"problem ({n})")
+        return starts
+    raise ParameterError(f"initial={initial!r:.60} is invalid: must be None, an mfgwork "
+                         "Result, a list of Results (one per problem) or an array of paths "
+                         "(one row per problem)")
 
 
 def _iterate(coupling: Any, hjb: Any, fp: Any, m0: Any, U_T: Any, nt: int, be: Backend,

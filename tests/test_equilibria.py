@@ -76,10 +76,11 @@ def test_max_iter_returns_best_iterate_with_its_residual():
 
 
 def test_batch_with_easy_and_hard_members_reports_each():
+    """Under plain Anderson mixing (no Newton) the hard member fails, and says so."""
     easy, hard = mw.SantaFeBar(), mw.SantaFeBar(threshold=0.2, sigma=0.1, eps=0.001)
     with pytest.warns(mw.ConvergenceWarning, match="1 of 2 problems"):
         out = mw.solve_batch([easy, hard], nx=25, nt=24, tol=1e-6, max_iter=120,
-                             backend="torch", progress=False)
+                             backend="torch", progress=False, iteration=mw.Anderson())
     assert out[0].converged and out[0].residual <= 1e-6
     assert not out[1].converged and out[1].residual > 1e-6
     # the stuck member gives up (refused certificates, no progress) instead of holding the

@@ -228,7 +228,7 @@ BAD = [
     ("n_particles=0", solve_santa_fe(method="particles", n_particles=0), ParameterError,
      ["n_particles=0"]),
     ("seed=-1", solve_santa_fe(method="particles", seed=-1), ParameterError, ["seed=-1"]),
-    ("initial shape", lambda e: mw.solve(mw.SantaFeBar(), nx=31, nt=20, progress=False,
+    ("initial shape", lambda e: mw.solve(mw.HopfColeProblem(), nx=31, nt=20, progress=False,
                                          initial=e.result),
      ParameterError, ["initial", "(21, 31)"]),
     ("max_memory text", solve_santa_fe(max_memory="lots"), ParameterError,

@@ -286,17 +286,17 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
                 patience: int = 10, give_up: int = 5) -> FixedPointResult:
     """Iterate z ← scheme(z, Φ(z)) until the returned densities have residual ≤ ``tol``.
 
-    The first state is that of agents who do not move (m(t) = m0), or ``M_init``/``U_init``
-    (a warm start). ``batched``: arrays carry a leading axis of independent problems, each
-    with its own mixing, certificate and stopping test; the loop ends when all have
-    converged. While the iterate residual of a problem has not halved for a multiple of
-    ``patience`` iterations, its lowest iterate is certified by the next evaluation (so a
-    certificate does not wait for a residual below the rounding floor); after ``give_up``
+    The first state is that of agents who do not move (m(t) = m0), or ``M_init``/``U_init`` (a
+    warm start), or the coupling state ``z_init``. ``batched``: arrays carry a leading axis of
+    independent problems, each with its own mixing, certificate and stopping test; the loop ends
+    when all have converged. While the iterate residual of a problem has not halved for a
+    multiple of ``patience`` iterations, its lowest iterate is certified by the next evaluation
+    (so a certificate does not wait for a residual below the rounding floor); after ``give_up``
     refused certificates without halving (and no fallback) the problem stops iterating, not
     converged. One host synchronisation per iteration (the stopping test). Returns the best
     certified iterate per problem; a problem that does not converge in ``max_iter`` gets the
-    best iterate found, its residual computed by one more evaluation, ``converged=False``
-    and a :class:`~mfgwork.ConvergenceWarning`.
+    best iterate found, its residual computed by one more evaluation, ``converged=False`` and a
+    :class:`~mfgwork.ConvergenceWarning`.
 
     ``z_init``: a coupling state to start the mixing from, instead of state(M_init).
 
@@ -312,7 +312,7 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     history = History()
     U = U_init
     M = xp.stack([m0] * (nt + 1), axis=-2) if M_init is None else M_init
-    z = coupling.state(M) if z_init is None else z_init
+    z = coupling.state(M) if z_init is None else coupling.project(z_init)
     n_problems = z.shape[0] if batched else 1
     inf = xp.full((n_problems,), math.inf, dtype=z.dtype, device=_device(z))
     best = {"res": inf, "U": None, "M": None}      # smallest certified residual

@@ -34,7 +34,7 @@ from ..core.backend import Backend, to_numpy
 from ..core.grid import Grid
 from ..problems.base import ScalarPotential
 from .fdm.operators import jacobian_bands, transpose_bands
-from .fdm.tangent import spd_solve, tangent_jacobian
+from .fdm.tangent import spd_solve, tangent_jacobian, thomas_factors
 
 
 @dataclass
@@ -48,17 +48,32 @@ class NewtonOutcome:
     records: list[dict[str, float]]
 
 
+def tangent_operands(U: np.ndarray, mu: np.ndarray, chi: np.ndarray, nu: float,
+                     grid: Grid) -> tuple[np.ndarray, ...]:
+    """The arrays of the compiled tangent sweeps (:mod:`.fdm.tangent`) at the best response
+    U with cell masses mu: the bands of J(u^n) and J(u^n)ᵀ, the edge gradients, mu and χ."""
+    inv_hw = 1.0 / (grid.h * grid.weights)
+    lower, diag, upper, q = jacobian_bands(np.ascontiguousarray(U[:-1]), nu, grid.h, grid.dt,
+                                           inv_hw, np)
+    lower_t, _, upper_t = transpose_bands(lower, diag, upper, np)
+    return tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (
+        lower, diag, upper, lower_t, upper_t, q, mu, chi))
+
+
+def product_operands(operands: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
+    """The arguments of :func:`.fdm.tangent.tangent_product` (before h, Δt, v) from
+    :func:`tangent_operands`: the Thomas factors of every J(u^n) and J(u^n)ᵀ computed once."""
+    lower, diag, upper, lower_t, upper_t, q, mu, chi = operands
+    return (lower, thomas_factors(lower, diag, upper), lower_t,
+            thomas_factors(lower_t, diag, upper_t), q, mu, chi)
+
+
 def observed_path_jacobian(U: np.ndarray, mu: np.ndarray, chi: np.ndarray, nu: float,
                            grid: Grid) -> np.ndarray:
     """D[n, j] = ∂z_n/∂y_j for z_n = χ·μ^{n+1}, μ the cell masses of the best response U to
     the running cost F^n = −y_n χ: the exact derivative of the discrete scheme (the compiled
     tangent sweeps of :mod:`.fdm.tangent`)."""
-    inv_hw = 1.0 / (grid.h * grid.weights)
-    lower, diag, upper, q = jacobian_bands(np.ascontiguousarray(U[:-1]), nu, grid.h, grid.dt,
-                                           inv_hw, np)
-    lower_t, _, upper_t = transpose_bands(lower, diag, upper, np)
-    return tangent_jacobian(*(np.ascontiguousarray(a, dtype=np.float64) for a in (
-        lower, diag, upper, lower_t, upper_t, q, mu, chi)), grid.h, grid.dt)
+    return tangent_jacobian(*tangent_operands(U, mu, chi, nu, grid), grid.h, grid.dt)
 
 
 class PotentialNewton:

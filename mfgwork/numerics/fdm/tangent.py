@@ -100,3 +100,69 @@ def spd_solve(A, b):  # pragma: no cover - compiled
             x[i] -= L[k, i] * x[k]
         x[i] /= L[i, i]
     return x
+
+
+@njit(cache=True, nogil=True)
+def thomas_factors(a, b, c):  # pragma: no cover - compiled
+    """(cp, inv) of the Thomas elimination of each tridiagonal matrix (rows of a, b, c with
+    shape (L, n)): cp_i = c_i inv_i, inv_i = 1/(b_i − a_i cp_{i−1}); a solve with them is
+    multiply-adds only (:func:`_solve_factored`)."""
+    L, n = b.shape
+    cp = np.zeros((L, n))
+    inv = np.empty((L, n))
+    for m in range(L):
+        inv[m, 0] = 1.0 / b[m, 0]
+        cp[m, 0] = c[m, 0] * inv[m, 0]
+        for i in range(1, n):
+            inv[m, i] = 1.0 / (b[m, i] - a[m, i] * cp[m, i - 1])
+            cp[m, i] = c[m, i] * inv[m, i] if i < n - 1 else 0.0
+    return cp, inv
+
+
+@njit(cache=True, nogil=True)
+def _solve_factored(a, cp, inv, d, x):  # pragma: no cover - compiled
+    """x = A⁻¹ d from the factors of :func:`thomas_factors` (one matrix, d (n,))."""
+    n = d.shape[0]
+    x[0] = d[0] * inv[0]
+    for i in range(1, n):
+        x[i] = (d[i] - a[i] * x[i - 1]) * inv[i]
+    for i in range(n - 2, -1, -1):
+        x[i] -= cp[i] * x[i + 1]
+
+
+@njit(cache=True, nogil=True)
+def tangent_product(lower, factors, lower_t, factors_t, q, mu, chi, h, dt, v
+                    ):  # pragma: no cover - compiled
+    """D v (nt,) for one direction v (nt,): the sweeps of :func:`tangent_jacobian` for one
+    column, O(nt nx) (the products of matrix-free Newton–Krylov), from the lower bands of
+    J(u^n) and J(u^n)ᵀ and their :func:`thomas_factors`."""
+    nt, nx = lower.shape
+    cp, inv = factors
+    cp_t, inv_t = factors_t
+    du = np.zeros((nt + 1, nx))
+    rhs = np.empty(nx)
+    for n in range(nt - 1, -1, -1):
+        for i in range(nx):
+            rhs[i] = du[n + 1, i] / dt - v[n] * chi[i]
+        _solve_factored(lower[n], cp[n], inv[n], rhs, du[n])
+    out = np.empty(nt)
+    dmu = np.zeros(nx)
+    for n in range(nt):
+        for i in range(nx):
+            rhs[i] = dmu[i] / dt
+        for e in range(nx - 1):
+            if q[n, e] > 0:
+                c = mu[n + 1, e + 1]
+            elif q[n, e] < 0:
+                c = mu[n + 1, e]
+            else:
+                continue
+            flux = c / (h * h) * (du[n, e + 1] - du[n, e])
+            rhs[e] += flux
+            rhs[e + 1] -= flux
+        _solve_factored(lower_t[n], cp_t[n], inv_t[n], rhs, dmu)
+        s = 0.0
+        for i in range(nx):
+            s += chi[i] * dmu[i]
+        out[n] = s
+    return out

@@ -147,3 +147,15 @@ def tridiagonal_solver(backend: Backend, *, zero_ends: bool = False) -> Tridiago
 
     solve = fdm_kernels(backend).tridiagonal
     return solve_pcr if solve is solve_pcr_zero_ends and not zero_ends else solve
+
+
+def factor_many(lower: Any, diag: Any, upper: Any) -> Callable[[int, Any], Any]:
+    """PCR for many right-hand sides per matrix: for bands (B, L, n) with zero ends (a batch
+    of B problems, L matrices each), ``solve(l, rhs)`` with ``rhs`` (B, k, n) returns x
+    (B, k, n) for the matrices of index l. The levels are computed once for all L matrices,
+    so a solve is four kernels per level whatever B and k."""
+    inv_diag, levels = pcr_factor(lower, diag, upper)
+
+    def solve(level: int, rhs: Any) -> Any:
+        return pcr_apply([w[:, level, None] for w in levels], rhs * inv_diag[:, level, None])
+    return solve

@@ -1,0 +1,403 @@
+"""Newton's method on the coupling state of potential games, per problem of a batch.
+
+The method of :mod:`.potential` (R(z) = Φ(z) − z on the observed path z, the Jacobian
+−S⁻¹ (S D S + I) S with S = diag(√−P'), D the exact tangent Jacobian of the scheme, Armijo's
+backtracking on ½‖R‖²) run as the main iteration from the first iterate on, for a leading axis
+of independent problems (a single solve is a batch of one). Every iteration is one batched
+best response; what it evaluates differs per problem:
+
+- a *trial* point z + t d of the line search: accepted when ‖R‖² ≤ (1 − 2·10⁻⁴ t)‖R(z)‖²,
+  else t shrinks (quadratic interpolation, by 2 to 10; after ``max_halvings`` refusals the
+  problem is stuck); a line search starts from twice the last accepted step (at most 1);
+- or Φ(z), the *certificate* of the densities of the accepted z (their fixed-point residual),
+  evaluated once the relative residual of z is below a trigger (``tol`` at first, lowered by
+  the amplification that a refused certificate shows, as in :mod:`.iteration`). A refused
+  certificate whose point Φ(z) decreases ‖R‖ is accepted as a Picard step.
+
+Problems whose new point was accepted get a new Newton direction d = S⁻¹ (S D S + I)⁻¹ S R:
+
+- on devices (CUDA, MPS and its emulation) from the dense tangent Jacobians D of all these
+  problems at once (the batched torch sweeps of :mod:`.fdm.tangent_torch`, all nt directions
+  as one wide batch of tridiagonal solves, in chunks that fit ``jacobian_memory`` bytes: a
+  quarter of the free memory on CUDA) and one batched Cholesky factorisation (a problem whose
+  factorisation fails steps along R, the Picard direction);
+- on the CPU matrix-free (Newton–Krylov): conjugate gradients on the SPD system, each product
+  D p one tangent sweep of a single direction (:func:`.fdm.tangent.tangent_product`, the
+  Thomas factors of the step matrices computed once per direction), O(nt nx) against
+  O(nt² nx) for D. Measured on one core (``benchmarks/batch_equilibria.py --cases system``):
+  10–14 products per system (at most 26); 1.7 ms against 30 ms for D and its Cholesky
+  solve at 81², the same at 41².
+
+The Newton system is float64 except on MPS (float32 throughout), also for float32 solves, whose
+evaluations and certificates stay float32. A problem stops when its certificate is ≤ ``tol``
+(converged) or when it is stuck and its current point is certified (not converged); it returns
+the best certified densities.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core.backend import Backend, to_numpy
+from ..core.errors import ConvergenceWarning, SolverError
+from ..core.grid import Grid
+from ..problems.base import ScalarPotential
+from .iteration import FixedPointResult, History, _evaluator, _record_times
+
+TRIAL, CERTIFY, DONE = 0, 1, 2
+ARMIJO = 2e-4
+ETA = 1e-4
+GROW = 2.0
+
+
+@dataclass(frozen=True)
+class MemberPotentials:
+    """The potentials of the problems of a batch on one grid (one χ, a price per problem)."""
+
+    chi: np.ndarray
+    members: tuple[ScalarPotential, ...]
+
+    def price_slope(self, z: np.ndarray, members: np.ndarray) -> np.ndarray:
+        """P'(z) (k, nt) of the problems ``members`` at their observed paths z (host)."""
+        return np.stack([self.members[b].price_slope(z[i]) for i, b in enumerate(members)])
+
+
+def member_potentials(potentials: list[ScalarPotential | None]) -> MemberPotentials | None:
+    """The batch's potentials, or None unless every problem declares one with the same χ."""
+    if not potentials or any(p is None for p in potentials):
+        return None
+    chi = potentials[0].chi
+    if any(p.chi.shape != chi.shape or not np.array_equal(p.chi, chi) for p in potentials):
+        return None
+    return MemberPotentials(chi=chi, members=tuple(potentials))
+
+
+class Unbatched:
+    """A single problem's coupling and sweeps seen as a batch of one (a leading axis of 1)."""
+
+    def __init__(self, coupling: Any, hjb: Any, fp: Any) -> None:
+        self.coupling, self._hjb, self._fp = coupling, hjb, fp
+
+    def state(self, M: Any) -> Any:
+        return self.coupling.state(M[0])[None]
+
+    def running_cost(self, z: Any) -> Any:
+        return self.coupling.running_cost(z[0])[None]
+
+    def project(self, z: Any) -> Any:
+        return self.coupling.project(z[0])[None]
+
+    def hjb(self, U_T: Any, F: Any, guess: Any) -> Any:
+        return self._hjb(U_T, F[0], None if guess is None else guess[0])[None]
+
+    def fp(self, U: Any, m0: Any) -> Any:
+        return self._fp(U[0], m0)[None]
+
+
+def _quarter_of_free_memory(backend: Backend) -> int:
+    """A quarter of the free memory of a CUDA device (the tangent sweeps' budget), else 1 GiB."""
+    if backend.kind == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info(backend.native_device)[0] // 4)
+    return 2**30
+
+
+def conjugate_gradients(apply: Any, b: np.ndarray, rtol: float, max_steps: int
+                        ) -> np.ndarray:
+    """x with ‖A x − b‖ ≤ rtol ‖b‖ for the SPD operator ``apply`` (from x = 0; at most
+    ``max_steps`` products)."""
+    x = np.zeros_like(b)
+    r = b.copy()
+    p = r.copy()
+    rr = float(r @ r)
+    stop = (rtol * math.sqrt(rr)) ** 2
+    for _ in range(max_steps):
+        if rr <= stop:
+            break
+        Ap = apply(p)
+        alpha = rr / float(p @ Ap)
+        x += alpha * p
+        r -= alpha * Ap
+        rr, previous = float(r @ r), rr
+        p = r + (rr / previous) * p
+    return x
+
+
+def _backtrack(t: np.ndarray, norm: np.ndarray, trial: np.ndarray) -> np.ndarray:
+    """The next step length after t was refused: the minimiser of the quadratic through
+    φ(0) = ‖R‖², φ'(0) = −2‖R‖² (the Newton direction) and φ(t), within [0.1 t, 0.5 t]."""
+    phi0 = np.where(np.isfinite(norm), norm, 1.0) ** 2
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        s = phi0 * t * t / (trial**2 - phi0 + 2.0 * phi0 * t)
+    return np.clip(np.nan_to_num(s, nan=0.5 * t, posinf=0.5 * t), 0.1 * t, 0.5 * t)
+
+
+class BatchNewton:
+    """Damped Newton's method for the coupling states z (B, nt) of B potential games on one
+    grid: ``potential`` gives χ and the price slopes P'(z) of each; ``nu`` their
+    diffusions (B,)."""
+
+    def __init__(self, potential: MemberPotentials, *, grid: Grid, nu: np.ndarray,
+                 backend: Backend, tol: float, max_halvings: int = 12,
+                 jacobian_memory: int | None = None) -> None:
+        self.potential, self.grid, self.backend, self.tol = potential, grid, backend, tol
+        self.nu = np.asarray(nu, dtype=np.float64).reshape(-1)
+        self.max_halvings = max_halvings
+        self.jacobian_memory = (_quarter_of_free_memory(backend) if jacobian_memory is None
+                                else jacobian_memory)
+        mps = backend.kind == "mps" or backend.emulate_mps
+        self.system_dtype = backend.dtype if mps else "float64"
+        self.newton_steps = self.products = 0
+
+    @property
+    def matrix_free(self) -> bool:
+        """Whether Newton systems are solved by conjugate gradients (the CPU) rather than from
+        the dense tangent Jacobians (devices)."""
+        return self.backend.kind == "cpu" and not self.backend.emulate_mps
+
+    # -- the iteration -----------------------------------------------------------------------
+    def solve(self, coupling: Any, hjb: Any, fp: Any, *, m0: Any, U_T: Any, max_iter: int,
+              M_init: Any = None, U_init: Any = None, z_init: Any = None,
+              progress: Any = None, batched: bool = True) -> FixedPointResult:
+        """Iterate until every problem has stopped or ``max_iter`` best responses were
+        evaluated; arrays carry the leading batch axis where ``batched`` (else one problem).
+        The first point: ``z_init``, else the state of ``M_init``, else of m0 at all times."""
+        be, xp, nt = self.backend, self.backend.xp, self.grid.nt
+        if not batched:
+            one = Unbatched(coupling, hjb, fp)
+            M0 = xp.stack([m0] * (nt + 1), axis=-2) if M_init is None else M_init
+            out = self.solve(one, one.hjb, one.fp, m0=m0, U_T=U_T, max_iter=max_iter,
+                             M_init=M0[None], U_init=None if U_init is None else U_init[None],
+                             z_init=None if z_init is None else z_init[None],
+                             progress=progress)
+            out.U, out.M = out.U[0], out.M[0]
+            return out
+        evaluate = _evaluator(coupling, hjb, fp, U_T, m0, be)
+        M0 = xp.stack([m0] * (nt + 1), axis=-2) if M_init is None else M_init
+        w = coupling.state(M0) if z_init is None else coupling.project(z_init)
+        B = w.shape[0]
+        history, stamps = History(), []
+        mode = np.full(B, TRIAL)
+        t = np.ones(B)
+        start = np.ones(B)               # first step length of the next line search
+        halvings = np.zeros(B, dtype=np.int64)
+        norm = np.full(B, math.inf)      # ‖R(z)‖ of the accepted point
+        rel = np.full(B, math.inf)       # its relative residual
+        trigger = np.full(B, self.tol)
+        best = np.full(B, math.inf)      # certified residual of the best densities
+        certified = np.zeros(B, dtype=bool)   # the accepted point's densities are certified
+        stuck = np.zeros(B, dtype=bool)
+        done_at = np.zeros(B, dtype=np.int64)
+        cur: dict[str, Any] = {"z": w, "R": None, "U": U_init, "M": None}
+        kept: dict[str, Any] = {"U": None, "M": None}
+        d = xp.zeros_like(w)
+        k = 0
+        for k in range(1, max_iter + 1):
+            t0 = be.stamp()
+            F, U_w, M_w, g_w, (t1, t2, t3) = evaluate(w, cur["U"])
+            R_w = g_w - w
+            bad = [xp.sum(xp.reshape(xp.astype(~xp.isfinite(a), a.dtype), (B, -1)), axis=-1)
+                   for a in (F, U_w, M_w)]
+            sums = xp.stack([xp.sum(R_w * R_w, axis=-1), xp.sum(g_w * g_w, axis=-1),
+                             *self._change_sums(U_w, cur["U"]), *self._change_sums(M_w, cur["M"]),
+                             *bad])
+            sums = to_numpy(sums).astype(np.float64)  # the one host read of an iteration
+            if sums[6:].any():
+                raise SolverError(f"non-finite values at iteration {k} of Newton's method on "
+                                  "the coupling state: the iteration diverged")
+            n_w = np.sqrt(sums[0])
+            r_w = n_w / np.maximum(np.sqrt(sums[1]), 1e-300)
+            active = mode != DONE
+            history.residual.append(float(np.max(r_w[active])))
+            # certificates: Φ(z) was evaluated, its residual is that of the densities of z
+            check = mode == CERTIFY
+            better = check & (r_w < best)
+            best = np.where(better, r_w, best)
+            if better.any():
+                kept = self._keep(kept, better, cur["U"], cur["M"])
+            certified |= check
+            passed = check & (r_w <= self.tol)
+            amplification = np.maximum(r_w / np.maximum(rel, 1e-300), 1e-300)
+            trigger = np.where(check & ~passed,
+                               np.minimum(trigger, 0.5 * self.tol / amplification), trigger)
+            finished = passed | (check & stuck)
+            # acceptance: the first point, an Armijo trial, or a refused certificate's Φ(z)
+            decrease = 1.0 - ARMIJO * np.where(check, 1.0, t)
+            accept = active & ~finished & (~np.isfinite(norm) | (n_w**2 <= decrease * norm**2))
+            for name, j in (("change_U", 2), ("change_M", 4)):
+                change = np.sqrt(sums[j] / np.maximum(sums[j + 1], 1e-300))
+                getattr(history, name).append(float(np.max(change[active])))
+            if accept.any():
+                cur = self._accept(cur, accept, w, R_w, U_w, M_w)
+                start = np.where(accept & (mode == TRIAL), np.minimum(1.0, GROW * t), start)
+                norm_before = norm
+                norm, rel = np.where(accept, n_w, norm), np.where(accept, r_w, rel)
+                certified &= ~accept
+                stuck &= ~accept
+                halvings = np.where(accept, 0, halvings)
+            else:
+                norm_before = norm
+            # a refused trial backtracks (the minimiser of the quadratic model of ‖R‖² along
+            # d, kept within [0.1 t, 0.5 t]); after ``max_halvings`` the problem is stuck
+            refused = (mode == TRIAL) & active & ~accept
+            t = np.where(refused, _backtrack(t, norm_before, n_w), t)
+            halvings = halvings + refused
+            stuck |= refused & (halvings > self.max_halvings)
+            going = active & ~finished
+            finished |= going & stuck & certified
+            going &= ~finished
+            mode = np.where(finished, DONE, mode)
+            done_at = np.where(finished, k, done_at)
+            to_certify = going & ~certified & (stuck | (accept & (rel <= trigger)))
+            fresh = going & ~stuck & ~to_certify & (accept | check)  # new direction
+            mode = np.where(to_certify, CERTIFY, np.where(going, TRIAL, mode))
+            if fresh.any():
+                d = self._directions(d, fresh, cur, rel)
+                t, halvings = np.where(fresh, start, t), np.where(fresh, 0, halvings)
+            if progress is not None:
+                progress.update(1)
+                progress.set_postfix(residual=f"{history.residual[-1]:.2e}", refresh=False)
+            stamps.append((t0, t1, t2, t3, be.stamp()))
+            if (mode == DONE).all():
+                break
+            w = self._next_points(mode, t, cur, d, coupling)
+        _record_times(history, stamps, be)
+        open_ = (mode != DONE) & ~certified
+        if open_.any():   # the accepted points of unfinished problems: one more evaluation
+            g = evaluate(cur["z"] + cur["R"], cur["U"])[3]
+            z = cur["z"] + cur["R"]
+            sums = to_numpy(xp.stack([xp.sum((g - z) ** 2, axis=-1), xp.sum(g * g, axis=-1)]))
+            r = np.sqrt(sums[0]) / np.maximum(np.sqrt(sums[1]), 1e-300)
+            better = open_ & (r < best)
+            best = np.where(better, r, best)
+            if better.any():
+                kept = self._keep(kept, better, cur["U"], cur["M"])
+        converged = best <= self.tol
+        done_at = np.where(done_at == 0, k, done_at)
+        if not converged.all():
+            warnings.warn(f"Newton's method did not reach tol={self.tol:g} for "
+                          f"{int((~converged).sum())} of {B} problems in {k} iterations "
+                          f"(max_iter={max_iter}; final residual "
+                          f"{float(np.max(best[~converged])):.3g}); returning the best "
+                          "certified iterate with converged=False", ConvergenceWarning,
+                          stacklevel=3)
+        return FixedPointResult(U=kept["U"], M=kept["M"], converged=converged, residual=best,
+                                iterations=done_at, history=history)
+
+    # -- pieces ------------------------------------------------------------------------------
+    def _mask(self, mask: np.ndarray, like: Any) -> Any:
+        """The host mask (B,) as a backend array broadcastable against ``like``."""
+        m = self.backend.xp.asarray(mask) if self.backend.name == "numpy" else (
+            self.backend.xp.asarray(mask, device=like.device))
+        return self.backend.xp.reshape(m, mask.shape + (1,) * (like.ndim - 1))
+
+    def _keep(self, kept: dict, mask: np.ndarray, U: Any, M: Any) -> dict:
+        xp = self.backend.xp
+        if kept["U"] is None:
+            return {"U": U, "M": M}
+        return {"U": xp.where(self._mask(mask, U), U, kept["U"]),
+                "M": xp.where(self._mask(mask, M), M, kept["M"])}
+
+    def _accept(self, cur: dict, mask: np.ndarray, z: Any, R: Any, U: Any, M: Any) -> dict:
+        xp = self.backend.xp
+        if cur["R"] is None:
+            return {"z": z, "R": R, "U": U, "M": M}
+        return {"z": xp.where(self._mask(mask, z), z, cur["z"]),
+                "R": xp.where(self._mask(mask, R), R, cur["R"]),
+                "U": xp.where(self._mask(mask, U), U, cur["U"]),
+                "M": xp.where(self._mask(mask, M), M, cur["M"])}
+
+    def _change_sums(self, new: Any, old: Any) -> tuple[Any, Any]:
+        """Per problem ‖new − old‖² and ‖new‖² (old None: no change), for the history."""
+        xp = self.backend.xp
+        flat = xp.reshape(new, (new.shape[0], -1))
+        diff = flat - (flat if old is None else xp.reshape(old, (new.shape[0], -1)))
+        return xp.sum(diff * diff, axis=-1), xp.sum(flat * flat, axis=-1)
+
+    def _next_points(self, mode: np.ndarray, t: np.ndarray, cur: dict, d: Any,
+                     coupling: Any) -> Any:
+        """z + t d (trials), Φ(z) = z + R (certificates), z (finished problems)."""
+        xp = self.backend.xp
+        z = cur["z"]
+        step = xp.asarray(np.where(mode == TRIAL, t, 0.0), dtype=z.dtype,
+                          **({} if self.backend.name == "numpy" else {"device": z.device}))
+        trial = coupling.project(z + step[:, None] * d)
+        return xp.where(self._mask(mode == CERTIFY, z), z + cur["R"], trial)
+
+    def _directions(self, d: Any, mask: np.ndarray, cur: dict, rel: np.ndarray) -> Any:
+        """d = S⁻¹ (S D S + I)⁻¹ S R for the problems of ``mask`` (others keep theirs)."""
+        idx = np.flatnonzero(mask)
+        self.newton_steps += idx.size
+        if self.matrix_free:
+            return self._directions_krylov(d, idx, cur, rel)
+        import torch
+
+        sys_dtype = getattr(torch, self.system_dtype)
+        index = torch.as_tensor(idx, device=d.device)
+        z, R = (cur[k][index].to(sys_dtype) for k in ("z", "R"))
+        D = self._jacobians(cur["U"][index], cur["M"][index], idx).to(sys_dtype)
+        slope = self.potential.price_slope(to_numpy(z).astype(np.float64), idx)
+        s = torch.as_tensor(np.sqrt(np.maximum(-slope, 0.0)), dtype=sys_dtype, device=d.device)
+        A = s[:, :, None] * (0.5 * (D + D.transpose(1, 2))) * s[:, None, :]
+        A = A + torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+        L, info = torch.linalg.cholesky_ex(A)
+        v = torch.cholesky_solve((s * R)[..., None], L)[..., 0]
+        newton = torch.where(s > 0, v / torch.where(s > 0, s, torch.ones_like(s)), R)
+        step = torch.where((info == 0)[:, None], newton, R)
+        d = d.clone()
+        d[index] = step.to(d.dtype)
+        return d
+
+    def _directions_krylov(self, d: Any, idx: np.ndarray, cur: dict, rel: np.ndarray) -> Any:
+        """The Newton directions on the CPU, matrix-free: conjugate gradients on
+        (S D S + I) v = S R, each product D p by the compiled tangent sweeps of one direction
+        (O(nt nx), against O(nt² nx) for D itself), to the relative accuracy
+        min(10⁻², r) (r: the relative residual of z; an inexact Newton step)."""
+        from .fdm.tangent import tangent_product
+        from .potential import product_operands, tangent_operands
+
+        g = self.grid
+        out = np.array(to_numpy(d), dtype=np.float64)
+        for b in idx:
+            z, R = (np.asarray(to_numpy(cur[k][b]), dtype=np.float64) for k in ("z", "R"))
+            U = np.asarray(to_numpy(cur["U"][b]), dtype=np.float64)
+            mu = np.asarray(to_numpy(cur["M"][b]), dtype=np.float64) * g.weights
+            ops = product_operands(tangent_operands(U, mu, self.potential.chi,
+                                                    float(self.nu[b]), g))
+            s = np.sqrt(np.maximum(-self.potential.price_slope(z[None], [b])[0], 0.0))
+
+            def apply(p: np.ndarray, s: np.ndarray = s, ops: tuple = ops) -> np.ndarray:
+                self.products += 1
+                return s * tangent_product(*ops, g.h, g.dt, s * p) + p
+
+            v = conjugate_gradients(apply, s * R, min(ETA, max(float(rel[b]), 1e-14)),
+                                    4 * z.size)
+            out[b] = np.where(s > 0, v / np.where(s > 0, s, 1.0), R)
+        return self.backend.asarray(out)
+
+    def _jacobians(self, U: Any, M: Any, idx: np.ndarray) -> Any:
+        """D (k, nt, nt) of the problems ``idx`` (U, M their best responses)."""
+        import torch
+
+        from .fdm.tangent_torch import tangent_jacobian_torch
+
+        g = self.grid
+        dtype = getattr(torch, self.system_dtype)
+        on = {"dtype": dtype, "device": U.device}
+        chi = torch.as_tensor(self.potential.chi, **on)
+        inv_hw = torch.as_tensor(1.0 / (g.h * g.weights), **on)
+        nu = torch.as_tensor(self.nu[idx], **on)
+        per_member = np.dtype(self.system_dtype).itemsize * g.nx * g.nt * (g.nt + 40)
+        chunk = max(1, int(self.jacobian_memory // per_member))
+        weights = torch.as_tensor(g.weights, **on)
+        parts = [tangent_jacobian_torch(U[i:i + chunk].to(dtype),
+                                        M[i:i + chunk].to(dtype) * weights, chi,
+                                        nu[i:i + chunk], g.h, g.dt, inv_hw)
+                 for i in range(0, idx.size, chunk)]
+        return torch.cat(parts)

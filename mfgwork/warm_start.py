@@ -1,0 +1,96 @@
+"""Starting iterates for ``mw.solve`` and ``mw.solve_batch`` (``initial=``).
+
+A previous :class:`~mfgwork.Result` on the same grid starts from its U and M. For problems
+whose coupling state is one path (Santa Fe: the attendance path A(t)), a result on another
+grid (e.g. a coarse solve) or the path itself (levels 1..nt, or 0..nt as ``res.attendance``)
+starts from that state, interpolated linearly in time onto the grid's levels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .core.backend import Backend, to_numpy
+from .core.errors import ParameterError
+from .core.grid import Grid
+from .problems.base import MFGProblem
+from .results import Result
+
+
+def initial_state(initial: Any, problems: Sequence[MFGProblem], grid: Grid, be: Backend,
+                  batched: bool) -> dict[str, Any]:
+    """The starting iterate as keyword arguments of the iteration: ``M_init`` and ``U_init``,
+    or ``z_init`` (the coupling states). ``initial``: None, a Result, or (batches) a sequence
+    of one Result per problem, or paths shaped (nt,) / (nt+1,) (batches: (B, nt) or
+    (B, nt+1)). Errors name what is wrong, before any work."""
+    if initial is None:
+        return {}
+    items = _per_problem(initial, len(problems), batched)
+    if all(isinstance(r, Result) and _same_grid(r, grid) for r in items):
+        xp = be.xp
+        M = [be.asarray(to_numpy(r.M)) for r in items]
+        U = [be.asarray(to_numpy(r.U)) for r in items]
+        return ({"M_init": xp.stack(M), "U_init": xp.stack(U)} if batched
+                else {"M_init": M[0], "U_init": U[0]})
+    paths = [_path(item, p, grid) for item, p in zip(items, problems, strict=True)]
+    z = be.asarray(np.stack(paths) if batched else paths[0])
+    return {"z_init": z}
+
+
+def _per_problem(initial: Any, n: int, batched: bool) -> list[Any]:
+    if isinstance(initial, Result):
+        return [initial] * n
+    if batched and isinstance(initial, (list, tuple)):
+        if len(initial) != n:
+            raise ParameterError(f"initial has {len(initial)} entries: must have one per "
+                                 f"problem ({n})")
+        return list(initial)
+    arr = np.asarray(to_numpy(initial)) if not isinstance(initial, (str, dict)) else None
+    if arr is None or arr.dtype.kind not in "iuf":
+        raise ParameterError(f"initial={initial!r:.60} is invalid: must be None, an mfgwork "
+                             "Result" + (", a list of Results (one per problem)" if batched
+                                         else "") + " or an array of coupling states")
+    if batched:
+        if arr.ndim != 2 or arr.shape[0] != n:
+            raise ParameterError(f"initial has shape {arr.shape}: a batch of {n} problems "
+                                 f"needs one path per problem, ({n}, nt) or ({n}, nt+1)")
+        return list(arr)
+    return [arr]
+
+
+def _same_grid(result: Result, grid: Grid) -> bool:
+    return tuple(np.shape(to_numpy(result.M))) == (grid.nt + 1, grid.nx)
+
+
+def _path(item: Any, problem: MFGProblem, grid: Grid) -> np.ndarray:
+    """The coupling state (levels 1..nt) of ``item`` on ``grid``: a path, or a Result's."""
+    if problem.coupling_size(grid.nx, grid.nt) != grid.nt:
+        raise ParameterError(
+            f"initial is invalid for {type(problem).__name__}: its coupling state is the "
+            "density path, so it needs a Result on the same grid "
+            f"(M of shape ({grid.nt + 1}, {grid.nx}))")
+    if isinstance(item, Result):
+        M = np.asarray(to_numpy(item.M), dtype=np.float64)
+        old = problem.grid(M.shape[1], M.shape[0] - 1)
+        host = problem.coupling(old, _numpy())
+        path = np.asarray(host.state(np.concatenate([M[:1], M])), dtype=np.float64)
+        return np.interp(grid.t[1:], old.t, path)
+    path = np.asarray(item, dtype=np.float64)
+    if path.ndim != 1 or path.size < 2:
+        raise ParameterError(f"initial path has shape {path.shape}: must be ({grid.nt},) "
+                             f"(levels 1..nt), or ({grid.nt + 1},) (levels 0..nt) or any other "
+                             "length ≥ 2 (levels evenly spaced over [0, T], interpolated)")
+    if not np.all(np.isfinite(path)):
+        raise ParameterError("initial path is invalid: it holds non-finite values")
+    if path.size == grid.nt:
+        return path
+    return np.interp(grid.t[1:], np.linspace(0.0, grid.T, path.size), path)
+
+
+def _numpy() -> Backend:
+    from .core.backend import get_backend
+
+    return get_backend("numpy")

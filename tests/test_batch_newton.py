@@ -1,0 +1,192 @@
+"""Newton's method on the attendance path, per member of a batch (and for single solves):
+certificates checked by an independent best response, hard members, float32, iteration
+counts, the torch tangent Jacobian, warm and coarse-to-fine starts, generic problems."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mfgwork as mw
+from mfgwork.numerics.batch_newton import BatchNewton
+from mfgwork.numerics.fdm.sweeps import FiniteDifferences
+
+torch = pytest.importorskip("torch")
+
+SMALL = {"nx": 31, "nt": 30, "progress": False}
+HARD = mw.SantaFeBar(threshold=0.2, sigma=0.1, eps=0.001)
+MIXED = [mw.SantaFeBar(), mw.SantaFeBar(threshold=0.8, sigma=0.3, eps=0.005), HARD,
+         mw.SantaFeBar(threshold=0.5, sigma=1.5, eps=0.01, good=4.0, bad=-12.0)]
+
+
+def independent_residual(problem: mw.SantaFeBar, M: object) -> float:
+    """‖A(BR(A)) − A‖ / ‖A(BR(A))‖ for the attendance path A of M, by NumPy float64 sweeps
+    started from the terminal cost (not the solver's own residual)."""
+    M = np.asarray(mw.to_numpy(M), dtype=np.float64)
+    grid = problem.grid(M.shape[1], M.shape[0] - 1)
+    be = mw.get_backend("numpy")
+    chi = grid.cell_fraction_above(0.0)
+    A = M[1:] @ (grid.weights * chi)
+    fd = FiniteDifferences(grid, problem.nu, be)
+    M_br = fd.solve_fp(fd.solve_hjb(np.zeros(grid.nx), -problem.payoff(A)[:, None] * chi),
+                       problem.initial_density(grid, be))
+    A_br = M_br[1:] @ (grid.weights * chi)
+    return float(np.linalg.norm(A_br - A) / np.linalg.norm(A_br))
+
+
+def test_torch_tangent_jacobian_matches_compiled_one_and_central_differences():
+    from mfgwork.numerics.fdm.tangent_torch import tangent_jacobian_torch
+    from mfgwork.numerics.potential import observed_path_jacobian
+
+    grid = mw.SantaFeBar().grid(21, 16)
+    be = mw.get_backend("numpy")
+    chi = grid.cell_fraction_above(0.0)
+    problems = [mw.SantaFeBar(sigma=0.3), mw.SantaFeBar(sigma=0.8)]
+    rng = np.random.default_rng(3)
+    Us, mus, refs = [], [], []
+    for p in problems:
+        fd = FiniteDifferences(grid, p.nu, be)
+
+        def respond(y, fd=fd, p=p):
+            U = fd.solve_hjb(np.zeros(grid.nx), -y[:, None] * chi[None, :])
+            return U, fd.solve_fp(U, p.initial_density(grid, be)) * grid.weights
+
+        y = rng.uniform(-2.0, 2.0, grid.nt)
+        U, mu = respond(y)
+        h = 1e-6
+        D_fd = np.stack([(respond(y + h * e)[1][1:] @ chi - respond(y - h * e)[1][1:] @ chi)
+                         / (2 * h) for e in np.eye(grid.nt)], axis=1)
+        Us.append(U), mus.append(mu)
+        refs.append((observed_path_jacobian(U, mu, chi, p.nu, grid), D_fd))
+    T = torch.from_numpy
+    D = tangent_jacobian_torch(T(np.stack(Us)), T(np.stack(mus)), T(chi),
+                               T(np.array([p.nu for p in problems])), grid.h, grid.dt,
+                               T(1.0 / (grid.h * grid.weights))).numpy()
+    for b, (compiled, central) in enumerate(refs):
+        scale = np.max(np.abs(compiled))
+        assert np.max(np.abs(D[b] - compiled)) < 1e-12 * scale
+        assert np.max(np.abs(D[b] - central)) < 1e-7 * scale
+    assert np.max(np.abs(D[0] - D[1])) > 1e-3 * np.max(np.abs(D[0]))  # each member its own
+
+
+@pytest.mark.parametrize("matrix_free", [True, False])
+def test_every_member_is_certified_by_an_independent_best_response(monkeypatch, matrix_free):
+    """Conjugate gradients (the CPU's choice) and the dense batched tangent Jacobian with
+    batched Cholesky (the devices') both certify every member, the hard one included."""
+    monkeypatch.setattr(BatchNewton, "matrix_free", property(lambda self: matrix_free))
+    out = mw.solve_batch(MIXED, backend="torch", tol=1e-8, **SMALL)
+    for p, res in zip(MIXED, out, strict=True):
+        assert res.converged and res.residual <= 1e-8
+        assert res.params["iteration"]["scheme"] == "newton"
+        assert independent_residual(p, res.M) == pytest.approx(res.residual, rel=1e-4)
+        assert res.check() == pytest.approx(res.residual, rel=1e-6)
+
+
+def test_hard_member_inside_an_easy_batch_converges_where_anderson_gives_up():
+    batch = [mw.SantaFeBar(threshold=0.4), HARD, mw.SantaFeBar(threshold=0.7, sigma=0.8)]
+    out = mw.solve_batch(batch, backend="torch", tol=1e-6, max_iter=120, **SMALL)
+    assert all(r.converged for r in out)
+    assert independent_residual(HARD, out[1].M) <= 1e-6 * (1 + 1e-4)
+    # easy members stop on their own certificate, before the hard one
+    assert max(out[0].iterations, out[2].iterations) < out[1].iterations
+    with pytest.warns(mw.ConvergenceWarning):
+        old = mw.solve_batch(batch, backend="torch", tol=1e-6, max_iter=120,
+                             iteration=mw.Anderson(), **SMALL)
+    assert not old[1].converged
+
+
+def test_iteration_counts_drop_on_small_grids():
+    """Median iterations per member ≤ 25 (Anderson mixing, the previous batch default, needs
+    more than twice that on the same members)."""
+    problems = [mw.SantaFeBar(threshold=a, sigma=s) for a in (0.3, 0.55, 0.8)
+                for s in (0.4, 0.7, 1.0)]
+    new = mw.solve_batch(problems, backend="torch", tol=1e-8, **SMALL)
+    old = mw.solve_batch(problems, backend="torch", tol=1e-8, iteration=mw.Anderson(), **SMALL)
+    assert all(r.converged for r in new) and all(r.converged for r in old)
+    new_median = np.median([r.iterations for r in new])
+    assert new_median <= 25 < np.median([r.iterations for r in old]) / 2
+
+
+def test_single_solves_take_newton_from_the_start():
+    problem = mw.SantaFeBar(threshold=0.3, sigma=0.7, eps=0.02)
+    res = mw.solve(problem, tol=1e-9, **SMALL)
+    old = mw.solve(problem, tol=1e-9, iteration="anderson", **SMALL)
+    assert res.converged and old.converged
+    assert res.params["iteration"]["system"] == "conjugate gradients (matrix-free)"
+    assert res.iterations < old.iterations / 2
+    assert independent_residual(problem, res.M) <= 1e-9 * (1 + 1e-4)
+
+
+def test_float32_members_reach_the_float32_floor():
+    problems = [mw.SantaFeBar(), mw.SantaFeBar(threshold=0.4, sigma=0.4, eps=0.03),
+                mw.SantaFeBar(threshold=0.8, sigma=1.0, eps=0.01)]
+    out = mw.solve_batch(problems, backend="torch", dtype="float32", tol=3e-4, **SMALL)
+    for p, res in zip(problems, out, strict=True):
+        assert mw.to_numpy(res.M).dtype == np.float32
+        assert res.converged and res.residual <= 3e-4
+        assert independent_residual(p, res.M) <= 3.3e-4  # float64 check of float32 densities
+
+
+def test_newton_in_mps_emulation_keeps_float32(mps_emulation):
+    problems = [mw.SantaFeBar(), mw.SantaFeBar(threshold=0.4, sigma=0.6, eps=0.05)]
+    out = mw.solve_batch(problems, backend=mps_emulation, tol=3e-4, **SMALL)
+    for p, res in zip(problems, out, strict=True):
+        assert res.params["iteration"]["system_dtype"] == "float32"
+        assert res.converged and independent_residual(p, res.M) <= 3.3e-4
+
+
+def test_initial_starts_batches_from_results_or_paths():
+    problems = [mw.SantaFeBar(threshold=0.4), mw.SantaFeBar(threshold=0.6, eps=0.01)]
+    cold = mw.solve_batch(problems, backend="torch", tol=1e-8, **SMALL)
+    again = mw.solve_batch(problems, backend="torch", tol=1e-8, initial=cold, **SMALL)
+    paths = np.stack([mw.to_numpy(r.attendance) for r in cold])
+    from_paths = mw.solve_batch(problems, backend="torch", tol=1e-8, initial=paths, **SMALL)
+    for c, a, b in zip(cold, again, from_paths, strict=True):
+        assert a.converged and b.converged
+        assert a.iterations <= 4 < c.iterations and b.iterations <= 4
+    coarse = mw.solve_batch(problems, backend="torch", nx=16, nt=15, tol=1e-6, progress=False)
+    fine = mw.solve_batch(problems, backend="torch", tol=1e-8, initial=coarse, **SMALL)
+    assert all(f.converged and f.iterations < c.iterations for f, c in zip(fine, cold,
+                                                                           strict=True))
+    with pytest.raises(mw.ParameterError, match="one per problem"):
+        mw.solve_batch(problems, backend="torch", initial=cold[:1], **SMALL)
+    with pytest.raises(mw.ParameterError, match=r"initial has shape \(1, 31\)"):
+        mw.solve_batch(problems, backend="torch", initial=paths[:1], **SMALL)
+
+
+def test_single_solve_accepts_a_path_and_starts_fine_grids_from_a_coarse_solve():
+    problem = mw.SantaFeBar(threshold=0.45, sigma=0.4)
+    res = mw.solve(problem, nx=103, nt=102, tol=1e-8, progress=False)
+    direct = mw.solve(problem, nx=103, nt=102, tol=1e-8, progress=False, coarse=False)
+    assert res.converged and direct.converged
+    assert res.extra["coarse_iterations"] > 0 and direct.extra["coarse_iterations"] is None
+    assert res.iterations < direct.iterations
+    assert independent_residual(problem, res.M) <= 1e-8 * (1 + 1e-4)
+    warm = mw.solve(problem, nx=103, nt=102, tol=1e-8, progress=False,
+                    initial=mw.to_numpy(res.attendance))
+    assert warm.converged and warm.iterations <= 4
+    with pytest.raises(mw.ParameterError, match="density path"):
+        mw.solve(mw.HopfColeProblem(), nx=21, nt=20, initial=np.ones(20), progress=False)
+
+
+def test_generic_problems_keep_anderson_mixing_in_batches():
+    """Problems without a potential (the verification problems) iterate as before: the batch
+    reproduces the single solves and the exact Hopf–Cole solutions to first order."""
+    problems = [mw.HopfColeProblem(sigma=s) for s in (0.4, 0.6)]
+    out = mw.solve_batch(problems, backend="torch", nx=41, nt=40, tol=1e-9, progress=False)
+    for p, res in zip(problems, out, strict=True):
+        assert res.converged and res.params["iteration"]["scheme"] == "anderson"
+        grid = p.grid(41, 40)
+        exact = p.exact_m(grid.t[:, None], grid.x[None, :])
+        assert np.max(np.abs(mw.to_numpy(res.M) - exact)) < 0.05 * np.max(exact)
+        one = mw.solve(p, nx=41, nt=40, tol=1e-9, progress=False)
+        assert np.max(np.abs(mw.to_numpy(res.M) - one.M)) <= 1e-8 * np.max(one.M)
+
+
+def test_batches_on_fine_grids_start_from_a_coarse_batch():
+    problems = [mw.SantaFeBar(), mw.SantaFeBar(threshold=0.4, sigma=0.3, eps=0.01)]
+    out = mw.solve_batch(problems, nx=103, nt=102, backend="torch", tol=1e-8, progress=False)
+    for p, res in zip(problems, out, strict=True):
+        assert res.converged and isinstance(res.extra["coarse_iterations"], int)
+        assert res.iterations <= 10
+        assert independent_residual(p, res.M) <= 1e-8 * (1 + 1e-4)
