@@ -29,6 +29,9 @@ def initial_state(initial: Any, problems: Sequence[MFGProblem], grid: Grid, be: 
     if initial is None:
         return {}
     items = _per_problem(initial, len(problems), batched)
+    for item in items:
+        if isinstance(item, Result):
+            _check_finite(item)
     if all(isinstance(r, Result) and _same_grid(r, grid) for r in items):
         xp = be.xp
         M = [be.asarray(to_numpy(r.M)) for r in items]
@@ -50,8 +53,9 @@ def _per_problem(initial: Any, n: int, batched: bool) -> list[Any]:
         return list(initial)
     arr = np.asarray(to_numpy(initial)) if not isinstance(initial, (str, dict)) else None
     if arr is None or arr.dtype.kind not in "iuf":
-        raise ParameterError(f"initial={initial!r:.60} is invalid: must be None, an mfgwork "
-                             "Result" + (", a list of Results (one per problem)" if batched
+        kind = type(initial).__name__ if arr is None else f"dtype {arr.dtype}"
+        raise ParameterError(f"initial={initial!r:.60} ({kind}) is invalid: must be None, an "
+                             "mfgwork Result" + (", a list of Results (one per problem)" if batched
                                          else "") + " or an array of coupling states")
     if batched:
         if arr.ndim != 2 or arr.shape[0] != n:
@@ -59,6 +63,13 @@ def _per_problem(initial: Any, n: int, batched: bool) -> list[Any]:
                                  f"needs one path per problem, ({n}, nt) or ({n}, nt+1)")
         return list(arr)
     return [arr]
+
+
+def _check_finite(result: Result) -> None:
+    for name in ("M", "U"):
+        if not np.all(np.isfinite(np.asarray(to_numpy(getattr(result, name))))):
+            raise ParameterError(f"initial has non-finite values in {name}: a warm start "
+                                 "must be finite")
 
 
 def _same_grid(result: Result, grid: Grid) -> bool:
@@ -80,11 +91,11 @@ def _path(item: Any, problem: MFGProblem, grid: Grid) -> np.ndarray:
         return np.interp(grid.t[1:], old.t, path)
     path = np.asarray(item, dtype=np.float64)
     if path.ndim != 1 or path.size < 2:
-        raise ParameterError(f"initial path has shape {path.shape}: must be ({grid.nt},) "
+        raise ParameterError(f"initial has shape {path.shape}: a path must be ({grid.nt},) "
                              f"(levels 1..nt), or ({grid.nt + 1},) (levels 0..nt) or any other "
                              "length ≥ 2 (levels evenly spaced over [0, T], interpolated)")
     if not np.all(np.isfinite(path)):
-        raise ParameterError("initial path is invalid: it holds non-finite values")
+        raise ParameterError("initial has non-finite values: a warm start must be finite")
     if path.size == grid.nt:
         return path
     return np.interp(grid.t[1:], np.linspace(0.0, grid.T, path.size), path)
