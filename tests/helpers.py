@@ -1,12 +1,18 @@
-"""Checks shared by several test modules: an equilibrium's residual computed independently of
-the solver that found it."""
+"""Helpers shared by several test modules: an equilibrium's residual computed independently of
+the solver that found it, and the book builder loaded from its file."""
 
 from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
 import mfgwork as mw
 from mfgwork.numerics.fdm.sweeps import FiniteDifferences
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def independent_residual(problem: mw.SantaFeBar, M: object) -> float:
@@ -23,3 +29,12 @@ def independent_residual(problem: mw.SantaFeBar, M: object) -> float:
                        problem.initial_density(grid, be))
     A_br = M_br[1:] @ (grid.weights * chi)
     return float(np.linalg.norm(A_br - A) / np.linalg.norm(A_br))
+
+
+def load_book_builder(name: str) -> ModuleType:
+    """``docs/book/build.py`` executed as a new module called ``name`` (each test module
+    its own, so that monkeypatching one leaves the others alone)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / "book" / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

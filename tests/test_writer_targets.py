@@ -12,7 +12,6 @@ only to the checks themselves, never to a writer.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from types import SimpleNamespace
 
 import nbformat
 import pytest
+from helpers import load_book_builder
 from nbformat.v4 import new_code_cell, new_notebook
 
 import mfgwork as mw
@@ -35,15 +35,7 @@ GRID = {"threshold": [0.4, 0.6]}
 SOLVE = {"nx": 21, "nt": 20, "tol": 1e-8, "max_iter": 200}
 
 
-def _load_builder():
-    spec = importlib.util.spec_from_file_location("book_build_targets",
-                                                  ROOT / "docs" / "book" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-builder = _load_builder()
+builder = load_book_builder("book_build_targets")
 
 
 def make_notebook(path: Path) -> Path:
