@@ -1,5 +1,6 @@
 """Helpers shared by several test modules: an equilibrium's residual computed independently of
-the solver that found it, and the book builder loaded from its file."""
+the solver that found it, small notebooks with parameters, and the book builder loaded from
+its file."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
+import nbformat
 import numpy as np
+from nbformat.v4 import new_code_cell, new_notebook
 
 import mfgwork as mw
 from mfgwork.numerics.fdm.sweeps import FiniteDifferences
@@ -29,6 +32,18 @@ def independent_residual(problem: mw.SantaFeBar, M: object) -> float:
                        problem.initial_density(grid, be))
     A_br = M_br[1:] @ (grid.weights * chi)
     return float(np.linalg.norm(A_br - A) / np.linalg.norm(A_br))
+
+
+def write_notebook(path: Path, parameters: str, *body: str) -> Path:
+    """Write to ``path`` a python3 notebook: a cell tagged ``parameters`` holding
+    ``parameters``, then one code cell per ``body``; return ``path``."""
+    params = new_code_cell(parameters)
+    params.metadata["tags"] = ["parameters"]
+    nb = new_notebook(cells=[params, *(new_code_cell(b) for b in body)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, path)
+    return path
 
 
 def load_book_builder(name: str) -> ModuleType:

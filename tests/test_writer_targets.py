@@ -18,10 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
-import nbformat
 import pytest
-from helpers import load_book_builder
-from nbformat.v4 import new_code_cell, new_notebook
+from helpers import load_book_builder, write_notebook
 
 import mfgwork as mw
 import mfgwork.analysis.plots  # noqa: F401 - imported (font cache built) before HOME moves
@@ -39,14 +37,9 @@ builder = load_book_builder("book_build_targets")
 
 
 def make_notebook(path: Path) -> Path:
-    params = new_code_cell("delay = 0.0\nout_dir = ''")
-    params.metadata["tags"] = ["parameters"]
-    nb = new_notebook(cells=[params, new_code_cell("import mfgwork as mw\n"
-                                                   "mw.save_run(out_dir, parameters={})")])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
-    nbformat.write(nb, path)
-    return path
+    """A notebook with parameters ``delay`` and ``out_dir`` that saves a run."""
+    return write_notebook(path, "delay = 0.0\nout_dir = ''",
+                          "import mfgwork as mw\nmw.save_run(out_dir, parameters={})")
 
 
 @pytest.fixture(scope="module")
