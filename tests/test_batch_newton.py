@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import independent_residual
 
 import mfgwork as mw
 from mfgwork.numerics.batch_newton import BatchNewton
@@ -17,21 +18,6 @@ SMALL = {"nx": 31, "nt": 30, "progress": False}
 HARD = mw.SantaFeBar(threshold=0.2, sigma=0.1, eps=0.001)
 MIXED = [mw.SantaFeBar(), mw.SantaFeBar(threshold=0.8, sigma=0.3, eps=0.005), HARD,
          mw.SantaFeBar(threshold=0.5, sigma=1.5, eps=0.01, good=4.0, bad=-12.0)]
-
-
-def independent_residual(problem: mw.SantaFeBar, M: object) -> float:
-    """‖A(BR(A)) − A‖ / ‖A(BR(A))‖ for the attendance path A of M, by NumPy float64 sweeps
-    started from the terminal cost (not the solver's own residual)."""
-    M = np.asarray(mw.to_numpy(M), dtype=np.float64)
-    grid = problem.grid(M.shape[1], M.shape[0] - 1)
-    be = mw.get_backend("numpy")
-    chi = grid.cell_fraction_above(0.0)
-    A = M[1:] @ (grid.weights * chi)
-    fd = FiniteDifferences(grid, problem.nu, be)
-    M_br = fd.solve_fp(fd.solve_hjb(np.zeros(grid.nx), -problem.payoff(A)[:, None] * chi),
-                       problem.initial_density(grid, be))
-    A_br = M_br[1:] @ (grid.weights * chi)
-    return float(np.linalg.norm(A_br - A) / np.linalg.norm(A_br))
 
 
 def test_torch_tangent_jacobian_matches_compiled_one_and_central_differences():

@@ -6,30 +6,18 @@ builds the real book."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import load_book_builder
 
 from mfgwork.core import storage
 from mfgwork.core.errors import ParameterError
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load_builder():
-    spec = importlib.util.spec_from_file_location("book_build_target",
-                                                  ROOT / "docs" / "book" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-builder = _load_builder()
+builder = load_book_builder("book_build_target")
 
 
 @pytest.fixture

@@ -12,10 +12,9 @@ import shutil
 import signal
 from pathlib import Path
 
-import nbformat
 import numpy as np
 import pytest
-from nbformat.v4 import new_code_cell, new_notebook
+from helpers import write_notebook
 
 import mfgwork as mw
 from mfgwork.__main__ import main as cli
@@ -56,15 +55,9 @@ def run(saved, tmp_path) -> Path:
 
 @pytest.fixture
 def notebook(tmp_path) -> Path:
-    params = new_code_cell('a = 1\nout_dir = ""')
-    params.metadata["tags"] = ["parameters"]
-    nb = new_notebook(cells=[params, new_code_cell("pass")])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
     folder = tmp_path / "nb"
     folder.mkdir()
-    nbformat.write(nb, folder / "nb.ipynb")
-    return folder / "nb.ipynb"
+    return write_notebook(folder / "nb.ipynb", 'a = 1\nout_dir = ""', "pass")
 
 
 @pytest.fixture(autouse=True)

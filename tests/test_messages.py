@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 
-import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_notebook
+from helpers import write_notebook
 
 import mfgwork as mw
 from mfgwork.core import storage
@@ -17,13 +16,7 @@ from mfgwork.workflows.differences import plan_differences
 
 
 def notebook(path, *body: str):
-    params = new_code_cell('threshold = 0.6\nnx = 21\nnt = 21\nout_dir = ""')
-    params.metadata["tags"] = ["parameters"]
-    nb = new_notebook(cells=[params, *(new_code_cell(b) for b in body)])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
-    nbformat.write(nb, path)
-    return path
+    return write_notebook(path, 'threshold = 0.6\nnx = 21\nnt = 21\nout_dir = ""', *body)
 
 
 def test_plan_differences_in_words():

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from helpers import write_notebook
 from nbformat.v4 import new_code_cell, new_notebook
 
 import mfgwork as mw
@@ -19,13 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def make_notebook(path: Path, *body: str) -> Path:
     """A notebook with a parameters cell (x, n, name, flag, out_dir) and ``body`` cells."""
-    params = new_code_cell('x = 1.0\nn = 3\nname = "a"\nflag = False\nout_dir = ""')
-    params.metadata["tags"] = ["parameters"]
-    nb = new_notebook(cells=[params] + [new_code_cell(src) for src in body])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
-    nbformat.write(nb, path)
-    return path
+    return write_notebook(path, 'x = 1.0\nn = 3\nname = "a"\nflag = False\nout_dir = ""', *body)
 
 
 WRITER = ("import mfgwork as mw\n"

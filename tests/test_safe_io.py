@@ -18,10 +18,9 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import nbformat
 import numpy as np
 import pytest
-from nbformat.v4 import new_code_cell, new_notebook
+from helpers import write_notebook
 
 import mfgwork as mw
 from mfgwork.__main__ import main as cli
@@ -38,13 +37,7 @@ READS_DATA = {"M NaN"}
 # -- fixtures ------------------------------------------------------------------------------------
 def make_notebook(path: Path, body: str) -> Path:
     """A notebook with parameters ``delay`` and ``out_dir`` and one ``body`` cell."""
-    params = new_code_cell('delay = 0.0\nout_dir = ""')
-    params.metadata["tags"] = ["parameters"]
-    nb = new_notebook(cells=[params, new_code_cell(body)])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
-    nbformat.write(nb, path)
-    return path
+    return write_notebook(path, 'delay = 0.0\nout_dir = ""', body)
 
 
 SLOW = ("import pathlib, time\n"

@@ -6,30 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import independent_residual
 
 import mfgwork as mw
-from mfgwork.numerics.fdm.sweeps import FiniteDifferences
 
 xr = pytest.importorskip("xarray")
 pytest.importorskip("torch")
 
 SOLVE = {"nx": 31, "nt": 30, "tol": 1e-8, "max_iter": 200}
 FIXED = {"threshold": 0.6, "sigma": 0.3, "T": 5.0}
-
-
-def independent_residual(problem: mw.SantaFeBar, M: np.ndarray) -> float:
-    """‖A(BR(A)) − A‖ / ‖A(BR(A))‖ for the attendance A of M (levels 1..nt), from the
-    finite-difference solvers directly (NumPy float64, HJB from the terminal cost)."""
-    M = np.asarray(M, dtype=np.float64)
-    grid = problem.grid(M.shape[1], M.shape[0] - 1)
-    be = mw.get_backend("numpy")
-    chi_w = grid.weights * grid.cell_fraction_above(0.0)
-    A = M[1:] @ chi_w
-    fd = FiniteDifferences(grid, problem.nu, be)
-    F = -problem.payoff(A)[:, None] * grid.cell_fraction_above(0.0)[None, :]
-    M_br = fd.solve_fp(fd.solve_hjb(np.zeros(grid.nx), F), problem.initial_density(grid, be))
-    A_br = M_br[1:] @ chi_w
-    return float(np.linalg.norm(A_br - A) / np.linalg.norm(A_br))
 
 
 def test_a_point_the_batch_cannot_bring_in_is_finished_by_the_single_path(monkeypatch):

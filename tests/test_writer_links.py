@@ -10,9 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_notebook
+from helpers import write_notebook
 
 import mfgwork as mw
 from mfgwork.core import storage
@@ -31,15 +30,8 @@ def dead_pid() -> int:
 
 @pytest.fixture
 def notebook(tmp_path) -> Path:
-    params = new_code_cell("delay = 0.0\nout_dir = ''")
-    params.metadata["tags"] = ["parameters"]
-    nb = new_notebook(cells=[params, new_code_cell("pass")])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
     (tmp_path / "nb").mkdir()
-    path = tmp_path / "nb" / "study.ipynb"
-    nbformat.write(nb, path)
-    return path
+    return write_notebook(tmp_path / "nb" / "study.ipynb", "delay = 0.0\nout_dir = ''", "pass")
 
 
 @pytest.fixture

@@ -12,16 +12,14 @@ only to the checks themselves, never to a writer.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
-import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_notebook
+from helpers import load_book_builder, write_notebook
 
 import mfgwork as mw
 import mfgwork.analysis.plots  # noqa: F401 - imported (font cache built) before HOME moves
@@ -35,31 +33,29 @@ GRID = {"threshold": [0.4, 0.6]}
 SOLVE = {"nx": 21, "nt": 20, "tol": 1e-8, "max_iter": 200}
 
 
-def _load_builder():
-    spec = importlib.util.spec_from_file_location("book_build_targets",
-                                                  ROOT / "docs" / "book" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-builder = _load_builder()
+builder = load_book_builder("book_build_targets")
 
 
 def make_notebook(path: Path) -> Path:
-    params = new_code_cell("delay = 0.0\nout_dir = ''")
-    params.metadata["tags"] = ["parameters"]
-    nb = new_notebook(cells=[params, new_code_cell("import mfgwork as mw\n"
-                                                   "mw.save_run(out_dir, parameters={})")])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
-    nbformat.write(nb, path)
-    return path
+    """A notebook with parameters ``delay`` and ``out_dir`` that saves a run."""
+    return write_notebook(path, "delay = 0.0\nout_dir = ''",
+                          "import mfgwork as mw\nmw.save_run(out_dir, parameters={})")
 
 
 @pytest.fixture(scope="module")
 def result() -> mw.Result:
     return mw.solve(mw.SantaFeBar(), nx=21, nt=20, progress=False)
+
+
+def folder_with(path: Path, files: dict[str, str], kind: str | None = None) -> Path:
+    """Make the folder ``path`` (and its parents) holding ``files`` (name: text), marked as a
+    result folder of ``kind`` when given."""
+    path.mkdir(parents=True)
+    if kind is not None:
+        storage.write_marker(path, kind)
+    for name, text in files.items():
+        (path / name).write_text(text)
+    return path
 
 
 @pytest.fixture
@@ -88,13 +84,8 @@ def place(tmp_path, monkeypatch) -> SimpleNamespace:
     nbdir = tmp_path / "nb"
     nbdir.mkdir()
     notebook = make_notebook(nbdir / "study.ipynb")
-    unrelated = tmp_path / "unrelated"
-    unrelated.mkdir()
-    (unrelated / "thesis.tex").write_text("years of work")
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (outside / ".keep").write_text("hidden, outside")
-    (outside / "data.txt").write_text("outside")
+    unrelated = folder_with(tmp_path / "unrelated", {"thesis.tex": "years of work"})
+    outside = folder_with(tmp_path / "outside", {".keep": "hidden, outside", "data.txt": "outside"})
     link = tmp_path / "link"
     link.symlink_to(outside)
     afile = tmp_path / "notes.txt"
@@ -104,18 +95,10 @@ def place(tmp_path, monkeypatch) -> SimpleNamespace:
     project = tmp_path / "project"
     (project / ".git").mkdir(parents=True)
     (project / "code.py").write_text("print(1)")
-    with_nb = tmp_path / "analysis"
-    with_nb.mkdir()
-    (with_nb / "draft.ipynb").write_text("{}")
-    (with_nb / "data.csv").write_text("1,2")
+    with_nb = folder_with(tmp_path / "analysis", {"draft.ipynb": "{}", "data.csv": "1,2"})
     nested = tmp_path / "results"
-    (nested / "a").mkdir(parents=True)
-    storage.write_marker(nested / "a", "run")
-    (nested / "a" / "metrics.json").write_text("{}")
-    other_kind = tmp_path / "a_sweep"
-    other_kind.mkdir()
-    storage.write_marker(other_kind, "sweep")
-    (other_kind / "sweep.json").write_text("{}")
+    folder_with(nested / "a", {"metrics.json": "{}"}, kind="run")
+    other_kind = folder_with(tmp_path / "a_sweep", {"sweep.json": "{}"}, kind="sweep")
     return SimpleNamespace(tmp=tmp_path, home=home, cwd=cwd, notebook=notebook,
                            unrelated=unrelated, outside=outside, link=link, file=afile,
                            fifo=fifo, project=project, with_nb=with_nb, nested=nested,

@@ -220,28 +220,6 @@ def check_target(target: str | os.PathLike, kind: str, *, name: str = "out_dir",
         raise _refuse(name, target, f"it is not a {what} and holds {unforceable}, which "
                       "force never replaces", how)
     return path
-    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
-        raise _refuse(name, target, "it is a folder this process may not read and write "
-                      "(permission denied or a read-only file system)", how)
-    ours = True
-    if any(path.iterdir()):
-        found = marker_kind(path)
-        ours = found == kind or (found is None and any((path / f).is_file() for f in legacy))
-        if not ours and found is not None:
-            raise _refuse(name, target, f"it is a {found} folder, not a {kind} folder (never "
-                          "replaced by another kind of result, even with force)", how)
-        if not ours and not force:
-            raise _refuse(name, target, f"it is a folder that is not a previous {kind} (no "
-                          f"{MARKER}; {_listing(path)})", how + " (or force it: --force / "
-                          "force=True)")
-    blocked, unforceable = _survey(path, force=not ours)
-    if blocked is not None:
-        raise _refuse(name, target, f"the folder {blocked} could not be removed to replace it "
-                      "(not writable: permission denied or a read-only file system)", how)
-    if unforceable is not None:
-        raise _refuse(name, target, f"it is a folder that is not a previous {kind} and holds "
-                      f"{unforceable}, which force never replaces", how)
-    return path
 
 
 def check_file(target: str | os.PathLike, *, name: str, force: bool = False,

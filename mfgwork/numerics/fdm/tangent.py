@@ -31,6 +31,25 @@ def _solve_columns(a, b, c, d, cp, x):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
+def _add_transport(rhs, du, q, mu, h, start):  # pragma: no cover - compiled
+    """rhs (nx, m) −= K δu in columns start..m−1: K = Dᵀ diag(c) D / h² for the edge
+    gradients q (nx−1,) and the cell masses mu (nx,) (c_e the upwind mass, edges with
+    q_e = 0 skipped), δu = du (nx, m)."""
+    for e in range(q.shape[0]):
+        if q[e] > 0:
+            c = mu[e + 1]
+        elif q[e] < 0:
+            c = mu[e]
+        else:
+            continue
+        c /= h * h
+        for j in range(start, rhs.shape[1]):
+            flux = c * (du[e + 1, j] - du[e, j])
+            rhs[e, j] += flux
+            rhs[e + 1, j] -= flux
+
+
+@njit(cache=True, nogil=True)
 def tangent_jacobian(lower, diag, upper, lower_t, upper_t, q, mu, chi, h, dt
                      ):  # pragma: no cover - compiled
     """D (nt, nt) from the bands of J(u^n) and of J(u^n)ᵀ (levels 0..nt−1), the edge
@@ -51,18 +70,7 @@ def tangent_jacobian(lower, diag, upper, lower_t, upper_t, q, mu, chi, h, dt
         for i in range(nx):
             for j in range(nt):
                 rhs[i, j] = dmu[i, j] / dt
-        for e in range(nx - 1):
-            if q[n, e] > 0:
-                c = mu[n + 1, e + 1]
-            elif q[n, e] < 0:
-                c = mu[n + 1, e]
-            else:
-                continue
-            c /= h * h
-            for j in range(n, nt):
-                flux = c * (du[n, e + 1, j] - du[n, e, j])
-                rhs[e, j] += flux
-                rhs[e + 1, j] -= flux
+        _add_transport(rhs, du[n], q[n], mu[n + 1], h, n)
         _solve_columns(lower_t[n], diag[n], upper_t[n], rhs, cp, dmu)
         for j in range(nt):
             s = 0.0
@@ -150,16 +158,7 @@ def tangent_product(lower, factors, lower_t, factors_t, q, mu, chi, h, dt, v
     for n in range(nt):
         for i in range(nx):
             rhs[i] = dmu[i] / dt
-        for e in range(nx - 1):
-            if q[n, e] > 0:
-                c = mu[n + 1, e + 1]
-            elif q[n, e] < 0:
-                c = mu[n + 1, e]
-            else:
-                continue
-            flux = c / (h * h) * (du[n, e + 1] - du[n, e])
-            rhs[e] += flux
-            rhs[e + 1] -= flux
+        _add_transport(rhs.reshape((nx, 1)), du[n].reshape((nx, 1)), q[n], mu[n + 1], h, 0)
         _solve_factored(lower_t[n], cp_t[n], inv_t[n], rhs, dmu)
         s = 0.0
         for i in range(nx):

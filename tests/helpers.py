@@ -1,0 +1,55 @@
+"""Helpers shared by several test modules: an equilibrium's residual computed independently of
+the solver that found it, small notebooks with parameters, and the book builder loaded from
+its file."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import nbformat
+import numpy as np
+from nbformat.v4 import new_code_cell, new_notebook
+
+import mfgwork as mw
+from mfgwork.numerics.fdm.sweeps import FiniteDifferences
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def independent_residual(problem: mw.SantaFeBar, M: object) -> float:
+    """‖A(BR(A)) − A‖ / ‖A(BR(A))‖ for the attendance path A of M (levels 1..nt, any backend's
+    array), from the finite-difference solvers directly: NumPy float64 sweeps, the HJB started
+    from the terminal cost (not the solver's own residual)."""
+    M = np.asarray(mw.to_numpy(M), dtype=np.float64)
+    grid = problem.grid(M.shape[1], M.shape[0] - 1)
+    be = mw.get_backend("numpy")
+    chi = grid.cell_fraction_above(0.0)
+    A = M[1:] @ (grid.weights * chi)
+    fd = FiniteDifferences(grid, problem.nu, be)
+    M_br = fd.solve_fp(fd.solve_hjb(np.zeros(grid.nx), -problem.payoff(A)[:, None] * chi),
+                       problem.initial_density(grid, be))
+    A_br = M_br[1:] @ (grid.weights * chi)
+    return float(np.linalg.norm(A_br - A) / np.linalg.norm(A_br))
+
+
+def write_notebook(path: Path, parameters: str, *body: str) -> Path:
+    """Write to ``path`` a python3 notebook: a cell tagged ``parameters`` holding
+    ``parameters``, then one code cell per ``body``; return ``path``."""
+    params = new_code_cell(parameters)
+    params.metadata["tags"] = ["parameters"]
+    nb = new_notebook(cells=[params, *(new_code_cell(b) for b in body)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+def load_book_builder(name: str) -> ModuleType:
+    """``docs/book/build.py`` executed as a new module called ``name`` (each test module
+    its own, so that monkeypatching one leaves the others alone)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / "book" / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
