@@ -55,11 +55,20 @@ def test_torch_tangent_jacobian_matches_compiled_one_and_central_differences():
     assert np.max(np.abs(D[0] - D[1])) > 1e-3 * np.max(np.abs(D[0]))  # each member its own
 
 
-@pytest.mark.parametrize("matrix_free", [True, False])
-def test_every_member_is_certified_by_an_independent_best_response(monkeypatch, matrix_free):
+@pytest.mark.parametrize("matrix_free, jacobian_dtype", [(True, None), (False, "float64"),
+                                                          (False, "float32")])
+def test_every_member_is_certified_by_an_independent_best_response(monkeypatch, matrix_free,
+                                                                   jacobian_dtype):
     """Conjugate gradients (the CPU's choice) and the dense batched tangent Jacobian with
-    batched Cholesky (the devices') both certify every member, the hard one included."""
+    batched Cholesky (the devices'; its Jacobians in float32 as on CUDA, or float64) all
+    certify every member, the hard one included."""
     monkeypatch.setattr(BatchNewton, "matrix_free", property(lambda self: matrix_free))
+    init = BatchNewton.__init__
+
+    def with_jacobian_dtype(self, *args, **kwargs):
+        init(self, *args, **kwargs | {"jacobian_dtype": jacobian_dtype})
+
+    monkeypatch.setattr(BatchNewton, "__init__", with_jacobian_dtype)
     out = mw.solve_batch(MIXED, backend="torch", tol=1e-8, **SMALL)
     for p, res in zip(MIXED, out, strict=True):
         assert res.converged and res.residual <= 1e-8

@@ -29,7 +29,12 @@ Problems whose new point was accepted get a new Newton direction d = S⁻¹ (S D
   solve at 81², the same at 41².
 
 The Newton system is float64 except on MPS (float32 throughout), also for float32 solves, whose
-evaluations and certificates stay float32. A problem stops when its certificate is ≤ ``tol``
+evaluations and certificates stay float32. On CUDA the tangent Jacobians D are computed in
+float32 (``jacobian_dtype``) and the system assembled and factorised in float64: the
+Jacobian only steers the step, the certificate decides. Measured on one H100 (1024 problems
+at 201², float64): the same certified counts and iteration counts as float64 Jacobians,
+1.4–1.5× less time in the Jacobians, which take most of an iteration on the generic torch
+path. A problem stops when its certificate is ≤ ``tol``
 (converged) or when it is stuck and its current point is certified (not converged); it returns
 the best certified densities.
 """
@@ -145,7 +150,8 @@ class BatchNewton:
 
     def __init__(self, potential: MemberPotentials, *, grid: Grid, nu: np.ndarray,
                  backend: Backend, tol: float, max_halvings: int = 12,
-                 jacobian_memory: int | None = None) -> None:
+                 jacobian_memory: int | None = None, jacobian_dtype: str | None = None
+                 ) -> None:
         self.potential, self.grid, self.backend, self.tol = potential, grid, backend, tol
         self.nu = np.asarray(nu, dtype=np.float64).reshape(-1)
         self.max_halvings = max_halvings
@@ -153,6 +159,8 @@ class BatchNewton:
                                 else jacobian_memory)
         mps = backend.kind == "mps" or backend.emulate_mps
         self.system_dtype = backend.dtype if mps else "float64"
+        self.jacobian_dtype = jacobian_dtype or (
+            "float32" if backend.kind == "cuda" else self.system_dtype)
         self.newton_steps = self.products = 0
 
     @property
@@ -388,12 +396,12 @@ class BatchNewton:
         from .fdm.tangent_torch import tangent_jacobian_torch
 
         g = self.grid
-        dtype = getattr(torch, self.system_dtype)
+        dtype = getattr(torch, self.jacobian_dtype)
         on = {"dtype": dtype, "device": U.device}
         chi = torch.as_tensor(self.potential.chi, **on)
         inv_hw = torch.as_tensor(1.0 / (g.h * g.weights), **on)
         nu = torch.as_tensor(self.nu[idx], **on)
-        per_member = np.dtype(self.system_dtype).itemsize * g.nx * g.nt * (g.nt + 40)
+        per_member = np.dtype(self.jacobian_dtype).itemsize * g.nx * g.nt * (g.nt + 40)
         chunk = max(1, int(self.jacobian_memory // per_member))
         weights = torch.as_tensor(g.weights, **on)
         parts = [tangent_jacobian_torch(U[i:i + chunk].to(dtype),
