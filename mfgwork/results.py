@@ -91,7 +91,8 @@ class Result(ObservablesByName):
         """Recompute one best response to this solution and return its relative fixed-point
         residual (what ``residual`` reports; ≤ ``tol`` when converged). The best response
         is computed as the solve did (method, backend, device, dtype, particles and seed
-        from ``params``). ``problem``: the problem solved; a Santa Fe result (also one read
+        from ``params``; in NumPy float64 for float32 results re-certified in float64,
+        ``extra["certificate"]``). ``problem``: the problem solved; a Santa Fe result (also one read
         by ``mw.load``) rebuilds it from ``params``, any other problem must be passed."""
         from .solve import best_response_residual
 

@@ -62,7 +62,13 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     reproduces it to a relative residual ``res.residual`` ≤ ``tol`` (``res.check()``
     recomputes it). Otherwise, after ``max_iter`` iterations, it returns the best iterate
     found with ``converged=False`` and a :class:`~mfgwork.ConvergenceWarning` giving its
-    residual.
+    residual. In float32 (finite differences, where float64 exists: the CPU and CUDA) a
+    solve that claims convergence is re-certified by one best response in NumPy float64 on
+    the host: ``res.residual`` is then that float64 residual
+    (``res.extra["certificate"]``), and a float32 certificate that does not hold in float64
+    gives ``converged=False``, ``res.extra["certificate"]["message"]`` and a
+    ConvergenceWarning. On MPS (and its emulation), which has no float64, the float32
+    certificate stands.
     With the default iteration (``iteration=None``), finite differences for a problem that
     declares a potential (Santa Fe) run Newton's method on the coupling state from the first
     iterate (:mod:`mfgwork.numerics.batch_newton`: the exact tangent Jacobian of the scheme,
@@ -150,11 +156,13 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
                "total": time.perf_counter() - started}
     settings = {"method": method, "tol": tol, "max_iter": max_iter,
                 "iteration": _describe(scheme, newton)} | fp_params | placed
-    return _result(problem, grid, be, out, None, settings, timings,
-                   {"newton_iterations": fd.newton_iterations,
-                    **_newton_extra(newton, coarse_iterations),
-                    "fdm_kernels": fd.kernels.name,
-                    "compiled_steps": fd.compiled_steps})
+    result = _result(problem, grid, be, out, None, settings, timings,
+                     {"newton_iterations": fd.newton_iterations,
+                      **_newton_extra(newton, coarse_iterations),
+                      "fdm_kernels": fd.kernels.name,
+                      "compiled_steps": fd.compiled_steps})
+    _certify_in_float64([result], [problem], be, tol, timings)
+    return result
 
 
 def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
@@ -177,7 +185,10 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     result (``converged``, ``residual``, ``iterations``); the iteration runs until every
     problem has stopped or ``max_iter`` is reached. ``initial``: a Result for all, one per
     problem (e.g. a previous batch), or paths (B, nt) / (B, nt+1) (see :func:`solve`);
-    ``coarse``: as for :func:`solve`.
+    ``coarse``: as for :func:`solve`. float32 batches: the members that claim convergence
+    are re-certified in float64 as for :func:`solve` (one best response each, NumPy float64
+    on the host; ``res.timings["certify"]``), except on MPS, where the float32 certificate
+    stands.
     ``device="auto"``: an accelerator from B* problems on (:func:`mfgwork.placement`),
     otherwise the CPU's compiled NumPy loops, one problem after the other (also with
     ``backend="torch"``: a torch batch on the CPU is many times slower), recorded in each
@@ -254,10 +265,12 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     extra = {"newton_iterations": fd.newton_iterations, "batch_size": len(problems),
              **_newton_extra(newton, coarse_iterations),
              "fdm_kernels": fd.kernels.name, "compiled_steps": fd.compiled_steps}
-    return [_result(p, grid, be, out, b, settings, timings,
-                    extra if coarse_iterations is None
-                    else extra | {"coarse_iterations": coarse_iterations[b]})
-            for b, p in enumerate(problems)]
+    results = [_result(p, grid, be, out, b, settings, timings,
+                       extra if coarse_iterations is None
+                       else extra | {"coarse_iterations": coarse_iterations[b]})
+               for b, p in enumerate(problems)]
+    _certify_in_float64(results, problems, be, tol, timings)
+    return results
 
 
 def _solvers(problem: MFGProblem, grid: Any, be: Backend, method: str,
@@ -367,26 +380,70 @@ def best_response_residual(result: Result, problem: MFGProblem | None = None) ->
     """‖z(BR(z)) − z‖₂ / ‖z(BR(z))‖₂ for the coupling state z of ``result.M`` (Santa Fe: the
     attendance path at levels 1..nt; otherwise the density path): one best response (HJB,
     then FP, as the solve did: method, backend, device, dtype and particles from
-    ``result.params``). ``problem`` defaults to the Santa Fe problem of ``result.params``."""
+    ``result.params``; NumPy float64 for a float32 result re-certified in float64, whose
+    ``extra`` has a ``"certificate"``). ``problem`` defaults to the Santa Fe problem of
+    ``result.params``."""
     params = result.params
     if problem is None:
         problem = problem_from_params(params)
     if not isinstance(problem, MFGProblem):
         raise ParameterError(f"problem={problem!r} is invalid: must be an mfgwork.MFGProblem")
+    if "certificate" in result.extra:   # a float32 result re-certified in float64
+        return _best_response_residual(result, problem, get_backend("numpy", "cpu", "float64"))
+    return _best_response_residual(result, problem,
+                                   get_backend(result.backend, result.device, result.dtype))
+
+
+def _best_response_residual(result: Result, problem: MFGProblem, be: Backend) -> float:
+    """:func:`best_response_residual` of ``result`` for ``problem``, computed on ``be``."""
     M = to_numpy(result.M)
     nt, nx = M.shape[0] - 1, M.shape[1]
     grid = problem.grid(nx, nt)
-    be = get_backend(result.backend, result.device, result.dtype)
     particles = result.method == "particles"
     _, hjb, fp, _ = _solvers(problem, grid, be, result.method,
-                             params.get("n_particles") if particles else None,
-                             params.get("seed") if particles else None)
+                             result.params.get("n_particles") if particles else None,
+                             result.params.get("seed") if particles else None)
     coupling = problem.coupling(grid, be)
     z = coupling.state(be.asarray(M))
     U = hjb(problem.terminal_cost(grid, be), coupling.running_cost(z),
             be.asarray(to_numpy(result.U)))
     gz = coupling.state(fp(U, problem.initial_density(grid, be)))
     return float(to_numpy(relative_residual(gz, z, be.xp, batched=False))[0])
+
+
+def _certify_in_float64(results: list[Result], problems: Sequence[MFGProblem], be: Backend,
+                        tol: float, timings: dict[str, float]) -> None:
+    """Re-certify the float32 finite-difference results that claim convergence by one best
+    response in NumPy float64 on the host (:func:`best_response_residual`): ``residual``
+    becomes the float64 one, and a result whose float64 residual exceeds ``tol`` gets
+    ``converged=False``, ``extra["certificate"]["message"]`` and a ConvergenceWarning.
+    Nothing is done on MPS (and its emulation), which has no float64: there the float32
+    certificate stands. ``timings["certify"]``: the seconds spent."""
+    if be.dtype != "float32" or be.kind == "mps" or be.emulate_mps:
+        return
+    started = time.perf_counter()
+    host = get_backend("numpy", "cpu", "float64")
+    failed = []
+    for res, problem in zip(results, problems, strict=True):
+        if not res.converged or res.method != "fdm":
+            continue
+        residual = _best_response_residual(res, problem, host)
+        record: dict[str, Any] = {"dtype": "float64", "residual": residual,
+                                  "float32_residual": res.residual, "held": residual <= tol}
+        if residual > tol:
+            record["message"] = (f"the float32 certificate (residual {res.residual:.3g}) did "
+                                 f"not hold in float64: residual {residual:.3g} > tol={tol:g}")
+            res.converged = False
+            failed.append(residual)
+        res.extra = res.extra | {"certificate": record}
+        res.residual = residual
+    if failed:
+        warnings.warn(f"the float32 certificate did not hold in float64 for {len(failed)} of "
+                      f"{len(results)} problems (float64 residual up to {max(failed):.3g} > "
+                      f"tol={tol:g}); returning them with converged=False",
+                      ConvergenceWarning, stacklevel=3)
+    timings["certify"] = time.perf_counter() - started
+    timings["total"] += timings["certify"]
 
 
 def _place(problems: Any, method: str, n_particles: int | None, nx: int, nt: int,

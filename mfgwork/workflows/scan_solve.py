@@ -239,7 +239,8 @@ def _outcome(result: Result, wall_time: float, opts: Mapping[str, Any]) -> dict[
     residual = np.nan if result.residual is None else float(result.residual)
     status = "converged" if result.converged else "not_converged"
     message = "" if result.converged else _clip(
-        f"did not reach tol={opts['tol']:g} in max_iter={opts['max_iter']} iterations "
+        result.extra.get("certificate", {}).get("message")
+        or f"did not reach tol={opts['tol']:g} in max_iter={opts['max_iter']} iterations "
         f"(final residual {residual:.3g})")
     out = {"status": status, "converged": bool(result.converged),
            "iterations": int(result.iterations), "residual": residual,

@@ -1,0 +1,98 @@
+"""float32 results that claim convergence are re-certified by one best response in float64."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import warnings
+
+import numpy as np
+import pytest
+from test_scan_finish import independent_residual
+
+import mfgwork as mw
+
+torch = pytest.importorskip("torch")
+solve_module = importlib.import_module("mfgwork.solve")
+
+TOL = 3e-4
+F32 = {"nx": 41, "nt": 40, "tol": TOL, "max_iter": 100, "progress": False,
+       "backend": "torch", "device": "cpu", "dtype": "float32"}
+
+
+def _problems() -> list[mw.SantaFeBar]:
+    return [mw.SantaFeBar(threshold=thr, sigma=0.3, eps=eps)
+            for thr in (0.3, 0.6, 0.9) for eps in (0.005, 0.05)]
+
+
+def _easy() -> list[mw.SantaFeBar]:
+    return [mw.SantaFeBar(threshold=thr, sigma=sig) for thr in (0.4, 0.7) for sig in (0.4, 0.8)]
+
+
+def test_converged_float32_members_hold_in_float64(tmp_path):
+    problems = _problems()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mw.ConvergenceWarning)
+        batch = mw.solve_batch(problems, **F32)
+    assert any(res.converged for res in batch)
+    for p, res in zip(problems, batch, strict=True):
+        if not res.converged:
+            continue
+        independent = independent_residual(p, mw.to_numpy(res.M))
+        assert independent <= TOL
+        assert res.extra["certificate"]["dtype"] == "float64"
+        assert res.residual == pytest.approx(independent, rel=1e-6, abs=1e-12)
+        assert res.check() == pytest.approx(res.residual, rel=1e-9)
+    assert batch[0].timings["certify"] > 0
+    res = next(r for r in batch if r.converged)
+    loaded = mw.load(mw.save_run(tmp_path / "run", res))
+    assert loaded.extra["certificate"] == res.extra["certificate"]
+    assert loaded.check() == pytest.approx(res.residual, rel=1e-9)
+
+
+def test_a_float32_certificate_that_fails_in_float64_gives_converged_false(monkeypatch):
+    """Newton's method told to stop at tol = 0.05 claims convergence for iterates whose
+    float64 best response is far from tol = 3e-4: the recheck takes the claim back."""
+    newton = solve_module._batch_newton
+    monkeypatch.setattr(solve_module, "_batch_newton",
+                        lambda couplings, iteration, grid, problems, be, tol:
+                        newton(couplings, iteration, grid, problems, be, 0.05))
+    problems = _easy()
+    with pytest.warns(mw.ConvergenceWarning, match="did not hold in float64"):
+        batch = mw.solve_batch(problems, **F32)
+    flipped = [(p, r) for p, r in zip(problems, batch, strict=True)
+               if "message" in r.extra.get("certificate", {})]
+    assert flipped
+    for p, res in flipped:
+        independent = independent_residual(p, mw.to_numpy(res.M))
+        assert not res.converged and independent > TOL
+        assert res.residual == pytest.approx(independent, rel=1e-6)
+        assert "did not hold in float64" in res.extra["certificate"]["message"]
+    for p, res in zip(problems, batch, strict=True):
+        if res.converged:
+            assert independent_residual(p, mw.to_numpy(res.M)) <= TOL
+
+
+def test_recheck_of_a_perturbed_single_solve():
+    problem = mw.SantaFeBar(threshold=0.6, sigma=0.5)
+    res = mw.solve(problem, **F32)
+    assert res.converged and res.extra["certificate"]["held"]
+    M = mw.to_numpy(res.M).copy()
+    M[1:] *= 1.0 + 0.2 * np.linspace(-1.0, 1.0, M.shape[1])[None, :]
+    M[1:] /= (M[1:] @ res.weights)[:, None]
+    bad = dataclasses.replace(res, M=torch.from_numpy(M), extra={})
+    timings = {"total": 0.0}
+    with pytest.warns(mw.ConvergenceWarning, match="did not hold in float64"):
+        solve_module._certify_in_float64([bad], [problem], mw.get_backend(
+            "torch", "cpu", "float32"), TOL, timings)
+    independent = independent_residual(problem, M)
+    assert not bad.converged and independent > TOL
+    assert bad.residual == pytest.approx(independent, rel=1e-6)
+    assert timings["certify"] > 0 and timings["total"] == timings["certify"]
+
+
+def test_float64_and_mps_keep_their_own_certificate(mps_emulation):
+    problems = _easy()[:2]
+    for res in (mw.solve_batch(problems, **(F32 | {"backend": mps_emulation})) +
+                mw.solve_batch(problems, **(F32 | {"dtype": "float64", "tol": 1e-8}))):
+        assert "certificate" not in res.extra and "certify" not in res.timings
