@@ -1,6 +1,7 @@
 """Converged means the fixed point is reached: the certified residual, its independent check,
 honest failure, batches, particles and stored results."""
 
+import re
 import warnings
 
 import numpy as np
@@ -161,3 +162,23 @@ def test_slow_progress_hands_over_to_newton_within_the_budget():
     assert not plain.converged
     assert res.converged and res.iterations <= 50 and res.residual <= 1e-8
     assert independent_residual(problem, res.M) <= 1e-8 * (1 + 1e-5)
+
+
+def test_give_up_message_names_the_real_count_and_the_reason():
+    """The warning of an iteration that stops unconverged says after how many iterations and
+    why: the budget, or a residual that stopped halving with refused certificates (before,
+    both read "in max_iter=N iterations")."""
+    with pytest.warns(mw.ConvergenceWarning,
+                      match=r"stopped after 3 iterations \(max_iter=3 reached"):
+        res = mw.solve(mw.SantaFeBar(), nx=21, nt=20, max_iter=3, iteration=mw.Anderson(),
+                       progress=False)
+    assert not res.converged and res.iterations == 3
+    hard = mw.SantaFeBar(threshold=0.2, sigma=0.1, eps=0.001)
+    with pytest.warns(mw.ConvergenceWarning, match=r"stopped after (\d+) iterations "
+                      r"\(stalled: the residual stopped halving") as caught:
+        out = mw.solve_batch([mw.SantaFeBar(threshold=0.4), hard], backend="torch", nx=41,
+                             nt=40, tol=1e-6, max_iter=400, iteration=mw.Anderson(),
+                             progress=False)
+    assert out[0].converged and not out[1].converged
+    said = re.search(r"stopped after (\d+) iterations", str(caught[-1].message))
+    assert int(said.group(1)) == out[1].iterations < 400

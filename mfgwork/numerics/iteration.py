@@ -410,10 +410,12 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     done_at[done_at == 0] = k
     if not converged.all():
         worst = float(np.max(residual[~converged]))
-        warnings.warn(f"Picard iteration did not reach tol={tol:g} in max_iter={max_iter} "
-                      f"iterations ({int((~converged).sum())} of {converged.size} problems; "
-                      f"final residual {worst:.3g}); returning the best iterate found with "
-                      "converged=False", ConvergenceWarning, stacklevel=3)
+        why = (f"max_iter={max_iter} reached" if k >= max_iter else
+               "stalled: the residual stopped halving and its certificates were refused")
+        warnings.warn(f"Picard iteration did not reach tol={tol:g}: stopped after {k} "
+                      f"iterations ({why}; {int((~converged).sum())} of {converged.size} "
+                      f"problems; final residual {worst:.3g}); returning the best iterate "
+                      "found with converged=False", ConvergenceWarning, stacklevel=3)
     return FixedPointResult(U=best["U"], M=best["M"], converged=converged,
                             residual=residual, iterations=np.where(converged, done_at, k),
                             history=history)

@@ -240,8 +240,8 @@ def _outcome(result: Result, wall_time: float, opts: Mapping[str, Any]) -> dict[
     status = "converged" if result.converged else "not_converged"
     message = "" if result.converged else _clip(
         result.extra.get("certificate", {}).get("message")
-        or f"did not reach tol={opts['tol']:g} in max_iter={opts['max_iter']} iterations "
-        f"(final residual {residual:.3g})")
+        or f"did not reach tol={opts['tol']:g}: stopped after {int(result.iterations)} "
+        f"iterations (max_iter={opts['max_iter']}; final residual {residual:.3g})")
     out = {"status": status, "converged": bool(result.converged),
            "iterations": int(result.iterations), "residual": residual,
            "mass_error": float(result.mass_error), "wall_time": wall_time,
