@@ -579,20 +579,11 @@ def load_table(path: str | os.PathLike) -> list[dict[str, Any]]:
     return rows
 
 
-def npz_headers(path: str | os.PathLike, *, max_bytes: int | None = None
-                ) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """Shape and dtype of each array in an NPZ file, from the headers only; the sum of their
-    sizes must stay below ``max_bytes`` (default :data:`MAX_NPZ_BYTES`; a small file may
-    decompress to gigabytes)."""
-    path = Path(path)
-    max_bytes = MAX_NPZ_BYTES if max_bytes is None else max_bytes
-    max_bytes = min(max_bytes, memory.host_available() or max_bytes)
-    with os.fdopen(_open_regular(path, max_bytes), "rb") as fh:
-        return _npz_headers(path, fh, max_bytes)
-
-
 def _npz_headers(path: Path, fh: Any, max_bytes: int
                  ) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Shape and dtype of each array of the open NPZ file ``fh``, from the headers only; the
+    sum of their sizes must stay below ``max_bytes`` (a small file may decompress to
+    gigabytes)."""
     out: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
     total = 0
     try:
