@@ -33,7 +33,7 @@ from .placement import placement
 from .problems import problem_from_params
 from .problems.base import MFGProblem, batch_coupling
 from .results import Result
-from .warm_start import initial_state
+from .warm_start import initial_state, per_problem
 
 METHODS = ("fdm", "particles")
 NEWTON_MEMORY = 2**29  # bytes: the tangent sweeps of grids up to about 400 × 400
@@ -137,18 +137,12 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     hjb = _compile_first(hjb, be, compiled)
     newton = (_batch_newton([coupling], iteration, grid, [problem], be, tol)
               if method == "fdm" else None)
-    coarse_iterations = None
-    if newton is not None and coarse and not warm and _refines(grid):
-        start = _coarse_solve(solve, problem, be, tol, max_iter, max_memory)
-        warm = initial_state(start, [problem], grid, be, batched=False)
-        coarse_iterations = start.iterations
-    if newton is not None:
-        out = _run_newton(newton, coupling, hjb, fp, m0, U_T, max_iter, progress,
-                          batched=False, **warm)
-    else:
-        fallback = _newton_fallback(coupling, iteration, method, grid, problem.nu, be, tol)
-        out = _iterate(coupling, hjb, fp, m0, U_T, grid.nt, be, scheme, tol, max_iter,
-                       progress, batched=False, fallback=fallback, **warm)
+    fallback = None if newton is not None else _newton_fallback(
+        coupling, iteration, method, grid, problem.nu, be, tol)
+    out, coarse_iterations = _equilibrium(
+        newton, [problem], coupling, hjb, fp, m0, U_T, grid, be, scheme, tol, max_iter,
+        progress, batched=False, coarse=coarse, max_memory=max_memory, warm=warm,
+        fallback=fallback)
     fd.check_newton()
     compiling = compiled.get("seconds", 0.0)
     out.history.time_hjb[0] -= compiling   # the first HJB phase, without the compilation
@@ -158,7 +152,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
                 "iteration": _describe(scheme, newton)} | fp_params | placed
     result = _result(problem, grid, be, out, None, settings, timings,
                      {"newton_iterations": fd.newton_iterations,
-                      **_newton_extra(newton, coarse_iterations),
+                      **_newton_extra(newton, coarse_iterations, 0),
                       "fdm_kernels": fd.kernels.name,
                       "compiled_steps": fd.compiled_steps})
     _certify_in_float64([result], [problem], be, tol, timings)
@@ -214,7 +208,7 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     if be.name == "numpy":
         _check_size(problems, grid, be, scheme, max_memory, batch=1)
         tol = _reachable_tol(tol, be)
-        starts = _per_member(initial, len(problems))
+        starts = per_problem(initial, len(problems), batched=True)
         results = [solve(p, nx=nx, nt=nt, backend=be, tol=tol, max_iter=max_iter,
                          iteration=iteration, progress=progress, max_memory=max_memory,
                          initial=start, coarse=coarse)
@@ -225,12 +219,15 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     _check_size(problems, grid, be, scheme, max_memory, batch=len(problems))
     groups = _coupling_groups(problems, grid, be)
     if len(groups) > 1:
+        starts = per_problem(initial, len(problems), batched=True)
         results: list[Any] = [None] * len(problems)
         for group in groups:
             solved = solve_batch([problems[i] for i in group], nx=nx, nt=nt, backend=be,
                                  tol=tol, max_iter=max_iter, iteration=iteration,
                                  progress=progress, compile_steps=compile_steps,
-                                 max_memory=max_memory)
+                                 max_memory=max_memory, coarse=coarse,
+                                 initial=None if initial is None
+                                 else [starts[i] for i in group])
             for i, res in zip(group, solved, strict=True):
                 res.params |= placed
                 results[i] = res
@@ -246,28 +243,18 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
                            compile_steps=compile_steps)
     setup = time.perf_counter() - started
     newton = _batch_newton(couplings, iteration, grid, problems, be, tol)
-    coarse_iterations = None
-    if newton is not None and coarse and not warm and _refines(grid):
-        starts = _coarse_solve(solve_batch, problems, be, tol, max_iter, max_memory)
-        warm = initial_state(starts, problems, grid, be, batched=True)
-        coarse_iterations = [r.iterations for r in starts]
-    if newton is not None:
-        out = _run_newton(newton, coupling, fd.solve_hjb, fd.solve_fp, m0, U_T, max_iter,
-                          progress, batched=True, **warm)
-    else:
-        out = _iterate(coupling, fd.solve_hjb, fd.solve_fp, m0, U_T, grid.nt, be, scheme, tol,
-                       max_iter, progress, batched=True, **warm)
+    out, coarse_iterations = _equilibrium(
+        newton, problems, coupling, fd.solve_hjb, fd.solve_fp, m0, U_T, grid, be, scheme, tol,
+        max_iter, progress, batched=True, coarse=coarse, max_memory=max_memory, warm=warm)
     fd.check_newton()
     timings = {"setup": setup, **_phase_totals(out.history),
                "total": time.perf_counter() - started}
     settings = {"method": "fdm", "tol": tol, "max_iter": max_iter,
                 "iteration": _describe(scheme, newton), "batch_size": len(problems)} | placed
     extra = {"newton_iterations": fd.newton_iterations, "batch_size": len(problems),
-             **_newton_extra(newton, coarse_iterations),
              "fdm_kernels": fd.kernels.name, "compiled_steps": fd.compiled_steps}
     results = [_result(p, grid, be, out, b, settings, timings,
-                       extra if coarse_iterations is None
-                       else extra | {"coarse_iterations": coarse_iterations[b]})
+                       extra | _newton_extra(newton, coarse_iterations, b))
                for b, p in enumerate(problems)]
     _certify_in_float64(results, problems, be, tol, timings)
     return results
@@ -355,11 +342,41 @@ def _describe(scheme: IterationScheme, newton: BatchNewton | None) -> dict[str, 
             "system_dtype": newton.system_dtype}
 
 
-def _newton_extra(newton: BatchNewton | None, coarse_iterations: Any) -> dict[str, Any]:
+def _newton_extra(newton: BatchNewton | None, coarse_iterations: list[int] | None,
+                  member: int) -> dict[str, Any]:
     if newton is None:
         return {}
     return {"newton_steps": newton.newton_steps, "krylov_products": newton.products,
-            "coarse_iterations": coarse_iterations}
+            "coarse_iterations": None if coarse_iterations is None
+            else coarse_iterations[member]}
+
+
+def _equilibrium(newton: BatchNewton | None, problems: Sequence[MFGProblem], coupling: Any,
+                 hjb: Any, fp: Any, m0: Any, U_T: Any, grid: Any, be: Backend,
+                 scheme: IterationScheme, tol: float, max_iter: int, progress: bool | None, *,
+                 batched: bool, coarse: bool, max_memory: object, warm: dict[str, Any],
+                 fallback: PotentialNewton | None = None
+                 ) -> tuple[FixedPointResult, list[int] | None]:
+    """The fixed point of one problem (unbatched arrays) or of a batch: Newton's method
+    when ``newton`` is given (from a COARSE × COARSE solve on fine grids, unless ``warm``
+    already starts it or ``coarse`` is False), else the iteration ``scheme`` (with
+    ``fallback`` for single problems). Returns the result and the iterations of the coarse
+    stage per problem (None without one)."""
+    coarse_iterations = None
+    if newton is not None and coarse and not warm and _refines(grid):
+        starts = (_coarse_solve(solve_batch, problems, be, tol, max_iter, max_memory)
+                  if batched else [_coarse_solve(solve, problems[0], be, tol, max_iter,
+                                                 max_memory)])
+        warm = initial_state(starts if batched else starts[0], problems, grid, be,
+                             batched=batched)
+        coarse_iterations = [r.iterations for r in starts]
+    if newton is not None:
+        out = _run_newton(newton, coupling, hjb, fp, m0, U_T, max_iter, progress,
+                          batched=batched, **warm)
+    else:
+        out = _iterate(coupling, hjb, fp, m0, U_T, grid.nt, be, scheme, tol, max_iter,
+                       progress, batched=batched, fallback=fallback, **warm)
+    return out, coarse_iterations
 
 
 def _run_newton(newton: BatchNewton, coupling: Any, hjb: Any, fp: Any, m0: Any, U_T: Any,
@@ -570,21 +587,6 @@ def _on_host(solve_hjb: Any, be: Backend) -> Any:
                 for a in (U_T, F, guess)]
         return be.asarray(solve_hjb(*host))
     return hjb
-
-
-def _per_member(initial: Any, n: int) -> list[Any]:
-    """``initial`` of a batch split into one start per problem (checked by the solves)."""
-    if initial is None or isinstance(initial, Result):
-        return [initial] * n
-    if isinstance(initial, (list, tuple)) or np.ndim(to_numpy(initial)) == 2:
-        starts = list(initial)
-        if len(starts) != n:
-            raise ParameterError(f"initial has {len(starts)} entries: must have one per "
-                                 f"problem ({n})")
-        return starts
-    raise ParameterError(f"initial={initial!r:.60} is invalid: must be None, an mfgwork "
-                         "Result, a list of Results (one per problem) or an array of paths "
-                         "(one row per problem)")
 
 
 def _iterate(coupling: Any, hjb: Any, fp: Any, m0: Any, U_T: Any, nt: int, be: Backend,

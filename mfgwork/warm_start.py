@@ -28,7 +28,7 @@ def initial_state(initial: Any, problems: Sequence[MFGProblem], grid: Grid, be: 
     (B, nt+1)). Errors name what is wrong, before any work."""
     if initial is None:
         return {}
-    items = _per_problem(initial, len(problems), batched)
+    items = per_problem(initial, len(problems), batched)
     for item in items:
         if isinstance(item, Result):
             _check_finite(item)
@@ -43,8 +43,10 @@ def initial_state(initial: Any, problems: Sequence[MFGProblem], grid: Grid, be: 
     return {"z_init": z}
 
 
-def _per_problem(initial: Any, n: int, batched: bool) -> list[Any]:
-    if isinstance(initial, Result):
+def per_problem(initial: Any, n: int, batched: bool) -> list[Any]:
+    """``initial`` split into one start per problem (None: [None] * n); a wrong kind, count
+    or shape is a ParameterError naming ``initial``."""
+    if initial is None or isinstance(initial, Result):
         return [initial] * n
     if batched and isinstance(initial, (list, tuple)):
         if len(initial) != n:
