@@ -1,0 +1,193 @@
+"""Hamiltonians H(x, p, m): what a model says about the cost of moving, written once.
+
+Convention (ν = σ²/2): the HJB equation is −∂t u − ν Δu + H(x, ∂x u, m) = f(t, x, m), the
+optimal control is α* = −∂p H(x, ∂x u, m), and the FP equation transports m by it:
+∂t m − ν Δm − ∂x(m ∂p H(x, ∂x u, m)) = 0. H is convex in p and smallest at p = 0 (an agent
+who does not move pays least), which is what makes the upwind splitting below monotone.
+
+The scheme needs, at node i with the one-sided gradients q_{i−1} (backward) and q_i
+(forward), the Engquist–Osher numerical Hamiltonian
+
+    Ĥ_i = H(x_i, (q_{i−1})_+, m_i) + H(x_i, (q_i)_−, m_i) − H(x_i, 0, m_i)
+
+and its partial derivatives ∂Ĥ/∂q_{i−1} = ∂p H(x_i, (q_{i−1})_+, m_i) ≥ 0 and
+∂Ĥ/∂q_i = ∂p H(x_i, (q_i)_−, m_i) ≤ 0 (:meth:`Hamiltonian.numerical`): the Newton Jacobian of
+the HJB step and, by adjointness, the FP matrix. Tangent sweeps (Newton on the coupling) also
+use ∂pp H; models whose H depends on m give ∂m H.
+
+Every method takes arrays of one namespace ``xp`` (NumPy or torch, any device) and works
+elementwise with broadcasting, so the same definition serves every backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import ParameterError, check_real
+
+
+def _positive(v: Any, xp: Any) -> Any:
+    return 0.5 * (v + xp.abs(v))
+
+
+def _negative(v: Any, xp: Any) -> Any:
+    return 0.5 * (v - xp.abs(v))
+
+
+class Hamiltonian:
+    """Base class: subclasses define :meth:`value`, :meth:`dp` and :meth:`dpp` (and
+    :meth:`dm` and ``depends_on_m = True`` where H depends on the density)."""
+
+    #: Short name, recorded in a result's params.
+    name = "hamiltonian"
+    #: Whether H depends on m (then FP's drift does too, and the coupling state is the density).
+    depends_on_m = False
+
+    def value(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
+        """H(x, p, m)."""
+        raise NotImplementedError
+
+    def dp(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
+        """∂p H(x, p, m)."""
+        raise NotImplementedError
+
+    def dpp(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
+        """∂pp H(x, p, m)."""
+        raise NotImplementedError
+
+    def dm(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
+        """∂m H(x, p, m) (zero unless the model depends on m)."""
+        return 0.0 * p
+
+    def params(self) -> dict[str, Any]:
+        """JSON-ready description."""
+        return {"name": self.name}
+
+    def numerical(self, x: Any, q_left: Any, q_right: Any, m: Any, xp: Any
+                  ) -> tuple[Any, Any, Any]:
+        """(Ĥ, ∂Ĥ/∂q_left, ∂Ĥ/∂q_right) of the Engquist–Osher splitting (module docstring)."""
+        a, b = _positive(q_left, xp), _negative(q_right, xp)
+        zero = 0.0 * a
+        h = self.value(x, a, m, xp) + self.value(x, b, m, xp) - self.value(x, zero, m, xp)
+        return h, self.dp(x, a, m, xp), self.dp(x, b, m, xp)
+
+    def check(self, x: np.ndarray, p_max: float = 1e3, m_max: float = 1e3) -> None:
+        """Refuse (ParameterError) a Hamiltonian that is not finite, not convex in p, not
+        smallest at p = 0, or whose ∂p H disagrees with the slope of H, on samples of x,
+        p ∈ [−p_max, p_max] and m ∈ [0, m_max] (NumPy float64; before any work)."""
+        p = np.concatenate([-np.logspace(3, -3, 61), [0.0], np.logspace(-3, 3, 61)])
+        p = p * (p_max / 1e3)
+        xs = np.asarray(x, dtype=np.float64).reshape(-1)[:: max(1, x.size // 7)]
+        ms = np.array([0.0, 1e-3, 0.1, 1.0, 10.0, m_max]) if self.depends_on_m else np.zeros(1)
+        X, M, P = np.meshgrid(xs, ms, p, indexing="ij")
+        with np.errstate(all="ignore"):
+            values = [np.asarray(f(X, P, M, np), dtype=np.float64) * np.ones_like(P)
+                      for f in (self.value, self.dp)]
+        H, Hp = values
+        where = f"{self!r}"
+        if not (np.isfinite(H).all() and np.isfinite(Hp).all()):
+            raise ParameterError(f"hamiltonian={where} is invalid: H or ∂p H is not finite for "
+                                 f"some |p| <= {p_max:g}, m in [0, {m_max:g}] on the domain")
+        zero = H[..., p.size // 2: p.size // 2 + 1]
+        scale = 1.0 + np.abs(H)
+        if (H < zero - 1e-12 * scale).any():
+            raise ParameterError(f"hamiltonian={where} is invalid: H(x, p, m) must be smallest "
+                                 "at p = 0 (the upwind scheme's monotone splitting needs it)")
+        slopes = np.diff(Hp, axis=-1)
+        if (slopes < -1e-9 * (1.0 + np.abs(Hp[..., 1:]))).any():
+            raise ParameterError(f"hamiltonian={where} is invalid: it is not convex in p "
+                                 "(∂p H decreases somewhere)")
+        secant = np.diff(H, axis=-1) / np.diff(P, axis=-1)
+        low, high = np.minimum(Hp[..., :-1], Hp[..., 1:]), np.maximum(Hp[..., :-1], Hp[..., 1:])
+        tol = 1e-6 * (1.0 + np.abs(secant))
+        if ((secant < low - tol) | (secant > high + tol)).any():
+            raise ParameterError(f"hamiltonian={where} is invalid: its dp does not match the "
+                                 "slope of its value (check the derivative)")
+
+
+@dataclass(frozen=True)
+class Quadratic(Hamiltonian):
+    """H = ½ |p|²: the control costs ½|α|², α* = −p."""
+
+    name = "quadratic"
+
+    def value(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
+        return 0.5 * p * p
+
+    def dp(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
+        return p
+
+    def dpp(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
+        return 1.0 + 0.0 * p
+
+
+@dataclass(frozen=True)
+class Power(Hamiltonian):
+    """H = |p|^q / q, 1 < q ≤ 3: the control costs |α|^q' / q' with 1/q + 1/q' = 1.
+    ∂pp H = (q − 1)|p|^(q−2) is unbounded at p = 0 for q < 2."""
+
+    q: float = 1.5
+    name = "power"
+
+    def __post_init__(self) -> None:
+        q = check_real("q", self.q, low=1.0, high=3.0, high_open=False)
+        object.__setattr__(self, "q", q)
+
+    def value(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
+        return xp.abs(p) ** self.q / self.q
+
+    def dp(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
+        return xp.sign(p) * xp.abs(p) ** (self.q - 1.0)
+
+    def dpp(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
+        return (self.q - 1.0) * xp.abs(p) ** (self.q - 2.0)
+
+    def params(self) -> dict[str, Any]:
+        return {"name": self.name, "q": self.q}
+
+
+@dataclass(frozen=True)
+class Congestion(Hamiltonian):
+    """H = |p|² / (2 (c + m)^α), c > 0, 0 < α ≤ 1: moving through a crowd costs more;
+    α* = −p / (c + m)^α. Non-separable: FP's drift depends on m."""
+
+    c: float = 1.0
+    alpha: float = 0.5
+    name = "congestion"
+    depends_on_m = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "c", check_real("c", self.c, low=0.0))
+        object.__setattr__(self, "alpha", check_real("alpha", self.alpha, low=0.0, high=1.0,
+                                                     high_open=False))
+
+    def _factor(self, m: Any, xp: Any) -> Any:
+        return (self.c + _positive(m, xp)) ** (-self.alpha)
+
+    def value(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
+        return 0.5 * p * p * self._factor(m, xp)
+
+    def dp(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
+        return p * self._factor(m, xp)
+
+    def dpp(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
+        return self._factor(m, xp) + 0.0 * p
+
+    def dm(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
+        return -0.5 * self.alpha * p * p * self._factor(m, xp) / (self.c + _positive(m, xp))
+
+    def params(self) -> dict[str, Any]:
+        return {"name": self.name, "c": self.c, "alpha": self.alpha}
+
+
+def check_hamiltonian(value: object, x: np.ndarray) -> Hamiltonian:
+    """``value`` if it is a :class:`Hamiltonian` that passes :meth:`Hamiltonian.check`."""
+    if not isinstance(value, Hamiltonian):
+        raise ParameterError(f"hamiltonian={value!r:.80} is invalid: must be an "
+                             "mfgwork.Hamiltonian (Quadratic(), Power(q), Congestion(c, alpha) "
+                             "or a subclass defining value, dp and dpp)")
+    value.check(x)
+    return value
