@@ -73,10 +73,12 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     declares a potential (Santa Fe) run Newton's method on the coupling state from the first
     iterate (:mod:`mfgwork.numerics.batch_newton`: the exact tangent Jacobian of the scheme,
     an SPD solve, a line search; on the CPU matrix-free by conjugate gradients, in float64
-    also for float32 solves); each iteration is one best response. ``iteration="anderson"``:
-    Anderson mixing, continued by Newton's method when it stalls (float64, grids up to about
-    400 × 400). ``coarse``: on grids at least twice as fine as 51 × 51 in x and t, Newton's
-    method starts from a 51 × 51 solve (``res.extra["coarse_iterations"]``).
+    also for float32 solves); each iteration is one best response. ``iteration="anderson"``
+    (or ``mw.Anderson()``, the same solve): Anderson mixing, continued by Newton's method
+    when it stalls (float64, grids up to about 400 × 400; ``mw.Anderson(newton=False)``
+    mixes alone). A scheme object holds no state between solves. ``coarse``: on grids at
+    least twice as fine as 51 × 51 in x and t, Newton's method starts from a 51 × 51 solve
+    (``res.extra["coarse_iterations"]``).
     ``progress``: a tqdm bar (None: shown only when the solve lasts over a second).
     ``method="particles"``: HJB by finite differences, FP by ``n_particles`` particles
     (default 100 000; see :class:`mfgwork.ParticleFP`) drawn from ``seed`` (None: a
@@ -138,7 +140,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     newton = (_batch_newton([coupling], iteration, grid, [problem], be, tol)
               if method == "fdm" else None)
     fallback = None if newton is not None else _newton_fallback(
-        coupling, iteration, method, grid, problem.nu, be, tol)
+        coupling, scheme, method, grid, problem.nu, be, tol)
     out, coarse_iterations = _equilibrium(
         newton, [problem], coupling, hjb, fp, m0, U_T, grid, be, scheme, tol, max_iter,
         progress, batched=False, coarse=coarse, max_memory=max_memory, warm=warm,
@@ -290,13 +292,14 @@ def _compile_first(hjb: HJBSolver, be: Backend, compiled: dict[str, float]) -> H
     return first
 
 
-def _newton_fallback(coupling: Any, iteration: Any, method: str, grid: Any, nu: float,
-                     be: Backend, tol: float) -> PotentialNewton | None:
-    """Newton's method on the potential when the problem declares one, for the default
-    iteration with finite differences in float64 (its exact Jacobian is that of the scheme)
-    and grids whose tangent sweeps fit in ``NEWTON_MEMORY`` bytes ((nt+1)·nx·nt floats)."""
+def _newton_fallback(coupling: Any, scheme: IterationScheme, method: str, grid: Any,
+                     nu: float, be: Backend, tol: float) -> PotentialNewton | None:
+    """Newton's method on the potential when the problem declares one, for schemes that ask
+    for it (``scheme.newton_continuation``: Anderson, by name or instance) with finite
+    differences in float64 (its exact Jacobian is that of the scheme) and grids whose
+    tangent sweeps fit in ``NEWTON_MEMORY`` bytes ((nt+1)·nx·nt floats)."""
     potential = coupling.potential()
-    if (potential is None or iteration not in (None, "anderson") or method != "fdm"
+    if (potential is None or not scheme.newton_continuation or method != "fdm"
             or be.eps > 1e-10 or 8 * (grid.nt + 1) * grid.nx * grid.nt > NEWTON_MEMORY):
         return None
     return PotentialNewton(potential, grid=grid, nu=nu, backend=be, tol=tol)

@@ -160,6 +160,7 @@ class AttendanceNewton:
         self.scheme, self.payoff, self.slope, self.integral = scheme, payoff, slope, integral
         self.m0, self.U_T = np.asarray(m0, dtype=np.float64), np.asarray(U_T, np.float64)
         self.tol, self.max_iter, self.warmup, self.mixing = tol, max_iter, warmup, mixing
+        self._mixer: Any = None
         self.evaluations = 0
 
     def respond(self, z: np.ndarray) -> Point:
@@ -218,7 +219,7 @@ class AttendanceNewton:
         during the warm-up (length 0), else the Newton step with its line search (None when
         it finds no acceptable step)."""
         if k <= self.warmup and self.mixing is not None:
-            z = self.mixing.update(k, point.z, point.image, _xp())
+            z = self._mixer.update(k, point.z, point.image, _xp())
             return self.respond(np.clip(z, 0.0, 1.0)), 0.0
         return self.line_search(point, self.direction(point))
 
@@ -226,8 +227,7 @@ class AttendanceNewton:
         """Iterate from the attendance path ``z0``."""
         history: dict[str, list[float]] = {"residual": [], "iterate_residual": [],
                                            "step": [], "time": []}
-        if self.mixing is not None:
-            self.mixing.reset()
+        self._mixer = None if self.mixing is None else self.mixing.start()
         point = self.respond(np.asarray(z0, dtype=np.float64))
         best: tuple[float, Point] = (math.inf, point)
         reason, k = "max_iter", 0

@@ -33,7 +33,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..core.backend import Backend, to_numpy
-from ..core.errors import ConvergenceWarning, ParameterError, SolverError, check_int, check_real
+from ..core.errors import (
+    ConvergenceWarning,
+    ParameterError,
+    SolverError,
+    check_flag,
+    check_int,
+    check_real,
+)
 from ..core.types import Array
 
 
@@ -70,12 +77,29 @@ class Fallback(Protocol):
     def __call__(self, evaluate: Any, z: Array, U: Array, M: Array, budget: int) -> Any: ...
 
 
-class IterationScheme:
-    """Chooses the next coupling state from the current one and its image."""
+class Mixer(Protocol):
+    """The running state of one solve's mixing: the next coupling state from the current one
+    and its image."""
 
-    def reset(self, batched: bool = False) -> None:
-        """Forget the history (called at the start of every solve). ``batched``: the first
-        axis of z indexes independent problems, each mixed on its own."""
+    def update(self, k: int, z: Array, gz: Array, xp: Any) -> Array: ...
+
+
+class IterationScheme:
+    """Chooses the next coupling state from the current one and its image. A scheme holds
+    only its settings: :meth:`start` gives each solve a fresh :class:`Mixer` (the scheme itself
+    when it needs no memory), so one scheme object may serve any number of solves, and a
+    scheme named by a string behaves as the instance of its class."""
+
+    @property
+    def newton_continuation(self) -> bool:
+        """Whether a single solve that stalls with this scheme is continued by Newton's
+        method on the potential, where the problem declares one."""
+        return False
+
+    def start(self, batched: bool = False) -> Mixer:
+        """The mixer of one solve. ``batched``: the first axis of z indexes independent
+        problems, each mixed on its own."""
+        return self
 
     def update(self, k: int, z: Array, gz: Array, xp: Any) -> Array:
         raise NotImplementedError
@@ -84,14 +108,15 @@ class IterationScheme:
         return {"scheme": type(self).__name__}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Relaxation(IterationScheme):
     """z ← z + ω (Φ(z) − z), 0 < ω ≤ 1."""
 
     omega: float = 0.5
 
     def __post_init__(self) -> None:
-        self.omega = check_real("omega", self.omega, low=0.0, high=1.0, high_open=False)
+        object.__setattr__(self, "omega", check_real("omega", self.omega, low=0.0, high=1.0,
+                                                     high_open=False))
 
     def update(self, k: int, z: Array, gz: Array, xp: Any) -> Array:
         return z + self.omega * (gz - z)
@@ -100,7 +125,7 @@ class Relaxation(IterationScheme):
         return {"scheme": "relaxation", "omega": self.omega}
 
 
-@dataclass
+@dataclass(frozen=True)
 class FictitiousPlay(IterationScheme):
     """z ← z + (Φ(z) − z)/(k + 1): the running average of best responses."""
 
@@ -116,7 +141,7 @@ class FictitiousPlay(IterationScheme):
 MAX_DEPTH = 1000
 
 
-@dataclass
+@dataclass(frozen=True)
 class Anderson(IterationScheme):
     """Safeguarded type-II Anderson acceleration (Walker & Ni 2011) with mixing factor β.
 
@@ -129,49 +154,73 @@ class Anderson(IterationScheme):
     at each new best. The small least-squares problems are solved on the arrays' device
     (``linalg.solve``, batched), without a host round trip. The regularization λ keeps them
     well conditioned near convergence, so round-off differences between backends are not
-    amplified.
+    amplified. The history lives in the :class:`AndersonMixer` of each solve
+    (:meth:`start`). ``newton``: a single solve that stalls is continued by Newton's method
+    on the potential where the problem declares one (as for ``iteration="anderson"``);
+    ``newton=False`` mixes alone.
     """
+
 
     depth: int = 5
     mixing: float = 0.1
     regularization: float = 1e-4
     restart: float = 2.0
     min_mixing: float = 1e-3
-    _state: dict = field(default_factory=dict, repr=False)
+    newton: bool = True
 
     def __post_init__(self) -> None:
-        self.depth = check_int("depth", self.depth, low=0, high=MAX_DEPTH)
-        self.mixing = check_real("mixing", self.mixing, low=0.0, high=1.0, high_open=False)
-        self.regularization = check_real("regularization", self.regularization, low=0.0,
-                                         low_open=False)
-        self.restart = check_real("restart", self.restart, low=1.0, low_open=False)
-        self.min_mixing = check_real("min_mixing", self.min_mixing, low=0.0,
-                                     high=self.mixing, high_open=False)
+        checked = {
+            "depth": check_int("depth", self.depth, low=0, high=MAX_DEPTH),
+            "mixing": check_real("mixing", self.mixing, low=0.0, high=1.0, high_open=False),
+            "regularization": check_real("regularization", self.regularization, low=0.0,
+                                         low_open=False),
+            "restart": check_real("restart", self.restart, low=1.0, low_open=False)}
+        checked["min_mixing"] = check_real("min_mixing", self.min_mixing, low=0.0,
+                                           high=checked["mixing"], high_open=False)
+        check_flag("newton", self.newton)
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
 
-    def reset(self, batched: bool = False) -> None:
-        self._state = {"batched": batched, "z": [], "r": []}
+    @property
+    def newton_continuation(self) -> bool:
+        return self.newton
+
+    def start(self, batched: bool = False) -> AndersonMixer:
+        return AndersonMixer(self, batched)
+
+    def describe(self) -> dict[str, Any]:
+        return {"scheme": "anderson", "depth": self.depth, "mixing": self.mixing,
+                "restart": self.restart, "newton": self.newton}
+
+
+class AndersonMixer:
+    """The history of one solve's Anderson mixing (see :class:`Anderson`)."""
+
+    def __init__(self, scheme: Anderson, batched: bool) -> None:
+        self.scheme = scheme
+        self._state: dict[str, Any] = {"batched": batched, "z": [], "r": []}
 
     def update(self, k: int, z: Array, gz: Array, xp: Any) -> Array:
-        s = self._state
+        s, scheme = self._state, self.scheme
         batch = z.shape[0] if s["batched"] else 1
         zf, rf = xp.reshape(z, (batch, -1)), xp.reshape(gz - z, (batch, -1))
         rn = xp.sqrt(xp.sum(rf**2, axis=-1))
         if not s["z"]:
             s.update(best_rn=rn, best_z=zf, best_r=rf, age=xp.zeros_like(rn),
-                     beta=xp.full_like(rn, self.mixing))
-        restart = rn > self.restart * s["best_rn"]
+                     beta=xp.full_like(rn, scheme.mixing))
+        restart = rn > scheme.restart * s["best_rn"]
         improved = rn < s["best_rn"]
         s["best_rn"] = xp.where(improved, rn, s["best_rn"])
         s["best_z"] = xp.where(improved[:, None], zf, s["best_z"])
         s["best_r"] = xp.where(improved[:, None], rf, s["best_r"])
-        beta = xp.where(restart, xp.clip(0.5 * s["beta"], self.min_mixing, None), s["beta"])
-        s["beta"] = xp.where(improved, xp.clip(2.0 * beta, None, self.mixing), beta)
+        beta = xp.where(restart, xp.clip(0.5 * s["beta"], scheme.min_mixing, None), s["beta"])
+        s["beta"] = xp.where(improved, xp.clip(2.0 * beta, None, scheme.mixing), beta)
         s["age"] = xp.where(restart, xp.zeros_like(rn), s["age"] + 1.0)
         z0 = xp.where(restart[:, None], s["best_z"], zf)
         r0 = xp.where(restart[:, None], s["best_r"], rf)
         s["z"].append(z0)
         s["r"].append(r0)
-        if len(s["z"]) > self.depth + 1:
+        if len(s["z"]) > scheme.depth + 1:
             s["z"].pop(0)
             s["r"].pop(0)
         step = z0 + beta[:, None] * r0
@@ -192,14 +241,10 @@ class Anderson(IterationScheme):
         rhs = dR @ r[..., None]
         scale = xp.sum(xp.sum(gram * xp.eye(n, dtype=r.dtype, device=_device(r)), axis=-1),
                        axis=-1)
-        shift = self.regularization * scale + xp.astype(scale == 0.0, r.dtype)
+        shift = self.scheme.regularization * scale + xp.astype(scale == 0.0, r.dtype)
         eye = xp.eye(n, dtype=r.dtype, device=_device(r))
         gamma = xp.linalg.solve(gram + shift[:, None, None] * eye, rhs)  # (B, n, 1)
         return xp.sum(gamma * (dZ + beta[:, None, None] * dR), axis=1)
-
-    def describe(self) -> dict[str, Any]:
-        return {"scheme": "anderson", "depth": self.depth, "mixing": self.mixing,
-                "restart": self.restart}
 
 
 def _device(a: Array) -> Any:
@@ -308,7 +353,7 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     returned.
     """
     xp = backend.xp
-    scheme.reset(batched)
+    mixer = scheme.start(batched)
     history = History()
     U = U_init
     M = xp.stack([m0] * (nt + 1), axis=-2) if M_init is None else M_init
@@ -379,7 +424,7 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
         if not finished:
             frozen = xp.asarray(settled, device=_device(z))
             picard = (res <= trigger) & ~frozen
-            stepped = coupling.project(scheme.update(k, z, gz, xp))
+            stepped = coupling.project(mixer.update(k, z, gz, xp))
             z_next = _where(picard, gz, stepped, xp, batched)
             # the lowest iterate of a problem whose iterates stopped improving (e.g. at the
             # rounding floor of float32, below which a lowered trigger is never met), and of
