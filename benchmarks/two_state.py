@@ -69,8 +69,8 @@ def measure(costs: np.ndarray, horizons: list[float], nt: int, before: bool) -> 
                 warnings.simplefilter("ignore")
                 res = mw.solve_two_state(problem, nt=nt)
             row = {"switching_cost": float(c), "T": T, "converged": bool(res.converged),
-                   "iterations": res.iterations, "evaluations": res.evaluations,
-                   "stopped": res.stopped, "residual": res.residual,
+                   "iterations": res.iterations, "evaluations": res.extra["evaluations"],
+                   "stopped": res.status, "residual": res.residual,
                    "independent_residual": independent_residual(problem, res.M, nt),
                    "time_s": time.perf_counter() - started}
             if before:

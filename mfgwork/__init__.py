@@ -28,13 +28,13 @@ from .core.errors import (
     SolverError,
 )
 from .core.grid import Grid
-from .finite_state import TwoStateResult, solve_two_state, time_to_level
+from .finite_state import solve_two_state, switching_rates, time_to_level
 from .numerics.iteration import Anderson, FictitiousPlay, Relaxation
 from .numerics.particles import ParticleFP
 from .placement import Placement, crossover_table, placement
 from .problems import HopfColeProblem, MFGProblem, SantaFeBar, TwoStateElFarol
 from .results import Result, load, save_run
-from .solve import solve, solve_batch
+from .solve import solve, solve_batch, solve_continuous
 from .workflows.scan import open_scan, scan
 from .workflows.sweeps import SweepIndex, load_sweep, sweep
 
@@ -47,7 +47,8 @@ __all__ = [
     "SolverError", "available_backends", "available_devices", "device_info", "from_numpy",
     "get_backend", "load", "mps_emulation", "save_run", "solve", "solve_batch", "to_numpy",
     "SweepIndex", "load_sweep", "sweep", "ParticleFP", "NPlayerResult", "n_player",
-    "n_player_study", "TwoStateElFarol", "TwoStateResult", "solve_two_state", "time_to_level",
+    "n_player_study", "TwoStateElFarol", "solve_two_state", "switching_rates", "time_to_level",
+    "solve_continuous",
     "Placement", "crossover_table", "placement", "open_scan", "scan",
 ]
 

@@ -6,80 +6,28 @@ import math
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .core import memory
-from .core.backend import get_backend
+from .core.backend import get_backend, to_numpy
 from .core.errors import MAX_COUNT, ConvergenceWarning, ParameterError, check_int
-from .core.storage import provenance, write_json
 from .numerics.attendance_newton import AttendanceNewton
 from .numerics.finite_state import TwoStateScheme
 from .numerics.iteration import IterationScheme, check_stopping, make_scheme
-from .problems.two_state import TwoStateElFarol
-from .results import ObservablesByName
+from .problems.two_state import STATES, TwoStateElFarol
+from .results import Result
 
 
-@dataclass
-class TwoStateResult(ObservablesByName):
-    """Solution of the two-state game: ``t`` (nt + 1,), ``U`` and ``M`` (nt + 1, 2) with
-    columns (home, bar); ``observables`` the problem's paths, also readable as attributes
-    (``res.attendance`` = M[:, 1]); ``summary`` its scalar headline numbers; ``history`` of
-    the iteration (per iteration: certified and iterate residuals, step length, time);
-    ``stopped``: why the iteration ended (converged, max_iter or stalled); ``evaluations``:
-    best responses computed; ``gap``: u_1 − u_0 at each level as carried by the sweep."""
-
-    t: np.ndarray
-    U: np.ndarray
-    M: np.ndarray
-    converged: bool
-    iterations: int
-    history: dict[str, list[float]]
-    params: dict[str, Any]
-    timings: dict[str, float]
-    residual: float
-    observables: dict[str, np.ndarray] = field(default_factory=dict)
-    summary: dict[str, float] = field(default_factory=dict)
-    plateau: float | None = None
-    stopped: str = "converged"
-    evaluations: int = 0
-    gap: np.ndarray | None = None
-
-    @property
-    def rates(self) -> np.ndarray:
-        """Optimal switching rates (β_home→bar, β_bar→home) at each level, (nt + 1, 2), from
-        the gaps u_1 − u_0 carried by the HJB sweep (``gap``; else differences of U)."""
-        d = self.U[:, 1] - self.U[:, 0] if self.gap is None else self.gap
-        return np.stack([np.maximum(-d, 0.0), np.maximum(d, 0.0)], axis=-1) / \
-            self.params["switching_cost"]
-
-    @property
-    def mass_error(self) -> float:
-        """max_t |m_0 + m_1 − 1|."""
-        return float(np.max(np.abs(self.M.sum(axis=1) - 1.0)))
-
-    def metrics(self) -> dict[str, Any]:
-        """Headline numbers, JSON-ready."""
-        return {"converged": bool(self.converged), "iterations": int(self.iterations),
-                "residual": float(self.residual), "stopped": self.stopped,
-                "evaluations": int(self.evaluations),
-                "mass_error": self.mass_error, "min_mass": float(self.M.min()),
-                "plateau": self.plateau, "nt": len(self.t) - 1,
-                "timings": dict(self.timings)} | self.summary
-
-    def write_files(self, folder: Path, parameters: dict[str, Any] | None = None,
-                    metrics: dict[str, Any] | None = None) -> None:
-        """``arrays.npz``, ``parameters.json`` and ``metrics.json`` into ``folder`` (the
-        interface :func:`mfgwork.save_run` writes a result through)."""
-        np.savez_compressed(folder / "arrays.npz", t=self.t, U=self.U, M=self.M,
-                            **self.observables)
-        write_json(folder / "parameters.json", self.params | (parameters or {}))
-        write_json(folder / "metrics.json", self.metrics() | {
-            "history": self.history, "observables": list(self.observables),
-            "provenance": provenance()} | (metrics or {}))
+def switching_rates(result: Result) -> np.ndarray:
+    """Optimal switching rates (β_home→bar, β_bar→home) of a two-state result at each level,
+    (nt + 1, 2): (∓gap)_+ / c from the gaps u_1 − u_0 carried by the HJB sweep
+    (``result.gap``; differences of U for results without it)."""
+    U = to_numpy(result.U)
+    d = result.arrays.get("gap", U[:, 1] - U[:, 0])
+    return np.stack([np.maximum(-d, 0.0), np.maximum(d, 0.0)], axis=-1) / \
+        result.params["switching_cost"]
 
 
 MAX_STEP_RATE = 1e3  # the largest Δt · (fastest switching rate) the solver accepts
@@ -111,7 +59,7 @@ def check_time_step(problem: TwoStateElFarol, nt: int) -> float:
 
 def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
                     max_iter: int = 500, iteration: str | IterationScheme | None = None,
-                    warmup: int = 0) -> TwoStateResult:
+                    warmup: int = 0) -> Result:
     """Solve the two-state El Farol game on ``nt`` implicit Euler steps.
 
     Newton's method on the attendance path A(t_1..t_nt) with the exact Jacobian of the
@@ -125,7 +73,15 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
     :class:`~mfgwork.ConvergenceWarning` naming the iterations done and why they stopped
     (``max_iter``, or ``stalled``: no step decreases the residual any more), and that reason
     in ``stopped``. Raises :class:`ParameterError` for a time step the scheme
-    cannot resolve (:func:`check_time_step`).
+    cannot resolve (:func:`check_time_step`). ``mw.solve(problem, ...)`` takes the same
+    options.
+
+    Returns a :class:`~mfgwork.Result` with ``dims=("t", "state")``, ``labels={"state":
+    ("home", "bar")}``, ``x`` the state index (0, 1), ``U`` and ``M`` (nt + 1, 2), the
+    problem's observables (``res.attendance`` = M[:, 1]) and summary, ``status``
+    ("converged", "max_iter" or "stalled"), ``res.gap`` (u_1 − u_0 at each level as carried
+    by the sweep; :func:`switching_rates` gives the rates), and in ``extra`` the best
+    responses computed (``evaluations``) and the plateau level of the problem.
     """
     started = time.perf_counter()
     if not isinstance(problem, TwoStateElFarol):
@@ -156,12 +112,16 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
     params = problem.params() | {"nt": nt, "tol": tol, "max_iter": max_iter,
                                  "iteration": scheme.describe(), "warmup": warmup}
     observables = problem.observables(out.M)
-    return TwoStateResult(t=t, U=out.U, M=out.M, converged=out.converged,
-                          iterations=out.iterations, residual=out.residual,
-                          history=out.history, params=params, timings=timings,
-                          observables=observables, summary=problem.summary(t, observables),
-                          plateau=problem.plateau, stopped=out.reason,
-                          evaluations=out.evaluations, gap=out.gap)
+    converged = bool(out.converged)
+    return Result(x=np.arange(len(STATES), dtype=np.float64), t=t, U=out.U, M=out.M,
+                  converged=converged, iterations=out.iterations,
+                  residual=float(out.residual), history=out.history, params=params,
+                  timings=timings, method="finite_state", observables=observables,
+                  summary=problem.summary(t, observables), state_name="state",
+                  extra={"evaluations": out.evaluations, "plateau": problem.plateau},
+                  status="converged" if converged else
+                  ("stalled" if out.reason == "converged" else out.reason),
+                  dims=("t", "state"), labels={"state": STATES}, arrays={"gap": out.gap})
 
 
 def check_size(problem: TwoStateElFarol, nt: int, scheme: IterationScheme) -> int:

@@ -8,47 +8,76 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .best_response import best_response_residual
 from .core import storage
 from .core.backend import to_numpy
-from .core.errors import LoadError
+from .core.errors import LoadError, ParameterError
 from .core.figures import save_figure
 from .core.grid import trapezoid_weights
 from .core.storage import load_table, provenance
 
-__all__ = ["FIELDS", "Result", "load", "load_table", "provenance", "save_run"]
+__all__ = ["FIELDS", "STATUSES", "Result", "derive_status", "load", "load_table",
+           "provenance", "save_run"]
 
 FIELDS = ("x", "t", "U", "M")
+#: How a solve ended: its certificate held (``converged``), the iteration budget ran out
+#: (``max_iter``), the iteration stopped improving before that (``stalled``), or the
+#: certificate claimed by the iteration did not hold when checked again (``failed``; e.g. a
+#: float32 certificate re-checked in float64).
+STATUSES = ("converged", "max_iter", "stalled", "failed")
+
+
+def derive_status(converged: bool, iterations: int, max_iter: int | None) -> str:
+    """The status of a solve from what every result records: converged, else ``max_iter``
+    when the budget ``max_iter`` was used up, else ``stalled``."""
+    if converged:
+        return "converged"
+    if max_iter is not None and iterations >= max_iter:
+        return "max_iter"
+    return "stalled"
 
 
 class ObservablesByName:
-    """Reads the entries of a result's ``observables`` as attributes (``res.attendance``)."""
+    """Reads the entries of a result's ``observables`` (and further ``arrays``) as
+    attributes (``res.attendance``)."""
 
     def __getattr__(self, name: str) -> Any:
         observables = self.__dict__.get("observables") or {}
+        arrays = self.__dict__.get("arrays") or {}
         if name in observables:
             return observables[name]
+        if name in arrays:
+            return arrays[name]
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r} (observables: "
                              f"{', '.join(observables) or 'none'})")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Result(ObservablesByName):
-    """Solution of an MFG system on a grid.
+    """Solution of an MFG system (of any problem kind: continuous, finite-state, several
+    populations), frozen: build a changed copy with ``dataclasses.replace``.
 
-    ``x`` (nx,), ``t`` (nt+1,), ``U`` and ``M`` (nt+1, nx). ``observables``: the paths the
-    problem observes, each (nt+1,) (Santa Fe: ``attendance``, ``mean_state``), also readable
-    as attributes (``res.attendance``); ``summary``: the problem's scalar headline numbers.
-    ``residual`` is the relative fixed-point residual of the returned solution,
-    ‖A(BR(A)) − A‖ / ‖A(BR(A))‖ for its attendance path A (for other problems the same with
-    the density path): ``converged`` means ``residual`` ≤ ``tol``, and :meth:`check`
-    recomputes it. ``history`` holds per-iteration residuals of the iterates, relative
-    changes of U and M and the wall time of each phase; ``timings`` the totals.
+    ``x`` (nx,), ``t`` (nt+1,), ``U`` and ``M`` (nt+1, nx) with axes named by ``dims``
+    (default ``("t", state_name)``); an axis of named entries has them in ``labels`` (the
+    two-state game: ``dims=("t", "state")``, ``labels={"state": ("home", "bar")}`` and ``x``
+    the state index; several populations: a leading ``"population"`` axis, e.g.
+    ``dims=("population", "t", "x")``). ``observables``: the paths the problem observes,
+    each (nt+1,) (Santa Fe: ``attendance``, ``mean_state``), also readable as attributes
+    (``res.attendance``); ``summary``: the problem's scalar headline numbers; ``arrays``:
+    further (nt+1,) arrays of the solver (two-state: ``gap`` = u_1 − u_0 as carried by the
+    sweep), also readable as attributes. ``residual`` is the relative fixed-point residual
+    of the returned solution, ‖A(BR(A)) − A‖ / ‖A(BR(A))‖ for its attendance path A (for
+    other problems the same with the density path): ``converged`` means ``residual`` ≤
+    ``tol``, and :meth:`check` recomputes it. ``status``: one of :data:`STATUSES`,
+    ``"converged"`` exactly when ``converged`` (None: derived by :func:`derive_status`).
+    ``history`` holds per-iteration residuals of the iterates, relative changes of U and M
+    and the wall time of each phase; ``timings`` the totals.
     """
 
     x: Any
@@ -69,17 +98,44 @@ class Result(ObservablesByName):
     state_name: str = "x"
     extra: dict[str, Any] = field(default_factory=dict)
     residual: float | None = None
+    status: str | None = None
+    dims: tuple[str, ...] | None = None
+    labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    arrays: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        status = self.status
+        if status is None:
+            status = derive_status(self.converged, self.iterations, self.params.get("max_iter"))
+        if status not in STATUSES or (status == "converged") != bool(self.converged):
+            raise ParameterError(f"status={status!r} is invalid with converged="
+                                 f"{self.converged!r}: must be one of {STATUSES}, "
+                                 "'converged' exactly when converged")
+        dims = ("t", self.state_name) if self.dims is None else tuple(self.dims)
+        if len(dims) != np.ndim(self.M):
+            raise ParameterError(f"dims={dims!r} is invalid: must name the {np.ndim(self.M)} "
+                                 "axes of U and M")
+        object.__setattr__(self, "status", status)
+        object.__setattr__(self, "dims", dims)
+        object.__setattr__(self, "labels", {k: tuple(v) for k, v in self.labels.items()})
 
     # -- derived numbers (NumPy) ------------------------------------------------------------
     @property
+    def states(self) -> tuple[str, ...] | None:
+        """The names of the states along the last axis (finite-state games), else None."""
+        return self.labels.get(self.dims[-1])
+
+    @property
     def weights(self) -> np.ndarray:
-        """Trapezoidal weights of the grid."""
+        """Trapezoidal weights of the grid (ones over named states)."""
         x = to_numpy(self.x).astype(np.float64)
+        if self.states is not None:
+            return np.ones(x.size)
         return trapezoid_weights(x.size, float(x[1] - x[0]))
 
     @property
     def mass(self) -> np.ndarray:
-        """∫ m(t, x) dx at each time level."""
+        """∫ m(t, x) dx (the sum over named states) at each time level (and population)."""
         return to_numpy(self.M).astype(np.float64) @ self.weights
 
     @property
@@ -92,31 +148,33 @@ class Result(ObservablesByName):
         residual (what ``residual`` reports; ≤ ``tol`` when converged). The best response
         is computed as the solve did (method, backend, device, dtype, particles and seed
         from ``params``; in NumPy float64 for float32 results re-certified in float64,
-        ``extra["certificate"]``). ``problem``: the problem solved; a Santa Fe result (also one read
-        by ``mw.load``) rebuilds it from ``params``, any other problem must be passed."""
-        from .solve import best_response_residual
-
+        ``extra["certificate"]``). ``problem``: the problem solved; a result of a problem of
+        the registry (:data:`mfgwork.problems.PROBLEMS`: Santa Fe, the two-state game; also
+        one read by ``mw.load``) rebuilds it from ``params``, any other problem must be
+        passed."""
         return best_response_residual(self, problem)
 
     def metrics(self) -> dict[str, Any]:
         """Headline numbers, JSON-ready."""
+        size = int(np.size(to_numpy(self.x)))
         out: dict[str, Any] = {
-            "converged": bool(self.converged), "iterations": int(self.iterations),
-            "residual": _finite_or_none(self.residual),
+            "converged": bool(self.converged), "status": self.status,
+            "iterations": int(self.iterations), "residual": _finite_or_none(self.residual),
             "final_change_U": _last(self.history.get("change_U")),
             "final_change_M": _last(self.history.get("change_M")),
             "mass_error": self.mass_error, "min_density": float(np.min(to_numpy(self.M))),
             "timings": dict(self.timings), "backend": self.backend, "device": self.device,
             "dtype": self.dtype, "method": self.method,
-            "nx": int(np.size(to_numpy(self.x))), "nt": int(np.size(to_numpy(self.t))) - 1,
-        }
+            "nt": int(np.size(to_numpy(self.t))) - 1,
+        } | ({"nx": size} if self.states is None else {"states": list(self.states)})
         return out | self.summary | self.extra
 
     def to_numpy(self) -> Result:
         """A copy whose arrays are NumPy arrays."""
         kw = {k: to_numpy(getattr(self, k)) for k in FIELDS}
         observables = {k: to_numpy(v) for k, v in self.observables.items()}
-        return Result(**(self.__dict__ | kw | {"observables": observables}))
+        arrays = {k: to_numpy(v) for k, v in self.arrays.items()}
+        return replace(self, **kw, observables=observables, arrays=arrays)
 
     def save(self, path: str | os.PathLike, *, force: bool = False) -> Path:
         """Write ``arrays.npz``, ``parameters.json``, ``metrics.json`` into the folder
@@ -130,12 +188,14 @@ class Result(ObservablesByName):
         ``metrics.json`` (:meth:`metrics`, history, provenance, updated by ``metrics``) into
         the existing folder ``folder``, non-atomically (see :func:`save_run`)."""
         arrays = {k: to_numpy(getattr(self, k)) for k in FIELDS}
-        arrays |= {k: to_numpy(v) for k, v in self.observables.items()}
+        arrays |= {k: to_numpy(v) for k, v in (self.observables | self.arrays).items()}
         storage.write_npz(folder / "arrays.npz", arrays)
         storage.write_json(folder / "parameters.json", self.params | (parameters or {}))
         storage.write_json(folder / "metrics.json", self.metrics() | {
             "history": self.history, "observables": list(self.observables),
-            "summary": self.summary, "state_name": self.state_name, "extra": self.extra,
+            "arrays": list(self.arrays), "summary": self.summary,
+            "state_name": self.state_name, "dims": list(self.dims),
+            "labels": {k: list(v) for k, v in self.labels.items()}, "extra": self.extra,
             "provenance": provenance()} | (metrics or {}))
 
 
@@ -151,7 +211,8 @@ def _last(values: list[float] | None) -> float | None:
 METRICS_REQUIRED = {"converged": bool, "iterations": int}
 METRICS_OPTIONAL = {"history": dict, "timings": dict, "backend": str, "device": str,
                     "dtype": str, "method": str, "observables": list, "summary": dict,
-                    "state_name": str, "extra": dict}
+                    "state_name": str, "extra": dict, "status": str, "dims": list,
+                    "labels": dict, "arrays": list}
 
 
 def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
@@ -160,9 +221,10 @@ def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
 
     Every file is checked before use: present, parsable, with the expected entries and
     types; the arrays real-valued and finite, ``x`` (nx,), ``t`` (nt+1,), ``U`` and ``M``
-    (nt+1, nx), each observable (nt+1,), their decompressed size at most ``max_bytes``
-    (default: :data:`mfgwork.core.storage.MAX_NPZ_BYTES`, 1 GiB), checked before reading.
-    Anything wrong raises :class:`~mfgwork.LoadError` naming the file.
+    (nt+1, nx) (axes as named by ``dims``), each observable (nt+1,), their decompressed
+    size at most ``max_bytes`` (default: :data:`mfgwork.core.storage.MAX_NPZ_BYTES`, 1 GiB),
+    checked before reading. Anything wrong raises :class:`~mfgwork.LoadError` naming the
+    file. Runs saved without a ``status`` get the one :func:`derive_status` gives.
     """
     folder = Path(path)
     if not folder.is_dir():
@@ -177,14 +239,24 @@ def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
     if residual is not None and not _is_residual(residual):
         raise LoadError(folder / "metrics.json", f"has residual={residual!r:.60}: must be a "
                         "finite number >= 0 or null")
+    status = metrics.get("status")
+    if status is not None and (status not in STATUSES
+                               or (status == "converged") != metrics["converged"]):
+        raise LoadError(folder / "metrics.json", f"has status={status!r:.60} with converged="
+                        f"{metrics['converged']!r}: must be one of {STATUSES}, 'converged' "
+                        "exactly when converged")
     params = storage.read_json(folder / "parameters.json")
     if not isinstance(params, dict):
         raise LoadError(folder / "parameters.json", "must hold a JSON object")
+    dims = _dims(folder, metrics)
+    field_shape = tuple("nt+1" if d == "t" else "nx" if i == len(dims) - 1 else d
+                        for i, d in enumerate(dims))
     arrays = storage.read_npz(folder / "arrays.npz",
-                              {"x": ("nx",), "t": ("nt+1",), "U": ("nt+1", "nx"),
-                               "M": ("nt+1", "nx")}, others=("nt+1",), max_bytes=max_bytes)
+                              {"x": ("nx",), "t": ("nt+1",), "U": field_shape,
+                               "M": field_shape}, others=("nt+1",), max_bytes=max_bytes)
+    others = metrics.get("arrays", [])
     names = metrics.get("observables", [k for k in arrays if k not in FIELDS])
-    missing = [k for k in names if k not in arrays]
+    missing = [k for k in [*names, *others] if k not in arrays]
     if missing:
         raise LoadError(folder / "arrays.npz", f"has no array for the observables {missing} "
                         "listed in metrics.json")
@@ -196,7 +268,30 @@ def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
                   method=metrics.get("method", "fdm"),
                   observables={k: arrays[k] for k in names},
                   summary=metrics.get("summary", {}), state_name=metrics.get("state_name", "x"),
-                  extra=metrics.get("extra", {}), residual=metrics.get("residual"))
+                  extra=metrics.get("extra", {}), residual=metrics.get("residual"),
+                  status=status, dims=dims,
+                  labels=_labels(folder, metrics),
+                  arrays={k: arrays[k] for k in others})
+
+
+def _labels(folder: Path, metrics: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """The names of the entries of labelled axes recorded in ``metrics``."""
+    labels = metrics.get("labels", {})
+    for key, names in labels.items():
+        if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+            raise LoadError(folder / "metrics.json", f"has labels[{key!r:.40}]={names!r:.60}:"
+                            " must be a list of names")
+    return {k: tuple(v) for k, v in labels.items()}
+
+
+def _dims(folder: Path, metrics: dict[str, Any]) -> tuple[str, ...]:
+    """The axis names of U and M recorded in ``metrics`` (older runs: ("t", state_name))."""
+    dims = metrics.get("dims", ["t", metrics.get("state_name", "x")])
+    if (len(dims) < 2 or not all(isinstance(d, str) for d in dims) or "t" not in dims
+            or len(set(dims)) != len(dims) or dims[-1] in ("t", "nx", "nt+1")):
+        raise LoadError(folder / "metrics.json", f"has dims={dims!r:.60}: must be distinct "
+                        "axis names holding 't', the state axis last")
+    return tuple(dims)
 
 
 def _is_residual(value: Any) -> bool:

@@ -2,37 +2,39 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from .best_response import residual_on, solvers
 from .core import memory
 from .core.backend import BACKENDS, Backend, get_backend, to_numpy
 from .core.compiling import check_compile_steps
 from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag
+from .finite_state import solve_two_state
 from .numerics.batch_newton import BatchNewton, member_potentials
 from .numerics.fdm.sweeps import FiniteDifferences
 from .numerics.fdm.warmup import compile_kernels
 from .numerics.iteration import (
     FixedPointResult,
-    FPSolver,
     HJBSolver,
     IterationScheme,
     check_stopping,
     fixed_point,
     make_scheme,
-    relative_residual,
 )
-from .numerics.particles import ParticleFP, check_particle_args
+from .numerics.particles import check_particle_args
 from .numerics.potential import PotentialNewton
 from .placement import placement
-from .problems import problem_from_params
+from .problems import TwoStateElFarol
 from .problems.base import MFGProblem, batch_coupling
-from .results import Result
+from .results import Result, derive_status
 from .warm_start import initial_state, per_problem
 
 METHODS = ("fdm", "particles")
@@ -40,7 +42,47 @@ NEWTON_MEMORY = 2**29  # bytes: the tangent sweeps of grids up to about 400 × 4
 DEFAULT_DEPTH = 5  # Anderson's default depth: a larger one is blamed for what it adds
 
 
-def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm",
+def solve(problem: Any, /, **options: Any) -> Result:
+    """Solve ``problem`` of any kind and return its :class:`~mfgwork.Result`.
+
+    The solver is looked up by the problem's type in :data:`SOLVERS` (the first entry whose
+    type the problem is an instance of), and ``options`` go to it:
+
+    - :class:`~mfgwork.MFGProblem` (Santa Fe, generic, verification problems):
+      :func:`solve_continuous` (``nx``, ``nt``, ``method``, ``backend``, ``device``,
+      ``dtype``, ``tol``, ``max_iter``, ``iteration``, ``n_particles``, ``seed``, ...);
+    - :class:`~mfgwork.TwoStateElFarol`: :func:`mfgwork.solve_two_state` (``nt``, ``tol``,
+      ``max_iter``, ``iteration``, ``warmup``; NumPy float64 on the CPU).
+
+    An option the problem's solver does not take, or a problem of no kind in the table, is a
+    :class:`~mfgwork.ParameterError` naming it, before any work.
+    """
+    solver = solver_for(problem, SOLVERS)
+    _check_options(problem, solver, options)
+    return solver(problem, **options)
+
+
+def solver_for(problem: Any, table: dict[type, Callable[..., Any]]) -> Callable[..., Any]:
+    """The entry of ``table`` for ``problem``: the first type it is an instance of."""
+    for kind, solver in table.items():
+        if isinstance(problem, kind):
+            return solver
+    raise ParameterError(f"problem={problem!r:.80} is invalid: must be an "
+                         f"{' or an '.join(f'mfgwork.{k.__name__}' for k in table)} "
+                         "(e.g. mw.SantaFeBar() or mw.MFGProblem(...))")
+
+
+def _check_options(problem: Any, solver: Callable[..., Any], options: dict[str, Any]) -> None:
+    """Refuse options that the solver of ``problem``'s kind does not take."""
+    accepted = [n for n in inspect.signature(solver).parameters if n != "problem"]
+    unknown = [n for n in options if n not in accepted]
+    if unknown:
+        raise ParameterError(f"{unknown[0]}={options[unknown[0]]!r:.60} is invalid for a "
+                             f"{type(problem).__name__} problem: its solver "
+                             f"{solver.__name__} takes {', '.join(accepted)}")
+
+
+def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm",
           backend: str | Backend = "numpy", device: str = "cpu", dtype: object = None,
           tol: float = 1e-8, max_iter: int = 200,
           iteration: str | IterationScheme | None = None,
@@ -132,7 +174,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     m0 = problem.initial_density(grid, be)
     U_T = problem.terminal_cost(grid, be)
     coupling = problem.coupling(grid, be)
-    fd, hjb, fp, fp_params = _solvers(problem, grid, be, method, n_particles, seed,
+    fd, hjb, fp, fp_params = solvers(problem, grid, be, method, n_particles, seed,
                                              compile_steps, max_memory)
     setup = time.perf_counter() - started
     compiled: dict[str, float] = {}
@@ -157,8 +199,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
                       **_newton_extra(newton, coarse_iterations, 0),
                       "fdm_kernels": fd.kernels.name,
                       "compiled_steps": fd.compiled_steps})
-    _certify_in_float64([result], [problem], be, tol, timings)
-    return result
+    return _certify_in_float64([result], [problem], be, tol, timings)[0]
 
 
 def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
@@ -211,13 +252,11 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
         _check_size(problems, grid, be, scheme, max_memory, batch=1)
         tol = _reachable_tol(tol, be)
         starts = per_problem(initial, len(problems), batched=True)
-        results = [solve(p, nx=nx, nt=nt, backend=be, tol=tol, max_iter=max_iter,
+        results = [solve_continuous(p, nx=nx, nt=nt, backend=be, tol=tol, max_iter=max_iter,
                          iteration=iteration, progress=progress, max_memory=max_memory,
                          initial=start, coarse=coarse)
                    for p, start in zip(problems, starts, strict=True)]
-        for res in results:
-            res.params |= placed
-        return results
+        return [replace(res, params=res.params | placed) for res in results]
     _check_size(problems, grid, be, scheme, max_memory, batch=len(problems))
     groups = _coupling_groups(problems, grid, be)
     if len(groups) > 1:
@@ -231,8 +270,7 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
                                  initial=None if initial is None
                                  else [starts[i] for i in group])
             for i, res in zip(group, solved, strict=True):
-                res.params |= placed
-                results[i] = res
+                results[i] = replace(res, params=res.params | placed)
         return results
     tol = _reachable_tol(tol, be)
     warm = initial_state(initial, problems, grid, be, batched=True)
@@ -258,26 +296,7 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     results = [_result(p, grid, be, out, b, settings, timings,
                        extra | _newton_extra(newton, coarse_iterations, b))
                for b, p in enumerate(problems)]
-    _certify_in_float64(results, problems, be, tol, timings)
-    return results
-
-
-def _solvers(problem: MFGProblem, grid: Any, be: Backend, method: str,
-             n_particles: int | None, seed: int | None, compile_steps: bool | str = False,
-             max_memory: object = None
-             ) -> tuple[FiniteDifferences, HJBSolver, FPSolver, dict[str, Any]]:
-    """The HJB and FP solvers of one solve (and the particle parameters to record)."""
-    fd = FiniteDifferences(grid, problem.nu, be, compile_steps=compile_steps)
-    hjb, fp, fp_params = fd.solve_hjb, fd.solve_fp, {}
-    if method == "particles":
-        particles = ParticleFP(grid, problem.sigma, be, n_particles=n_particles, seed=seed,
-                               max_memory=max_memory)
-        fp = particles.solve_fp
-        fp_params = {"n_particles": particles.n_particles, "seed": particles.seed}
-        if be.is_accelerator:  # (the CPU backends run the compiled loops already)
-            fd = FiniteDifferences(grid, problem.nu, get_backend("numpy"))
-            hjb = _on_host(fd.solve_hjb, be)
-    return fd, hjb, fp, fp_params
+    return _certify_in_float64(results, problems, be, tol, timings)
 
 
 def _compile_first(hjb: HJBSolver, be: Backend, compiled: dict[str, float]) -> HJBSolver:
@@ -368,7 +387,7 @@ def _equilibrium(newton: BatchNewton | None, problems: Sequence[MFGProblem], cou
     coarse_iterations = None
     if newton is not None and coarse and not warm and _refines(grid):
         starts = (_coarse_solve(solve_batch, problems, be, tol, max_iter, max_memory)
-                  if batched else [_coarse_solve(solve, problems[0], be, tol, max_iter,
+                  if batched else [_coarse_solve(solve_continuous, problems[0], be, tol, max_iter,
                                                  max_memory)])
         warm = initial_state(starts if batched else starts[0], problems, grid, be,
                              batched=batched)
@@ -396,74 +415,42 @@ def _run_newton(newton: BatchNewton, coupling: Any, hjb: Any, fp: Any, m0: Any, 
     return out
 
 
-def best_response_residual(result: Result, problem: MFGProblem | None = None) -> float:
-    """‖z(BR(z)) − z‖₂ / ‖z(BR(z))‖₂ for the coupling state z of ``result.M`` (Santa Fe: the
-    attendance path at levels 1..nt; otherwise the density path): one best response (HJB,
-    then FP, as the solve did: method, backend, device, dtype and particles from
-    ``result.params``; NumPy float64 for a float32 result re-certified in float64, whose
-    ``extra`` has a ``"certificate"``). ``problem`` defaults to the Santa Fe problem of
-    ``result.params``."""
-    params = result.params
-    if problem is None:
-        problem = problem_from_params(params)
-    if not isinstance(problem, MFGProblem):
-        raise ParameterError(f"problem={problem!r} is invalid: must be an mfgwork.MFGProblem")
-    if "certificate" in result.extra:   # a float32 result re-certified in float64
-        return _best_response_residual(result, problem, get_backend("numpy", "cpu", "float64"))
-    return _best_response_residual(result, problem,
-                                   get_backend(result.backend, result.device, result.dtype))
-
-
-def _best_response_residual(result: Result, problem: MFGProblem, be: Backend) -> float:
-    """:func:`best_response_residual` of ``result`` for ``problem``, computed on ``be``."""
-    M = to_numpy(result.M)
-    nt, nx = M.shape[0] - 1, M.shape[1]
-    grid = problem.grid(nx, nt)
-    particles = result.method == "particles"
-    _, hjb, fp, _ = _solvers(problem, grid, be, result.method,
-                             result.params.get("n_particles") if particles else None,
-                             result.params.get("seed") if particles else None)
-    coupling = problem.coupling(grid, be)
-    z = coupling.state(be.asarray(M))
-    U = hjb(problem.terminal_cost(grid, be), coupling.running_cost(z),
-            be.asarray(to_numpy(result.U)))
-    gz = coupling.state(fp(U, problem.initial_density(grid, be)))
-    return float(to_numpy(relative_residual(gz, z, be.xp, batched=False))[0])
-
-
 def _certify_in_float64(results: list[Result], problems: Sequence[MFGProblem], be: Backend,
-                        tol: float, timings: dict[str, float]) -> None:
-    """Re-certify the float32 finite-difference results that claim convergence by one best
-    response in NumPy float64 on the host (:func:`best_response_residual`): ``residual``
-    becomes the float64 one, and a result whose float64 residual exceeds ``tol`` gets
-    ``converged=False``, ``extra["certificate"]["message"]`` and a ConvergenceWarning.
-    Nothing is done on MPS (and its emulation), which has no float64: there the float32
-    certificate stands. ``timings["certify"]``: the seconds spent."""
+                        tol: float, timings: dict[str, float]) -> list[Result]:
+    """``results`` with the float32 finite-difference ones that claim convergence
+    re-certified by one best response in NumPy float64 on the host
+    (:func:`~mfgwork.best_response.residual_on`): ``residual`` becomes the float64 one, and
+    a result whose float64 residual exceeds ``tol`` gets ``converged=False``, status
+    ``"failed"``, ``extra["certificate"]["message"]`` and a ConvergenceWarning. Nothing is
+    done on MPS (and its emulation), which has no float64: there the float32 certificate
+    stands. ``timings["certify"]``: the seconds spent."""
     if be.dtype != "float32" or be.kind == "mps" or be.emulate_mps:
-        return
+        return results
     started = time.perf_counter()
     host = get_backend("numpy", "cpu", "float64")
-    failed = []
+    failed, out = [], []
     for res, problem in zip(results, problems, strict=True):
         if not res.converged or res.method != "fdm":
+            out.append(res)
             continue
-        residual = _best_response_residual(res, problem, host)
+        residual = residual_on(res, problem, host)
         record: dict[str, Any] = {"dtype": "float64", "residual": residual,
                                   "float32_residual": res.residual, "held": residual <= tol}
         if residual > tol:
             record["message"] = (f"the float32 certificate (residual {res.residual:.3g}) did "
                                  f"not hold in float64: residual {residual:.3g} > tol={tol:g}")
-            res.converged = False
             failed.append(residual)
-        res.extra = res.extra | {"certificate": record}
-        res.residual = residual
+        out.append(replace(res, residual=residual, extra=res.extra | {"certificate": record},
+                           converged=residual <= tol,
+                           status="converged" if residual <= tol else "failed"))
     if failed:
         warnings.warn(f"the float32 certificate did not hold in float64 for {len(failed)} of "
                       f"{len(results)} problems (float64 residual up to {max(failed):.3g} > "
                       f"tol={tol:g}); returning them with converged=False",
-                      ConvergenceWarning, stacklevel=3)
+                      ConvergenceWarning, stacklevel=4)
     timings["certify"] = time.perf_counter() - started
     timings["total"] += timings["certify"]
+    return out
 
 
 def _place(problems: Any, method: str, n_particles: int | None, nx: int, nt: int,
@@ -561,6 +548,11 @@ def _check_batch(problems: Sequence[MFGProblem]) -> list[MFGProblem]:
         raise ParameterError(f"problems={problems!r} is invalid: must be a non-empty list of "
                              "mfgwork.MFGProblem")
     for i, p in enumerate(problems):
+        if not isinstance(p, MFGProblem) and any(isinstance(p, k) for k in SOLVERS):
+            raise ParameterError(f"problems[{i}]={p!r:.80} is invalid: a batch solves "
+                                 "continuous problems (mfgwork.MFGProblem); a "
+                                 f"{type(p).__name__} has no batched path: solve each with "
+                                 "mw.solve")
         if not isinstance(p, MFGProblem):
             raise ParameterError(f"problems[{i}]={p!r} is invalid: must be an "
                                  "mfgwork.MFGProblem")
@@ -579,17 +571,6 @@ def _coupling_groups(problems: Sequence[MFGProblem], grid: Any, be: Backend
     for i, p in enumerate(problems):
         groups.setdefault(type(p.coupling(grid, be)), []).append(i)
     return list(groups.values())
-
-
-def _on_host(solve_hjb: Any, be: Backend) -> Any:
-    """HJB solved by the compiled NumPy float64 sweep, U moved to ``be``: with particles the
-    grid is small and the sequential sweep takes milliseconds on the CPU, far less than its
-    thousands of tiny kernel launches on a device. One transfer each way per Picard iterate."""
-    def hjb(U_T: Any, F: Any, guess: Any | None) -> Any:
-        host = [None if a is None else np.asarray(to_numpy(a), dtype=np.float64)
-                for a in (U_T, F, guess)]
-        return be.asarray(solve_hjb(*host))
-    return hjb
 
 
 def _iterate(coupling: Any, hjb: Any, fp: Any, m0: Any, U_T: Any, nt: int, be: Backend,
@@ -621,9 +602,12 @@ def _result(problem: MFGProblem, grid: Any, be: Backend, out: FixedPointResult,
     summary = problem.summary(grid, {k: to_numpy(v) for k, v in observables.items()})
     params = problem.params() | {"nx": grid.nx, "nt": grid.nt} | settings | {
         "backend": be.name, "device": be.device, "dtype": be.dtype}
+    converged, iterations = bool(out.converged[b]), int(out.iterations[b])
+    status = (derive_status(converged, iterations, settings["max_iter"]) if out.status is None
+              else str(out.status[b]))
     return Result(x=be.asarray(grid.x), t=be.asarray(grid.t), U=U, M=M,
-                  converged=bool(out.converged[b]), residual=float(out.residual[b]),
-                  iterations=int(out.iterations[b]), history=out.history.as_dict(),
+                  converged=converged, residual=float(out.residual[b]), status=status,
+                  iterations=iterations, history=out.history.as_dict(),
                   params=params, timings=timings, backend=be.name, device=be.device,
                   dtype=be.dtype, method=settings["method"], observables=observables,
                   summary=summary, state_name=problem.state_name, extra=extra)
@@ -636,3 +620,10 @@ def _progress_bar(progress: bool | None, total: int) -> Any:
 
     return tqdm(total=total, desc="Picard", unit="it", leave=False,
                 delay=0.0 if progress else 1.0)
+
+
+#: The solver of each problem kind (:func:`solve` takes the first type the problem is an
+#: instance of). A new kind adds one entry: its type and a function
+#: ``(problem, **options) -> Result``.
+SOLVERS: dict[type, Callable[..., Result]] = {
+    MFGProblem: solve_continuous, TwoStateElFarol: solve_two_state}

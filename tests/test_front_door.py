@@ -4,7 +4,9 @@ status, one solve for every problem kind, and the modules below it without cycle
 from __future__ import annotations
 
 import importlib
+import json
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -66,3 +68,126 @@ def test_schemes_are_frozen_settings():
     assert a is not b and a.scheme is scheme
     relax = mw.Relaxation(0.3)
     assert relax.start() is relax   # no memory: the scheme is its own mixer
+
+
+# -- one frozen Result with a status ------------------------------------------------------
+@pytest.fixture(scope="module")
+def santa_fe():
+    return mw.solve(mw.SantaFeBar(), **SMALL)
+
+
+def test_a_result_cannot_be_mutated(santa_fe):
+    for name, value in (("converged", False), ("residual", 1.0), ("params", {}),
+                        ("status", "failed"), ("U", None)):
+        with pytest.raises(AttributeError):
+            setattr(santa_fe, name, value)
+    changed = replace(santa_fe, params=santa_fe.params | {"note": 1})
+    assert changed.params["note"] == 1 and "note" not in santa_fe.params
+
+
+def test_status_is_converged_exactly_when_converged(santa_fe):
+    assert santa_fe.converged and santa_fe.status == "converged"
+    assert santa_fe.metrics()["status"] == "converged"
+    with pytest.raises(mw.ParameterError, match="status='max_iter' is invalid"):
+        replace(santa_fe, status="max_iter")
+    with pytest.raises(mw.ParameterError, match="status='done' is invalid"):
+        replace(santa_fe, converged=False, status="done")
+
+
+def _unconverged(**kw):
+    with pytest.warns(mw.ConvergenceWarning):
+        return mw.solve(mw.SantaFeBar(threshold=0.2, sigma=0.1, eps=0.001), **SMALL, **kw)
+
+
+def test_status_max_iter_when_the_budget_runs_out(tmp_path):
+    res = _unconverged(max_iter=3, iteration="relaxation")
+    assert not res.converged and res.iterations == 3 and res.status == "max_iter"
+    loaded = mw.load(res.save(tmp_path / "run"))
+    assert loaded.status == "max_iter" and loaded.metrics()["status"] == "max_iter"
+
+
+def test_status_stalled_when_the_iteration_gives_up(tmp_path):
+    """Anderson alone at a steep corner: the residual stops halving, certificates are
+    refused, and the iteration stops before its budget."""
+    res = _unconverged(max_iter=400, tol=1e-6, iteration=mw.Anderson(newton=False))
+    assert not res.converged and res.iterations < 400 and res.status == "stalled"
+    loaded = mw.load(res.save(tmp_path / "run"))
+    assert loaded.status == "stalled"
+
+
+def test_two_state_statuses():
+    with pytest.warns(mw.ConvergenceWarning, match=r"max_iter=4 reached"):
+        res = mw.solve(mw.TwoStateElFarol(switching_cost=0.3), nt=400, max_iter=4)
+    assert res.status == "max_iter"
+    with pytest.warns(mw.ConvergenceWarning, match=r"\(stalled"):
+        res = mw.solve(mw.TwoStateElFarol(switching_cost=0.01, T=100.0), nt=400)
+    assert res.status == "stalled" and res.iterations < 500
+
+
+def test_old_runs_without_status_derive_it(tmp_path, santa_fe):
+    folder = santa_fe.save(tmp_path / "run")
+    path = folder / "metrics.json"
+    for converged, iterations, status in ((True, 7, "converged"), (False, 200, "max_iter"),
+                                          (False, 17, "stalled")):
+        metrics = json.loads(path.read_text())
+        for key in ("status", "dims", "labels", "arrays"):
+            metrics.pop(key, None)
+        metrics |= {"converged": converged, "iterations": iterations}
+        path.write_text(json.dumps(metrics))
+        assert mw.load(folder).status == status   # params["max_iter"] = 200
+    metrics = json.loads(path.read_text()) | {"status": "converged", "converged": False}
+    path.write_text(json.dumps(metrics))
+    with pytest.raises(mw.LoadError, match="status='converged' with converged=False"):
+        mw.load(folder)
+
+
+def test_failed_when_the_float32_certificate_does_not_hold(monkeypatch):
+    """A float32 solve whose certificate does not hold in float64 ends as "failed"."""
+    monkeypatch.setattr(solve_module, "residual_on", lambda res, problem, be: 1.0)
+    with pytest.warns(mw.ConvergenceWarning, match="did not hold in float64"):
+        res = mw.solve(mw.SantaFeBar(), dtype="float32", backend="torch", tol=1e-3, **SMALL)
+    assert not res.converged and res.status == "failed" and res.residual == 1.0
+
+
+# -- one front door for every problem kind ------------------------------------------------
+def test_solve_of_the_two_state_game_is_solve_two_state(tmp_path):
+    problem = mw.TwoStateElFarol(switching_cost=0.5)
+    res = mw.solve(problem, nt=200)
+    ref = mw.solve_two_state(problem, nt=200)
+    assert isinstance(res, mw.Result) and isinstance(ref, mw.Result)
+    for name in ("t", "U", "M", "x", "gap", "attendance"):
+        np.testing.assert_array_equal(getattr(res, name), getattr(ref, name))
+    assert (res.residual, res.iterations, res.status) == (ref.residual, ref.iterations,
+                                                           "converged")
+    assert res.dims == ("t", "state") and res.states == ("home", "bar")
+    assert res.mass_error < 1e-13 and res.check() == pytest.approx(res.residual, abs=1e-15)
+    metrics = res.metrics()
+    assert metrics["states"] == ["home", "bar"] and "nx" not in metrics
+    assert metrics["evaluations"] == res.extra["evaluations"] > res.iterations
+    loaded = mw.load(res.save(tmp_path / "two"))
+    np.testing.assert_array_equal(loaded.gap, res.gap)
+    np.testing.assert_array_equal(mw.switching_rates(loaded), mw.switching_rates(res))
+    assert loaded.labels == {"state": ("home", "bar")} and loaded.status == "converged"
+    assert loaded.check() == pytest.approx(res.residual, abs=1e-15)   # rebuilt from params
+
+
+def test_solve_refuses_options_and_problems_it_has_no_solver_for():
+    with pytest.raises(mw.ParameterError, match=r"nx=41 is invalid for a TwoStateElFarol "
+                       r"problem: its solver solve_two_state takes nt, tol"):
+        mw.solve(mw.TwoStateElFarol(), nx=41)
+    with pytest.raises(mw.ParameterError, match=r"warmup=3 is invalid for a SantaFeBar"):
+        mw.solve(mw.SantaFeBar(), warmup=3)
+    with pytest.raises(mw.ParameterError, match=r"must be an mfgwork.MFGProblem or an "
+                       r"mfgwork.TwoStateElFarol"):
+        mw.solve("santa_fe")
+    with pytest.raises(mw.ParameterError, match=r"problems\[1\]=TwoStateElFarol.* has no "
+                       r"batched path"):
+        mw.solve_batch([mw.SantaFeBar(), mw.TwoStateElFarol()], nx=21, nt=20)
+
+
+def test_the_solver_table_is_one_entry_per_kind():
+    assert solve_module.SOLVERS == {mw.MFGProblem: mw.solve_continuous,
+                                    mw.TwoStateElFarol: mw.solve_two_state}
+    res = mw.solve(mw.SantaFeBar(), **SMALL)
+    ref = mw.solve_continuous(mw.SantaFeBar(), **SMALL)
+    np.testing.assert_array_equal(res.M, ref.M)

@@ -5,6 +5,7 @@ heavy work (the solver or the expansion it guards is replaced by a function that
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import numpy as np
@@ -140,8 +141,8 @@ def test_f_turning_complex_after_its_first_call_is_an_error():
 def test_n_player_refuses_a_result_with_non_finite_values(solved):
     problem, res = solved
     for name in ("U", "M"):
-        broken = mw.Result(**{k: getattr(res, k) for k in res.__dataclass_fields__})
-        setattr(broken, name, np.where(np.ones_like(res.U, bool), np.nan, getattr(res, name)))
+        broken = dataclasses.replace(res, **{name: np.where(np.ones_like(res.U, bool), np.nan,
+                                                             getattr(res, name))})
         with pytest.raises(mw.ParameterError, match=rf"result\.{name} holds non-finite"):
             mw.n_player(problem, broken, 100, n_samples=2, seed=0)
 

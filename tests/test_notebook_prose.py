@@ -101,9 +101,9 @@ def _entry_parameters() -> set[str]:
     import mfgwork as mw
 
     names: set[str] = set()
-    for fn in (mw.solve, mw.solve_batch, mw.scan, mw.sweep, mw.n_player, mw.n_player_study,
-               mw.solve_two_state, mw.SantaFeBar, mw.TwoStateElFarol, mw.MFGProblem,
-               mw.placement, mw.ParticleFP, mw.Anderson):
+    for fn in (mw.solve, mw.solve_continuous, mw.solve_batch, mw.scan, mw.sweep, mw.n_player,
+               mw.n_player_study, mw.solve_two_state, mw.SantaFeBar, mw.TwoStateElFarol,
+               mw.MFGProblem, mw.placement, mw.ParticleFP, mw.Anderson):
         names |= _parameters(fn) or set()
     return names
 

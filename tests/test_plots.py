@@ -106,7 +106,8 @@ def test_convergence_leaves_out_what_a_log_axis_cannot_show(santa_fe):
 
 def test_convergence_never_says_converged_above_tol(santa_fe):
     tol = santa_fe.params["tol"]
-    worse = dataclasses.replace(santa_fe, residual=10 * tol, converged=False)
+    worse = dataclasses.replace(santa_fe, residual=10 * tol, converged=False,
+                                status="max_iter")
     title = plots.plot_convergence(worse).axes[0].get_title()
     assert title.startswith("Not converged") and "converged in" not in title.lower()
     lying = dataclasses.replace(santa_fe, residual=10 * tol, converged=True)

@@ -42,8 +42,9 @@ def test_attendance_plateau_where_the_payoff_vanishes(solved):
     assert np.max(np.abs(A[middle] - level)) < 1e-6
     assert abs(float(problem.payoff(A[200]))) < 1e-4
     # nobody switches on the plateau; at t = 0 patrons flow into the bar (A0 = 0.5 < level)
-    assert np.max(solved.rates[middle]) < 1e-5
-    assert solved.rates[0, 0] > 0.1 and solved.rates[0, 1] == 0.0
+    assert np.max(mw.switching_rates(solved)[middle]) < 1e-5
+    rates = mw.switching_rates(solved)
+    assert rates[0, 0] > 0.1 and rates[0, 1] == 0.0
     assert 0 < time_to_level(t, A, level, 0.005) < 0.2 * problem.T
 
 
@@ -76,8 +77,9 @@ def test_steps_solve_the_implicit_scheme(solved):
 
 def test_rates_come_from_the_carried_gap(solved):
     scheme = TwoStateScheme(400, 10.0 / 400, 1.0)
-    np.testing.assert_array_equal(solved.rates, scheme.gap_rates(solved.gap))
-    np.testing.assert_allclose(solved.rates, scheme.rates(solved.U), rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(mw.switching_rates(solved), scheme.gap_rates(solved.gap))
+    np.testing.assert_allclose(mw.switching_rates(solved), scheme.rates(solved.U), rtol=0,
+                               atol=1e-12)
     np.testing.assert_allclose(solved.gap, solved.U[:, 1] - solved.U[:, 0], atol=1e-12)
 
 
@@ -181,7 +183,7 @@ def test_converges_across_switching_costs(switching_cost, T):
     1.70, c = 0.1 at 19.1), checked by an independent best response."""
     problem = mw.TwoStateElFarol(switching_cost=switching_cost, T=T)
     res = mw.solve_two_state(problem, nt=400)
-    assert res.converged and res.stopped == "converged" and res.residual <= 1e-8
+    assert res.converged and res.status == "converged" and res.residual <= 1e-8
     assert certified_residual(problem, res, 400) <= 1e-8
     assert res.iterations <= 60 and res.residual == min(res.history["residual"])
     assert res.mass_error < 1e-13 and res.M.min() >= 0.0
@@ -210,7 +212,7 @@ def test_floored_certificate_is_reported_not_claimed():
                       r"\(stalled") as record:
         res = mw.solve_two_state(problem, nt=400)
     count = int(re.search(r"after (\d+) iterations", str(record[0].message)).group(1))
-    assert not res.converged and res.stopped == "stalled" and count == res.iterations < 500
+    assert not res.converged and res.status == "stalled" and count == res.iterations < 500
     assert res.residual == min(res.history["residual"]) < 1e-6
     assert certified_residual(problem, res, 400) == pytest.approx(res.residual, rel=1e-3)
 
@@ -220,7 +222,7 @@ def test_failure_names_the_real_count_and_returns_the_best_iterate():
     with pytest.warns(mw.ConvergenceWarning, match=r"stopped after 4 iterations "
                       r"\(max_iter=4 reached\)"):
         res = mw.solve_two_state(problem, nt=400, max_iter=4)
-    assert not res.converged and res.iterations == 4 and res.stopped == "max_iter"
+    assert not res.converged and res.iterations == 4 and res.status == "max_iter"
     assert len(res.history["residual"]) == 4
     assert res.residual == min(res.history["residual"])
     assert certified_residual(problem, res, 400) == pytest.approx(res.residual, rel=1e-6)

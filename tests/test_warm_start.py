@@ -3,6 +3,7 @@ starts the iteration; bad starts are refused before any work."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 import numpy as np
@@ -50,7 +51,7 @@ def test_bad_initial_is_refused_before_any_solve(initial, words, monkeypatch):
     def no_solvers(*args, **kwargs):
         raise AssertionError("solvers built before initial was checked")
 
-    monkeypatch.setattr(solve_module, "_solvers", no_solvers)
+    monkeypatch.setattr(solve_module, "solvers", no_solvers)
     with pytest.raises(mw.ParameterError) as info:
         mw.solve(mw.SantaFeBar(), **KW, initial=initial)
     for w in words:
@@ -58,8 +59,8 @@ def test_bad_initial_is_refused_before_any_solve(initial, words, monkeypatch):
 
 
 def test_result_with_non_finite_values_is_refused(neighbour):
-    broken = neighbour.to_numpy()
-    broken.U = np.array(broken.U, copy=True)
-    broken.U[3, 4] = np.nan
+    U = np.array(neighbour.to_numpy().U, copy=True)
+    U[3, 4] = np.nan
+    broken = dataclasses.replace(neighbour, U=U)
     with pytest.raises(mw.ParameterError, match="initial has non-finite values in U"):
         mw.solve(mw.SantaFeBar(), **KW, initial=broken)

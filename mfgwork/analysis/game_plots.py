@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 
 from ..core.backend import to_numpy
 from ..core.errors import ParameterError
+from ..finite_state import switching_rates
 from .n_player import NPlayerResult, fitted_slope
 from .style import DPI, TIME, styled
 
@@ -103,8 +104,9 @@ def plot_switching(result: Any) -> Figure:
     """Two-state game: the switching rates β*(t) and the value gap u_bar − u_home."""
     fig = Figure(figsize=(10.5, 3.6), dpi=DPI, layout="constrained")
     left, right = fig.subplots(1, 2)
-    left.plot(result.t, result.rates[:, 0], label="home → bar")
-    left.plot(result.t, result.rates[:, 1], label="bar → home")
+    rates = switching_rates(result)
+    left.plot(result.t, rates[:, 0], label="home → bar")
+    left.plot(result.t, rates[:, 1], label="bar → home")
     left.set(xlabel=TIME, ylabel="switching rate β*(t)", title="Optimal switching rates")
     left.legend()
     right.plot(result.t, result.U[:, 1] - result.U[:, 0], color="tab:purple")

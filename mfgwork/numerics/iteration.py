@@ -296,9 +296,11 @@ class History:
 
 @dataclass
 class FixedPointResult:
-    """What :func:`fixed_point` returns. ``converged``, ``residual`` and ``iterations`` are
-    per problem (length 1 unless batched); ``residual`` is that of the returned M, i.e.
-    ‖Φ(state(M)) − state(M)‖ / ‖Φ(state(M))‖ (inf where it was never evaluated)."""
+    """What :func:`fixed_point` returns. ``converged``, ``residual``, ``iterations`` and
+    ``status`` are per problem (length 1 unless batched); ``residual`` is that of the
+    returned M, i.e. ‖Φ(state(M)) − state(M)‖ / ‖Φ(state(M))‖ (inf where it was never
+    evaluated); ``status``: "converged", "max_iter" (the budget ran out) or "stalled" (the
+    iteration gave up before; None: not told, see :func:`mfgwork.results.derive_status`)."""
 
     U: Array
     M: Array
@@ -306,6 +308,7 @@ class FixedPointResult:
     residual: np.ndarray
     iterations: np.ndarray
     history: History
+    status: np.ndarray | None = None
 
 
 def relative_residual(gz: Array, z: Array, xp: Any, batched: bool) -> Array:
@@ -453,6 +456,9 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
         residual = _certify_fallback(best, lowest, evaluate, coupling, xp, batched)
     converged = residual <= tol
     done_at[done_at == 0] = k
+    gave_up = ~converged & settled if not stalled else np.zeros(n_problems, dtype=bool)
+    status = np.where(converged, "converged",
+                      np.where(gave_up | (k < max_iter), "stalled", "max_iter"))
     if not converged.all():
         worst = float(np.max(residual[~converged]))
         why = (f"max_iter={max_iter} reached" if k >= max_iter else
@@ -463,7 +469,7 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
                       "found with converged=False", ConvergenceWarning, stacklevel=3)
     return FixedPointResult(U=best["U"], M=best["M"], converged=converged,
                             residual=residual, iterations=np.where(converged, done_at, k),
-                            history=history)
+                            history=history, status=status)
 
 
 def _evaluator(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, U_T: Array, m0: Array,

@@ -8,15 +8,28 @@ from .santa_fe import SantaFeBar
 from .two_state import TwoStateElFarol
 from .verification import HopfColeProblem
 
-#: Problems that can be rebuilt from the ``params`` they record (``params["problem"]``).
-REBUILDABLE = {SantaFeBar.name_default: SantaFeBar}
+#: The problem registry: every problem class known by name, under its short name (the command
+#: line, scans) and under the name its results record in ``params["problem"]``. Those with
+#: a ``from_params`` are rebuilt from a result's params (:func:`problem_from_params`); the
+#: others hold user callables, which are not stored.
+PROBLEMS: dict[str, type] = {
+    "santa_fe": SantaFeBar, SantaFeBar.name_default: SantaFeBar,
+    "two_state": TwoStateElFarol, TwoStateElFarol.name: TwoStateElFarol,
+}
+#: The names of :data:`PROBLEMS` whose class can be rebuilt from its params.
+REBUILDABLE = tuple(name for name, cls in PROBLEMS.items() if hasattr(cls, "from_params"))
 
 
-def problem_from_params(params: dict) -> MFGProblem:
-    """The problem a result's ``params`` describe, for the problems in :data:`REBUILDABLE`
-    (others hold user callables, which are not stored)."""
+def problem_name(cls: object) -> str | None:
+    """The short name of a problem class in :data:`PROBLEMS` (its first), else None."""
+    return next((name for name, known in PROBLEMS.items() if known is cls), None)
+
+
+def problem_from_params(params: dict) -> MFGProblem | TwoStateElFarol:
+    """The problem a result's ``params`` describe, for the problems of the registry that
+    are rebuilt from their params (:data:`REBUILDABLE`)."""
     name = params.get("problem")
-    cls = REBUILDABLE.get(name) if isinstance(name, str) else None
+    cls = PROBLEMS.get(name) if name in REBUILDABLE else None
     if cls is None:
         raise ParameterError(f"problem=None is invalid for a result of problem "
                              f"{name!r:.80}: pass the problem that was solved "
@@ -32,4 +45,5 @@ def problem_from_params(params: dict) -> MFGProblem:
                              f"({exc}): pass the problem that was solved") from None
 
 
-__all__ = ["Coupling", "HopfColeProblem", "MFGProblem", "SantaFeBar", "TwoStateElFarol"]
+__all__ = ["PROBLEMS", "REBUILDABLE", "Coupling", "HopfColeProblem", "MFGProblem", "SantaFeBar",
+           "TwoStateElFarol", "problem_from_params", "problem_name"]

@@ -21,8 +21,8 @@ which needs f_0 = f_1: F(A) = 0, i.e. A = A* + ε log(G/(−B)) (for B < 0 < G).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -60,9 +60,12 @@ class TwoStateElFarol:
         for name in ("threshold", "T", "good", "bad", "eps", "switching_cost", "attendance0"):
             object.__setattr__(self, name, float(getattr(self, name)))
 
-    @property
-    def name(self) -> str:
-        return "two_state_el_farol"
+    name: ClassVar[str] = "two_state_el_farol"
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> TwoStateElFarol:
+        """The problem whose :meth:`params` are ``params`` (extra keys are ignored)."""
+        return cls(**{f.name: params[f.name] for f in fields(cls)})
 
     def params(self) -> dict[str, Any]:
         """JSON-ready description of the problem."""

@@ -50,14 +50,13 @@ import numpy as np
 from ..core import storage
 from ..core.backend import Backend, get_backend, to_numpy
 from ..core.errors import LoadError, ParameterError, check_flag, check_int
-from ..problems import MFGProblem
+from ..problems import PROBLEMS, MFGProblem
 from ..results import provenance
 from .dask_client import dask_client
 from .scan_check import DIGEST, DONE, Damage, check_store
 from .scan_plan import (
     FIELDS,
     MAX_POINTS,
-    PROBLEMS,
     SOLVE_OPTIONS,
     ScanPlan,
     as_json_value,
@@ -190,7 +189,8 @@ def scan(problem: Callable[..., MFGProblem] | str, grid: str | os.PathLike | Map
     """Solve ``problem`` at every point of ``grid``; return an ``xarray.Dataset``.
 
     ``problem``: a problem class or factory called with each point's parameters (e.g.
-    ``mw.SantaFeBar``), a name of :data:`PROBLEMS` (``"santa_fe"``) or ``"module:callable"``.
+    ``mw.SantaFeBar``), a name of the problem registry :data:`PROBLEMS` (``"santa_fe"``) or
+    ``"module:callable"``.
     ``grid``: a spec mapping, YAML/JSON file or YAML text (lists, ``{linspace: [a, b, n]}``,
     ``{range: [a, b, step]}``, scalars, ``zip``), checked against the problem's signature;
     ``fixed``: problem parameters shared by every point. ``nx``, ``nt``, ``tol``,

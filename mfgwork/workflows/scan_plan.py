@@ -17,7 +17,7 @@ from ..core.backend import Backend, get_backend
 from ..core.errors import ParameterError, check_int
 from ..core.grid import MAX_POINTS as MAX_GRID
 from ..numerics.iteration import check_stopping
-from ..problems import MFGProblem, SantaFeBar
+from ..problems import PROBLEMS, MFGProblem, problem_name
 from .specs import (
     SpecError,
     SweepSpec,
@@ -27,8 +27,6 @@ from .specs import (
     signature_parameters,
 )
 
-#: Problems known by name to the command line (any ``module:callable`` works too).
-PROBLEMS: dict[str, Callable[..., MFGProblem]] = {"santa_fe": SantaFeBar}
 #: Fields a scan can keep, and the default.
 FIELDS = ("M", "U")
 #: Solver options, with their defaults (the type rule of specs applies to them too).
@@ -75,8 +73,10 @@ class ScanPlan:
             raise ParameterError(f"problem={factory_name(self.factory)} cannot be built from "
                                  f"{params}: {exc}") from None
         if not isinstance(problem, MFGProblem):
-            raise ParameterError(f"problem={factory_name(self.factory)} returned {problem!r}: must "
-                                 "return an mfgwork.MFGProblem")
+            raise ParameterError(f"problem={factory_name(self.factory)} returned {problem!r:.80}:"
+                                 " must return an mfgwork.MFGProblem (a scan solves continuous "
+                                 f"problems in batches; a {type(problem).__name__} has no "
+                                 "batched path: solve its points with mw.solve)")
         return problem
 
     def identity(self) -> dict[str, Any]:
@@ -91,11 +91,10 @@ class ScanPlan:
 
 
 def factory_name(factory: Callable[..., Any]) -> str:
-    """A problem factory's name: its key in :data:`PROBLEMS`, else ``module:qualname``."""
-    for key, value in PROBLEMS.items():
-        if value is factory:
-            return key
-    return f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', factory)}"
+    """A problem factory's name: its short name in the problem registry
+    (:data:`mfgwork.problems.PROBLEMS`), else ``module:qualname``."""
+    return problem_name(factory) or (
+        f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', factory)}")
 
 
 def as_json_value(v: Any) -> Any:
@@ -162,8 +161,8 @@ def check_size(plan: ScanPlan, be: Backend, in_memory: bool) -> None:
 
 
 def resolve_problem(problem: Callable[..., MFGProblem] | str) -> Callable[..., MFGProblem]:
-    """A problem class or factory from itself, a name of :data:`PROBLEMS` or
-    ``"module:callable"``."""
+    """A problem class or factory from itself, a name of the problem registry
+    (:data:`mfgwork.problems.PROBLEMS`) or ``"module:callable"``."""
     if isinstance(problem, str):
         if problem in PROBLEMS:
             return PROBLEMS[problem]

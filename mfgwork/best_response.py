@@ -1,0 +1,116 @@
+"""One best response to a solution, and its relative fixed-point residual: what certifies an
+equilibrium (:meth:`mfgwork.Result.check`) and what the solvers' HJB and FP steps are built
+from. Below the front door's solve and results modules, which both use it.
+
+The residual of a solution with coupling state z (Santa Fe and the two-state game: the
+attendance path at levels 1..nt; otherwise the density path) is
+‖z(BR(z)) − z‖₂ / ‖z(BR(z))‖₂, where BR(z) solves HJB for the running cost of z and then FP.
+Each problem kind has its residual in :data:`RESIDUALS` (a table from problem type to
+function; a new kind adds one entry).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .core.backend import Backend, get_backend, to_numpy
+from .core.errors import ParameterError
+from .numerics.fdm.sweeps import FiniteDifferences
+from .numerics.finite_state import TwoStateScheme
+from .numerics.iteration import FPSolver, HJBSolver, relative_residual
+from .numerics.particles import ParticleFP
+from .problems import TwoStateElFarol, problem_from_params
+from .problems.base import MFGProblem
+
+
+def solvers(problem: MFGProblem, grid: Any, be: Backend, method: str,
+            n_particles: int | None, seed: int | None, compile_steps: bool | str = False,
+            max_memory: object = None
+            ) -> tuple[FiniteDifferences, HJBSolver, FPSolver, dict[str, Any]]:
+    """The HJB and FP solvers of one solve (and the particle parameters to record)."""
+    fd = FiniteDifferences(grid, problem.nu, be, compile_steps=compile_steps)
+    hjb, fp, fp_params = fd.solve_hjb, fd.solve_fp, {}
+    if method == "particles":
+        particles = ParticleFP(grid, problem.sigma, be, n_particles=n_particles, seed=seed,
+                               max_memory=max_memory)
+        fp = particles.solve_fp
+        fp_params = {"n_particles": particles.n_particles, "seed": particles.seed}
+        if be.is_accelerator:  # (the CPU backends run the compiled loops already)
+            fd = FiniteDifferences(grid, problem.nu, get_backend("numpy"))
+            hjb = on_host(fd.solve_hjb, be)
+    return fd, hjb, fp, fp_params
+
+
+def on_host(solve_hjb: Any, be: Backend) -> Any:
+    """HJB solved by the compiled NumPy float64 sweep, U moved to ``be``: with particles the
+    grid is small and the sequential sweep takes milliseconds on the CPU, far less than its
+    thousands of tiny kernel launches on a device. One transfer each way per Picard iterate."""
+    def hjb(U_T: Any, F: Any, guess: Any | None) -> Any:
+        host = [None if a is None else np.asarray(to_numpy(a), dtype=np.float64)
+                for a in (U_T, F, guess)]
+        return be.asarray(solve_hjb(*host))
+    return hjb
+
+
+def best_response_residual(result: Any, problem: Any = None) -> float:
+    """‖z(BR(z)) − z‖₂ / ‖z(BR(z))‖₂ for the coupling state z of ``result.M``: one best
+    response computed as the solve did (continuous problems: method, backend, device, dtype
+    and particles from ``result.params``; NumPy float64 for a float32 result re-certified in
+    float64, whose ``extra`` has a ``"certificate"``). ``problem`` defaults to the problem
+    of ``result.params`` rebuilt from the registry (:data:`mfgwork.problems.PROBLEMS`)."""
+    if problem is None:
+        problem = problem_from_params(result.params)
+    for kind, residual in RESIDUALS.items():
+        if isinstance(problem, kind):
+            return residual(result, problem)
+    raise ParameterError(f"problem={problem!r:.80} is invalid: must be one of "
+                         f"{', '.join(f'mfgwork.{k.__name__}' for k in RESIDUALS)}")
+
+
+def continuous_residual(result: Any, problem: MFGProblem) -> float:
+    """:func:`best_response_residual` of a continuous problem's result."""
+    if "certificate" in result.extra:   # a float32 result re-certified in float64
+        return residual_on(result, problem, get_backend("numpy", "cpu", "float64"))
+    return residual_on(result, problem,
+                       get_backend(result.backend, result.device, result.dtype))
+
+
+def residual_on(result: Any, problem: MFGProblem, be: Backend) -> float:
+    """:func:`best_response_residual` of ``result`` for the continuous ``problem``, computed
+    on ``be``."""
+    M = to_numpy(result.M)
+    nt, nx = M.shape[0] - 1, M.shape[1]
+    grid = problem.grid(nx, nt)
+    particles = result.method == "particles"
+    _, hjb, fp, _ = solvers(problem, grid, be, result.method,
+                            result.params.get("n_particles") if particles else None,
+                            result.params.get("seed") if particles else None)
+    coupling = problem.coupling(grid, be)
+    z = coupling.state(be.asarray(M))
+    U = hjb(problem.terminal_cost(grid, be), coupling.running_cost(z),
+            be.asarray(to_numpy(result.U)))
+    gz = coupling.state(fp(U, problem.initial_density(grid, be)))
+    return float(to_numpy(relative_residual(gz, z, be.xp, batched=False))[0])
+
+
+def two_state_residual(result: Any, problem: TwoStateElFarol) -> float:
+    """:func:`best_response_residual` of a two-state result: the attendance path
+    A = M[1:, 1] against that of one best response to it (the implicit sweeps of
+    :class:`~mfgwork.numerics.finite_state.TwoStateScheme`, rates from the carried gap)."""
+    M = np.asarray(to_numpy(result.M), dtype=np.float64)
+    nt = M.shape[0] - 1
+    sweeps = TwoStateScheme(nt, problem.T / nt, problem.switching_cost)
+    coupling = problem.coupling()
+    z = coupling.state(M)
+    _, _, image = sweeps.best_response(problem.terminal_cost(), coupling.running_cost(z),
+                                       problem.initial_distribution())
+    gz = coupling.state(image)
+    return float(np.linalg.norm(gz - z) / max(float(np.linalg.norm(gz)), 1e-300))
+
+
+#: The residual of each problem kind (checked in order; the first type that matches).
+RESIDUALS: dict[type, Callable[[Any, Any], float]] = {
+    MFGProblem: continuous_residual, TwoStateElFarol: two_state_residual}
