@@ -132,11 +132,7 @@ def check_size(problem: TwoStateElFarol, nt: int, scheme: IterationScheme) -> in
     if not sys.float_info.min <= dt < math.inf:
         raise ParameterError(f"dt = T/nt = {dt!r} is out of the range of float64 (T="
                              f"{problem.T!r}, nt={nt}): use fewer time steps nt")
-    depth = getattr(scheme, "depth", 0)
-    base = memory.two_state_bytes(nt, min(depth, 5))
-    return memory.check_parts({"nt": base, "the Anderson depth":
-                               memory.two_state_bytes(nt, depth) - base},
-                              get_backend("numpy"), what=f"a two-state solve with nt={nt}")
+    return memory.check_two_state(nt, getattr(scheme, "depth", 0), get_backend("numpy"))
 
 
 def time_to_level(t: Any, values: Any, level: float, tol: float) -> float | None:

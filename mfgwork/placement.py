@@ -76,15 +76,21 @@ def crossover_table(path: str | Path | None = None) -> dict[str, Any]:
 
 def placement(problems: MFGProblem | Sequence[MFGProblem], method: str = "fdm", *,
               n_particles: int | None = None, nx: int = 201, nt: int = 201,
-              backend: str | None = None, table: dict[str, Any] | None = None) -> Placement:
+              backend: str | None = None, table: dict[str, Any] | None = None,
+              batch_size: int | None = None) -> Placement:
     """Where ``problems`` (one problem, or a batch for ``solve_batch``) should run.
 
     ``method``: "fdm" or "particles" (with ``n_particles``, default 100 000). ``backend``:
     None (free choice: NumPy on the CPU, torch on an accelerator), "torch" (choose among the
     torch devices) or "numpy" (the CPU; the reason says where torch would go). ``table``: a
     crossover table (default: the packaged one, see :func:`crossover_table`).
+    ``batch_size``: the number of finite-difference problems solved together when
+    ``problems`` stands for more (a scan's points: one problem and their count); default
+    ``len(problems)``.
     """
     size, method = _check(problems, method, n_particles, nx, nt, backend)
+    if batch_size is not None and method == "fdm":
+        size = check_int("batch_size", batch_size, low=1)
     table = crossover_table() if table is None else table
     kind = next((d for d in ACCELERATORS if d in _torch_devices()), None)
     cpu_backend = backend or "numpy"

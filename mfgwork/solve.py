@@ -39,7 +39,6 @@ from .warm_start import initial_state, per_problem
 
 METHODS = ("fdm", "particles")
 NEWTON_MEMORY = 2**29  # bytes: the tangent sweeps of grids up to about 400 × 400
-DEFAULT_DEPTH = 5  # Anderson's default depth: a larger one is blamed for what it adds
 
 
 def solve(problem: Any, /, **options: Any) -> Result:
@@ -493,27 +492,10 @@ def _check_size(problems: Sequence[MFGProblem], grid: Any, be: Backend,
                 scheme: IterationScheme, max_memory: object, batch: int = 1) -> None:
     """The memory estimate and the scales (h, Δt, ν, ν Δt / h²) of every problem, before
     any allocation on the grid."""
-    check_fdm_size(grid, be, scheme, [p.coupling_size(grid.nx, grid.nt) for p in problems],
-                   max_memory, batch)
+    memory.check_fdm(grid.nx, grid.nt, be, [p.coupling_size(grid.nx, grid.nt) for p in problems],
+                     getattr(scheme, "depth", 0), max_memory, batch)
     for p in problems:
         grid.check_scales(p.sigma, be.dtype)
-
-
-def check_fdm_size(grid: Any, be: Backend, scheme: IterationScheme, sizes: Sequence[int],
-                   max_memory: object, batch: int = 1, what: str = "") -> int:
-    """Bytes of a finite-difference solve of ``batch`` problems whose coupling states hold
-    ``sizes`` values, refused (:func:`mfgwork.core.memory.check_parts`) when they do not
-    fit: blaming the Anderson ``depth`` beyond its default, else the grid (and batch)."""
-    itemsize = np.dtype(be.dtype).itemsize
-    depth = getattr(scheme, "depth", 0)
-    size = max(sizes)
-    base = memory.fdm_bytes(grid.nx, grid.nt, itemsize, size, min(depth, DEFAULT_DEPTH), batch)
-    extra = memory.fdm_bytes(grid.nx, grid.nt, itemsize, size, depth, batch) - base
-    what = what or (f"a solve on an nx={grid.nx} x nt={grid.nt} grid" if batch == 1 else
-                    f"a batch of {batch} solves on an nx={grid.nx} x nt={grid.nt} grid")
-    grid_key = "nx, nt" if batch == 1 else "nx, nt or the batch size"
-    return memory.check_parts({grid_key: base, "the Anderson depth": extra}, be, what=what,
-                              max_memory=max_memory)
 
 
 def _reachable_tol(tol: float, be: Backend) -> float:

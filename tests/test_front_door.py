@@ -3,10 +3,14 @@ status, one solve for every problem kind, and the modules below it without cycle
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
+import subprocess
+import sys
 import warnings
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -191,3 +195,126 @@ def test_the_solver_table_is_one_entry_per_kind():
     res = mw.solve(mw.SantaFeBar(), **SMALL)
     ref = mw.solve_continuous(mw.SantaFeBar(), **SMALL)
     np.testing.assert_array_equal(res.M, ref.M)
+
+
+# -- the modules below the front door: no cycles, one registry, one placement -------------
+PACKAGE = Path(mw.__file__).resolve().parent
+
+
+def _module_imports(deferred: bool) -> dict[str, set[str]]:
+    """Module -> the mfgwork modules it imports: its top-level import statements, and with
+    ``deferred`` also those inside functions (which run later: a cycle through them does
+    not break an import, but still ties the modules together)."""
+    graph = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        package = parts[:-1] if parts[-1] != "__init__" else parts[:-1]
+        name = ".".join(p for p in parts if p != "__init__")
+        found = set()
+        tree = ast.parse(path.read_text())
+        for node in (ast.walk(tree) if deferred else tree.body):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = [*package[: len(package) - node.level + 1],
+                            *(node.module.split(".") if node.module else [])]
+                elif node.module and node.module.startswith("mfgwork."):
+                    base = node.module.split(".")[1:]
+                else:
+                    continue
+                for alias in node.names:   # ``from .x import y``: the module x.y or x
+                    sub = [*base, alias.name]
+                    found.add(".".join(sub if _is_module(sub) else base))
+            elif isinstance(node, ast.Import):
+                found |= {a.name.removeprefix("mfgwork.") for a in node.names
+                          if a.name.startswith("mfgwork.")}
+        graph[name] = {m for m in found if m and m != name}
+    return graph
+
+
+def _is_module(parts: list[str]) -> bool:
+    target = PACKAGE.joinpath(*parts)
+    return target.with_suffix(".py").is_file() or (target / "__init__.py").is_file()
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of ``graph`` (one path each), by depth-first search."""
+    state: dict[str, int] = {}
+    found = []
+
+    def visit(node, trail):
+        if state.get(node) == 1:
+            found.append([*trail[trail.index(node):], node])
+            return
+        if state.get(node) == 2:
+            return
+        state[node] = 1
+        for other in sorted(graph.get(node, ())):
+            visit(other, [*trail, node])
+        state[node] = 2
+
+    for node in sorted(graph):
+        visit(node, [])
+    return found
+
+
+def test_the_module_graph_has_no_cycle():
+    assert _cycles(_module_imports(deferred=False)) == []
+    graph = _module_imports(deferred=True)
+    assert "best_response" in graph["results"] and "solve" not in graph["results"]
+    assert "solve" not in graph["workflows.scan_plan"]
+    # deferred imports too: no cycle outside the finite-difference kernels' own package
+    outside = [c for c in _cycles(graph) if not all(m.startswith("numerics.fdm.") for m in c)]
+    assert outside == []
+
+
+@pytest.mark.parametrize("module", ["mfgwork.results", "mfgwork.best_response",
+                                    "mfgwork.solve", "mfgwork.finite_state"])
+def test_a_front_door_module_imports_alone(module):
+    out = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
+                         text=True, cwd=PACKAGE.parent, timeout=120)
+    assert out.returncode == 0, out.stderr
+
+
+def test_the_registry_rebuilds_every_rebuildable_problem():
+    from mfgwork.problems import PROBLEMS, REBUILDABLE, problem_from_params, problem_name
+
+    assert set(PROBLEMS.values()) == {mw.SantaFeBar, mw.TwoStateElFarol}
+    built = {mw.SantaFeBar: mw.SantaFeBar(threshold=0.45, sigma=0.7, eps=0.08),
+             mw.TwoStateElFarol: mw.TwoStateElFarol(switching_cost=2.5, attendance0=0.2)}
+    for name in REBUILDABLE:
+        cls = PROBLEMS[name]
+        again = problem_from_params(built[cls].params() | {"nx": 41, "tol": 1e-8})
+        assert type(again) is cls and again.params() == built[cls].params()
+        assert built[cls].params()["problem"] in PROBLEMS   # the name results record
+    assert {problem_name(c) for c in built} == {"santa_fe", "two_state"}
+    from mfgwork.workflows.scan_plan import factory_name, resolve_problem
+
+    assert resolve_problem("santa_fe_bar") is resolve_problem("santa_fe") is mw.SantaFeBar
+    assert factory_name(mw.SantaFeBar) == "santa_fe"
+    with pytest.raises(mw.ParameterError, match="pass the problem that was solved"):
+        problem_from_params({"problem": "my_model"})
+
+
+def test_the_scan_is_placed_by_mfgwork_placement(monkeypatch, mock_accelerators):
+    pytest.importorskip("torch")
+    asked = []
+    original = importlib.import_module("mfgwork.placement").placement
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs.get("batch_size"))
+        return original(*args, **kwargs)
+
+    scan_solve = importlib.import_module("mfgwork.workflows.scan_solve")
+    monkeypatch.setattr(scan_solve, "place", spy)
+    mock_accelerators(cuda=1)   # an accelerator, but fewer points than its crossover
+    ds = mw.scan(mw.SantaFeBar, {"threshold": [0.5, 0.6]}, nx=21, nt=20, tol=1e-6,
+                 progress=False)
+    assert asked == [2]
+    assert ds.attrs["backend"] == "numpy" and "2 problems" in ds.attrs["placement"]
+    assert bool(ds["converged"].all())
+
+
+def test_scans_and_batches_name_the_kinds_they_do_not_take():
+    with pytest.raises(mw.ParameterError, match=r"a TwoStateElFarol has no batched path"):
+        mw.scan("two_state", {"switching_cost": [1.0, 2.0]}, nx=21, nt=20, device="cpu",
+                progress=False)

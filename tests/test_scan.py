@@ -17,7 +17,8 @@ import pytest
 import mfgwork as mw
 from mfgwork.__main__ import main as cli
 from mfgwork.workflows import scan as scan_module
-from mfgwork.workflows.scan_store import block_shape, blocks
+from mfgwork.workflows.scan_check import blocks
+from mfgwork.workflows.scan_store import block_shape
 
 xr = pytest.importorskip("xarray")
 pytest.importorskip("zarr")

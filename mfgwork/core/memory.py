@@ -1,7 +1,10 @@
 """Memory a computation will need, checked against what the device has before it allocates.
 
 The one estimator of every entry point (solves, batches, scans, the two-state game, N-player
-simulations; the particle FP solver adds its per-particle bytes through :func:`limit`).
+simulations, particles): each builds its estimate from parts, each part keyed by the
+parameters it grows with, and :func:`check_parts` decides (:func:`check_fdm` and
+:func:`check_two_state` for the finite-difference and two-state solves; the particle FP solver
+adds its per-particle bytes in :mod:`mfgwork.numerics.particles.memory`).
 Every estimate counts arrays of the working dtype on the space-time grid; the finite-difference
 coefficients below were measured with ``tracemalloc`` (a generic problem with Anderson depth 5
 peaks at 36 arrays of (nt + 1) × nx floats, Santa Fe, whose coupling state is A(t), at 6; the
@@ -18,7 +21,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .errors import ParameterError
@@ -31,6 +34,8 @@ FDM_GRID_ARRAYS = 6
 #: Floats per time step of the two-state game besides the Anderson history: U, M, the sweeps'
 #: temporaries and the iterates (measured 62 in all with depth 5, see the module docstring).
 TWO_STATE_LEVEL_FLOATS = 40
+#: Anderson's default depth: a larger depth is blamed for the memory it adds.
+DEFAULT_DEPTH = 5
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
           "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
           "tib": 2**40}
@@ -125,6 +130,32 @@ def anderson_bytes(coupling_size: int, itemsize: int, depth: int = 0, batch: int
 def two_state_bytes(nt: int, depth: int = 0) -> int:
     """Peak bytes of a two-state solve on ``nt`` steps (float64)."""
     return 8 * TWO_STATE_LEVEL_FLOATS * (nt + 1) + anderson_bytes(nt, 8, depth)
+
+
+def check_fdm(nx: int, nt: int, backend: Any, sizes: Sequence[int], depth: int,
+              max_memory: object = None, batch: int = 1, what: str = "") -> int:
+    """Bytes of a finite-difference solve of ``batch`` problems whose coupling states hold
+    ``sizes`` values, with Anderson mixing of ``depth`` (0: none), refused by
+    :func:`check_parts` when they do not fit: blaming the depth beyond
+    :data:`DEFAULT_DEPTH`, else the grid (and batch)."""
+    itemsize = 4 if backend.dtype == "float32" else 8
+    size = max(sizes)
+    base = fdm_bytes(nx, nt, itemsize, size, min(depth, DEFAULT_DEPTH), batch)
+    extra = fdm_bytes(nx, nt, itemsize, size, depth, batch) - base
+    what = what or (f"a solve on an nx={nx} x nt={nt} grid" if batch == 1 else
+                    f"a batch of {batch} solves on an nx={nx} x nt={nt} grid")
+    grid_key = "nx, nt" if batch == 1 else "nx, nt or the batch size"
+    return check_parts({grid_key: base, "the Anderson depth": extra}, backend, what=what,
+                       max_memory=max_memory)
+
+
+def check_two_state(nt: int, depth: int, backend: Any) -> int:
+    """Bytes of a two-state solve on ``nt`` steps with Anderson mixing of ``depth``, refused
+    by :func:`check_parts` when they do not fit (blaming the depth beyond
+    :data:`DEFAULT_DEPTH`, else nt)."""
+    base = two_state_bytes(nt, min(depth, DEFAULT_DEPTH))
+    return check_parts({"nt": base, "the Anderson depth": two_state_bytes(nt, depth) - base},
+                       backend, what=f"a two-state solve with nt={nt}")
 
 
 def check_fits(need: int, backend: Any, *, what: str, change: str,

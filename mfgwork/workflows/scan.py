@@ -15,14 +15,15 @@ an :class:`~mfgwork.MFGProblem`) at every point of ``grid`` (the spec language o
 - attributes: the problem's fixed parameters, the solver settings and provenance.
 
 Points are solved block by block (:mod:`mfgwork.workflows.scan_store`): a block is one
-:func:`mfgwork.solve_batch` call on the device ``device="auto"`` chooses (CUDA or MPS through
-torch, with a leading batch axis; else the compiled NumPy solver, point by point), sized to
-the device's memory. A block that raises is solved again point by point, so one failing point
-is recorded (status, message) without stopping the scan. The points a batch does not converge
-are finished by the single path (:func:`~mfgwork.workflows.scan_solve.finish`). With
-``store=PATH`` each finished block is written into a zarr store (region writes, the ``done``
-flag last), a rerun of the same call skips finished blocks, and :func:`open_scan` opens the
-store lazily. With
+:func:`mfgwork.solve_batch` call on the device ``device="auto"`` chooses
+(:func:`mfgwork.placement` for a batch of the scan's points, from the measured crossover
+table: CUDA or MPS through torch, with a leading batch axis; else the compiled NumPy solver,
+point by point; the reason is the attribute ``placement``), sized to the device's memory. A
+block that raises is solved again point by point, so one failing point is recorded (status,
+message) without stopping the scan. The points a batch does not converge are finished by the
+single path (:func:`~mfgwork.workflows.scan_solve.finish`). With ``store=PATH`` each
+finished block is written into a zarr store (region writes, the ``done`` flag last), a rerun
+of the same call skips finished blocks, and :func:`open_scan` opens the store lazily. With
 ``scheduler=ADDRESS`` (or ``dask=True``: a ``LocalCluster``) blocks are solved by Dask
 workers, each on its own device, writing their regions into the shared store.
 
@@ -50,10 +51,11 @@ import numpy as np
 from ..core import storage
 from ..core.backend import Backend, get_backend, to_numpy
 from ..core.errors import LoadError, ParameterError, check_flag, check_int
+from ..placement import Placement
 from ..problems import PROBLEMS, MFGProblem
 from ..results import provenance
 from .dask_client import dask_client
-from .scan_check import DIGEST, DONE, Damage, check_store
+from .scan_check import DIGEST, DONE, Damage, blocks, check_store
 from .scan_plan import (
     FIELDS,
     MAX_POINTS,
@@ -73,7 +75,6 @@ from .scan_store import (
     Layout,
     ScanStore,
     block_shape,
-    blocks,
     check_store_target,
     store_lock,
 )
@@ -88,9 +89,10 @@ SCAN_ATTRS = ("scanned", "problem_factory")
 
 
 # -- the Dataset's layout ----------------------------------------------------------------------
-def make_layout(plan: ScanPlan, be: Backend) -> Layout:
+def make_layout(plan: ScanPlan, be: Backend, chosen: Placement | None = None) -> Layout:
     """Dimensions, coordinates, variables and attributes of the plan's Dataset. Observable
-    names come from the problem itself, on its initial density."""
+    names come from the problem itself, on its initial density; ``chosen``: the placement of
+    ``device="auto"`` (its reason becomes the attribute ``placement``)."""
     first = plan.problem((0,) * len(plan.shape))
     grid = first.grid(plan.options["nx"], plan.options["nt"])
     host = get_backend("numpy")
@@ -109,7 +111,8 @@ def make_layout(plan: ScanPlan, be: Backend) -> Layout:
     return Layout(dims=plan.dims, shape=plan.shape, coords=coords, t=np.asarray(grid.t),
                   x=np.asarray(grid.x), fields={k: field_dtype for k in plan.keep},
                   paths=tuple(paths), scalars=tuple(scalars),
-                  attrs=_attributes(plan, first, be))
+                  attrs=_attributes(plan, first, be)
+                  | ({"placement": str(chosen)} if chosen is not None else {}))
 
 
 def _attributes(plan: ScanPlan, first: MFGProblem, be: Backend) -> dict[str, Any]:
@@ -195,8 +198,10 @@ def scan(problem: Callable[..., MFGProblem] | str, grid: str | os.PathLike | Map
     ``{range: [a, b, step]}``, scalars, ``zip``), checked against the problem's signature;
     ``fixed``: problem parameters shared by every point. ``nx``, ``nt``, ``tol``,
     ``max_iter``, ``dtype``, ``iteration``: as for :func:`mfgwork.solve`; ``device``: "auto"
-    (CUDA or MPS through torch, else NumPy on the CPU), "cpu", "cuda", "mps" (``backend``
-    overrides the choice of library). ``keep``: the fields to store (``("M",)`` drops U).
+    (where :func:`mfgwork.placement` puts a batch of the scan's points: CUDA or MPS through
+    torch from the measured crossover on, else NumPy on the CPU), "cpu", "cuda", "mps"
+    (``backend`` overrides the choice of library). ``keep``: the fields to store
+    (``("M",)`` drops U).
     ``store``: a zarr path; finished blocks are written as they finish, a rerun resumes, and
     the returned Dataset is the store opened lazily. ``chunk_size``: points per block
     (default: sized to the device's memory; a resumed store keeps its own). ``scheduler`` /
@@ -213,18 +218,20 @@ def scan(problem: Callable[..., MFGProblem] | str, grid: str | os.PathLike | Map
     if chunk_size is not None:
         chunk_size = check_int("chunk_size", chunk_size, low=1)
     plan = make_plan(problem, grid, fixed, options, keep, max_points, build_points=False)
-    be = placement(device, backend, dtype)
+    n_points = int(np.prod(plan.shape))
+    be, chosen = placement(device, backend, dtype, plan.problem((0,) * len(plan.shape)),
+                           n_points, plan.options["nx"], plan.options["nt"])
     check_size(plan, be, in_memory=store is None)
     check_points(plan)
-    layout = make_layout(plan, be)
-    n_points = int(np.prod(plan.shape))
+    layout = make_layout(plan, be, chosen)
     if chunk_size is None:
         chunk_size = points_per_block(be, plan.options["nx"], plan.options["nt"],
                                       len(plan.keep), n_points)
     block = block_shape(plan.shape, check_int("chunk_size", chunk_size, low=1))
     if store is None:
         dataset = layout.dataset()
-        tasks = [Task(plan, r, layout, None, device) for r in blocks(plan.shape, block)]
+        tasks = [Task(plan, r, layout, None, be.device, be.name)
+                 for r in blocks(plan.shape, block)]
         _run(tasks, scheduler, dask, workers, progress, n_points, 0, dataset)
         return dataset
     with store_lock(store):
@@ -233,7 +240,7 @@ def scan(problem: Callable[..., MFGProblem] | str, grid: str | os.PathLike | Map
         if target.check.damaged:
             warnings.warn(resolving(target.path, layout, target.check.damaged),
                           RuntimeWarning, stacklevel=2)
-        tasks = [Task(plan, r, layout, str(target.path), device)
+        tasks = [Task(plan, r, layout, str(target.path), be.device, be.name)
                  for r in blocks(plan.shape, target.block) if not finished[r].all()]
         _run(tasks, scheduler, dask, workers, progress, n_points, int(finished.sum()), None)
     return open_scan(target.path, verify=False)  # (checked above, then written whole)

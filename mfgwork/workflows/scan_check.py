@@ -13,7 +13,8 @@ those blocks again; :func:`mfgwork.open_scan` refuses such a store.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,13 @@ def parse_record(text: Any) -> dict[str, str] | None:
             return None
         out[name] = digest
     return out
+
+
+def blocks(shape: Sequence[int], block: Sequence[int]) -> list[tuple[slice, ...]]:
+    """The regions (tuples of slices) that tile ``shape`` with ``block``, in C order."""
+    starts = [range(0, n, b) for n, b in zip(shape, block, strict=True)]
+    return [tuple(slice(s, min(s + b, n)) for s, b, n in zip(combo, block, shape, strict=True))
+            for combo in itertools.product(*starts)]
 
 
 @dataclass
@@ -136,8 +144,6 @@ def arrays_of(path: Path) -> dict[str, Any]:
 def check_store(path: str | Path) -> StoreCheck:
     """Check the store at ``path``: metadata (LoadError naming the file), then each block
     (a chunk of ``done``) marked done against its record."""
-    from .scan_store import blocks
-
     path = Path(path)
     arrays = arrays_of(path)
     done_arr = arrays.pop(DONE)

@@ -143,13 +143,12 @@ def check_size(plan: ScanPlan, be: Backend, in_memory: bool) -> None:
     :func:`mfgwork.solve` refuses it) or, with ``in_memory`` (no store), whose fields and
     paths for every point do not fit in host memory; see :mod:`mfgwork.core.memory`."""
     from ..numerics.iteration import make_scheme
-    from ..solve import check_fdm_size
 
     first = plan.problem((0,) * len(plan.shape))
     grid = first.grid(plan.options["nx"], plan.options["nt"])
-    check_fdm_size(grid, be, make_scheme(plan.options["iteration"]),
-                   [first.coupling_size(grid.nx, grid.nt)], None,
-                   what=f"one point of the scan (nx={grid.nx} x nt={grid.nt})")
+    memory.check_fdm(grid.nx, grid.nt, be, [first.coupling_size(grid.nx, grid.nt)],
+                     getattr(make_scheme(plan.options["iteration"]), "depth", 0),
+                     what=f"one point of the scan (nx={grid.nx} x nt={grid.nt})")
     if not in_memory:
         return
     points = math.prod(plan.shape)

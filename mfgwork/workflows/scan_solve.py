@@ -13,15 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from ..core.backend import (
-    Backend,
-    available_devices,
-    device_info,
-    get_backend,
-    to_numpy,
-    torch_installed,
-)
+from ..core.backend import BACKENDS, Backend, device_info, get_backend, to_numpy
 from ..core.errors import ConvergenceWarning
+from ..placement import Placement
+from ..placement import placement as place
 from ..problems import MFGProblem
 from ..results import Result
 from .scan_plan import ScanPlan
@@ -43,18 +38,19 @@ MESSAGE_CHARS = 400
 POOL_MIN_CELLS = 100_000
 
 
-def placement(device: str, backend: str | None, dtype: Any) -> Backend:
-    """The backend a scan solves on: ``device="auto"`` takes CUDA, else MPS, through torch
-    (where batches pay off), else the compiled NumPy solver on the CPU; ``device="cpu"``
-    NumPy unless ``backend`` says otherwise."""
+def placement(device: str, backend: str | None, dtype: Any, problem: MFGProblem | None = None,
+              points: int = 1, nx: int = 201, nt: int = 201) -> tuple[Backend, Placement | None]:
+    """The backend a scan solves on, and the choice behind it: ``device="auto"`` asks
+    :func:`mfgwork.placement` for a batch of ``points`` problems like ``problem`` on the
+    nx × nt grid (an accelerator through torch from the measured crossover on, else the
+    compiled NumPy solver on the CPU); an explicit device runs NumPy on "cpu" and torch
+    elsewhere unless ``backend`` says otherwise (no choice to record: None)."""
+    if device == "auto" and problem is not None and backend in (None, *BACKENDS):
+        chosen = place(problem, "fdm", nx=nx, nt=nt, backend=backend, batch_size=points)
+        return get_backend(chosen.backend, chosen.device, dtype), chosen
     if backend is None:
-        backend = "numpy"
-        if device != "cpu":
-            accelerators = [d for d in (available_devices("torch") if torch_installed()
-                                        else []) if d != "cpu"]
-            if device != "auto" or accelerators:
-                backend = "torch"
-    return get_backend(backend, device, dtype)
+        backend = "numpy" if device == "cpu" else "torch"
+    return get_backend(backend, device, dtype), None
 
 
 def points_per_block(be: Backend, nx: int, nt: int, kept: int, points: int) -> int:
@@ -83,13 +79,15 @@ def _host_available() -> int:
 # -- solving one block -------------------------------------------------------------------------
 @dataclass
 class Task:
-    """One block for a worker: the plan, the region, and where to write it (or None)."""
+    """One block for a worker: the plan, the region, where to write it (or None), and where
+    to solve it (the device and backend the scan placed it on)."""
 
     plan: ScanPlan
     region: tuple[slice, ...]
     layout: Layout
     store: str | None
     device: str
+    backend: str | None = None
 
 
 def solve_block(task: Task) -> dict[str, Any]:
@@ -99,7 +97,7 @@ def solve_block(task: Task) -> dict[str, Any]:
     plan, opts = task.plan, task.plan.options
     indices = region_points(task.region)
     problems = [plan.problem(i) for i in indices]
-    be = placement(task.device, opts["backend"], opts["dtype"])
+    be, _ = placement(task.device, task.backend, opts["dtype"])
     outcomes = solve_points(problems, be, opts)
     shape = tuple(s.stop - s.start for s in task.region)
     arrays = task.layout.empty_block(shape)

@@ -84,13 +84,6 @@ def block_shape(shape: Sequence[int], points: int) -> tuple[int, ...]:
     return tuple(reversed(block))
 
 
-def blocks(shape: Sequence[int], block: Sequence[int]) -> list[tuple[slice, ...]]:
-    """The regions (tuples of slices) that tile ``shape`` with ``block``, in C order."""
-    starts = [range(0, n, b) for n, b in zip(shape, block, strict=True)]
-    return [tuple(slice(s, min(s + b, n)) for s, b, n in zip(combo, block, shape, strict=True))
-            for combo in itertools.product(*starts)]
-
-
 def region_points(region: Sequence[slice]) -> list[tuple[int, ...]]:
     """Grid indices of the points of ``region``, in C order."""
     return list(itertools.product(*(range(s.start, s.stop) for s in region)))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from ...core import memory
 from ...core.backend import Backend
-from ...core.errors import ParameterError
 
 
 def bytes_per_particle(itemsize: int) -> int:
@@ -30,22 +29,13 @@ def estimate_bytes(n_particles: int, nx: int, nt: int, itemsize: int, copies: in
 
 def check_fits(n_particles: int, nx: int, nt: int, backend: Backend, copies: int = 1,
                max_memory: object = None) -> int:
-    """The estimate in bytes; raises :class:`ParameterError` if it exceeds the free memory
-    (or ``max_memory``), blaming the grid when its node masses alone do not fit."""
+    """The estimate in bytes; refused by :func:`mfgwork.core.memory.check_parts` when it
+    exceeds the free memory (or ``max_memory``), blaming the particles or the grid, whichever
+    takes more."""
     itemsize = 4 if backend.dtype == "float32" else 8
-    need = estimate_bytes(n_particles, nx, nt, itemsize, copies)
-    available, where = memory.limit(backend, max_memory)
-    if available is None or need <= available:
-        return need
-    grid = grid_bytes(nx, nt, itemsize, copies)
-    if grid > available / 2:
-        raise ParameterError(
-            f"nx={nx}, nt={nt} do not fit: the node masses of a particle solve on this grid "
-            f"need about {memory.format_bytes(grid)} ({nt + 1} levels of {nx} nodes) but "
-            f"{where}; use a coarser grid (fewer time steps nt or points nx)")
-    fits = max(1, int((available - grid) / bytes_per_particle(itemsize)))
-    raise ParameterError(
-        f"n_particles={n_particles} does not fit: a particle solve needs about "
-        f"{memory.format_bytes(need)} ({bytes_per_particle(itemsize)} bytes per particle in "
-        f"{backend.dtype} plus the node masses of {nt + 1} levels) but {where}; "
-        f"use at most about {fits:.3g} particles")
+    per = bytes_per_particle(itemsize)
+    return memory.check_parts(
+        {"n_particles": n_particles * per, "nx, nt": grid_bytes(nx, nt, itemsize, copies)},
+        backend, max_memory=max_memory,
+        what=f"a particle solve of {n_particles} particles ({per} bytes per particle in "
+             f"{backend.dtype} plus the node masses of {nt + 1} levels of {nx} nodes)")
