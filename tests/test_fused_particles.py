@@ -12,7 +12,7 @@ import pytest
 
 import mfgwork as mw
 from mfgwork.core.errors import ParameterError
-from mfgwork.numerics.particles import ParticleFP
+from mfgwork.numerics.particles import ParticleFP, paths
 from mfgwork.numerics.particles import triton_kernels as tk
 from mfgwork.numerics.particles.self_checks import fused_deposit_check, fused_step_check
 
@@ -38,7 +38,8 @@ def _solver(be: mw.Backend, device: str, fused: bool) -> ParticleFP:
         return ParticleFP(GRID, 0.7, be, n_particles=3000, seed=8, fused=fused)
     solver = ParticleFP(GRID, 0.7, be, n_particles=3000, seed=8, fused=False)
     if fused:  # the interpreter runs the kernel on CPU tensors, which ParticleFP never picks
-        solver._fused_kernels = solver._make_fused()
+        solver.path = paths.FUSED_TRITON
+        solver.path.prepare(solver)
     return solver
 
 
@@ -65,7 +66,7 @@ def test_fused_solve_matches_plain_torch_and_repeats_bitwise(fused_device, dtype
     plain = _solver(be, fused_device, fused=False).solve_fp(U, m0)
     solver = _solver(be, fused_device, fused=True)
     fused = solver.solve_fp(U, m0)
-    assert solver._fused_kernels is not None
+    assert solver._fused_kernels is not None and solver.path.fused
     scale = float(plain.abs().max())
     assert float((fused - plain).abs().max()) <= 10 * TOLERANCE[dtype] * scale
     assert bool((solver.solve_fp(U, m0) == fused).all())

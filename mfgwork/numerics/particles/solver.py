@@ -29,6 +29,7 @@ from ...core.errors import MAX_COUNT, ParameterError, check_choice, check_int, c
 from ...core.grid import Grid
 from .density import DENSITIES, kde_densities
 from .memory import check_fits
+from .paths import ParticlePath, particle_path
 
 DEFAULT_PARTICLES = 100_000
 CUDA_DEPOSIT_COPIES = 256  # fastest measured on an H100 at 1e6 particles (1.6x over 64)
@@ -56,7 +57,8 @@ def fresh_seed() -> int:
 
 
 class ParticleFP:
-    """Particle FP solver with the interface of ``FiniteDifferences.solve_fp``.
+    """Particle FP solver with the interface of ``FiniteDifferences.solve_fp``; its kernels
+    are the path of the table :mod:`.paths` for its (backend, device) (``path``).
 
     ``density``: "cic" (cloud in cell) or "kde" (reflected Gaussian, Silverman bandwidth).
     ``fused``: on CUDA, run each time step as one Triton kernel (step + CIC deposit, see
@@ -84,7 +86,8 @@ class ParticleFP:
         self.sigma = check_real("sigma", sigma, low=0.0, low_open=False)
         self.grid, self.backend = grid, backend
         on_cuda = backend.name == "torch" and backend.kind == "cuda"
-        self.fused = _use_fused(fused, backend)
+        self.path = _path(fused, backend)
+        self.fused = self.path.fused
         copies = (deposit_copies if deposit_copies is not None
                   else default_copies(on_cuda, grid.nx, grid.nt))
         self.deposit_copies = check_int("deposit_copies", copies, low=1)
@@ -96,21 +99,10 @@ class ParticleFP:
         self._offsets: Any = None
         self._graph: Any = None
         self._graph_offsets: Any = None
+        self._fused_kernels: Any = None
         self.use_cuda_graph = on_cuda and (cuda_graph is None or bool(cuda_graph))
         self.compile_step = bool(compile_step) and backend.name == "torch"
-        if backend.name == "torch":
-            from .torch_kernels import TorchKernels
-
-            self.kernels = TorchKernels(grid.nx, grid.h, self.length, self.n_particles,
-                                        backend, self.deposit_copies)
-            import torch
-
-            self.generator = torch.Generator(device=backend.native_device)
-            self._fused_kernels = self._make_fused() if self.fused else None
-            self._advance = self.kernels.advance
-            if self.compile_step:
-                self._advance = torch.compile(self.kernels.advance, fullgraph=True,
-                                              dynamic=False)
+        self.path.prepare(self)
 
     @property
     def positions(self) -> Any:
@@ -127,77 +119,9 @@ class ParticleFP:
                                  f"(nt + 1, nx) = ({g.nt + 1}, {g.nx})")
         if tuple(m0.shape) != (g.nx,):
             raise ParameterError(f"m0 has shape {tuple(m0.shape)}: must be (nx,) = ({g.nx},)")
-        if self.backend.name == "numpy":
-            return self._densities(self._masses_numpy(np.asarray(U), np.asarray(m0)))
-        if self.use_cuda_graph:
-            return self._densities(self._masses_graphed(U, m0))
-        self.generator.manual_seed(self.seed)
-        return self._densities(self._masses_torch(U, m0))
-
-    # -- NumPy --------------------------------------------------------------------------------
-    def _masses_numpy(self, U: np.ndarray, m0: np.ndarray) -> np.ndarray:
-        from .numba_kernels import cic_deposit, sample_offsets, step_deposit
-
-        g, n = self.grid, self.n_particles
-        dtype = np.dtype(self.backend.dtype)
-        rng = np.random.Generator(np.random.PCG64(self.seed))
-        y = sample_offsets(m0, rng.random(n, dtype=dtype), g.h)
-        masses = np.zeros((g.nt + 1, g.nx))
-        inv_h = (g.nx - 1) / self.length
-        cic_deposit(y, inv_h, masses[0])
-        b = nodal_drift(U[:-1], g.h).astype(dtype)
-        xi = np.empty(n, dtype=dtype)
-        consts = (inv_h, g.dt, self.noise, self.length)
-        for k in range(g.nt):
-            rng.standard_normal(dtype=dtype, out=xi)
-            step_deposit(y, xi, b[k], *consts, masses[k + 1])
-        self._offsets = y
-        return masses
+        return self._densities(self.path.masses(self, U, m0))
 
     # -- torch --------------------------------------------------------------------------------
-    def _masses_torch(self, U: Any, m0: Any) -> Any:
-        """The accumulated node masses of an FP solve; the generator must be seeded."""
-        import torch
-
-        g, k, n = self.grid, self.kernels, self.n_particles
-        dt, noise = g.dt, self.noise
-        opts = {"dtype": self.backend.native_dtype, "device": self.backend.native_device}
-        y = k.sample(m0, torch.rand(n, generator=self.generator, **opts))
-        if self._fused_kernels is not None:
-            return self._masses_fused(y, U)
-        masses = k.mass_buffer(g.nt + 1)
-        i, f = k.locate(y)
-        k.deposit(i, f, masses[0])
-        b0, db = k.drift_tables(U)
-        xi = torch.empty(n, **opts)
-        for step in range(g.nt):
-            torch.randn(n, generator=self.generator, out=xi)
-            i, f, *cic = self._advance_checked(y, xi, b0[step], db[step], i, f, dt, noise)
-            k.scatter(masses[step + 1], *cic)
-        self._offsets = y
-        return masses
-
-    def _make_fused(self) -> Any:
-        from .triton_kernels import FusedKernels
-
-        return FusedKernels(self.grid.nx, self.length, self.n_particles, self.grid.dt,
-                            self.noise, self.weights, self.deposit_copies)
-
-    def _masses_fused(self, y: Any, U: Any) -> Any:
-        """The loop of :meth:`_masses_torch` with one fused kernel per time step."""
-        import torch
-
-        g, fk = self.grid, self._fused_kernels
-        masses = fk.mass_buffer(g.nt + 1)
-        fk.deposit(y, masses[0])
-        b0, db = self.kernels.drift_tables(U)
-        xi = torch.empty_like(y)
-        for step in range(g.nt):
-            torch.randn(y.shape, generator=self.generator, out=xi)
-            fk.step_deposit(y, xi, b0[step], db[step], masses[step + 1])
-        self._offsets = y
-        return masses
-
     def _advance_checked(self, *args: Any) -> tuple[Any, ...]:
         """The step kernel; a compiled one that fails on its first call (compilation happens
         before any work, so the inputs are untouched) is replaced by the plain torch ops."""
@@ -211,19 +135,20 @@ class ParticleFP:
             self._advance = self.kernels.advance
             return self._advance(*args)
 
-    def _masses_graphed(self, U: Any, m0: Any) -> Any:
-        """The node masses from a CUDA graph of the whole solve (recorded on the first call
-        and checked bitwise against the eager solve; dropped with a warning if it differs)."""
+    def _masses_graphed(self, run: Any, U: Any, m0: Any) -> Any:
+        """The node masses of ``run(U, m0)`` (a seeded torch solve) from a CUDA graph of the
+        whole solve (recorded on the first call and checked bitwise against the eager solve;
+        dropped with a warning if it differs)."""
         if self._graph is None:
             self.generator.manual_seed(self.seed)
-            eager = self._masses_torch(U, m0)
-            self._graph = cuda_graphs.record_checked(self._masses_torch, eager, U, m0,
+            eager = run(U, m0)
+            self._graph = cuda_graphs.record_checked(run, eager, U, m0,
                                                      what="particle solve",
                                                      generator=self.generator, seed=self.seed)
             if self._graph is None:
                 self.use_cuda_graph = False
                 self.generator.manual_seed(self.seed)
-                return self._masses_torch(U, m0)
+                return run(U, m0)
             self._graph_offsets = self._offsets  # the recording's positions buffer
             return eager
         masses = self._graph.run(U, m0)
@@ -234,11 +159,7 @@ class ParticleFP:
     def _densities(self, masses: Any) -> Any:
         """CIC densities m_i = μ_i / (w_i Σ μ), or the KDE of the node masses μ."""
         be = self.backend
-        if be.name == "numpy":
-            mu = masses
-        else:
-            kernels = self._fused_kernels or self.kernels
-            mu = kernels.node_masses(masses)
+        mu = self.path.node_masses(self, masses)
         if self.density == "kde":
             mu = be.asarray(mu)
             return kde_densities(mu, be.asarray(self.grid.x), self.weights, self.n_particles,
@@ -247,19 +168,17 @@ class ParticleFP:
         return be.asarray(mu / (mu.sum(axis=1, keepdims=True) * weights))
 
 
-def _use_fused(fused: object, backend: Backend) -> bool:
-    """Whether the fused Triton step serves this solve (``fused`` None: when it can)."""
-    from .triton_kernels import fused_available
-
-    if fused is None:
-        return fused_available(backend)
-    if not isinstance(fused, bool):
+def _path(fused: object, backend: Backend) -> ParticlePath:
+    """The path of the table (:mod:`.paths`) that serves this solve: the fused Triton step
+    where it can run unless ``fused`` is False (True: only that)."""
+    if fused is not None and not isinstance(fused, bool):
         raise ParameterError(f"fused={fused!r} is not allowed: use True, False or None")
-    if fused and not fused_available(backend):
+    try:
+        return particle_path(backend, fused)
+    except LookupError:
         raise ParameterError("fused=True needs a torch CUDA backend with Triton installed (the "
                              f"fused step is a Triton kernel), not {backend.name}/"
-                             f"{backend.device}; use fused=None or False here")
-    return fused
+                             f"{backend.device}; use fused=None or False here") from None
 
 
 def nodal_drift(U: np.ndarray, h: float) -> np.ndarray:
