@@ -13,7 +13,7 @@ from mfgwork.numerics.fdm.policy import evaluate_policy
 from mfgwork.numerics.fdm.sweeps import FiniteDifferences
 from mfgwork.numerics.particles.counting import count_above, sample_seeds
 from mfgwork.numerics.particles.numba_kernels import sample_offsets
-from mfgwork.numerics.particles.solver import nodal_drift
+from mfgwork.numerics.particles.paths import nodal_drift
 from mfgwork.problems.santa_fe import AttendanceCoupling
 
 HOST = mw.get_backend("numpy")

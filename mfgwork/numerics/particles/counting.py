@@ -21,7 +21,7 @@ from ...core.backend import Backend
 from ...core.errors import ParameterError, check_int
 from ...core.grid import Grid
 from .memory import check_fits
-from .solver import nodal_drift
+from .paths import nodal_drift
 
 CHUNK_PARTICLES = 2**24  # torch: samples are simulated together up to this many agents
 

@@ -179,10 +179,3 @@ def _path(fused: object, backend: Backend) -> ParticlePath:
         raise ParameterError("fused=True needs a torch CUDA backend with Triton installed (the "
                              f"fused step is a Triton kernel), not {backend.name}/"
                              f"{backend.device}; use fused=None or False here") from None
-
-
-def nodal_drift(U: np.ndarray, h: float) -> np.ndarray:
-    """b = −∂x u at the nodes of each row of U: central differences, 0 at the walls."""
-    b = np.zeros_like(U)
-    b[..., 1:-1] = -(U[..., 2:] - U[..., :-2]) / (2 * h)
-    return b
