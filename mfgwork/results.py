@@ -68,7 +68,8 @@ class Result(ObservablesByName):
     two-state game: ``dims=("t", "state")``, ``labels={"state": ("home", "bar")}`` and ``x``
     the state index; several populations: a leading ``"population"`` axis, e.g.
     ``dims=("population", "t", "x")``). ``observables``: the paths the problem observes,
-    each (nt+1,) (Santa Fe: ``attendance``, ``mean_state``), also readable as attributes
+    each (nt+1,) (Santa Fe: ``attendance``, ``mean_state``; per population (K, nt+1), see
+    :meth:`observable_dims`), also readable as attributes
     (``res.attendance``); ``summary``: the problem's scalar headline numbers; ``arrays``:
     further (nt+1,) arrays of the solver (two-state: ``gap`` = u_1 − u_0 as carried by the
     sweep), also readable as attributes. ``residual`` is the relative fixed-point residual
@@ -120,6 +121,12 @@ class Result(ObservablesByName):
         object.__setattr__(self, "labels", {k: tuple(v) for k, v in self.labels.items()})
 
     # -- derived numbers (NumPy) ------------------------------------------------------------
+    def observable_dims(self, name: str) -> tuple[str, ...]:
+        """The axes of the observable ``name``: those of U and M without the state axis,
+        as many as it has (a path over time: ("t",); per population:
+        ("population", "t"))."""
+        return self.dims[:-1][-np.ndim(self.observables[name]):]
+
     @property
     def states(self) -> tuple[str, ...] | None:
         """The names of the states along the last axis (finite-state games), else None."""
@@ -193,6 +200,7 @@ class Result(ObservablesByName):
         storage.write_json(folder / "parameters.json", self.params | (parameters or {}))
         storage.write_json(folder / "metrics.json", self.metrics() | {
             "history": self.history, "observables": list(self.observables),
+            "observable_dims": {k: list(self.observable_dims(k)) for k in self.observables},
             "arrays": list(self.arrays), "summary": self.summary,
             "state_name": self.state_name, "dims": list(self.dims),
             "labels": {k: list(v) for k, v in self.labels.items()}, "extra": self.extra,
@@ -212,7 +220,7 @@ METRICS_REQUIRED = {"converged": bool, "iterations": int}
 METRICS_OPTIONAL = {"history": dict, "timings": dict, "backend": str, "device": str,
                     "dtype": str, "method": str, "observables": list, "summary": dict,
                     "state_name": str, "extra": dict, "status": str, "dims": list,
-                    "labels": dict, "arrays": list}
+                    "labels": dict, "arrays": list, "observable_dims": dict}
 
 
 def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
@@ -221,7 +229,8 @@ def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
 
     Every file is checked before use: present, parsable, with the expected entries and
     types; the arrays real-valued and finite, ``x`` (nx,), ``t`` (nt+1,), ``U`` and ``M``
-    (nt+1, nx) (axes as named by ``dims``), each observable (nt+1,), their decompressed
+    (nt+1, nx) (axes as named by ``dims``), each observable (nt+1,) (or as its recorded
+    ``observable_dims``), their decompressed
     size at most ``max_bytes`` (default: :data:`mfgwork.core.storage.MAX_NPZ_BYTES`, 1 GiB),
     checked before reading. Anything wrong raises :class:`~mfgwork.LoadError` naming the
     file. Runs saved without a ``status`` get the one :func:`derive_status` gives.
@@ -249,11 +258,19 @@ def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
     if not isinstance(params, dict):
         raise LoadError(folder / "parameters.json", "must hold a JSON object")
     dims = _dims(folder, metrics)
-    field_shape = tuple("nt+1" if d == "t" else "nx" if i == len(dims) - 1 else d
-                        for i, d in enumerate(dims))
+    sizes = {"t": "nt+1", dims[-1]: "nx"}
+    field_shape = tuple(sizes.get(d, d) for d in dims)
+    observed = metrics.get("observable_dims", {})
+    if not (isinstance(observed, dict) and all(
+            isinstance(v, list) and v and set(v) <= set(dims[:-1]) for v in observed.values())):
+        raise LoadError(folder / "metrics.json", f"has observable_dims={observed!r:.60}: "
+                        f"must map names to axes of {list(dims[:-1])}")
     arrays = storage.read_npz(folder / "arrays.npz",
                               {"x": ("nx",), "t": ("nt+1",), "U": field_shape,
-                               "M": field_shape}, others=("nt+1",), max_bytes=max_bytes)
+                               "M": field_shape} | {
+                                  k: tuple(sizes.get(d, d) for d in v)
+                                  for k, v in observed.items() if k not in FIELDS},
+                              others=("nt+1",), max_bytes=max_bytes)
     others = metrics.get("arrays", [])
     names = metrics.get("observables", [k for k in arrays if k not in FIELDS])
     missing = [k for k in [*names, *others] if k not in arrays]

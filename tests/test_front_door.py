@@ -318,3 +318,24 @@ def test_scans_and_batches_name_the_kinds_they_do_not_take():
     with pytest.raises(mw.ParameterError, match=r"a TwoStateElFarol has no batched path"):
         mw.scan("two_state", {"switching_cost": [1.0, 2.0]}, nx=21, nt=20, device="cpu",
                 progress=False)
+
+
+def test_per_population_arrays_are_labelled_and_saved(tmp_path, santa_fe):
+    """What a solve of several populations returns: a leading labelled population axis on U,
+    M and the per-population observables, through metrics, save and load."""
+    two = replace(santa_fe, U=np.stack([santa_fe.U, 2 * santa_fe.U]),
+                  M=np.stack([santa_fe.M, santa_fe.M]),
+                  observables={"attendance": np.stack([santa_fe.attendance] * 2),
+                               "total": 2 * santa_fe.attendance},
+                  dims=("population", "t", "θ"),
+                  labels={"population": ("regulars", "newcomers")})
+    assert two.mass.shape == (2, santa_fe.t.size)
+    assert two.mass_error == pytest.approx(santa_fe.mass_error)
+    assert two.observable_dims("attendance") == ("population", "t")
+    assert two.observable_dims("total") == ("t",)
+    loaded = mw.load(two.save(tmp_path / "pops"))
+    assert loaded.dims == two.dims and loaded.labels == two.labels
+    np.testing.assert_array_equal(loaded.U, two.U)
+    np.testing.assert_array_equal(loaded.attendance, two.attendance)
+    with pytest.raises(mw.ParameterError, match="must name the 3 axes"):
+        replace(two, dims=("t", "θ"))

@@ -260,8 +260,8 @@ def test_particle_arguments_only_with_particles():
 
 
 def test_memory_error_states_the_estimate():
-    estimate = (r"^n_particles too large: a particle solve of 1000000000000000 particles \(112 "
-                r"bytes per particle in float64.*\) needs about [0-9.e+]+ GiB")
+    estimate = (r"^n_particles too large: a particle solve with n_particles=1000000000000000, "
+                r"nx=11, nt=5 \(112 bytes per particle in float64.*\) needs about [0-9.e+]+ GiB")
     with pytest.raises(mw.ParameterError, match=estimate):
         ParticleFP(mw.Grid(-1, 1, 11, 1.0, 5), 0.5, mw.get_backend(), n_particles=10**15)
 

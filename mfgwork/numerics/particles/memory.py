@@ -37,5 +37,6 @@ def check_fits(n_particles: int, nx: int, nt: int, backend: Backend, copies: int
     return memory.check_parts(
         {"n_particles": n_particles * per, "nx, nt": grid_bytes(nx, nt, itemsize, copies)},
         backend, max_memory=max_memory,
-        what=f"a particle solve of {n_particles} particles ({per} bytes per particle in "
-             f"{backend.dtype} plus the node masses of {nt + 1} levels of {nx} nodes)")
+        what=f"a particle solve with n_particles={n_particles}, nx={nx}, nt={nt} ({per} bytes "
+             f"per particle in {backend.dtype} plus the node masses of {nt + 1} levels of "
+             f"{nx} nodes)")
