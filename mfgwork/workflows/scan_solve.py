@@ -236,10 +236,12 @@ def _outcome(result: Result, wall_time: float, opts: Mapping[str, Any]) -> dict[
     """A solved point's entries: fields, observables, summaries and metrics (NumPy)."""
     residual = np.nan if result.residual is None else float(result.residual)
     status = "converged" if result.converged else "not_converged"
+    why = {"max_iter": f"max_iter={opts['max_iter']} reached",
+           "stalled": f"stalled before max_iter={opts['max_iter']}"}.get(result.status, "")
     message = "" if result.converged else _clip(
         result.extra.get("certificate", {}).get("message")
         or f"did not reach tol={opts['tol']:g}: stopped after {int(result.iterations)} "
-        f"iterations (max_iter={opts['max_iter']}; final residual {residual:.3g})")
+        f"iterations ({why}; final residual {residual:.3g})")
     out = {"status": status, "converged": bool(result.converged),
            "iterations": int(result.iterations), "residual": residual,
            "mass_error": float(result.mass_error), "wall_time": wall_time,
