@@ -63,9 +63,9 @@ def best_response_residual(result: Any, problem: Any = None) -> float:
     of ``result.params`` rebuilt from the registry (:data:`mfgwork.problems.PROBLEMS`)."""
     if problem is None:
         problem = problem_from_params(result.params)
-    for kind, residual in RESIDUALS.items():
-        if isinstance(problem, kind):
-            return residual(result, problem)
+    for kind in type(problem).__mro__:
+        if kind in RESIDUALS:
+            return RESIDUALS[kind](result, problem)
     raise ParameterError(f"problem={problem!r:.80} is invalid: must be one of "
                          f"{', '.join(f'mfgwork.{k.__name__}' for k in RESIDUALS)}")
 
@@ -111,6 +111,6 @@ def two_state_residual(result: Any, problem: TwoStateElFarol) -> float:
     return float(np.linalg.norm(gz - z) / max(float(np.linalg.norm(gz)), 1e-300))
 
 
-#: The residual of each problem kind (checked in order; the first type that matches).
+#: The residual of each problem kind (the entry of the problem's most specific class).
 RESIDUALS: dict[type, Callable[[Any, Any], float]] = {
     MFGProblem: continuous_residual, TwoStateElFarol: two_state_residual}

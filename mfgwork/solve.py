@@ -41,11 +41,12 @@ METHODS = ("fdm", "particles")
 NEWTON_MEMORY = 2**29  # bytes: the tangent sweeps of grids up to about 400 × 400
 
 
-def solve(problem: Any, /, **options: Any) -> Result:
+def solve(problem: Any, **options: Any) -> Result:
     """Solve ``problem`` of any kind and return its :class:`~mfgwork.Result`.
 
-    The solver is looked up by the problem's type in :data:`SOLVERS` (the first entry whose
-    type the problem is an instance of), and ``options`` go to it:
+    The solver is looked up by the problem's type in :data:`SOLVERS` (its most specific
+    class there: a subclass of MFGProblem with an entry of its own gets that one), and
+    ``options`` go to it:
 
     - :class:`~mfgwork.MFGProblem` (Santa Fe, generic, verification problems):
       :func:`solve_continuous` (``nx``, ``nt``, ``method``, ``backend``, ``device``,
@@ -62,10 +63,11 @@ def solve(problem: Any, /, **options: Any) -> Result:
 
 
 def solver_for(problem: Any, table: dict[type, Callable[..., Any]]) -> Callable[..., Any]:
-    """The entry of ``table`` for ``problem``: the first type it is an instance of."""
-    for kind, solver in table.items():
-        if isinstance(problem, kind):
-            return solver
+    """The entry of ``table`` for ``problem``: that of its most specific type (the first
+    class of its method resolution order that the table holds)."""
+    for kind in type(problem).__mro__:
+        if kind in table:
+            return table[kind]
     raise ParameterError(f"problem={problem!r:.80} is invalid: must be an "
                          f"{' or an '.join(f'mfgwork.{k.__name__}' for k in table)} "
                          "(e.g. mw.SantaFeBar() or mw.MFGProblem(...))")
@@ -604,8 +606,8 @@ def _progress_bar(progress: bool | None, total: int) -> Any:
                 delay=0.0 if progress else 1.0)
 
 
-#: The solver of each problem kind (:func:`solve` takes the first type the problem is an
-#: instance of). A new kind adds one entry: its type and a function
-#: ``(problem, **options) -> Result``.
+#: The solver of each problem kind (:func:`solve` takes the entry of the problem's most
+#: specific class). A new kind adds one entry: its type and a function
+#: ``(problem, **options) -> Result`` (options as keywords with defaults).
 SOLVERS: dict[type, Callable[..., Result]] = {
     MFGProblem: solve_continuous, TwoStateElFarol: solve_two_state}

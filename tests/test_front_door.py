@@ -339,3 +339,27 @@ def test_per_population_arrays_are_labelled_and_saved(tmp_path, santa_fe):
     np.testing.assert_array_equal(loaded.attendance, two.attendance)
     with pytest.raises(mw.ParameterError, match="must name the 3 axes"):
         replace(two, dims=("t", "θ"))
+
+
+def test_a_new_problem_kind_is_one_table_entry(monkeypatch, santa_fe):
+    """What the solver of several populations (or any new kind) needs: one entry of
+    SOLVERS; the most specific class of a problem wins over its base classes."""
+    class Groups:
+        pass
+
+    class Special(mw.SantaFeBar):
+        pass
+
+    calls = []
+
+    def solve_groups(problem, nx=201, nt=201, tol=1e-8):
+        calls.append((type(problem).__name__, nx, nt, tol))
+        return santa_fe
+
+    monkeypatch.setitem(solve_module.SOLVERS, Groups, solve_groups)
+    monkeypatch.setitem(solve_module.SOLVERS, Special, solve_groups)
+    assert mw.solve(Groups(), nx=21) is santa_fe and mw.solve(Special(), nt=5) is santa_fe
+    assert calls == [("Groups", 21, 201, 1e-8), ("Special", 201, 5, 1e-8)]
+    with pytest.raises(mw.ParameterError, match=r"method='fdm' is invalid for a Groups "
+                       r"problem: its solver solve_groups takes nx, nt, tol"):
+        mw.solve(Groups(), method="fdm")
