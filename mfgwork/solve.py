@@ -84,14 +84,15 @@ def _check_options(problem: Any, solver: Callable[..., Any], options: dict[str, 
 
 
 def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm",
-          backend: str | Backend = "numpy", device: str = "cpu", dtype: object = None,
-          tol: float = 1e-8, max_iter: int = 200,
-          iteration: str | IterationScheme | None = None,
-          progress: bool | None = None, n_particles: int | None = None,
-          seed: int | None = None, compile_steps: bool | str = "auto",
-          initial: Result | Any = None, max_memory: int | str | None = None,
-          coarse: bool = True) -> Result:
-    """Solve the MFG system of ``problem`` on an ``nx`` × ``nt`` grid.
+                     backend: str | Backend = "numpy", device: str = "cpu",
+                     dtype: object = None, tol: float = 1e-8, max_iter: int = 200,
+                     iteration: str | IterationScheme | None = None,
+                     progress: bool | None = None, n_particles: int | None = None,
+                     seed: int | None = None, compile_steps: bool | str = "auto",
+                     initial: Result | Any = None, max_memory: int | str | None = None,
+                     coarse: bool = True) -> Result:
+    """Solve the MFG system of the continuous ``problem`` on an ``nx`` × ``nt`` grid (what
+    :func:`solve` runs for an :class:`~mfgwork.MFGProblem`).
 
     ``nx`` counts grid points including both walls; ``nt`` time steps give ``nt + 1`` levels.
     ``method="fdm"``: implicit upwind finite differences for HJB and FP (Achdou's adjoint
@@ -105,7 +106,9 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     reproduces it to a relative residual ``res.residual`` ≤ ``tol`` (``res.check()``
     recomputes it). Otherwise, after ``max_iter`` iterations, it returns the best iterate
     found with ``converged=False`` and a :class:`~mfgwork.ConvergenceWarning` giving its
-    residual. In float32 (finite differences, where float64 exists: the CPU and CUDA) a
+    residual; ``res.status`` says how it ended ("converged", "max_iter", "stalled" when the
+    iteration gave up before ``max_iter``, "failed" when a float32 certificate did not hold
+    in float64). In float32 (finite differences, where float64 exists: the CPU and CUDA) a
     solve that claims convergence is re-certified by one best response in NumPy float64 on
     the host: ``res.residual`` is then that float64 residual
     (``res.extra["certificate"]``), and a float32 certificate that does not hold in float64
