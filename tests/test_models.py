@@ -227,3 +227,10 @@ def test_a_density_dependent_model_needs_the_density():
     with pytest.raises(ParameterError, match="carry"):
         FiniteDifferences(grid, 0.1, mw.get_backend("numpy"), hamiltonian=mw.Power(3.0),
                           kernels=kernels.COMPILED_LOOPS)
+
+
+def test_n_player_refuses_other_hamiltonians():
+    problem = mw.SantaFeBar(hamiltonian=mw.Power(3.0), **MILD)
+    res = mw.solve(problem, **SMALL)
+    with pytest.raises(ParameterError, match="problem.hamiltonian=Power"):
+        mw.n_player(problem, res, n_players=10, n_samples=2)
