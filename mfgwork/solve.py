@@ -14,7 +14,12 @@ from .core import memory
 from .core.backend import BACKENDS, Backend, get_backend, to_numpy
 from .core.compiling import check_compile_steps
 from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag
-from .numerics.batch_newton import BatchNewton, member_potentials, newton_refusal
+from .numerics.batch_newton import (
+    BatchNewton,
+    member_potentials,
+    newton_refusal,
+    newton_tangent,
+)
 from .numerics.fdm.sweeps import FiniteDifferences
 from .numerics.fdm.warmup import compile_kernels
 from .numerics.iteration import (
@@ -325,9 +330,10 @@ def _batch_newton(couplings: list[Any], iteration: Any, grid: Any,
 def _model_extra(couplings: list[Any], problems: Sequence[MFGProblem], iteration: Any
                  ) -> dict[str, Any]:
     """The Hamiltonian of the solve and, where a potential game's Newton's method on the
-    coupling state cannot serve it (:func:`newton_refusal`), why."""
+    coupling state cannot serve it (:func:`newton_refusal`), why, or where its tangent is
+    approximate (:func:`newton_tangent`), how."""
     H = problems[0].hamiltonian
-    refusal = newton_refusal(H)
+    refusal = newton_refusal(H) or newton_tangent(H)
     potential = all(c.potential() is not None for c in couplings)
     return {"hamiltonian": H.params()} | (
         {"newton_on_coupling": refusal}

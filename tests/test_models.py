@@ -60,6 +60,47 @@ def test_quadratic_generic_path_matches_the_compiled_loops():
         assert _rel(U2, U) <= 1e-12 and _rel(M2, M) <= 1e-12
 
 
+@pytest.mark.parametrize("H", MODELS[1:] + [mw.Power(1.1), mw.Power(2.0)], ids=repr)
+def test_compiled_model_loops_match_the_array_path(H):
+    be = mw.get_backend("numpy")
+    assert FiniteDifferences(mw.Grid(0, 1, 5, 1, 4), 0.1, be, hamiltonian=H
+                             ).kernels is kernels.COMPILED_LOOPS
+    _, U, M = _sweeps(H, be)
+    _, U2, M2 = _sweeps(H, be, kernels.HOST_ARRAYS)
+    assert _rel(U, U2) <= 1e-12 and _rel(M, M2) <= 1e-12
+    _, U3, M3 = _sweeps(H, mw.get_backend("torch", "cpu"))   # zero-copy views of tensors
+    assert _rel(U3, U2) <= 1e-12 and _rel(M3, M2) <= 1e-12
+
+
+def test_a_subclass_of_a_shipped_model_runs_the_generic_path():
+    class Steeper(mw.Power):
+        def value(self, x, p, m, xp):
+            return 2.0 * super().value(x, p, m, xp)
+
+        def dp(self, x, p, m, xp):
+            return 2.0 * super().dp(x, p, m, xp)
+
+        def dpp(self, x, p, m, xp):
+            return 2.0 * super().dpp(x, p, m, xp)
+
+    fd = FiniteDifferences(mw.Grid(0, 1, 5, 1, 4), 0.1, mw.get_backend("numpy"),
+                           hamiltonian=Steeper(1.5))
+    assert fd.kernels is kernels.HOST_ARRAYS
+
+
+@pytest.mark.parametrize("corner", [{}, {"threshold": 0.3, "sigma": 0.3, "eps": 0.02},
+                                    {"threshold": 0.8, "sigma": 1.0, "eps": 0.1}], ids=str)
+def test_power_below_two_runs_newton_at_the_defaults(corner):
+    """|p|^1.5/1.5 at Santa Fe's defaults and corners of the box: Newton's method on the
+    attendance path with the capped curvature, certified by an independent best response."""
+    problem = mw.SantaFeBar(hamiltonian=mw.Power(1.5), **corner)
+    res = mw.solve(problem, nx=52, nt=52, tol=1e-6, max_iter=60, progress=False)
+    assert res.converged and res.residual <= 1e-6
+    assert res.params["iteration"]["scheme"] == "newton"
+    assert "approximate tangent" in res.extra["newton_on_coupling"]
+    assert _independent_residual(problem, res) <= 1e-6
+
+
 def test_quadratic_solves_are_unchanged():
     default = mw.solve(mw.SantaFeBar(), **SMALL)
     explicit = mw.solve(mw.SantaFeBar(hamiltonian=mw.Quadratic()), **SMALL)
@@ -99,7 +140,8 @@ def _independent_residual(problem, res):
     M = np.asarray(mw.to_numpy(res.M), np.float64)
     grid = problem.grid(M.shape[1], M.shape[0] - 1)
     be = mw.get_backend("numpy")
-    fd = FiniteDifferences(grid, problem.nu, be, hamiltonian=problem.hamiltonian)
+    fd = FiniteDifferences(grid, problem.nu, be, hamiltonian=problem.hamiltonian,
+                           kernels=kernels.HOST_ARRAYS)
     chi = grid.cell_fraction_above(0.0)
     A = M[1:] @ (grid.weights * chi)
     F = -problem.payoff(A)[:, None] * chi
@@ -122,8 +164,9 @@ def test_santa_fe_equilibria_are_certified(H):
     assert _independent_residual(problem, res) <= 1e-8
     mass = np.asarray(mw.to_numpy(res.M)) @ problem.grid(31, 30).weights
     assert np.max(np.abs(mass - 1.0)) <= 1e-12
-    if H.bounded_curvature and not H.depends_on_m:
+    if not H.depends_on_m:
         assert res.params["iteration"]["scheme"] == "newton"
+        assert H.bounded_curvature or "approximate tangent" in res.extra["newton_on_coupling"]
     else:
         assert "Anderson" in res.extra["newton_on_coupling"]
         assert res.params["iteration"]["scheme"] == "anderson"
@@ -225,8 +268,8 @@ def test_a_density_dependent_model_needs_the_density():
     with pytest.raises(ParameterError, match="density=None"):
         fd.solve_hjb(np.zeros(11), np.zeros((4, 11)))
     with pytest.raises(ParameterError, match="carry"):
-        FiniteDifferences(grid, 0.1, mw.get_backend("numpy"), hamiltonian=mw.Power(3.0),
-                          kernels=kernels.COMPILED_LOOPS)
+        FiniteDifferences(grid, 0.1, mw.get_backend("torch", "cpu"), hamiltonian=mw.Power(3.0),
+                          kernels=kernels.TRITON)
 
 
 def test_n_player_refuses_other_hamiltonians():

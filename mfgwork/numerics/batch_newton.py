@@ -53,7 +53,7 @@ from ..core.errors import ConvergenceWarning, SolverError
 from ..core.grid import Grid
 from ..problems.base import ScalarPotential
 from ..problems.hamiltonians import Hamiltonian
-from .fdm.operators import QUADRATIC
+from .fdm.operators import CURVATURE_FLOOR, QUADRATIC
 from .iteration import FixedPointResult, History, _evaluator, _record_times
 
 TRIAL, CERTIFY, DONE = 0, 1, 2
@@ -147,14 +147,20 @@ def _backtrack(t: np.ndarray, norm: np.ndarray, trial: np.ndarray) -> np.ndarray
 
 def newton_refusal(hamiltonian: Hamiltonian) -> str | None:
     """Why Newton's method on the coupling state cannot serve ``hamiltonian`` (None if it
-    can): its tangent sweeps need ∂pp H bounded and H independent of m."""
+    can): its tangent sweeps need H independent of m."""
     if hamiltonian.depends_on_m:
         return (f"not used: {hamiltonian!r} depends on m, so the coupling state is the "
                 "density path (no scalar potential); Anderson iteration")
-    if not hamiltonian.bounded_curvature:
-        return (f"not used: ∂pp H of {hamiltonian!r} is unbounded at p = 0 (the tangent "
-                "sweeps need it); Anderson iteration")
     return None
+
+
+def newton_tangent(hamiltonian: Hamiltonian) -> str | None:
+    """How Newton's tangent sweeps treat ``hamiltonian`` where they are not exact (None where
+    they are): ∂pp H unbounded at p = 0 is capped (:func:`.fdm.operators.tangent_weights`)."""
+    if hamiltonian.bounded_curvature:
+        return None
+    return (f"approximate tangent: ∂pp H of {hamiltonian!r} evaluated at max(|p|, "
+            f"{CURVATURE_FLOOR:g}·h) (unbounded at p = 0); line search and certificate exact")
 
 
 class BatchNewton:

@@ -3,19 +3,21 @@
 
 Each entry is a strategy object (:class:`FDKernels`) holding the HJB sweep, the FP sweep and
 the tridiagonal solve that :class:`~mfgwork.numerics.fdm.sweeps.FiniteDifferences` runs there,
-and declaring which Hamiltonians it carries: the compiled loops and the fused Triton sweeps
-have ½|p|² built in (:class:`~mfgwork.problems.hamiltonians.Quadratic` only), the array-API
-sweeps take any :class:`~mfgwork.problems.hamiltonians.Hamiltonian`. A key lists its entries in
+and declaring which Hamiltonians it carries: the compiled loops carry the shipped models
+(½|p|² in its own loops; :class:`~mfgwork.problems.hamiltonians.Power` and
+:class:`~mfgwork.problems.hamiltonians.Congestion` in loops that take their parameters and the
+frozen density), the fused Triton sweeps have ½|p|² built in, the array-API sweeps take any
+:class:`~mfgwork.problems.hamiltonians.Hamiltonian`. A key lists its entries in
 order of preference; the first that carries the problem's Hamiltonian and whose requirement
 is met is chosen, so every model runs on every backend and device.
 
 =====================  ====================================================================
 (backend, device)      kernels (Hamiltonians carried)
 =====================  ====================================================================
-numpy, cpu             compiled loops (numba), LAPACK ``gtsv`` (½|p|²); array-API sweeps
-                       with LAPACK (any)
-torch, cpu             compiled loops on zero-copy NumPy views, LAPACK ``gtsv`` (½|p|²);
-                       array-API sweeps with LAPACK (any)
+numpy, cpu             compiled loops (numba), LAPACK ``gtsv`` (½|p|², power,
+                       congestion); array-API sweeps with LAPACK (any)
+torch, cpu             compiled loops on zero-copy NumPy views, LAPACK ``gtsv`` (½|p|²,
+                       power, congestion); array-API sweeps with LAPACK (any)
 torch, cuda            fused Triton sweeps (time loop and Newton inside one launch; ½|p|²);
                        array-API sweeps with parallel cyclic reduction, CUDA graphs (any)
 torch, mps             array-API sweeps with parallel cyclic reduction (any)
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.backend import Backend
-from ...problems.hamiltonians import Hamiltonian, Quadratic
+from ...problems.hamiltonians import Congestion, Hamiltonian, Power, Quadratic
 from .tridiag import TridiagonalSolver, solve_lapack, solve_lapack_torch, solve_pcr_zero_ends
 
 
@@ -39,19 +41,20 @@ class FDKernels:
     """The kernels of the scheme on one (backend, device): a strategy whose :meth:`hjb`
     (``U_T, F, guess, density -> U``) and :meth:`fp` (``U, mu0, density -> mu``, cell masses)
     run the sweeps for a :class:`~mfgwork.numerics.fdm.sweeps.FiniteDifferences` solver,
-    with the tridiagonal solve ``tridiagonal``. ``quadratic_only``: its kernels have ½|p|²
-    built in. ``cuda_graphs``: its sweeps may be recorded as CUDA graphs. ``requires``:
-    whether what the kernels need is installed."""
+    with the tridiagonal solve ``tridiagonal``. ``carried``: the Hamiltonian classes its
+    kernels have built in (exact types; None: any Hamiltonian). ``cuda_graphs``: its sweeps
+    may be recorded as CUDA graphs. ``requires``: whether what the kernels need is
+    installed."""
 
     name: str
     tridiagonal: TridiagonalSolver
-    quadratic_only: bool = False
+    carried: tuple[type[Hamiltonian], ...] | None = None
     cuda_graphs: bool = False
     requires: Callable[[], bool] = lambda: True
 
     def carries(self, hamiltonian: Hamiltonian) -> bool:
         """Whether these kernels run the scheme of ``hamiltonian``."""
-        return not self.quadratic_only or type(hamiltonian) is Quadratic
+        return self.carried is None or type(hamiltonian) in self.carried
 
     def hjb(self, fd: Any, U_T: Any, F: Any, guess: Any, density: Any) -> Any:
         """The generic sweep: adaptive Newton per time step (host reads allowed)."""
@@ -65,24 +68,28 @@ class FDKernels:
 class CompiledLoops(FDKernels):
     """numba loops for single problems (batches: the array-API sweeps with LAPACK)."""
 
-    quadratic_only: bool = True
+    carried: tuple[type[Hamiltonian], ...] | None = (Quadratic, Power, Congestion)
 
     def hjb(self, fd: Any, U_T: Any, F: Any, guess: Any, density: Any) -> Any:
-        if F.ndim == 2:
+        if F.ndim != 2:
+            return super().hjb(fd, U_T, F, guess, density)
+        if type(fd.hamiltonian) is Quadratic:
             return fd._hjb_compiled(U_T, F, guess)
-        return super().hjb(fd, U_T, F, guess, density)
+        return fd._hjb_compiled_model(U_T, F, guess, density)
 
     def fp(self, fd: Any, U: Any, mu0: Any, density: Any) -> Any:
-        if U.ndim == 2:
+        if U.ndim != 2:
+            return super().fp(fd, U, mu0, density)
+        if type(fd.hamiltonian) is Quadratic:
             return fd._fp_compiled(U, mu0)
-        return super().fp(fd, U, mu0, density)
+        return fd._fp_compiled_model(U, mu0, density)
 
 
 @dataclass(frozen=True)
 class FusedTriton(FDKernels):
     """Batched Triton sweeps, the time loop and Newton inside one launch."""
 
-    quadratic_only: bool = True
+    carried: tuple[type[Hamiltonian], ...] | None = (Quadratic,)
 
     def hjb(self, fd: Any, U_T: Any, F: Any, guess: Any, density: Any) -> Any:
         return fd._hjb_fused(U_T, F, guess)

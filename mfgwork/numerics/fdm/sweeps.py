@@ -2,17 +2,17 @@
 
 :class:`FiniteDifferences` binds the scheme of :mod:`.operators` to a grid, ν, a Hamiltonian
 and a backend, and runs the sweeps of the strategy that the table of :mod:`.kernels` chooses
-for them. For ½|p|² on the CPU (NumPy arrays, and torch CPU tensors through zero-copy views)
-these are the compiled loops of :mod:`.numba_kernels`, for other Hamiltonians the array-API
-sweeps below with LAPACK; on CUDA with Triton the fused batched sweeps of :mod:`.triton_sweeps`
-(½|p|²)
-(whole time loop and per-step Newton in one launch, non-convergence flags read back with the
-next host synchronisation); on other accelerators and under MPS emulation the array-API
-sweeps below with the backend's tridiagonal kernel. The array-API time loop makes no host
-round trip: each step takes a fixed number of Newton iterations and
-the largest final Newton update is checked once after the sweep (if it is too large, the
-sweep is repeated with twice the iterations). By quadratic convergence the error left after
-a last update δ is about C δ², so an update of 0.1·√tol leaves an error near tol.
+for them. For the shipped Hamiltonians on the CPU (NumPy arrays, and torch CPU tensors through
+zero-copy views) these are the compiled loops of :mod:`.numba_kernels`, for other Hamiltonians
+the array-API sweeps below with LAPACK; on CUDA with Triton the fused batched sweeps of
+:mod:`.triton_sweeps` for ½|p|² (whole time loop and per-step Newton in one launch,
+non-convergence flags read back with the next host synchronisation); on other accelerators
+and under MPS emulation the array-API sweeps below with the backend's tridiagonal kernel.
+The array-API time loop makes no host round trip: each step takes a fixed number of Newton
+iterations and the largest final Newton update is checked once after the sweep (if it is
+too large, the sweep is repeated with twice the iterations). By quadratic convergence the
+error left after a last update δ is about C δ², so an update of 0.1·√tol leaves an error
+near tol.
 
 Every array operation of a time step is a kernel launch on a device, so the generic path
 keeps them few: the Jacobian bands and the residual come from one pass over the edge
@@ -36,7 +36,7 @@ from ...core.backend import Backend, to_numpy
 from ...core.compiling import CheckedCompile, wants_compile
 from ...core.errors import ParameterError, SolverError
 from ...core.grid import Grid
-from ...problems.hamiltonians import Hamiltonian, Quadratic
+from ...problems.hamiltonians import Hamiltonian, Power, Quadratic
 from .kernels import FDKernels, fdm_kernels
 from .operators import StepConstants, jacobian_bands, newton_system, step_constants, transpose_bands
 from .tridiag import pcr_apply, pcr_factor
@@ -111,7 +111,7 @@ class FiniteDifferences:
         if not self.kernels.carries(self.hamiltonian):
             raise ParameterError(f"kernels={self.kernels.name!r} is invalid with "
                                  f"hamiltonian={self.hamiltonian!r}: those kernels carry "
-                                 "½|p|² only")
+                                 f"{', '.join(c.__name__ for c in self.kernels.carried)} only")
         self._hjb_sweep = partial(self.kernels.hjb, self)
         self._fp_sweep = partial(self.kernels.fp, self)
         self.x = backend.asarray(grid.x)
@@ -255,6 +255,55 @@ class FiniteDifferences:
             raise SolverError(f"HJB Newton did not converge at time step n={bad} "
                               f"(t={g.t[bad]:.6g}) in {MAX_NEWTON} iterations")
         return self._from_host(U)
+
+    def _model_code(self, density: Any | None, dtype: Any) -> tuple[Any, ...]:
+        """(density rows, kind, a, b) of the compiled model loops for the shipped
+        Hamiltonian (:mod:`.numba_kernels`): the frozen density on the host, or one row of
+        zeros where H does not depend on m."""
+        from . import numba_kernels
+
+        H = self.hamiltonian
+        if isinstance(H, Power):
+            kind, a, b = numba_kernels.POWER, H.q, 0.0
+        else:
+            kind, a, b = numba_kernels.CONGESTION, H.c, H.alpha
+        rows = (np.zeros((1, self.grid.nx), dtype=dtype) if density is None
+                else np.ascontiguousarray(_host(density), dtype=dtype))
+        return rows, kind, float(a), float(b)
+
+    def _hjb_compiled_model(self, U_T: Any, F: Any, guess: Any | None, density: Any | None
+                            ) -> Any:
+        """The compiled (numba) sweep of one problem on host arrays for a shipped
+        Hamiltonian other than ½|p|² (:func:`.numba_kernels.model_hjb_sweep`)."""
+        from . import numba_kernels
+
+        U_T, F, guess = (None if a is None else _host(a) for a in (U_T, F, guess))
+        g = self.grid
+        U = np.empty((g.nt + 1, g.nx), dtype=F.dtype)
+        U[-1] = U_T
+        its, bad = numba_kernels.model_hjb_sweep(
+            U, F, U if guess is None else guess, guess is not None,
+            *self._model_code(density, F.dtype), float(self.nu), g.h, g.dt,
+            self._inv_hw_np.astype(F.dtype), self._inv_w_np.astype(F.dtype), self.newton_tol,
+            MAX_NEWTON)
+        self.newton_iterations += its
+        if bad >= 0:
+            raise SolverError(f"HJB Newton did not converge at time step n={bad} "
+                              f"(t={g.t[bad]:.6g}) in {MAX_NEWTON} iterations")
+        return self._from_host(U)
+
+    def _fp_compiled_model(self, U: Any, mu0: Any, density: Any | None) -> Any:
+        """The compiled (numba) FP sweep for a shipped Hamiltonian other than ½|p|²."""
+        from . import numba_kernels
+
+        g = self.grid
+        U_host = _host(U)
+        mu = np.empty_like(U_host)
+        mu[0] = _host(mu0)
+        numba_kernels.model_fp_sweep(U_host, mu, *self._model_code(density, U_host.dtype),
+                                     float(self.nu), g.h, g.dt,
+                                     self._inv_hw_np.astype(U_host.dtype))
+        return self._from_host(mu)
 
     def _hjb_array(self, U_T: Any, F: Any, guess: Any | None, max_newton: int = MAX_NEWTON,
                    adaptive: bool = True, density: Any | None = None) -> tuple[Any, Any]:
