@@ -4,8 +4,9 @@
     res = mw.solve(mw.SantaFeBar(threshold=0.6), nx=201, nt=201)
 
 Convention (ν = σ²/2, reflecting walls):
-    HJB  −∂t u − ν ∂xx u + ½ (∂x u)² = f(t, x, m),  u(T) = g
-    FP    ∂t m − ν ∂xx m − ∂x(m ∂x u) = 0,         m(0) = m0
+    HJB  −∂t u − ν ∂xx u + H(x, ∂x u, m) = f(t, x, m),  u(T) = g
+    FP    ∂t m − ν ∂xx m − ∂x(m ∂p H(x, ∂x u, m)) = 0,  m(0) = m0
+with H = ½|p|² by default (``hamiltonian=``: Quadratic, Power, Congestion or your own).
 PyTorch is imported only when a torch backend is asked for.
 """
 
@@ -32,7 +33,16 @@ from .finite_state import solve_two_state, switching_rates, time_to_level
 from .numerics.iteration import Anderson, FictitiousPlay, Relaxation
 from .numerics.particles import ParticleFP
 from .placement import Placement, crossover_table, placement
-from .problems import HopfColeProblem, MFGProblem, SantaFeBar, TwoStateElFarol
+from .problems import (
+    Congestion,
+    Hamiltonian,
+    HopfColeProblem,
+    MFGProblem,
+    Power,
+    Quadratic,
+    SantaFeBar,
+    TwoStateElFarol,
+)
 from .results import Result, load, save_run
 from .solve import solve, solve_batch, solve_continuous
 from .workflows.scan import open_scan, scan
@@ -50,6 +60,7 @@ __all__ = [
     "n_player_study", "TwoStateElFarol", "solve_two_state", "switching_rates", "time_to_level",
     "solve_continuous",
     "Placement", "crossover_table", "placement", "open_scan", "scan",
+    "Hamiltonian", "Quadratic", "Power", "Congestion",
 ]
 
 

@@ -20,7 +20,7 @@ from .core.backend import Backend, get_backend, to_numpy
 from .core.errors import ParameterError
 from .numerics.fdm.sweeps import FiniteDifferences
 from .numerics.finite_state import TwoStateScheme
-from .numerics.iteration import FPSolver, HJBSolver, relative_residual
+from .numerics.iteration import FPSolver, HJBSolver, frozen_args, relative_residual
 from .numerics.particles import ParticleFP
 from .problems import TwoStateElFarol, problem_from_params
 from .problems.base import MFGProblem
@@ -31,15 +31,16 @@ def solvers(problem: MFGProblem, grid: Any, be: Backend, method: str,
             max_memory: object = None
             ) -> tuple[FiniteDifferences, HJBSolver, FPSolver, dict[str, Any]]:
     """The HJB and FP solvers of one solve (and the particle parameters to record)."""
-    fd = FiniteDifferences(grid, problem.nu, be, compile_steps=compile_steps)
+    H = problem.hamiltonian
+    fd = FiniteDifferences(grid, problem.nu, be, hamiltonian=H, compile_steps=compile_steps)
     hjb, fp, fp_params = fd.solve_hjb, fd.solve_fp, {}
     if method == "particles":
         particles = ParticleFP(grid, problem.sigma, be, n_particles=n_particles, seed=seed,
-                               max_memory=max_memory)
+                               max_memory=max_memory, hamiltonian=H)
         fp = particles.solve_fp
         fp_params = {"n_particles": particles.n_particles, "seed": particles.seed}
         if be.is_accelerator:  # (the CPU backends run the compiled loops already)
-            fd = FiniteDifferences(grid, problem.nu, get_backend("numpy"))
+            fd = FiniteDifferences(grid, problem.nu, get_backend("numpy"), hamiltonian=H)
             hjb = on_host(fd.solve_hjb, be)
     return fd, hjb, fp, fp_params
 
@@ -48,9 +49,9 @@ def on_host(solve_hjb: Any, be: Backend) -> Any:
     """HJB solved by the compiled NumPy float64 sweep, U moved to ``be``: with particles the
     grid is small and the sequential sweep takes milliseconds on the CPU, far less than its
     thousands of tiny kernel launches on a device. One transfer each way per Picard iterate."""
-    def hjb(U_T: Any, F: Any, guess: Any | None) -> Any:
+    def hjb(U_T: Any, F: Any, guess: Any | None, *density: Any) -> Any:
         host = [None if a is None else np.asarray(to_numpy(a), dtype=np.float64)
-                for a in (U_T, F, guess)]
+                for a in (U_T, F, guess, *density)]
         return be.asarray(solve_hjb(*host))
     return hjb
 
@@ -90,9 +91,10 @@ def residual_on(result: Any, problem: MFGProblem, be: Backend) -> float:
                             result.params.get("seed") if particles else None)
     coupling = problem.coupling(grid, be)
     z = coupling.state(be.asarray(M))
+    frozen = frozen_args(coupling, z)
     U = hjb(problem.terminal_cost(grid, be), coupling.running_cost(z),
-            be.asarray(to_numpy(result.U)))
-    gz = coupling.state(fp(U, problem.initial_density(grid, be)))
+            be.asarray(to_numpy(result.U)), *frozen)
+    gz = coupling.state(fp(U, problem.initial_density(grid, be), *frozen))
     return float(to_numpy(relative_residual(gz, z, be.xp, batched=False))[0])
 
 

@@ -18,7 +18,12 @@ from .core.backend import BACKENDS, Backend, get_backend, to_numpy
 from .core.compiling import check_compile_steps
 from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag
 from .finite_state import solve_two_state
-from .numerics.batch_newton import BatchNewton, member_potentials
+from .numerics.batch_newton import (
+    BatchNewton,
+    member_potentials,
+    newton_refusal,
+    newton_tangent,
+)
 from .numerics.fdm.sweeps import FiniteDifferences
 from .numerics.fdm.warmup import compile_kernels
 from .numerics.iteration import (
@@ -186,7 +191,7 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     newton = (_batch_newton([coupling], iteration, grid, [problem], be, tol)
               if method == "fdm" else None)
     fallback = None if newton is not None else _newton_fallback(
-        coupling, scheme, method, grid, problem.nu, be, tol)
+        coupling, scheme, method, grid, problem, be, tol)
     out, coarse_iterations = _equilibrium(
         newton, [problem], coupling, hjb, fp, m0, U_T, grid, be, scheme, tol, max_iter,
         progress, batched=False, coarse=coarse, max_memory=max_memory, warm=warm,
@@ -201,6 +206,7 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     result = _result(problem, grid, be, out, None, settings, timings,
                      {"newton_iterations": fd.newton_iterations,
                       **_newton_extra(newton, coarse_iterations, 0),
+                      **_model_extra([coupling], [problem], iteration),
                       "fdm_kernels": fd.kernels.name,
                       "compiled_steps": fd.compiled_steps})
     return _certify_in_float64([result], [problem], be, tol, timings)[0]
@@ -284,7 +290,7 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     couplings = [p.coupling(grid, be) for p in problems]
     coupling = batch_coupling(couplings, be)
     fd = FiniteDifferences(grid, np.array([[p.nu] for p in problems]), be,
-                           compile_steps=compile_steps)
+                           hamiltonian=problems[0].hamiltonian, compile_steps=compile_steps)
     setup = time.perf_counter() - started
     newton = _batch_newton(couplings, iteration, grid, problems, be, tol)
     out, coarse_iterations = _equilibrium(
@@ -296,6 +302,7 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     settings = {"method": "fdm", "tol": tol, "max_iter": max_iter,
                 "iteration": _describe(scheme, newton), "batch_size": len(problems)} | placed
     extra = {"newton_iterations": fd.newton_iterations, "batch_size": len(problems),
+             **_model_extra(couplings, problems, iteration),
              "fdm_kernels": fd.kernels.name, "compiled_steps": fd.compiled_steps}
     results = [_result(p, grid, be, out, b, settings, timings,
                        extra | _newton_extra(newton, coarse_iterations, b))
@@ -308,24 +315,27 @@ def _compile_first(hjb: HJBSolver, be: Backend, compiled: dict[str, float]) -> H
     (:func:`~mfgwork.numerics.fdm.warmup.compile_kernels`), timed into
     ``compiled["seconds"]``: after the running cost of the first iterate, so bad input
     (e.g. a non-finite ``f``) is still refused before that work."""
-    def first(U_T: Any, F: Any, guess: Any | None) -> Any:
+    def first(U_T: Any, F: Any, guess: Any | None, *density: Any) -> Any:
         if "seconds" not in compiled:
             compiled["seconds"] = compile_kernels(be)
-        return hjb(U_T, F, guess)
+        return hjb(U_T, F, guess, *density)
     return first
 
 
 def _newton_fallback(coupling: Any, scheme: IterationScheme, method: str, grid: Any,
-                     nu: float, be: Backend, tol: float) -> PotentialNewton | None:
-    """Newton's method on the potential when the problem declares one, for schemes that ask
-    for it (``scheme.newton_continuation``: Anderson, by name or instance) with finite
-    differences in float64 (its exact Jacobian is that of the scheme) and grids whose
-    tangent sweeps fit in ``NEWTON_MEMORY`` bytes ((nt+1)·nx·nt floats)."""
+                     problem: MFGProblem, be: Backend, tol: float) -> PotentialNewton | None:
+    """Newton's method on the potential when the problem declares one and its Hamiltonian
+    allows it (:func:`newton_refusal`), for schemes that ask for it
+    (``scheme.newton_continuation``: Anderson, by name or instance) with finite differences in
+    float64 (its exact Jacobian is that of the scheme) and grids whose tangent sweeps fit in
+    ``NEWTON_MEMORY`` bytes ((nt+1)·nx·nt floats)."""
     potential = coupling.potential()
     if (potential is None or not scheme.newton_continuation or method != "fdm"
-            or be.eps > 1e-10 or 8 * (grid.nt + 1) * grid.nx * grid.nt > NEWTON_MEMORY):
+            or be.eps > 1e-10 or 8 * (grid.nt + 1) * grid.nx * grid.nt > NEWTON_MEMORY
+            or newton_refusal(problem.hamiltonian) is not None):
         return None
-    return PotentialNewton(potential, grid=grid, nu=nu, backend=be, tol=tol)
+    return PotentialNewton(potential, grid=grid, nu=problem.nu, backend=be, tol=tol,
+                           hamiltonian=problem.hamiltonian)
 
 
 def _batch_newton(couplings: list[Any], iteration: Any, grid: Any,
@@ -334,10 +344,25 @@ def _batch_newton(couplings: list[Any], iteration: Any, grid: Any,
     all declare a potential, with the default iteration (on the CPU it is matrix-free; devices
     compute the tangent Jacobians in chunks that fit their memory)."""
     potentials = member_potentials([c.potential() for c in couplings])
-    if potentials is None or iteration is not None:
+    if (potentials is None or iteration is not None
+            or newton_refusal(problems[0].hamiltonian) is not None):
         return None
     return BatchNewton(potentials, grid=grid, nu=np.array([p.nu for p in problems]),
-                       backend=be, tol=tol)
+                       backend=be, tol=tol, hamiltonian=problems[0].hamiltonian)
+
+
+def _model_extra(couplings: list[Any], problems: Sequence[MFGProblem], iteration: Any
+                 ) -> dict[str, Any]:
+    """The Hamiltonian of the solve and, where a potential game's Newton's method on the
+    coupling state cannot serve it (:func:`newton_refusal`), why, or where its tangent is
+    approximate (:func:`newton_tangent`), how."""
+    H = problems[0].hamiltonian
+    refusal = newton_refusal(H) or newton_tangent(H)
+    potential = all(c.potential() is not None for c in couplings)
+    return {"hamiltonian": H.params()} | (
+        {"newton_on_coupling": refusal}
+        if refusal and iteration in (None, "anderson") and (potential or H.depends_on_m)
+        else {})
 
 
 COARSE = 51   # the grid of the first stage of coarse-to-fine solves (nx = nt)
@@ -553,10 +578,11 @@ def _check_batch(problems: Sequence[MFGProblem]) -> list[MFGProblem]:
 
 def _coupling_groups(problems: Sequence[MFGProblem], grid: Any, be: Backend
                      ) -> list[list[int]]:
-    """Indices of ``problems`` grouped by the kind of their coupling, in first-seen order."""
-    groups: dict[type, list[int]] = {}
+    """Indices of ``problems`` grouped by the kind of their coupling and their Hamiltonian,
+    in first-seen order."""
+    groups: dict[tuple, list[int]] = {}
     for i, p in enumerate(problems):
-        groups.setdefault(type(p.coupling(grid, be)), []).append(i)
+        groups.setdefault((type(p.coupling(grid, be)), p.hamiltonian), []).append(i)
     return list(groups.values())
 
 

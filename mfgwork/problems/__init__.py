@@ -4,6 +4,7 @@ observables. Imports from ``core`` only."""
 
 from ..core.errors import ParameterError
 from .base import Coupling, MFGProblem
+from .hamiltonians import Congestion, Hamiltonian, Power, Quadratic
 from .santa_fe import SantaFeBar
 from .two_state import TwoStateElFarol
 from .verification import HopfColeProblem
@@ -45,5 +46,6 @@ def problem_from_params(params: dict) -> MFGProblem | TwoStateElFarol:
                              f"({exc}): pass the problem that was solved") from None
 
 
-__all__ = ["PROBLEMS", "REBUILDABLE", "Coupling", "HopfColeProblem", "MFGProblem", "SantaFeBar",
-           "TwoStateElFarol", "problem_from_params", "problem_name"]
+__all__ = ["PROBLEMS", "REBUILDABLE", "Congestion", "Coupling", "Hamiltonian", "HopfColeProblem",
+           "MFGProblem", "Power", "Quadratic", "SantaFeBar", "TwoStateElFarol",
+           "problem_from_params", "problem_name"]

@@ -97,3 +97,98 @@ def fp_sweep(U, mu, nu, h, dt, inv_hw):  # pragma: no cover - compiled
                 ut[i] = lower[i + 1]
             rhs[i] = mu[n, i] / dt
         _thomas(lt, diag, ut, rhs, mu[n + 1], cp, dp)
+
+
+# -- the shipped Hamiltonians other than ½|p|² ---------------------------------------------
+#: ``kind`` codes of :func:`model_hjb_sweep` and :func:`model_fp_sweep`, with their two
+#: parameters (a, b): H = |p|^a / a (power), H = |p|² / (2 (a + m₊)^b) (congestion).
+POWER, CONGESTION = 1, 2
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _h_dp(kind, a, b, p, m):  # pragma: no cover - compiled
+    """(H(p, m), ∂p H(p, m)) of the model ``kind`` with parameters a, b."""
+    if kind == POWER:
+        r = abs(p) ** (a - 1.0)
+        return r * abs(p) / a, r if p > 0.0 else (-r if p < 0.0 else 0.0)
+    factor = (a + max(m, 0.0)) ** (-b)
+    return 0.5 * p * p * factor, p * factor
+
+
+@njit(cache=True, nogil=True)
+def _model_bands(u, m, kind, a, b, nu, h, inv_hw, inv_dt, lower, diag, upper, ham
+                 ):  # pragma: no cover - compiled
+    """Bands of J(u) and the Engquist–Osher Ĥ(u) at the nodes, for the density m."""
+    nx = u.shape[0]
+    for i in range(nx):
+        ql = (u[i] - u[i - 1]) / h if i > 0 else 0.0
+        qr = (u[i + 1] - u[i]) / h if i < nx - 1 else 0.0
+        h_left, d_left = _h_dp(kind, a, b, max(ql, 0.0), m[i])
+        h_right, d_right = _h_dp(kind, a, b, min(qr, 0.0), m[i])
+        h_zero = _h_dp(kind, a, b, 0.0, m[i])[0]
+        lo = -nu * inv_hw[i] - d_left / h if i > 0 else 0.0
+        up = -nu * inv_hw[i] + d_right / h if i < nx - 1 else 0.0
+        lower[i] = lo
+        upper[i] = up
+        diag[i] = inv_dt - lo - up
+        ham[i] = h_left + h_right - h_zero
+
+
+@njit(cache=True, nogil=True)
+def model_hjb_sweep(U, F, guess, use_guess, density, kind, a, b, nu, h, dt, inv_hw, inv_w,
+                    tol, max_newton):  # pragma: no cover - compiled
+    """:func:`hjb_sweep` for the model ``kind`` (the step from t_{n+1} to t_n sees the
+    density row n of ``density``, m^{n+1}; a (1, nx) row of zeros where H ignores m)."""
+    nt, nx = F.shape
+    lower, diag, upper, ham, res, du, cp, dp, u = np.empty((9, nx), U.dtype)
+    iterations = 0
+    frozen = density.shape[0] > 1
+    for n in range(nt - 1, -1, -1):
+        u[:] = guess[n] if use_guess else U[n + 1]
+        m = density[n] if frozen else density[0]
+        converged = False
+        for _ in range(max_newton):
+            iterations += 1
+            _model_bands(u, m, kind, a, b, nu, h, inv_hw, 1.0 / dt, lower, diag, upper, ham)
+            for i in range(nx):
+                ql = (u[i] - u[i - 1]) / h if i > 0 else 0.0
+                qr = (u[i + 1] - u[i]) / h if i < nx - 1 else 0.0
+                res[i] = ((u[i] - U[n + 1, i]) / dt - nu * inv_w[i] * (qr - ql) + ham[i]
+                          - F[n, i])
+            _thomas(lower, diag, upper, res, du, cp, dp)
+            step = 0.0
+            size = 0.0
+            for i in range(nx):
+                u[i] -= du[i]
+                step = max(step, abs(du[i]))
+                size = max(size, abs(u[i]))
+            if not step <= tol * (1.0 + size):
+                continue
+            converged = True
+            break
+        U[n, :] = u
+        if not converged:
+            return iterations, n
+    return iterations, -1
+
+
+@njit(cache=True, nogil=True)
+def model_fp_sweep(U, mu, density, kind, a, b, nu, h, dt, inv_hw):  # pragma: no cover
+    """:func:`fp_sweep` for the model ``kind`` (the step from t_n to t_{n+1} sees the
+    density row n of ``density``, as in :func:`model_hjb_sweep`)."""
+    nt = U.shape[0] - 1
+    nx = U.shape[1]
+    lower, diag, upper, ham, lt, ut, rhs, cp, dp = np.empty((9, nx), U.dtype)
+    frozen = density.shape[0] > 1
+    for n in range(nt):
+        m = density[n] if frozen else density[0]
+        _model_bands(U[n], m, kind, a, b, nu, h, inv_hw, 1.0 / dt, lower, diag, upper, ham)
+        lt[0] = 0.0
+        ut[nx - 1] = 0.0
+        for i in range(nx):
+            if i > 0:
+                lt[i] = upper[i - 1]
+            if i < nx - 1:
+                ut[i] = lower[i + 1]
+            rhs[i] = mu[n, i] / dt
+        _thomas(lt, diag, ut, rhs, mu[n + 1], cp, dp)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ...core.backend import Backend
+from ...problems.hamiltonians import Hamiltonian
 
 
 class ParticlePath:
@@ -67,7 +68,7 @@ class CompiledLoops(ParticlePath):
         masses = np.zeros((g.nt + 1, g.nx))
         inv_h = (g.nx - 1) / fp.length
         cic_deposit(y, inv_h, masses[0])
-        b = nodal_drift(U[:-1], g.h).astype(dtype)
+        b = nodal_drift(U[:-1], g.h, fp.hamiltonian, g.x, fp._density).astype(dtype)
         xi = np.empty(n, dtype=dtype)
         consts = (inv_h, g.dt, fp.noise, fp.length)
         for k in range(g.nt):
@@ -110,7 +111,7 @@ class TorchOps(ParticlePath):
         masses = k.mass_buffer(g.nt + 1)
         i, f = k.locate(y)
         k.deposit(i, f, masses[0])
-        b0, db = k.drift_tables(U)
+        b0, db = k.drift_tables(U, fp.hamiltonian, fp._x, fp._density)
         xi = torch.empty(n, **_options(fp))
         for step in range(g.nt):
             torch.randn(n, generator=fp.generator, out=xi)
@@ -149,7 +150,7 @@ class FusedTriton(TorchOps):
                                              **_options(fp)))
         masses = fk.mass_buffer(g.nt + 1)
         fk.deposit(y, masses[0])
-        b0, db = fp.kernels.drift_tables(U)
+        b0, db = fp.kernels.drift_tables(U, fp.hamiltonian, fp._x, fp._density)
         xi = torch.empty_like(y)
         for step in range(g.nt):
             torch.randn(y.shape, generator=fp.generator, out=xi)
@@ -161,10 +162,18 @@ class FusedTriton(TorchOps):
         return fp._fused_kernels.node_masses(masses)
 
 
-def nodal_drift(U: np.ndarray, h: float) -> np.ndarray:
-    """b = −∂x u at the nodes of each row of U: central differences, 0 at the walls."""
+def nodal_drift(U: np.ndarray, h: float, hamiltonian: Hamiltonian | None = None,
+                x: np.ndarray | None = None, density: Any = None) -> np.ndarray:
+    """b = −∂p H(x, ∂x u, m) at the nodes of each row of U (default H = ½|p|²: b = −∂x u):
+    ∂x u by central differences, b = 0 at the walls; ``density`` (rows like U's) where H
+    depends on m."""
     b = np.zeros_like(U)
-    b[..., 1:-1] = -(U[..., 2:] - U[..., :-2]) / (2 * h)
+    grad = (U[..., 2:] - U[..., :-2]) / (2 * h)
+    if hamiltonian is None:
+        b[..., 1:-1] = -grad
+    else:
+        m = None if density is None else np.asarray(density)[..., 1:-1]
+        b[..., 1:-1] = -hamiltonian.dp(x[1:-1], grad, m, np)
     return b
 
 

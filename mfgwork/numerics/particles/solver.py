@@ -1,11 +1,13 @@
 """The particle Fokker–Planck solver: Euler–Maruyama with reflecting walls, CIC or KDE density.
 
-N agents follow dX = −∂x u(t, X) dt + σ dW on [x_min, x_max] with reflection at the walls:
+N agents follow dX = b dt + σ dW, b = −∂p H(x, ∂x u, m) (½|p|²: −∂x u), on [x_min, x_max] with
+reflection at the walls:
 
-    X^{n+1} = fold(X^n − ∂x u(t_n, X^n) Δt + σ √Δt ξ^n),   ξ^n ~ N(0, 1) i.i.d.,
+    X^{n+1} = fold(X^n + b(t_n, X^n) Δt + σ √Δt ξ^n),   ξ^n ~ N(0, 1) i.i.d.,
 
-where ∂x u(t_n, ·) is the central difference of U[n] at the nodes (0 at the walls, Neumann)
-interpolated linearly in x (step n → n + 1 uses U[n], as the implicit FDM step does), and fold
+where b(t_n, ·) is −∂p H at the nodes of the central difference of U[n] (0 at the walls,
+Neumann; where H depends on m, with m^{n+1} frozen as in the FDM step) interpolated linearly
+in x (step n → n + 1 uses U[n], as the implicit FDM step does), and fold
 reflects into the domain exactly for any excursion (period 2L), so no particle ever leaves it.
 X^0 is sampled from the piecewise-linear m0 by inverse CDF. The density at each level is the
 cloud-in-cell deposit (default) or a reflected Gaussian KDE (see :mod:`.density`); every level
@@ -27,6 +29,7 @@ from ...core import cuda_graphs
 from ...core.backend import Backend
 from ...core.errors import MAX_COUNT, ParameterError, check_choice, check_int, check_real
 from ...core.grid import Grid
+from ...problems.hamiltonians import Hamiltonian, Quadratic
 from .density import DENSITIES, kde_densities
 from .memory import check_fits
 from .paths import ParticlePath, particle_path
@@ -79,7 +82,9 @@ class ParticleFP:
                  n_particles: int = DEFAULT_PARTICLES, seed: int | None = None,
                  density: str = "cic", deposit_copies: int | None = None,
                  cuda_graph: bool | None = None, compile_step: bool = False,
-                 fused: bool | None = None, max_memory: object = None) -> None:
+                 fused: bool | None = None, max_memory: object = None,
+                 hamiltonian: Hamiltonian | None = None) -> None:
+        self.hamiltonian = Quadratic() if hamiltonian is None else hamiltonian
         self.n_particles, seed = check_particle_args(n_particles, seed)
         self.seed = fresh_seed() if seed is None else seed
         self.density = check_choice("density", density, DENSITIES)
@@ -96,6 +101,8 @@ class ParticleFP:
         self.length = grid.x_max - grid.x_min
         self.noise = self.sigma * grid.dt**0.5
         self.weights = backend.asarray(grid.weights)
+        self._x = backend.asarray(grid.x)
+        self._density: Any = None
         self._offsets: Any = None
         self._graph: Any = None
         self._graph_offsets: Any = None
@@ -111,9 +118,15 @@ class ParticleFP:
             raise ParameterError("positions is not available yet: call solve_fp first")
         return self._offsets + self.grid.x_min
 
-    def solve_fp(self, U: Any, m0: Any) -> Any:
-        """Densities M (levels 0..nt, shape (nt + 1, nx)) of particles driven by −∂x u of U."""
+    def solve_fp(self, U: Any, m0: Any, density: Any | None = None) -> Any:
+        """Densities M (levels 0..nt, shape (nt + 1, nx)) of particles driven by
+        −∂p H(x, ∂x u, m) of U (``density``: m^1..m^nt, where H depends on m)."""
         g = self.grid
+        if self.hamiltonian.depends_on_m and density is None:
+            raise ParameterError(f"density=None is invalid with hamiltonian="
+                                 f"{self.hamiltonian!r}, which depends on m: pass the "
+                                 "densities m^1..m^nt that H sees")
+        self._density = density if self.hamiltonian.depends_on_m else None
         if tuple(U.shape) != (g.nt + 1, g.nx):
             raise ParameterError(f"U has shape {tuple(U.shape)}: the particle solver needs "
                                  f"(nt + 1, nx) = ({g.nt + 1}, {g.nx})")
