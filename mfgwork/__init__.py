@@ -32,7 +32,9 @@ from .finite_state import TwoStateResult, solve_two_state, time_to_level
 from .numerics.iteration import Anderson, FictitiousPlay, Relaxation
 from .numerics.particles import ParticleFP
 from .placement import Placement, crossover_table, placement
+from .populations import solve_populations
 from .problems import HopfColeProblem, MFGProblem, SantaFeBar, TwoStateElFarol
+from .problems.populations import Population, Populations, SantaFePopulations
 from .results import Result, load, save_run
 from .solve import solve, solve_batch
 from .workflows.scan import open_scan, scan
@@ -49,6 +51,7 @@ __all__ = [
     "SweepIndex", "load_sweep", "sweep", "ParticleFP", "NPlayerResult", "n_player",
     "n_player_study", "TwoStateElFarol", "TwoStateResult", "solve_two_state", "time_to_level",
     "Placement", "crossover_table", "placement", "open_scan", "scan",
+    "Population", "Populations", "SantaFePopulations", "solve_populations",
 ]
 
 

@@ -4,6 +4,7 @@ observables. Imports from ``core`` only."""
 
 from ..core.errors import ParameterError
 from .base import Coupling, MFGProblem
+from .populations import Population, Populations, SantaFePopulations
 from .santa_fe import SantaFeBar
 from .two_state import TwoStateElFarol
 from .verification import HopfColeProblem
@@ -32,4 +33,5 @@ def problem_from_params(params: dict) -> MFGProblem:
                              f"({exc}): pass the problem that was solved") from None
 
 
-__all__ = ["Coupling", "HopfColeProblem", "MFGProblem", "SantaFeBar", "TwoStateElFarol"]
+__all__ = ["Coupling", "HopfColeProblem", "MFGProblem", "Population", "Populations",
+           "SantaFePopulations", "SantaFeBar", "TwoStateElFarol"]
