@@ -106,7 +106,7 @@ class Populations:
         total = float(np.sum([g.share for g in groups]))
         if abs(total - 1.0) > SHARE_TOLERANCE:
             shares = ", ".join(f"{g.name}={g.share!r}" for g in groups)
-            raise ParameterError(f"groups[*].share={total!r} in sum ({shares}) is invalid: the "
+            raise ParameterError(f"groups[*].share={total:.15g} in sum ({shares}) is invalid: the "
                                  f"shares must sum to 1 within {SHARE_TOLERANCE:g} (they are "
                                  "not renormalised)")
         first = groups[0].model
