@@ -18,6 +18,7 @@ from .results import Result
 from .solve import (
     COARSE,
     COARSE_TOL,
+    NEWTON_MEMORY,
     _check_size,
     _place,
     _progress_bar,
@@ -27,24 +28,29 @@ from .solve import (
 
 
 def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
-                      backend: str | Backend = "numpy", device: str = "cpu",
-                      dtype: object = None, tol: float = 1e-8, max_iter: int = 200,
-                      iteration: str | IterationScheme | None = None,
+                      method: str = "fdm", backend: str | Backend = "numpy",
+                      device: str = "cpu", dtype: object = None, tol: float = 1e-8,
+                      max_iter: int = 200, iteration: str | IterationScheme | None = None,
                       newton_system: str = "gmres", progress: bool | None = None,
-                      compile_steps: bool | str = "auto", max_memory: int | str | None = None,
-                      coarse: bool = True) -> Result:
+                      compile_steps: bool | str = "auto", initial: Result | Any = None,
+                      max_memory: int | str | None = None, coarse: bool = True) -> Result:
     """Solve the equilibrium of several populations (:class:`~mfgwork.Populations`, e.g.
     :class:`~mfgwork.SantaFePopulations`) on an ``nx`` × ``nt`` grid by finite differences.
 
-    Grid, ``backend``/``device``/``dtype``, ``tol``, ``max_iter``, ``progress``,
-    ``compile_steps`` and ``max_memory`` as for :func:`mfgwork.solve`. The iteration runs on
+    Grid, ``method`` ("fdm" only), ``backend``/``device``/``dtype``, ``tol``, ``max_iter``,
+    ``progress``, ``compile_steps`` and ``max_memory`` as for :func:`mfgwork.solve`.
+    ``initial``: a result of the same groups (any grid; its observed path is interpolated in
+    time) or the observed path itself (levels 1..nt, or 0..nt as ``res.attendance``) to
+    start from instead of agents who do not move. The iteration runs on
     the shared observed path z (Santa Fe: the total attendance A = Σ_k w_k A_k at levels
     1..nt); each iteration is one best response of every group (the K groups as one batch).
     ``iteration=None`` (default): Newton's method on z with the exact tangent Jacobian of
     the scheme (``newton_system``: "gmres", matrix-free, or "dense"), a line search, and
     Anderson mixing when the line search fails (:mod:`mfgwork.numerics.populations`);
-    otherwise the scheme given alone (e.g. "anderson"). ``coarse``: on grids at least twice
-    as fine as 51 × 51, Newton starts from a 51 × 51 solve.
+    otherwise the scheme given alone (e.g. "anderson"). The dense system needs
+    8 (nt+1) nx nt bytes per group and is refused beyond about 400 × 400. ``coarse``: on grids
+    at least twice as fine as 51 × 51, Newton starts from a 51 × 51 solve (unless
+    ``initial`` is given).
 
     Certificate: one more best response of every group to the returned densities' path z;
     ``res.residual`` = ‖G(z) − z‖/‖G(z)‖ (G the share-weighted path of the best responses),
@@ -60,21 +66,29 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
         raise ParameterError(f"problem={problem!r:.80} is invalid: must be an "
                              "mfgwork.Populations (e.g. mw.SantaFePopulations([...]))")
     grid = problem.grid(nx, nt)
+    check_choice("method", method, ("fdm",))
     tol, max_iter = check_stopping(tol, max_iter)
     scheme = None if iteration is None else make_scheme(iteration)
     check_choice("newton_system", newton_system, SYSTEMS)
+    if newton_system == "dense" and 8 * (nt + 1) * nx * nt > NEWTON_MEMORY:
+        raise ParameterError(f"newton_system='dense' is invalid on an nx={nx} x nt={nt} grid: "
+                             f"its tangent Jacobians need {8 * (nt + 1) * nx * nt:.3g} bytes "
+                             f"per group (at most {NEWTON_MEMORY:.3g}); use 'gmres'")
     check_compile_steps(compile_steps)
     check_flag("progress", progress, optional=True)
     check_flag("coarse", coarse)
     models = list(problem.models)
     backend, device, placed = _place(models, "fdm", None, nx, nt, backend, device)
     be = get_backend(backend, device, dtype)
-    _check_size(models, grid, be, make_scheme(iteration), max_memory, batch=len(models))
+    _check_size(models, grid, be, scheme or make_scheme(None), max_memory, batch=len(models))
     tol = _reachable_tol(tol, be)
+    z_init = _initial_path(initial, problem, grid)
 
     s = setup(problem, grid, be, compile_steps)
-    z_init, coarse_iterations = None, None
-    if coarse and scheme is None and _refines(grid):
+    coarse_iterations = None
+    if z_init is not None:
+        z_init = be.asarray(z_init)
+    elif coarse and scheme is None and _refines(grid):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             first = solve_populations(problem, nx=COARSE, nt=COARSE, backend=be,
@@ -112,7 +126,7 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
     summary = problem.summary(grid, {k: to_numpy(v) for k, v in observables.items()})
     described = ({"scheme": "newton", "system": newton_system, "fallback": "anderson"}
                  if scheme is None else scheme.describe())
-    params = problem.params() | {"nx": nx, "nt": nt, "method": "fdm", "tol": tol,
+    params = problem.params() | {"nx": nx, "nt": nt, "method": method, "tol": tol,
                                  "max_iter": max_iter, "iteration": described} | placed | {
         "backend": be.name, "device": be.device, "dtype": be.dtype}
     extra = {"populations": list(problem.names), "shares": problem.shares.tolist(),
@@ -136,6 +150,27 @@ def _certificate(problem: Populations, grid: Any, be: Backend, U: Any, M: Any
         U, M = (be.asarray(to_numpy(a)) for a in (U, M))
     residual, groups = best_response_residuals(setup(problem, grid, be), U, M)
     return residual, groups, be.dtype
+
+
+def _initial_path(initial: Any, problem: Populations, grid: Any) -> np.ndarray | None:
+    """The observed path (levels 1..nt of ``grid``) to start from: None, from a result of
+    the same groups, or a path (nt,) or (nt+1,); errors name ``initial``, before work."""
+    if initial is None:
+        return None
+    if isinstance(initial, Result):
+        if initial.populations != problem.names:
+            raise ParameterError(f"initial is a result of the populations "
+                                 f"{initial.populations}: must be one of {problem.names}")
+        return _interpolated_path(initial, problem, grid)
+    path = (None if isinstance(initial, str | dict)
+            else np.asarray(to_numpy(initial)))
+    if (path is None or path.dtype.kind not in "iuf"
+            or path.shape not in ((grid.nt,), (grid.nt + 1,))
+            or not np.all(np.isfinite(path))):
+        raise ParameterError(f"initial={initial!r:.60} is invalid: must be None, a result of "
+                             f"the same populations, or a finite observed path of shape "
+                             f"({grid.nt},) or ({grid.nt + 1},)")
+    return path[-grid.nt:].astype(np.float64)
 
 
 def _interpolated_path(result: Result, problem: Populations, grid: Any) -> np.ndarray:

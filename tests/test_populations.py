@@ -131,6 +131,15 @@ def test_a_stalled_newton_is_continued_by_anderson(monkeypatch):
     assert res.converged and independent_best_responses(MIXED, res.M)[0] <= 1e-8
 
 
+def test_a_warm_start_from_a_result_or_a_path_saves_iterations():
+    cold = mw.solve_populations(MIXED, nx=61, nt=61, tol=1e-10)
+    coarse = mw.solve_populations(MIXED, nx=31, nt=31, tol=1e-10)
+    for initial in (cold, coarse, cold.attendance, cold.attendance[1:]):
+        warm = mw.solve_populations(MIXED, nx=61, nt=61, tol=1e-10, initial=initial)
+        assert warm.converged and warm.iterations < cold.iterations
+        assert relative(warm.M, cold.M) <= 1e-8
+
+
 def test_not_converged_says_so_and_its_residual_is_rechecked():
     with pytest.warns(ConvergenceWarning, match="did not reach tol"):
         res = mw.solve_populations(MIXED, nx=41, nt=41, tol=1e-10, max_iter=2)
@@ -168,6 +177,14 @@ def test_save_and_load_round_trip(tmp_path):
     assert loaded.extra["group_residuals"] == res.extra["group_residuals"]
     assert loaded.check() == pytest.approx(res.residual, rel=1e-6, abs=1e-14)
     assert mw.SantaFePopulations.from_params(loaded.params).params() == MIXED.params()
+
+
+def test_a_warm_start_from_other_groups_is_refused(no_work):
+    other = mw.Result(x=np.zeros(3), t=np.zeros(3), U=np.zeros((1, 3, 3)), M=np.zeros((1, 3, 3)),
+                      converged=True, iterations=1, history={}, params={}, timings={},
+                      extra={"populations": ["all"]})
+    with pytest.raises(ParameterError, match="initial is a result of the populations"):
+        mw.solve_populations(MIXED, nx=31, nt=31, initial=other)
 
 
 def test_a_loaded_result_with_the_wrong_group_count_is_refused(tmp_path):
@@ -228,6 +245,11 @@ def test_bad_problems_are_refused(make, match):
     ({"newton_system": "lu"}, "newton_system"),
     ({"progress": "yes"}, "progress"),
     ({"coarse": 1}, "coarse"),
+    ({"method": "particles"}, "method"),
+    ({"newton_system": "dense", "nx": 501, "nt": 501}, "newton_system='dense'"),
+    ({"initial": np.zeros(7)}, r"initial=.*shape \(31,\) or \(32,\)"),
+    ({"initial": np.full(31, np.nan)}, "initial=.*finite"),
+    ({"initial": "warm"}, "initial="),
     ({"max_memory": 1000}, "memory|nx, nt"),
 ])
 def test_bad_arguments_are_refused_before_work(no_work, kwargs, match):

@@ -177,6 +177,7 @@ class PathNewton:
         self.newton_steps = self.products = 0
         self.system_seconds = 0.0
         self.stopped = ""
+        self.last_point: dict[str, Any] = {}   # the last accepted point of :meth:`solve`
 
     def solve(self, coupling: SharedPathCoupling, hjb: Any, fp: Any, *, m0: Any, U_T: Any,
               max_iter: int, z_init: Any = None, progress: Any = None) -> FixedPointResult:
@@ -315,42 +316,43 @@ def _solve_dense(J: np.ndarray, R: np.ndarray) -> np.ndarray:
 def equilibrium(s: Setup, problem: Populations, grid: Grid, backend: Backend, *,
                 scheme: IterationScheme | None, tol: float, max_iter: int, system: str,
                 z_init: Any = None, progress: Any = None) -> tuple[FixedPointResult, dict]:
-    """The fixed point: Newton's method on the shared path (``scheme`` None, every group
-    declaring a potential), continued by Anderson mixing when it stalls; or the
-    iteration ``scheme`` alone. Returns the result and what the Newton stage did."""
-    info: dict[str, Any] = {}
+    """The fixed point: Newton's method on the shared path (``scheme`` None and every group
+    declaring a potential), continued by Anderson mixing with the iterations left when its
+    line search fails; otherwise the iteration ``scheme`` (default Anderson) alone. Returns
+    the best certified result and what the Newton stage did."""
     run = {"coupling": s.coupling, "hjb": s.sweeps.hjb, "fp": s.sweeps.fp, "m0": s.m0,
            "U_T": s.U_T}
-    if scheme is None and s.potentials is not None:
-        newton = PathNewton(s.potentials, problem.shares, [m.nu for m in problem.models],
-                            grid=grid, backend=backend, tol=tol, system=system)
-        out = newton.solve(s.coupling, s.sweeps.hjb, s.sweeps.fp, m0=s.m0, U_T=s.U_T,
-                           max_iter=max_iter, z_init=z_init, progress=progress)
-        info = {"newton_steps": newton.newton_steps, "krylov_products": newton.products,
-                "newton_system": system, "system_seconds": newton.system_seconds,
-                "stopped": newton.stopped}
-        left = max_iter - int(out.iterations[0])
-        if out.converged[0] or left < 1:
-            return out, info
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            more = fixed_point(**run, nt=grid.nt, backend=backend, scheme=Anderson(), tol=tol,
-                               max_iter=left, z_init=newton.last_point["z"],
-                               U_init=newton.last_point["U"], progress=progress)
-        info["fallback"] = {"scheme": "anderson", "iterations": int(more.iterations[0]),
-                            "residual": float(more.residual[0])}
-        for key, values in more.history.as_dict().items():
-            getattr(out.history, key).extend(values)
-        if more.residual[0] < out.residual[0]:
-            out.U, out.M, out.residual = more.U, more.M, more.residual
-            out.converged = more.converged
-        out.iterations = np.array([len(out.history.residual)])
+    if scheme is not None or s.potentials is None:
+        return _mix(run, grid, backend, scheme or Anderson(), tol, max_iter, z_init, None,
+                    progress), {}
+    newton = PathNewton(s.potentials, problem.shares, [m.nu for m in problem.models],
+                        grid=grid, backend=backend, tol=tol, system=system)
+    out = newton.solve(**run, max_iter=max_iter, z_init=z_init, progress=progress)
+    info = {"newton_steps": newton.newton_steps, "krylov_products": newton.products,
+            "newton_system": system, "system_seconds": newton.system_seconds,
+            "stopped": newton.stopped}
+    left = max_iter - int(out.iterations[0])
+    if out.converged[0] or left < 1:
         return out, info
+    more = _mix(run, grid, backend, Anderson(), tol, left, newton.last_point["z"],
+                newton.last_point["U"], progress)
+    info["fallback"] = {"scheme": "anderson", "iterations": int(more.iterations[0]),
+                        "residual": float(more.residual[0])}
+    for key, values in more.history.as_dict().items():
+        getattr(out.history, key).extend(values)
+    if more.residual[0] < out.residual[0]:
+        out.U, out.M, out.residual, out.converged = more.U, more.M, more.residual, more.converged
+    out.iterations = np.array([len(out.history.residual)])
+    return out, info
+
+
+def _mix(run: dict[str, Any], grid: Grid, backend: Backend, scheme: IterationScheme, tol: float,
+         max_iter: int, z_init: Any, U_init: Any, progress: Any) -> FixedPointResult:
+    """:func:`.iteration.fixed_point` on the shared path (its warning left to the caller)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        out = fixed_point(**run, nt=grid.nt, backend=backend, scheme=scheme or Anderson(),
-                          tol=tol, max_iter=max_iter, z_init=z_init, progress=progress)
-    return out, info
+        return fixed_point(**run, nt=grid.nt, backend=backend, scheme=scheme, tol=tol,
+                           max_iter=max_iter, z_init=z_init, U_init=U_init, progress=progress)
 
 
 def _norm(a: np.ndarray) -> float:
