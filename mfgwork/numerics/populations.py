@@ -17,12 +17,13 @@ population). It is solved matrix-free by GMRES (``system="gmres"``, the default:
 is one tangent sweep of one direction per group, O(K nt nx), to the relative accuracy
 min(10⁻⁴, r) of an inexact Newton step) or from the dense D_k (``system="dense"``: all nt
 directions, O(K nt² nx), and an LU solve). Measured on this machine's CPU at 201²
-(``benchmarks/populations.py``): see there; GMRES is the faster. d is a descent direction
+(``benchmarks/populations.py``, 2 to 4 groups): GMRES 6–9 times faster, with 15–20 products
+per step and group. d is a descent direction
 of ½‖R‖² (its derivative along d is −‖R‖² up to the inexactness of the solve), and steps are
 damped by Armijo backtracking on ½‖R‖², as in :mod:`.batch_newton`. Each evaluation is one
 best response of all groups; the densities of an accepted z are certified by one more (the
-residual of their own path, ‖G(G(z)) − G(z)‖ / ‖G(G(z))‖) once r(z) is below a trigger that a
-refused certificate lowers. When the line search fails, Anderson mixing
+residual of their own path, ‖G(G(z)) − G(z)‖ / ‖G(G(z))‖, and of each group's path) once r(z)
+is below a trigger that a refused certificate lowers. When the line search fails, Anderson mixing
 (:func:`.iteration.fixed_point`) continues from the last point with the remaining budget.
 """
 
@@ -150,8 +151,9 @@ def setup(problem: Populations, grid: Grid, backend: Backend,
 
 def best_response_residuals(s: Setup, U: Any, M: Any) -> tuple[float, np.ndarray]:
     """One best response of every group to the path z = Σ_k w_k z_k(M) observed from the
-    densities M (K, nt+1, nx) (HJB seeded by U): ‖G(z) − z‖/‖G(z)‖ and per group
-    ‖z_k(BR_k(z)) − z_k(M_k)‖ / ‖z_k(BR_k(z))‖ (K,)."""
+    densities M (K, nt+1, nx) (HJB seeded by U): the path's ‖G(z) − z‖/‖G(z)‖ and each
+    group's ‖z_k(BR_k(z)) − z_k(M_k)‖ / ‖z_k(BR_k(z))‖ (K,). The certified residual of M is
+    the largest of them: every group best responds to what it observes."""
     xp = s.coupling.xp
     z = s.coupling.state(M)
     U_new = s.sweeps.hjb(s.U_T, s.coupling.running_cost(z), U)
@@ -217,6 +219,13 @@ class PathNewton:
             return {"z": z, "gz": gz, "U": U, "M": M, "R": gh - zh, "zh": zh, "norm": norm,
                     "rel": rel}
 
+        def certificate(point: dict[str, Any], cert: dict[str, Any]) -> float:
+            """The residual of the densities of ``point`` from the best response ``cert`` to
+            their path: the largest of the path's and of each group's."""
+            groups = relative_residual(coupling.group_states(cert["M"]),
+                                       coupling.group_states(point["M"]), xp, batched=True)
+            return max(cert["rel"], float(np.max(to_numpy(groups))))
+
         z0 = (coupling.state(xp.stack([m0] * (nt + 1), axis=-2)) if z_init is None
               else coupling.project(z_init))
         point = respond(z0, None)
@@ -227,12 +236,13 @@ class PathNewton:
             if not certified and point["rel"] <= trigger:
                 cert = respond(point["gz"], point["U"])
                 certified = True
-                if cert["rel"] < best["res"]:
-                    best = {"res": cert["rel"], "U": point["U"], "M": point["M"]}
-                if cert["rel"] <= self.tol:
+                res = certificate(point, cert)
+                if res < best["res"]:
+                    best = {"res": res, "U": point["U"], "M": point["M"]}
+                if res <= self.tol:
                     self.stopped = "converged"
                     break
-                trigger = min(trigger, 0.5 * self.tol * point["rel"] / cert["rel"])
+                trigger = min(trigger, 0.5 * self.tol * point["rel"] / res)
                 if cert["norm"] ** 2 <= (1.0 - ARMIJO) * point["norm"] ** 2:
                     point, certified = cert, False   # a Picard step that decreases ‖R‖
                 continue
@@ -255,8 +265,9 @@ class PathNewton:
             point, certified = accepted, False
         if not certified:   # the last accepted point: one more evaluation certifies it
             cert = respond(point["gz"], point["U"])
-            if cert["rel"] < best["res"]:
-                best = {"res": cert["rel"], "U": point["U"], "M": point["M"]}
+            res = certificate(point, cert)
+            if res < best["res"]:
+                best = {"res": res, "U": point["U"], "M": point["M"]}
         _record_times(history, stamps, be)
         self.last_point = point
         return FixedPointResult(U=best["U"], M=best["M"],
@@ -320,39 +331,63 @@ def equilibrium(s: Setup, problem: Populations, grid: Grid, backend: Backend, *,
     declaring a potential), continued by Anderson mixing with the iterations left when its
     line search fails; otherwise the iteration ``scheme`` (default Anderson) alone. Returns
     the best certified result and what the Newton stage did."""
-    run = {"coupling": s.coupling, "hjb": s.sweeps.hjb, "fp": s.sweeps.fp, "m0": s.m0,
-           "U_T": s.U_T}
     if scheme is not None or s.potentials is None:
-        return _mix(run, grid, backend, scheme or Anderson(), tol, max_iter, z_init, None,
+        return _mix(s, grid, backend, scheme or Anderson(), tol, max_iter, z_init, None,
                     progress), {}
     newton = PathNewton(s.potentials, problem.shares, [m.nu for m in problem.models],
                         grid=grid, backend=backend, tol=tol, system=system)
-    out = newton.solve(**run, max_iter=max_iter, z_init=z_init, progress=progress)
+    out = newton.solve(s.coupling, s.sweeps.hjb, s.sweeps.fp, m0=s.m0, U_T=s.U_T,
+                       max_iter=max_iter, z_init=z_init, progress=progress)
     info = {"newton_steps": newton.newton_steps, "krylov_products": newton.products,
             "newton_system": system, "system_seconds": newton.system_seconds,
             "stopped": newton.stopped}
     left = max_iter - int(out.iterations[0])
     if out.converged[0] or left < 1:
         return out, info
-    more = _mix(run, grid, backend, Anderson(), tol, left, newton.last_point["z"],
+    more = _mix(s, grid, backend, Anderson(), tol, left, newton.last_point["z"],
                 newton.last_point["U"], progress)
     info["fallback"] = {"scheme": "anderson", "iterations": int(more.iterations[0]),
                         "residual": float(more.residual[0])}
-    for key, values in more.history.as_dict().items():
-        getattr(out.history, key).extend(values)
-    if more.residual[0] < out.residual[0]:
-        out.U, out.M, out.residual, out.converged = more.U, more.M, more.residual, more.converged
-    out.iterations = np.array([len(out.history.residual)])
-    return out, info
+    return _joined(out, more), info
 
 
-def _mix(run: dict[str, Any], grid: Grid, backend: Backend, scheme: IterationScheme, tol: float,
+def _mix(s: Setup, grid: Grid, backend: Backend, scheme: IterationScheme, tol: float,
          max_iter: int, z_init: Any, U_init: Any, progress: Any) -> FixedPointResult:
-    """:func:`.iteration.fixed_point` on the shared path (its warning left to the caller)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        return fixed_point(**run, nt=grid.nt, backend=backend, scheme=scheme, tol=tol,
-                           max_iter=max_iter, z_init=z_init, U_init=U_init, progress=progress)
+    """:func:`.iteration.fixed_point` on the shared path (its warning left to the caller),
+    certified as Newton's iterates are: by the path's and every group's residual
+    (:func:`best_response_residuals`). ``fixed_point`` stops on the path's alone, so while a
+    group's refuses the certificate it goes on from its result, its ``tol`` lowered by the
+    ratio, with the iterations left."""
+    run = {"coupling": s.coupling, "hjb": s.sweeps.hjb, "fp": s.sweeps.fp, "m0": s.m0,
+           "U_T": s.U_T}
+    out, inner = None, tol
+    while True:
+        left = max_iter - (0 if out is None else int(out.iterations[0]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            more = fixed_point(**run, nt=grid.nt, backend=backend, scheme=scheme, tol=inner,
+                               max_iter=left, z_init=z_init, U_init=U_init,
+                               progress=progress)
+        path, groups = best_response_residuals(s, more.U, more.M)
+        more.residual = np.array([max(path, float(np.max(groups)))])
+        more.converged = more.residual <= tol
+        out = more if out is None else _joined(out, more)
+        if out.converged[0] or int(out.iterations[0]) >= max_iter or path > inner:
+            return out
+        inner *= 0.5 * tol / float(more.residual[0])
+        z_init, U_init = s.coupling.state(more.M), more.U
+
+
+def _joined(first: FixedPointResult, then: FixedPointResult) -> FixedPointResult:
+    """``first`` continued by ``then``: their histories in turn, the better certified
+    solution of the two, the iterations of both."""
+    for key, values in then.history.as_dict().items():
+        getattr(first.history, key).extend(values)
+    if then.residual[0] < first.residual[0]:
+        first.U, first.M = then.U, then.M
+        first.residual, first.converged = then.residual, then.converged
+    first.iterations = np.array([len(first.history.residual)])
+    return first
 
 
 def _norm(a: np.ndarray) -> float:
