@@ -109,6 +109,22 @@ def test_regulars_and_newcomers_certified_by_each_groups_best_response(system):
     assert res.check() == pytest.approx(res.residual, rel=1e-6, abs=1e-14)
 
 
+def test_three_groups_and_the_generic_type_are_certified():
+    groups = [mw.Population("a", 0.2, mw.SantaFeBar(threshold=0.3, sigma=0.4, eps=0.02)),
+              mw.Population("b", 0.3, mw.SantaFeBar(threshold=0.6, sigma=1.0, good=20.0)),
+              mw.Population("c", 0.5, mw.SantaFeBar(threshold=0.8, sigma=0.25))]
+    santa_fe = mw.SantaFePopulations(groups)
+    res = mw.solve_populations(santa_fe, nx=51, nt=51)
+    assert res.converged and res.populations == ("a", "b", "c")
+    total, per_group = independent_best_responses(santa_fe, res.M)
+    assert max(total, *per_group) <= 1e-8
+    # the generic type: the same equilibrium, each group's own model summary
+    generic = mw.solve_populations(mw.Populations(groups), nx=51, nt=51)
+    assert np.array_equal(generic.M, res.M) and generic.params["problem"] == "populations"
+    assert generic.summary["mean_attendance_b"] == pytest.approx(np.mean(res.attendance_b))
+    assert np.array_equal(generic.attendance, res.attendance)
+
+
 def test_gmres_and_dense_newton_reach_the_same_equilibrium():
     a = mw.solve_populations(MIXED, nx=61, nt=61, tol=1e-10, newton_system="gmres")
     b = mw.solve_populations(MIXED, nx=61, nt=61, tol=1e-10, newton_system="dense")
