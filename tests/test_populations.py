@@ -185,6 +185,15 @@ def test_float32_mps_emulation_agrees_with_numpy(mps_emulation):
     assert max(independent_best_responses(MIXED, res.M)[1]) <= 1e-3
 
 
+def test_float32_on_the_cpu_is_certified_in_float64():
+    pytest.importorskip("torch")
+    res = mw.solve_populations(MIXED, nx=41, nt=41, backend="torch", dtype="float32", tol=1e-3)
+    assert res.converged and res.dtype == "float32" and res.extra["certified_in"] == "float64"
+    total, groups = independent_best_responses(MIXED, res.M)
+    assert res.residual == pytest.approx(max(total, *groups), rel=1e-3)
+    assert res.check() == pytest.approx(res.residual, rel=1e-6)
+
+
 def test_save_and_load_round_trip(tmp_path):
     res = mw.solve_populations(MIXED, nx=31, nt=31)
     loaded = mw.load(res.save(tmp_path / "run"))
@@ -209,6 +218,13 @@ def test_a_loaded_result_with_the_wrong_group_count_is_refused(tmp_path):
     res = mw.solve_populations(MIXED, nx=31, nt=31)
     res.extra = res.extra | {"populations": ["only"]}
     with pytest.raises(mw.LoadError, match="'U'"):
+        mw.load(res.save(tmp_path / "run"))
+
+
+def test_a_loaded_result_with_bad_group_names_is_refused(tmp_path):
+    res = mw.solve_populations(MIXED, nx=31, nt=31)
+    res.extra = res.extra | {"populations": [1, 2]}
+    with pytest.raises(mw.LoadError, match="extra.populations"):
         mw.load(res.save(tmp_path / "run"))
 
 
