@@ -192,7 +192,8 @@ class PathNewton:
         history, stamps = History(), []
         last = {"stamp": be.stamp(), "U": None, "M": None}
 
-        def respond(z: Any, guess: Any) -> dict[str, Any]:
+        def respond(z: Any, guess: Any, record: bool = True) -> dict[str, Any]:
+            """The best response to z; ``record``: an iteration (history, progress)."""
             F, U, M, gz, (t1, t2, t3) = evaluate(z, guess)
             host = to_numpy(xp.concat([xp.reshape(a, (-1,)) for a in (z, gz)]))
             bad = to_numpy(xp.stack([xp.sum(xp.astype(~xp.isfinite(a), a.dtype))
@@ -204,6 +205,10 @@ class PathNewton:
                       np.asarray(host[nt:], dtype=np.float64))
             norm = _norm(gh - zh)
             rel = norm / max(_norm(gh), 1e-300)
+            out = {"z": z, "gz": gz, "U": U, "M": M, "R": gh - zh, "zh": zh, "norm": norm,
+                   "rel": rel}
+            if not record:
+                return out
             history.residual.append(rel)
             for key, new in (("U", U), ("M", M)):
                 old = last[key]
@@ -216,8 +221,7 @@ class PathNewton:
             if progress is not None:
                 progress.update(1)
                 progress.set_postfix(residual=f"{rel:.2e}", refresh=False)
-            return {"z": z, "gz": gz, "U": U, "M": M, "R": gh - zh, "zh": zh, "norm": norm,
-                    "rel": rel}
+            return out
 
         def certificate(point: dict[str, Any], cert: dict[str, Any]) -> float:
             """The residual of the densities of ``point`` from the best response ``cert`` to
@@ -264,7 +268,7 @@ class PathNewton:
             start = min(1.0, GROW * t)
             point, certified = accepted, False
         if not certified:   # the last accepted point: one more evaluation certifies it
-            cert = respond(point["gz"], point["U"])
+            cert = respond(point["gz"], point["U"], record=False)
             res = certificate(point, cert)
             if res < best["res"]:
                 best = {"res": res, "U": point["U"], "M": point["M"]}
@@ -340,7 +344,7 @@ def equilibrium(s: Setup, problem: Populations, grid: Grid, backend: Backend, *,
                        max_iter=max_iter, z_init=z_init, progress=progress)
     info = {"newton_steps": newton.newton_steps, "krylov_products": newton.products,
             "newton_system": system, "system_seconds": newton.system_seconds,
-            "stopped": newton.stopped}
+            "newton_stopped": newton.stopped}
     left = max_iter - int(out.iterations[0])
     if out.converged[0] or left < 1:
         return out, info
