@@ -17,8 +17,9 @@ population). It is solved matrix-free by GMRES (``system="gmres"``, the default:
 is one tangent sweep of one direction per group, O(K nt nx), to the relative accuracy
 min(10⁻⁴, r) of an inexact Newton step) or from the dense D_k (``system="dense"``: all nt
 directions, O(K nt² nx), and an LU solve). Measured on this machine's CPU at 201²
-(``benchmarks/populations.py``, 2 to 4 groups): GMRES 6–9 times faster, with 15–20 products
-per step and group. d is a descent direction
+(``benchmarks/populations.py``, 1 to 4 groups, 2 shared cores): GMRES 3–9 times faster than
+the dense system (whose nt directions cost O(K nt² nx)), with 15–20 products per step and
+group. d is a descent direction
 of ½‖R‖² (its derivative along d is −‖R‖² up to the inexactness of the solve), and steps are
 damped by Armijo backtracking on ½‖R‖², as in :mod:`.batch_newton`. Each evaluation is one
 best response of all groups; the densities of an accepted z are certified by one more (the
