@@ -4,8 +4,9 @@
     res = mw.solve(mw.SantaFeBar(threshold=0.6), nx=201, nt=201)
 
 Convention (ν = σ²/2, reflecting walls):
-    HJB  −∂t u − ν ∂xx u + ½ (∂x u)² = f(t, x, m),  u(T) = g
-    FP    ∂t m − ν ∂xx m − ∂x(m ∂x u) = 0,         m(0) = m0
+    HJB  −∂t u − ν ∂xx u + H(x, ∂x u, m) = f(t, x, m),  u(T) = g
+    FP    ∂t m − ν ∂xx m − ∂x(m ∂p H(x, ∂x u, m)) = 0,  m(0) = m0
+with H = ½|p|² by default (``hamiltonian=``: Quadratic, Power, Congestion or your own).
 PyTorch is imported only when a torch backend is asked for.
 """
 
@@ -33,7 +34,16 @@ from .numerics.iteration import Anderson, FictitiousPlay, Relaxation
 from .numerics.particles import ParticleFP
 from .placement import Placement, crossover_table, placement
 from .populations import solve_populations
-from .problems import HopfColeProblem, MFGProblem, SantaFeBar, TwoStateElFarol
+from .problems import (
+    Congestion,
+    Hamiltonian,
+    HopfColeProblem,
+    MFGProblem,
+    Power,
+    Quadratic,
+    SantaFeBar,
+    TwoStateElFarol,
+)
 from .problems.populations import Population, Populations, SantaFePopulations
 from .results import Result, load, save_run
 from .solve import solve, solve_batch
@@ -50,7 +60,8 @@ __all__ = [
     "get_backend", "load", "mps_emulation", "save_run", "solve", "solve_batch", "to_numpy",
     "SweepIndex", "load_sweep", "sweep", "ParticleFP", "NPlayerResult", "n_player",
     "n_player_study", "TwoStateElFarol", "TwoStateResult", "solve_two_state", "time_to_level",
-    "Placement", "crossover_table", "placement", "open_scan", "scan",
+    "Placement", "crossover_table", "placement", "open_scan", "scan", "Hamiltonian", "Quadratic",
+    "Power", "Congestion",
     "Population", "Populations", "SantaFePopulations", "solve_populations",
 ]
 

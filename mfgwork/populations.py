@@ -47,7 +47,8 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
     ``iteration=None`` (default): Newton's method on z with the exact tangent Jacobian of
     the scheme (``newton_system``: "gmres", matrix-free, or "dense"), a line search, and
     Anderson mixing when the line search fails (:mod:`mfgwork.numerics.populations`);
-    otherwise the scheme given alone (e.g. "anderson"). The dense system needs
+    Anderson mixing alone where a group's Hamiltonian has an unbounded ∂pp H (the tangent
+    sweeps need it); otherwise the scheme given alone (e.g. "anderson"). The dense system needs
     8 (nt+1) nx nt bytes per group and is refused beyond about 400 × 400. ``coarse``: on grids
     at least twice as fine as 51 × 51, Newton starts from a 51 × 51 solve (unless
     ``initial`` is given).
@@ -134,7 +135,8 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
     observables = problem.observables(grid, out.M, be)
     summary = problem.summary(grid, {k: to_numpy(v) for k, v in observables.items()})
     described = ({"scheme": "newton", "system": newton_system, "fallback": "anderson"}
-                 if scheme is None else scheme.describe())
+                 if scheme is None and s.potentials is not None
+                 else (scheme or make_scheme(None)).describe())
     params = problem.params() | {"nx": nx, "nt": nt, "method": method, "tol": tol,
                                  "max_iter": max_iter, "iteration": described} | placed | {
         "backend": be.name, "device": be.device, "dtype": be.dtype}

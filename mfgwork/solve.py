@@ -14,7 +14,7 @@ from .core import memory
 from .core.backend import BACKENDS, Backend, get_backend, to_numpy
 from .core.compiling import check_compile_steps
 from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag
-from .numerics.batch_newton import BatchNewton, member_potentials
+from .numerics.batch_newton import BatchNewton, member_potentials, newton_refusal
 from .numerics.fdm.sweeps import FiniteDifferences
 from .numerics.fdm.warmup import compile_kernels
 from .numerics.iteration import (
@@ -24,6 +24,7 @@ from .numerics.iteration import (
     IterationScheme,
     check_stopping,
     fixed_point,
+    frozen_args,
     make_scheme,
     relative_residual,
 )
@@ -138,7 +139,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     newton = (_batch_newton([coupling], iteration, grid, [problem], be, tol)
               if method == "fdm" else None)
     fallback = None if newton is not None else _newton_fallback(
-        coupling, iteration, method, grid, problem.nu, be, tol)
+        coupling, iteration, method, grid, problem, be, tol)
     out, coarse_iterations = _equilibrium(
         newton, [problem], coupling, hjb, fp, m0, U_T, grid, be, scheme, tol, max_iter,
         progress, batched=False, coarse=coarse, max_memory=max_memory, warm=warm,
@@ -153,6 +154,7 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     result = _result(problem, grid, be, out, None, settings, timings,
                      {"newton_iterations": fd.newton_iterations,
                       **_newton_extra(newton, coarse_iterations, 0),
+                      **_model_extra([coupling], [problem], iteration),
                       "fdm_kernels": fd.kernels.name,
                       "compiled_steps": fd.compiled_steps})
     _certify_in_float64([result], [problem], be, tol, timings)
@@ -240,7 +242,7 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     couplings = [p.coupling(grid, be) for p in problems]
     coupling = batch_coupling(couplings, be)
     fd = FiniteDifferences(grid, np.array([[p.nu] for p in problems]), be,
-                           compile_steps=compile_steps)
+                           hamiltonian=problems[0].hamiltonian, compile_steps=compile_steps)
     setup = time.perf_counter() - started
     newton = _batch_newton(couplings, iteration, grid, problems, be, tol)
     out, coarse_iterations = _equilibrium(
@@ -252,6 +254,7 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     settings = {"method": "fdm", "tol": tol, "max_iter": max_iter,
                 "iteration": _describe(scheme, newton), "batch_size": len(problems)} | placed
     extra = {"newton_iterations": fd.newton_iterations, "batch_size": len(problems),
+             **_model_extra(couplings, problems, iteration),
              "fdm_kernels": fd.kernels.name, "compiled_steps": fd.compiled_steps}
     results = [_result(p, grid, be, out, b, settings, timings,
                        extra | _newton_extra(newton, coarse_iterations, b))
@@ -265,15 +268,16 @@ def _solvers(problem: MFGProblem, grid: Any, be: Backend, method: str,
              max_memory: object = None
              ) -> tuple[FiniteDifferences, HJBSolver, FPSolver, dict[str, Any]]:
     """The HJB and FP solvers of one solve (and the particle parameters to record)."""
-    fd = FiniteDifferences(grid, problem.nu, be, compile_steps=compile_steps)
+    H = problem.hamiltonian
+    fd = FiniteDifferences(grid, problem.nu, be, hamiltonian=H, compile_steps=compile_steps)
     hjb, fp, fp_params = fd.solve_hjb, fd.solve_fp, {}
     if method == "particles":
         particles = ParticleFP(grid, problem.sigma, be, n_particles=n_particles, seed=seed,
-                               max_memory=max_memory)
+                               max_memory=max_memory, hamiltonian=H)
         fp = particles.solve_fp
         fp_params = {"n_particles": particles.n_particles, "seed": particles.seed}
         if be.is_accelerator:  # (the CPU backends run the compiled loops already)
-            fd = FiniteDifferences(grid, problem.nu, get_backend("numpy"))
+            fd = FiniteDifferences(grid, problem.nu, get_backend("numpy"), hamiltonian=H)
             hjb = _on_host(fd.solve_hjb, be)
     return fd, hjb, fp, fp_params
 
@@ -283,23 +287,26 @@ def _compile_first(hjb: HJBSolver, be: Backend, compiled: dict[str, float]) -> H
     (:func:`~mfgwork.numerics.fdm.warmup.compile_kernels`), timed into
     ``compiled["seconds"]``: after the running cost of the first iterate, so bad input
     (e.g. a non-finite ``f``) is still refused before that work."""
-    def first(U_T: Any, F: Any, guess: Any | None) -> Any:
+    def first(U_T: Any, F: Any, guess: Any | None, *density: Any) -> Any:
         if "seconds" not in compiled:
             compiled["seconds"] = compile_kernels(be)
-        return hjb(U_T, F, guess)
+        return hjb(U_T, F, guess, *density)
     return first
 
 
-def _newton_fallback(coupling: Any, iteration: Any, method: str, grid: Any, nu: float,
-                     be: Backend, tol: float) -> PotentialNewton | None:
-    """Newton's method on the potential when the problem declares one, for the default
-    iteration with finite differences in float64 (its exact Jacobian is that of the scheme)
-    and grids whose tangent sweeps fit in ``NEWTON_MEMORY`` bytes ((nt+1)·nx·nt floats)."""
+def _newton_fallback(coupling: Any, iteration: Any, method: str, grid: Any,
+                     problem: MFGProblem, be: Backend, tol: float) -> PotentialNewton | None:
+    """Newton's method on the potential when the problem declares one and its Hamiltonian
+    allows it (:func:`newton_refusal`), for the default iteration with finite differences in
+    float64 (its exact Jacobian is that of the scheme) and grids whose tangent sweeps fit in
+    ``NEWTON_MEMORY`` bytes ((nt+1)·nx·nt floats)."""
     potential = coupling.potential()
     if (potential is None or iteration not in (None, "anderson") or method != "fdm"
-            or be.eps > 1e-10 or 8 * (grid.nt + 1) * grid.nx * grid.nt > NEWTON_MEMORY):
+            or be.eps > 1e-10 or 8 * (grid.nt + 1) * grid.nx * grid.nt > NEWTON_MEMORY
+            or newton_refusal(problem.hamiltonian) is not None):
         return None
-    return PotentialNewton(potential, grid=grid, nu=nu, backend=be, tol=tol)
+    return PotentialNewton(potential, grid=grid, nu=problem.nu, backend=be, tol=tol,
+                           hamiltonian=problem.hamiltonian)
 
 
 def _batch_newton(couplings: list[Any], iteration: Any, grid: Any,
@@ -308,10 +315,24 @@ def _batch_newton(couplings: list[Any], iteration: Any, grid: Any,
     all declare a potential, with the default iteration (on the CPU it is matrix-free; devices
     compute the tangent Jacobians in chunks that fit their memory)."""
     potentials = member_potentials([c.potential() for c in couplings])
-    if potentials is None or iteration is not None:
+    if (potentials is None or iteration is not None
+            or newton_refusal(problems[0].hamiltonian) is not None):
         return None
     return BatchNewton(potentials, grid=grid, nu=np.array([p.nu for p in problems]),
-                       backend=be, tol=tol)
+                       backend=be, tol=tol, hamiltonian=problems[0].hamiltonian)
+
+
+def _model_extra(couplings: list[Any], problems: Sequence[MFGProblem], iteration: Any
+                 ) -> dict[str, Any]:
+    """The Hamiltonian of the solve and, where a potential game's Newton's method on the
+    coupling state cannot serve it (:func:`newton_refusal`), why."""
+    H = problems[0].hamiltonian
+    refusal = newton_refusal(H)
+    potential = all(c.potential() is not None for c in couplings)
+    return {"hamiltonian": H.params()} | (
+        {"newton_on_coupling": refusal}
+        if refusal and iteration in (None, "anderson") and (potential or H.depends_on_m)
+        else {})
 
 
 COARSE = 51   # the grid of the first stage of coarse-to-fine solves (nx = nt)
@@ -422,9 +443,10 @@ def _best_response_residual(result: Result, problem: MFGProblem, be: Backend) ->
                              result.params.get("seed") if particles else None)
     coupling = problem.coupling(grid, be)
     z = coupling.state(be.asarray(M))
+    frozen = frozen_args(coupling, z)
     U = hjb(problem.terminal_cost(grid, be), coupling.running_cost(z),
-            be.asarray(to_numpy(result.U)))
-    gz = coupling.state(fp(U, problem.initial_density(grid, be)))
+            be.asarray(to_numpy(result.U)), *frozen)
+    gz = coupling.state(fp(U, problem.initial_density(grid, be), *frozen))
     return float(to_numpy(relative_residual(gz, z, be.xp, batched=False))[0])
 
 
@@ -571,10 +593,11 @@ def _check_batch(problems: Sequence[MFGProblem]) -> list[MFGProblem]:
 
 def _coupling_groups(problems: Sequence[MFGProblem], grid: Any, be: Backend
                      ) -> list[list[int]]:
-    """Indices of ``problems`` grouped by the kind of their coupling, in first-seen order."""
-    groups: dict[type, list[int]] = {}
+    """Indices of ``problems`` grouped by the kind of their coupling and their Hamiltonian,
+    in first-seen order."""
+    groups: dict[tuple, list[int]] = {}
     for i, p in enumerate(problems):
-        groups.setdefault(type(p.coupling(grid, be)), []).append(i)
+        groups.setdefault((type(p.coupling(grid, be)), p.hamiltonian), []).append(i)
     return list(groups.values())
 
 
@@ -582,9 +605,9 @@ def _on_host(solve_hjb: Any, be: Backend) -> Any:
     """HJB solved by the compiled NumPy float64 sweep, U moved to ``be``: with particles the
     grid is small and the sequential sweep takes milliseconds on the CPU, far less than its
     thousands of tiny kernel launches on a device. One transfer each way per Picard iterate."""
-    def hjb(U_T: Any, F: Any, guess: Any | None) -> Any:
+    def hjb(U_T: Any, F: Any, guess: Any | None, *density: Any) -> Any:
         host = [None if a is None else np.asarray(to_numpy(a), dtype=np.float64)
-                for a in (U_T, F, guess)]
+                for a in (U_T, F, guess, *density)]
         return be.asarray(solve_hjb(*host))
     return hjb
 

@@ -6,6 +6,7 @@ at small sizes when Triton is installed (the test extra installs it on Linux), e
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import warnings
 
@@ -38,7 +39,7 @@ def fused(monkeypatch) -> dict:
     monkeypatch.delitem(sys.modules, "mfgwork.numerics.fdm.triton_kernels", raising=False)
     table = sweeps.fdm_kernels  # torch on the CPU takes the fused sweeps, NumPy stays
     monkeypatch.setattr(sweeps, "fdm_kernels",
-                        lambda be: kernels.TRITON if be.name == "torch" else table(be))
+                        lambda be, H=None: kernels.TRITON if be.name == "torch" else table(be, H))
     return {"device": "cpu", "nx": 8, "nt": 3, "batch": 3, "picard": 2}
 
 
@@ -157,9 +158,14 @@ def test_the_kernel_table_names_one_entry_per_backend_and_device(monkeypatch):
     assert kernels.fdm_kernels(mw.get_backend("torch", "cpu")) is kernels.COMPILED_LOOPS_TORCH
     assert kernels.fdm_kernels(mw.mps_emulation()) is kernels.ARRAY_API
     cuda = mw.Backend(name="torch", device="cuda", dtype="float32")  # no device touched
-    monkeypatch.setattr(kernels, "TRITON", kernels.TRITON._replace(requires=lambda: True))
+    monkeypatch.setattr(kernels, "TRITON",
+                        dataclasses.replace(kernels.TRITON, requires=lambda: True))
     monkeypatch.setitem(kernels.KERNELS, ("torch", "cuda"), (kernels.TRITON, kernels.ARRAY_API))
     assert kernels.fdm_kernels(cuda).name == "fused Triton sweeps"
-    without = kernels.TRITON._replace(requires=lambda: False)
+    power = mw.Power(3.0)   # the fused sweeps carry ½|p|² only: the array-API sweeps run it
+    assert kernels.fdm_kernels(cuda, power) is kernels.ARRAY_API
+    without = dataclasses.replace(kernels.TRITON, requires=lambda: False)
     monkeypatch.setitem(kernels.KERNELS, ("torch", "cuda"), (without, kernels.ARRAY_API))
     assert kernels.fdm_kernels(cuda) is kernels.ARRAY_API
+    assert kernels.fdm_kernels(mw.get_backend("numpy"), power) is kernels.HOST_ARRAYS
+    assert kernels.fdm_kernels(mw.get_backend("torch", "cpu"), power) is kernels.HOST_ARRAYS_TORCH

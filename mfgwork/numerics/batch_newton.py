@@ -52,6 +52,8 @@ from ..core.backend import Backend, to_numpy
 from ..core.errors import ConvergenceWarning, SolverError
 from ..core.grid import Grid
 from ..problems.base import ScalarPotential
+from ..problems.hamiltonians import Hamiltonian
+from .fdm.operators import QUADRATIC
 from .iteration import FixedPointResult, History, _evaluator, _record_times
 
 TRIAL, CERTIFY, DONE = 0, 1, 2
@@ -143,16 +145,30 @@ def _backtrack(t: np.ndarray, norm: np.ndarray, trial: np.ndarray) -> np.ndarray
     return np.clip(np.nan_to_num(s, nan=0.5 * t, posinf=0.5 * t), 0.1 * t, 0.5 * t)
 
 
+def newton_refusal(hamiltonian: Hamiltonian) -> str | None:
+    """Why Newton's method on the coupling state cannot serve ``hamiltonian`` (None if it
+    can): its tangent sweeps need ∂pp H bounded and H independent of m."""
+    if hamiltonian.depends_on_m:
+        return (f"not used: {hamiltonian!r} depends on m, so the coupling state is the "
+                "density path (no scalar potential); Anderson iteration")
+    if not hamiltonian.bounded_curvature:
+        return (f"not used: ∂pp H of {hamiltonian!r} is unbounded at p = 0 (the tangent "
+                "sweeps need it); Anderson iteration")
+    return None
+
+
 class BatchNewton:
     """Damped Newton's method for the coupling states z (B, nt) of B potential games on one
     grid: ``potential`` gives χ and the price slopes P'(z) of each; ``nu`` their
-    diffusions (B,)."""
+    diffusions (B,); ``hamiltonian`` theirs (one for the batch; its ∂pp H bounded, see
+    :func:`newton_refusal`)."""
 
     def __init__(self, potential: MemberPotentials, *, grid: Grid, nu: np.ndarray,
                  backend: Backend, tol: float, max_halvings: int = 12,
-                 jacobian_memory: int | None = None, jacobian_dtype: str | None = None
-                 ) -> None:
+                 jacobian_memory: int | None = None, jacobian_dtype: str | None = None,
+                 hamiltonian: Hamiltonian = QUADRATIC) -> None:
         self.potential, self.grid, self.backend, self.tol = potential, grid, backend, tol
+        self.hamiltonian = hamiltonian
         self.nu = np.asarray(nu, dtype=np.float64).reshape(-1)
         self.max_halvings = max_halvings
         self.jacobian_memory = (_quarter_of_free_memory(backend) if jacobian_memory is None
@@ -377,12 +393,12 @@ class BatchNewton:
             U = np.asarray(to_numpy(cur["U"][b]), dtype=np.float64)
             mu = np.asarray(to_numpy(cur["M"][b]), dtype=np.float64) * g.weights
             ops = product_operands(tangent_operands(U, mu, self.potential.chi,
-                                                    float(self.nu[b]), g))
+                                                    float(self.nu[b]), g, self.hamiltonian))
             s = np.sqrt(np.maximum(-self.potential.price_slope(z[None], [b])[0], 0.0))
 
             def apply(p: np.ndarray, s: np.ndarray = s, ops: tuple = ops) -> np.ndarray:
                 self.products += 1
-                return s * tangent_product(*ops, g.h, g.dt, s * p) + p
+                return s * tangent_product(*ops, g.dt, s * p) + p
 
             v = conjugate_gradients(apply, s * R, min(ETA, max(float(rel[b]), 1e-14)),
                                     4 * z.size)
@@ -404,8 +420,9 @@ class BatchNewton:
         per_member = np.dtype(self.jacobian_dtype).itemsize * g.nx * g.nt * (g.nt + 40)
         chunk = max(1, int(self.jacobian_memory // per_member))
         weights = torch.as_tensor(g.weights, **on)
+        x = torch.as_tensor(g.x, **on)
         parts = [tangent_jacobian_torch(U[i:i + chunk].to(dtype),
                                         M[i:i + chunk].to(dtype) * weights, chi,
-                                        nu[i:i + chunk], g.h, g.dt, inv_hw)
+                                        nu[i:i + chunk], g.h, g.dt, inv_hw, self.hamiltonian, x)
                  for i in range(0, idx.size, chunk)]
         return torch.cat(parts)

@@ -39,15 +39,18 @@ from ..core.types import Array
 
 class HJBSolver(Protocol):
     """U (levels 0..nt) with U[..., nt, :] = U_T, for the running costs F (levels 0..nt−1);
-    ``guess`` (or None) seeds Newton's method."""
+    ``guess`` (or None) seeds Newton's method; ``density`` (passed only where H depends on
+    m, see :func:`frozen_args`): the densities m^1..m^nt that H sees."""
 
-    def __call__(self, U_T: Array, F: Array, guess: Array | None) -> Array: ...
+    def __call__(self, U_T: Array, F: Array, guess: Array | None,
+                 density: Array | None = None) -> Array: ...
 
 
 class FPSolver(Protocol):
-    """Densities M (levels 0..nt) from m0, transported by the control −∂x u of U."""
+    """Densities M (levels 0..nt) from m0, transported by the control −∂p H(x, ∂x u, m) of U
+    (``density`` as for :class:`HJBSolver`)."""
 
-    def __call__(self, U: Array, m0: Array) -> Array: ...
+    def __call__(self, U: Array, m0: Array, density: Array | None = None) -> Array: ...
 
 
 class CouplingMap(Protocol):
@@ -427,13 +430,23 @@ def _evaluator(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, U_T: Array, 
     and FP phases started and FP ended."""
     def evaluate(z: Array, guess: Array | None) -> tuple[Array, Array, Array, Array, tuple]:
         F = coupling.running_cost(z)
+        frozen = frozen_args(coupling, z)
         t1 = backend.stamp()
-        U = hjb(U_T, F, guess)
+        U = hjb(U_T, F, guess, *frozen)
         t2 = backend.stamp()
-        M = fp(U, m0)
+        M = fp(U, m0, *frozen)
         t3 = backend.stamp()
         return F, U, M, coupling.state(M), (t1, t2, t3)
     return evaluate
+
+
+def frozen_args(coupling: CouplingMap, z: Array) -> tuple[Array, ...]:
+    """The extra arguments of the HJB and FP solvers at the coupling state ``z``: the density
+    path a Hamiltonian depending on m sees (:meth:`mfgwork.problems.base.Coupling.
+    frozen_density`), or none."""
+    frozen = getattr(coupling, "frozen_density", None)
+    density = None if frozen is None else frozen(z)
+    return () if density is None else (density,)
 
 
 def _record_times(history: History, stamps: list[tuple], backend: Backend) -> None:

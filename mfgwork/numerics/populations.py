@@ -42,8 +42,9 @@ from ..core.backend import Backend, to_numpy
 from ..core.errors import ConvergenceWarning, SolverError
 from ..core.grid import Grid
 from ..problems.base import Coupling, ScalarPotential
+from ..problems.hamiltonians import Hamiltonian
 from ..problems.populations import Populations
-from .batch_newton import ARMIJO, ETA, GROW, _backtrack
+from .batch_newton import ARMIJO, ETA, GROW, _backtrack, newton_refusal
 from .fdm.sweeps import FiniteDifferences
 from .fdm.tangent import tangent_jacobian, tangent_product
 from .iteration import (
@@ -62,18 +63,23 @@ SYSTEMS = ("gmres", "dense")
 
 
 class GroupSweeps:
-    """The HJB and FP sweeps of K groups with diffusions ``nu`` (K,) on one grid, arrays with
-    a leading group axis: on accelerators one batched :class:`FiniteDifferences` (ν per
-    member), on the CPU one compiled sweep per group (the compiled loops take one problem)."""
+    """The HJB and FP sweeps of K groups with diffusions ``nu`` (K,) and Hamiltonians
+    ``hamiltonians`` on one grid, arrays with a leading group axis: on accelerators, when
+    the groups share one Hamiltonian, one batched :class:`FiniteDifferences` (ν per member);
+    otherwise one sweep per group (on the CPU the compiled loops, which take one problem)."""
 
-    def __init__(self, grid: Grid, nu: np.ndarray, backend: Backend,
-                 compile_steps: bool | str = "auto") -> None:
+    def __init__(self, grid: Grid, nu: np.ndarray, hamiltonians: list[Hamiltonian],
+                 backend: Backend, compile_steps: bool | str = "auto") -> None:
         self.backend = backend
-        self.batched = backend.is_accelerator
+        self.batched = backend.is_accelerator and all(H == hamiltonians[0]
+                                                      for H in hamiltonians)
         nu = np.asarray(nu, dtype=np.float64).reshape(-1)
-        self.fds = ([FiniteDifferences(grid, nu[:, None], backend, compile_steps=compile_steps)]
+        self.fds = ([FiniteDifferences(grid, nu[:, None], backend, hamiltonian=hamiltonians[0],
+                                       compile_steps=compile_steps)]
                     if self.batched else
-                    [FiniteDifferences(grid, float(v), backend) for v in nu])
+                    [FiniteDifferences(grid, float(v), backend, hamiltonian=H,
+                                       compile_steps=compile_steps)
+                     for v, H in zip(nu, hamiltonians, strict=True)])
 
     def hjb(self, U_T: Any, F: Any, guess: Any | None) -> Any:
         if self.batched:
@@ -138,13 +144,17 @@ class Setup:
 def setup(problem: Populations, grid: Grid, backend: Backend,
           compile_steps: bool | str = False) -> Setup:
     """The shared-path coupling, the group sweeps, m0 and g (K, nx) and the groups'
-    potentials (None unless every group declares one)."""
+    potentials (None unless every group declares one and Newton's method serves its
+    Hamiltonian: :func:`.batch_newton.newton_refusal`)."""
     xp = backend.xp
-    couplings = [m.coupling(grid, backend) for m in problem.models]
+    models = problem.models
+    couplings = [m.coupling(grid, backend) for m in models]
     potentials = [c.potential() for c in couplings]
+    if any(newton_refusal(m.hamiltonian) is not None for m in models):
+        potentials = [None]
     return Setup(coupling=SharedPathCoupling(couplings, problem.shares, backend),
-                 sweeps=GroupSweeps(grid, np.array([m.nu for m in problem.models]), backend,
-                                    compile_steps),
+                 sweeps=GroupSweeps(grid, np.array([m.nu for m in models]),
+                                    [m.hamiltonian for m in models], backend, compile_steps),
                  m0=xp.stack([m.initial_density(grid, backend) for m in problem.models]),
                  U_T=xp.stack([m.terminal_cost(grid, backend) for m in problem.models]),
                  potentials=None if any(p is None for p in potentials) else potentials)
@@ -168,12 +178,14 @@ def best_response_residuals(s: Setup, U: Any, M: Any) -> tuple[float, np.ndarray
 
 class PathNewton:
     """Damped Newton's method on the shared path z of K groups (module docstring), with the
-    groups' potentials (χ, P_k'), shares and diffusions; ``system``: "gmres" or "dense"."""
+    groups' potentials (χ, P_k'), shares, diffusions and Hamiltonians (∂pp H bounded);
+    ``system``: "gmres" or "dense"."""
 
     def __init__(self, potentials: list[ScalarPotential], shares: np.ndarray, nu: np.ndarray,
-                 *, grid: Grid, backend: Backend, tol: float, system: str = "gmres",
-                 max_halvings: int = 12) -> None:
+                 hamiltonians: list[Hamiltonian], *, grid: Grid, backend: Backend, tol: float,
+                 system: str = "gmres", max_halvings: int = 12) -> None:
         self.potentials, self.grid, self.backend, self.tol = potentials, grid, backend, tol
+        self.hamiltonians = hamiltonians
         self.shares = np.asarray(shares, dtype=np.float64)
         self.nu = np.asarray(nu, dtype=np.float64).reshape(-1)
         self.system, self.max_halvings = system, max_halvings
@@ -288,12 +300,13 @@ class PathNewton:
         U = np.asarray(to_numpy(point["U"]), dtype=np.float64)
         mu = np.asarray(to_numpy(point["M"]), dtype=np.float64) * g.weights
         s2 = [np.maximum(-p.price_slope(z), 0.0) for p in self.potentials]
-        operands = [tangent_operands(U[k], mu[k], p.chi, float(self.nu[k]), g)
+        operands = [tangent_operands(U[k], mu[k], p.chi, float(self.nu[k]), g,
+                                     self.hamiltonians[k])
                     for k, p in enumerate(self.potentials)]
         if self.system == "dense":
             J = np.eye(z.size)
             for w, ops, s in zip(self.shares, operands, s2, strict=True):
-                J += w * tangent_jacobian(*ops, g.h, g.dt) * s[None, :]
+                J += w * tangent_jacobian(*ops, g.dt) * s[None, :]
             d = _solve_dense(J, R)
         else:
             d = self._gmres([product_operands(ops) for ops in operands], s2, R,
@@ -312,7 +325,7 @@ class PathNewton:
             v = np.asarray(v, dtype=np.float64).reshape(-1)
             out = v.copy()
             for w, ops, s in zip(self.shares, operands, s2, strict=True):
-                out += w * tangent_product(*ops, g.h, g.dt, s * v)
+                out += w * tangent_product(*ops, g.dt, s * v)
             return out
 
         d, _ = gmres(LinearOperator((n, n), matvec=apply, dtype=np.float64), R, rtol=rtol,
@@ -340,7 +353,8 @@ def equilibrium(s: Setup, problem: Populations, grid: Grid, backend: Backend, *,
         return _mix(s, grid, backend, scheme or Anderson(), tol, max_iter, z_init, None,
                     progress), {}
     newton = PathNewton(s.potentials, problem.shares, [m.nu for m in problem.models],
-                        grid=grid, backend=backend, tol=tol, system=system)
+                        [m.hamiltonian for m in problem.models], grid=grid, backend=backend,
+                        tol=tol, system=system)
     out = newton.solve(s.coupling, s.sweeps.hjb, s.sweeps.fp, m0=s.m0, U_T=s.U_T,
                        max_iter=max_iter, z_init=z_init, progress=progress)
     info = {"newton_steps": newton.newton_steps, "krylov_products": newton.products,

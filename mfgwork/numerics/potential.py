@@ -33,7 +33,8 @@ import numpy as np
 from ..core.backend import Backend, to_numpy
 from ..core.grid import Grid
 from ..problems.base import ScalarPotential
-from .fdm.operators import jacobian_bands, transpose_bands
+from ..problems.hamiltonians import Hamiltonian
+from .fdm.operators import QUADRATIC, jacobian_bands, tangent_weights, transpose_bands
 from .fdm.tangent import spd_solve, tangent_jacobian, thomas_factors
 
 
@@ -49,31 +50,34 @@ class NewtonOutcome:
 
 
 def tangent_operands(U: np.ndarray, mu: np.ndarray, chi: np.ndarray, nu: float,
-                     grid: Grid) -> tuple[np.ndarray, ...]:
+                     grid: Grid, hamiltonian: Hamiltonian = QUADRATIC
+                     ) -> tuple[np.ndarray, ...]:
     """The arrays of the compiled tangent sweeps (:mod:`.fdm.tangent`) at the best response
-    U with cell masses mu: the bands of J(u^n) and J(u^n)ᵀ, the edge gradients, mu and χ."""
+    U with cell masses mu: the bands of J(u^n) and J(u^n)ᵀ, the edge weights of K_n
+    (:func:`.fdm.operators.tangent_weights`, from ∂pp H) and χ."""
     inv_hw = 1.0 / (grid.h * grid.weights)
-    lower, diag, upper, q = jacobian_bands(np.ascontiguousarray(U[:-1]), nu, grid.h, grid.dt,
-                                           inv_hw, np)
+    lower, diag, upper, terms = jacobian_bands(np.ascontiguousarray(U[:-1]), nu, grid.h,
+                                               grid.dt, inv_hw, np, hamiltonian, grid.x)
     lower_t, _, upper_t = transpose_bands(lower, diag, upper, np)
+    weights = tangent_weights(terms, mu[1:], grid.x, None, grid.h, hamiltonian, np)
     return tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (
-        lower, diag, upper, lower_t, upper_t, q, mu, chi))
+        lower, diag, upper, lower_t, upper_t, weights, chi))
 
 
 def product_operands(operands: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
-    """The arguments of :func:`.fdm.tangent.tangent_product` (before h, Δt, v) from
+    """The arguments of :func:`.fdm.tangent.tangent_product` (before Δt, v) from
     :func:`tangent_operands`: the Thomas factors of every J(u^n) and J(u^n)ᵀ computed once."""
-    lower, diag, upper, lower_t, upper_t, q, mu, chi = operands
+    lower, diag, upper, lower_t, upper_t, weights, chi = operands
     return (lower, thomas_factors(lower, diag, upper), lower_t,
-            thomas_factors(lower_t, diag, upper_t), q, mu, chi)
+            thomas_factors(lower_t, diag, upper_t), weights, chi)
 
 
 def observed_path_jacobian(U: np.ndarray, mu: np.ndarray, chi: np.ndarray, nu: float,
-                           grid: Grid) -> np.ndarray:
+                           grid: Grid, hamiltonian: Hamiltonian = QUADRATIC) -> np.ndarray:
     """D[n, j] = ∂z_n/∂y_j for z_n = χ·μ^{n+1}, μ the cell masses of the best response U to
     the running cost F^n = −y_n χ: the exact derivative of the discrete scheme (the compiled
     tangent sweeps of :mod:`.fdm.tangent`)."""
-    return tangent_jacobian(*tangent_operands(U, mu, chi, nu, grid), grid.h, grid.dt)
+    return tangent_jacobian(*tangent_operands(U, mu, chi, nu, grid, hamiltonian), grid.dt)
 
 
 class PotentialNewton:
@@ -83,9 +87,10 @@ class PotentialNewton:
     response."""
 
     def __init__(self, potential: ScalarPotential, *, grid: Grid, nu: float,
-                 backend: Backend, tol: float) -> None:
+                 backend: Backend, tol: float, hamiltonian: Hamiltonian = QUADRATIC) -> None:
         self.potential, self.grid, self.nu, self.backend, self.tol = (
             potential, grid, nu, backend, tol)
+        self.hamiltonian = hamiltonian
 
     def __call__(self, evaluate: Any, z: Any, U: Any, M: Any, budget: int) -> NewtonOutcome:
         started = time.perf_counter()
@@ -114,7 +119,8 @@ class PotentialNewton:
         """d = S⁻¹ (S D S + I)⁻¹ S R, the Newton step for R(z) = 0."""
         mu = np.asarray(to_numpy(point["M"]), dtype=np.float64) * self.grid.weights
         U = np.asarray(to_numpy(point["U"]), dtype=np.float64)
-        D = observed_path_jacobian(U, mu, self.potential.chi, self.nu, self.grid)
+        D = observed_path_jacobian(U, mu, self.potential.chi, self.nu, self.grid,
+                                   self.hamiltonian)
         s = np.sqrt(-self.potential.price_slope(point["z"]))
         A = s[:, None] * (0.5 * (D + D.T)) * s[None, :] + np.eye(s.size)
         v = spd_solve(np.ascontiguousarray(A), s * point["R"])

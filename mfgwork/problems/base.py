@@ -1,11 +1,12 @@
 """The generic MFG problem and the coupling through which the density enters the HJB equation.
 
-Convention (ν = σ²/2, on Ω = [x_min, x_max], t ∈ [0, T], reflecting walls):
+Convention (ν = σ²/2, on Ω = [x_min, x_max], t ∈ [0, T], reflecting walls), with the
+Hamiltonian H(x, p, m) of :mod:`.hamiltonians` (default ½|p|²):
 
-    −∂t u − ν ∂xx u + ½ (∂x u)² = f(t, x, m(t, ·)),   u(T, x) = g(x)
-     ∂t m − ν ∂xx m − ∂x(m ∂x u) = 0,                  m(0, x) = m0(x) / ∫ m0
+    −∂t u − ν ∂xx u + H(x, ∂x u, m) = f(t, x, m(t, ·)),   u(T, x) = g(x)
+     ∂t m − ν ∂xx m − ∂x(m ∂p H(x, ∂x u, m)) = 0,          m(0, x) = m0(x) / ∫ m0
 
-The optimal control is α* = −∂x u: an agent moves by dX = −∂x u dt + σ dW.
+The optimal control is α* = −∂p H(x, ∂x u, m): for ½|p|², dX = −∂x u dt + σ dW.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 from ..core.backend import Backend, to_numpy
 from ..core.errors import ParameterError, SolverError, check_real
 from ..core.grid import Grid
+from .hamiltonians import Hamiltonian, Quadratic, check_hamiltonian
 
 ArrayFn = Callable[..., Any]
 
@@ -29,7 +31,8 @@ class MFGProblem:
 
     ``m0(x)`` and ``g(x)`` take the grid as an array of the active backend; ``f(t, x, m)``
     takes a time, the grid and the density at that time on the grid, and returns an array
-    shaped like ``x``. ``m0`` need not be normalized.
+    shaped like ``x``. ``m0`` need not be normalized. ``hamiltonian``: H(x, p, m)
+    (:class:`~mfgwork.Hamiltonian`; default ½|p|²), checked on the domain at construction.
     """
 
     x_min: float
@@ -40,6 +43,7 @@ class MFGProblem:
     g: ArrayFn
     f: ArrayFn
     name: str = field(default="generic", kw_only=True)
+    hamiltonian: Hamiltonian = field(default_factory=Quadratic, kw_only=True)
 
     #: Name of the state variable, for labels ("x"; Santa Fe: "θ").
     state_name = "x"
@@ -56,6 +60,7 @@ class MFGProblem:
             if not callable(getattr(self, name)):
                 raise ParameterError(f"{name}={getattr(self, name)!r} is invalid: must be a "
                                      "callable taking arrays of the active backend")
+        check_hamiltonian(self.hamiltonian, np.linspace(self.x_min, self.x_max, 201))
 
     @property
     def nu(self) -> float:
@@ -68,7 +73,8 @@ class MFGProblem:
     def params(self) -> dict[str, Any]:
         """JSON-ready description of the problem (callables by name)."""
         out: dict[str, Any] = {"problem": self.name, "x_min": self.x_min, "x_max": self.x_max,
-                               "T": self.T, "sigma": self.sigma}
+                               "T": self.T, "sigma": self.sigma,
+                               "hamiltonian": self.hamiltonian.params()}
         for name in ("m0", "g", "f"):
             fn = getattr(self, name)
             out[name] = getattr(fn, "__qualname__", None) or repr(fn)
@@ -98,8 +104,10 @@ class MFGProblem:
         return nt * nx
 
     def coupling(self, grid: Grid, backend: Backend) -> Coupling:
-        """How the density feeds back into the HJB equation (here: through f itself)."""
-        return DensityCoupling(self.f, grid, backend)
+        """How the density feeds back into the HJB equation (here: through f itself, and
+        through H where H depends on m)."""
+        return DensityCoupling(self.f, grid, backend,
+                               congested=self.hamiltonian.depends_on_m)
 
     def observables(self, grid: Grid, M: Any, backend: Backend) -> dict[str, Any]:
         """Paths observed from densities ``M`` (..., nt+1, nx) on ``backend``, each shaped
@@ -169,6 +177,12 @@ class Coupling:
     def project(self, z: Any) -> Any:
         return z
 
+    def frozen_density(self, z: Any) -> Any | None:
+        """The densities m^1..m^nt (nt, nx) that a Hamiltonian depending on m sees, frozen at
+        the coupling state ``z``: the HJB step from t_{n+1} to t_n and the FP step from t_n
+        to t_{n+1} both use m^{n+1}. None where H does not depend on m."""
+        return None
+
     def potential(self) -> ScalarPotential | None:
         """The potential structure of the game, if it declares one (None: the generic
         Picard/Anderson iteration only)."""
@@ -203,10 +217,12 @@ class ScalarPotential:
 
 
 class DensityCoupling(Coupling):
-    """General coupling: z = M at levels 1..nt, F[n] = f(t_{n+1}, x, m^{n+1})."""
+    """General coupling: z = M at levels 1..nt, F[n] = f(t_{n+1}, x, m^{n+1}); ``congested``:
+    H depends on m, which it sees frozen at z (:meth:`Coupling.frozen_density`)."""
 
-    def __init__(self, f: ArrayFn, grid: Grid, backend: Backend) -> None:
-        self.f, self.grid, self.backend = f, grid, backend
+    def __init__(self, f: ArrayFn, grid: Grid, backend: Backend, congested: bool = False
+                 ) -> None:
+        self.f, self.grid, self.backend, self.congested = f, grid, backend, congested
         self.x = backend.asarray(grid.x)
         self._checked_once = False
 
@@ -249,6 +265,9 @@ class DensityCoupling(Coupling):
     def project(self, z: Any) -> Any:
         return self.backend.xp.clip(z, 0.0, None)
 
+    def frozen_density(self, z: Any) -> Any | None:
+        return z if self.congested else None
+
 
 class BatchCoupling(Coupling):
     """Independent problems side by side: M, z and F carry a leading batch axis."""
@@ -267,3 +286,7 @@ class BatchCoupling(Coupling):
 
     def project(self, z: Any) -> Any:
         return self._each("project", z)
+
+    def frozen_density(self, z: Any) -> Any | None:
+        frozen = [c.frozen_density(z[b]) for b, c in enumerate(self.couplings)]
+        return None if any(d is None for d in frozen) else self.xp.stack(frozen)

@@ -46,6 +46,12 @@ class Hamiltonian:
     #: Whether H depends on m (then FP's drift does too, and the coupling state is the density).
     depends_on_m = False
 
+    @property
+    def bounded_curvature(self) -> bool:
+        """Whether ∂pp H is bounded (near p = 0): the tangent sweeps of Newton's method on
+        the coupling state need it."""
+        return True
+
     def value(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
         """H(x, p, m)."""
         raise NotImplementedError
@@ -114,6 +120,12 @@ class Quadratic(Hamiltonian):
 
     name = "quadratic"
 
+    def numerical(self, x: Any, q_left: Any, q_right: Any, m: Any, xp: Any
+                  ) -> tuple[Any, Any, Any]:
+        """Ĥ = ½ [(q_left)_+² + (q_right)_−²] (Godunov), in the fewest array operations."""
+        a, b = xp.clip(q_left, min=0.0), xp.clip(q_right, max=0.0)
+        return 0.5 * (a * a + b * b), a, b
+
     def value(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
         return 0.5 * p * p
 
@@ -144,6 +156,10 @@ class Power(Hamiltonian):
 
     def dpp(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
         return (self.q - 1.0) * xp.abs(p) ** (self.q - 2.0)
+
+    @property
+    def bounded_curvature(self) -> bool:
+        return self.q >= 2.0
 
     def params(self) -> dict[str, Any]:
         return {"name": self.name, "q": self.q}
@@ -181,6 +197,19 @@ class Congestion(Hamiltonian):
 
     def params(self) -> dict[str, Any]:
         return {"name": self.name, "c": self.c, "alpha": self.alpha}
+
+
+SHIPPED: dict[str, type[Hamiltonian]] = {"quadratic": Quadratic, "power": Power,
+                                          "congestion": Congestion}
+
+
+def hamiltonian_from_params(params: object) -> Hamiltonian:
+    """The shipped Hamiltonian whose :meth:`Hamiltonian.params` are ``params``."""
+    name = params.get("name") if isinstance(params, dict) else None
+    if name not in SHIPPED:
+        raise ParameterError(f"hamiltonian={params!r:.80} is invalid: only the shipped models "
+                             f"({', '.join(SHIPPED)}) are rebuilt from their params")
+    return SHIPPED[name](**{k: v for k, v in params.items() if k != "name"})
 
 
 def check_hamiltonian(value: object, x: np.ndarray) -> Hamiltonian:

@@ -21,7 +21,8 @@ import numpy as np
 from ..core.backend import Backend
 from ..core.errors import ParameterError, check_real
 from ..core.grid import Grid
-from .base import Coupling, MFGProblem, ScalarPotential
+from .base import Coupling, DensityCoupling, MFGProblem, ScalarPotential
+from .hamiltonians import Hamiltonian, Quadratic, hamiltonian_from_params
 
 #: Largest |good|, |bad| accepted: the payoff times T is the scale of u, whose gradient the
 #: Hamiltonian squares; far beyond it the HJB Newton steps lose float64 precision (they fail
@@ -52,7 +53,9 @@ class SantaFeBar(MFGProblem):
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> SantaFeBar:
         """The problem whose :meth:`params` are ``params`` (extra keys are ignored)."""
-        return cls(**{k: params[k] for k in DEFAULTS})
+        H = params.get("hamiltonian")
+        return cls(**{k: params[k] for k in DEFAULTS},
+                   hamiltonian=Quadratic() if H is None else hamiltonian_from_params(H))
 
     threshold: float
     theta_max: float
@@ -62,7 +65,7 @@ class SantaFeBar(MFGProblem):
 
     def __init__(self, threshold: float = 0.6, sigma: float = 0.5, T: float = 10.0,
                  theta_max: float = 5.0, good: float = 10.0, bad: float = -5.0,
-                 eps: float = 0.05) -> None:
+                 eps: float = 0.05, *, hamiltonian: Hamiltonian | None = None) -> None:
         values = {"threshold": check_real("threshold", threshold, low=0.0, high=1.0),
                   "theta_max": check_real("theta_max", theta_max, low=0.0, high=MAX_THETA,
                                           high_open=False),
@@ -76,14 +79,18 @@ class SantaFeBar(MFGProblem):
             object.__setattr__(self, k, v)
         super().__init__(x_min=-values["theta_max"], x_max=values["theta_max"], T=T,
                          sigma=sigma, m0=gaussian_m0, g=zero_terminal_cost, f=self.running_cost,
-                         name=self.name_default)
+                         name=self.name_default,
+                         hamiltonian=Quadratic() if hamiltonian is None else hamiltonian)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={getattr(self, k)!r}" for k in DEFAULTS)
+        if self.hamiltonian != Quadratic():
+            args += f", hamiltonian={self.hamiltonian!r}"
         return f"SantaFeBar({args})"
 
     def params(self) -> dict[str, Any]:
-        return {"problem": self.name} | {k: getattr(self, k) for k in DEFAULTS}
+        return ({"problem": self.name} | {k: getattr(self, k) for k in DEFAULTS}
+                | {"hamiltonian": self.hamiltonian.params()})
 
     def payoff(self, A: Any, xp: Any = np) -> Any:
         """F(A) = G − (G − B) s((A − A*)/ε)."""
@@ -101,11 +108,16 @@ class SantaFeBar(MFGProblem):
         return -self.payoff(xp.sum(chi_w * m), xp) * chi
 
     def coupling_size(self, nx: int, nt: int) -> int:
-        """The coupling state is the attendance path A(t) at levels 1..nt."""
-        return nt
+        """The coupling state is the attendance path A(t) at levels 1..nt (the densities
+        there where H depends on m)."""
+        return nt * nx if self.hamiltonian.depends_on_m else nt
 
     def coupling(self, grid: Grid, backend: Backend) -> Coupling:
-        """Iterate on the attendance path A(t) only: the coupling passes through it alone."""
+        """Iterate on the attendance path A(t) only: the running cost passes through it
+        alone. A Hamiltonian that depends on m sees the whole density, so then the coupling
+        state is the density path (the full-density form of the running cost)."""
+        if self.hamiltonian.depends_on_m:
+            return DensityCoupling(self.running_cost, grid, backend, congested=True)
         return AttendanceCoupling(self, grid, backend)
 
     def observables(self, grid: Grid, M: Any, backend: Backend) -> dict[str, Any]:

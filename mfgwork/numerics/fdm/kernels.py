@@ -1,65 +1,126 @@
-"""Which kernels run the finite-difference scheme: one table for every (backend, device).
+"""Which kernels run the finite-difference scheme: one table of strategies for every
+(backend, device).
 
-Each entry names the HJB sweep, the FP sweep and the tridiagonal solve that
-:class:`~mfgwork.numerics.fdm.sweeps.FiniteDifferences` uses there. A key lists its entries in
-order of preference; the first whose requirement is met is chosen.
+Each entry is a strategy object (:class:`FDKernels`) holding the HJB sweep, the FP sweep and
+the tridiagonal solve that :class:`~mfgwork.numerics.fdm.sweeps.FiniteDifferences` runs there,
+and declaring which Hamiltonians it carries: the compiled loops and the fused Triton sweeps
+have ½|p|² built in (:class:`~mfgwork.problems.hamiltonians.Quadratic` only), the array-API
+sweeps take any :class:`~mfgwork.problems.hamiltonians.Hamiltonian`. A key lists its entries in
+order of preference; the first that carries the problem's Hamiltonian and whose requirement
+is met is chosen, so every model runs on every backend and device.
 
 =====================  ====================================================================
-(backend, device)      kernels
+(backend, device)      kernels (Hamiltonians carried)
 =====================  ====================================================================
-numpy, cpu             compiled loops (numba), LAPACK ``gtsv``
-torch, cpu             compiled loops on zero-copy NumPy views, LAPACK ``gtsv``
-torch, cuda            fused Triton sweeps (time loop and Newton inside one launch); without
-                       Triton: array-API sweeps with parallel cyclic reduction, CUDA graphs
-torch, mps             array-API sweeps with parallel cyclic reduction
-torch, mps-emulation   the MPS path on the CPU (float32)
+numpy, cpu             compiled loops (numba), LAPACK ``gtsv`` (½|p|²); array-API sweeps
+                       with LAPACK (any)
+torch, cpu             compiled loops on zero-copy NumPy views, LAPACK ``gtsv`` (½|p|²);
+                       array-API sweeps with LAPACK (any)
+torch, cuda            fused Triton sweeps (time loop and Newton inside one launch; ½|p|²);
+                       array-API sweeps with parallel cyclic reduction, CUDA graphs (any)
+torch, mps             array-API sweeps with parallel cyclic reduction (any)
+torch, mps-emulation   the MPS path on the CPU (float32; any)
 =====================  ====================================================================
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from ...core.backend import Backend
+from ...problems.hamiltonians import Hamiltonian, Quadratic
 from .tridiag import TridiagonalSolver, solve_lapack, solve_lapack_torch, solve_pcr_zero_ends
 
 
-class FDKernels(NamedTuple):
-    """The kernels of the scheme on one (backend, device).
-
-    ``hjb(fd, U_T, F, guess) -> U`` and ``fp(fd, U, mu0) -> mu`` (cell masses) are methods of
-    :class:`~mfgwork.numerics.fdm.sweeps.FiniteDifferences`, referred to by name here so that
-    this table stays free of the solver's imports.
-    """
+@dataclass(frozen=True)
+class FDKernels:
+    """The kernels of the scheme on one (backend, device): a strategy whose :meth:`hjb`
+    (``U_T, F, guess, density -> U``) and :meth:`fp` (``U, mu0, density -> mu``, cell masses)
+    run the sweeps for a :class:`~mfgwork.numerics.fdm.sweeps.FiniteDifferences` solver,
+    with the tridiagonal solve ``tridiagonal``. ``quadratic_only``: its kernels have ½|p|²
+    built in. ``cuda_graphs``: its sweeps may be recorded as CUDA graphs. ``requires``:
+    whether what the kernels need is installed."""
 
     name: str
-    hjb: str
-    fp: str
     tridiagonal: TridiagonalSolver
+    quadratic_only: bool = False
+    cuda_graphs: bool = False
     requires: Callable[[], bool] = lambda: True
 
-    def bind(self, fd: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
-        """The HJB and FP sweeps of this entry bound to the solver ``fd``."""
-        return getattr(fd, self.hjb), getattr(fd, self.fp)
+    def carries(self, hamiltonian: Hamiltonian) -> bool:
+        """Whether these kernels run the scheme of ``hamiltonian``."""
+        return not self.quadratic_only or type(hamiltonian) is Quadratic
+
+    def hjb(self, fd: Any, U_T: Any, F: Any, guess: Any, density: Any) -> Any:
+        """The generic sweep: adaptive Newton per time step (host reads allowed)."""
+        return fd._hjb_array(U_T, F, guess, density=density)[0]
+
+    def fp(self, fd: Any, U: Any, mu0: Any, density: Any) -> Any:
+        return fd._fp_array(U, mu0, density)
 
 
+@dataclass(frozen=True)
+class CompiledLoops(FDKernels):
+    """numba loops for single problems (batches: the array-API sweeps with LAPACK)."""
+
+    quadratic_only: bool = True
+
+    def hjb(self, fd: Any, U_T: Any, F: Any, guess: Any, density: Any) -> Any:
+        if F.ndim == 2:
+            return fd._hjb_compiled(U_T, F, guess)
+        return super().hjb(fd, U_T, F, guess, density)
+
+    def fp(self, fd: Any, U: Any, mu0: Any, density: Any) -> Any:
+        if U.ndim == 2:
+            return fd._fp_compiled(U, mu0)
+        return super().fp(fd, U, mu0, density)
+
+
+@dataclass(frozen=True)
+class FusedTriton(FDKernels):
+    """Batched Triton sweeps, the time loop and Newton inside one launch."""
+
+    quadratic_only: bool = True
+
+    def hjb(self, fd: Any, U_T: Any, F: Any, guess: Any, density: Any) -> Any:
+        return fd._hjb_fused(U_T, F, guess)
+
+    def fp(self, fd: Any, U: Any, mu0: Any, density: Any) -> Any:
+        return fd._fp_fused(U, mu0)
+
+
+@dataclass(frozen=True)
+class AcceleratedArrays(FDKernels):
+    """Array-API sweeps for devices: a fixed number of Newton steps per time step (checked
+    once per sweep), FP matrices reduced before the sweep, CUDA graphs on CUDA."""
+
+    cuda_graphs: bool = True
+
+    def hjb(self, fd: Any, U_T: Any, F: Any, guess: Any, density: Any) -> Any:
+        return fd._hjb_accelerated(U_T, F, guess, density)
+
+    def fp(self, fd: Any, U: Any, mu0: Any, density: Any) -> Any:
+        return fd._fp_accelerated(U, mu0, density)
+
+
+COMPILED_LOOPS = CompiledLoops("compiled loops (numba)", solve_lapack)
+COMPILED_LOOPS_TORCH = CompiledLoops("compiled loops (numba)", solve_lapack_torch)
+HOST_ARRAYS = FDKernels("array-API sweeps (LAPACK)", solve_lapack)
+HOST_ARRAYS_TORCH = FDKernels("array-API sweeps (LAPACK)", solve_lapack_torch)
 def _triton_installed() -> bool:
     from ..particles.triton_kernels import triton_available
 
     return triton_available()
 
 
-COMPILED_LOOPS = FDKernels("compiled loops (numba)", "_hjb_host", "_fp_host", solve_lapack)
-COMPILED_LOOPS_TORCH = COMPILED_LOOPS._replace(tridiagonal=solve_lapack_torch)
-TRITON = FDKernels("fused Triton sweeps", "_hjb_fused", "_fp_fused", solve_pcr_zero_ends,
-                   requires=_triton_installed)
-ARRAY_API = FDKernels("array-API sweeps (parallel cyclic reduction)", "_hjb_accelerated",
-                      "_fp_accelerated", solve_pcr_zero_ends)
+TRITON = FusedTriton("fused Triton sweeps", solve_pcr_zero_ends, requires=_triton_installed)
+ARRAY_API = AcceleratedArrays("array-API sweeps (parallel cyclic reduction)", solve_pcr_zero_ends)
 
 KERNELS: dict[tuple[str, str], tuple[FDKernels, ...]] = {
-    ("numpy", "cpu"): (COMPILED_LOOPS,),
-    ("torch", "cpu"): (COMPILED_LOOPS_TORCH,),
+    ("numpy", "cpu"): (COMPILED_LOOPS, HOST_ARRAYS),
+    ("torch", "cpu"): (COMPILED_LOOPS_TORCH, HOST_ARRAYS_TORCH),
     ("torch", "cuda"): (TRITON, ARRAY_API),
     ("torch", "mps"): (ARRAY_API,),
     ("torch", "mps-emulation"): (ARRAY_API,),
@@ -71,9 +132,12 @@ def device_key(backend: Backend) -> tuple[str, str]:
     return backend.name, "mps-emulation" if backend.emulate_mps else backend.kind
 
 
-def fdm_kernels(backend: Backend) -> FDKernels:
-    """The finite-difference kernels for ``backend`` (the first usable entry of its key)."""
+def fdm_kernels(backend: Backend, hamiltonian: Hamiltonian | None = None) -> FDKernels:
+    """The finite-difference kernels for ``backend``: the first usable entry of its key that
+    carries ``hamiltonian`` (default ½|p|²)."""
+    hamiltonian = Quadratic() if hamiltonian is None else hamiltonian
     for entry in KERNELS[device_key(backend)]:
-        if entry.requires():
+        if entry.carries(hamiltonian) and entry.requires():
             return entry
-    raise LookupError(f"no finite-difference kernels usable for {device_key(backend)}")
+    raise LookupError(f"no finite-difference kernels usable for {device_key(backend)} "
+                      f"and {hamiltonian!r}")

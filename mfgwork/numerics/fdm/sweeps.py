@@ -1,9 +1,11 @@
 """HJB (backward) and FP (forward) sweeps of the implicit finite-difference scheme.
 
-:class:`FiniteDifferences` binds the scheme of :mod:`.operators` to a grid, ν and a backend,
-and runs the sweeps that the table of :mod:`.kernels` names for it. On the CPU (NumPy arrays,
-and torch CPU tensors through zero-copy views) these are the compiled loops of
-:mod:`.numba_kernels`; on CUDA with Triton the fused batched sweeps of :mod:`.triton_sweeps`
+:class:`FiniteDifferences` binds the scheme of :mod:`.operators` to a grid, ν, a Hamiltonian
+and a backend, and runs the sweeps of the strategy that the table of :mod:`.kernels` chooses
+for them. For ½|p|² on the CPU (NumPy arrays, and torch CPU tensors through zero-copy views)
+these are the compiled loops of :mod:`.numba_kernels`, for other Hamiltonians the array-API
+sweeps below with LAPACK; on CUDA with Triton the fused batched sweeps of :mod:`.triton_sweeps`
+(½|p|²)
 (whole time loop and per-step Newton in one launch, non-convergence flags read back with the
 next host synchronisation); on other accelerators and under MPS emulation the array-API
 sweeps below with the backend's tridiagonal kernel. The array-API time loop makes no host
@@ -32,8 +34,9 @@ import numpy as np
 
 from ...core.backend import Backend, to_numpy
 from ...core.compiling import CheckedCompile, wants_compile
-from ...core.errors import SolverError
+from ...core.errors import ParameterError, SolverError
 from ...core.grid import Grid
+from ...problems.hamiltonians import Hamiltonian, Quadratic
 from .kernels import FDKernels, fdm_kernels
 from .operators import StepConstants, jacobian_bands, newton_system, step_constants, transpose_bands
 from .tridiag import pcr_apply, pcr_factor
@@ -41,24 +44,24 @@ from .tridiag import pcr_apply, pcr_factor
 MAX_NEWTON = 50
 
 
-def newton_step(u: Any, rhs: Any, c: StepConstants, *, solve: Any, xp: Any
-                ) -> tuple[Any, Any]:
-    """One Newton iteration for R(u) = 0 (``rhs`` = u^{n+1}/Δt + F^n); returns the new u
-    and the update."""
-    du = solve(*newton_system(u, rhs, c, xp))
+def newton_step(u: Any, rhs: Any, c: StepConstants, m: Any = None, *, solve: Any, xp: Any,
+                hamiltonian: Hamiltonian) -> tuple[Any, Any]:
+    """One Newton iteration for R(u) = 0 (``rhs`` = u^{n+1}/Δt + F^n, ``m`` the density H
+    sees); returns the new u and the update."""
+    du = solve(*newton_system(u, rhs, c, xp, hamiltonian, m))
     return u - du, du
 
 
-def hjb_time_step(u: Any, u_next: Any, F_n: Any, c: StepConstants, *, steps: int,
-                  newton: Any) -> tuple[Any, Any, Any]:
+def hjb_time_step(u: Any, u_next: Any, F_n: Any, c: StepConstants, m: Any = None, *,
+                  steps: int, newton: Any) -> tuple[Any, Any, Any]:
     """One HJB time step: ``steps`` iterations of ``newton`` (:func:`newton_step`, or its
     compiled form) from ``u``; returns u, the last update and the one before it."""
     rhs = u_next * c.inv_dt + F_n
-    u, du = newton(u, rhs, c)
+    u, du = newton(u, rhs, c, m)
     before = du
     for _ in range(steps - 1):
         before = du
-        u, du = newton(u, rhs, c)
+        u, du = newton(u, rhs, c, m)
     return u, du, before
 
 
@@ -93,15 +96,25 @@ def _start_copy(status: Any) -> tuple[Any, Any]:
 
 
 class FiniteDifferences:
-    """The implicit upwind scheme on ``grid`` with diffusion ``nu`` for ``backend``."""
+    """The implicit upwind scheme on ``grid`` with diffusion ``nu`` and the Hamiltonian
+    ``hamiltonian`` (default ½|p|²) for ``backend``; ``kernels``: a strategy of
+    :mod:`.kernels` (default: the first of the backend's entries that carries the
+    Hamiltonian)."""
 
     def __init__(self, grid: Grid, nu: float | np.ndarray, backend: Backend, *,
-                 accelerator_newton_steps: int = 4,
+                 hamiltonian: Hamiltonian | None = None, accelerator_newton_steps: int = 4,
                  compile_steps: bool | str = "auto", cuda_graphs: bool | None = None,
                  kernels: FDKernels | None = None) -> None:
         self.grid, self.backend = grid, backend
-        self.kernels = fdm_kernels(backend) if kernels is None else kernels
-        self._hjb_sweep, self._fp_sweep = self.kernels.bind(self)
+        self.hamiltonian = Quadratic() if hamiltonian is None else hamiltonian
+        self.kernels = fdm_kernels(backend, self.hamiltonian) if kernels is None else kernels
+        if not self.kernels.carries(self.hamiltonian):
+            raise ParameterError(f"kernels={self.kernels.name!r} is invalid with "
+                                 f"hamiltonian={self.hamiltonian!r}: those kernels carry "
+                                 "½|p|² only")
+        self._hjb_sweep = partial(self.kernels.hjb, self)
+        self._fp_sweep = partial(self.kernels.fp, self)
+        self.x = backend.asarray(grid.x)
         self.nu = np.asarray(nu, dtype=np.float64)  # a scalar, or (B, 1) for a batch
         self.weights = backend.asarray(grid.weights)
         self._inv_w_np = 1.0 / grid.weights
@@ -113,12 +126,14 @@ class FiniteDifferences:
         self.newton_steps = accelerator_newton_steps
         self.newton_iterations = 0
         self._solve = self.kernels.tridiagonal
-        self._consts = step_constants(self.nu, grid.h, grid.dt, self._inv_hw_np, backend.asarray)
-        self._newton = partial(newton_step, solve=self._solve, xp=backend.xp)
+        self._consts = step_constants(self.nu, grid.h, grid.dt, self._inv_hw_np, grid.x,
+                                      backend.asarray)
+        self._newton = partial(newton_step, solve=self._solve, xp=backend.xp,
+                               hamiltonian=self.hamiltonian)
         self._fp_step = fp_time_step
         self._pending: list[tuple[Any, Any]] = []  # fused sweeps' status, read back later
         self._nu_device: Any = None
-        self.use_cuda_graphs = (backend.kind == "cuda" and self.kernels.hjb == "_hjb_accelerated"
+        self.use_cuda_graphs = (backend.kind == "cuda" and self.kernels.cuda_graphs
                                 if cuda_graphs is None else cuda_graphs)
         self._graphs: dict[tuple, Any] = {}
         mode, self.compile_reason = (
@@ -137,25 +152,38 @@ class FiniteDifferences:
             return {"compiled": bool(step.active), "reason": step.reason}
         return {"compiled": False, "reason": self.compile_reason}
 
+    @property
+    def describe(self) -> dict[str, Any]:
+        """The Hamiltonian and the kernels that run it (JSON-ready)."""
+        return {"hamiltonian": self.hamiltonian.params(), "fdm_kernels": self.kernels.name}
+
+    def _frozen(self, density: Any | None) -> Any | None:
+        """``density`` where H depends on m (then it is required), else None."""
+        if not self.hamiltonian.depends_on_m:
+            return None
+        if density is None:
+            raise ParameterError(f"density=None is invalid with hamiltonian="
+                                 f"{self.hamiltonian!r}, which depends on m: pass the "
+                                 "densities m^1..m^nt that H sees (shape (..., nt, nx))")
+        return density
+
     # -- HJB ---------------------------------------------------------------------------------
-    def solve_hjb(self, U_T: Any, F: Any, guess: Any | None = None) -> Any:
+    def solve_hjb(self, U_T: Any, F: Any, guess: Any | None = None,
+                  density: Any | None = None) -> Any:
         """U with U[..., nt, :] = U_T, solving the HJB steps with running costs F[..., n, :].
 
         ``guess`` (same shape as U, optional) seeds Newton at each step, e.g. the previous
-        Picard iterate; otherwise each step starts from the later time level.
+        Picard iterate; otherwise each step starts from the later time level. ``density``
+        (..., nt, nx): where H depends on m, the densities m^1..m^nt it sees (the step from
+        t_{n+1} to t_n uses m^{n+1}); ignored otherwise.
         """
-        return self._hjb_sweep(U_T, F, guess)
+        return self._hjb_sweep(U_T, F, guess, self._frozen(density))
 
-    def _hjb_host(self, U_T: Any, F: Any, guess: Any | None) -> Any:
-        if F.ndim == 2:
-            host = [None if a is None else _host(a) for a in (U_T, F, guess)]
-            return self._from_host(self._hjb_compiled(*host))
-        return self._hjb_array(U_T, F, guess, MAX_NEWTON, adaptive=True)[0]
-
-    def _hjb_accelerated(self, U_T: Any, F: Any, guess: Any | None) -> Any:
+    def _hjb_accelerated(self, U_T: Any, F: Any, guess: Any | None, density: Any | None
+                         ) -> Any:
         steps = self.newton_steps
         while True:
-            U, sizes = self._hjb_fixed(U_T, F, guess, steps)
+            U, sizes = self._hjb_fixed(U_T, F, guess, steps, density)
             self.newton_iterations += steps * self.grid.nt
             worst, worst_before = (float(v) for v in to_numpy(sizes))  # last, last but one
             if worst <= self.accept_tol or steps >= MAX_NEWTON:
@@ -214,9 +242,11 @@ class FiniteDifferences:
 
         return torch.from_numpy(a)
 
-    def _hjb_compiled(self, U_T: np.ndarray, F: np.ndarray, guess: np.ndarray | None) -> Any:
+    def _hjb_compiled(self, U_T: Any, F: Any, guess: Any | None) -> Any:
+        """The compiled (numba) sweep of one problem on host arrays, ½|p|²."""
         from . import numba_kernels
 
+        U_T, F, guess = (None if a is None else _host(a) for a in (U_T, F, guess))
         g = self.grid
         U = np.empty((g.nt + 1, g.nx), dtype=F.dtype)
         U[-1] = U_T
@@ -229,10 +259,12 @@ class FiniteDifferences:
         if bad >= 0:
             raise SolverError(f"HJB Newton did not converge at time step n={bad} "
                               f"(t={g.t[bad]:.6g}) in {MAX_NEWTON} iterations")
-        return U
+        return self._from_host(U)
 
-    def _hjb_array(self, U_T: Any, F: Any, guess: Any | None, max_newton: int,
-                   adaptive: bool) -> tuple[Any, Any]:
+    def _hjb_array(self, U_T: Any, F: Any, guess: Any | None, max_newton: int = MAX_NEWTON,
+                   adaptive: bool = True, density: Any | None = None) -> tuple[Any, Any]:
+        """The array-API sweep: Newton to ``newton_tol`` per step (``adaptive``, host reads)
+        or ``max_newton`` steps each, returning U and the largest last two updates."""
         xp, g = self.backend.xp, self.grid
         levels: list[Any] = [None] * (g.nt + 1)
         levels[g.nt] = U_T + 0.0 * F[..., 0, :]
@@ -240,10 +272,11 @@ class FiniteDifferences:
         for n in range(g.nt - 1, -1, -1):
             u_next = levels[n + 1]
             u = u_next if guess is None else guess[..., n, :]
+            m = None if density is None else density[..., n, :]
             if adaptive:
                 rhs = u_next * self._consts.inv_dt + F[..., n, :]
                 for _ in range(max_newton):
-                    u, du = self._newton(u, rhs, self._consts)
+                    u, du = self._newton(u, rhs, self._consts, m)
                     self.newton_iterations += 1
                     if float(xp.max(relative_update(du, u, xp))) <= self.newton_tol:
                         break
@@ -251,7 +284,7 @@ class FiniteDifferences:
                     raise SolverError(f"HJB Newton did not converge at time step n={n} "
                                       f"(t={g.t[n]:.6g}) in {max_newton} iterations")
             else:
-                u, du, before = hjb_time_step(u, u_next, F[..., n, :], self._consts,
+                u, du, before = hjb_time_step(u, u_next, F[..., n, :], self._consts, m,
                                               steps=max_newton, newton=self._newton)
                 updates += [du, before]
             levels[n] = u
@@ -265,13 +298,18 @@ class FiniteDifferences:
         size = relative_update(du, xp.flip(U[..., :-1, None, :], axis=-3), xp)
         return U, xp.max(xp.reshape(xp.moveaxis(size, -1, 0), (2, -1)), axis=1)
 
-    def _hjb_fixed(self, U_T: Any, F: Any, guess: Any | None, steps: int) -> tuple[Any, Any]:
+    def _hjb_fixed(self, U_T: Any, F: Any, guess: Any | None, steps: int,
+                   density: Any | None = None) -> tuple[Any, Any]:
         """The sweep with ``steps`` Newton iterations per time step (graph-replayed on CUDA)."""
-        def sweep(U_T: Any, F: Any, *guess: Any) -> tuple[Any, Any]:
-            return self._hjb_array(U_T, F, guess[0] if guess else None, steps, adaptive=False)
+        given = (guess is not None, density is not None)
 
-        args = (U_T, F) if guess is None else (U_T, F, guess)
-        return self._graphed(("hjb", steps, len(args)), sweep, args)
+        def sweep(U_T: Any, F: Any, *rest: Any) -> tuple[Any, Any]:
+            it = iter(rest)
+            guess, density = (next(it) if g else None for g in given)
+            return self._hjb_array(U_T, F, guess, steps, adaptive=False, density=density)
+
+        args = tuple(a for a in (U_T, F, guess, density) if a is not None)
+        return self._graphed(("hjb", steps, *given), sweep, args)
 
     def _graphed(self, key: tuple, fn: Any, args: tuple) -> Any:
         """``fn(*args)``; with CUDA graphs on, recorded at the first call and replayed after."""
@@ -290,13 +328,21 @@ class FiniteDifferences:
         return eager
 
     # -- FP ----------------------------------------------------------------------------------
-    def solve_fp(self, U: Any, m0: Any) -> Any:
-        """Densities M (levels 0..nt) from m0, transported by the control −∂x u of U."""
-        return self._fp_sweep(U, m0 * self.weights) * self.inv_w
+    def solve_fp(self, U: Any, m0: Any, density: Any | None = None,
+                 source: Any | None = None) -> Any:
+        """Densities M (levels 0..nt) from m0, transported by the control −∂p H(x, ∂x u, m)
+        of U; ``density``: as for :meth:`solve_hjb` (the step from t_n to t_{n+1} uses
+        m^{n+1}, frozen). ``source`` (..., nt, nx), for verification: a source S^{n+1} added
+        to the step from t_n to t_{n+1} (J(u^n)ᵀ μ^{n+1} = μ^n/Δt + w S^{n+1}; array-API
+        sweep)."""
+        density = self._frozen(density)
+        if source is not None:
+            return self._fp_array(U, m0 * self.weights, density, source * self.weights
+                                  ) * self.inv_w
+        return self._fp_sweep(U, m0 * self.weights, density) * self.inv_w
 
-    def _fp_host(self, U: Any, mu0: Any) -> Any:
-        if U.ndim == 3:
-            return self._fp_array(U, mu0)
+    def _fp_compiled(self, U: Any, mu0: Any) -> Any:
+        """The compiled (numba) sweep of one problem on host arrays, ½|p|²."""
         from . import numba_kernels
 
         g = self.grid
@@ -307,8 +353,9 @@ class FiniteDifferences:
                                self._inv_hw_np.astype(U_host.dtype))
         return self._from_host(mu)
 
-    def _fp_accelerated(self, U: Any, mu0: Any) -> Any:
-        return self._graphed(("fp",), self._fp_array, (U, mu0))
+    def _fp_accelerated(self, U: Any, mu0: Any, density: Any | None) -> Any:
+        args = (U, mu0) if density is None else (U, mu0, density)
+        return self._graphed(("fp", len(args)), self._fp_array, args)
 
     def _fp_fused(self, U: Any, mu0: Any) -> Any:
         from . import triton_sweeps
@@ -320,14 +367,18 @@ class FiniteDifferences:
                                     self.grid.dt, self.inv_hw)
         return mu[0] if single else mu
 
-    def _fp_array(self, U: Any, mu0: Any) -> Any:
+    def _fp_array(self, U: Any, mu0: Any, density: Any | None = None,
+                  source: Any | None = None) -> Any:
+        """The array-API sweep J(u^n)ᵀ μ^{n+1} = μ^n/Δt (+ ``source``, cell masses)."""
         g, xp = self.grid, self.backend.xp
         nu_levels = self.nu[..., None, :] if self.nu.ndim else self.nu
         lower, diag, upper, _ = jacobian_bands(U[..., :-1, :], self.backend.asarray(nu_levels),
-                                               g.h, g.dt, self.inv_hw, xp)
+                                               g.h, g.dt, self.inv_hw, xp, self.hamiltonian,
+                                               self.x, density)
         lt, dg, ut = transpose_bands(lower, diag, upper, xp)
         masses = [mu0 + 0.0 * U[..., 0, :]]
-        if self.backend.is_accelerator:   # every step's matrix is known: reduce them at once
+        if self.backend.is_accelerator and source is None:
+            # every step's matrix is known: reduce them at once
             inv_diag, levels = pcr_factor(lt, dg, ut)
             scale = inv_diag * self._consts.inv_dt
             for n in range(g.nt):
@@ -335,6 +386,8 @@ class FiniteDifferences:
                                             [w[..., n, :, :] for w in levels]))
         else:
             for n in range(g.nt):
-                masses.append(self._solve(lt[..., n, :], dg[..., n, :], ut[..., n, :],
-                                          masses[n] * self._consts.inv_dt))
+                rhs = masses[n] * self._consts.inv_dt
+                if source is not None:
+                    rhs = rhs + source[..., n, :]
+                masses.append(self._solve(lt[..., n, :], dg[..., n, :], ut[..., n, :], rhs))
         return xp.stack(masses, axis=-2)

@@ -2,8 +2,9 @@
 
 For running costs F^n = −y_n χ and the observed path z_n = χ·μ^{n+1} (μ the cell masses),
 D[n, j] = ∂z_n/∂y_j: the backward sweep J_n δu^n = δu^{n+1}/Δt + δF^n, then the forward sweep
-J_nᵀ δμ^{n+1} = δμ^n/Δt − K_n δu^n with K_n = Dᵀ diag(c) D the Hessian of μ^{n+1}·H(u^n)
-(c_e = μ_{e+1} 1{q_e > 0} + μ_e 1{q_e < 0} on edge e, D the edge difference); all nt directions
+J_nᵀ δμ^{n+1} = δμ^n/Δt − K_n δu^n with K_n = Dᵀ diag(c) D / h² the Hessian of μ^{n+1}·Ĥ(u^n)
+(the edge weights c_e / h² of :func:`.operators.tangent_weights`: for ½|p|²,
+c_e = μ_{e+1} 1{q_e > 0} + μ_e 1{q_e < 0} on edge e; D the edge difference); all nt directions
 at once (direction j is zero in δu^n for n > j), one Thomas elimination per level.
 """
 
@@ -31,18 +32,13 @@ def _solve_columns(a, b, c, d, cp, x):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _add_transport(rhs, du, q, mu, h, start):  # pragma: no cover - compiled
+def _add_transport(rhs, du, weights, start):  # pragma: no cover - compiled
     """rhs (nx, m) −= K δu in columns start..m−1: K = Dᵀ diag(c) D / h² for the edge
-    gradients q (nx−1,) and the cell masses mu (nx,) (c_e the upwind mass, edges with
-    q_e = 0 skipped), δu = du (nx, m)."""
-    for e in range(q.shape[0]):
-        if q[e] > 0:
-            c = mu[e + 1]
-        elif q[e] < 0:
-            c = mu[e]
-        else:
+    weights c / h² (nx−1,) (edges of weight 0 skipped), δu = du (nx, m)."""
+    for e in range(weights.shape[0]):
+        c = weights[e]
+        if c == 0.0:
             continue
-        c /= h * h
         for j in range(start, rhs.shape[1]):
             flux = c * (du[e + 1, j] - du[e, j])
             rhs[e, j] += flux
@@ -50,10 +46,10 @@ def _add_transport(rhs, du, q, mu, h, start):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def tangent_jacobian(lower, diag, upper, lower_t, upper_t, q, mu, chi, h, dt
+def tangent_jacobian(lower, diag, upper, lower_t, upper_t, weights, chi, dt
                      ):  # pragma: no cover - compiled
-    """D (nt, nt) from the bands of J(u^n) and of J(u^n)ᵀ (levels 0..nt−1), the edge
-    gradients q (nt, nx−1) and the cell masses mu (nt+1, nx)."""
+    """D (nt, nt) from the bands of J(u^n) and of J(u^n)ᵀ (levels 0..nt−1) and the edge
+    weights (nt, nx−1) of K_n."""
     nt, nx = diag.shape
     du = np.zeros((nt + 1, nx, nt))
     rhs = np.zeros((nx, nt))
@@ -70,7 +66,7 @@ def tangent_jacobian(lower, diag, upper, lower_t, upper_t, q, mu, chi, h, dt
         for i in range(nx):
             for j in range(nt):
                 rhs[i, j] = dmu[i, j] / dt
-        _add_transport(rhs, du[n], q[n], mu[n + 1], h, n)
+        _add_transport(rhs, du[n], weights[n], n)
         _solve_columns(lower_t[n], diag[n], upper_t[n], rhs, cp, dmu)
         for j in range(nt):
             s = 0.0
@@ -139,7 +135,7 @@ def _solve_factored(a, cp, inv, d, x):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def tangent_product(lower, factors, lower_t, factors_t, q, mu, chi, h, dt, v
+def tangent_product(lower, factors, lower_t, factors_t, weights, chi, dt, v
                     ):  # pragma: no cover - compiled
     """D v (nt,) for one direction v (nt,): the sweeps of :func:`tangent_jacobian` for one
     column, O(nt nx) (the products of matrix-free Newton–Krylov), from the lower bands of
@@ -158,7 +154,7 @@ def tangent_product(lower, factors, lower_t, factors_t, q, mu, chi, h, dt, v
     for n in range(nt):
         for i in range(nx):
             rhs[i] = dmu[i] / dt
-        _add_transport(rhs.reshape((nx, 1)), du[n].reshape((nx, 1)), q[n], mu[n + 1], h, 0)
+        _add_transport(rhs.reshape((nx, 1)), du[n].reshape((nx, 1)), weights[n], 0)
         _solve_factored(lower_t[n], cp_t[n], inv_t[n], rhs, dmu)
         s = 0.0
         for i in range(nx):

@@ -15,19 +15,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from .operators import jacobian_bands, transpose_bands
+from ...problems.hamiltonians import Hamiltonian
+from .operators import QUADRATIC, jacobian_bands, tangent_weights, transpose_bands
 from .tridiag import factor_many
 
 
 def tangent_jacobian_torch(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: float,
-                           inv_hw: Any) -> Any:
-    """D (B, nt, nt) from U (B, nt+1, nx), the cell masses mu (B, nt+1, nx), χ (nx,), ν (B,)
-    and 1/(h w) (nx,), all tensors of one dtype and device."""
+                           inv_hw: Any, hamiltonian: Hamiltonian = QUADRATIC, x: Any = None
+                           ) -> Any:
+    """D (B, nt, nt) from U (B, nt+1, nx), the cell masses mu (B, nt+1, nx), χ (nx,), ν (B,),
+    1/(h w) (nx,) and the nodes x (nx,), all tensors of one dtype and device."""
     import torch
 
     B, levels, nx = U.shape
     nt = levels - 1
-    lower, diag, upper, q = jacobian_bands(U[:, :-1], nu[:, None, None], h, dt, inv_hw, torch)
+    lower, diag, upper, terms = jacobian_bands(U[:, :-1], nu[:, None, None], h, dt, inv_hw,
+                                               torch, hamiltonian, x)
     lower_t, _, upper_t = transpose_bands(lower, diag, upper, torch)
     solve = factor_many(lower, diag, upper)
     du: list[Any] = [None] * nt   # du[n]: (B, nt − n, nx), directions n..nt−1
@@ -37,10 +40,8 @@ def tangent_jacobian_torch(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: flo
         du[n] = later = solve(n, rhs)
     del solve
     solve_t = factor_many(lower_t, diag, upper_t)
-    # K_n δu: upwind edge weights c_e = μ_{e+1} 1{q_e > 0} + μ_e 1{q_e < 0}, over h²
-    mu_next = mu[:, 1:]
-    c = torch.where(q > 0, mu_next[..., 1:], torch.where(q < 0, mu_next[..., :-1],
-                                                         torch.zeros_like(q))) / h**2
+    # K_n δu: upwind edge weights (½|p|²: c_e = μ_{e+1} 1{q_e > 0} + μ_e 1{q_e < 0}), over h²
+    c = tangent_weights(terms, mu[:, 1:], x, None, h, hamiltonian, torch)
     dmu = U.new_zeros((B, nt, nx))
     D = U.new_empty((B, nt, nt))
     for n in range(nt):

@@ -1,11 +1,13 @@
 """The particle Fokker–Planck solver: Euler–Maruyama with reflecting walls, CIC or KDE density.
 
-N agents follow dX = −∂x u(t, X) dt + σ dW on [x_min, x_max] with reflection at the walls:
+N agents follow dX = b dt + σ dW, b = −∂p H(x, ∂x u, m) (½|p|²: −∂x u), on [x_min, x_max] with
+reflection at the walls:
 
-    X^{n+1} = fold(X^n − ∂x u(t_n, X^n) Δt + σ √Δt ξ^n),   ξ^n ~ N(0, 1) i.i.d.,
+    X^{n+1} = fold(X^n + b(t_n, X^n) Δt + σ √Δt ξ^n),   ξ^n ~ N(0, 1) i.i.d.,
 
-where ∂x u(t_n, ·) is the central difference of U[n] at the nodes (0 at the walls, Neumann)
-interpolated linearly in x (step n → n + 1 uses U[n], as the implicit FDM step does), and fold
+where b(t_n, ·) is −∂p H at the nodes of the central difference of U[n] (0 at the walls,
+Neumann; where H depends on m, with m^{n+1} frozen as in the FDM step) interpolated linearly
+in x (step n → n + 1 uses U[n], as the implicit FDM step does), and fold
 reflects into the domain exactly for any excursion (period 2L), so no particle ever leaves it.
 X^0 is sampled from the piecewise-linear m0 by inverse CDF. The density at each level is the
 cloud-in-cell deposit (default) or a reflected Gaussian KDE (see :mod:`.density`); every level
@@ -27,6 +29,7 @@ from ...core import cuda_graphs
 from ...core.backend import Backend
 from ...core.errors import MAX_COUNT, ParameterError, check_choice, check_int, check_real
 from ...core.grid import Grid
+from ...problems.hamiltonians import Hamiltonian, Quadratic
 from .density import DENSITIES, kde_densities
 from .memory import check_fits
 
@@ -77,7 +80,9 @@ class ParticleFP:
                  n_particles: int = DEFAULT_PARTICLES, seed: int | None = None,
                  density: str = "cic", deposit_copies: int | None = None,
                  cuda_graph: bool | None = None, compile_step: bool = False,
-                 fused: bool | None = None, max_memory: object = None) -> None:
+                 fused: bool | None = None, max_memory: object = None,
+                 hamiltonian: Hamiltonian | None = None) -> None:
+        self.hamiltonian = Quadratic() if hamiltonian is None else hamiltonian
         self.n_particles, seed = check_particle_args(n_particles, seed)
         self.seed = fresh_seed() if seed is None else seed
         self.density = check_choice("density", density, DENSITIES)
@@ -93,6 +98,8 @@ class ParticleFP:
         self.length = grid.x_max - grid.x_min
         self.noise = self.sigma * grid.dt**0.5
         self.weights = backend.asarray(grid.weights)
+        self._x = backend.asarray(grid.x)
+        self._density: Any = None
         self._offsets: Any = None
         self._graph: Any = None
         self._graph_offsets: Any = None
@@ -119,9 +126,15 @@ class ParticleFP:
             raise ParameterError("positions is not available yet: call solve_fp first")
         return self._offsets + self.grid.x_min
 
-    def solve_fp(self, U: Any, m0: Any) -> Any:
-        """Densities M (levels 0..nt, shape (nt + 1, nx)) of particles driven by −∂x u of U."""
+    def solve_fp(self, U: Any, m0: Any, density: Any | None = None) -> Any:
+        """Densities M (levels 0..nt, shape (nt + 1, nx)) of particles driven by
+        −∂p H(x, ∂x u, m) of U (``density``: m^1..m^nt, where H depends on m)."""
         g = self.grid
+        if self.hamiltonian.depends_on_m and density is None:
+            raise ParameterError(f"density=None is invalid with hamiltonian="
+                                 f"{self.hamiltonian!r}, which depends on m: pass the "
+                                 "densities m^1..m^nt that H sees")
+        self._density = density if self.hamiltonian.depends_on_m else None
         if tuple(U.shape) != (g.nt + 1, g.nx):
             raise ParameterError(f"U has shape {tuple(U.shape)}: the particle solver needs "
                                  f"(nt + 1, nx) = ({g.nt + 1}, {g.nx})")
@@ -145,7 +158,7 @@ class ParticleFP:
         masses = np.zeros((g.nt + 1, g.nx))
         inv_h = (g.nx - 1) / self.length
         cic_deposit(y, inv_h, masses[0])
-        b = nodal_drift(U[:-1], g.h).astype(dtype)
+        b = nodal_drift(U[:-1], g.h, self.hamiltonian, g.x, self._density).astype(dtype)
         xi = np.empty(n, dtype=dtype)
         consts = (inv_h, g.dt, self.noise, self.length)
         for k in range(g.nt):
@@ -168,7 +181,7 @@ class ParticleFP:
         masses = k.mass_buffer(g.nt + 1)
         i, f = k.locate(y)
         k.deposit(i, f, masses[0])
-        b0, db = k.drift_tables(U)
+        b0, db = k.drift_tables(U, self.hamiltonian, self._x, self._density)
         xi = torch.empty(n, **opts)
         for step in range(g.nt):
             torch.randn(n, generator=self.generator, out=xi)
@@ -190,7 +203,7 @@ class ParticleFP:
         g, fk = self.grid, self._fused_kernels
         masses = fk.mass_buffer(g.nt + 1)
         fk.deposit(y, masses[0])
-        b0, db = self.kernels.drift_tables(U)
+        b0, db = self.kernels.drift_tables(U, self.hamiltonian, self._x, self._density)
         xi = torch.empty_like(y)
         for step in range(g.nt):
             torch.randn(y.shape, generator=self.generator, out=xi)
@@ -262,8 +275,16 @@ def _use_fused(fused: object, backend: Backend) -> bool:
     return fused
 
 
-def nodal_drift(U: np.ndarray, h: float) -> np.ndarray:
-    """b = −∂x u at the nodes of each row of U: central differences, 0 at the walls."""
+def nodal_drift(U: np.ndarray, h: float, hamiltonian: Hamiltonian | None = None,
+                x: np.ndarray | None = None, density: Any = None) -> np.ndarray:
+    """b = −∂p H(x, ∂x u, m) at the nodes of each row of U (default H = ½|p|²: b = −∂x u):
+    ∂x u by central differences, b = 0 at the walls; ``density`` (rows like U's) where H
+    depends on m."""
     b = np.zeros_like(U)
-    b[..., 1:-1] = -(U[..., 2:] - U[..., :-2]) / (2 * h)
+    grad = (U[..., 2:] - U[..., :-2]) / (2 * h)
+    if hamiltonian is None:
+        b[..., 1:-1] = -grad
+    else:
+        m = None if density is None else np.asarray(density)[..., 1:-1]
+        b[..., 1:-1] = -hamiltonian.dp(x[1:-1], grad, m, np)
     return b

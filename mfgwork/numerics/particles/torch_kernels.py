@@ -60,11 +60,17 @@ class TorchKernels:
         integers, on the fixed-point path), then converted."""
         return masses.reshape(masses.shape[0], self.copies, self.nx).sum(dim=1).to(self.dtype)
 
-    def drift_tables(self, U: Any) -> tuple[Any, Any]:
-        """b = −∂x u at the nodes of levels 0..nt−1 (central differences, 0 at the walls),
+    def drift_tables(self, U: Any, hamiltonian: Any = None, x: Any = None, density: Any = None
+                     ) -> tuple[Any, Any]:
+        """b = −∂p H(x, ∂x u, m) (default ½|p|²: −∂x u) at the nodes of levels 0..nt−1
+        (central differences, 0 at the walls; the nodes ``x``, and ``density`` m^1..m^nt where H
+        depends on m),
         returned as (b_i, b_{i+1} − b_i) per cell, each of shape (nt, nx − 1)."""
         torch = self.torch
         grad = (U[:-1, 2:] - U[:-1, :-2]) * (0.5 / self.h)
+        if hamiltonian is not None:
+            grad = hamiltonian.dp(x[1:-1], grad, None if density is None else density[:, 1:-1],
+                                  torch)
         zero = torch.zeros_like(grad[:, :1])
         b = torch.cat([zero, -grad, zero], dim=1)
         return b[:, :-1].contiguous(), (b[:, 1:] - b[:, :-1]).contiguous()
