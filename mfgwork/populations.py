@@ -51,7 +51,7 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
     sweeps need it); otherwise the scheme given alone (e.g. "anderson"). The dense system needs
     8 (nt+1) nx nt bytes per group and is refused beyond about 400 × 400. ``coarse``: on grids
     at least twice as fine as 51 × 51, Newton starts from a 51 × 51 solve (unless
-    ``initial`` is given).
+    ``initial`` is given; ``res.timings["coarse"]``, ``res.extra["coarse_iterations"]``).
 
     Certificate: one more best response of every group to the returned densities' path z:
     the path's relative residual ‖G(z) − z‖/‖G(z)‖ (G the share-weighted path of the best
@@ -89,10 +89,11 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
     z_init = _initial_path(initial, problem, grid)
 
     s = setup(problem, grid, be, compile_steps)
+    setup_seconds = time.perf_counter() - started
     coarse_iterations = None
     if z_init is not None:
         z_init = be.asarray(z_init)
-    elif coarse and scheme is None and _refines(grid):
+    elif coarse and scheme is None and s.potentials is not None and _refines(grid):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             first = solve_populations(problem, nx=COARSE, nt=COARSE, backend=be,
@@ -101,7 +102,7 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
                                       max_memory=max_memory, coarse=False)
         z_init = be.asarray(_interpolated_path(first, problem, grid))
         coarse_iterations = first.iterations
-    setup_seconds = time.perf_counter() - started
+    coarse_seconds = time.perf_counter() - started - setup_seconds
     bar = _progress_bar(progress, max_iter)
     try:
         out, info = equilibrium(s, problem, grid, be, scheme=scheme, tol=tol,
@@ -113,7 +114,7 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
     s.sweeps.check_newton()
     be.synchronize()
     history = out.history
-    timings = {"setup": setup_seconds, "hjb": sum(history.time_hjb),
+    timings = {"setup": setup_seconds, "coarse": coarse_seconds, "hjb": sum(history.time_hjb),
                "fp": sum(history.time_fp), "coupling": sum(history.time_coupling)}
     certify_started = time.perf_counter()
     certificate = _certificate(problem, grid, be, out.U, out.M)
