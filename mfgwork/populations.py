@@ -13,7 +13,7 @@ from .core.compiling import check_compile_steps
 from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag
 from .numerics.iteration import IterationScheme, check_stopping, make_scheme
 from .numerics.populations import SYSTEMS, best_response_residuals, equilibrium, setup
-from .problems.populations import Populations, SantaFePopulations
+from .problems.populations import Populations
 from .results import Result
 from .solve import (
     COARSE,
@@ -195,26 +195,3 @@ def _interpolated_path(result: Result, problem: Populations, grid: Any) -> np.nd
     s = setup(problem, coarse_grid, be)
     z = to_numpy(s.coupling.state(be.asarray(to_numpy(result.M))))
     return np.interp(grid.t[1:], coarse_grid.t[1:], z)
-
-
-def populations_residual(result: Result, problem: Populations | None = None) -> float:
-    """The certified residual of a populations ``result`` recomputed (what ``Result.check``
-    returns for it): one best response of every group, as the solve certified it.
-    ``problem`` defaults to the Santa Fe populations of ``result.params``."""
-    if problem is None:
-        try:
-            problem = SantaFePopulations.from_params(result.params)
-        except (KeyError, TypeError) as exc:
-            raise ParameterError(f"the result's params do not describe Santa Fe populations "
-                                 f"({exc!r}): pass the problem that was solved") from None
-    if not isinstance(problem, Populations):
-        raise ParameterError(f"problem={problem!r:.80} is invalid: must be an "
-                             "mfgwork.Populations")
-    M = to_numpy(result.M)
-    grid = problem.grid(M.shape[-1], M.shape[-2] - 1)
-    dtype = result.extra.get("certified_in", result.dtype)
-    be = (get_backend("numpy", "cpu", "float64") if dtype != result.dtype
-          else get_backend(result.backend, result.device, result.dtype))
-    U = be.asarray(to_numpy(result.U))
-    path, groups = best_response_residuals(setup(problem, grid, be), U, be.asarray(M))
-    return max(path, float(np.max(groups)))

@@ -38,12 +38,12 @@ from typing import Any
 
 import numpy as np
 
-from ..core.backend import Backend, to_numpy
-from ..core.errors import ConvergenceWarning, SolverError
+from ..core.backend import Backend, get_backend, to_numpy
+from ..core.errors import ConvergenceWarning, ParameterError, SolverError
 from ..core.grid import Grid
 from ..problems.base import Coupling, ScalarPotential
 from ..problems.hamiltonians import Hamiltonian
-from ..problems.populations import Populations
+from ..problems.populations import Populations, SantaFePopulations
 from .batch_newton import ARMIJO, ETA, GROW, _backtrack, newton_refusal
 from .fdm.sweeps import FiniteDifferences
 from .fdm.tangent import tangent_jacobian, tangent_product
@@ -174,6 +174,31 @@ def best_response_residuals(s: Setup, U: Any, M: Any) -> tuple[float, np.ndarray
     groups = relative_residual(s.coupling.group_states(M_new), s.coupling.group_states(M), xp,
                                batched=True)
     return float(to_numpy(total)[0]), np.asarray(to_numpy(groups), dtype=np.float64)
+
+
+def populations_residual(result: Any, problem: Populations | None = None) -> float:
+    """The certified residual of a populations ``result`` (a :class:`mfgwork.Result`)
+    recomputed, what ``Result.check`` returns for it: one best response of every group, as
+    the solve certified it (on its backend, or NumPy float64 where it was certified there),
+    the largest of the path's and the groups' residuals. ``problem`` defaults to the Santa
+    Fe populations of ``result.params``."""
+    if problem is None:
+        try:
+            problem = SantaFePopulations.from_params(result.params)
+        except (KeyError, TypeError) as exc:
+            raise ParameterError(f"the result's params do not describe Santa Fe populations "
+                                 f"({exc!r}): pass the problem that was solved") from None
+    if not isinstance(problem, Populations):
+        raise ParameterError(f"problem={problem!r:.80} is invalid: must be an "
+                             "mfgwork.Populations")
+    M = to_numpy(result.M)
+    grid = problem.grid(M.shape[-1], M.shape[-2] - 1)
+    be = (get_backend("numpy", "cpu", "float64")
+          if result.extra.get("certified_in", result.dtype) != result.dtype
+          else get_backend(result.backend, result.device, result.dtype))
+    path, groups = best_response_residuals(setup(problem, grid, be),
+                                           be.asarray(to_numpy(result.U)), be.asarray(M))
+    return max(path, float(np.max(groups)))
 
 
 class PathNewton:
