@@ -12,8 +12,9 @@ A = Σ_k w_k A_k, and group k earns F_k(A) = G_k − (G_k − B_k) s((A − A*_k
 attends: regulars and newcomers with different thresholds and noise sharing one bar.
 
 A group's model can be any single-population problem whose coupling passes through one path
-(``coupling_size(nx, nt) == nt``) and declares a potential (χ and the price slope), which is
-what the solver needs: per group, the running cost as a function of the shared path.
+(``coupling_size(nx, nt) == nt``): what the solver needs per group is the running cost as a
+function of the shared path, and, for Newton's method, the potential the coupling declares
+(χ and the price slope; without one, Anderson mixing).
 """
 
 from __future__ import annotations
