@@ -159,6 +159,17 @@ def test_anderson_alone_agrees_with_newton():
     assert relative(anderson.M, newton.M) <= 1e-7
 
 
+def test_groups_without_a_potential_are_solved_by_anderson(monkeypatch):
+    from mfgwork.problems.santa_fe import AttendanceCoupling
+
+    monkeypatch.setattr(AttendanceCoupling, "potential", lambda self: None)
+    res = mw.solve_populations(MIXED, nx=41, nt=41)
+    assert res.converged and res.params["iteration"]["scheme"] == "anderson"
+    assert "newton_steps" not in res.extra
+    total, groups = independent_best_responses(MIXED, res.M)
+    assert max(total, *groups) <= 1e-8
+
+
 def test_a_stalled_newton_is_continued_by_anderson(monkeypatch):
     # an ascent direction: every line search fails, Newton stops as stalled
     monkeypatch.setattr(PathNewton, "_direction", lambda self, point: -point["R"])
