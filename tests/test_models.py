@@ -227,3 +227,36 @@ def test_a_density_dependent_model_needs_the_density():
     with pytest.raises(ParameterError, match="carry"):
         FiniteDifferences(grid, 0.1, mw.get_backend("numpy"), hamiltonian=mw.Power(3.0),
                           kernels=kernels.COMPILED_LOOPS)
+
+
+def test_n_player_refuses_other_hamiltonians():
+    problem = mw.SantaFeBar(hamiltonian=mw.Power(3.0), **MILD)
+    res = mw.solve(problem, **SMALL)
+    with pytest.raises(ParameterError, match="problem.hamiltonian=Power"):
+        mw.n_player(problem, res, n_players=10, n_samples=2)
+
+
+class _Heavy(mw.Hamiltonian):
+    """H = ½ (1 + x²/10) p²: moving costs more far from θ = 0 (a model of one's own)."""
+
+    name = "heavy"
+
+    def value(self, x, p, m, xp):
+        return 0.5 * (1.0 + 0.1 * x * x) * p * p
+
+    def dp(self, x, p, m, xp):
+        return (1.0 + 0.1 * x * x) * p
+
+    def dpp(self, x, p, m, xp):
+        return 1.0 + 0.1 * x * x + 0.0 * p
+
+
+def test_a_model_of_ones_own_runs_newton_and_is_certified():
+    problem = mw.SantaFeBar(hamiltonian=_Heavy(), **MILD)
+    res = mw.solve(problem, tol=1e-8, **SMALL)
+    assert res.converged and res.params["iteration"]["scheme"] == "newton"
+    assert res.check(problem) <= 1e-8 and _independent_residual(problem, res) <= 1e-8
+    torch_res = mw.solve(problem, backend="torch", tol=1e-10, **SMALL)
+    assert _rel(mw.to_numpy(torch_res.M), mw.to_numpy(res.M)) <= 1e-6
+    with pytest.raises(ParameterError, match="only the shipped models"):
+        problem_from_params(res.params)
