@@ -33,6 +33,7 @@ from .finite_state import solve_two_state, switching_rates, time_to_level
 from .numerics.iteration import Anderson, FictitiousPlay, Relaxation
 from .numerics.particles import ParticleFP
 from .placement import Placement, crossover_table, placement
+from .populations import solve_populations
 from .problems import (
     Congestion,
     Hamiltonian,
@@ -43,6 +44,7 @@ from .problems import (
     SantaFeBar,
     TwoStateElFarol,
 )
+from .problems.populations import Population, Populations, SantaFePopulations
 from .results import Result, load, save_run
 from .solve import solve, solve_batch, solve_continuous
 from .workflows.scan import open_scan, scan
@@ -61,6 +63,7 @@ __all__ = [
     "solve_continuous",
     "Placement", "crossover_table", "placement", "open_scan", "scan",
     "Hamiltonian", "Quadratic", "Power", "Congestion",
+    "Population", "Populations", "SantaFePopulations", "solve_populations",
 ]
 
 

@@ -22,8 +22,10 @@ from .numerics.fdm.sweeps import FiniteDifferences
 from .numerics.finite_state import TwoStateScheme
 from .numerics.iteration import FPSolver, HJBSolver, frozen_args, relative_residual
 from .numerics.particles import ParticleFP
+from .numerics.populations import populations_residual
 from .problems import TwoStateElFarol, problem_from_params
 from .problems.base import MFGProblem
+from .problems.populations import Populations
 
 
 def solvers(problem: MFGProblem, grid: Any, be: Backend, method: str,
@@ -115,4 +117,5 @@ def two_state_residual(result: Any, problem: TwoStateElFarol) -> float:
 
 #: The residual of each problem kind (the entry of the problem's most specific class).
 RESIDUALS: dict[type, Callable[[Any, Any], float]] = {
-    MFGProblem: continuous_residual, TwoStateElFarol: two_state_residual}
+    MFGProblem: continuous_residual, TwoStateElFarol: two_state_residual,
+    Populations: populations_residual}

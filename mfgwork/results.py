@@ -120,6 +120,12 @@ class Result(ObservablesByName):
         object.__setattr__(self, "dims", dims)
         object.__setattr__(self, "labels", {k: tuple(v) for k, v in self.labels.items()})
 
+    @property
+    def populations(self) -> tuple[str, ...] | None:
+        """The group names along the leading axis of ``U`` and ``M`` (K, nt+1, nx) of a
+        solve of several populations; None for one population."""
+        return self.labels.get("population")
+
     # -- derived numbers (NumPy) ------------------------------------------------------------
     def observable_dims(self, name: str) -> tuple[str, ...]:
         """The axes of the observable ``name``: those of U and M without the state axis,

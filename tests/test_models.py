@@ -14,7 +14,7 @@ from mfgwork.core.errors import ParameterError
 from mfgwork.numerics.fdm import kernels
 from mfgwork.numerics.fdm.policy import evaluate_policy
 from mfgwork.numerics.fdm.sweeps import FiniteDifferences
-from mfgwork.numerics.particles.solver import nodal_drift
+from mfgwork.numerics.particles.paths import nodal_drift
 from mfgwork.problems import problem_from_params
 
 MODELS = [mw.Quadratic(), mw.Power(1.5), mw.Power(3.0), mw.Congestion(1.0, 0.5),

@@ -5,6 +5,7 @@ observables. Imports from ``core`` only."""
 from ..core.errors import ParameterError
 from .base import Coupling, MFGProblem
 from .hamiltonians import Congestion, Hamiltonian, Power, Quadratic
+from .populations import Population, Populations, SantaFePopulations
 from .santa_fe import SantaFeBar
 from .two_state import TwoStateElFarol
 from .verification import HopfColeProblem
@@ -15,6 +16,7 @@ from .verification import HopfColeProblem
 #: others hold user callables, which are not stored.
 PROBLEMS: dict[str, type] = {
     "santa_fe": SantaFeBar, SantaFeBar.name_default: SantaFeBar,
+    "santa_fe_populations": SantaFePopulations,
     "two_state": TwoStateElFarol, TwoStateElFarol.name: TwoStateElFarol,
 }
 #: The names of :data:`PROBLEMS` whose class can be rebuilt from its params.
@@ -47,5 +49,5 @@ def problem_from_params(params: dict) -> MFGProblem | TwoStateElFarol:
 
 
 __all__ = ["PROBLEMS", "REBUILDABLE", "Congestion", "Coupling", "Hamiltonian", "HopfColeProblem",
-           "MFGProblem", "Power", "Quadratic", "SantaFeBar", "TwoStateElFarol",
-           "problem_from_params", "problem_name"]
+           "MFGProblem", "Population", "Populations", "Power", "Quadratic", "SantaFeBar",
+           "SantaFePopulations", "TwoStateElFarol", "problem_from_params", "problem_name"]
