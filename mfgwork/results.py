@@ -264,7 +264,9 @@ def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
     if not isinstance(params, dict):
         raise LoadError(folder / "parameters.json", "must hold a JSON object")
     dims = _dims(folder, metrics)
-    sizes = {"t": "nt+1", dims[-1]: "nx"}
+    labels = _labels(folder, metrics)
+    sizes: dict[str, str | int] = {d: len(labels[d]) for d in dims[:-1] if d in labels}
+    sizes |= {"t": "nt+1", dims[-1]: "nx"}
     field_shape = tuple(sizes.get(d, d) for d in dims)
     observed = metrics.get("observable_dims", {})
     if not (isinstance(observed, dict) and all(
@@ -293,7 +295,7 @@ def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
                   summary=metrics.get("summary", {}), state_name=metrics.get("state_name", "x"),
                   extra=metrics.get("extra", {}), residual=metrics.get("residual"),
                   status=status, dims=dims,
-                  labels=_labels(folder, metrics),
+                  labels=labels,
                   arrays={k: arrays[k] for k in others})
 
 

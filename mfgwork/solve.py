@@ -73,8 +73,9 @@ def solver_for(problem: Any, table: dict[type, Callable[..., Any]]) -> Callable[
     for kind in type(problem).__mro__:
         if kind in table:
             return table[kind]
-    raise ParameterError(f"problem={problem!r:.80} is invalid: must be an "
-                         f"{' or an '.join(f'mfgwork.{k.__name__}' for k in table)} "
+    kinds = [f"an mfgwork.{k.__name__}" for k in table]
+    one_of = ", ".join(kinds[:-1]) + " or " + kinds[-1] if len(kinds) > 1 else kinds[0]
+    raise ParameterError(f"problem={problem!r:.80} is invalid: must be {one_of} "
                          "(e.g. mw.SantaFeBar() or mw.MFGProblem(...))")
 
 

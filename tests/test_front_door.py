@@ -181,8 +181,8 @@ def test_solve_refuses_options_and_problems_it_has_no_solver_for():
         mw.solve(mw.TwoStateElFarol(), nx=41)
     with pytest.raises(mw.ParameterError, match=r"warmup=3 is invalid for a SantaFeBar"):
         mw.solve(mw.SantaFeBar(), warmup=3)
-    with pytest.raises(mw.ParameterError, match=r"must be an mfgwork.MFGProblem or an "
-                       r"mfgwork.TwoStateElFarol"):
+    with pytest.raises(mw.ParameterError, match=r"must be an mfgwork.MFGProblem, an "
+                       r"mfgwork.TwoStateElFarol or an mfgwork.Populations"):
         mw.solve("santa_fe")
     with pytest.raises(mw.ParameterError, match=r"problems\[1\]=TwoStateElFarol.* has no "
                        r"batched path"):
@@ -191,7 +191,8 @@ def test_solve_refuses_options_and_problems_it_has_no_solver_for():
 
 def test_the_solver_table_is_one_entry_per_kind():
     assert solve_module.SOLVERS == {mw.MFGProblem: mw.solve_continuous,
-                                    mw.TwoStateElFarol: mw.solve_two_state}
+                                    mw.TwoStateElFarol: mw.solve_two_state,
+                                    mw.Populations: mw.solve_populations}
     res = mw.solve(mw.SantaFeBar(), **SMALL)
     ref = mw.solve_continuous(mw.SantaFeBar(), **SMALL)
     np.testing.assert_array_equal(res.M, ref.M)
@@ -278,15 +279,19 @@ def test_a_front_door_module_imports_alone(module):
 def test_the_registry_rebuilds_every_rebuildable_problem():
     from mfgwork.problems import PROBLEMS, REBUILDABLE, problem_from_params, problem_name
 
-    assert set(PROBLEMS.values()) == {mw.SantaFeBar, mw.TwoStateElFarol}
+    assert set(PROBLEMS.values()) == {mw.SantaFeBar, mw.TwoStateElFarol, mw.SantaFePopulations}
     built = {mw.SantaFeBar: mw.SantaFeBar(threshold=0.45, sigma=0.7, eps=0.08),
-             mw.TwoStateElFarol: mw.TwoStateElFarol(switching_cost=2.5, attendance0=0.2)}
+             mw.TwoStateElFarol: mw.TwoStateElFarol(switching_cost=2.5, attendance0=0.2),
+             mw.SantaFePopulations: mw.SantaFePopulations((
+                 mw.Population("regulars", 0.7, mw.SantaFeBar(threshold=0.5, sigma=0.3)),
+                 mw.Population("newcomers", 0.3, mw.SantaFeBar(threshold=0.7,
+                                                               hamiltonian=mw.Power(3.0)))))}
     for name in REBUILDABLE:
         cls = PROBLEMS[name]
         again = problem_from_params(built[cls].params() | {"nx": 41, "tol": 1e-8})
         assert type(again) is cls and again.params() == built[cls].params()
         assert built[cls].params()["problem"] in PROBLEMS   # the name results record
-    assert {problem_name(c) for c in built} == {"santa_fe", "two_state"}
+    assert {problem_name(c) for c in built} == {"santa_fe", "two_state", "santa_fe_populations"}
     from mfgwork.workflows.scan_plan import factory_name, resolve_problem
 
     assert resolve_problem("santa_fe_bar") is resolve_problem("santa_fe") is mw.SantaFeBar
