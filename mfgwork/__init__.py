@@ -33,6 +33,7 @@ from .finite_state import TwoStateResult, solve_two_state, time_to_level
 from .numerics.iteration import Anderson, FictitiousPlay, Relaxation
 from .numerics.particles import ParticleFP
 from .placement import Placement, crossover_table, placement
+from .populations import solve_populations
 from .problems import (
     Congestion,
     Hamiltonian,
@@ -43,6 +44,7 @@ from .problems import (
     SantaFeBar,
     TwoStateElFarol,
 )
+from .problems.populations import Population, Populations, SantaFePopulations
 from .results import Result, load, save_run
 from .solve import solve, solve_batch
 from .workflows.scan import open_scan, scan
@@ -59,7 +61,7 @@ __all__ = [
     "SweepIndex", "load_sweep", "sweep", "ParticleFP", "NPlayerResult", "n_player",
     "n_player_study", "TwoStateElFarol", "TwoStateResult", "solve_two_state", "time_to_level",
     "Placement", "crossover_table", "placement", "open_scan", "scan", "Hamiltonian", "Quadratic",
-    "Power", "Congestion",
+    "Power", "Congestion", "Population", "Populations", "SantaFePopulations", "solve_populations",
 ]
 
 

@@ -70,6 +70,13 @@ class Result(ObservablesByName):
     extra: dict[str, Any] = field(default_factory=dict)
     residual: float | None = None
 
+    @property
+    def populations(self) -> tuple[str, ...] | None:
+        """The group names along the leading axis of ``U`` and ``M`` (K, nt+1, nx) of a
+        solve of several populations; None for one population."""
+        names = self.extra.get("populations")
+        return None if names is None else tuple(names)
+
     # -- derived numbers (NumPy) ------------------------------------------------------------
     @property
     def weights(self) -> np.ndarray:
@@ -94,6 +101,10 @@ class Result(ObservablesByName):
         from ``params``; in NumPy float64 for float32 results re-certified in float64,
         ``extra["certificate"]``). ``problem``: the problem solved; a Santa Fe result (also one read
         by ``mw.load``) rebuilds it from ``params``, any other problem must be passed."""
+        if self.populations is not None:
+            from .populations import populations_residual
+
+            return populations_residual(self, problem)
         from .solve import best_response_residual
 
         return best_response_residual(self, problem)
@@ -160,7 +171,8 @@ def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
 
     Every file is checked before use: present, parsable, with the expected entries and
     types; the arrays real-valued and finite, ``x`` (nx,), ``t`` (nt+1,), ``U`` and ``M``
-    (nt+1, nx), each observable (nt+1,), their decompressed size at most ``max_bytes``
+    (nt+1, nx) (several populations: (K, nt+1, nx), K the group names recorded in
+    ``extra``), each observable (nt+1,), their decompressed size at most ``max_bytes``
     (default: :data:`mfgwork.core.storage.MAX_NPZ_BYTES`, 1 GiB), checked before reading.
     Anything wrong raises :class:`~mfgwork.LoadError` naming the file.
     """
@@ -180,9 +192,11 @@ def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
     params = storage.read_json(folder / "parameters.json")
     if not isinstance(params, dict):
         raise LoadError(folder / "parameters.json", "must hold a JSON object")
+    groups = _populations(folder, metrics.get("extra", {}).get("populations"))
+    field_shape = ("nt+1", "nx") if groups is None else (len(groups), "nt+1", "nx")
     arrays = storage.read_npz(folder / "arrays.npz",
-                              {"x": ("nx",), "t": ("nt+1",), "U": ("nt+1", "nx"),
-                               "M": ("nt+1", "nx")}, others=("nt+1",), max_bytes=max_bytes)
+                              {"x": ("nx",), "t": ("nt+1",), "U": field_shape,
+                               "M": field_shape}, others=("nt+1",), max_bytes=max_bytes)
     names = metrics.get("observables", [k for k in arrays if k not in FIELDS])
     missing = [k for k in names if k not in arrays]
     if missing:
@@ -197,6 +211,17 @@ def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
                   observables={k: arrays[k] for k in names},
                   summary=metrics.get("summary", {}), state_name=metrics.get("state_name", "x"),
                   extra=metrics.get("extra", {}), residual=metrics.get("residual"))
+
+
+def _populations(folder: Path, names: Any) -> list[str] | None:
+    """The group names recorded in ``metrics.json`` (None: one population), checked."""
+    if names is None:
+        return None
+    if (not isinstance(names, list) or not names
+            or not all(isinstance(n, str) for n in names)):
+        raise LoadError(folder / "metrics.json", f"has extra.populations={names!r:.60}: must "
+                        "be a non-empty list of group names")
+    return names
 
 
 def _is_residual(value: Any) -> bool:

@@ -5,6 +5,7 @@ observables. Imports from ``core`` only."""
 from ..core.errors import ParameterError
 from .base import Coupling, MFGProblem
 from .hamiltonians import Congestion, Hamiltonian, Power, Quadratic
+from .populations import Population, Populations, SantaFePopulations
 from .santa_fe import SantaFeBar
 from .two_state import TwoStateElFarol
 from .verification import HopfColeProblem
@@ -33,5 +34,6 @@ def problem_from_params(params: dict) -> MFGProblem:
                              f"({exc}): pass the problem that was solved") from None
 
 
-__all__ = ["Congestion", "Coupling", "Hamiltonian", "HopfColeProblem", "MFGProblem", "Power",
-           "Quadratic", "SantaFeBar", "TwoStateElFarol"]
+__all__ = ["Congestion", "Coupling", "Hamiltonian", "HopfColeProblem", "MFGProblem", "Population",
+           "Populations", "Power", "Quadratic", "SantaFeBar", "SantaFePopulations",
+           "TwoStateElFarol"]

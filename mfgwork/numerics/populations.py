@@ -1,0 +1,394 @@
+"""Equilibria of several populations sharing one observed path (Newton on the path).
+
+K groups with shares w_k observe z = Σ_k w_k z_k, z_k = χ·μ_k^{n+1} the observation of group
+k's cell masses μ_k = w m_k; group k's running cost is F_k^n = −P_k(z_n) χ with its own price
+P_k (decreasing: Santa Fe's payoff F_k(A)). The best response of group k to z is its HJB sweep
+and its FP sweep (:class:`GroupSweeps`: the K groups as one batch along the leading axis), and
+the equilibria are the zeros of R(z) = G(z) − z, G(z) = Σ_k w_k z_k(BR_k(z)).
+
+**Newton on z.** By the chain rule, ∂G/∂z = −Σ_k w_k D_k diag(s_k²) with s_k² = −P_k'(z) ≥ 0
+and D_k = ∂z_k/∂y_k the exact tangent Jacobian of group k's discrete scheme (symmetric positive
+semi-definite: :mod:`.fdm.tangent`). The Newton step d solves
+
+    (I + Σ_k w_k D_k diag(s_k²)) d = R,
+
+whose matrix is not symmetric unless the prices agree (then the game has a potential, as one
+population). It is solved matrix-free by GMRES (``system="gmres"``, the default: each product
+is one tangent sweep of one direction per group, O(K nt nx), to the relative accuracy
+min(10⁻⁴, r) of an inexact Newton step) or from the dense D_k (``system="dense"``: all nt
+directions, O(K nt² nx), and an LU solve). Measured on this machine's CPU at 201²
+(``benchmarks/populations.py``, 2 to 4 groups): GMRES 6–9 times faster, with 15–20 products
+per step and group. d is a descent direction
+of ½‖R‖² (its derivative along d is −‖R‖² up to the inexactness of the solve), and steps are
+damped by Armijo backtracking on ½‖R‖², as in :mod:`.batch_newton`. Each evaluation is one
+best response of all groups; the densities of an accepted z are certified by one more (the
+residual of their own path, ‖G(G(z)) − G(z)‖ / ‖G(G(z))‖, and of each group's path) once r(z)
+is below a trigger that a refused certificate lowers. When the line search fails, Anderson mixing
+(:func:`.iteration.fixed_point`) continues from the last point with the remaining budget.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core.backend import Backend, to_numpy
+from ..core.errors import ConvergenceWarning, SolverError
+from ..core.grid import Grid
+from ..problems.base import Coupling, ScalarPotential
+from ..problems.populations import Populations
+from .batch_newton import ARMIJO, ETA, GROW, _backtrack
+from .fdm.sweeps import FiniteDifferences
+from .fdm.tangent import tangent_jacobian, tangent_product
+from .iteration import (
+    Anderson,
+    FixedPointResult,
+    History,
+    IterationScheme,
+    _evaluator,
+    _record_times,
+    fixed_point,
+    relative_residual,
+)
+from .potential import product_operands, tangent_operands
+
+SYSTEMS = ("gmres", "dense")
+
+
+class GroupSweeps:
+    """The HJB and FP sweeps of K groups with diffusions ``nu`` (K,) on one grid, arrays with
+    a leading group axis: on accelerators one batched :class:`FiniteDifferences` (ν per
+    member), on the CPU one compiled sweep per group (the compiled loops take one problem)."""
+
+    def __init__(self, grid: Grid, nu: np.ndarray, backend: Backend,
+                 compile_steps: bool | str = "auto") -> None:
+        self.backend = backend
+        self.batched = backend.is_accelerator
+        nu = np.asarray(nu, dtype=np.float64).reshape(-1)
+        self.fds = ([FiniteDifferences(grid, nu[:, None], backend, compile_steps=compile_steps)]
+                    if self.batched else
+                    [FiniteDifferences(grid, float(v), backend) for v in nu])
+
+    def hjb(self, U_T: Any, F: Any, guess: Any | None) -> Any:
+        if self.batched:
+            return self.fds[0].solve_hjb(U_T, F, guess)
+        return self.backend.xp.stack([fd.solve_hjb(U_T[k], F[k], None if guess is None
+                                                   else guess[k])
+                                      for k, fd in enumerate(self.fds)])
+
+    def fp(self, U: Any, m0: Any) -> Any:
+        if self.batched:
+            return self.fds[0].solve_fp(U, m0)
+        return self.backend.xp.stack([fd.solve_fp(U[k], m0[k])
+                                      for k, fd in enumerate(self.fds)])
+
+    @property
+    def newton_iterations(self) -> int:
+        return sum(fd.newton_iterations for fd in self.fds)
+
+    @property
+    def kernels(self) -> str:
+        return self.fds[0].kernels.name
+
+    def check_newton(self) -> None:
+        for fd in self.fds:
+            fd.check_newton()
+
+
+class SharedPathCoupling:
+    """z = Σ_k w_k z_k(M_k) (levels 1..nt), F (K, nt, nx) with F[k] group k's running cost
+    of z; ``project`` is the first group's (the groups observe one kind of path)."""
+
+    def __init__(self, couplings: list[Coupling], shares: np.ndarray, backend: Backend) -> None:
+        self.couplings, self.xp = couplings, backend.xp
+        self.shares = [float(w) for w in shares]
+
+    def group_states(self, M: Any) -> Any:
+        """z_k (K, nt) of the densities M (K, nt+1, nx)."""
+        return self.xp.stack([c.state(M[k]) for k, c in enumerate(self.couplings)])
+
+    def state(self, M: Any) -> Any:
+        z = self.group_states(M)
+        return sum(w * z[k] for k, w in enumerate(self.shares))
+
+    def running_cost(self, z: Any) -> Any:
+        return self.xp.stack([c.running_cost(z) for c in self.couplings])
+
+    def project(self, z: Any) -> Any:
+        return self.couplings[0].project(z)
+
+
+@dataclass
+class Setup:
+    """What one solve of ``problem`` on ``grid`` and ``backend`` works with."""
+
+    coupling: SharedPathCoupling
+    sweeps: GroupSweeps
+    m0: Any
+    U_T: Any
+    potentials: list[ScalarPotential] | None
+
+
+def setup(problem: Populations, grid: Grid, backend: Backend,
+          compile_steps: bool | str = False) -> Setup:
+    """The shared-path coupling, the group sweeps, m0 and g (K, nx) and the groups'
+    potentials (None unless every group declares one)."""
+    xp = backend.xp
+    couplings = [m.coupling(grid, backend) for m in problem.models]
+    potentials = [c.potential() for c in couplings]
+    return Setup(coupling=SharedPathCoupling(couplings, problem.shares, backend),
+                 sweeps=GroupSweeps(grid, np.array([m.nu for m in problem.models]), backend,
+                                    compile_steps),
+                 m0=xp.stack([m.initial_density(grid, backend) for m in problem.models]),
+                 U_T=xp.stack([m.terminal_cost(grid, backend) for m in problem.models]),
+                 potentials=None if any(p is None for p in potentials) else potentials)
+
+
+def best_response_residuals(s: Setup, U: Any, M: Any) -> tuple[float, np.ndarray]:
+    """One best response of every group to the path z = Σ_k w_k z_k(M) observed from the
+    densities M (K, nt+1, nx) (HJB seeded by U): the path's ‖G(z) − z‖/‖G(z)‖ and each
+    group's ‖z_k(BR_k(z)) − z_k(M_k)‖ / ‖z_k(BR_k(z))‖ (K,). The certified residual of M is
+    the largest of them: every group best responds to what it observes."""
+    xp = s.coupling.xp
+    z = s.coupling.state(M)
+    U_new = s.sweeps.hjb(s.U_T, s.coupling.running_cost(z), U)
+    M_new = s.sweeps.fp(U_new, s.m0)
+    s.sweeps.check_newton()
+    total = relative_residual(s.coupling.state(M_new), z, xp, batched=False)
+    groups = relative_residual(s.coupling.group_states(M_new), s.coupling.group_states(M), xp,
+                               batched=True)
+    return float(to_numpy(total)[0]), np.asarray(to_numpy(groups), dtype=np.float64)
+
+
+class PathNewton:
+    """Damped Newton's method on the shared path z of K groups (module docstring), with the
+    groups' potentials (χ, P_k'), shares and diffusions; ``system``: "gmres" or "dense"."""
+
+    def __init__(self, potentials: list[ScalarPotential], shares: np.ndarray, nu: np.ndarray,
+                 *, grid: Grid, backend: Backend, tol: float, system: str = "gmres",
+                 max_halvings: int = 12) -> None:
+        self.potentials, self.grid, self.backend, self.tol = potentials, grid, backend, tol
+        self.shares = np.asarray(shares, dtype=np.float64)
+        self.nu = np.asarray(nu, dtype=np.float64).reshape(-1)
+        self.system, self.max_halvings = system, max_halvings
+        self.newton_steps = self.products = 0
+        self.system_seconds = 0.0
+        self.stopped = ""
+        self.last_point: dict[str, Any] = {}   # the last accepted point of :meth:`solve`
+
+    def solve(self, coupling: SharedPathCoupling, hjb: Any, fp: Any, *, m0: Any, U_T: Any,
+              max_iter: int, z_init: Any = None, progress: Any = None) -> FixedPointResult:
+        """Iterate until a certificate ≤ ``tol``, the line search fails (``stopped``:
+        "stalled") or ``max_iter`` best responses were evaluated ("max_iter"); the first
+        point is ``z_init``, else the path of m0 at all times. Returns the best certified
+        densities (one more evaluation certifies the last point if it was not)."""
+        be, xp, nt = self.backend, self.backend.xp, self.grid.nt
+        evaluate = _evaluator(coupling, hjb, fp, U_T, m0, be)
+        history, stamps = History(), []
+        last = {"stamp": be.stamp(), "U": None, "M": None}
+
+        def respond(z: Any, guess: Any) -> dict[str, Any]:
+            F, U, M, gz, (t1, t2, t3) = evaluate(z, guess)
+            host = to_numpy(xp.concat([xp.reshape(a, (-1,)) for a in (z, gz)]))
+            bad = to_numpy(xp.stack([xp.sum(xp.astype(~xp.isfinite(a), a.dtype))
+                                     for a in (F, U, M)]))
+            if bad.any():
+                raise SolverError(f"non-finite values at iteration {len(history.residual) + 1}"
+                                  " of Newton's method on the shared path: it diverged")
+            zh, gh = (np.asarray(host[:nt], dtype=np.float64),
+                      np.asarray(host[nt:], dtype=np.float64))
+            norm = _norm(gh - zh)
+            rel = norm / max(_norm(gh), 1e-300)
+            history.residual.append(rel)
+            for key, new in (("U", U), ("M", M)):
+                old = last[key]
+                change = 0.0 if old is None else float(
+                    to_numpy(relative_residual(new, old, xp, batched=False))[0])
+                getattr(history, f"change_{key}").append(change)
+            now = be.stamp()
+            stamps.append((last["stamp"], t1, t2, t3, now))
+            last.update(stamp=now, U=U, M=M)
+            if progress is not None:
+                progress.update(1)
+                progress.set_postfix(residual=f"{rel:.2e}", refresh=False)
+            return {"z": z, "gz": gz, "U": U, "M": M, "R": gh - zh, "zh": zh, "norm": norm,
+                    "rel": rel}
+
+        def certificate(point: dict[str, Any], cert: dict[str, Any]) -> float:
+            """The residual of the densities of ``point`` from the best response ``cert`` to
+            their path: the largest of the path's and of each group's."""
+            groups = relative_residual(coupling.group_states(cert["M"]),
+                                       coupling.group_states(point["M"]), xp, batched=True)
+            return max(cert["rel"], float(np.max(to_numpy(groups))))
+
+        z0 = (coupling.state(xp.stack([m0] * (nt + 1), axis=-2)) if z_init is None
+              else coupling.project(z_init))
+        point = respond(z0, None)
+        best: dict[str, Any] = {"res": math.inf, "U": point["U"], "M": point["M"]}
+        trigger, start, certified = self.tol, 1.0, False
+        self.stopped = "max_iter"
+        while len(history.residual) < max_iter:
+            if not certified and point["rel"] <= trigger:
+                cert = respond(point["gz"], point["U"])
+                certified = True
+                res = certificate(point, cert)
+                if res < best["res"]:
+                    best = {"res": res, "U": point["U"], "M": point["M"]}
+                if res <= self.tol:
+                    self.stopped = "converged"
+                    break
+                trigger = min(trigger, 0.5 * self.tol * point["rel"] / res)
+                if cert["norm"] ** 2 <= (1.0 - ARMIJO) * point["norm"] ** 2:
+                    point, certified = cert, False   # a Picard step that decreases ‖R‖
+                continue
+            d = be.asarray(self._direction(point))
+            t, accepted = start, None
+            for _ in range(self.max_halvings + 1):
+                if len(history.residual) >= max_iter:
+                    break
+                trial = respond(coupling.project(point["z"] + t * d), point["U"])
+                if trial["norm"] ** 2 <= (1.0 - ARMIJO * t) * point["norm"] ** 2:
+                    accepted = trial
+                    break
+                t = float(_backtrack(np.array(t), np.array(point["norm"]),
+                                     np.array(trial["norm"])))
+            if accepted is None:
+                if len(history.residual) < max_iter:
+                    self.stopped = "stalled"
+                break
+            start = min(1.0, GROW * t)
+            point, certified = accepted, False
+        if not certified:   # the last accepted point: one more evaluation certifies it
+            cert = respond(point["gz"], point["U"])
+            res = certificate(point, cert)
+            if res < best["res"]:
+                best = {"res": res, "U": point["U"], "M": point["M"]}
+        _record_times(history, stamps, be)
+        self.last_point = point
+        return FixedPointResult(U=best["U"], M=best["M"],
+                                converged=np.array([best["res"] <= self.tol]),
+                                residual=np.array([best["res"]]),
+                                iterations=np.array([len(history.residual)]), history=history)
+
+    def _direction(self, point: dict[str, Any]) -> np.ndarray:
+        """d with (I + Σ_k w_k D_k diag(s_k²)) d = R (GMRES or dense); R where that fails."""
+        started = time.perf_counter()
+        self.newton_steps += 1
+        g, z, R = self.grid, point["zh"], point["R"]
+        U = np.asarray(to_numpy(point["U"]), dtype=np.float64)
+        mu = np.asarray(to_numpy(point["M"]), dtype=np.float64) * g.weights
+        s2 = [np.maximum(-p.price_slope(z), 0.0) for p in self.potentials]
+        operands = [tangent_operands(U[k], mu[k], p.chi, float(self.nu[k]), g)
+                    for k, p in enumerate(self.potentials)]
+        if self.system == "dense":
+            J = np.eye(z.size)
+            for w, ops, s in zip(self.shares, operands, s2, strict=True):
+                J += w * tangent_jacobian(*ops, g.h, g.dt) * s[None, :]
+            d = _solve_dense(J, R)
+        else:
+            d = self._gmres([product_operands(ops) for ops in operands], s2, R,
+                            min(ETA, max(point["rel"], 1e-14)))
+        self.system_seconds += time.perf_counter() - started
+        return d if np.all(np.isfinite(d)) else R
+
+    def _gmres(self, operands: list[tuple], s2: list[np.ndarray], R: np.ndarray,
+               rtol: float) -> np.ndarray:
+        from scipy.sparse.linalg import LinearOperator, gmres
+
+        g, n = self.grid, R.size
+
+        def apply(v: np.ndarray) -> np.ndarray:
+            self.products += len(operands)
+            v = np.asarray(v, dtype=np.float64).reshape(-1)
+            out = v.copy()
+            for w, ops, s in zip(self.shares, operands, s2, strict=True):
+                out += w * tangent_product(*ops, g.h, g.dt, s * v)
+            return out
+
+        d, _ = gmres(LinearOperator((n, n), matvec=apply, dtype=np.float64), R, rtol=rtol,
+                     atol=0.0, restart=n, maxiter=1)
+        return d
+
+
+def _solve_dense(J: np.ndarray, R: np.ndarray) -> np.ndarray:
+    from scipy.linalg import LinAlgError, solve
+
+    try:
+        return solve(J, R)
+    except LinAlgError:
+        return R
+
+
+def equilibrium(s: Setup, problem: Populations, grid: Grid, backend: Backend, *,
+                scheme: IterationScheme | None, tol: float, max_iter: int, system: str,
+                z_init: Any = None, progress: Any = None) -> tuple[FixedPointResult, dict]:
+    """The fixed point: Newton's method on the shared path (``scheme`` None and every group
+    declaring a potential), continued by Anderson mixing with the iterations left when its
+    line search fails; otherwise the iteration ``scheme`` (default Anderson) alone. Returns
+    the best certified result and what the Newton stage did."""
+    if scheme is not None or s.potentials is None:
+        return _mix(s, grid, backend, scheme or Anderson(), tol, max_iter, z_init, None,
+                    progress), {}
+    newton = PathNewton(s.potentials, problem.shares, [m.nu for m in problem.models],
+                        grid=grid, backend=backend, tol=tol, system=system)
+    out = newton.solve(s.coupling, s.sweeps.hjb, s.sweeps.fp, m0=s.m0, U_T=s.U_T,
+                       max_iter=max_iter, z_init=z_init, progress=progress)
+    info = {"newton_steps": newton.newton_steps, "krylov_products": newton.products,
+            "newton_system": system, "system_seconds": newton.system_seconds,
+            "stopped": newton.stopped}
+    left = max_iter - int(out.iterations[0])
+    if out.converged[0] or left < 1:
+        return out, info
+    more = _mix(s, grid, backend, Anderson(), tol, left, newton.last_point["z"],
+                newton.last_point["U"], progress)
+    info["fallback"] = {"scheme": "anderson", "iterations": int(more.iterations[0]),
+                        "residual": float(more.residual[0])}
+    return _joined(out, more), info
+
+
+def _mix(s: Setup, grid: Grid, backend: Backend, scheme: IterationScheme, tol: float,
+         max_iter: int, z_init: Any, U_init: Any, progress: Any) -> FixedPointResult:
+    """:func:`.iteration.fixed_point` on the shared path (its warning left to the caller),
+    certified as Newton's iterates are: by the path's and every group's residual
+    (:func:`best_response_residuals`). ``fixed_point`` stops on the path's alone, so while a
+    group's refuses the certificate it goes on from its result, its ``tol`` lowered by the
+    ratio, with the iterations left."""
+    run = {"coupling": s.coupling, "hjb": s.sweeps.hjb, "fp": s.sweeps.fp, "m0": s.m0,
+           "U_T": s.U_T}
+    out, inner = None, tol
+    while True:
+        left = max_iter - (0 if out is None else int(out.iterations[0]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            more = fixed_point(**run, nt=grid.nt, backend=backend, scheme=scheme, tol=inner,
+                               max_iter=left, z_init=z_init, U_init=U_init,
+                               progress=progress)
+        path, groups = best_response_residuals(s, more.U, more.M)
+        more.residual = np.array([max(path, float(np.max(groups)))])
+        more.converged = more.residual <= tol
+        out = more if out is None else _joined(out, more)
+        if out.converged[0] or int(out.iterations[0]) >= max_iter or path > inner:
+            return out
+        inner *= 0.5 * tol / float(more.residual[0])
+        z_init, U_init = s.coupling.state(more.M), more.U
+
+
+def _joined(first: FixedPointResult, then: FixedPointResult) -> FixedPointResult:
+    """``first`` continued by ``then``: their histories in turn, the better certified
+    solution of the two, the iterations of both."""
+    for key, values in then.history.as_dict().items():
+        getattr(first.history, key).extend(values)
+    if then.residual[0] < first.residual[0]:
+        first.U, first.M = then.U, then.M
+        first.residual, first.converged = then.residual, then.converged
+    first.iterations = np.array([len(first.history.residual)])
+    return first
+
+
+def _norm(a: np.ndarray) -> float:
+    return math.sqrt(float(np.sum(a * a)))

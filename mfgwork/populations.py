@@ -1,0 +1,210 @@
+"""Solving several populations: ``solve_populations(problem, ...)`` and its certificate."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+
+from .core.backend import Backend, get_backend, to_numpy
+from .core.compiling import check_compile_steps
+from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag
+from .numerics.iteration import IterationScheme, check_stopping, make_scheme
+from .numerics.populations import SYSTEMS, best_response_residuals, equilibrium, setup
+from .problems.populations import Populations, SantaFePopulations
+from .results import Result
+from .solve import (
+    COARSE,
+    COARSE_TOL,
+    NEWTON_MEMORY,
+    _check_size,
+    _place,
+    _progress_bar,
+    _reachable_tol,
+    _refines,
+)
+
+
+def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
+                      method: str = "fdm", backend: str | Backend = "numpy",
+                      device: str = "cpu", dtype: object = None, tol: float = 1e-8,
+                      max_iter: int = 200, iteration: str | IterationScheme | None = None,
+                      newton_system: str = "gmres", progress: bool | None = None,
+                      compile_steps: bool | str = "auto", initial: Result | Any = None,
+                      max_memory: int | str | None = None, coarse: bool = True) -> Result:
+    """Solve the equilibrium of several populations (:class:`~mfgwork.Populations`, e.g.
+    :class:`~mfgwork.SantaFePopulations`) on an ``nx`` × ``nt`` grid by finite differences.
+
+    Grid, ``method`` ("fdm" only), ``backend``/``device``/``dtype``, ``tol``, ``max_iter``,
+    ``progress``, ``compile_steps`` and ``max_memory`` as for :func:`mfgwork.solve`.
+    ``initial``: a result of the same groups (any grid; its observed path is interpolated in
+    time) or the observed path itself (levels 1..nt, or 0..nt as ``res.attendance``) to
+    start from instead of agents who do not move. The iteration runs on
+    the shared observed path z (Santa Fe: the total attendance A = Σ_k w_k A_k at levels
+    1..nt); each iteration is one best response of every group (the K groups as one batch).
+    ``iteration=None`` (default): Newton's method on z with the exact tangent Jacobian of
+    the scheme (``newton_system``: "gmres", matrix-free, or "dense"), a line search, and
+    Anderson mixing when the line search fails (:mod:`mfgwork.numerics.populations`);
+    otherwise the scheme given alone (e.g. "anderson"). The dense system needs
+    8 (nt+1) nx nt bytes per group and is refused beyond about 400 × 400. ``coarse``: on grids
+    at least twice as fine as 51 × 51, Newton starts from a 51 × 51 solve (unless
+    ``initial`` is given).
+
+    Certificate: one more best response of every group to the returned densities' path z:
+    the path's relative residual ‖G(z) − z‖/‖G(z)‖ (G the share-weighted path of the best
+    responses; ``res.extra["path_residual"]``) and each group's
+    ‖z_k(BR_k(z)) − z_k‖/‖z_k(BR_k(z))‖ (``res.extra["group_residuals"]``); ``res.residual``
+    is the largest of them (every group best responds to what it observes), ``converged``
+    means it is ≤ ``tol``, and ``res.check()`` recomputes it. float32 results (except on MPS and its
+    emulation) are certified in NumPy float64 on the host. ``res.U`` and ``res.M`` are
+    (K, nt+1, nx), groups in the order of ``res.populations``; ``res.observables`` the
+    problem's (Santa Fe: ``attendance``, ``mean_state`` and per group
+    ``attendance_<name>``, ``mean_state_<name>``).
+    """
+    started = time.perf_counter()
+    if not isinstance(problem, Populations):
+        raise ParameterError(f"problem={problem!r:.80} is invalid: must be an "
+                             "mfgwork.Populations (e.g. mw.SantaFePopulations([...]))")
+    grid = problem.grid(nx, nt)
+    check_choice("method", method, ("fdm",))
+    tol, max_iter = check_stopping(tol, max_iter)
+    scheme = None if iteration is None else make_scheme(iteration)
+    check_choice("newton_system", newton_system, SYSTEMS)
+    if newton_system == "dense" and 8 * (nt + 1) * nx * nt > NEWTON_MEMORY:
+        raise ParameterError(f"newton_system='dense' is invalid on an nx={nx} x nt={nt} grid: "
+                             f"its tangent Jacobians need {8 * (nt + 1) * nx * nt:.3g} bytes "
+                             f"per group (at most {NEWTON_MEMORY:.3g}); use 'gmres'")
+    check_compile_steps(compile_steps)
+    check_flag("progress", progress, optional=True)
+    check_flag("coarse", coarse)
+    models = list(problem.models)
+    backend, device, placed = _place(models, "fdm", None, nx, nt, backend, device)
+    be = get_backend(backend, device, dtype)
+    _check_size(models, grid, be, scheme or make_scheme(None), max_memory, batch=len(models))
+    tol = _reachable_tol(tol, be)
+    z_init = _initial_path(initial, problem, grid)
+
+    s = setup(problem, grid, be, compile_steps)
+    coarse_iterations = None
+    if z_init is not None:
+        z_init = be.asarray(z_init)
+    elif coarse and scheme is None and _refines(grid):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            first = solve_populations(problem, nx=COARSE, nt=COARSE, backend=be,
+                                      tol=max(tol, COARSE_TOL), max_iter=max_iter,
+                                      newton_system=newton_system, progress=False,
+                                      max_memory=max_memory, coarse=False)
+        z_init = be.asarray(_interpolated_path(first, problem, grid))
+        coarse_iterations = first.iterations
+    setup_seconds = time.perf_counter() - started
+    bar = _progress_bar(progress, max_iter)
+    try:
+        out, info = equilibrium(s, problem, grid, be, scheme=scheme, tol=tol,
+                                max_iter=max_iter, system=newton_system, z_init=z_init,
+                                progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    s.sweeps.check_newton()
+    be.synchronize()
+    history = out.history
+    timings = {"setup": setup_seconds, "hjb": sum(history.time_hjb),
+               "fp": sum(history.time_fp), "coupling": sum(history.time_coupling)}
+    certify_started = time.perf_counter()
+    certificate = _certificate(problem, grid, be, out.U, out.M)
+    timings["certify"] = time.perf_counter() - certify_started
+    timings["total"] = time.perf_counter() - started
+    path_residual, groups, on = certificate
+    residual = max(path_residual, float(np.max(groups)))
+    converged = residual <= tol
+    if not converged:
+        warnings.warn(f"the populations' equilibrium did not reach tol={tol:g} in "
+                      f"{int(out.iterations[0])} iterations ({info.get('stopped', 'max_iter')}"
+                      f"; certified residual {residual:.3g}); returning the best iterate with "
+                      "converged=False", ConvergenceWarning, stacklevel=2)
+    observables = problem.observables(grid, out.M, be)
+    summary = problem.summary(grid, {k: to_numpy(v) for k, v in observables.items()})
+    described = ({"scheme": "newton", "system": newton_system, "fallback": "anderson"}
+                 if scheme is None else scheme.describe())
+    params = problem.params() | {"nx": nx, "nt": nt, "method": method, "tol": tol,
+                                 "max_iter": max_iter, "iteration": described} | placed | {
+        "backend": be.name, "device": be.device, "dtype": be.dtype}
+    extra = {"populations": list(problem.names), "shares": problem.shares.tolist(),
+             "path_residual": path_residual,
+             "group_residuals": dict(zip(problem.names, groups.tolist(), strict=True)),
+             "certified_in": on, "newton_iterations": s.sweeps.newton_iterations,
+             "fdm_kernels": s.sweeps.kernels, "coarse_iterations": coarse_iterations} | info
+    return Result(x=be.asarray(grid.x), t=be.asarray(grid.t), U=out.U, M=out.M,
+                  converged=bool(converged), residual=residual,
+                  iterations=int(out.iterations[0]), history=history.as_dict(), params=params,
+                  timings=timings, backend=be.name, device=be.device, dtype=be.dtype,
+                  method="fdm", observables=observables, summary=summary,
+                  state_name=problem.state_name, extra=extra)
+
+
+def _certificate(problem: Populations, grid: Any, be: Backend, U: Any, M: Any
+                 ) -> tuple[float, np.ndarray, str]:
+    """(residual, group residuals, dtype) of one best response of every group: on ``be``, or
+    in NumPy float64 on the host for float32 off MPS (where float64 exists)."""
+    if be.dtype == "float32" and be.kind != "mps" and not be.emulate_mps:
+        be = get_backend("numpy", "cpu", "float64")
+        U, M = (be.asarray(to_numpy(a)) for a in (U, M))
+    residual, groups = best_response_residuals(setup(problem, grid, be), U, M)
+    return residual, groups, be.dtype
+
+
+def _initial_path(initial: Any, problem: Populations, grid: Any) -> np.ndarray | None:
+    """The observed path (levels 1..nt of ``grid``) to start from: None, from a result of
+    the same groups, or a path (nt,) or (nt+1,); errors name ``initial``, before work."""
+    if initial is None:
+        return None
+    if isinstance(initial, Result):
+        if initial.populations != problem.names:
+            raise ParameterError(f"initial is a result of the populations "
+                                 f"{initial.populations}: must be one of {problem.names}")
+        return _interpolated_path(initial, problem, grid)
+    path = (None if isinstance(initial, str | dict)
+            else np.asarray(to_numpy(initial)))
+    if (path is None or path.dtype.kind not in "iuf"
+            or path.shape not in ((grid.nt,), (grid.nt + 1,))
+            or not np.all(np.isfinite(path))):
+        raise ParameterError(f"initial={initial!r:.60} is invalid: must be None, a result of "
+                             f"the same populations, or a finite observed path of shape "
+                             f"({grid.nt},) or ({grid.nt + 1},)")
+    return path[-grid.nt:].astype(np.float64)
+
+
+def _interpolated_path(result: Result, problem: Populations, grid: Any) -> np.ndarray:
+    """The observed path of ``result`` (levels 1..nt of its grid) interpolated linearly onto
+    the levels 1..nt of ``grid`` (constant before its first level)."""
+    coarse_grid = problem.grid(result.x.shape[0], result.t.shape[0] - 1)
+    be = get_backend("numpy", "cpu", "float64")
+    s = setup(problem, coarse_grid, be)
+    z = to_numpy(s.coupling.state(be.asarray(to_numpy(result.M))))
+    return np.interp(grid.t[1:], coarse_grid.t[1:], z)
+
+
+def populations_residual(result: Result, problem: Populations | None = None) -> float:
+    """The certified residual of a populations ``result`` recomputed (what ``Result.check``
+    returns for it): one best response of every group, as the solve certified it.
+    ``problem`` defaults to the Santa Fe populations of ``result.params``."""
+    if problem is None:
+        try:
+            problem = SantaFePopulations.from_params(result.params)
+        except (KeyError, TypeError) as exc:
+            raise ParameterError(f"the result's params do not describe Santa Fe populations "
+                                 f"({exc!r}): pass the problem that was solved") from None
+    if not isinstance(problem, Populations):
+        raise ParameterError(f"problem={problem!r:.80} is invalid: must be an "
+                             "mfgwork.Populations")
+    M = to_numpy(result.M)
+    grid = problem.grid(M.shape[-1], M.shape[-2] - 1)
+    dtype = result.extra.get("certified_in", result.dtype)
+    be = (get_backend("numpy", "cpu", "float64") if dtype != result.dtype
+          else get_backend(result.backend, result.device, result.dtype))
+    U = be.asarray(to_numpy(result.U))
+    path, groups = best_response_residuals(setup(problem, grid, be), U, be.asarray(M))
+    return max(path, float(np.max(groups)))
