@@ -57,11 +57,12 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
     responses; ``res.extra["path_residual"]``) and each group's
     ‖z_k(BR_k(z)) − z_k‖/‖z_k(BR_k(z))‖ (``res.extra["group_residuals"]``); ``res.residual``
     is the largest of them (every group best responds to what it observes), ``converged``
-    means it is ≤ ``tol``, and ``res.check()`` recomputes it. float32 results (except on MPS and its
-    emulation) are certified in NumPy float64 on the host. ``res.U`` and ``res.M`` are
-    (K, nt+1, nx), groups in the order of ``res.populations``; ``res.observables`` the
-    problem's (Santa Fe: ``attendance``, ``mean_state`` and per group
-    ``attendance_<name>``, ``mean_state_<name>``).
+    means it is ≤ ``tol``, and ``res.check()`` recomputes it. ``res.extra["stopped"]``:
+    "converged", "max_iter" or "stalled" (with a :class:`~mfgwork.ConvergenceWarning`).
+    float32 results (except on MPS and its emulation) are certified in NumPy float64 on the
+    host. ``res.U`` and ``res.M`` are (K, nt+1, nx), groups in the order of
+    ``res.populations``; ``res.observables`` the problem's (Santa Fe: ``attendance``,
+    ``mean_state`` and per group ``attendance_<name>``, ``mean_state_<name>``).
     """
     started = time.perf_counter()
     if not isinstance(problem, Populations):
@@ -120,11 +121,16 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
     path_residual, groups, on = certificate
     residual = max(path_residual, float(np.max(groups)))
     converged = residual <= tol
+    iterations = int(out.iterations[0])
+    stopped = ("converged" if converged else "max_iter" if iterations >= max_iter
+               else "stalled")
     if not converged:
-        warnings.warn(f"the populations' equilibrium did not reach tol={tol:g} in "
-                      f"{int(out.iterations[0])} iterations ({info.get('stopped', 'max_iter')}"
-                      f"; certified residual {residual:.3g}); returning the best iterate with "
-                      "converged=False", ConvergenceWarning, stacklevel=2)
+        why = (f"max_iter={max_iter} reached" if stopped == "max_iter" else
+               "stalled: no step decreases the residual any more")
+        warnings.warn(f"the populations' equilibrium did not reach tol={tol:g}: stopped after "
+                      f"{iterations} iterations ({why}; certified residual {residual:.3g}); "
+                      "returning the best iterate with converged=False", ConvergenceWarning,
+                      stacklevel=2)
     observables = problem.observables(grid, out.M, be)
     summary = problem.summary(grid, {k: to_numpy(v) for k, v in observables.items()})
     described = ({"scheme": "newton", "system": newton_system, "fallback": "anderson"}
@@ -136,10 +142,11 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
              "path_residual": path_residual,
              "group_residuals": dict(zip(problem.names, groups.tolist(), strict=True)),
              "certified_in": on, "newton_iterations": s.sweeps.newton_iterations,
-             "fdm_kernels": s.sweeps.kernels, "coarse_iterations": coarse_iterations} | info
+             "fdm_kernels": s.sweeps.kernels, "coarse_iterations": coarse_iterations,
+             "stopped": stopped} | info
     return Result(x=be.asarray(grid.x), t=be.asarray(grid.t), U=out.U, M=out.M,
                   converged=bool(converged), residual=residual,
-                  iterations=int(out.iterations[0]), history=history.as_dict(), params=params,
+                  iterations=iterations, history=history.as_dict(), params=params,
                   timings=timings, backend=be.name, device=be.device, dtype=be.dtype,
                   method="fdm", observables=observables, summary=summary,
                   state_name=problem.state_name, extra=extra)

@@ -5,6 +5,7 @@ refused before work."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import numpy as np
@@ -91,7 +92,7 @@ def test_regulars_and_newcomers_certified_by_each_groups_best_response(system):
     res = mw.solve_populations(MIXED, nx=81, nt=81, tol=1e-8, newton_system=system)
     assert res.converged and res.residual <= 1e-8
     assert res.iterations <= 25 and res.extra["newton_steps"] >= 1
-    assert res.extra["stopped"] == "converged"
+    assert res.extra["stopped"] == res.extra["newton_stopped"] == "converged"
     total, groups = independent_best_responses(MIXED, res.M)
     assert total <= 1e-8 and max(groups) <= 1e-8
     assert res.residual == pytest.approx(max(total, *groups), rel=1e-6, abs=1e-14)
@@ -144,7 +145,8 @@ def test_a_stalled_newton_is_continued_by_anderson(monkeypatch):
     # an ascent direction: every line search fails, Newton stops as stalled
     monkeypatch.setattr(PathNewton, "_direction", lambda self, point: -point["R"])
     res = mw.solve_populations(MIXED, nx=41, nt=41, tol=1e-8, max_iter=200)
-    assert res.extra["stopped"] == "stalled" and res.extra["fallback"]["iterations"] > 0
+    assert res.extra["newton_stopped"] == "stalled" and res.extra["fallback"]["iterations"] > 0
+    assert res.extra["stopped"] == "converged"
     total, groups = independent_best_responses(MIXED, res.M)
     assert res.converged and max(total, *groups) <= 1e-8
 
@@ -159,9 +161,9 @@ def test_a_warm_start_from_a_result_or_a_path_saves_iterations():
 
 
 def test_not_converged_says_so_and_its_residual_is_rechecked():
-    with pytest.warns(ConvergenceWarning, match="did not reach tol"):
+    with pytest.warns(ConvergenceWarning, match="stopped after 2 iterations .max_iter=2"):
         res = mw.solve_populations(MIXED, nx=41, nt=41, tol=1e-10, max_iter=2)
-    assert not res.converged and res.residual > 1e-10
+    assert not res.converged and res.residual > 1e-10 and res.extra["stopped"] == "max_iter"
     total, groups = independent_best_responses(MIXED, res.M)
     assert max(total, *groups) == pytest.approx(res.residual, rel=1e-6)
 
@@ -183,6 +185,15 @@ def test_float32_mps_emulation_agrees_with_numpy(mps_emulation):
     assert np.max(np.abs(mw.to_numpy(res.attendance) - ref.attendance)) <= 1e-4
     assert relative(res.M, ref.M) <= 1e-4 and relative(res.U, ref.U) <= 1e-4
     assert max(independent_best_responses(MIXED, res.M)[1]) <= 1e-3
+
+
+def test_float32_on_the_cpu_is_certified_in_float64():
+    pytest.importorskip("torch")
+    res = mw.solve_populations(MIXED, nx=41, nt=41, backend="torch", dtype="float32", tol=1e-3)
+    assert res.converged and res.dtype == "float32" and res.extra["certified_in"] == "float64"
+    total, groups = independent_best_responses(MIXED, res.M)
+    assert res.residual == pytest.approx(max(total, *groups), rel=1e-3)
+    assert res.check() == pytest.approx(res.residual, rel=1e-6)
 
 
 def test_save_and_load_round_trip(tmp_path):
@@ -207,8 +218,15 @@ def test_a_warm_start_from_other_groups_is_refused(no_work):
 
 def test_a_loaded_result_with_the_wrong_group_count_is_refused(tmp_path):
     res = mw.solve_populations(MIXED, nx=31, nt=31)
-    res.extra = res.extra | {"populations": ["only"]}
+    res = dataclasses.replace(res, extra=res.extra | {"populations": ["only"]})
     with pytest.raises(mw.LoadError, match="'U'"):
+        mw.load(res.save(tmp_path / "run"))
+
+
+def test_a_loaded_result_with_bad_group_names_is_refused(tmp_path):
+    res = mw.solve_populations(MIXED, nx=31, nt=31)
+    res = dataclasses.replace(res, extra=res.extra | {"populations": [1, 2]})
+    with pytest.raises(mw.LoadError, match="extra.populations"):
         mw.load(res.save(tmp_path / "run"))
 
 

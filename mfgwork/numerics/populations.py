@@ -17,8 +17,9 @@ population). It is solved matrix-free by GMRES (``system="gmres"``, the default:
 is one tangent sweep of one direction per group, O(K nt nx), to the relative accuracy
 min(10⁻⁴, r) of an inexact Newton step) or from the dense D_k (``system="dense"``: all nt
 directions, O(K nt² nx), and an LU solve). Measured on this machine's CPU at 201²
-(``benchmarks/populations.py``, 2 to 4 groups): GMRES 6–9 times faster, with 15–20 products
-per step and group. d is a descent direction
+(``benchmarks/populations.py``, 1 to 4 groups, 2 shared cores): GMRES 3–9 times faster than
+the dense system (whose nt directions cost O(K nt² nx)), with 15–20 products per step and
+group. d is a descent direction
 of ½‖R‖² (its derivative along d is −‖R‖² up to the inexactness of the solve), and steps are
 damped by Armijo backtracking on ½‖R‖², as in :mod:`.batch_newton`. Each evaluation is one
 best response of all groups; the densities of an accepted z are certified by one more (the
@@ -192,7 +193,8 @@ class PathNewton:
         history, stamps = History(), []
         last = {"stamp": be.stamp(), "U": None, "M": None}
 
-        def respond(z: Any, guess: Any) -> dict[str, Any]:
+        def respond(z: Any, guess: Any, record: bool = True) -> dict[str, Any]:
+            """The best response to z; ``record``: an iteration (history, progress)."""
             F, U, M, gz, (t1, t2, t3) = evaluate(z, guess)
             host = to_numpy(xp.concat([xp.reshape(a, (-1,)) for a in (z, gz)]))
             bad = to_numpy(xp.stack([xp.sum(xp.astype(~xp.isfinite(a), a.dtype))
@@ -204,6 +206,10 @@ class PathNewton:
                       np.asarray(host[nt:], dtype=np.float64))
             norm = _norm(gh - zh)
             rel = norm / max(_norm(gh), 1e-300)
+            out = {"z": z, "gz": gz, "U": U, "M": M, "R": gh - zh, "zh": zh, "norm": norm,
+                   "rel": rel}
+            if not record:
+                return out
             history.residual.append(rel)
             for key, new in (("U", U), ("M", M)):
                 old = last[key]
@@ -216,8 +222,7 @@ class PathNewton:
             if progress is not None:
                 progress.update(1)
                 progress.set_postfix(residual=f"{rel:.2e}", refresh=False)
-            return {"z": z, "gz": gz, "U": U, "M": M, "R": gh - zh, "zh": zh, "norm": norm,
-                    "rel": rel}
+            return out
 
         def certificate(point: dict[str, Any], cert: dict[str, Any]) -> float:
             """The residual of the densities of ``point`` from the best response ``cert`` to
@@ -264,7 +269,7 @@ class PathNewton:
             start = min(1.0, GROW * t)
             point, certified = accepted, False
         if not certified:   # the last accepted point: one more evaluation certifies it
-            cert = respond(point["gz"], point["U"])
+            cert = respond(point["gz"], point["U"], record=False)
             res = certificate(point, cert)
             if res < best["res"]:
                 best = {"res": res, "U": point["U"], "M": point["M"]}
@@ -340,7 +345,7 @@ def equilibrium(s: Setup, problem: Populations, grid: Grid, backend: Backend, *,
                        max_iter=max_iter, z_init=z_init, progress=progress)
     info = {"newton_steps": newton.newton_steps, "krylov_products": newton.products,
             "newton_system": system, "system_seconds": newton.system_seconds,
-            "stopped": newton.stopped}
+            "newton_stopped": newton.stopped}
     left = max_iter - int(out.iterations[0])
     if out.converged[0] or left < 1:
         return out, info

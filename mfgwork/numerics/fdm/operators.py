@@ -46,6 +46,8 @@ class StepConstants(NamedTuple):
     nu_inv_hw: Any     # ν/(h w_i)
     inv_dt: Any        # 1/Δt
     inv_h: Any         # 1/h
+    inv_h2: Any        # 1/h²
+    half_inv_h2: Any   # 1/(2h²)
     x: Any             # the nodes x_i
 
 
@@ -57,7 +59,7 @@ def step_constants(nu: Any, h: float, dt: float, inv_hw: Any, x: Any, asarray: A
     lower0, upper0 = -nu_inv_hw.copy(), -nu_inv_hw.copy()
     lower0[..., 0] = upper0[..., -1] = 0.0
     return StepConstants(*(asarray(v) for v in (lower0, upper0, nu_inv_hw, 1.0 / dt,
-                                                1.0 / h, x)))
+                                                1.0 / h, 1.0 / h**2, 0.5 / h**2, x)))
 
 
 def newton_system(u: Any, rhs: Any, c: StepConstants, xp: Any, hamiltonian: Hamiltonian,
@@ -66,15 +68,34 @@ def newton_system(u: Any, rhs: Any, c: StepConstants, xp: Any, hamiltonian: Hami
     density H sees (None where H does not depend on m).
 
     The bands have ``lower[..., 0] = upper[..., -1] = 0`` exactly (q vanishes at the walls).
+    ½|p|² is specialised (:func:`_quadratic_system`: the same numbers, rounded as the compiled
+    loops round them, in the fewest array operations).
     """
     padded = xp.concat([u[..., :1], u, u[..., -1:]], axis=-1)
     g = padded[..., 1:] - padded[..., :-1]                # h q_e, e = −1..n−1, 0 at the walls
+    if type(hamiltonian) is Quadratic:
+        return _quadratic_system(u, g, rhs, c, xp)
     q = g * c.inv_h
     value, d_left, d_right = hamiltonian.numerical(c.x, q[..., :-1], q[..., 1:], m, xp)
     lower = c.lower0 - d_left * c.inv_h
     upper = c.upper0 + d_right * c.inv_h
     diag = c.inv_dt - lower - upper
     residual = (u * c.inv_dt - rhs - c.nu_inv_hw * (g[..., 1:] - g[..., :-1]) + value)
+    return lower, diag, upper, residual
+
+
+def _quadratic_system(u: Any, g: Any, rhs: Any, c: StepConstants, xp: Any
+                      ) -> tuple[Any, Any, Any, Any]:
+    """:func:`newton_system` for H = ½|p|² from the differences g = h q."""
+    g_plus = xp.clip(g, min=0.0)
+    g_minus = g - g_plus
+    up_left, down_right = g_plus[..., :-1], g_minus[..., 1:]   # h (q_{i−1})_+, h (q_i)_−
+    lower = c.lower0 - up_left * c.inv_h2
+    upper = c.upper0 + down_right * c.inv_h2
+    diag = c.inv_dt - lower - upper
+    hamiltonian = (up_left * up_left + down_right * down_right) * c.half_inv_h2
+    residual = (u * c.inv_dt - rhs - c.nu_inv_hw * (g[..., 1:] - g[..., :-1])
+                + hamiltonian)
     return lower, diag, upper, residual
 
 
