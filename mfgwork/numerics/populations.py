@@ -293,7 +293,7 @@ class PathNewton:
         if self.system == "dense":
             J = np.eye(z.size)
             for w, ops, s in zip(self.shares, operands, s2, strict=True):
-                J += w * tangent_jacobian(*ops, g.h, g.dt) * s[None, :]
+                J += w * tangent_jacobian(*ops, g.dt) * s[None, :]
             d = _solve_dense(J, R)
         else:
             d = self._gmres([product_operands(ops) for ops in operands], s2, R,
@@ -312,7 +312,7 @@ class PathNewton:
             v = np.asarray(v, dtype=np.float64).reshape(-1)
             out = v.copy()
             for w, ops, s in zip(self.shares, operands, s2, strict=True):
-                out += w * tangent_product(*ops, g.h, g.dt, s * v)
+                out += w * tangent_product(*ops, g.dt, s * v)
             return out
 
         d, _ = gmres(LinearOperator((n, n), matvec=apply, dtype=np.float64), R, rtol=rtol,
