@@ -35,7 +35,7 @@
 # $\alpha^* = -\partial_p H(x, \partial_x u, m)$; for $L = \tfrac12\alpha^2$ this is
 # $H = \tfrac12 p^2$ and $\alpha^* = -\partial_x u$ (the primer's case).
 #
-# This notebook writes a new model in about twenty lines, solves it on the CPU and on an
+# This notebook writes a new model in fewer than thirty lines, solves it on the CPU and on an
 # accelerator, certifies the equilibrium, plots it, and shows what happens to a model the
 # scheme cannot take.
 
@@ -57,7 +57,7 @@ accelerator = "auto"  # "auto" (CUDA, else MPS), "cuda", "mps" or "none"
 out_dir = ""
 
 # %% [markdown]
-# ## 1. The model in twenty lines
+# ## 1. The model in fewer than thirty lines
 #
 # **The cost of moving.** A current carries the agents to the right: moving right at speed
 # $\alpha > 0$ costs $\alpha^2/(2\,r)$, moving left costs $\alpha^2/(2\,l)$, with $r$ = `right`
@@ -70,8 +70,8 @@ out_dir = ""
 # ($p < 0$) moves right at $\alpha^* = -r\,p$. It is convex and smallest at $p = 0$, which the
 # scheme needs (its upwind splitting is monotone only then).
 #
-# **A subclass of `mw.Hamiltonian`** gives `value`, `dp` and `dpp` (and `dm` with
-# `depends_on_m = True` where H depends on the density). Each takes the grid `x`, the gradient
+# **A subclass of `mw.Hamiltonian`** gives `value`, `dp` and `dpp` (and `dm` where H depends
+# on the density, which the class attribute `depends_on_m` declares). Each takes the grid `x`, the gradient
 # `p`, the density `m` and the array namespace `xp` (NumPy, or torch on any device), so one
 # definition runs on every backend.
 #
@@ -185,8 +185,9 @@ print(f"independent best response: residual {check:.2e}; mass error {res.mass_er
 # %% [markdown]
 # ## 4. The equilibrium
 #
-# The density moves from the bump at $x = -0.5$ towards the target, spread by the crowd cost
-# (agents avoid each other) and by the noise. The convergence history shows the residual of
+# The density leaves the bump at $x = -0.5$ for the target, spread by the crowd cost (agents
+# avoid each other) and by the noise, and gathers again near the target as $T$ approaches,
+# where the terminal cost pulls it in. The convergence history shows the residual of
 # every iteration against `tol` and the certified residual of the returned solution.
 
 # %%

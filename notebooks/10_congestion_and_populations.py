@@ -102,7 +102,8 @@ for name, r in results.items():
 # method uses (a handful of iterations); congestion makes the coupling state the whole
 # density, and $q < 2$ has an unbounded $\partial_{pp} H$ at $p = 0$ (a tiny gradient already
 # makes patrons move), so both are solved by Anderson-accelerated iteration, $q = 1.5$ with
-# hundreds of iterations.
+# hundreds of iterations (`res.extra["newton_on_coupling"]` says why, printed below the
+# table).
 
 # %%
 level = plots.equilibrium_attendance(models["quadratic"].params())
@@ -116,6 +117,9 @@ for name, r in results.items():
 print(f"F(A) = 0 at A = {level:.4f}; A_early at t = {t_early:g}, A_mid at T/2, "
       f"gap_mid = {level:.4f} - A(T/2)")
 print(format_table(rows))
+for name, r in results.items():
+    if "newton_on_coupling" in r.extra:
+        print(f"{name}: {r.extra['newton_on_coupling']}")
 
 # %% [markdown]
 # ## 2. Attendance paths
@@ -160,10 +164,13 @@ fig_zoom
 # %% [markdown]
 # ## 3. Densities
 #
-# The density of preferences at $T/2$, $m(T/2, \theta)$, of every one-population game:
-# the patrons above $\theta = 0$ attend. The curves nearly coincide, since all four share the
-# payoff and the noise: the cost of moving changes the shape only near $\theta = 0$, where the
-# marginal patrons decide.
+# Left, the density of preferences at $T/2$, $m(T/2, \theta)$, of every one-population game
+# (the patrons above $\theta = 0$ attend). The four curves nearly meet at $\theta = 0$, where
+# the marginal patrons decide, since the attendance is nearly the same for all; they differ
+# most at the peak just above the line, which at the defaults is highest for $q = 3$, then
+# congestion and the quadratic game, and lowest for $q = 1.5$. Right, the two groups of
+# section 4, each density weighted by its share, early ($t = T/10$, dotted) and at $T/2$: the
+# regulars' density moves above $\theta = 0$ and the newcomers' below it.
 
 # %%
 from matplotlib.figure import Figure
@@ -198,7 +205,8 @@ fig_density
 # the defaults. Between these two levels the bar pays the regulars and not the newcomers, so
 # at the defaults (shares 0.6 / 0.4) the regulars go (their attendance climbs towards 1), the
 # newcomers stay home (theirs falls towards 0), and the whole bar settles near the regulars'
-# share, 0.6, inside that interval: no patron of either group wants to change. With a share
+# share, 0.6, inside that interval: no patron of either group wants to change. (The table
+# below reads each group's attendance at $T/2$.) With a share
 # of regulars above 0.635 or below 0.535 the split would be different (exercise 2).
 
 # %%
