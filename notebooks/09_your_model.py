@@ -44,7 +44,7 @@
 right = 2.0  # moving right at speed α costs α²/(2·right)
 left = 0.5  # moving left at speed α costs α²/(2·left)
 crowd = 1.0  # κ: running cost κ·m of standing in a crowd
-target = 0.4  # terminal cost (x − target)²·2: where the agents want to be at T
+target = 0.4  # terminal cost 2·(x − target)²: where the agents want to be at T
 sigma = 0.3  # noise
 T = 1.0  # horizon
 # discretization and solver (mfgwork.solve)
@@ -155,7 +155,7 @@ res = results[0]  # the NumPy float64 reference
 # row on another device (CUDA) agrees to round-off. A float32 CUDA result that claims
 # convergence is re-certified by one best response in NumPy float64 on the host
 # (`res.extra["certificate"]`); on MPS, which has no float64, the float32 certificate stands.
-# A single solve of this size is a chain of small time steps and is fastest on the CPU;
+# A single solve is a chain of small time steps, which suits one CPU core;
 # `08_accelerator_payoff.ipynb` shows where an accelerator pays off (batches, particles).
 
 # %%
