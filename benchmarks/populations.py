@@ -7,7 +7,8 @@ Cases (``--n``: nx = nt, default 201; to ``--tol``, default 1e-8, from cold star
   K=4        thresholds 0.4 … 0.7, σ 0.3 … 0.9, shares 0.1, 0.2, 0.3, 0.4
 
 Each populations case runs with the Newton system solved by GMRES (matrix-free tangent
-products) and from the dense tangent Jacobians, so the table says which is faster. For each:
+products) and from the dense tangent Jacobians, so the table says which is faster, and with
+Anderson mixing alone (no Newton, no coarse stage) for comparison. For each:
 the median wall time over ``--repeats`` runs after one warm-up (compilation excluded), the
 time in HJB, FP and the rest (the coupling, including the Newton systems), the time in the
 Newton systems alone, the iterations (best responses of the fine grid; the coarse 51 × 51
@@ -84,10 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     base = rows[0]["time_s"]
     for k in (1, 2, 4):
         problem = groups(k)
-        for system in ("gmres", "dense"):
+        for system in ("gmres", "dense", "anderson"):
+            options = ({"iteration": "anderson"} if system == "anderson"
+                       else {"newton_system": system})
             row = {"case": f"K={k}", "system": system} | measure(
-                lambda p=problem, s=system: mw.solve_populations(p, newton_system=s, **grid),
-                args.repeats)
+                lambda p=problem, o=options: mw.solve_populations(p, **o, **grid), args.repeats)
             rows.append(row)
             print(f"  measured K={k} / {system}: {1e3 * row['time_s']:.1f} ms", file=sys.stderr)
     for r in rows:

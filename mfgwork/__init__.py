@@ -61,7 +61,8 @@ __all__ = [
     "SweepIndex", "load_sweep", "sweep", "ParticleFP", "NPlayerResult", "n_player",
     "n_player_study", "TwoStateElFarol", "TwoStateResult", "solve_two_state", "time_to_level",
     "Placement", "crossover_table", "placement", "open_scan", "scan", "Hamiltonian", "Quadratic",
-    "Power", "Congestion", "Population", "Populations", "SantaFePopulations", "solve_populations",
+    "Power", "Congestion",
+    "Population", "Populations", "SantaFePopulations", "solve_populations",
 ]
 
 

@@ -13,7 +13,7 @@ from .core.compiling import check_compile_steps
 from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag
 from .numerics.iteration import IterationScheme, check_stopping, make_scheme
 from .numerics.populations import SYSTEMS, best_response_residuals, equilibrium, setup
-from .problems.populations import Populations, SantaFePopulations
+from .problems.populations import Populations
 from .results import Result
 from .solve import (
     COARSE,
@@ -47,10 +47,11 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
     ``iteration=None`` (default): Newton's method on z with the exact tangent Jacobian of
     the scheme (``newton_system``: "gmres", matrix-free, or "dense"), a line search, and
     Anderson mixing when the line search fails (:mod:`mfgwork.numerics.populations`);
-    otherwise the scheme given alone (e.g. "anderson"). The dense system needs
+    Anderson mixing alone where a group's Hamiltonian has an unbounded ∂pp H (the tangent
+    sweeps need it); otherwise the scheme given alone (e.g. "anderson"). The dense system needs
     8 (nt+1) nx nt bytes per group and is refused beyond about 400 × 400. ``coarse``: on grids
     at least twice as fine as 51 × 51, Newton starts from a 51 × 51 solve (unless
-    ``initial`` is given).
+    ``initial`` is given; ``res.timings["coarse"]``, ``res.extra["coarse_iterations"]``).
 
     Certificate: one more best response of every group to the returned densities' path z:
     the path's relative residual ‖G(z) − z‖/‖G(z)‖ (G the share-weighted path of the best
@@ -88,10 +89,11 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
     z_init = _initial_path(initial, problem, grid)
 
     s = setup(problem, grid, be, compile_steps)
+    setup_seconds = time.perf_counter() - started
     coarse_iterations = None
     if z_init is not None:
         z_init = be.asarray(z_init)
-    elif coarse and scheme is None and _refines(grid):
+    elif coarse and scheme is None and s.potentials is not None and _refines(grid):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             first = solve_populations(problem, nx=COARSE, nt=COARSE, backend=be,
@@ -100,7 +102,7 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
                                       max_memory=max_memory, coarse=False)
         z_init = be.asarray(_interpolated_path(first, problem, grid))
         coarse_iterations = first.iterations
-    setup_seconds = time.perf_counter() - started
+    coarse_seconds = time.perf_counter() - started - setup_seconds
     bar = _progress_bar(progress, max_iter)
     try:
         out, info = equilibrium(s, problem, grid, be, scheme=scheme, tol=tol,
@@ -112,7 +114,7 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
     s.sweeps.check_newton()
     be.synchronize()
     history = out.history
-    timings = {"setup": setup_seconds, "hjb": sum(history.time_hjb),
+    timings = {"setup": setup_seconds, "coarse": coarse_seconds, "hjb": sum(history.time_hjb),
                "fp": sum(history.time_fp), "coupling": sum(history.time_coupling)}
     certify_started = time.perf_counter()
     certificate = _certificate(problem, grid, be, out.U, out.M)
@@ -134,7 +136,8 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
     observables = problem.observables(grid, out.M, be)
     summary = problem.summary(grid, {k: to_numpy(v) for k, v in observables.items()})
     described = ({"scheme": "newton", "system": newton_system, "fallback": "anderson"}
-                 if scheme is None else scheme.describe())
+                 if scheme is None and s.potentials is not None
+                 else (scheme or make_scheme(None)).describe())
     params = problem.params() | {"nx": nx, "nt": nt, "method": method, "tol": tol,
                                  "max_iter": max_iter, "iteration": described} | placed | {
         "backend": be.name, "device": be.device, "dtype": be.dtype}
@@ -192,26 +195,3 @@ def _interpolated_path(result: Result, problem: Populations, grid: Any) -> np.nd
     s = setup(problem, coarse_grid, be)
     z = to_numpy(s.coupling.state(be.asarray(to_numpy(result.M))))
     return np.interp(grid.t[1:], coarse_grid.t[1:], z)
-
-
-def populations_residual(result: Result, problem: Populations | None = None) -> float:
-    """The certified residual of a populations ``result`` recomputed (what ``Result.check``
-    returns for it): one best response of every group, as the solve certified it.
-    ``problem`` defaults to the Santa Fe populations of ``result.params``."""
-    if problem is None:
-        try:
-            problem = SantaFePopulations.from_params(result.params)
-        except (KeyError, TypeError) as exc:
-            raise ParameterError(f"the result's params do not describe Santa Fe populations "
-                                 f"({exc!r}): pass the problem that was solved") from None
-    if not isinstance(problem, Populations):
-        raise ParameterError(f"problem={problem!r:.80} is invalid: must be an "
-                             "mfgwork.Populations")
-    M = to_numpy(result.M)
-    grid = problem.grid(M.shape[-1], M.shape[-2] - 1)
-    dtype = result.extra.get("certified_in", result.dtype)
-    be = (get_backend("numpy", "cpu", "float64") if dtype != result.dtype
-          else get_backend(result.backend, result.device, result.dtype))
-    U = be.asarray(to_numpy(result.U))
-    path, groups = best_response_residuals(setup(problem, grid, be), U, be.asarray(M))
-    return max(path, float(np.max(groups)))

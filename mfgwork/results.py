@@ -102,7 +102,7 @@ class Result(ObservablesByName):
         ``extra["certificate"]``). ``problem``: the problem solved; a Santa Fe result (also one read
         by ``mw.load``) rebuilds it from ``params``, any other problem must be passed."""
         if self.populations is not None:
-            from .populations import populations_residual
+            from .numerics.populations import populations_residual
 
             return populations_residual(self, problem)
         from .solve import best_response_residual

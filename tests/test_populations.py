@@ -15,7 +15,6 @@ import mfgwork as mw
 from mfgwork.core.errors import ConvergenceWarning, ParameterError
 from mfgwork.numerics.fdm.sweeps import FiniteDifferences
 from mfgwork.numerics.populations import PathNewton
-from mfgwork.problems.hamiltonians import Power
 
 REGULARS = mw.SantaFeBar(threshold=0.5, sigma=0.3)
 NEWCOMERS = mw.SantaFeBar(threshold=0.7, sigma=0.8)
@@ -49,7 +48,7 @@ def independent_best_responses(pops: mw.SantaFePopulations, M: object
     chi = grid.cell_fraction_above(0.0)
     responses = []
     for m in models:
-        fd = FiniteDifferences(grid, m.nu, be)
+        fd = FiniteDifferences(grid, m.nu, be, hamiltonian=m.hamiltonian)
         U = fd.solve_hjb(np.zeros(grid.nx), -m.payoff(A)[:, None] * chi)
         responses.append(attendance(m, fd.solve_fp(U, m.initial_density(grid, be)))[1:])
     total = sum(g.share * r for g, r in zip(pops.groups, responses, strict=True))
@@ -74,6 +73,25 @@ def test_one_population_reproduces_santa_fe(n):
     assert relative(res.M[0], ref.M) <= 1e-12
     assert np.max(np.abs(res.attendance - ref.attendance)) <= 1e-12
     assert np.array_equal(res.attendance, res.attendance_all)
+
+
+def test_each_group_keeps_its_hamiltonian():
+    power = mw.SantaFeBar(threshold=0.5, sigma=0.4, hamiltonian=mw.Power(2.5))
+    ref = mw.solve(power, nx=41, nt=41, tol=1e-12)
+    one = mw.solve_populations(bar(all=(1.0, power)), nx=41, nt=41, tol=1e-12)
+    assert relative(one.M[0], ref.M) <= 1e-12 and relative(one.U[0], ref.U) <= 1e-12
+    assert one.params["populations"][0]["hamiltonian"] == {"name": "power", "q": 2.5}
+    # a power and a quadratic group (Newton), and q < 2, whose ∂pp H is unbounded (Anderson)
+    for q, scheme in ((2.5, "newton"), (1.5, "anderson")):
+        pops = bar(power=(0.5, mw.SantaFeBar(threshold=0.5, sigma=0.4,
+                                             hamiltonian=mw.Power(q))),
+                   quadratic=(0.5, NEWCOMERS))
+        res = mw.solve_populations(pops, nx=41, nt=41)
+        assert res.converged and res.params["iteration"]["scheme"] == scheme
+        total, groups = independent_best_responses(pops, res.M)
+        assert max(total, *groups) <= 1e-8
+        assert mw.SantaFePopulations.from_params(res.params).groups[0].hamiltonian == \
+            mw.Power(q)
 
 
 def test_two_identical_populations_are_one():
@@ -139,6 +157,17 @@ def test_anderson_alone_agrees_with_newton():
     assert anderson.converged and anderson.params["iteration"]["scheme"] == "anderson"
     assert anderson.iterations > newton.iterations
     assert relative(anderson.M, newton.M) <= 1e-7
+
+
+def test_groups_without_a_potential_are_solved_by_anderson(monkeypatch):
+    from mfgwork.problems.santa_fe import AttendanceCoupling
+
+    monkeypatch.setattr(AttendanceCoupling, "potential", lambda self: None)
+    res = mw.solve_populations(MIXED, nx=41, nt=41)
+    assert res.converged and res.params["iteration"]["scheme"] == "anderson"
+    assert "newton_steps" not in res.extra
+    total, groups = independent_best_responses(MIXED, res.M)
+    assert max(total, *groups) <= 1e-8
 
 
 def test_a_stalled_newton_is_continued_by_anderson(monkeypatch):
@@ -259,9 +288,8 @@ def no_work(monkeypatch):
     (lambda: mw.Population("a", 1.0, mw.MFGProblem(0, 1, 1, 0.5, np.exp, np.sin,
                                                    lambda t, x, m: m)),
      "one observed path"),
-    (lambda: mw.Population("a", 1.0, REGULARS, hamiltonian="quadratic"), "hamiltonian"),
-    (lambda: mw.Population("a", 1.0, REGULARS, hamiltonian=Power(1.5)),
-     "hamiltonian=.*Quadratic"),
+    (lambda: mw.Population("a", 1.0, mw.SantaFeBar(hamiltonian=mw.Congestion())),
+     "depends on m"),
 ])
 def test_bad_problems_are_refused(make, match):
     with pytest.raises(ParameterError, match=match):

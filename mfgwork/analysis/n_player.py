@@ -39,6 +39,7 @@ from ..numerics.fdm.sweeps import FiniteDifferences
 from ..numerics.particles.counting import CHUNK_PARTICLES, count_above
 from ..numerics.particles.memory import estimate_bytes as particle_bytes
 from ..numerics.particles.solver import fresh_seed
+from ..problems.hamiltonians import Quadratic
 from ..problems.santa_fe import AttendanceCoupling, SantaFeBar
 from ..results import Result
 
@@ -178,6 +179,10 @@ def n_player(problem: SantaFeBar, result: Result, n_players: int, n_samples: int
 def _check(problem: SantaFeBar, result: Result) -> Any:
     if not isinstance(problem, SantaFeBar):
         raise ParameterError(f"problem={problem!r} is invalid: must be an mfgwork.SantaFeBar")
+    if type(problem.hamiltonian) is not Quadratic:
+        raise ParameterError(f"problem.hamiltonian={problem.hamiltonian!r} is invalid here: "
+                             "the n-player simulation drives agents by −∂x u, the control "
+                             "of the quadratic Hamiltonian ½|p|² only")
     if not isinstance(result, Result) or "attendance" not in result.observables:
         raise ParameterError(f"result={type(result).__name__} is invalid: must be the "
                              "mfgwork Result of solving the Santa Fe Bar problem")

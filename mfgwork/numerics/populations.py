@@ -38,12 +38,13 @@ from typing import Any
 
 import numpy as np
 
-from ..core.backend import Backend, to_numpy
-from ..core.errors import ConvergenceWarning, SolverError
+from ..core.backend import Backend, get_backend, to_numpy
+from ..core.errors import ConvergenceWarning, ParameterError, SolverError
 from ..core.grid import Grid
 from ..problems.base import Coupling, ScalarPotential
-from ..problems.populations import Populations
-from .batch_newton import ARMIJO, ETA, GROW, _backtrack
+from ..problems.hamiltonians import Hamiltonian
+from ..problems.populations import Populations, SantaFePopulations
+from .batch_newton import ARMIJO, ETA, GROW, _backtrack, newton_refusal
 from .fdm.sweeps import FiniteDifferences
 from .fdm.tangent import tangent_jacobian, tangent_product
 from .iteration import (
@@ -62,18 +63,23 @@ SYSTEMS = ("gmres", "dense")
 
 
 class GroupSweeps:
-    """The HJB and FP sweeps of K groups with diffusions ``nu`` (K,) on one grid, arrays with
-    a leading group axis: on accelerators one batched :class:`FiniteDifferences` (ν per
-    member), on the CPU one compiled sweep per group (the compiled loops take one problem)."""
+    """The HJB and FP sweeps of K groups with diffusions ``nu`` (K,) and Hamiltonians
+    ``hamiltonians`` on one grid, arrays with a leading group axis: on accelerators, when
+    the groups share one Hamiltonian, one batched :class:`FiniteDifferences` (ν per member);
+    otherwise one sweep per group (on the CPU the compiled loops, which take one problem)."""
 
-    def __init__(self, grid: Grid, nu: np.ndarray, backend: Backend,
-                 compile_steps: bool | str = "auto") -> None:
+    def __init__(self, grid: Grid, nu: np.ndarray, hamiltonians: list[Hamiltonian],
+                 backend: Backend, compile_steps: bool | str = "auto") -> None:
         self.backend = backend
-        self.batched = backend.is_accelerator
+        self.batched = backend.is_accelerator and all(H == hamiltonians[0]
+                                                      for H in hamiltonians)
         nu = np.asarray(nu, dtype=np.float64).reshape(-1)
-        self.fds = ([FiniteDifferences(grid, nu[:, None], backend, compile_steps=compile_steps)]
+        self.fds = ([FiniteDifferences(grid, nu[:, None], backend, hamiltonian=hamiltonians[0],
+                                       compile_steps=compile_steps)]
                     if self.batched else
-                    [FiniteDifferences(grid, float(v), backend) for v in nu])
+                    [FiniteDifferences(grid, float(v), backend, hamiltonian=H,
+                                       compile_steps=compile_steps)
+                     for v, H in zip(nu, hamiltonians, strict=True)])
 
     def hjb(self, U_T: Any, F: Any, guess: Any | None) -> Any:
         if self.batched:
@@ -138,13 +144,17 @@ class Setup:
 def setup(problem: Populations, grid: Grid, backend: Backend,
           compile_steps: bool | str = False) -> Setup:
     """The shared-path coupling, the group sweeps, m0 and g (K, nx) and the groups'
-    potentials (None unless every group declares one)."""
+    potentials (None unless every group declares one and Newton's method serves its
+    Hamiltonian: :func:`.batch_newton.newton_refusal`)."""
     xp = backend.xp
-    couplings = [m.coupling(grid, backend) for m in problem.models]
+    models = problem.models
+    couplings = [m.coupling(grid, backend) for m in models]
     potentials = [c.potential() for c in couplings]
+    if any(newton_refusal(m.hamiltonian) is not None for m in models):
+        potentials = [None]
     return Setup(coupling=SharedPathCoupling(couplings, problem.shares, backend),
-                 sweeps=GroupSweeps(grid, np.array([m.nu for m in problem.models]), backend,
-                                    compile_steps),
+                 sweeps=GroupSweeps(grid, np.array([m.nu for m in models]),
+                                    [m.hamiltonian for m in models], backend, compile_steps),
                  m0=xp.stack([m.initial_density(grid, backend) for m in problem.models]),
                  U_T=xp.stack([m.terminal_cost(grid, backend) for m in problem.models]),
                  potentials=None if any(p is None for p in potentials) else potentials)
@@ -166,14 +176,41 @@ def best_response_residuals(s: Setup, U: Any, M: Any) -> tuple[float, np.ndarray
     return float(to_numpy(total)[0]), np.asarray(to_numpy(groups), dtype=np.float64)
 
 
+def populations_residual(result: Any, problem: Populations | None = None) -> float:
+    """The certified residual of a populations ``result`` (a :class:`mfgwork.Result`)
+    recomputed, what ``Result.check`` returns for it: one best response of every group, as
+    the solve certified it (on its backend, or NumPy float64 where it was certified there),
+    the largest of the path's and the groups' residuals. ``problem`` defaults to the Santa
+    Fe populations of ``result.params``."""
+    if problem is None:
+        try:
+            problem = SantaFePopulations.from_params(result.params)
+        except (KeyError, TypeError) as exc:
+            raise ParameterError(f"the result's params do not describe Santa Fe populations "
+                                 f"({exc!r}): pass the problem that was solved") from None
+    if not isinstance(problem, Populations):
+        raise ParameterError(f"problem={problem!r:.80} is invalid: must be an "
+                             "mfgwork.Populations")
+    M = to_numpy(result.M)
+    grid = problem.grid(M.shape[-1], M.shape[-2] - 1)
+    be = (get_backend("numpy", "cpu", "float64")
+          if result.extra.get("certified_in", result.dtype) != result.dtype
+          else get_backend(result.backend, result.device, result.dtype))
+    path, groups = best_response_residuals(setup(problem, grid, be),
+                                           be.asarray(to_numpy(result.U)), be.asarray(M))
+    return max(path, float(np.max(groups)))
+
+
 class PathNewton:
     """Damped Newton's method on the shared path z of K groups (module docstring), with the
-    groups' potentials (χ, P_k'), shares and diffusions; ``system``: "gmres" or "dense"."""
+    groups' potentials (χ, P_k'), shares, diffusions and Hamiltonians (∂pp H bounded);
+    ``system``: "gmres" or "dense"."""
 
     def __init__(self, potentials: list[ScalarPotential], shares: np.ndarray, nu: np.ndarray,
-                 *, grid: Grid, backend: Backend, tol: float, system: str = "gmres",
-                 max_halvings: int = 12) -> None:
+                 hamiltonians: list[Hamiltonian], *, grid: Grid, backend: Backend, tol: float,
+                 system: str = "gmres", max_halvings: int = 12) -> None:
         self.potentials, self.grid, self.backend, self.tol = potentials, grid, backend, tol
+        self.hamiltonians = hamiltonians
         self.shares = np.asarray(shares, dtype=np.float64)
         self.nu = np.asarray(nu, dtype=np.float64).reshape(-1)
         self.system, self.max_halvings = system, max_halvings
@@ -288,7 +325,8 @@ class PathNewton:
         U = np.asarray(to_numpy(point["U"]), dtype=np.float64)
         mu = np.asarray(to_numpy(point["M"]), dtype=np.float64) * g.weights
         s2 = [np.maximum(-p.price_slope(z), 0.0) for p in self.potentials]
-        operands = [tangent_operands(U[k], mu[k], p.chi, float(self.nu[k]), g)
+        operands = [tangent_operands(U[k], mu[k], p.chi, float(self.nu[k]), g,
+                                     self.hamiltonians[k])
                     for k, p in enumerate(self.potentials)]
         if self.system == "dense":
             J = np.eye(z.size)
@@ -340,7 +378,8 @@ def equilibrium(s: Setup, problem: Populations, grid: Grid, backend: Backend, *,
         return _mix(s, grid, backend, scheme or Anderson(), tol, max_iter, z_init, None,
                     progress), {}
     newton = PathNewton(s.potentials, problem.shares, [m.nu for m in problem.models],
-                        grid=grid, backend=backend, tol=tol, system=system)
+                        [m.hamiltonian for m in problem.models], grid=grid, backend=backend,
+                        tol=tol, system=system)
     out = newton.solve(s.coupling, s.sweeps.hjb, s.sweeps.fp, m0=s.m0, U_T=s.U_T,
                        max_iter=max_iter, z_init=z_init, progress=progress)
     info = {"newton_steps": newton.newton_steps, "krylov_products": newton.products,

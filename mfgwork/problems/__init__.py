@@ -34,6 +34,6 @@ def problem_from_params(params: dict) -> MFGProblem:
                              f"({exc}): pass the problem that was solved") from None
 
 
-__all__ = ["Congestion", "Coupling", "Hamiltonian", "HopfColeProblem", "MFGProblem", "Population",
-           "Populations", "Power", "Quadratic", "SantaFeBar", "SantaFePopulations",
-           "TwoStateElFarol"]
+__all__ = ["Congestion", "Coupling", "Hamiltonian", "HopfColeProblem", "MFGProblem",
+           "Population", "Populations", "Power", "Quadratic", "SantaFeBar",
+           "SantaFePopulations", "TwoStateElFarol"]

@@ -12,8 +12,9 @@ A = Σ_k w_k A_k, and group k earns F_k(A) = G_k − (G_k − B_k) s((A − A*_k
 attends: regulars and newcomers with different thresholds and noise sharing one bar.
 
 A group's model can be any single-population problem whose coupling passes through one path
-(``coupling_size(nx, nt) == nt``) and declares a potential (χ and the price slope), which is
-what the solver needs: per group, the running cost as a function of the shared path.
+(``coupling_size(nx, nt) == nt``): what the solver needs per group is the running cost as a
+function of the shared path, and, for Newton's method, the potential the coupling declares
+(χ and the price slope; without one, Anderson mixing).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..core.backend import Backend
 from ..core.errors import ParameterError, check_real
 from ..core.grid import Grid
 from .base import MFGProblem
-from .hamiltonians import Hamiltonian, Quadratic, check_hamiltonian
+from .hamiltonians import Hamiltonian
 from .santa_fe import SantaFeBar
 
 #: How far from one the sum of the shares may be (the shares are not renormalised).
@@ -39,16 +40,14 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 @dataclass(frozen=True)
 class Population:
     """One group: its ``name`` (an identifier, used to label its arrays), its ``share`` w_k
-    of the whole population (0 < w_k ≤ 1) and its single-population ``model``.
-
-    ``hamiltonian``: the cost of moving (H = ½|p|² by default). The scheme carries the
-    quadratic Hamiltonian today; another one is refused until the scheme takes it.
-    """
+    of the whole population (0 < w_k ≤ 1) and its single-population ``model``, which holds
+    its σ, m0, costs and Hamiltonian (e.g. ``SantaFeBar(threshold=0.7, sigma=0.8,
+    hamiltonian=Power(2.5))``; default ½|p|²). A Hamiltonian that depends on m (congestion)
+    makes a model's coupling the whole density, which several populations do not share."""
 
     name: str
     share: float
     model: MFGProblem
-    hamiltonian: Hamiltonian = field(default_factory=Quadratic)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -64,18 +63,17 @@ class Population:
         if self.model.coupling_size(3, 2) != 2:
             raise ParameterError(f"model={self.model!r:.80} is invalid for population "
                                  f"{self.name!r}: its coupling must pass through one observed "
-                                 "path (as Santa Fe's attendance), not the whole density")
-        grid = np.linspace(self.model.x_min, self.model.x_max, 9)
-        check_hamiltonian(self.hamiltonian, grid)
-        if not isinstance(self.hamiltonian, Quadratic):
-            raise ParameterError(f"hamiltonian={self.hamiltonian!r} is invalid for population "
-                                 f"{self.name!r}: the finite-difference scheme carries "
-                                 "Quadratic() only so far")
+                                 "path (as Santa Fe's attendance), not the whole density (a "
+                                 "Hamiltonian that depends on m needs the density)")
+
+    @property
+    def hamiltonian(self) -> Hamiltonian:
+        """The group's Hamiltonian (its model's)."""
+        return self.model.hamiltonian
 
     def params(self) -> dict[str, Any]:
-        """JSON-ready: name, share, Hamiltonian and the model's parameters."""
-        return {"name": self.name, "share": self.share,
-                "hamiltonian": self.hamiltonian.params()} | self.model.params()
+        """JSON-ready: name, share and the model's parameters (with its Hamiltonian)."""
+        return {"name": self.name, "share": self.share} | self.model.params()
 
 
 @dataclass(frozen=True, eq=False)

@@ -147,12 +147,13 @@ def tangent_weights(terms: HamiltonianTerms, mu_next: Any, x: Any, m: Any, h: fl
     gradient of node e + 1), μ_e ∂pp H(x_e, q_e) if q_e < 0, and 0 if q_e = 0. Needs
     ∂pp H bounded (:attr:`Hamiltonian.bounded_curvature`)."""
     q = terms.q_left[..., 1:]
-    x_left, x_right = (None, None) if x is None else (x[..., :-1], x[..., 1:])
-    m_left, m_right = (None, None) if m is None else (m[..., :-1], m[..., 1:])
-    zero = xp.zeros_like(q)
-    up = mu_next[..., 1:] * hamiltonian.dpp(x_right, q, m_right, xp)
-    down = mu_next[..., :-1] * hamiltonian.dpp(x_left, q, m_left, xp)
-    return xp.where(q > 0, up, xp.where(q < 0, down, zero)) / (h * h)
+    up, down = mu_next[..., 1:], mu_next[..., :-1]
+    if type(hamiltonian) is not Quadratic:   # (∂pp H = 1 for ½|p|²)
+        x_left, x_right = (None, None) if x is None else (x[..., :-1], x[..., 1:])
+        m_left, m_right = (None, None) if m is None else (m[..., :-1], m[..., 1:])
+        up = up * hamiltonian.dpp(x_right, q, m_right, xp)
+        down = down * hamiltonian.dpp(x_left, q, m_left, xp)
+    return xp.where(q > 0, up, xp.where(q < 0, down, xp.zeros_like(q))) / (h * h)
 
 
 def transpose_bands(lower: Any, diag: Any, upper: Any, xp: Any) -> tuple[Any, Any, Any]:

@@ -152,11 +152,6 @@ class FiniteDifferences:
             return {"compiled": bool(step.active), "reason": step.reason}
         return {"compiled": False, "reason": self.compile_reason}
 
-    @property
-    def describe(self) -> dict[str, Any]:
-        """The Hamiltonian and the kernels that run it (JSON-ready)."""
-        return {"hamiltonian": self.hamiltonian.params(), "fdm_kernels": self.kernels.name}
-
     def _frozen(self, density: Any | None) -> Any | None:
         """``density`` where H depends on m (then it is required), else None."""
         if not self.hamiltonian.depends_on_m:

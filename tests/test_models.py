@@ -1,0 +1,262 @@
+"""One scheme for every Hamiltonian: ½|p|² unchanged, mass and positivity for each model,
+certified Santa Fe equilibria with power and congestion Hamiltonians (checked by an
+independent best response), agreement across backends, and bad models refused up front."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import mfgwork as mw
+from mfgwork.core.errors import ParameterError
+from mfgwork.numerics.fdm import kernels
+from mfgwork.numerics.fdm.policy import evaluate_policy
+from mfgwork.numerics.fdm.sweeps import FiniteDifferences
+from mfgwork.numerics.particles.solver import nodal_drift
+from mfgwork.problems import problem_from_params
+
+MODELS = [mw.Quadratic(), mw.Power(1.5), mw.Power(3.0), mw.Congestion(1.0, 0.5),
+          mw.Congestion(0.2, 1.0)]
+NEW_MODELS = [mw.Power(1.5), mw.Power(3.0), mw.Congestion(1.0, 0.5)]
+MILD = {"eps": 0.5, "sigma": 1.0, "T": 4.0}   # where the Anderson iteration converges
+SMALL = {"nx": 31, "nt": 30, "progress": False}
+
+
+class GenericQuadratic(mw.Quadratic):
+    """½|p|² seen by the scheme as any other model (not the specialised kernels)."""
+
+
+def _inputs(grid, seed=3):
+    rng = np.random.default_rng(seed)
+    F = 2 * rng.standard_normal((grid.nt, grid.nx))
+    U_T = np.sin(2 * grid.x)
+    m0 = np.exp(-4 * (grid.x - 0.3) ** 2)
+    density = 0.5 + rng.random((grid.nt, grid.nx))
+    return F, U_T, m0 / (m0 @ grid.weights), density
+
+
+def _sweeps(H, be, kernel=None, n=41):
+    grid = mw.Grid(-1.0, 2.0, n, 1.0, n - 1)
+    F, U_T, m0, density = _inputs(grid)
+    fd = FiniteDifferences(grid, 0.2, be, hamiltonian=H, kernels=kernel)
+    frozen = be.asarray(density) if H.depends_on_m else None
+    U = fd.solve_hjb(be.asarray(U_T), be.asarray(F), None, frozen)
+    M = fd.solve_fp(U, be.asarray(m0), frozen)
+    return grid, np.asarray(mw.to_numpy(U), np.float64), np.asarray(mw.to_numpy(M), np.float64)
+
+
+def _rel(a, b):
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+def test_quadratic_generic_path_matches_the_compiled_loops():
+    be = mw.get_backend("numpy")
+    _, U, M = _sweeps(mw.Quadratic(), be)
+    assert FiniteDifferences(mw.Grid(0, 1, 5, 1, 4), 0.1, be).kernels is kernels.COMPILED_LOOPS
+    for H, kernel in [(mw.Quadratic(), kernels.HOST_ARRAYS), (GenericQuadratic(), None)]:
+        _, U2, M2 = _sweeps(H, be, kernel)
+        assert _rel(U2, U) <= 1e-12 and _rel(M2, M) <= 1e-12
+
+
+def test_quadratic_solves_are_unchanged():
+    default = mw.solve(mw.SantaFeBar(), **SMALL)
+    explicit = mw.solve(mw.SantaFeBar(hamiltonian=mw.Quadratic()), **SMALL)
+    np.testing.assert_array_equal(mw.to_numpy(explicit.M), mw.to_numpy(default.M))
+    assert default.extra["fdm_kernels"] == kernels.COMPILED_LOOPS.name
+    assert default.params["hamiltonian"] == {"name": "quadratic"}
+
+
+@pytest.mark.parametrize("H", MODELS, ids=repr)
+def test_fp_conserves_mass_and_positivity_for_every_model(H):
+    for be in (mw.get_backend("numpy"), mw.get_backend("torch", "cpu")):
+        grid, U, M = _sweeps(H, be)
+        assert np.max(np.abs(M @ grid.weights - 1.0)) <= 1e-12
+        assert M.min() >= 0.0
+
+
+@pytest.mark.parametrize("H", NEW_MODELS, ids=repr)
+def test_policy_evaluation_reproduces_the_solved_value(H):
+    """v = U for the running cost U was solved with (the frozen-control running cost is the
+    Lagrangian Σ q ∂Ĥ/∂q − Ĥ)."""
+    be = mw.get_backend("numpy")
+    grid = mw.Grid(-1.0, 2.0, 41, 1.0, 40)
+    F, U_T, _, density = _inputs(grid)
+    fd = FiniteDifferences(grid, 0.2, be, hamiltonian=H)
+    frozen = density if H.depends_on_m else None
+    U = fd.solve_hjb(U_T, F, None, frozen)
+    v = evaluate_policy(U, F, U_T, grid, 0.2, be, H, frozen)
+    assert _rel(v, U) <= 1e-10
+    cheaper = evaluate_policy(U, F - 1.0, U_T, grid, 0.2, be, H, frozen)  # any other cost:
+    best = fd.solve_hjb(U_T, F - 1.0, None, frozen)                       # BR costs ≤ v
+    assert (best <= cheaper + 1e-10).all()
+
+
+def _independent_residual(problem, res):
+    """Relative fixed-point residual of res.M from NumPy float64 sweeps started from the
+    terminal cost: on the attendance path (H independent of m) or on the densities."""
+    M = np.asarray(mw.to_numpy(res.M), np.float64)
+    grid = problem.grid(M.shape[1], M.shape[0] - 1)
+    be = mw.get_backend("numpy")
+    fd = FiniteDifferences(grid, problem.nu, be, hamiltonian=problem.hamiltonian)
+    chi = grid.cell_fraction_above(0.0)
+    A = M[1:] @ (grid.weights * chi)
+    F = -problem.payoff(A)[:, None] * chi
+    density = M[1:] if problem.hamiltonian.depends_on_m else None
+    M_br = fd.solve_fp(fd.solve_hjb(np.zeros(grid.nx), F, None, density),
+                       problem.initial_density(grid, be), density)
+    if density is None:
+        z, z_br = A, M_br[1:] @ (grid.weights * chi)
+    else:
+        z, z_br = M[1:], M_br[1:]
+    return float(np.linalg.norm(z_br - z) / np.linalg.norm(z_br))
+
+
+@pytest.mark.parametrize("H", NEW_MODELS, ids=repr)
+def test_santa_fe_equilibria_are_certified(H):
+    problem = mw.SantaFeBar(hamiltonian=H, **MILD)
+    res = mw.solve(problem, tol=1e-8, **SMALL)
+    assert res.converged and res.residual <= 1e-8
+    assert res.check() <= 1e-8
+    assert _independent_residual(problem, res) <= 1e-8
+    mass = np.asarray(mw.to_numpy(res.M)) @ problem.grid(31, 30).weights
+    assert np.max(np.abs(mass - 1.0)) <= 1e-12
+    if H.bounded_curvature and not H.depends_on_m:
+        assert res.params["iteration"]["scheme"] == "newton"
+    else:
+        assert "Anderson" in res.extra["newton_on_coupling"]
+        assert res.params["iteration"]["scheme"] == "anderson"
+    rebuilt = problem_from_params(res.params)
+    assert rebuilt.hamiltonian == H
+
+
+def test_the_models_change_the_equilibrium():
+    A = {repr(H): mw.to_numpy(mw.solve(mw.SantaFeBar(hamiltonian=H, **MILD),
+                                       **SMALL).attendance)
+         for H in [mw.Quadratic(), *NEW_MODELS]}
+    values = list(A.values())
+    assert min(np.max(np.abs(a - b)) for i, a in enumerate(values) for b in values[i + 1:]) > 1e-3
+
+
+@pytest.mark.parametrize("H", NEW_MODELS, ids=repr)
+def test_backends_agree(H, mps_emulation):
+    _, U, M = _sweeps(H, mw.get_backend("numpy"))
+    _, U64, M64 = _sweeps(H, mw.get_backend("torch", "cpu", "float64"))
+    assert _rel(U64, U) <= 1e-10 and _rel(M64, M) <= 1e-10
+    _, U32, M32 = _sweeps(H, mps_emulation)
+    assert _rel(U32, U) <= 1e-4 and _rel(M32, M) <= 1e-4
+    problem = mw.SantaFeBar(hamiltonian=H, **MILD)
+    a, b = (mw.solve(problem, backend=name, tol=1e-10, **SMALL) for name in ("numpy", "torch"))
+    assert a.converged and b.converged
+    assert _rel(mw.to_numpy(b.M), mw.to_numpy(a.M)) <= 1e-9
+
+
+def test_batches_of_congestion_problems_match_single_solves():
+    H = mw.Congestion(1.0, 0.5)
+    problems = [mw.SantaFeBar(hamiltonian=H, **MILD),
+                mw.SantaFeBar(threshold=0.5, hamiltonian=H, **MILD),
+                mw.SantaFeBar(hamiltonian=mw.Power(3.0), **MILD)]
+    batch = mw.solve_batch(problems, backend="torch", tol=1e-9, **SMALL)
+    for p, res in zip(problems, batch, strict=True):
+        single = mw.solve(p, tol=1e-9, **SMALL)
+        assert res.converged and res.params["hamiltonian"] == p.hamiltonian.params()
+        assert _rel(mw.to_numpy(res.M), mw.to_numpy(single.M)) <= 1e-7
+
+
+def test_particle_drift_is_minus_dp_h():
+    grid = mw.Grid(0.0, 1.0, 11, 1.0, 4)
+    rng = np.random.default_rng(0)
+    U, m = rng.standard_normal((5, 11)), 0.5 + rng.random((5, 11))
+    H = mw.Congestion(0.5, 1.0)
+    grad = (U[:, 2:] - U[:, :-2]) / (2 * grid.h)
+    b = nodal_drift(U, grid.h, H, grid.x, m)
+    np.testing.assert_allclose(b[:, 1:-1], -grad / (0.5 + m[:, 1:-1]))
+    assert (b[:, [0, -1]] == 0).all()
+    np.testing.assert_array_equal(nodal_drift(U, grid.h, mw.Quadratic(), grid.x),
+                                  nodal_drift(U, grid.h))
+
+
+def test_particles_run_a_congestion_model():
+    problem = mw.SantaFeBar(hamiltonian=mw.Congestion(1.0, 0.5), **MILD)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mw.ConvergenceWarning)
+        res = mw.solve(problem, method="particles", n_particles=20_000, seed=1, tol=1e-2,
+                       max_iter=30, **SMALL)
+    fdm = mw.solve(problem, **SMALL)
+    assert np.max(np.abs(mw.to_numpy(res.attendance) - mw.to_numpy(fdm.attendance))) < 0.05
+
+
+class _NotConvex(mw.Hamiltonian):
+    def value(self, x, p, m, xp):
+        return -xp.cos(p) + 1.0
+
+    def dp(self, x, p, m, xp):
+        return xp.sin(p)
+
+
+class _NotFinite(mw.Quadratic):
+    def value(self, x, p, m, xp):
+        return xp.exp(p * p)
+
+    def dp(self, x, p, m, xp):
+        return 2 * p * xp.exp(p * p)
+
+
+class _WrongDerivative(mw.Quadratic):
+    def dp(self, x, p, m, xp):
+        return 0.5 * p
+
+
+@pytest.mark.parametrize("H, words", [(_NotConvex(), "not convex"), (_NotFinite(), "not finite"),
+                                      (_WrongDerivative(), "dp does not match"),
+                                      ("quadratic", "must be an mfgwork.Hamiltonian")])
+def test_bad_hamiltonians_are_refused_before_any_solve(H, words):
+    with pytest.raises(ParameterError, match=f"hamiltonian=.*{words}"):
+        mw.SantaFeBar(hamiltonian=H)
+    with pytest.raises(ParameterError, match=f"hamiltonian=.*{words}"):
+        mw.MFGProblem(x_min=0.0, x_max=1.0, T=1.0, sigma=0.5, m0=lambda x: 1.0 + 0 * x,
+                      g=lambda x: 0 * x, f=lambda t, x, m: 0 * x, hamiltonian=H)
+
+
+def test_a_density_dependent_model_needs_the_density():
+    grid = mw.Grid(0.0, 1.0, 11, 1.0, 4)
+    fd = FiniteDifferences(grid, 0.1, mw.get_backend("numpy"), hamiltonian=mw.Congestion())
+    with pytest.raises(ParameterError, match="density=None"):
+        fd.solve_hjb(np.zeros(11), np.zeros((4, 11)))
+    with pytest.raises(ParameterError, match="carry"):
+        FiniteDifferences(grid, 0.1, mw.get_backend("numpy"), hamiltonian=mw.Power(3.0),
+                          kernels=kernels.COMPILED_LOOPS)
+
+
+def test_n_player_refuses_other_hamiltonians():
+    problem = mw.SantaFeBar(hamiltonian=mw.Power(3.0), **MILD)
+    res = mw.solve(problem, **SMALL)
+    with pytest.raises(ParameterError, match="problem.hamiltonian=Power"):
+        mw.n_player(problem, res, n_players=10, n_samples=2)
+
+
+class _Heavy(mw.Hamiltonian):
+    """H = ½ (1 + x²/10) p²: moving costs more far from θ = 0 (a model of one's own)."""
+
+    name = "heavy"
+
+    def value(self, x, p, m, xp):
+        return 0.5 * (1.0 + 0.1 * x * x) * p * p
+
+    def dp(self, x, p, m, xp):
+        return (1.0 + 0.1 * x * x) * p
+
+    def dpp(self, x, p, m, xp):
+        return 1.0 + 0.1 * x * x + 0.0 * p
+
+
+def test_a_model_of_ones_own_runs_newton_and_is_certified():
+    problem = mw.SantaFeBar(hamiltonian=_Heavy(), **MILD)
+    res = mw.solve(problem, tol=1e-8, **SMALL)
+    assert res.converged and res.params["iteration"]["scheme"] == "newton"
+    assert res.check(problem) <= 1e-8 and _independent_residual(problem, res) <= 1e-8
+    torch_res = mw.solve(problem, backend="torch", tol=1e-10, **SMALL)
+    assert _rel(mw.to_numpy(torch_res.M), mw.to_numpy(res.M)) <= 1e-6
+    with pytest.raises(ParameterError, match="only the shipped models"):
+        problem_from_params(res.params)
