@@ -296,9 +296,10 @@ else:
 #    is $1$ where $|p| > k$ and $0$ elsewhere), solve with $k = 0.5$, and find where the
 #    agents stop moving. Is the equilibrium still certified?
 # 2. **A non-local coupling.** Replace $f = \kappa\,m$ by a cost of being far from the crowd's
-#    mean, $f(t, x, m) = \kappa\,(x - \bar x)^2$ with $\bar x = \sum_i w_i x_i m_i$ (the
-#    weights `res.weights`; `f` receives arrays of the active backend). How do the mean
-#    position and the spread of the density change against the local coupling?
+#    mean, $f(t, x, m) = \kappa\,(x - \bar x)^2$ with $\bar x = \sum_i x_i m_i / \sum_i m_i$
+#    on the uniform grid (`f` receives arrays of the active backend: write
+#    `(x * m).sum() / m.sum()`). How do the mean position and the spread of the density
+#    change against the local coupling?
 # 3. **Break it on purpose.** Set `left = -0.5` and read the error. Which property of $H$
 #    fails, and why would the upwind scheme go wrong without it? Then make the current depend
 #    on the position (`right` larger in the middle of the domain, through `x` in `value`,
