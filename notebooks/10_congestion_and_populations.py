@@ -213,7 +213,7 @@ fig_density
 fig_groups = game_plots.plot_attendance_paths(
     {f"{name} A_{name}(t)": (pops.t, pops.observables[f"attendance_{name}"])
      for name in groups.names} | {"whole bar A(t)": (pops.t, pops.attendance)},
-    threshold=threshold_regulars, title="Two groups: attendance of each and of the bar")
+    title="Two groups: attendance of each and of the bar")
 group_rows = [{"group": name, "share": share,
                "A_mid": float(mw.to_numpy(pops.observables[f"attendance_{name}"])[nt // 2]),
                "group_residual": pops.extra["group_residuals"][name]}
