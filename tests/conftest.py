@@ -174,6 +174,8 @@ NOTEBOOK_PARAMETERS: dict[str, dict] = {
                                     "nx": 21, "nt": 20, "iterations": 2,
                                     "emulation_batch_sizes": [1],
                                     "emulation_particle_counts": [1000]},
+    "09_your_model.ipynb": {"nx": 16, "nt": 15},
+    "10_congestion_and_populations.ipynb": {"nx": 21, "nt": 20, "tol": 1e-5},
 }
 #: Executed through the command line (``python -m mfgwork run``), as ``make run`` does.
 VIA_COMMAND_LINE = {"01_santa_fe_bar.ipynb"}

@@ -1,6 +1,7 @@
-"""Notebooks 06 (N patrons against the mean field) and 07 (the two-state El Farol game),
-executed once per test run by papermill at small parameters into run folders (the
-``notebook_runs`` fixture of conftest.py) whose files are checked."""
+"""Notebooks 06 (N patrons against the mean field), 07 (the two-state El Farol game), 09
+(your own model) and 10 (congestion, power Hamiltonians and two populations), executed once
+per test run by papermill at small parameters into run folders (the ``notebook_runs``
+fixture of conftest.py) whose files are checked."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import nbformat
 import numpy as np
+import pytest
 from matplotlib.image import imread
 
 import mfgwork as mw
@@ -69,3 +71,82 @@ def test_two_state_notebook(notebook_runs):
     with np.load(out / "arrays.npz") as data:  # the two-state solve
         assert data["M"].shape == (101, 2)
         np.testing.assert_allclose(data["M"].sum(axis=1), 1.0, rtol=0, atol=1e-13)
+
+
+def _current_problem() -> mw.MFGProblem:
+    """The model of notebook 09 at its defaults, written again here: H = ½(2 (p₋)² +
+    0.5 (p₊)²), f = m, g = 2 (x − 0.4)², m0 a bump around −0.5 (NumPy only)."""
+
+    class Current(mw.Hamiltonian):
+        def value(self, x, p, m, xp):
+            return np.minimum(p, 0.0) ** 2 + 0.25 * np.maximum(p, 0.0) ** 2
+
+        def dp(self, x, p, m, xp):
+            return 2.0 * np.minimum(p, 0.0) + 0.5 * np.maximum(p, 0.0)
+
+        def dpp(self, x, p, m, xp):
+            return np.where(p < 0.0, 2.0, 0.5)
+
+    return mw.MFGProblem(x_min=-1.0, x_max=1.0, T=1.0, sigma=0.3,
+                         m0=lambda x: np.clip(0.04 - (x + 0.5) ** 2, 0.0, None),
+                         g=lambda x: 2.0 * (x - 0.4) ** 2, f=lambda t, x, m: m,
+                         hamiltonian=Current())
+
+
+def test_your_model_notebook(notebook_runs):
+    out = notebook_runs("09_your_model.ipynb").folder  # nx 16, nt 15
+    metrics = check_run_folder(out, "09_your_model.ipynb", {
+        "backend_comparison", "density_heatmap", "convergence", "mean_position"})
+    assert metrics["converged"] and metrics["residual"] <= 1e-8
+    assert metrics["check"] == pytest.approx(metrics["residual"], rel=1e-6)
+    params = json.loads((out / "parameters.json").read_text())
+    assert params["hamiltonian"] == {"name": "current", "right": 2.0, "left": 0.5}
+    # the saved solution is an equilibrium of the model as written here (one best response)
+    res = mw.load(out)
+    assert res.U.shape == res.M.shape == (16, 16)
+    assert res.mass_error < 1e-12 and res.M.min() >= 0.0
+    assert res.check(_current_problem()) <= 1e-8
+    table = json.loads((out / "backends.json").read_text())
+    assert (table[0]["backend"], table[0]["dtype"]) == ("numpy", "float64")
+    assert table[0]["rel_error_U"] == table[0]["rel_error_M"] == 0.0
+    assert all(row["converged"] for row in table)
+    for row in table[1:]:
+        bound = 1e-3 if row["dtype"] == "float32" else 1e-10
+        assert row["rel_error_U"] < bound and row["rel_error_M"] < bound
+    if mw.core.backend.torch_installed():
+        assert table[1]["dtype"] == "float32" and table[1]["rel_error_M"] > 0
+    refused = metrics["refused"]
+    assert set(refused) == {"Logarithmic", "SlippedCurrent"}
+    assert "not convex" in refused["Logarithmic"]
+    assert "dp does not match" in refused["SlippedCurrent"]
+    # the current carries the crowd further towards the target than a symmetric cost
+    assert metrics["symmetric_converged"]
+    assert metrics["final_mean"]["current"] > metrics["final_mean"]["symmetric"]
+
+
+def test_congestion_and_populations_notebook(notebook_runs):
+    out = notebook_runs("10_congestion_and_populations.ipynb").folder  # 21 × 20, tol 1e-5
+    metrics = check_run_folder(out, "10_congestion_and_populations.ipynb", {
+        "attendance_paths", "attendance_zoom", "densities", "two_groups"})
+    level = 0.6 + 0.05 * math.log(2.0)
+    assert math.isclose(metrics["plateau_level"], level)
+    rows = {r["model"]: r for r in json.loads((out / "comparison.json").read_text())}
+    assert list(rows) == ["quadratic", "congestion c=1, α=0.5", "power q=1.5", "power q=3",
+                          "two groups"]
+    assert all(r["converged"] and r["residual"] <= 1e-5 for r in rows.values())
+    quad, cong = rows["quadratic"], rows["congestion c=1, α=0.5"]
+    q15, q3 = rows["power q=1.5"], rows["power q=3"]
+    # how far below the level each holds the plateau, and how it starts and ends
+    assert 0.0 < q15["gap_mid"] < quad["gap_mid"] < cong["gap_mid"] < q3["gap_mid"] < 0.002
+    assert q3["A_early"] == max(r["A_early"] for r in (quad, cong, q15, q3))
+    assert cong["A_early"] < quad["A_early"]
+    assert q15["A_end"] > quad["A_end"] > q3["A_end"]
+    # two groups: the regulars take the bar, the newcomers stay home
+    groups = {r["group"]: r for r in json.loads((out / "groups.json").read_text())}
+    assert groups["regulars"]["A_mid"] > 0.9 and groups["newcomers"]["A_mid"] < 0.1
+    assert abs(rows["two groups"]["A_mid"] - 0.6) < 0.01
+    assert all(g["group_residual"] <= 1e-5 for g in groups.values())
+    # the saved quadratic solution, certified again by one best response
+    res = mw.load(out)
+    assert res.U.shape == (21, 21) and res.check() <= 1e-5
+    assert res.check() == pytest.approx(quad["residual"], rel=1e-6)
