@@ -28,13 +28,20 @@ from .core.errors import (
     SolverError,
 )
 from .core.grid import Grid
+from .core.grid2d import Exit, Grid2D, Obstacle
 from .finite_state import TwoStateResult, solve_two_state, time_to_level
 from .numerics.iteration import Anderson, FictitiousPlay, Relaxation
 from .numerics.particles import ParticleFP
 from .placement import Placement, crossover_table, placement
 from .problems import HopfColeProblem, MFGProblem, SantaFeBar, TwoStateElFarol
+from .problems.hamiltonians import Congestion, Hamiltonian, Power, Quadratic
+from .problems.room import Room
+from .problems.two_bars import TwoBars
+from .problems.two_d import MFGProblem2D
 from .results import Result, load, save_run
+from .results2d import Result2D, load_result2d, save_result2d
 from .solve import solve, solve_batch
+from .solve2d import solve_2d, solve_2d_batch
 from .workflows.scan import open_scan, scan
 from .workflows.sweeps import SweepIndex, load_sweep, sweep
 
@@ -49,6 +56,9 @@ __all__ = [
     "SweepIndex", "load_sweep", "sweep", "ParticleFP", "NPlayerResult", "n_player",
     "n_player_study", "TwoStateElFarol", "TwoStateResult", "solve_two_state", "time_to_level",
     "Placement", "crossover_table", "placement", "open_scan", "scan",
+    "Exit", "Grid2D", "Obstacle", "MFGProblem2D", "Room", "TwoBars", "Result2D",
+    "load_result2d", "save_result2d", "solve_2d", "solve_2d_batch", "Hamiltonian",
+    "Quadratic", "Power", "Congestion",
 ]
 
 
