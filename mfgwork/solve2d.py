@@ -69,7 +69,7 @@ def _check_size(problems: list[Any], nx: int, ny: int, nt: int, be: Backend, sol
     batch = len(problems)
     sizes = [p.coupling_size(nx, ny, nt) for p in problems]
     parts = {"nx, ny and nt": batch * GRID_ARRAYS * item * (nt + 1) * nx * ny,
-             "the Anderson depth": sum(memory.anderson_bytes(s, item, depth) for s in sizes)}
+             "nx, ny and nt (the coupling states of the iteration)": sum(memory.anderson_bytes(s, item, depth) for s in sizes)}
     if solver == "direct":
         n = nx * ny
         parts["nx and ny (the sparse factorisation)"] = int(LU_BYTES * n * math.log2(n))
