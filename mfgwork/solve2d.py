@@ -52,11 +52,11 @@ def _check_args(problems: list[Any], nx: Any, ny: Any, nt: Any, backend: Any, de
     nt = check_int("nt", nt, low=1)
     tol, max_iter = check_stopping(tol, max_iter)
     be = get_backend(backend, device, dtype)
-    default = "direct" if be.name == "numpy" else "krylov"
+    default = "ilu" if be.name == "numpy" else "krylov"
     solver = default if solver is None else check_choice("solver", solver, SOLVERS)
-    if solver == "direct" and be.name != "numpy":
-        raise ParameterError(f"solver='direct' is invalid with backend={be.name!r}: the "
-                             "sparse direct factorisation runs on NumPy; use solver='krylov'")
+    if solver in ("direct", "ilu") and be.name != "numpy":
+        raise ParameterError(f"solver={solver!r} is invalid with backend={be.name!r}: it runs "
+                             "on NumPy (the CPU); use solver='krylov'")
     scheme = default_iteration() if iteration is None else make_scheme(iteration)
     return nx, ny, nt, be, tol, max_iter, solver, scheme
 
@@ -69,8 +69,9 @@ def _check_size(problems: list[Any], nx: int, ny: int, nt: int, be: Backend, sol
     batch = len(problems)
     sizes = [p.coupling_size(nx, ny, nt) for p in problems]
     parts = {"nx, ny and nt": batch * GRID_ARRAYS * item * (nt + 1) * nx * ny,
-             "nx, ny and nt (the coupling states of the iteration)": sum(memory.anderson_bytes(s, item, depth) for s in sizes)}
-    if solver == "direct":
+             "nx, ny and nt (the coupling states of the iteration)": sum(
+                 memory.anderson_bytes(s, item, depth) for s in sizes)}
+    if solver == "direct":  # the SuperLU factors (the iterative solvers need a few vectors)
         n = nx * ny
         parts["nx and ny (the sparse factorisation)"] = int(LU_BYTES * n * math.log2(n))
     return memory.check_parts(parts, be, what=f"a {nx} x {ny} x {nt} 2-D solve"
@@ -127,7 +128,7 @@ def _solve(problems: list[Any], batch: bool, nx: Any, ny: Any, nt: Any, backend:
                                  "Hamiltonian (got " + ", ".join(sorted(str(k[2])
                                                                        for k in kinds)) + ")")
     _check_size(problems, nx, ny, nt, be, solver, scheme, max_memory)
-    if batch and solver == "direct":
+    if batch and solver != "krylov":
         return [_solve_one(p, False, nx, ny, nt, be, tol, max_iter, solver, scheme, progress)[0]
                 for p in problems]
     return _solve_one(problems if batch else problems[0], batch, nx, ny, nt, be, tol,

@@ -27,7 +27,7 @@ def _dot(a: Any, b: Any, xp: Any) -> Any:
 
 
 def _div(a: Any, b: Any, xp: Any) -> Any:
-    return a / xp.where(b == 0.0, 1.0 + 0.0 * b, b)
+    return a / (b + xp.astype(b == 0.0, b.dtype))
 
 
 def bicgstab(apply: Callable[[Any], Any], b: Any, inv_diag: Any, xp: Any, *, rtol: float,

@@ -30,7 +30,7 @@ from .krylov import bicgstab
 from .stencil import Coefficients, Stencil
 
 MAX_NEWTON = 50
-SOLVERS = ("direct", "krylov")
+SOLVERS = ("ilu", "direct", "krylov")
 
 
 class SparsePattern:
@@ -74,9 +74,9 @@ class Scheme2D:
     def __init__(self, stencil: Stencil, *, solver: str = "direct") -> None:
         self.stencil, self.backend, self.xp = stencil, stencil.backend, stencil.xp
         self.solver = solver
-        if solver == "direct":
+        if solver in ("direct", "ilu"):
             if self.backend.name != "numpy" or stencil.batched:
-                raise ValueError("the direct solver serves single NumPy problems")
+                raise ValueError(f"the {solver} solver serves single NumPy problems")
             self.pattern = SparsePattern(stencil.active_np)
             self.mask = stencil.active_np
         g = stencil.grid
@@ -96,7 +96,10 @@ class Scheme2D:
         """m^{n+1} for the step n (None when H does not depend on m)."""
         return None if self.density is None else self.density[..., n, :, :]
 
-    def _solve(self, c: Coefficients, rhs: Any, transpose: bool = False) -> Any:
+    def _solve(self, c: Coefficients, rhs: Any, transpose: bool = False,
+               guess: Any = None) -> Any:
+        if self.solver == "ilu":
+            return self._solve_ilu(c, rhs, transpose, guess)
         if self.solver == "direct":
             import scipy.sparse.linalg as sla
 
@@ -113,6 +116,23 @@ class Scheme2D:
                         max_iter=self.max_krylov, fail=self.krylov_fail)
         self.krylov_iterations += k
         return x
+
+    def _solve_ilu(self, c: Coefficients, rhs: np.ndarray, transpose: bool,
+                   guess: np.ndarray | None) -> np.ndarray:
+        from .ilu_kernels import ilu_bicgstab, transpose_stencil
+
+        nbrs = (c.W, c.E, c.S, c.N)
+        if transpose:
+            nbrs = transpose_stencil(*nbrs)
+        flat = [np.ascontiguousarray(a).reshape(-1) for a in (c.diag, *nbrs, rhs)]
+        x = np.zeros_like(flat[-1]) if guess is None else np.array(guess, dtype=rhs.dtype
+                                                                   ).reshape(-1)
+        its, rel = ilu_bicgstab(rhs.shape[-1], *flat, x, self.krylov_rtol, self.max_krylov)
+        self.krylov_iterations += its
+        if not rel <= self.krylov_fail:
+            raise SolverError(f"ILU-BiCGStab did not converge in {self.max_krylov} iterations "
+                              f"(relative residual {rel:.3g})")
+        return x.reshape(rhs.shape)
 
     # -- HJB ---------------------------------------------------------------------------------
     def solve_hjb(self, U_T: Any, F: Any, guess: Any | None = None) -> Any:
@@ -147,7 +167,8 @@ class Scheme2D:
         masses = [m0 * st.volumes * st.active]
         for n in range(g.nt):
             c = st.jacobian(U[..., n, :, :], self._m(n))
-            masses.append(self._solve(c, masses[n] * st.inv_dt, transpose=True))
+            masses.append(self._solve(c, masses[n] * st.inv_dt, transpose=True,
+                                      guess=masses[n]))
         return xp.stack(masses, axis=-3) / st.volumes
 
     def outflow(self, U: Any, M: Any) -> Any:
