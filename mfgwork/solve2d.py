@@ -2,9 +2,20 @@
 
 Solves the MFG system of a :class:`~mfgwork.problems.two_d.MFGProblem2D` (the room, the two
 bars, or a user problem) with the implicit upwind scheme of :mod:`mfgwork.numerics.fdm2d`
-and returns a :class:`~mfgwork.results2d.Result2D`. Linear systems: ``solver="direct"``
-(SuperLU, the default with NumPy) or ``"krylov"`` (matrix-free stencil + batched
-Jacobi-BiCGStab, the default and only choice with torch on any device).
+and returns a :class:`~mfgwork.results2d.Result2D`. Linear systems (see
+:mod:`mfgwork.numerics.fdm2d.sweeps`): ``solver="ilu"`` (numba ILU(0)-BiCGStab, the default
+with NumPy), ``"direct"`` (SuperLU) or ``"krylov"`` (matrix-free stencil + batched
+Jacobi-BiCGStab, the default and only choice with torch on any device; CUDA graphs on CUDA).
+
+API (stable):
+
+    solve_2d(problem, nx=101, ny=None, nt=100, backend="numpy", device="cpu", dtype=None,
+             tol=1e-6, max_iter=200, solver=None, iteration=None, progress=None,
+             max_memory=None) -> Result2D
+    solve_2d_batch(problems, <same keywords>) -> list[Result2D]
+
+Models: :class:`~mfgwork.problems.room.Room`, :class:`~mfgwork.problems.two_bars.TwoBars`,
+any :class:`~mfgwork.problems.two_d.MFGProblem2D` (with any isotropic Hamiltonian).
 """
 
 from __future__ import annotations
@@ -87,12 +98,12 @@ def solve_2d(problem: MFGProblem2D, nx: int = 101, ny: int | None = None, nt: in
     """Solve ``problem`` on ``nx`` × ``ny`` nodes (walls included; ``ny`` defaults to ``nx``)
     and ``nt`` time steps, to a certified relative fixed-point residual ``tol``.
 
-    ``backend``/``device``/``dtype`` as :func:`mfgwork.get_backend`; ``solver``: "direct"
-    (NumPy default) or "krylov" (torch default); ``iteration``: as :func:`mfgwork.solve`
-    (default: Anderson depth 5, β = 0.5). Arguments are checked and the memory estimated
-    (``max_memory``) before any work. A solve that does not reach ``tol`` in ``max_iter``
-    best responses returns its best iterate with ``converged=False`` and a
-    :class:`~mfgwork.ConvergenceWarning`.
+    ``backend``/``device``/``dtype`` as :func:`mfgwork.get_backend`; ``solver``: "ilu"
+    (NumPy default), "direct" (NumPy) or "krylov" (torch default, also on NumPy);
+    ``iteration``: as :func:`mfgwork.solve` (default: Anderson depth 5, β = 0.5). Arguments
+    are checked and the memory estimated (``max_memory``) before any work. A solve that does
+    not reach ``tol`` in ``max_iter`` best responses returns its best iterate with
+    ``converged=False`` and a :class:`~mfgwork.ConvergenceWarning`.
     """
     return _solve([problem], False, nx, ny, nt, backend, device, dtype, tol, max_iter,
                   solver, iteration, progress, max_memory)[0]
@@ -105,8 +116,9 @@ def solve_2d_batch(problems: Sequence[MFGProblem2D], nx: int = 101, ny: int | No
                    progress: bool | None = None,
                    max_memory: int | str | None = None) -> list[Result2D]:
     """Solve problems of one grid size (their own doors, obstacles, σ and coupling
-    parameters; one Hamiltonian) as one batch along a leading axis on torch (every member
-    with its own mixing and certificate), or one after the other with the direct solver."""
+    parameters; one Hamiltonian) as one batch along a leading axis with the "krylov" solver
+    (every member with its own mixing and certificate), or one after the other with "ilu"
+    and "direct"."""
     if not isinstance(problems, list | tuple) or not problems:
         raise ParameterError(f"problems={problems!r:.80} is invalid: must be a non-empty list "
                              "of MFGProblem2D")
