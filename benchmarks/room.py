@@ -72,14 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="a torch device besides the CPU")
     parser.add_argument("--cases", default=None, help="comma-separated (default: all that run "
                         "on the chosen devices)")
-    parser.add_argument("--cpu-targets", default="numpy,torch-cpu")
+    parser.add_argument("--cpu-targets", default="numpy,numpy-direct,torch-cpu")
     parser.add_argument("--nx", type=int, default=None)
     parser.add_argument("--nt", type=int, default=None)
     parser.add_argument("--tol", type=float, default=1e-6)
     parser.add_argument("--max-iter", type=int, default=200)
     parser.add_argument("--out", default="benchmarks/results/room.json")
     args = parser.parse_args(argv)
-    cpu = {"numpy": ("numpy", "cpu", None, "direct"),
+    cpu = {"numpy": ("numpy", "cpu", None, "ilu"), "numpy-direct": ("numpy", "cpu", None, "direct"),
            "numpy-krylov": ("numpy", "cpu", None, "krylov"),
            "torch-cpu": ("torch", "cpu", "float64", None)}
     plan = []

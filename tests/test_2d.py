@@ -9,7 +9,7 @@ from mfgwork.core.errors import ParameterError
 from mfgwork.problems.hamiltonians import Hamiltonian
 
 SMALL = {"nx": 17, "nt": 16}
-TINY = {"nx": 11, "nt": 8}
+TINY = {"nx": 11, "nt": 6}
 
 
 def hopf_cole_2d(sigma=0.6, T=0.5):

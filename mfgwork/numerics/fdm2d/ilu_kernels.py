@@ -7,9 +7,13 @@ neighbour is missing or inactive (inactive rows are identity rows). ILU(0) keeps
     d_k = diag_k − W_k E_{k−1} / d_{k−1} − S_k N_{k−nx} / d_{k−nx},
     M = (D + L) D⁻¹ (D + U),   L = (W, S),  U = (E, N),
 
-which exists and is positive for an M-matrix (Meijerink & van der Vorst 1977). BiCGStab is
-right-preconditioned by M. The transposed system (the FP step) passes the transposed stencil
-(:func:`transpose_stencil`). One compiled call per linear solve: no array-call overhead.
+which exists and is positive for an M-matrix (Meijerink & van der Vorst 1977). With
+``relax`` = ω > 0 the dropped fill-in, ω times, is moved to the diagonal (relaxed modified
+ILU, Gustafsson 1978): d_k −= ω (W_k N_{k−1} / d_{k−1} + S_k E_{k−nx} / d_{k−nx}). For the HJB
+matrices (rows summing to 1/Δt) ω = 0.9 cuts the iterations by a third (18 → 12 at 101²
+nodes); for their transposes (the FP step) it slows them, so the FP solves use ω = 0.
+BiCGStab is right-preconditioned by M. The transposed system (the FP step) passes the
+transposed stencil (:func:`transpose_stencil`). One compiled call per linear solve.
 """
 
 from __future__ import annotations
@@ -71,16 +75,16 @@ def _dot(a, b):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def ilu_bicgstab(nx, D, W, E, S, N, b, x, rtol, max_iter):  # pragma: no cover - compiled
+def ilu_bicgstab(nx, D, W, E, S, N, b, x, rtol, max_iter, relax):  # pragma: no cover
     """Solve A x = b in place (x: the initial guess); returns (iterations, ‖b − A x‖/‖b‖)."""
     n = D.shape[0]
     d = np.empty(n)
     for k in range(n):
         v = D[k]
         if k >= 1:
-            v -= W[k] * E[k - 1] / d[k - 1]
+            v -= W[k] * (E[k - 1] + relax * N[k - 1]) / d[k - 1]
         if k >= nx:
-            v -= S[k] * N[k - nx] / d[k - nx]
+            v -= S[k] * (N[k - nx] + relax * E[k - nx]) / d[k - nx]
         d[k] = v
     r = np.empty(n)
     _matvec(nx, D, W, E, S, N, x, r)

@@ -35,6 +35,8 @@ from .krylov import bicgstab, iterate
 from .stencil import Coefficients, Stencil
 
 MAX_NEWTON = 50
+#: Relaxation of the modified ILU(0) of the Newton matrices (:mod:`.ilu_kernels`).
+MILU_RELAX = 0.9
 #: BiCGStab iterations between two convergence tests (one host synchronisation each).
 CHECK_EVERY = 8
 SOLVERS = ("ilu", "direct", "krylov")
@@ -175,7 +177,7 @@ class Scheme2D:
                                                                    ).reshape(-1)
         its, rel = ilu_bicgstab(rhs.shape[-1], *flat, x,
                                 self.krylov_rtol if transpose else self.newton_rtol,
-                                self.max_krylov)
+                                self.max_krylov, 0.0 if transpose else MILU_RELAX)
         self.krylov_iterations += its
         if not rel <= self.krylov_fail:
             raise SolverError(f"ILU-BiCGStab did not converge in {self.max_krylov} iterations "
