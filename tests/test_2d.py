@@ -108,6 +108,13 @@ def test_float32_mps_emulation_within_1e_4():
     assert np.max(np.abs(a.U - b.U)) <= 1e-4 * np.max(np.abs(a.U)) * 2
 
 
+def test_numpy_float32_within_1e_4():
+    a = mw.solve_2d(mw.Room(), **TINY, tol=1e-8, progress=False)
+    b = mw.solve_2d(mw.Room(), **TINY, tol=1e-4, dtype="float32", progress=False)
+    assert b.M.dtype == np.float32 and b.converged
+    assert np.max(np.abs(a.M - b.M)) <= 1e-4 * np.max(a.M)
+
+
 def test_batch_on_torch_matches_single_solves():
     pytest.importorskip("torch")
     rooms = [mw.Room(door_widths=(0.1, 0.2), congestion=0.5), mw.Room(congestion=2.0)]

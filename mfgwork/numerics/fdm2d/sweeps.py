@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ...core.backend import to_numpy
-from ...core.errors import SolverError
+from ...core.errors import ParameterError, SolverError
 from .krylov import bicgstab, iterate
 from .stencil import Coefficients, Stencil
 
@@ -85,7 +85,7 @@ class Scheme2D:
         self.solver = solver
         if solver in ("direct", "ilu"):
             if self.backend.name != "numpy" or stencil.batched:
-                raise ValueError(f"the {solver} solver serves single NumPy problems")
+                raise ParameterError(f"solver={solver!r} serves single NumPy problems")
             self.pattern = SparsePattern(stencil.active_np)
             self.mask = stencil.active_np
         g = stencil.grid
