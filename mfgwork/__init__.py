@@ -29,6 +29,7 @@ from .core.errors import (
     SolverError,
 )
 from .core.grid import Grid
+from .core.grid2d import Exit, Grid2D, Obstacle
 from .finite_state import solve_two_state, switching_rates, time_to_level
 from .numerics.iteration import Anderson, FictitiousPlay, Relaxation
 from .numerics.particles import ParticleFP
@@ -45,8 +46,13 @@ from .problems import (
     TwoStateElFarol,
 )
 from .problems.populations import Population, Populations, SantaFePopulations
+from .problems.room import Room
+from .problems.two_bars import TwoBars
+from .problems.two_d import MFGProblem2D
 from .results import Result, load, save_run
+from .results2d import Result2D, load_result2d, save_result2d
 from .solve import solve, solve_batch, solve_continuous
+from .solve2d import solve_2d, solve_2d_batch
 from .workflows.scan import open_scan, scan
 from .workflows.sweeps import SweepIndex, load_sweep, sweep
 
@@ -64,6 +70,8 @@ __all__ = [
     "Placement", "crossover_table", "placement", "open_scan", "scan",
     "Hamiltonian", "Quadratic", "Power", "Congestion",
     "Population", "Populations", "SantaFePopulations", "solve_populations",
+    "Exit", "Grid2D", "Obstacle", "MFGProblem2D", "Room", "TwoBars", "Result2D",
+    "load_result2d", "save_result2d", "solve_2d", "solve_2d_batch",
 ]
 
 

@@ -15,6 +15,12 @@ and its partial derivatives ∂Ĥ/∂q_{i−1} = ∂p H(x_i, (q_{i−1})_+, m_i)
 the HJB step and, by adjointness, the FP matrix. Tangent sweeps (Newton on the coupling) also
 use ∂pp H; models whose H depends on m give ∂m H.
 
+On 2-D grids an *isotropic* H (a function of |p|: ``isotropic = True``) is discretised as
+Ĥ = H(x, √P², m) with P² = Σ_axes [(q_back)_+² + (q_fwd)_−²] (:meth:`Hamiltonian.numerical_nd`);
+by the chain rule ∂Ĥ/∂q_back = ∂p H(x, √P², m) (q_back)_+ / √P² ≥ 0 and
+∂Ĥ/∂q_fwd = ∂p H(x, √P², m) (q_fwd)_− / √P² ≤ 0 (0 where P = 0): monotone again. For
+H = ½|p|² this is the sum of the 1-D Godunov Hamiltonians of the axes.
+
 Every method takes arrays of one namespace ``xp`` (NumPy or torch, any device) and works
 elementwise with broadcasting, so the same definition serves every backend.
 """
@@ -45,6 +51,8 @@ class Hamiltonian:
     name = "hamiltonian"
     #: Whether H depends on m (then FP's drift does too, and the coupling state is the density).
     depends_on_m = False
+    #: Whether H depends on p only through |p| (then :meth:`numerical_nd` serves 2-D grids).
+    isotropic = False
 
     @property
     def bounded_curvature(self) -> bool:
@@ -79,6 +87,22 @@ class Hamiltonian:
         zero = 0.0 * a
         h = self.value(x, a, m, xp) + self.value(x, b, m, xp) - self.value(x, zero, m, xp)
         return h, self.dp(x, a, m, xp), self.dp(x, b, m, xp)
+
+    def numerical_nd(self, x: Any, q_back: list[Any], q_fwd: list[Any], m: Any, xp: Any
+                     ) -> tuple[Any, list[Any], list[Any]]:
+        """(Ĥ, [∂Ĥ/∂q_back per axis], [∂Ĥ/∂q_fwd per axis]) of the isotropic form
+        Ĥ = H(x, √P², m) (module docstring); only for ``isotropic`` Hamiltonians."""
+        if not self.isotropic:
+            raise ParameterError(f"hamiltonian={self!r} is invalid on a 2-D grid: it must be "
+                                 "isotropic (a function of |p|, isotropic = True)")
+        back = [_positive(q, xp) for q in q_back]
+        fwd = [_negative(q, xp) for q in q_fwd]
+        P2 = sum(a * a for a in back) + sum(b * b for b in fwd)
+        r = xp.sqrt(P2)
+        safe = xp.where(r > 0, r, 1.0 + 0.0 * r)
+        slope = self.dp(x, r, m, xp)
+        return (self.value(x, r, m, xp), [slope * (a / safe) for a in back],
+                [slope * (b / safe) for b in fwd])
 
     def check(self, x: np.ndarray, p_max: float = 1e3, m_max: float = 1e3) -> None:
         """Refuse (ParameterError) a Hamiltonian that is not finite, not convex in p, not
@@ -119,6 +143,7 @@ class Quadratic(Hamiltonian):
     """H = ½ |p|²: the control costs ½|α|², α* = −p."""
 
     name = "quadratic"
+    isotropic = True
 
     def numerical(self, x: Any, q_left: Any, q_right: Any, m: Any, xp: Any
                   ) -> tuple[Any, Any, Any]:
@@ -146,6 +171,7 @@ class Power(Hamiltonian):
 
     q: float = 1.5
     name = "power"
+    isotropic = True
 
     def __post_init__(self) -> None:
         q = check_real("q", self.q, low=1.0, high=3.0, high_open=False)
@@ -176,6 +202,7 @@ class Congestion(Hamiltonian):
     c: float = 1.0
     alpha: float = 0.5
     name = "congestion"
+    isotropic = True
     depends_on_m = True
 
     def __post_init__(self) -> None:

@@ -1,0 +1,85 @@
+"""Batched, Jacobi-preconditioned BiCGStab on arrays (..., ny, nx) (array-API code).
+
+Solves A x = b for every leading index at once, A given as a function (the matrix-free
+5-point stencil). Inner products reduce over the last two axes; the scalars of the
+recurrence are (..., 1, 1) arrays, so nothing leaves the device inside the loop except the
+convergence test, read every ``check_every`` iterations (one host synchronisation each).
+Right preconditioning by the inverse diagonal (van der Vorst 1992):
+
+    p ← r + β (p − ω v),  y = D⁻¹ p,  v = A y,  α = ρ / (r̂, v),  s = r − α v,
+    z = D⁻¹ s,  t = A z,  ω = (t, s)/(t, t),  x ← x + α y + ω z,  r ← s − ω t.
+
+Divisions by an exact zero (a problem whose residual vanished) are replaced by divisions by
+one, which leaves that problem's iterate unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ...core.backend import to_numpy
+from ...core.errors import SolverError
+
+
+def _dot(a: Any, b: Any, xp: Any) -> Any:
+    return xp.sum(xp.sum(a * b, axis=-1, keepdims=True), axis=-2, keepdims=True)
+
+
+def _div(a: Any, b: Any, xp: Any) -> Any:
+    return a / (b + xp.astype(b == 0.0, b.dtype))
+
+
+State = tuple  # (x, r, p, v, rho, alpha, omega)
+
+
+def iterate(apply: Callable[[Any], Any], inv_diag: Any, r_hat: Any, state: State, steps: int,
+            xp: Any) -> State:
+    """``steps`` BiCGStab iterations from ``state`` (a pure function of its arrays: on CUDA
+    it is recorded once as a graph and replayed, see :class:`mfgwork.core.cuda_graphs`)."""
+    x, r, p, v, rho, alpha, omega = state
+    for _ in range(steps):
+        rho_new = _dot(r_hat, r, xp)
+        beta = _div(rho_new, rho, xp) * _div(alpha, omega, xp)
+        p = r + beta * (p - omega * v)
+        y = inv_diag * p
+        v = apply(y)
+        alpha = _div(rho_new, _dot(r_hat, v, xp), xp)
+        s = r - alpha * v
+        z = inv_diag * s
+        t = apply(z)
+        omega = _div(_dot(t, s, xp), _dot(t, t, xp), xp)
+        x = x + alpha * y + omega * z
+        r = s - omega * t
+        rho = rho_new
+    return x, r, p, v, rho, alpha, omega
+
+
+def bicgstab(apply: Callable[[Any], Any], b: Any, inv_diag: Any, xp: Any, *, rtol: float,
+             max_iter: int, fail: float, check_every: int = 8,
+             chunk: Callable[[State, Any], State] | None = None) -> tuple[Any, int]:
+    """x with ‖b − A x‖₂ ≤ ``rtol`` ‖b‖₂ per problem (or, after ``max_iter`` iterations, the
+    iterate if its relative residual is ≤ ``fail``: the rounding floor of float32; otherwise
+    :class:`SolverError`). Returns x and the iterations done. ``chunk(state, r_hat)``: the
+    ``check_every`` iterations between two tests (default :func:`iterate`)."""
+    x, r = 0.0 * b, b  # from x = 0
+    r_hat = r
+    b_norm = xp.sqrt(_dot(b, b, xp))
+    one = 1.0 + 0.0 * b_norm
+    state = (x, r, 0.0 * b, 0.0 * b, one, one, one)
+    k = 0
+    while k < max_iter:
+        state = (iterate(apply, inv_diag, r_hat, state, check_every, xp) if chunk is None
+                 else chunk(state, r_hat))
+        k += check_every
+        r = state[1]
+        rel = to_numpy(xp.max(_div(xp.sqrt(_dot(r, r, xp)), b_norm, xp)))
+        if float(rel) <= rtol:
+            return state[0], k
+    x = state[0]
+    r = b - apply(x)
+    worst = float(to_numpy(xp.max(_div(xp.sqrt(_dot(r, r, xp)), b_norm, xp))))
+    if worst <= fail:
+        return x, k
+    raise SolverError(f"BiCGStab did not converge in {max_iter} iterations (relative "
+                      f"residual {worst:.3g} > {fail:.3g})")

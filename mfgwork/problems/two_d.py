@@ -1,0 +1,183 @@
+"""MFG problems on 2-D domains: a rectangle with obstacles, reflecting walls and exits.
+
+Convention (ν = σ²/2, on Ω ⊂ ℝ² the rectangle minus the obstacles, t ∈ [0, T]):
+
+    −∂t u − ν Δu + H(x, ∇u, m) = f(t, x, m(t, ·)),   u(T) = g,   u = exit cost at exits
+     ∂t m − ν Δm − div(m ∂p H(x, ∇u, m)) = 0,          m(0) = m0 / ∫ m0
+
+with zero flux through walls and obstacles; the optimal velocity is α* = −∂p H(x, ∇u, m), and
+mass that reaches an exit leaves. H is an isotropic
+:class:`~mfgwork.problems.hamiltonians.Hamiltonian` (½|p|² by default).
+
+:class:`MFGProblem2D` takes user callables ``m0(X, Y)``, ``g(X, Y)`` (node coordinates, arrays
+(ny, nx) of the active backend) and ``f(t, X, Y, m)`` (m: the density at time t, (ny, nx))
+returning (ny, nx) arrays. A problem owns its coupling (:class:`DensityCoupling2D` here: the
+coupling state is the density path) and its observables (the mass left in the domain).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..core.backend import Backend, to_numpy
+from ..core.errors import ParameterError, check_real
+from ..core.grid2d import Exit, Grid2D, Obstacle
+from .base import Coupling
+from .hamiltonians import Hamiltonian, Quadratic
+
+ArrayFn = Callable[..., Any]
+
+
+@dataclass(frozen=True, eq=False)
+class MFGProblem2D:
+    """A user-defined MFG problem on the rectangle [x_min, x_max] × [y_min, y_max] with
+    ``obstacles`` and ``exits`` (module docstring)."""
+
+    x_min: float
+    x_max: float
+    y_min: float
+    y_max: float
+    T: float
+    sigma: float
+    m0: ArrayFn
+    g: ArrayFn
+    f: ArrayFn
+    obstacles: tuple[Obstacle, ...] = field(default=(), kw_only=True)
+    exits: tuple[Exit, ...] = field(default=(), kw_only=True)
+    hamiltonian: Hamiltonian = field(default_factory=Quadratic, kw_only=True)
+    name: str = field(default="generic_2d", kw_only=True)
+
+    #: Names of the two state variables, for labels.
+    state_names = ("x", "y")
+
+    def __post_init__(self) -> None:
+        check_real("x_min", self.x_min)
+        check_real("x_max", self.x_max, low=float(self.x_min))
+        check_real("y_min", self.y_min)
+        check_real("y_max", self.y_max, low=float(self.y_min))
+        check_real("T", self.T, low=0.0)
+        check_real("sigma", self.sigma, low=0.0)
+        for name in ("m0", "g", "f"):
+            if not callable(getattr(self, name)):
+                raise ParameterError(f"{name}={getattr(self, name)!r:.80} is invalid: must be "
+                                     "a callable taking arrays of the active backend")
+        for name, kind in (("obstacles", Obstacle), ("exits", Exit)):
+            items = getattr(self, name)
+            if not isinstance(items, list | tuple) or not all(isinstance(v, kind) for v in items):
+                raise ParameterError(f"{name}={items!r:.80} is invalid: must be a tuple of "
+                                     f"mfgwork {kind.__name__} objects")
+            object.__setattr__(self, name, tuple(items))
+        if not isinstance(self.hamiltonian, Hamiltonian) or not self.hamiltonian.isotropic:
+            raise ParameterError(f"hamiltonian={self.hamiltonian!r:.80} is invalid: must be an "
+                                 "isotropic mfgwork Hamiltonian (a function of |p|: Quadratic(),"
+                                 " Power(q), Congestion(c, alpha))")
+
+    @property
+    def nu(self) -> float:
+        return 0.5 * self.sigma**2
+
+    def grid(self, nx: int, ny: int, nt: int) -> Grid2D:
+        return Grid2D(self.x_min, self.x_max, self.y_min, self.y_max, nx, ny, self.T, nt,
+                      self.obstacles, self.exits)
+
+    def params(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"problem": self.name, "x_min": self.x_min, "x_max": self.x_max,
+                               "y_min": self.y_min, "y_max": self.y_max, "T": self.T,
+                               "sigma": self.sigma, "hamiltonian": self.hamiltonian.params(),
+                               "obstacles": [vars(o) for o in self.obstacles],
+                               "exits": [vars(e) for e in self.exits]}
+        for name in ("m0", "g", "f"):
+            fn = getattr(self, name)
+            out[name] = getattr(fn, "__qualname__", None) or repr(fn)
+        return out
+
+    def coords(self, grid: Grid2D, backend: Backend) -> tuple[Any, Any]:
+        X, Y = grid.mesh
+        return backend.asarray(X), backend.asarray(Y)
+
+    def initial_density(self, grid: Grid2D, backend: Backend) -> Any:
+        """m0 on the active nodes, normalized so that Σ V m0 = 1."""
+        m0 = to_numpy(evaluate("m0", self.m0, grid, backend, *self.coords(grid, backend)))
+        m0 = np.asarray(m0, dtype=np.float64) * grid.active
+        if np.any(m0 < 0):
+            raise ParameterError(f"m0 is invalid: it takes negative values (min {m0.min():g}); "
+                                 "a density must be >= 0")
+        mass = float(np.sum(grid.volumes * m0))
+        if not np.isfinite(mass) or mass <= 0:
+            raise ParameterError(f"m0 is invalid: its mass on the active nodes is {mass!r}; it "
+                                 "must be finite and > 0 to be normalized")
+        return backend.asarray(m0 / mass)
+
+    def terminal_cost(self, grid: Grid2D, backend: Backend) -> Any:
+        """g on the nodes, the exit costs at the exits."""
+        g = to_numpy(evaluate("g", self.g, grid, backend, *self.coords(grid, backend)))
+        return backend.asarray(np.where(grid.exit, grid.exit_cost, g))
+
+    def coupling_size(self, nx: int, ny: int, nt: int) -> int:
+        """Values in the coupling state (here the densities at levels 1..nt)."""
+        return nt * nx * ny
+
+    def coupling(self, grid: Grid2D, backend: Backend) -> Coupling:
+        return DensityCoupling2D(self, grid, backend)
+
+    def running_costs(self, z: Any, grid: Grid2D, backend: Backend, X: Any, Y: Any) -> Any:
+        """F[n] = f(t_{n+1}, X, Y, z[n]) for the density path z (nt, ny, nx)."""
+        rows = [evaluate("f", self.f, grid, backend, float(grid.t[n + 1]), X, Y, z[n],
+                         at=f" at t={grid.t[n + 1]:.6g}") for n in range(grid.nt)]
+        return backend.xp.stack(rows)
+
+    def observables(self, grid: Grid2D, M: Any, backend: Backend) -> dict[str, Any]:
+        """Paths (..., nt+1): the mass in the domain Σ V m."""
+        xp, V = backend.xp, backend.asarray(grid.volumes)
+        return {"mass": xp.sum(xp.sum(M * V, axis=-1), axis=-1)}
+
+
+def evaluate(name: str, fn: ArrayFn, grid: Grid2D, backend: Backend, *args: Any,
+             at: str = "") -> Any:
+    """``fn(*args)`` as a finite real (ny, nx) array of the backend's dtype (a scalar is
+    broadcast); otherwise a :class:`ParameterError` naming the callable."""
+    try:
+        out = fn(*args)
+    except Exception as exc:
+        raise ParameterError(f"{name} raised {type(exc).__name__}{at}: {exc}") from exc
+    host = np.asarray(to_numpy(out))
+    if host.dtype.kind not in "biuf":
+        raise ParameterError(f"{name} returned values of dtype {host.dtype}{at}: must return "
+                             f"real numbers shaped like X, {grid.shape}")
+    if host.ndim == 0:
+        return backend.asarray(np.full(grid.shape, float(host)))
+    if host.shape != grid.shape:
+        raise ParameterError(f"{name} returned shape {host.shape}{at}: must return an array "
+                             f"shaped like X, {grid.shape} (ny, nx)")
+    if not np.isfinite(host).all():
+        raise ParameterError(f"{name} returned non-finite values (NaN or inf){at} at "
+                             f"{int((~np.isfinite(host)).sum())} nodes")
+    return backend.asarray(host)
+
+
+class DensityCoupling2D(Coupling):
+    """z = M at levels 1..nt (nt, ny, nx); F[n] from the problem's ``running_costs``. When H
+    depends on m, the scheme's steps read the same z (``feeds_density``)."""
+
+    feeds_density = True
+
+    def __init__(self, problem: MFGProblem2D, grid: Grid2D, backend: Backend) -> None:
+        self.problem, self.grid, self.backend = problem, grid, backend
+        self.X, self.Y = problem.coords(grid, backend)
+
+    def state(self, M: Any) -> Any:
+        return M[..., 1:, :, :]
+
+    def density(self, z: Any) -> Any:
+        """The densities m^{n+1} the steps of H use (levels 1..nt)."""
+        return z
+
+    def running_cost(self, z: Any) -> Any:
+        return self.problem.running_costs(z, self.grid, self.backend, self.X, self.Y)
+
+    def project(self, z: Any) -> Any:
+        return self.backend.xp.clip(z, 0.0, None)

@@ -1,0 +1,218 @@
+"""The 2-D scheme and models: an exact solution, mass balance, certified equilibria, the two
+bars against 1-D Santa Fe, backends against each other, the size guard and bad inputs."""
+
+import numpy as np
+import pytest
+
+import mfgwork as mw
+from mfgwork.core.errors import ParameterError
+from mfgwork.problems.hamiltonians import Hamiltonian
+
+SMALL = {"nx": 17, "nt": 16}
+TINY = {"nx": 11, "nt": 6}
+
+
+def hopf_cole_2d(sigma=0.6, T=0.5):
+    """u = u1(x) + u2(y), m = m1(x) m2(y) from two 1-D Hopf–Cole problems on [0, 1]²."""
+    px = mw.HopfColeProblem(sigma=sigma, T=T, a=0.5, b=0.5, mode_u=1, mode_m=2)
+    py = mw.HopfColeProblem(sigma=sigma, T=T, a=-0.4, b=0.3, mode_u=2, mode_m=1)
+
+    def m0(X, Y):
+        return px.exact_m(0.0, X) * py.exact_m(0.0, Y)
+
+    def g(X, Y):
+        return px.exact_u(T, X) + py.exact_u(T, Y)
+
+    problem = mw.MFGProblem2D(0.0, 1.0, 0.0, 1.0, T, sigma, m0, g, lambda t, X, Y, m: 0.0 * X)
+    return problem, px, py
+
+
+def errors(n):
+    problem, px, py = hopf_cole_2d()
+    r = mw.solve_2d(problem, nx=n, nt=n - 1, tol=1e-12, iteration="picard", progress=False)
+    assert r.converged
+    t, X, Y = r.t[:, None, None], r.x[None, None, :], r.y[None, :, None]
+    U = px.exact_u(t, X) + py.exact_u(t, Y)
+    M = px.exact_m(t, X) * py.exact_m(t, Y)
+    return np.max(np.abs(r.U - U)), np.max(np.abs(r.M - M)) / np.max(M)
+
+
+def test_hopf_cole_product_is_reached_at_first_order_in_h_and_dt():
+    e = np.array([errors(n) for n in (11, 21, 41)])
+    orders = np.log2(e[:-1] / e[1:])
+    assert (orders[-1] > 0.8).all() and (orders[-1] < 1.4).all(), orders
+    assert (e[-1] < 0.02).all()
+
+
+@pytest.mark.parametrize("solver", ["ilu", "direct"])
+def test_room_conserves_mass_plus_outflow_and_stays_positive(solver):
+    r = mw.solve_2d(mw.Room(), **SMALL, solver=solver, progress=False)
+    assert r.mass_error <= 1e-12
+    assert (r.M >= 0).all() and (r.M[:, r.obstacle] == 0).all() and (r.M[:, r.exit] == 0).all()
+    assert (r.outflow[1:] > 0).all() and r.mass[-1] < 0.5
+    assert np.all(np.diff(r.mass) <= 1e-15)
+
+
+def test_room_equilibrium_is_certified_by_an_independent_best_response():
+    r = mw.solve_2d(mw.Room(congestion=2.0), **SMALL, tol=1e-8, progress=False)
+    assert r.converged and r.status == "converged" and r.residual <= 1e-8
+    assert r.check() <= 1e-8
+    # a result that is not an equilibrium is refused by the same certificate
+    other = mw.solve_2d(mw.Room(congestion=0.0), **SMALL, tol=1e-8, progress=False)
+    assert other.check(mw.Room(congestion=2.0)) > 1e-4
+
+
+def test_congestion_hamiltonian_room_is_certified():
+    room = mw.Room(hamiltonian=mw.Congestion(1.0, 0.5), congestion=0.0)
+    r = mw.solve_2d(room, **SMALL, tol=1e-7, progress=False)
+    assert r.converged and r.check() <= 1e-7
+    assert r.mass_error <= 1e-6 and (r.M >= 0).all()
+
+
+@pytest.mark.parametrize("H", [mw.Power(1.5), mw.Power(3.0)], ids=repr)
+def test_any_isotropic_hamiltonian_runs_on_the_2d_grid(H):
+    r = mw.solve_2d(mw.Room(hamiltonian=H), **TINY, tol=1e-8, progress=False)
+    assert r.converged and r.check() <= 1e-8 and r.mass_error <= 1e-12
+
+
+def test_user_problem_with_a_paid_exit():
+    def m0(X, Y):
+        return 1.0 + 0.0 * X
+
+    problem = mw.MFGProblem2D(0.0, 1.0, 0.0, 1.0, 1.0, 0.4, m0, lambda X, Y: 0.0 * X,
+                              lambda t, X, Y, m: m,
+                              exits=(mw.Exit("top", 0.5, 0.3, cost=-1.0),))
+    r = mw.solve_2d(problem, **TINY, tol=1e-8, progress=False)
+    assert r.converged and r.check() <= 1e-8 and r.mass_error <= 1e-12
+    assert (r.U[:, r.exit] == -1.0).all() and 0.0 < r.mass[-1] < 1.0
+
+
+def test_two_independent_bars_are_two_santa_fe_problems():
+    nx, nt, T = 21, 20, 2.0
+    r = mw.solve_2d(mw.TwoBars(thresholds=(0.6, 0.4), T=T), nx=nx, nt=nt, tol=1e-11,
+                    progress=False, max_iter=300)
+    assert r.converged
+    w = mw.Grid(-5.0, 5.0, nx, T, nt).weights
+    marginals = [(r.M * w[:, None]).sum(axis=1), (r.M * w[None, :]).sum(axis=2)]
+    for j, threshold in enumerate((0.6, 0.4)):
+        one = mw.solve(mw.SantaFeBar(threshold=threshold, T=T), nx=nx, nt=nt, tol=1e-11,
+                       progress=False)
+        assert np.max(np.abs(r.attendance[:, j] - mw.to_numpy(one.attendance))) <= 1e-8
+        assert np.max(np.abs(marginals[j] - mw.to_numpy(one.M))) <= 1e-8
+    # u is the sum of the bars' values: its mixed second differences vanish
+    assert np.max(np.abs(np.diff(np.diff(r.U, axis=1), axis=2))) <= 1e-8
+
+
+def test_torch_cpu_float64_matches_numpy():
+    pytest.importorskip("torch")
+    room = mw.Room(congestion=1.0)
+    a = mw.solve_2d(room, **TINY, tol=1e-10, progress=False)
+    b = mw.solve_2d(room, **TINY, tol=1e-10, backend="torch", dtype="float64",
+                    progress=False)
+    assert b.extra["solver"] == "krylov" and b.converged
+    for k in ("U", "M", "outflow"):
+        assert np.max(np.abs(getattr(a, k) - getattr(b, k))) <= 1e-10 * (
+            1 + np.max(np.abs(getattr(a, k))))
+    assert b.mass_error <= 1e-12
+
+
+def test_float32_mps_emulation_within_1e_4():
+    pytest.importorskip("torch")
+    room = mw.Room(congestion=1.0)
+    a = mw.solve_2d(room, **TINY, tol=1e-8, progress=False)
+    b = mw.solve_2d(room, **TINY, tol=1e-4, backend=mw.mps_emulation(), progress=False)
+    assert b.U.dtype == np.float32 and b.converged
+    assert np.max(np.abs(a.M - b.M)) <= 1e-4 * np.max(a.M) + 1e-4 * np.max(a.M)
+    assert np.max(np.abs(a.U - b.U)) <= 1e-4 * np.max(np.abs(a.U)) * 2
+
+
+def test_numpy_float32_within_1e_4():
+    a = mw.solve_2d(mw.Room(), **TINY, tol=1e-8, progress=False)
+    b = mw.solve_2d(mw.Room(), **TINY, tol=1e-4, dtype="float32", progress=False)
+    assert b.M.dtype == np.float32 and b.converged
+    assert np.max(np.abs(a.M - b.M)) <= 1e-4 * np.max(a.M)
+
+
+def test_batch_on_torch_matches_single_solves():
+    pytest.importorskip("torch")
+    rooms = [mw.Room(door_widths=(0.1, 0.2), congestion=0.5), mw.Room(congestion=2.0)]
+    batch = mw.solve_2d_batch(rooms, **TINY, tol=1e-10, backend="torch", dtype="float64",
+                              progress=False)
+    for room, res in zip(rooms, batch, strict=True):
+        one = mw.solve_2d(room, **TINY, tol=1e-10, progress=False)
+        assert res.converged and np.max(np.abs(res.M - one.M)) <= 1e-9 * np.max(one.M)
+
+
+@pytest.mark.parametrize("solver", ["ilu", "krylov"])
+def test_iterative_solvers_match_the_sparse_direct_solver(solver):
+    room = mw.Room()
+    a = mw.solve_2d(room, **TINY, tol=1e-10, solver="direct", progress=False)
+    b = mw.solve_2d(room, **TINY, tol=1e-10, solver=solver, progress=False)
+    assert a.extra["factorizations"] > 0 and b.extra["krylov_iterations"] > 0
+    for k in ("U", "M"):
+        assert np.max(np.abs(getattr(a, k) - getattr(b, k))) <= 1e-10 * (
+            1 + np.max(np.abs(getattr(a, k))))
+
+
+def test_quadratic_isotropic_hamiltonian_is_the_sum_of_godunov_terms():
+    q = [np.array([1.0, -1.0, 0.5, 0.0]), np.array([-2.0, 1.0, 0.3, 0.0])]
+    f = [np.array([-2.0, 1.0, -0.5, 0.0]), np.array([0.5, -3.0, 0.0, 0.0])]
+    value, db, df = mw.Quadratic().numerical_nd(None, q, f, None, np)
+    expect = sum(0.5 * (np.maximum(a, 0) ** 2 + np.minimum(b, 0) ** 2)
+                 for a, b in zip(q, f, strict=True))
+    np.testing.assert_allclose(value, expect, rtol=1e-14)
+    for H in (mw.Power(1.5), mw.Congestion(1.0, 0.5)):
+        _, db, df = H.numerical_nd(None, q, f, np.full(4, 0.3), np)
+        assert all((d >= 0).all() for d in db) and all((d <= 0).all() for d in df)
+        assert all(np.isfinite(d).all() for d in db + df)
+
+
+def test_save_and_load_round_trip(tmp_path):
+    r = mw.solve_2d(mw.TwoBars(T=1.0), nx=11, nt=8, progress=False)
+    mw.save_result2d(tmp_path / "run", r)
+    back = mw.load_result2d(tmp_path / "run")
+    for k in ("U", "M", "velocity_x", "outflow", "mass"):
+        np.testing.assert_array_equal(getattr(back, k), getattr(r, k))
+    np.testing.assert_array_equal(back.attendance, r.attendance)
+    assert back.converged == r.converged and back.residual == r.residual
+    assert r.to_xarray()["M"].dims == ("t", "y", "x")
+
+
+def test_size_guard_names_the_grid_before_work():
+    with pytest.raises(ParameterError, match="nx, ny and nt.* too large"):
+        mw.solve_2d(mw.Room(), nx=2001, nt=2000, max_memory="1 GiB")
+
+
+class _Anisotropic(Hamiltonian):
+    def value(self, x, p, m, xp):
+        return 0.5 * p * p
+
+    def dp(self, x, p, m, xp):
+        return p
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"nx": 2}, "nx=2"), ({"nt": 0}, "nt=0"), ({"tol": 0.0}, "tol=0.0"),
+    ({"solver": "lu"}, "solver='lu'"), ({"backend": "torch", "solver": "direct"}, "solver"),
+    ({"max_iter": 0}, "max_iter=0")])
+def test_bad_arguments_name_the_parameter(kwargs, match):
+    with pytest.raises((ParameterError, mw.BackendError), match=match):
+        mw.solve_2d(mw.Room(), **({"nx": 11, "nt": 8} | kwargs))
+
+
+def test_bad_problems_are_refused():
+    with pytest.raises(ParameterError, match="problem="):
+        mw.solve_2d(mw.SantaFeBar(), nx=11, nt=8)
+    with pytest.raises(ParameterError, match="hamiltonian="):
+        mw.Room(hamiltonian=_Anisotropic())
+    with pytest.raises(ParameterError, match="obstacles="):
+        mw.solve_2d(mw.MFGProblem2D(0, 1, 0, 1, 1.0, 0.3, lambda X, Y: 1 + 0 * X,
+                                    lambda X, Y: 0 * X, lambda t, X, Y, m: 0 * X,
+                                    obstacles=(mw.Obstacle(-1, 2, -1, 2),)), nx=11, nt=8)
+    with pytest.raises(ParameterError, match="m0 is invalid"):
+        mw.solve_2d(mw.MFGProblem2D(0, 1, 0, 1, 1.0, 0.3, lambda X, Y: X - 0.5,
+                                    lambda X, Y: 0 * X, lambda t, X, Y, m: 0 * X), nx=11, nt=8)
+    with pytest.raises(ParameterError, match="door_widths"):
+        mw.Room(door_widths=(0.1, -0.2))
+    with pytest.raises(ParameterError, match="thresholds"):
+        mw.TwoBars(thresholds=(0.6,))
