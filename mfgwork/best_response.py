@@ -19,6 +19,7 @@ import numpy as np
 from .core.backend import Backend, get_backend, to_numpy
 from .core.errors import ParameterError
 from .numerics.fdm.sweeps import FiniteDifferences
+from .numerics.fdm2d import equilibrium as fdm2d_equilibrium
 from .numerics.finite_state import TwoStateScheme
 from .numerics.iteration import FPSolver, HJBSolver, frozen_args, relative_residual
 from .numerics.particles import ParticleFP
@@ -26,6 +27,7 @@ from .numerics.populations import populations_residual
 from .problems import TwoStateElFarol, problem_from_params
 from .problems.base import MFGProblem
 from .problems.populations import Populations
+from .problems.two_d import MFGProblem2D
 
 
 def solvers(problem: MFGProblem, grid: Any, be: Backend, method: str,
@@ -115,7 +117,19 @@ def two_state_residual(result: Any, problem: TwoStateElFarol) -> float:
     return float(np.linalg.norm(gz - z) / max(float(np.linalg.norm(gz)), 1e-300))
 
 
+def best_response_residual_2d(result: Any, problem: MFGProblem2D) -> float:
+    """The relative residual of one best response to ``result`` (NumPy float64, direct)."""
+    if not isinstance(problem, MFGProblem2D):
+        raise ParameterError(f"problem={problem!r:.80} is invalid: pass the MFGProblem2D "
+                             "that was solved")
+    nt, ny, nx = result.M.shape[0] - 1, result.y.size, result.x.size
+    setup = fdm2d_equilibrium.build(problem, nx, ny, nt, get_backend("numpy"), "direct")
+    res = fdm2d_equilibrium.best_response_residual(setup, np.asarray(result.M, dtype=np.float64),
+                                    np.asarray(result.U, dtype=np.float64))
+    return float(res[0])
+
+
 #: The residual of each problem kind (the entry of the problem's most specific class).
 RESIDUALS: dict[type, Callable[[Any, Any], float]] = {
     MFGProblem: continuous_residual, TwoStateElFarol: two_state_residual,
-    Populations: populations_residual}
+    Populations: populations_residual, MFGProblem2D: best_response_residual_2d}

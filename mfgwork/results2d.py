@@ -84,7 +84,7 @@ class Result2D:
     def check(self, problem: Any = None) -> float:
         """The residual of one best response to this solution, recomputed in NumPy float64
         with the sparse direct solver (``problem``: the one solved, by default the one kept)."""
-        from .solve2d import best_response_residual_2d
+        from .best_response import best_response_residual_2d
 
         return best_response_residual_2d(self, problem if problem is not None else self.problem)
 

@@ -25,8 +25,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from .core import memory
 from .core.backend import Backend, get_backend, to_numpy
 from .core.errors import ParameterError, check_choice, check_int
@@ -187,18 +185,6 @@ def _solve_one(problems: Any, batch: bool, nx: int, ny: int, nt: int, be: Backen
             history=hist, params=p.params() | {"nx": nx, "ny": ny, "nt": nt},
             observables=obs, timings=timings, extra=extra, problem=p))
     return results
-
-
-def best_response_residual_2d(result: Result2D, problem: MFGProblem2D) -> float:
-    """The relative residual of one best response to ``result`` (NumPy float64, direct)."""
-    if not isinstance(problem, MFGProblem2D):
-        raise ParameterError(f"problem={problem!r:.80} is invalid: pass the MFGProblem2D "
-                             "that was solved")
-    nt, ny, nx = result.M.shape[0] - 1, result.y.size, result.x.size
-    setup = eq.build(problem, nx, ny, nt, get_backend("numpy"), "direct")
-    res = eq.best_response_residual(setup, np.asarray(result.M, dtype=np.float64),
-                                    np.asarray(result.U, dtype=np.float64))
-    return float(res[0])
 
 
 def _progress_bar(progress: bool | None, total: int) -> Any:
