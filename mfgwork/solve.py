@@ -40,7 +40,7 @@ from .placement import placement
 from .problems import problem_from_params
 from .problems.base import MFGProblem, batch_coupling
 from .results import Result
-from .warm_start import initial_state, per_problem
+from .warm_start import density_on, initial_state, per_problem
 
 METHODS = ("fdm", "particles")
 NEWTON_MEMORY = 2**29  # bytes: the tangent sweeps of grids up to about 400 × 400
@@ -143,7 +143,8 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
     compiled: dict[str, float] = {}
     hjb = _compile_first(hjb, be, compiled)
     newton = (_batch_newton([coupling], iteration, grid, [problem], be, tol)
-              or _frozen_density_newton(coupling, iteration, grid, problem, be, tol)
+              or _frozen_density_newton(coupling, iteration, grid, problem, be, tol,
+                                        coarse and not warm, max_iter, max_memory)
               if method == "fdm" else None)
     fallback = None if newton is not None else _newton_fallback(
         coupling, iteration, method, grid, problem, be, tol)
@@ -330,17 +331,26 @@ def _batch_newton(couplings: list[Any], iteration: Any, grid: Any,
 
 
 def _frozen_density_newton(coupling: Any, iteration: Any, grid: Any, problem: MFGProblem,
-                           be: Backend, tol: float) -> FrozenDensityNewton | None:
+                           be: Backend, tol: float, coarse: bool, max_iter: int,
+                           max_memory: object) -> FrozenDensityNewton | None:
     """For a single solve with the default iteration whose H depends on m and whose running
     cost passes through a coupling with a potential (``coupling.observed``): the outer
-    iteration on the frozen density with Newton's method on that coupling inside."""
+    iteration on the frozen density with Newton's method on that coupling inside, started
+    from the COARSE × COARSE equilibrium's densities where ``coarse`` and the grid refines
+    it."""
     observed = getattr(coupling, "observed", None)
     potentials = None if observed is None else member_potentials([observed.potential()])
     if potentials is None or iteration is not None:
         return None
     inner = BatchNewton(potentials, grid=grid, nu=np.array([problem.nu]), backend=be,
                         tol=tol, hamiltonian=problem.hamiltonian)
-    return FrozenDensityNewton(observed, inner, tol=tol)
+
+    def start() -> tuple[Any, int]:
+        first = _coarse_solve(solve, problem, be, tol, max_iter, max_memory)
+        return be.asarray(density_on(first, problem, grid)), first.iterations
+
+    return FrozenDensityNewton(observed, inner, tol=tol,
+                               start=start if coarse and _refines(grid) else None)
 
 
 def _model_extra(couplings: list[Any], problems: Sequence[MFGProblem], iteration: Any,
@@ -351,7 +361,8 @@ def _model_extra(couplings: list[Any], problems: Sequence[MFGProblem], iteration
     H = problems[0].hamiltonian
     if isinstance(newton, FrozenDensityNewton):
         return {"hamiltonian": H.params(), "newton_on_coupling": newton.description,
-                "outer_iterations": newton.outer_iterations}
+                "outer_iterations": newton.outer_iterations,
+                "coarse_iterations": newton.coarse_iterations}
     refusal = newton_refusal(H) or newton_tangent(H)
     potential = all(c.potential() is not None for c in couplings)
     return {"hamiltonian": H.params()} | (

@@ -114,6 +114,19 @@ def test_congestion_reaches_the_coupled_equilibrium_at_the_defaults(corner):
     assert res.iterations <= 60
 
 
+def test_congestion_on_a_fine_grid_starts_from_the_coarse_equilibrium():
+    problem = mw.SantaFeBar(hamiltonian=mw.Congestion(1.0, 0.5))
+    res = mw.solve(problem, nx=103, nt=102, tol=1e-6, max_iter=100, progress=False)
+    cold = mw.solve(problem, nx=103, nt=102, tol=1e-6, max_iter=100, progress=False,
+                    coarse=False)
+    assert res.converged and cold.converged
+    assert res.extra["coarse_iterations"] > 0 and cold.extra["coarse_iterations"] is None
+    assert res.iterations < cold.iterations
+    assert _independent_residual(problem, res) <= 1e-6
+    A, A_cold = (np.asarray(mw.to_numpy(r.attendance)) for r in (res, cold))
+    assert np.max(np.abs(A - A_cold)) <= 1e-4   # the one equilibrium, reached twice
+
+
 def test_quadratic_solves_are_unchanged():
     default = mw.solve(mw.SantaFeBar(), **SMALL)
     explicit = mw.solve(mw.SantaFeBar(hamiltonian=mw.Quadratic()), **SMALL)

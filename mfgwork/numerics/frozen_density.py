@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -44,10 +45,12 @@ class FrozenDensityNewton:
                    "state inside (exact tangent for the frozen density); certified by one "
                    "best response of the fully coupled system")
 
-    def __init__(self, observed: Any, inner: BatchNewton, *, tol: float) -> None:
-        self.observed, self.inner, self.tol = observed, inner, tol
+    def __init__(self, observed: Any, inner: BatchNewton, *, tol: float,
+                 start: Callable[[], tuple[Any, int]] | None = None) -> None:
+        self.observed, self.inner, self.tol, self.start = observed, inner, tol, start
         self.backend: Backend = inner.backend
         self.outer_iterations = 0
+        self.coarse_iterations: int | None = None
 
     # what the front door reads of a Newton solver
     matrix_free = property(lambda self: self.inner.matrix_free)
@@ -60,10 +63,14 @@ class FrozenDensityNewton:
               progress: Any = None, batched: bool = False) -> FixedPointResult:
         """The equilibrium of one problem whose ``coupling`` is the density path (H sees
         it frozen: :meth:`~mfgwork.problems.base.Coupling.frozen_density`); ``z_init``: the
-        observed path to start from, or a density path (levels 1..nt)."""
+        observed path to start from, or a density path (levels 1..nt). Without a start, the
+        densities (levels 0..nt) and best responses of ``start()`` (e.g. a coarse grid's
+        equilibrium interpolated) are the first iterate."""
         if batched:
             raise SolverError("the frozen-density iteration solves one problem at a time")
         xp = self.backend.xp
+        if M_init is None and z_init is None and self.start is not None:
+            M_init, self.coarse_iterations = self.start()
         if M_init is not None:
             rho = coupling.state(M_init)
         elif z_init is not None and z_init.ndim == 2:
@@ -79,7 +86,6 @@ class FrozenDensityNewton:
         residual, used, k = math.inf, 0, 0
         while used < max_iter:
             k += 1
-            started = time.perf_counter()
             frozen = rho
             self.inner.tol = max(0.1 * self.tol,
                                  min(INNER_MAX, INNER_RATIO * residual))
@@ -95,6 +101,7 @@ class FrozenDensityNewton:
             used += int(out.iterations[0])
             _extend(history, out.history)
             U, M = out.U, out.M
+            started = time.perf_counter()   # (the inner iterations recorded their own times)
             path = self.observed.state(M)
             # the certificate of the fully coupled system at M: one best response
             z = coupling.state(M)
