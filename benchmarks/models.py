@@ -1,11 +1,14 @@
 """Benchmark of the Hamiltonians on the CPU (NumPy): Santa Fe Bar with each shipped model.
 
-Rows
-  quadratic          ½|p|², the compiled loops (numba) and Newton on the attendance path
-  quadratic-generic  ½|p|² through the array-API sweeps (what every other model runs)
-  power-1.5          |p|^1.5/1.5: ∂pp H unbounded at p = 0, so the Anderson iteration
-  power-3            |p|³/3: Newton on the attendance path with ∂pp H in the tangent sweeps
-  congestion         |p|²/(2(1 + m)^0.5): the coupling state is the density path, Anderson
+Rows (the shipped models run compiled loops (numba) for their sweeps)
+  quadratic            ½|p|², Newton on the attendance path
+  quadratic-generic    ½|p|² through the array-API sweeps (what a user-defined model runs)
+  power-1.5            |p|^1.5/1.5: Newton on the attendance path, ∂pp H capped near p = 0
+  power-1.5-anderson   the same model with ``iteration=mw.Anderson()`` (no Newton)
+  power-3              |p|³/3: Newton on the attendance path
+  congestion           |p|²/(2(1 + m)^0.5): outer Anderson on the density H sees (frozen),
+                       Newton on the attendance path inside
+  congestion-anderson  the same model with ``iteration=mw.Anderson()`` on the density path
 
 Cases (as in ``benchmarks/fdm.py``)
   seed     nx = nt = 52, exactly 5 iterations
@@ -38,20 +41,23 @@ class GenericQuadratic(mw.Quadratic):
 
 
 MODELS = {"quadratic": mw.Quadratic(), "quadratic-generic": GenericQuadratic(),
-          "power-1.5": mw.Power(1.5), "power-3": mw.Power(3.0),
-          "congestion": mw.Congestion(1.0, 0.5)}
+          "power-1.5": mw.Power(1.5), "power-1.5-anderson": (mw.Power(1.5), mw.Anderson),
+          "power-3": mw.Power(3.0), "congestion": mw.Congestion(1.0, 0.5),
+          "congestion-anderson": (mw.Congestion(1.0, 0.5), mw.Anderson)}
 CASES = {"seed": {"nx": 52, "nt": 52, "max_iter": 5, "tol": 1e-12},
          "default": {"nx": 201, "nt": 201, "max_iter": 300, "tol": 1e-6}}
 
 
-def measure(case: dict, H: mw.Hamiltonian, repeats: int) -> dict:
+def measure(case: dict, model: mw.Hamiltonian | tuple, repeats: int) -> dict:
+    H, iteration = model if isinstance(model, tuple) else (model, None)
     problem = mw.SantaFeBar(hamiltonian=H)
     runs = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", mw.ConvergenceWarning)
         for _ in range(repeats + 1):
             t0 = time.perf_counter()
-            res = mw.solve(problem, progress=False, **case)
+            res = mw.solve(problem, progress=False,
+                           iteration=None if iteration is None else iteration(), **case)
             runs.append((time.perf_counter() - t0, res))
     runs = runs[1:]
     med = statistics.median(t for t, _ in runs)
@@ -62,7 +68,8 @@ def measure(case: dict, H: mw.Hamiltonian, repeats: int) -> dict:
             "residual": res.residual, "mass_error": res.mass_error,
             "scheme": res.params["iteration"].get("scheme"),
             "kernels": res.extra["fdm_kernels"],
-            "newton_on_coupling": res.extra.get("newton_on_coupling")}
+            "newton_on_coupling": res.extra.get("newton_on_coupling"),
+            "outer_iterations": res.extra.get("outer_iterations")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,12 +93,12 @@ def main(argv: list[str] | None = None) -> int:
             row["ratio_to_quadratic"] = row["time_s"] / base
             rows.append(row)
             print(f"  measured {case} / {name}: {row['time_s']:.3f} s", file=sys.stderr)
-    header = (f"{'case':<8} {'model':<18} {'median':>9} {'iters':>5} {'conv':>5} "
+    header = (f"{'case':<8} {'model':<20} {'median':>9} {'iters':>5} {'conv':>5} "
               f"{'residual':>9} {'per it':>9} {'scheme':>9} {'× quad':>7}")
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r['case']:<8} {r['model']:<18} {r['time_s']:8.3f}s {r['iterations']:>5} "
+        print(f"{r['case']:<8} {r['model']:<20} {r['time_s']:8.3f}s {r['iterations']:>5} "
               f"{str(r['converged']):>5} {r['residual']:9.1e} "
               f"{1e3 * r['per_iteration_s']:7.1f}ms {r['scheme']:>9} "
               f"{r['ratio_to_quadratic']:7.2f}")

@@ -26,6 +26,7 @@ from .numerics.batch_newton import (
 )
 from .numerics.fdm.sweeps import FiniteDifferences
 from .numerics.fdm.warmup import compile_kernels
+from .numerics.frozen_density import FrozenDensityNewton
 from .numerics.iteration import (
     FixedPointResult,
     HJBSolver,
@@ -40,7 +41,7 @@ from .placement import placement
 from .problems import TwoStateElFarol
 from .problems.base import MFGProblem, batch_coupling
 from .results import Result, derive_status
-from .warm_start import initial_state, per_problem
+from .warm_start import density_on, initial_state, per_problem
 
 METHODS = ("fdm", "particles")
 NEWTON_MEMORY = 2**29  # bytes: the tangent sweeps of grids up to about 400 × 400
@@ -190,13 +191,15 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     compiled: dict[str, float] = {}
     hjb = _compile_first(hjb, be, compiled)
     newton = (_batch_newton([coupling], iteration, grid, [problem], be, tol)
+              or _frozen_density_newton(coupling, iteration, grid, problem, be, tol,
+                                        coarse and not warm, max_iter, max_memory)
               if method == "fdm" else None)
     fallback = None if newton is not None else _newton_fallback(
         coupling, scheme, method, grid, problem, be, tol)
     out, coarse_iterations = _equilibrium(
         newton, [problem], coupling, hjb, fp, m0, U_T, grid, be, scheme, tol, max_iter,
-        progress, batched=False, coarse=coarse, max_memory=max_memory, warm=warm,
-        fallback=fallback)
+        progress, batched=False, coarse=coarse and not isinstance(newton, FrozenDensityNewton),
+        max_memory=max_memory, warm=warm, fallback=fallback)
     fd.check_newton()
     compiling = compiled.get("seconds", 0.0)
     out.history.time_hjb[0] -= compiling   # the first HJB phase, without the compilation
@@ -207,7 +210,7 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     result = _result(problem, grid, be, out, None, settings, timings,
                      {"newton_iterations": fd.newton_iterations,
                       **_newton_extra(newton, coarse_iterations, 0),
-                      **_model_extra([coupling], [problem], iteration),
+                      **_model_extra([coupling], [problem], iteration, newton),
                       "fdm_kernels": fd.kernels.name,
                       "compiled_steps": fd.compiled_steps})
     return _certify_in_float64([result], [problem], be, tol, timings)[0]
@@ -352,12 +355,39 @@ def _batch_newton(couplings: list[Any], iteration: Any, grid: Any,
                        backend=be, tol=tol, hamiltonian=problems[0].hamiltonian)
 
 
-def _model_extra(couplings: list[Any], problems: Sequence[MFGProblem], iteration: Any
-                 ) -> dict[str, Any]:
+def _frozen_density_newton(coupling: Any, iteration: Any, grid: Any, problem: MFGProblem,
+                           be: Backend, tol: float, coarse: bool, max_iter: int,
+                           max_memory: object) -> FrozenDensityNewton | None:
+    """For a single solve with the default iteration whose H depends on m and whose running
+    cost passes through a coupling with a potential (``coupling.observed``): the outer
+    iteration on the frozen density with Newton's method on that coupling inside, started
+    from the COARSE × COARSE equilibrium's densities where ``coarse`` and the grid refines
+    it."""
+    observed = getattr(coupling, "observed", None)
+    potentials = None if observed is None else member_potentials([observed.potential()])
+    if potentials is None or iteration is not None:
+        return None
+    inner = BatchNewton(potentials, grid=grid, nu=np.array([problem.nu]), backend=be,
+                        tol=tol, hamiltonian=problem.hamiltonian)
+
+    def start() -> tuple[Any, int]:
+        first = _coarse_solve(solve, problem, be, tol, max_iter, max_memory)
+        return be.asarray(density_on(first, problem, grid)), first.iterations
+
+    return FrozenDensityNewton(observed, inner, tol=tol,
+                               start=start if coarse and _refines(grid) else None)
+
+
+def _model_extra(couplings: list[Any], problems: Sequence[MFGProblem], iteration: Any,
+                 newton: Any = None) -> dict[str, Any]:
     """The Hamiltonian of the solve and, where a potential game's Newton's method on the
     coupling state cannot serve it (:func:`newton_refusal`), why, or where its tangent is
     approximate (:func:`newton_tangent`), how."""
     H = problems[0].hamiltonian
+    if isinstance(newton, FrozenDensityNewton):
+        return {"hamiltonian": H.params(), "newton_on_coupling": newton.description,
+                "outer_iterations": newton.outer_iterations,
+                "coarse_iterations": newton.coarse_iterations}
     refusal = newton_refusal(H) or newton_tangent(H)
     potential = all(c.potential() is not None for c in couplings)
     return {"hamiltonian": H.params()} | (

@@ -103,6 +103,16 @@ def _path(item: Any, problem: MFGProblem, grid: Grid) -> np.ndarray:
     return np.interp(grid.t[1:], np.linspace(0.0, grid.T, path.size), path)
 
 
+def density_on(result: Result, problem: MFGProblem, grid: Grid) -> np.ndarray:
+    """M (levels 0..nt) of ``result`` interpolated linearly in t and x onto ``grid`` (same
+    domain and horizon), each level renormalised to unit mass (NumPy float64)."""
+    M = np.asarray(to_numpy(result.M), dtype=np.float64)
+    old = problem.grid(M.shape[1], M.shape[0] - 1)
+    in_time = np.stack([np.interp(grid.t, old.t, M[:, i]) for i in range(old.nx)], axis=1)
+    out = np.stack([np.interp(grid.x, old.x, row) for row in in_time])
+    return out / (out @ grid.weights)[:, None]
+
+
 def _numpy() -> Backend:
     from .core.backend import get_backend
 

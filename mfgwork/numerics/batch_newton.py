@@ -184,6 +184,9 @@ class BatchNewton:
         self.jacobian_dtype = jacobian_dtype or (
             "float32" if backend.kind == "cuda" else self.system_dtype)
         self.newton_steps = self.products = 0
+        #: the frozen densities m^1..m^nt (host, (nt, nx)) that H sees where it depends on m
+        #: (:mod:`.frozen_density`); None otherwise
+        self.density: np.ndarray | None = None
 
     @property
     def matrix_free(self) -> bool:
@@ -399,7 +402,8 @@ class BatchNewton:
             U = np.asarray(to_numpy(cur["U"][b]), dtype=np.float64)
             mu = np.asarray(to_numpy(cur["M"][b]), dtype=np.float64) * g.weights
             ops = product_operands(tangent_operands(U, mu, self.potential.chi,
-                                                    float(self.nu[b]), g, self.hamiltonian))
+                                                    float(self.nu[b]), g, self.hamiltonian,
+                                                    self.density))
             s = np.sqrt(np.maximum(-self.potential.price_slope(z[None], [b])[0], 0.0))
 
             def apply(p: np.ndarray, s: np.ndarray = s, ops: tuple = ops) -> np.ndarray:
@@ -427,8 +431,10 @@ class BatchNewton:
         chunk = max(1, int(self.jacobian_memory // per_member))
         weights = torch.as_tensor(g.weights, **on)
         x = torch.as_tensor(g.x, **on)
+        m = None if self.density is None else torch.as_tensor(self.density, **on)
         parts = [tangent_jacobian_torch(U[i:i + chunk].to(dtype),
                                         M[i:i + chunk].to(dtype) * weights, chi,
-                                        nu[i:i + chunk], g.h, g.dt, inv_hw, self.hamiltonian, x)
+                                        nu[i:i + chunk], g.h, g.dt, inv_hw, self.hamiltonian, x,
+                                        m)
                  for i in range(0, idx.size, chunk)]
         return torch.cat(parts)

@@ -50,16 +50,18 @@ class NewtonOutcome:
 
 
 def tangent_operands(U: np.ndarray, mu: np.ndarray, chi: np.ndarray, nu: float,
-                     grid: Grid, hamiltonian: Hamiltonian = QUADRATIC
-                     ) -> tuple[np.ndarray, ...]:
+                     grid: Grid, hamiltonian: Hamiltonian = QUADRATIC,
+                     density: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """The arrays of the compiled tangent sweeps (:mod:`.fdm.tangent`) at the best response
     U with cell masses mu: the bands of J(u^n) and J(u^n)ᵀ, the edge weights of K_n
-    (:func:`.fdm.operators.tangent_weights`, from ∂pp H) and χ."""
+    (:func:`.fdm.operators.tangent_weights`, from ∂pp H) and χ; ``density`` (nt, nx): the
+    frozen densities m^1..m^nt where H depends on m (the tangent of that frozen game)."""
     inv_hw = 1.0 / (grid.h * grid.weights)
     lower, diag, upper, terms = jacobian_bands(np.ascontiguousarray(U[:-1]), nu, grid.h,
-                                               grid.dt, inv_hw, np, hamiltonian, grid.x)
+                                               grid.dt, inv_hw, np, hamiltonian, grid.x,
+                                               density)
     lower_t, _, upper_t = transpose_bands(lower, diag, upper, np)
-    weights = tangent_weights(terms, mu[1:], grid.x, None, grid.h, hamiltonian, np)
+    weights = tangent_weights(terms, mu[1:], grid.x, density, grid.h, hamiltonian, np)
     return tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (
         lower, diag, upper, lower_t, upper_t, weights, chi))
 

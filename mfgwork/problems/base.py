@@ -218,11 +218,15 @@ class ScalarPotential:
 
 class DensityCoupling(Coupling):
     """General coupling: z = M at levels 1..nt, F[n] = f(t_{n+1}, x, m^{n+1}); ``congested``:
-    H depends on m, which it sees frozen at z (:meth:`Coupling.frozen_density`)."""
+    H depends on m, which it sees frozen at z (:meth:`Coupling.frozen_density`);
+    ``observed``: where the running cost passes through a smaller coupling state with a
+    potential (Santa Fe's attendance), that coupling (the frozen-density iteration runs
+    Newton's method on it, :mod:`mfgwork.numerics.frozen_density`)."""
 
-    def __init__(self, f: ArrayFn, grid: Grid, backend: Backend, congested: bool = False
-                 ) -> None:
+    def __init__(self, f: ArrayFn, grid: Grid, backend: Backend, congested: bool = False,
+                 observed: Coupling | None = None) -> None:
         self.f, self.grid, self.backend, self.congested = f, grid, backend, congested
+        self.observed = observed
         self.x = backend.asarray(grid.x)
         self._checked_once = False
 

@@ -117,7 +117,8 @@ class SantaFeBar(MFGProblem):
         alone. A Hamiltonian that depends on m sees the whole density, so then the coupling
         state is the density path (the full-density form of the running cost)."""
         if self.hamiltonian.depends_on_m:
-            return DensityCoupling(self.running_cost, grid, backend, congested=True)
+            return DensityCoupling(self.running_cost, grid, backend, congested=True,
+                                   observed=AttendanceCoupling(self, grid, backend))
         return AttendanceCoupling(self, grid, backend)
 
     def observables(self, grid: Grid, M: Any, backend: Backend) -> dict[str, Any]:

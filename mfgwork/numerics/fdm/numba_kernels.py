@@ -101,37 +101,64 @@ def fp_sweep(U, mu, nu, h, dt, inv_hw):  # pragma: no cover - compiled
 
 # -- the shipped Hamiltonians other than ½|p|² ---------------------------------------------
 #: ``kind`` codes of :func:`model_hjb_sweep` and :func:`model_fp_sweep`, with their two
-#: parameters (a, b): H = |p|^a / a (power), H = |p|² / (2 (a + m₊)^b) (congestion).
+#: parameters (a, b): H = |p|^a / a (power), H = |p|² / (2 (a + m₊)^b) (congestion). Both
+#: vanish at p = 0, so the Engquist–Osher Ĥ is H((q_{i−1})_+) + H((q_i)_−).
 POWER, CONGESTION = 1, 2
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _h_dp(kind, a, b, p, m):  # pragma: no cover - compiled
-    """(H(p, m), ∂p H(p, m)) of the model ``kind`` with parameters a, b."""
-    if kind == POWER:
-        r = abs(p) ** (a - 1.0)
-        return r * abs(p) / a, r if p > 0.0 else (-r if p < 0.0 else 0.0)
-    factor = (a + max(m, 0.0)) ** (-b)
-    return 0.5 * p * p * factor, p * factor
+def _h_dp(kind, a, p, factor):  # pragma: no cover - compiled
+    """(H(p), ∂p H(p)) of the model ``kind`` with exponent a (power) or the congestion
+    factor (a + m₊)^(−b) of the node (congestion)."""
+    if kind == CONGESTION:
+        return 0.5 * p * p * factor, p * factor
+    if p == 0.0:
+        return 0.0, 0.0
+    r = _power(abs(p), a - 1.0)
+    return r * abs(p) / a, r if p > 0.0 else -r
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _power(x, e):  # pragma: no cover - compiled
+    """x^e for x > 0, by a square root, a product or nothing for the common exponents
+    (``**`` costs as much as the rest of a Newton iteration's arithmetic)."""
+    if e == 0.5:
+        return np.sqrt(x)
+    if e == -0.5:
+        return 1.0 / np.sqrt(x)
+    if e == 1.0:
+        return x
+    if e == -1.0:
+        return 1.0 / x
+    if e == 2.0:
+        return x * x
+    return x ** e
 
 
 @njit(cache=True, nogil=True)
-def _model_bands(u, m, kind, a, b, nu, h, inv_hw, inv_dt, lower, diag, upper, ham
+def _factors(m, kind, a, b, out):  # pragma: no cover - compiled
+    """The congestion factors (a + m₊)^(−b) of one density row (unused by other kinds)."""
+    if kind == CONGESTION:
+        for i in range(m.shape[0]):
+            out[i] = _power(a + max(m[i], 0.0), -b)
+
+
+@njit(cache=True, nogil=True)
+def _model_bands(u, factor, kind, a, nu, h, inv_hw, inv_dt, lower, diag, upper, ham
                  ):  # pragma: no cover - compiled
-    """Bands of J(u) and the Engquist–Osher Ĥ(u) at the nodes, for the density m."""
+    """Bands of J(u) and the Engquist–Osher Ĥ(u) at the nodes."""
     nx = u.shape[0]
     for i in range(nx):
         ql = (u[i] - u[i - 1]) / h if i > 0 else 0.0
         qr = (u[i + 1] - u[i]) / h if i < nx - 1 else 0.0
-        h_left, d_left = _h_dp(kind, a, b, max(ql, 0.0), m[i])
-        h_right, d_right = _h_dp(kind, a, b, min(qr, 0.0), m[i])
-        h_zero = _h_dp(kind, a, b, 0.0, m[i])[0]
+        h_left, d_left = _h_dp(kind, a, max(ql, 0.0), factor[i])
+        h_right, d_right = _h_dp(kind, a, min(qr, 0.0), factor[i])
         lo = -nu * inv_hw[i] - d_left / h if i > 0 else 0.0
         up = -nu * inv_hw[i] + d_right / h if i < nx - 1 else 0.0
         lower[i] = lo
         upper[i] = up
         diag[i] = inv_dt - lo - up
-        ham[i] = h_left + h_right - h_zero
+        ham[i] = h_left + h_right
 
 
 @njit(cache=True, nogil=True)
@@ -140,16 +167,18 @@ def model_hjb_sweep(U, F, guess, use_guess, density, kind, a, b, nu, h, dt, inv_
     """:func:`hjb_sweep` for the model ``kind`` (the step from t_{n+1} to t_n sees the
     density row n of ``density``, m^{n+1}; a (1, nx) row of zeros where H ignores m)."""
     nt, nx = F.shape
-    lower, diag, upper, ham, res, du, cp, dp, u = np.empty((9, nx), U.dtype)
+    lower, diag, upper, ham, res, du, cp, dp, u, factor = np.empty((10, nx), U.dtype)
     iterations = 0
     frozen = density.shape[0] > 1
+    _factors(density[0], kind, a, b, factor)
     for n in range(nt - 1, -1, -1):
         u[:] = guess[n] if use_guess else U[n + 1]
-        m = density[n] if frozen else density[0]
+        if frozen:
+            _factors(density[n], kind, a, b, factor)
         converged = False
         for _ in range(max_newton):
             iterations += 1
-            _model_bands(u, m, kind, a, b, nu, h, inv_hw, 1.0 / dt, lower, diag, upper, ham)
+            _model_bands(u, factor, kind, a, nu, h, inv_hw, 1.0 / dt, lower, diag, upper, ham)
             for i in range(nx):
                 ql = (u[i] - u[i - 1]) / h if i > 0 else 0.0
                 qr = (u[i + 1] - u[i]) / h if i < nx - 1 else 0.0
@@ -178,11 +207,13 @@ def model_fp_sweep(U, mu, density, kind, a, b, nu, h, dt, inv_hw):  # pragma: no
     density row n of ``density``, as in :func:`model_hjb_sweep`)."""
     nt = U.shape[0] - 1
     nx = U.shape[1]
-    lower, diag, upper, ham, lt, ut, rhs, cp, dp = np.empty((9, nx), U.dtype)
+    lower, diag, upper, ham, lt, ut, rhs, cp, dp, factor = np.empty((10, nx), U.dtype)
     frozen = density.shape[0] > 1
+    _factors(density[0], kind, a, b, factor)
     for n in range(nt):
-        m = density[n] if frozen else density[0]
-        _model_bands(U[n], m, kind, a, b, nu, h, inv_hw, 1.0 / dt, lower, diag, upper, ham)
+        if frozen:
+            _factors(density[n], kind, a, b, factor)
+        _model_bands(U[n], factor, kind, a, nu, h, inv_hw, 1.0 / dt, lower, diag, upper, ham)
         lt[0] = 0.0
         ut[nx - 1] = 0.0
         for i in range(nx):

@@ -21,16 +21,17 @@ from .tridiag import factor_many
 
 
 def tangent_jacobian_torch(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: float,
-                           inv_hw: Any, hamiltonian: Hamiltonian = QUADRATIC, x: Any = None
-                           ) -> Any:
+                           inv_hw: Any, hamiltonian: Hamiltonian = QUADRATIC, x: Any = None,
+                           m: Any = None) -> Any:
     """D (B, nt, nt) from U (B, nt+1, nx), the cell masses mu (B, nt+1, nx), χ (nx,), ν (B,),
-    1/(h w) (nx,) and the nodes x (nx,), all tensors of one dtype and device."""
+    1/(h w) (nx,), the nodes x (nx,) and, where H depends on m, the frozen densities
+    m^1..m^nt (nt, nx) it sees, all tensors of one dtype and device."""
     import torch
 
     B, levels, nx = U.shape
     nt = levels - 1
     lower, diag, upper, terms = jacobian_bands(U[:, :-1], nu[:, None, None], h, dt, inv_hw,
-                                               torch, hamiltonian, x)
+                                               torch, hamiltonian, x, m)
     lower_t, _, upper_t = transpose_bands(lower, diag, upper, torch)
     solve = factor_many(lower, diag, upper)
     du: list[Any] = [None] * nt   # du[n]: (B, nt − n, nx), directions n..nt−1
@@ -41,7 +42,7 @@ def tangent_jacobian_torch(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: flo
     del solve
     solve_t = factor_many(lower_t, diag, upper_t)
     # K_n δu: upwind edge weights (½|p|²: c_e = μ_{e+1} 1{q_e > 0} + μ_e 1{q_e < 0}), over h²
-    c = tangent_weights(terms, mu[:, 1:], x, None, h, hamiltonian, torch)
+    c = tangent_weights(terms, mu[:, 1:], x, m, h, hamiltonian, torch)
     dmu = U.new_zeros((B, nt, nx))
     D = U.new_empty((B, nt, nt))
     for n in range(nt):
