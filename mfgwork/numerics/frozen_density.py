@@ -79,8 +79,7 @@ class FrozenDensityNewton:
             rho = xp.stack([m0] * self.inner.grid.nt, axis=0)
         path = z_init if z_init is not None and z_init.ndim == 1 else None
         history = History()
-        mixer = Anderson(depth=5, mixing=1.0)
-        mixer.reset(batched=False)
+        mixer = Anderson(depth=5, mixing=1.0, newton=False).start(batched=False)
         U, M = U_init, M_init
         best: dict[str, Any] = {"res": math.inf, "U": None, "M": None}
         residual, used, k = math.inf, 0, 0
