@@ -174,6 +174,9 @@ NOTEBOOK_PARAMETERS: dict[str, dict] = {
                                     "nx": 21, "nt": 20, "iterations": 2,
                                     "emulation_batch_sizes": [1],
                                     "emulation_particle_counts": [1000]},
+    "11_crowd_in_a_room.ipynb": {"nx": 13, "nt": 12, "frames": 6, "nx_accelerator": 9,
+                                 "nt_accelerator": 8, "nx_bars": 11, "nt_bars": 10,
+                                 "T_bars": 2.0, "scan_thresholds": [0.4, 0.7]},
 }
 #: Executed through the command line (``python -m mfgwork run``), as ``make run`` does.
 VIA_COMMAND_LINE = {"01_santa_fe_bar.ipynb"}

@@ -1,7 +1,7 @@
 """Figures and the animation of a 2-D solve (:class:`~mfgwork.results2d.Result2D`).
 
-Arrays are (t, y, x): ``result.M[n, j, i]`` is m(t_n, x_i, y_j). Densities are drawn on the
-nodes (``pcolormesh``, shading "nearest"), obstacle nodes grey, exit nodes as red squares
+Arrays are (t, y, x): ``result.M[n, j, i]`` is m(t_n, x_i, y_j). Densities are drawn as images,
+one pixel per node (the grid is uniform), obstacle nodes grey, exit nodes as red squares
 on the wall. The functions return a matplotlib ``Figure`` in the package style
 (:mod:`mfgwork.analysis.style`, object-oriented API as :mod:`mfgwork.analysis.plots`);
 :func:`mfgwork.analysis.plots.write_figures` writes them as PNG and PDF.
@@ -31,8 +31,9 @@ from .flows2d import door_outflows
 from .plots import _axes, _np, _time_indices, equilibrium_attendance
 from .style import DPI, STYLE, TIME, state_label, styled
 
-__all__ = ["animation_html", "plot_bar_attendance", "plot_density_2d", "plot_exit_flux",
-           "plot_velocity_field", "standard_figures_2d", "write_animation"]
+__all__ = ["animation_html", "plot_bar_attendance", "plot_density_2d", "plot_density_at",
+           "plot_evacuation",
+           "plot_exit_flux", "plot_velocity_field", "standard_figures_2d", "write_animation"]
 #: The first lines of a page written by :func:`write_animation` (how it recognises its own).
 ANIMATION_HEAD = "<!DOCTYPE html>\n<!-- mfgwork animation of a 2-D density -->\n"
 #: Frames of an animation at most (each an embedded PNG).
@@ -56,15 +57,23 @@ def _label_axes(ax: Axes, result: Any) -> None:
 
 
 def _density_mesh(ax: Axes, result: Any, n: int, vmax: float) -> Any:
-    """m(t_n) on the nodes, obstacle nodes grey (masked), exit nodes as red squares."""
+    """m(t_n) as an image, one pixel per node (the nodes are uniform), obstacle nodes grey
+    (masked), exit nodes as red squares."""
     from matplotlib import colormaps
 
     cmap = colormaps["viridis"].with_extremes(bad="0.55")
-    values = np.ma.masked_array(_np(result.M[n]), mask=np.asarray(result.obstacle))
-    mesh = ax.pcolormesh(_np(result.x), _np(result.y), values, shading="nearest", cmap=cmap,
-                         vmin=0.0, vmax=vmax, rasterized=True)
+    x, y = _np(result.x), _np(result.y)
+    hx, hy = (x[1] - x[0]) / 2, (y[1] - y[0]) / 2
+    image = ax.imshow(_masked(result, n), origin="lower", cmap=cmap, vmin=0.0, vmax=vmax,
+                      extent=(x[0] - hx, x[-1] + hx, y[0] - hy, y[-1] + hy),
+                      interpolation="nearest", aspect="equal")
     _draw_exits(ax, result)
-    return mesh
+    return image
+
+
+def _masked(result: Any, n: int) -> np.ma.MaskedArray:
+    """m(t_n) with the obstacle nodes masked."""
+    return np.ma.masked_array(_np(result.M[n]), mask=np.asarray(result.obstacle))
 
 
 def _draw_exits(ax: Axes, result: Any) -> None:
@@ -115,6 +124,21 @@ def plot_density_2d(result: Any, times: Sequence[float] | None = None, ncols: in
         axes[0].legend(loc="lower left", fontsize="small")
     fig.suptitle("Density snapshots (grey: obstacle; colour scale per panel)" if not
                  shared_scale else "Density snapshots (grey: obstacle)")
+    return fig
+
+
+@styled
+def plot_density_at(result: Any, time: float | None = None, ax: Axes | None = None) -> Figure:
+    """m(t, ·) at the level nearest to ``time`` (default T/4) as an image, with a colour bar;
+    obstacles grey, exits red."""
+    t = _np(result.t)
+    time = float(t[-1] / 4) if time is None else check_real("time", time)
+    n = _time_indices(result, [time])[0]
+    fig, ax = _axes(ax, size=(5.2, 4.4))
+    image = _density_mesh(ax, result, n, _vmax(result, [n]))
+    fig.colorbar(image, ax=ax, label=_density_label(result))
+    _label_axes(ax, result)
+    ax.set_title(f"Density at t = {t[n]:.3g} (mass {float(_np(result.mass)[n]):.3f})")
     return fig
 
 
@@ -185,6 +209,27 @@ def plot_exit_flux(result: Any, problem: Any = None) -> Figure:
     right.set(xlabel=TIME, ylabel="mass (initial mass 1)", title="Mass balance",
               ylim=(-0.05, 1.1))
     right.legend(loc="center right")
+    return fig
+
+
+@styled
+def plot_evacuation(results: Mapping[str, Any]) -> Figure:
+    """Several solves ``{label: result}`` side by side: the mass left in the domain (left)
+    and the exit flux, outflow / Δt (right), over time."""
+    if not results:
+        raise ParameterError("results is empty: pass {label: result} of 2-D solves")
+    fig = Figure(figsize=(10.0, 3.6), dpi=DPI, layout="constrained")
+    left, right = fig.subplots(1, 2)
+    for label, r in results.items():
+        t = _np(r.t)
+        left.plot(t, _np(r.mass), label=label)
+        right.plot(t[1:], _np(r.exit_flux)[1:], label=label)
+    left.set(xlabel=TIME, ylabel="mass left in the room Σ V m", title="Evacuation",
+             ylim=(0.0, 1.05))
+    right.set(xlabel=TIME, ylabel="exit flux: mass leaving per unit time",
+              title="Flux through all exits")
+    left.legend(loc="best")
+    right.legend(loc="best")
     return fig
 
 
@@ -261,11 +306,8 @@ def animation_html(result: Any, frames: int = 40, fps: float = 8.0, dpi: int = 7
         fig.colorbar(mesh, ax=ax, label=_density_label(result))
         _label_axes(ax, result)
         title = ax.set_title("")
-        M = _np(result.M)
-        obstacle = np.asarray(result.obstacle)
-
         def draw(n: int) -> tuple[Any, ...]:
-            mesh.set_array(np.ma.masked_array(M[n], mask=obstacle))
+            mesh.set_data(_masked(result, n))
             title.set_text(f"Density at t = {t[n]:.3g} (mass in the domain "
                            f"{float(_np(result.mass)[n]):.3f})")
             return mesh, title
