@@ -54,7 +54,7 @@
 # residual** is at most `tol`: one best response to the returned density path (an HJB sweep
 # against it, then a Fokker–Planck sweep) reproduces that path to a relative accuracy `tol`.
 
-# %% nbmake={"mock": {"T_bars": 2.0, "frames": 6, "nt": 12, "nt_accelerator": 8, "nt_bars": 10, "nx": 13, "nx_accelerator": 9, "nx_bars": 11, "scan_thresholds": [0.4, 0.7]}} tags=["parameters"]
+# %% nbmake={"mock": {"T_bars": 2.0, "frames": 6, "nt": 12, "nt_accelerator": 8, "nt_bars": 10, "nt_scan": 10, "nx": 13, "nx_accelerator": 9, "nx_bars": 11, "nx_scan": 11, "scan_thresholds": [0.4, 0.7]}} tags=["parameters"]
 # the room: noise, congestion cost (and a second, larger value to compare), door width
 T = 1.0
 sigma = 0.3
@@ -73,12 +73,14 @@ accelerator = "auto"
 nx_accelerator = 21
 nt_accelerator = 20
 tol_float32 = 1e-4
-# the two bars: horizon, grid, and the thresholds of the scan (both bars, coupled by spill)
+# the two bars: horizon and grid; the scan: spill-over, thresholds (both bars) and its grid
 T_bars = 4.0
 nx_bars = 31
 nt_bars = 30
 spill = 0.5
 scan_thresholds = [0.4, 0.6, 0.8]
+nx_scan = 21
+nt_scan = 20
 # run folder to write; "" writes nothing (python -m mfgwork run sets it)
 out_dir = ""
 
@@ -125,9 +127,9 @@ print(studies.format_table([certificate]))
 #
 # Snapshots of $m(t, x, y)$ (each panel on its own colour scale: the crowd spreads and leaves,
 # so later densities are much smaller): the crowd starts as a blob left of the obstacle,
-# splits around it, and queues in front of the two doors (red) on the right wall. Agents who
-# start far from the doors, where reaching one before $T$ would cost more than the terminal
-# cost $1$, are in no hurry: some mass is still in the room at $T$.
+# splits around it, and queues in front of the two doors (red) on the right wall. The noise
+# carries some agents into the far corners, and a few percent of the crowd is still in the
+# room at $T$ (`mass_left_at_T` in the table above).
 
 # %%
 fig_density = plots2d.plot_density_2d(res)
@@ -168,10 +170,12 @@ HTML(animation)
 # ## 4. What congestion changes
 #
 # The same room with the congestion cost raised from `congestion` to `congestion_high`.
-# Standing in a crowd is now dear, so the agents spread out: the queues in front of the doors
-# are lower and longer, the crowd leaves more slowly at first, and it
-# takes longer to empty the room. The table compares the largest density after the start,
-# the peak flux, and the time by which half of the crowd has left.
+# Standing in a crowd is now dear, and that has two effects. The agents avoid the densest
+# places, so the crowd spreads out: the largest density after the first quarter of the
+# evening drops. And every moment spent in the room costs more where others are, so they
+# hurry: the flux through the doors is higher and half of the crowd is out sooner. The table
+# compares the largest density from $T/4$ on, the peak flux, the time by which half of the
+# crowd has left, and the mass left at $T$.
 
 # %%
 crowded = mw.Room(T=T, sigma=sigma, congestion=congestion_high,
@@ -204,8 +208,9 @@ fig_density_high
 # reference, PyTorch on the CPU under the rules of Apple's MPS (float32, no host round trips
 # inside loops), and the accelerator when one is present (CUDA in float32 and float64, or
 # MPS in float32). PyTorch solves each linear system by the Krylov method, NumPy by the sparse
-# factorization: the same discrete equations, two solvers. float64 rows agree with the
-# reference to round-off; float32 rows iterate to `tol_float32` and agree to about that.
+# factorization: the same discrete equations, two solvers. float64 rows take the same
+# iterations as the reference and agree with it far below `tol`; float32 rows iterate to
+# `tol_float32` and agree with the reference to about that or better.
 # The grid is `nx_accelerator` (small by default: one solve is a sequential chain of time
 # steps, and PyTorch on the CPU pays a dispatch cost per operation; on a GPU, raise it).
 
@@ -278,9 +283,10 @@ fig_bars = plots2d.plot_bar_attendance(res_bars, references=one_d)
 fig_bars
 
 # %% [markdown]
-# The density of preferences at the end: each bar's crowd settles where its payoff vanishes,
-# so the mass sits mostly in the quadrants that attend one bar or both, in the proportions
-# the thresholds allow.
+# The density of the preferences $(\theta_1, \theta_2)$: the patrons drift right of
+# $\theta_1 = 0$ until bar 1's attendance is near the level where its payoff vanishes,
+# $A^*_1 + \varepsilon\log(G/(-B)) \approx 0.635$, and above $\theta_2 = 0$ until bar 2's is
+# near $0.435$; the noise keeps the density spread.
 
 # %%
 fig_bars_density = plots2d.plot_density_2d(res_bars, times=[0.0, T_bars / 2, T_bars])
@@ -293,24 +299,26 @@ fig_bars_density
 # other. How does the attendance of each bar at $T/2$ depend on both thresholds? `mw.scan`
 # takes the 1-D problems (`mw.SantaFeBar` and user `mw.MFGProblem`s) today, not the 2-D
 # ones, so the scan below is a plain loop over `scan_thresholds` × `scan_thresholds`, each
-# point one certified `mw.solve_2d`.
+# point one certified `mw.solve_2d` on the coarser grid `nx_scan` × `nx_scan`, `nt_scan` steps
+# (a point with spill-over takes several tens of best responses).
 
 # %%
 scan_rows = []
 for a1 in scan_thresholds:
     for a2 in scan_thresholds:
-        r = mw.solve_2d(mw.TwoBars(thresholds=(a1, a2), T=T_bars, spill=spill), nx=nx_bars,
-                        nt=nt_bars, tol=tol, max_iter=400, progress=False)
-        mid = nt_bars // 2
+        r = mw.solve_2d(mw.TwoBars(thresholds=(a1, a2), T=T_bars, spill=spill), nx=nx_scan,
+                        nt=nt_scan, tol=tol, max_iter=400, progress=False)
+        mid = nt_scan // 2
         scan_rows.append({"threshold_1": a1, "threshold_2": a2, "converged": r.converged,
                           "iterations": r.iterations, "A1(T/2)": float(r.attendance[mid, 0]),
                           "A2(T/2)": float(r.attendance[mid, 1])})
 print(studies.format_table(scan_rows))
 
 # %% [markdown]
-# **Reading the scan.** Along a row (bar 2's threshold rising) bar 2 fills up, and bar 1
-# loses patrons: through the spill-over, bar 2's crowd lowers what bar 1 pays. With equal
-# thresholds the bars split the crowd equally.
+# **Reading the scan.** For a fixed threshold of bar 1, raising bar 2's threshold fills
+# bar 2 and empties bar 1: through the spill-over, bar 2's larger crowd lowers what bar 1
+# pays. The game is symmetric in the two bars: swapping the thresholds swaps the
+# attendances, and with equal thresholds the bars are equally full.
 
 # %% [markdown]
 # ## Run folder
@@ -326,7 +334,8 @@ if out_dir:
                   "nt": nt, "tol": tol, "frames": frames, "accelerator": accelerator,
                   "nx_accelerator": nx_accelerator, "nt_accelerator": nt_accelerator,
                   "tol_float32": tol_float32, "T_bars": T_bars, "nx_bars": nx_bars,
-                  "nt_bars": nt_bars, "spill": spill, "scan_thresholds": scan_thresholds}
+                  "nt_bars": nt_bars, "spill": spill, "scan_thresholds": scan_thresholds,
+                  "nx_scan": nx_scan, "nt_scan": nt_scan}
     folder = mw.save_run(
         out_dir, parameters=parameters,
         metrics={"room": res.metrics(), "certificate": certificate, "accelerator_note": note},

@@ -72,7 +72,8 @@ def test_two_state_notebook(notebook_runs):
 
 
 def test_crowd_in_a_room_notebook(notebook_runs):
-    # room 13 × 13 × 12, accelerator rows at 9 × 9 × 8, bars 11 × 11 × 10 (T = 2), 2 × 2 scan
+    # room 13 × 13 × 12, accelerator rows at 9 × 9 × 8, bars 11 × 11 × 10 (T = 2), a 2 × 2
+    # scan at 11 × 11 × 10
     run = notebook_runs("11_crowd_in_a_room.ipynb")
     out, frames = run.folder, run.parameters["frames"]
     metrics = check_run_folder(out, "11_crowd_in_a_room.ipynb", {
@@ -98,8 +99,12 @@ def test_crowd_in_a_room_notebook(notebook_runs):
     shown = [o["data"]["text/html"] for c in executed.cells if c.cell_type == "code"
              for o in c.outputs if "text/html" in o.get("data", {})]
     assert any(h.count("data:image/png;base64,") == frames and "<script" in h for h in shown)
-    # congestion: both certified; the accelerator rows agree with the NumPy reference
-    assert all(r["converged"] for r in json.loads((out / "congestion.json").read_text()))
+    # congestion: both certified; the crowd spreads and hurries (what the text says)
+    low, high = json.loads((out / "congestion.json").read_text())
+    assert low["converged"] and high["converged"] and high["congestion"] > low["congestion"]
+    assert high["peak_density"] < low["peak_density"] and high["peak_flux"] > low["peak_flux"]
+    assert high["half_gone_at"] <= low["half_gone_at"]
+    # the accelerator rows agree with the NumPy reference
     rows = json.loads((out / "accelerator.json").read_text())
     assert rows[0]["label"] == "numpy cpu float64" and rows[0]["rel_error_M"] == 0.0
     for r in rows[1:]:
@@ -114,3 +119,5 @@ def test_crowd_in_a_room_notebook(notebook_runs):
     assert len(scan) == 4 and all(r["converged"] for r in scan.values())
     assert abs(scan[0.4, 0.7]["A1(T/2)"] - scan[0.7, 0.4]["A2(T/2)"]) <= 1e-5
     assert scan[0.4, 0.7]["A2(T/2)"] > scan[0.4, 0.4]["A2(T/2)"]
+    assert scan[0.4, 0.7]["A1(T/2)"] < scan[0.4, 0.4]["A1(T/2)"]
+    assert abs(scan[0.4, 0.4]["A1(T/2)"] - scan[0.4, 0.4]["A2(T/2)"]) <= 1e-6
