@@ -176,6 +176,10 @@ HTML(animation)
 # hurry: the flux through the doors is higher and half of the crowd is out sooner. The table
 # compares the largest density from $T/4$ on, the peak flux, the time by which half of the
 # crowd has left, and the mass left at $T$.
+#
+# In JupyterLab, `mw.widgets.explore(mw.Room())` opens an explorer of the room: sliders for
+# the door width and the congestion cost re-solve it, and a time slider picks the density
+# shown.
 
 # %%
 crowded = mw.Room(T=T, sigma=sigma, congestion=congestion_high,

@@ -137,8 +137,9 @@ def test_animation_has_the_frames_asked_for_and_nothing_from_the_network(room):
     assert page.count("data:image/png;base64,") == 5
     assert "://" not in page and "<link" not in page and "fa-" not in page
     assert "<script" in page and "▶" in page
-    every = plots2d.animation_html(room, frames=100, dpi=30)
-    assert every.count("data:image/png;base64,") == room.t.size  # no more frames than levels
+    short = mw.solve_2d(mw.Room(), nx=7, nt=3, progress=False)
+    every = plots2d.animation_html(short, frames=100, dpi=20)
+    assert every.count("data:image/png;base64,") == 4  # no more frames than time levels
     assert plots2d.frame_indices(12, 5) == [0, 3, 6, 9, 12]
     with pytest.raises(mw.ParameterError, match="frames=1"):
         plots2d.animation_html(room, frames=1)

@@ -40,9 +40,9 @@ ANIMATION_HEAD = "<!DOCTYPE html>\n<!-- mfgwork animation of a 2-D density -->\n
 MAX_FRAMES = 200
 #: matplotlib's player links an icon font from a CDN; its buttons get text glyphs instead.
 _ICON_FONT = re.compile(r"<link[^>]*font-awesome[^>]*>\s*")
-_ICONS = {"fa-minus": "−", "fa-fast-backward": "⏮", "fa-step-backward": "|◀",
+_ICONS = {"fa-minus": "−", "fa-fast-backward": "|◀◀", "fa-step-backward": "|◀",
           "fa-play fa-flip-horizontal": "◀", "fa-pause": "❚❚", "fa-play": "▶",
-          "fa-step-forward": "▶|", "fa-fast-forward": "⏭", "fa-plus": "+"}
+          "fa-step-forward": "▶|", "fa-fast-forward": "▶▶|", "fa-plus": "+"}
 _ICON = re.compile(r'<i class="fa (?P<name>[a-z -]+)"></i>')
 
 
@@ -290,8 +290,10 @@ def frame_indices(nt: int, frames: int) -> list[int]:
 
 def animation_html(result: Any, frames: int = 40, fps: float = 8.0, dpi: int = 72) -> str:
     """The density m(t) as an HTML/JS player (``FuncAnimation.to_jshtml``): ``frames`` time
-    levels at most (evenly spaced), ``fps`` frames per second, PNG frames at ``dpi``. Plays
-    in a notebook as ``IPython.display.HTML(...)``; loads nothing from the network."""
+    levels at most (evenly spaced), ``fps`` frames per second, PNG frames at ``dpi``. One
+    colour scale, that of the frames after the first (the initial crowd is far denser; its
+    peak saturates). Plays in a notebook as ``IPython.display.HTML(...)``; loads nothing
+    from the network."""
     from matplotlib import rc_context
     from matplotlib.animation import FuncAnimation
 
@@ -302,8 +304,8 @@ def animation_html(result: Any, frames: int = 40, fps: float = 8.0, dpi: int = 7
     with rc_context(STYLE):
         fig = Figure(figsize=(5.0, 4.2), dpi=dpi, layout="constrained")
         ax = fig.add_subplot()
-        mesh = _density_mesh(ax, result, idx[0], _vmax(result, idx))
-        fig.colorbar(mesh, ax=ax, label=_density_label(result))
+        mesh = _density_mesh(ax, result, idx[0], _vmax(result, idx[1:]))
+        fig.colorbar(mesh, ax=ax, label=_density_label(result), extend="max")
         _label_axes(ax, result)
         title = ax.set_title("")
         def draw(n: int) -> tuple[Any, ...]:
