@@ -2,9 +2,20 @@
 
 Solves the MFG system of a :class:`~mfgwork.problems.two_d.MFGProblem2D` (the room, the two
 bars, or a user problem) with the implicit upwind scheme of :mod:`mfgwork.numerics.fdm2d`
-and returns a :class:`~mfgwork.results2d.Result2D`. Linear systems: ``solver="direct"``
-(SuperLU, the default with NumPy) or ``"krylov"`` (matrix-free stencil + batched
-Jacobi-BiCGStab, the default and only choice with torch on any device).
+and returns a :class:`~mfgwork.results2d.Result2D`. Linear systems (see
+:mod:`mfgwork.numerics.fdm2d.sweeps`): ``solver="ilu"`` (numba ILU(0)-BiCGStab, the default
+with NumPy), ``"direct"`` (SuperLU) or ``"krylov"`` (matrix-free stencil + batched
+Jacobi-BiCGStab, the default and only choice with torch on any device; CUDA graphs on CUDA).
+
+API (stable):
+
+    solve_2d(problem, nx=101, ny=None, nt=100, backend="numpy", device="cpu", dtype=None,
+             tol=1e-6, max_iter=200, solver=None, iteration=None, progress=None,
+             max_memory=None) -> Result2D
+    solve_2d_batch(problems, <same keywords>) -> list[Result2D]
+
+Models: :class:`~mfgwork.problems.room.Room`, :class:`~mfgwork.problems.two_bars.TwoBars`,
+any :class:`~mfgwork.problems.two_d.MFGProblem2D` (with any isotropic Hamiltonian).
 """
 
 from __future__ import annotations
@@ -52,11 +63,11 @@ def _check_args(problems: list[Any], nx: Any, ny: Any, nt: Any, backend: Any, de
     nt = check_int("nt", nt, low=1)
     tol, max_iter = check_stopping(tol, max_iter)
     be = get_backend(backend, device, dtype)
-    default = "direct" if be.name == "numpy" else "krylov"
+    default = "ilu" if be.name == "numpy" else "krylov"
     solver = default if solver is None else check_choice("solver", solver, SOLVERS)
-    if solver == "direct" and be.name != "numpy":
-        raise ParameterError(f"solver='direct' is invalid with backend={be.name!r}: the "
-                             "sparse direct factorisation runs on NumPy; use solver='krylov'")
+    if solver in ("direct", "ilu") and be.name != "numpy":
+        raise ParameterError(f"solver={solver!r} is invalid with backend={be.name!r}: it runs "
+                             "on NumPy (the CPU); use solver='krylov'")
     scheme = default_iteration() if iteration is None else make_scheme(iteration)
     return nx, ny, nt, be, tol, max_iter, solver, scheme
 
@@ -69,8 +80,9 @@ def _check_size(problems: list[Any], nx: int, ny: int, nt: int, be: Backend, sol
     batch = len(problems)
     sizes = [p.coupling_size(nx, ny, nt) for p in problems]
     parts = {"nx, ny and nt": batch * GRID_ARRAYS * item * (nt + 1) * nx * ny,
-             "nx, ny and nt (the coupling states of the iteration)": sum(memory.anderson_bytes(s, item, depth) for s in sizes)}
-    if solver == "direct":
+             "nx, ny and nt (the coupling states of the iteration)": sum(
+                 memory.anderson_bytes(s, item, depth) for s in sizes)}
+    if solver == "direct":  # the SuperLU factors (the iterative solvers need a few vectors)
         n = nx * ny
         parts["nx and ny (the sparse factorisation)"] = int(LU_BYTES * n * math.log2(n))
     return memory.check_parts(parts, be, what=f"a {nx} x {ny} x {nt} 2-D solve"
@@ -86,12 +98,12 @@ def solve_2d(problem: MFGProblem2D, nx: int = 101, ny: int | None = None, nt: in
     """Solve ``problem`` on ``nx`` × ``ny`` nodes (walls included; ``ny`` defaults to ``nx``)
     and ``nt`` time steps, to a certified relative fixed-point residual ``tol``.
 
-    ``backend``/``device``/``dtype`` as :func:`mfgwork.get_backend`; ``solver``: "direct"
-    (NumPy default) or "krylov" (torch default); ``iteration``: as :func:`mfgwork.solve`
-    (default: Anderson depth 5, β = 0.5). Arguments are checked and the memory estimated
-    (``max_memory``) before any work. A solve that does not reach ``tol`` in ``max_iter``
-    best responses returns its best iterate with ``converged=False`` and a
-    :class:`~mfgwork.ConvergenceWarning`.
+    ``backend``/``device``/``dtype`` as :func:`mfgwork.get_backend`; ``solver``: "ilu"
+    (NumPy default), "direct" (NumPy) or "krylov" (torch default, also on NumPy);
+    ``iteration``: as :func:`mfgwork.solve` (default: Anderson depth 5, β = 0.5). Arguments
+    are checked and the memory estimated (``max_memory``) before any work. A solve that does
+    not reach ``tol`` in ``max_iter`` best responses returns its best iterate with
+    ``converged=False`` and a :class:`~mfgwork.ConvergenceWarning`.
     """
     return _solve([problem], False, nx, ny, nt, backend, device, dtype, tol, max_iter,
                   solver, iteration, progress, max_memory)[0]
@@ -104,8 +116,9 @@ def solve_2d_batch(problems: Sequence[MFGProblem2D], nx: int = 101, ny: int | No
                    progress: bool | None = None,
                    max_memory: int | str | None = None) -> list[Result2D]:
     """Solve problems of one grid size (their own doors, obstacles, σ and coupling
-    parameters; one Hamiltonian) as one batch along a leading axis on torch (every member
-    with its own mixing and certificate), or one after the other with the direct solver."""
+    parameters; one Hamiltonian) as one batch along a leading axis with the "krylov" solver
+    (every member with its own mixing and certificate), or one after the other with "ilu"
+    and "direct"."""
     if not isinstance(problems, list | tuple) or not problems:
         raise ParameterError(f"problems={problems!r:.80} is invalid: must be a non-empty list "
                              "of MFGProblem2D")
@@ -127,7 +140,7 @@ def _solve(problems: list[Any], batch: bool, nx: Any, ny: Any, nt: Any, backend:
                                  "Hamiltonian (got " + ", ".join(sorted(str(k[2])
                                                                        for k in kinds)) + ")")
     _check_size(problems, nx, ny, nt, be, solver, scheme, max_memory)
-    if batch and solver == "direct":
+    if batch and solver != "krylov":
         return [_solve_one(p, False, nx, ny, nt, be, tol, max_iter, solver, scheme, progress)[0]
                 for p in problems]
     return _solve_one(problems if batch else problems[0], batch, nx, ny, nt, be, tol,

@@ -9,7 +9,7 @@ from mfgwork.core.errors import ParameterError
 from mfgwork.problems.hamiltonians import Hamiltonian
 
 SMALL = {"nx": 17, "nt": 16}
-TINY = {"nx": 11, "nt": 8}
+TINY = {"nx": 11, "nt": 6}
 
 
 def hopf_cole_2d(sigma=0.6, T=0.5):
@@ -44,8 +44,9 @@ def test_hopf_cole_product_is_reached_at_first_order_in_h_and_dt():
     assert (e[-1] < 0.02).all()
 
 
-def test_room_conserves_mass_plus_outflow_and_stays_positive():
-    r = mw.solve_2d(mw.Room(), **SMALL, progress=False)
+@pytest.mark.parametrize("solver", ["ilu", "direct"])
+def test_room_conserves_mass_plus_outflow_and_stays_positive(solver):
+    r = mw.solve_2d(mw.Room(), **SMALL, solver=solver, progress=False)
     assert r.mass_error <= 1e-12
     assert (r.M >= 0).all() and (r.M[:, r.obstacle] == 0).all() and (r.M[:, r.exit] == 0).all()
     assert (r.outflow[1:] > 0).all() and r.mass[-1] < 0.5
@@ -107,6 +108,13 @@ def test_float32_mps_emulation_within_1e_4():
     assert np.max(np.abs(a.U - b.U)) <= 1e-4 * np.max(np.abs(a.U)) * 2
 
 
+def test_numpy_float32_within_1e_4():
+    a = mw.solve_2d(mw.Room(), **TINY, tol=1e-8, progress=False)
+    b = mw.solve_2d(mw.Room(), **TINY, tol=1e-4, dtype="float32", progress=False)
+    assert b.M.dtype == np.float32 and b.converged
+    assert np.max(np.abs(a.M - b.M)) <= 1e-4 * np.max(a.M)
+
+
 def test_batch_on_torch_matches_single_solves():
     pytest.importorskip("torch")
     rooms = [mw.Room(door_widths=(0.1, 0.2), congestion=0.5), mw.Room(congestion=2.0)]
@@ -117,18 +125,23 @@ def test_batch_on_torch_matches_single_solves():
         assert res.converged and np.max(np.abs(res.M - one.M)) <= 1e-9 * np.max(one.M)
 
 
-def test_numpy_krylov_matches_direct():
+@pytest.mark.parametrize("solver", ["ilu", "krylov"])
+def test_iterative_solvers_match_the_sparse_direct_solver(solver):
     room = mw.Room()
-    a = mw.solve_2d(room, **TINY, tol=1e-10, progress=False)
-    b = mw.solve_2d(room, **TINY, tol=1e-10, solver="krylov", progress=False)
-    assert np.max(np.abs(a.U - b.U)) <= 1e-10 * (1 + np.max(np.abs(a.U)))
+    a = mw.solve_2d(room, **TINY, tol=1e-10, solver="direct", progress=False)
+    b = mw.solve_2d(room, **TINY, tol=1e-10, solver=solver, progress=False)
+    assert a.extra["factorizations"] > 0 and b.extra["krylov_iterations"] > 0
+    for k in ("U", "M"):
+        assert np.max(np.abs(getattr(a, k) - getattr(b, k))) <= 1e-10 * (
+            1 + np.max(np.abs(getattr(a, k))))
 
 
 def test_quadratic_isotropic_hamiltonian_is_the_sum_of_godunov_terms():
     q = [np.array([1.0, -1.0, 0.5, 0.0]), np.array([-2.0, 1.0, 0.3, 0.0])]
     f = [np.array([-2.0, 1.0, -0.5, 0.0]), np.array([0.5, -3.0, 0.0, 0.0])]
     value, db, df = mw.Quadratic().numerical_nd(None, q, f, None, np)
-    expect = sum(0.5 * (np.maximum(a, 0) ** 2 + np.minimum(b, 0) ** 2) for a, b in zip(q, f))
+    expect = sum(0.5 * (np.maximum(a, 0) ** 2 + np.minimum(b, 0) ** 2)
+                 for a, b in zip(q, f, strict=True))
     np.testing.assert_allclose(value, expect, rtol=1e-14)
     for H in (mw.Power(1.5), mw.Congestion(1.0, 0.5)):
         _, db, df = H.numerical_nd(None, q, f, np.full(4, 0.3), np)

@@ -27,43 +27,59 @@ def _dot(a: Any, b: Any, xp: Any) -> Any:
 
 
 def _div(a: Any, b: Any, xp: Any) -> Any:
-    return a / xp.where(b == 0.0, 1.0 + 0.0 * b, b)
+    return a / (b + xp.astype(b == 0.0, b.dtype))
+
+
+State = tuple  # (x, r, p, v, rho, alpha, omega)
+
+
+def iterate(apply: Callable[[Any], Any], inv_diag: Any, r_hat: Any, state: State, steps: int,
+            xp: Any) -> State:
+    """``steps`` BiCGStab iterations from ``state`` (a pure function of its arrays: on CUDA
+    it is recorded once as a graph and replayed, see :class:`mfgwork.core.cuda_graphs`)."""
+    x, r, p, v, rho, alpha, omega = state
+    for _ in range(steps):
+        rho_new = _dot(r_hat, r, xp)
+        beta = _div(rho_new, rho, xp) * _div(alpha, omega, xp)
+        p = r + beta * (p - omega * v)
+        y = inv_diag * p
+        v = apply(y)
+        alpha = _div(rho_new, _dot(r_hat, v, xp), xp)
+        s = r - alpha * v
+        z = inv_diag * s
+        t = apply(z)
+        omega = _div(_dot(t, s, xp), _dot(t, t, xp), xp)
+        x = x + alpha * y + omega * z
+        r = s - omega * t
+        rho = rho_new
+    return x, r, p, v, rho, alpha, omega
 
 
 def bicgstab(apply: Callable[[Any], Any], b: Any, inv_diag: Any, xp: Any, *, rtol: float,
-             max_iter: int, fail: float, x0: Any = None, check_every: int = 8
-             ) -> tuple[Any, int]:
+             max_iter: int, fail: float, x0: Any = None, check_every: int = 8,
+             chunk: Callable[[State, Any], State] | None = None) -> tuple[Any, int]:
     """x with ‖b − A x‖₂ ≤ ``rtol`` ‖b‖₂ per problem (or, after ``max_iter`` iterations, the
     iterate if its relative residual is ≤ ``fail``: the rounding floor of float32; otherwise
-    :class:`SolverError`). Returns x and the iterations done."""
+    :class:`SolverError`). Returns x and the iterations done. ``chunk(state, r_hat)``: the
+    ``check_every`` iterations between two tests (default :func:`iterate`)."""
     x = 0.0 * b if x0 is None else x0
     r = b - apply(x) if x0 is not None else b
     r_hat = r
     b_norm = xp.sqrt(_dot(b, b, xp))
-    rho = alpha = omega = 1.0 + 0.0 * b_norm
-    v = p = 0.0 * b
+    one = 1.0 + 0.0 * b_norm
+    state = (x, r, 0.0 * b, 0.0 * b, one, one, one)
     k = 0
     while k < max_iter:
-        for _ in range(check_every):
-            rho_new = _dot(r_hat, r, xp)
-            beta = _div(rho_new, rho, xp) * _div(alpha, omega, xp)
-            p = r + beta * (p - omega * v)
-            y = inv_diag * p
-            v = apply(y)
-            alpha = _div(rho_new, _dot(r_hat, v, xp), xp)
-            s = r - alpha * v
-            z = inv_diag * s
-            t = apply(z)
-            omega = _div(_dot(t, s, xp), _dot(t, t, xp), xp)
-            x = x + alpha * y + omega * z
-            r = s - omega * t
-            rho = rho_new
+        state = (iterate(apply, inv_diag, r_hat, state, check_every, xp) if chunk is None
+                 else chunk(state, r_hat))
         k += check_every
+        r = state[1]
         rel = to_numpy(xp.max(_div(xp.sqrt(_dot(r, r, xp)), b_norm, xp)))
         if float(rel) <= rtol:
-            return x, k
-    worst = float(to_numpy(xp.max(_div(xp.sqrt(_dot(b - apply(x), b - apply(x), xp)),
-                                       b_norm, xp))))
+            return state[0], k
+    x = state[0]
+    r = b - apply(x)
+    worst = float(to_numpy(xp.max(_div(xp.sqrt(_dot(r, r, xp)), b_norm, xp))))
     if worst <= fail:
         return x, k
     raise SolverError(f"BiCGStab did not converge in {max_iter} iterations (relative "

@@ -164,16 +164,23 @@ class Stencil:
         return tuple(-(b + f) * self.active for b, f in zip(d_back, d_fwd, strict=True))
 
     def apply(self, c: Coefficients, v: Any) -> Any:
-        """J v (v and J v are 0 at inactive nodes when the right-hand side is)."""
-        xp = self.xp
-        return (c.diag * v + c.W * shift(v, -1, -1, xp) + c.E * shift(v, -1, 1, xp)
-                + c.S * shift(v, -2, -1, xp) + c.N * shift(v, -2, 1, xp))
+        """J v (v and J v are 0 at inactive nodes when the right-hand side is); slices
+        updated in place, two array operations per neighbour."""
+        out = c.diag * v
+        out[..., :, 1:] += c.W[..., :, 1:] * v[..., :, :-1]
+        out[..., :, :-1] += c.E[..., :, :-1] * v[..., :, 1:]
+        out[..., 1:, :] += c.S[..., 1:, :] * v[..., :-1, :]
+        out[..., :-1, :] += c.N[..., :-1, :] * v[..., 1:, :]
+        return out
 
     def apply_transpose(self, c: Coefficients, v: Any) -> Any:
-        """Jᵀ v."""
-        xp = self.xp
-        return (c.diag * v + shift(c.W * v, -1, 1, xp) + shift(c.E * v, -1, -1, xp)
-                + shift(c.S * v, -2, 1, xp) + shift(c.N * v, -2, -1, xp))
+        """Jᵀ v: (Jᵀ v)_l = Σ_k J_kl v_k."""
+        out = c.diag * v
+        out[..., :, :-1] += c.W[..., :, 1:] * v[..., :, 1:]
+        out[..., :, 1:] += c.E[..., :, :-1] * v[..., :, :-1]
+        out[..., :-1, :] += c.S[..., 1:, :] * v[..., 1:, :]
+        out[..., 1:, :] += c.N[..., :-1, :] * v[..., :-1, :]
+        return out
 
 
 def _pad_np(v: np.ndarray, axis: int, side: str) -> np.ndarray:

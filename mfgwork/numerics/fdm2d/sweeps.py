@@ -2,15 +2,20 @@
 
 :class:`Scheme2D` binds the stencil of :mod:`.stencil` to a linear solver:
 
-- ``"direct"`` (NumPy, the CPU default): the Jacobian restricted to the active nodes is
-  assembled in CSC form on a pattern computed once and factored by SuperLU
-  (``scipy.sparse.linalg.splu``, minimum-degree ordering on AᵀA + A, no pivoting: J is a
-  strictly diagonally dominant M-matrix); the FP step solves with the same factors
-  transposed.
+- ``"ilu"`` (NumPy, the CPU default): BiCGStab preconditioned by ILU(0) on the stencil, one
+  numba-compiled call per solve (:mod:`.ilu_kernels`); measured about 3× faster than the
+  factorisation below at 41² and 101² nodes.
+- ``"direct"`` (NumPy): the Jacobian restricted to the active nodes is assembled in CSC form
+  on a pattern computed once and factored by SuperLU (``scipy.sparse.linalg.splu``,
+  minimum-degree ordering on AᵀA + A, no pivoting: J is a strictly diagonally dominant
+  M-matrix); the FP step solves with the same factors transposed.
 - ``"krylov"`` (torch on any device, and NumPy on request): the matrix-free stencil with the
   batched Jacobi-preconditioned BiCGStab of :mod:`.krylov`; batches of problems share every
-  array operation.
+  array operation; on CUDA the iterations between two convergence tests are recorded once
+  as a CUDA graph and replayed (:mod:`mfgwork.core.cuda_graphs`).
 
+The FP solves are converged to a relative residual 1e-13 (float64: the mass balance), the
+Newton updates to 1e-10 (Newton's stopping test is on the exact residual).
 Newton stops at a time step when Δt·max|R(u)| ≤ tol·(1 + max|u|): since ‖J⁻¹‖_∞ ≤ Δt that
 bounds the next Newton update, so no extra solve is spent on the test. Arrays are the full
 grid (..., level, ny, nx); inactive nodes keep u (the exit costs at exits) and carry m = 0.
@@ -25,12 +30,16 @@ from typing import Any
 import numpy as np
 
 from ...core.backend import to_numpy
-from ...core.errors import SolverError
-from .krylov import bicgstab
+from ...core.errors import ParameterError, SolverError
+from .krylov import bicgstab, iterate
 from .stencil import Coefficients, Stencil
 
 MAX_NEWTON = 50
-SOLVERS = ("direct", "krylov")
+#: Relaxation of the modified ILU(0) of the Newton matrices (:mod:`.ilu_kernels`).
+MILU_RELAX = 0.9
+#: BiCGStab iterations between two convergence tests (one host synchronisation each).
+CHECK_EVERY = 8
+SOLVERS = ("ilu", "direct", "krylov")
 
 
 class SparsePattern:
@@ -74,19 +83,24 @@ class Scheme2D:
     def __init__(self, stencil: Stencil, *, solver: str = "direct") -> None:
         self.stencil, self.backend, self.xp = stencil, stencil.backend, stencil.xp
         self.solver = solver
-        if solver == "direct":
+        if solver in ("direct", "ilu"):
             if self.backend.name != "numpy" or stencil.batched:
-                raise ValueError("the direct solver serves single NumPy problems")
+                raise ParameterError(f"solver={solver!r} serves single NumPy problems")
             self.pattern = SparsePattern(stencil.active_np)
             self.mask = stencil.active_np
         g = stencil.grid
         eps = self.backend.eps
         r = float(np.max(stencil.nu)) * g.dt * max(1 / g.hx**2, 1 / g.hy**2)
         self.newton_tol = 64 * eps * max(1.0, r)
+        # FP: tight (mass balance); Newton updates: looser (Newton's stopping test is on
+        # the exact residual R, so an update accurate to 1e-10 costs nothing in the result)
         self.krylov_rtol = 1e-13 if self.backend.dtype == "float64" else 1e-6
+        self.newton_rtol = 1e-10 if self.backend.dtype == "float64" else 1e-6
         self.krylov_fail = 1e3 * self.krylov_rtol
         self.max_krylov = 20 * (g.nx + g.ny)
         self.density: Any = None
+        self.use_cuda_graphs = self.backend.kind == "cuda" and solver == "krylov"
+        self._graphs: dict[tuple, Any] = {}
         self.newton_iterations = 0
         self.krylov_iterations = 0
         self.factorizations = 0
@@ -96,7 +110,10 @@ class Scheme2D:
         """m^{n+1} for the step n (None when H does not depend on m)."""
         return None if self.density is None else self.density[..., n, :, :]
 
-    def _solve(self, c: Coefficients, rhs: Any, transpose: bool = False) -> Any:
+    def _solve(self, c: Coefficients, rhs: Any, transpose: bool = False,
+               guess: Any = None) -> Any:
+        if self.solver == "ilu":
+            return self._solve_ilu(c, rhs, transpose, guess)
         if self.solver == "direct":
             import scipy.sparse.linalg as sla
 
@@ -109,10 +126,63 @@ class Scheme2D:
             return out
         st = self.stencil
         op = (lambda v: st.apply_transpose(c, v)) if transpose else (lambda v: st.apply(c, v))
-        x, k = bicgstab(op, rhs, 1.0 / c.diag, self.xp, rtol=self.krylov_rtol,
-                        max_iter=self.max_krylov, fail=self.krylov_fail)
+        inv_diag = 1.0 / c.diag
+        chunk = self._graphed_chunk(c, inv_diag, transpose) if self.use_cuda_graphs else None
+        x, k = bicgstab(op, rhs, inv_diag, self.xp, rtol=self.krylov_rtol if transpose
+                        else self.newton_rtol, max_iter=self.max_krylov,
+                        fail=self.krylov_fail, check_every=CHECK_EVERY, chunk=chunk)
         self.krylov_iterations += k
         return x
+
+    def _graphed_chunk(self, c: Coefficients, inv_diag: Any, transpose: bool) -> Any:
+        """BiCGStab's iterations between two tests as a CUDA graph (recorded at the first
+        call per shape and direction, checked bitwise against the eager call), or None."""
+        st, xp = self.stencil, self.xp
+        coefs = (c.diag, c.W, c.E, c.S, c.N, inv_diag)
+
+        def fn(diag: Any, W: Any, E: Any, S: Any, N: Any, inv: Any, r_hat: Any,
+               *state: Any) -> Any:
+            cc = Coefficients(diag, W, E, S, N, None)
+            op = ((lambda v: st.apply_transpose(cc, v)) if transpose
+                  else (lambda v: st.apply(cc, v)))
+            return iterate(op, inv, r_hat, state, CHECK_EVERY, xp)
+
+        key = (transpose, tuple(c.diag.shape))
+
+        def chunk(state: Any, r_hat: Any) -> Any:
+            args = (*coefs, r_hat, *state)
+            if key in self._graphs:
+                return self._graphs[key].run(*args)
+            eager = fn(*args)
+            from ...core.cuda_graphs import record_checked
+
+            graphed = record_checked(fn, eager, *args, what="BiCGStab iterations")
+            if graphed is None:
+                self.use_cuda_graphs = False
+            else:
+                self._graphs[key] = graphed
+            return eager
+
+        return chunk
+
+    def _solve_ilu(self, c: Coefficients, rhs: np.ndarray, transpose: bool,
+                   guess: np.ndarray | None) -> np.ndarray:
+        from .ilu_kernels import ilu_bicgstab, transpose_stencil
+
+        nbrs = (c.W, c.E, c.S, c.N)
+        if transpose:
+            nbrs = transpose_stencil(*nbrs)
+        flat = [np.ascontiguousarray(a).reshape(-1) for a in (c.diag, *nbrs, rhs)]
+        x = np.zeros_like(flat[-1]) if guess is None else np.array(guess, dtype=rhs.dtype
+                                                                   ).reshape(-1)
+        its, rel = ilu_bicgstab(rhs.shape[-1], *flat, x,
+                                self.krylov_rtol if transpose else self.newton_rtol,
+                                self.max_krylov, 0.0 if transpose else MILU_RELAX)
+        self.krylov_iterations += its
+        if not rel <= self.krylov_fail:
+            raise SolverError(f"ILU-BiCGStab did not converge in {self.max_krylov} iterations "
+                              f"(relative residual {rel:.3g})")
+        return x.reshape(rhs.shape)
 
     # -- HJB ---------------------------------------------------------------------------------
     def solve_hjb(self, U_T: Any, F: Any, guess: Any | None = None) -> Any:
@@ -147,7 +217,8 @@ class Scheme2D:
         masses = [m0 * st.volumes * st.active]
         for n in range(g.nt):
             c = st.jacobian(U[..., n, :, :], self._m(n))
-            masses.append(self._solve(c, masses[n] * st.inv_dt, transpose=True))
+            masses.append(self._solve(c, masses[n] * st.inv_dt, transpose=True,
+                                      guess=masses[n]))
         return xp.stack(masses, axis=-3) / st.volumes
 
     def outflow(self, U: Any, M: Any) -> Any:

@@ -1,0 +1,116 @@
+"""2-D benchmark: the crowd leaving a room (mw.Room), wall time to a certified tolerance.
+
+Cases
+  room-101      101 × 101 nodes, 100 time steps, to tol 1e-6 (NumPy + SuperLU on one core;
+                torch matrix-free Jacobi-BiCGStab on the CPU and, with --device cuda, the GPU)
+  batch-64      64 rooms (8 door widths × 8 congestion strengths) in one batch, 101 × 101 × 100
+                (torch on --device only)
+  room-201      201 × 201 nodes, 200 time steps (torch on --device only)
+
+``--max-iter`` caps the best responses of every case (the table then gives the time per
+iteration too, and ``converged`` says whether the cap was hit); ``--nx``/``--nt`` scale every
+case down for a quick local run.
+
+    python benchmarks/room.py [--device cuda] [--cases room-101,batch-64] [--out F.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+import mfgwork as mw
+from mfgwork.core.storage import provenance
+
+CASES = {"room-101": (101, 100, 1), "batch-64": (101, 100, 64), "room-201": (201, 200, 1)}
+
+
+def rooms(n: int) -> list[mw.Room]:
+    """n = k² rooms: door widths 0.05..0.2 × congestion 0..4."""
+    k = round(n**0.5)
+    return [mw.Room(door_widths=(float(w), float(w)), congestion=float(c))
+            for w in np.linspace(0.05, 0.2, k) for c in np.linspace(0.0, 4.0, k)]
+
+
+def measure(case: str, target: tuple[str, str, str | None, str | None], nx: int, nt: int,
+            batch: int, tol: float, max_iter: int) -> dict:
+    backend, device, dtype, solver = target
+    be = mw.get_backend(backend, device, dtype)
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mw.ConvergenceWarning)
+        if batch == 1:
+            out = [mw.solve_2d(mw.Room(), nx=nx, nt=nt, backend=be, tol=tol, max_iter=max_iter,
+                               solver=solver, progress=False)]
+        else:
+            out = mw.solve_2d_batch(rooms(batch), nx=nx, nt=nt, backend=be, tol=tol,
+                                    max_iter=max_iter, solver=solver, progress=False)
+    be.synchronize()
+    wall = time.perf_counter() - start
+    r = out[0]
+    its = max(o.iterations for o in out)
+    return {"case": case, "backend": backend, "device": device, "dtype": be.dtype,
+            "solver": r.extra["solver"], "nx": nx, "nt": nt, "batch": batch, "tol": tol,
+            "wall_s": wall, "per_iteration_s": wall / max(its, 1), "iterations": its,
+            "converged": all(o.converged for o in out),
+            "residual": max(o.residual for o in out),
+            "mass_error": max(o.mass_error for o in out),
+            "newton_iterations": r.extra["newton_iterations"],
+            "krylov_iterations": r.extra["krylov_iterations"],
+            "factorizations": r.extra["factorizations"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default=None, help="a torch device besides the CPU")
+    parser.add_argument("--cases", default=None, help="comma-separated (default: all that run "
+                        "on the chosen devices)")
+    parser.add_argument("--cpu-targets", default="numpy,numpy-direct,torch-cpu")
+    parser.add_argument("--nx", type=int, default=None)
+    parser.add_argument("--nt", type=int, default=None)
+    parser.add_argument("--tol", type=float, default=1e-6)
+    parser.add_argument("--max-iter", type=int, default=200)
+    parser.add_argument("--out", default="benchmarks/results/room.json")
+    args = parser.parse_args(argv)
+    cpu = {"numpy": ("numpy", "cpu", None, "ilu"), "numpy-direct": ("numpy", "cpu", None, "direct"),
+           "numpy-krylov": ("numpy", "cpu", None, "krylov"),
+           "torch-cpu": ("torch", "cpu", "float64", None)}
+    plan = []
+    for case in (args.cases.split(",") if args.cases else CASES):
+        nx, nt, batch = CASES[case]
+        nx, nt = args.nx or nx, args.nt or nt
+        targets = [cpu[t] for t in args.cpu_targets.split(",") if t] if case == "room-101" \
+            else []
+        if args.device:
+            targets.append(("torch", args.device, None, None))
+        plan += [(case, t, nx, nt, batch) for t in targets]
+    rows = []
+    print(f"{'case':10} {'target':28} {'grid':>14} {'batch':>5} {'its':>4} {'wall s':>8} "
+          f"{'s/it':>7} {'residual':>9} {'mass err':>9} conv")
+    for case, target, nx, nt, batch in plan:
+        row = measure(case, target, nx, nt, batch, args.tol, args.max_iter)
+        rows.append(row)
+        name = f"{row['backend']}-{row['device']}-{row['dtype']}-{row['solver']}"
+        print(f"{case:10} {name:28} {f'{nx}x{nx}x{nt}':>14} {batch:>5} {row['iterations']:>4} "
+              f"{row['wall_s']:8.2f} {row['per_iteration_s']:7.3f} {row['residual']:9.2e} "
+              f"{row['mass_error']:9.1e} {row['converged']}", flush=True)
+    devices = {"cpu": platform.processor() or platform.machine()}
+    if args.device:
+        devices[args.device] = mw.device_info(args.device).get("name")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"rows": rows, "devices": devices,
+                               "provenance": provenance()}, indent=1, default=str))
+    print(f"wrote {out}; devices: {devices}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""ILU(0)-preconditioned BiCGStab for the 5-point M-matrix, compiled with numba (the CPU).
+
+The matrix is given by its stencil on the full grid, flattened row by row (k = j·nx + i):
+``diag`` and the neighbour coefficients W (k−1), E (k+1), S (k−nx), N (k+nx), zero where the
+neighbour is missing or inactive (inactive rows are identity rows). ILU(0) keeps the pattern:
+
+    d_k = diag_k − W_k E_{k−1} / d_{k−1} − S_k N_{k−nx} / d_{k−nx},
+    M = (D + L) D⁻¹ (D + U),   L = (W, S),  U = (E, N),
+
+which exists and is positive for an M-matrix (Meijerink & van der Vorst 1977). With
+``relax`` = ω > 0 the dropped fill-in, ω times, is moved to the diagonal (relaxed modified
+ILU, Gustafsson 1978): d_k −= ω (W_k N_{k−1} / d_{k−1} + S_k E_{k−nx} / d_{k−nx}). For the HJB
+matrices (rows summing to 1/Δt) ω = 0.9 cuts the iterations by a third (18 → 12 at 101²
+nodes); for their transposes (the FP step) it slows them, so the FP solves use ω = 0.
+BiCGStab is right-preconditioned by M. The transposed system (the FP step) passes the
+transposed stencil (:func:`transpose_stencil`). One compiled call per linear solve.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+def transpose_stencil(W: np.ndarray, E: np.ndarray, S: np.ndarray, N: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The stencil of Aᵀ from that of A, arrays (ny, nx): Wᵀ_k = E_{k−1}, Eᵀ_k = W_{k+1},
+    Sᵀ_k = N_{k−nx}, Nᵀ_k = S_{k+nx}."""
+    WT, ET, ST, NT = (np.zeros_like(W) for _ in range(4))
+    WT[:, 1:], ET[:, :-1] = E[:, :-1], W[:, 1:]
+    ST[1:, :], NT[:-1, :] = N[:-1, :], S[1:, :]
+    return WT, ET, ST, NT
+
+
+@njit(cache=True, nogil=True)
+def _matvec(nx, D, W, E, S, N, x, y):  # pragma: no cover - compiled
+    n = D.shape[0]
+    for k in range(n):
+        y[k] = D[k] * x[k]
+    for k in range(1, n):
+        y[k] += W[k] * x[k - 1]
+    for k in range(n - 1):
+        y[k] += E[k] * x[k + 1]
+    for k in range(nx, n):
+        y[k] += S[k] * x[k - nx]
+    for k in range(n - nx):
+        y[k] += N[k] * x[k + nx]
+
+
+@njit(cache=True, nogil=True)
+def _precondition(nx, d, W, E, S, N, r, z):  # pragma: no cover - compiled
+    n = d.shape[0]
+    for k in range(n):  # (D + L) y = r
+        v = r[k]
+        if k >= 1:
+            v -= W[k] * z[k - 1]
+        if k >= nx:
+            v -= S[k] * z[k - nx]
+        z[k] = v / d[k]
+    for k in range(n - 1, -1, -1):  # (I + D⁻¹ U) z = y
+        v = 0.0
+        if k + 1 < n:
+            v += E[k] * z[k + 1]
+        if k + nx < n:
+            v += N[k] * z[k + nx]
+        z[k] -= v / d[k]
+
+
+@njit(cache=True, nogil=True)
+def _dot(a, b):  # pragma: no cover - compiled
+    s = 0.0
+    for k in range(a.shape[0]):
+        s += a[k] * b[k]
+    return s
+
+
+@njit(cache=True, nogil=True)
+def ilu_bicgstab(nx, D, W, E, S, N, b, x, rtol, max_iter, relax):  # pragma: no cover
+    """Solve A x = b in place (x: the initial guess); returns (iterations, ‖b − A x‖/‖b‖)."""
+    n = D.shape[0]
+    d = np.empty(n)
+    for k in range(n):
+        v = D[k]
+        if k >= 1:
+            v -= W[k] * (E[k - 1] + relax * N[k - 1]) / d[k - 1]
+        if k >= nx:
+            v -= S[k] * (N[k - nx] + relax * E[k - nx]) / d[k - nx]
+        d[k] = v
+    r = np.empty(n)
+    _matvec(nx, D, W, E, S, N, x, r)
+    for k in range(n):
+        r[k] = b[k] - r[k]
+    b_norm = np.sqrt(_dot(b, b))
+    if b_norm == 0.0:
+        for k in range(n):
+            x[k] = 0.0
+        return 0, 0.0
+    r_hat = r.copy()
+    p = np.zeros(n)
+    v = np.zeros(n)
+    y = np.empty(n)
+    z = np.empty(n)
+    s = np.empty(n)
+    t = np.empty(n)
+    rho = alpha = omega = 1.0
+    rel = np.sqrt(_dot(r, r)) / b_norm
+    it = 0
+    while rel > rtol and it < max_iter:
+        it += 1
+        rho_new = _dot(r_hat, r)
+        if rho_new == 0.0 or omega == 0.0:
+            break
+        beta = rho_new / rho * alpha / omega
+        for k in range(n):
+            p[k] = r[k] + beta * (p[k] - omega * v[k])
+        _precondition(nx, d, W, E, S, N, p, y)
+        _matvec(nx, D, W, E, S, N, y, v)
+        alpha = rho_new / _dot(r_hat, v)
+        for k in range(n):
+            s[k] = r[k] - alpha * v[k]
+        _precondition(nx, d, W, E, S, N, s, z)
+        _matvec(nx, D, W, E, S, N, z, t)
+        tt = _dot(t, t)
+        omega = _dot(t, s) / tt if tt > 0.0 else 0.0
+        for k in range(n):
+            x[k] += alpha * y[k] + omega * z[k]
+            r[k] = s[k] - omega * t[k]
+        rho = rho_new
+        rel = np.sqrt(_dot(r, r)) / b_norm
+    _matvec(nx, D, W, E, S, N, x, t)  # the true residual
+    for k in range(n):
+        t[k] = b[k] - t[k]
+    return it, np.sqrt(_dot(t, t)) / b_norm
