@@ -48,8 +48,10 @@
 # implicit Euler in time, a monotone upwind discretization of $\tfrac12|\nabla u|^2$ with
 # Newton's method at each HJB step, and the Fokker–Planck step as the adjoint of the
 # linearized HJB step, so that $m \ge 0$ and mass plus outflow is conserved to round-off.
-# On NumPy each linear system is solved by a sparse LU factorization (SuperLU); with PyTorch
-# by a matrix-free Krylov method (BiCGStab with a Jacobi preconditioner). The coupling is
+# On NumPy each linear system is solved by BiCGStab preconditioned by an incomplete LU
+# factorization (ILU(0), compiled with numba; `mw.solve_2d(room, solver="direct")` takes
+# SuperLU's sparse LU instead); with PyTorch by a matrix-free BiCGStab with a Jacobi
+# preconditioner. The coupling is
 # iterated with Anderson mixing, and the solve stops when the **certified fixed-point
 # residual** is at most `tol`: one best response to the returned density path (an HJB sweep
 # against it, then a Fokker–Planck sweep) reproduces that path to a relative accuracy `tol`.
@@ -110,8 +112,9 @@ if not res.converged:
 #
 # - `res.residual` is the residual the solver certified: the best response to the returned
 #   densities reproduces them to that relative accuracy;
-# - `res.check()` computes one best response again from scratch, in NumPy float64 with the
-#   sparse direct solver, and returns its residual: the same number up to round-off;
+# - `res.check()` computes one best response again from scratch, in NumPy float64 with
+#   another linear solver (SuperLU's sparse LU), and returns its residual: the same number
+#   up to the accuracy of the linear solves;
 # - `res.mass_error` is the largest deviation of mass in the room plus cumulative outflow
 #   from the initial mass $1$: round-off, since the Fokker–Planck step is the adjoint of the
 #   HJB linearization.
@@ -211,9 +214,9 @@ fig_density_high
 # The same room with PyTorch, on the rows of `studies.comparison_targets`: the NumPy float64
 # reference, PyTorch on the CPU under the rules of Apple's MPS (float32, no host round trips
 # inside loops), and the accelerator when one is present (CUDA in float32 and float64, or
-# MPS in float32). PyTorch solves each linear system by the Krylov method, NumPy by the sparse
-# factorization: the same discrete equations, two solvers. float64 rows take the same
-# iterations as the reference and agree with it far below `tol`; float32 rows iterate to
+# MPS in float32). PyTorch solves each linear system by Jacobi-preconditioned BiCGStab,
+# NumPy by ILU-preconditioned BiCGStab: the same discrete equations, two linear solvers.
+# float64 rows agree with the reference far below `tol`; float32 rows iterate to
 # `tol_float32` and agree with the reference to about that or better.
 # The grid is `nx_accelerator` (small by default: one solve is a sequential chain of time
 # steps, and PyTorch on the CPU pays a dispatch cost per operation; on a GPU, raise it).
