@@ -32,8 +32,8 @@ from .plots import _axes, _np, _time_indices, equilibrium_attendance
 from .style import DPI, STYLE, TIME, state_label, styled
 
 __all__ = ["animation_html", "plot_bar_attendance", "plot_density_2d", "plot_density_at",
-           "plot_evacuation",
-           "plot_exit_flux", "plot_velocity_field", "standard_figures_2d", "write_animation"]
+           "plot_evacuation", "plot_exit_flux", "plot_velocity_field", "standard_figures_2d",
+           "write_animation"]
 #: The first lines of a page written by :func:`write_animation` (how it recognises its own).
 ANIMATION_HEAD = "<!DOCTYPE html>\n<!-- mfgwork animation of a 2-D density -->\n"
 #: Frames of an animation at most (each an embedded PNG).
@@ -56,7 +56,7 @@ def _label_axes(ax: Axes, result: Any) -> None:
     ax.set(xlabel=state_label(sx), ylabel=state_label(sy), aspect="equal")
 
 
-def _density_mesh(ax: Axes, result: Any, n: int, vmax: float) -> Any:
+def _density_image(ax: Axes, result: Any, n: int, vmax: float) -> Any:
     """m(t_n) as an image, one pixel per node (the nodes are uniform), obstacle nodes grey
     (masked), exit nodes as red squares."""
     from matplotlib import colormaps
@@ -84,7 +84,7 @@ def _draw_exits(ax: Axes, result: Any) -> None:
 
 
 def _vmax(result: Any, idx: Sequence[int]) -> float:
-    top = float(np.max(_np(result.M)[list(idx)]))
+    top = float(np.max(_np(np.asarray(result.M)[list(idx)])))
     return top if top > 0 else 1.0
 
 
@@ -110,15 +110,15 @@ def plot_density_2d(result: Any, times: Sequence[float] | None = None, ncols: in
     axes = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False).ravel()
     top = _vmax(result, idx)
     for ax, n in zip(axes, idx, strict=False):
-        mesh = _density_mesh(ax, result, n, top if shared_scale else _vmax(result, [n]))
+        image = _density_image(ax, result, n, top if shared_scale else _vmax(result, [n]))
         _label_axes(ax, result)
         ax.set_title(f"t = {t[n]:.3g}, mass {float(_np(result.mass)[n]):.3f}")
         if not shared_scale:
-            fig.colorbar(mesh, ax=ax, label=_density_label(result) if ax is axes[0] else None)
+            fig.colorbar(image, ax=ax, label=_density_label(result) if ax is axes[0] else None)
     for ax in axes[len(idx):]:
         ax.set_visible(False)
     if shared_scale:
-        fig.colorbar(mesh, ax=axes[: len(idx)].tolist(), label=_density_label(result),
+        fig.colorbar(image, ax=axes[: len(idx)].tolist(), label=_density_label(result),
                      shrink=0.9)
     if np.asarray(result.exit).any():
         axes[0].legend(loc="lower left", fontsize="small")
@@ -135,7 +135,7 @@ def plot_density_at(result: Any, time: float | None = None, ax: Axes | None = No
     time = float(t[-1] / 4) if time is None else check_real("time", time)
     n = _time_indices(result, [time])[0]
     fig, ax = _axes(ax, size=(5.2, 4.4))
-    image = _density_mesh(ax, result, n, _vmax(result, [n]))
+    image = _density_image(ax, result, n, _vmax(result, [n]))
     fig.colorbar(image, ax=ax, label=_density_label(result))
     _label_axes(ax, result)
     ax.set_title(f"Density at t = {t[n]:.3g} (mass {float(_np(result.mass)[n]):.3f})")
@@ -167,8 +167,8 @@ def plot_velocity_field(result: Any, time: float | None = None, ax: Axes | None 
     time = float(t[-1] / 4) if time is None else check_real("time", time)
     n = _time_indices(result, [time])[0]
     fig, ax = _axes(ax, size=(5.6, 4.6))
-    mesh = _density_mesh(ax, result, n, _vmax(result, [n]))
-    fig.colorbar(mesh, ax=ax, label=_density_label(result))
+    image = _density_image(ax, result, n, _vmax(result, [n]))
+    fig.colorbar(image, ax=ax, label=_density_label(result))
     X, Y, vx, vy = quiver_points(result, n, arrows)
     ax.quiver(X, Y, vx, vy, color="white", angles="xy", pivot="mid", width=0.004,
               label="optimal velocity α*")
@@ -304,15 +304,16 @@ def animation_html(result: Any, frames: int = 40, fps: float = 8.0, dpi: int = 7
     with rc_context(STYLE):
         fig = Figure(figsize=(5.0, 4.2), dpi=dpi, layout="constrained")
         ax = fig.add_subplot()
-        mesh = _density_mesh(ax, result, idx[0], _vmax(result, idx[1:]))
-        fig.colorbar(mesh, ax=ax, label=_density_label(result), extend="max")
+        image = _density_image(ax, result, idx[0], _vmax(result, idx[1:]))
+        fig.colorbar(image, ax=ax, label=_density_label(result), extend="max")
         _label_axes(ax, result)
         title = ax.set_title("")
+
         def draw(n: int) -> tuple[Any, ...]:
-            mesh.set_data(_masked(result, n))
+            image.set_data(_masked(result, n))
             title.set_text(f"Density at t = {t[n]:.3g} (mass in the domain "
                            f"{float(_np(result.mass)[n]):.3f})")
-            return mesh, title
+            return image, title
 
         anim = FuncAnimation(fig, draw, frames=idx, interval=1000.0 / fps, blit=False)
         page = anim.to_jshtml(fps=fps, embed_frames=True, default_mode="once")
