@@ -122,8 +122,9 @@ def plot_density_2d(result: Any, times: Sequence[float] | None = None, ncols: in
                      shrink=0.9)
     if np.asarray(result.exit).any():
         axes[0].legend(loc="lower left", fontsize="small")
-    fig.suptitle("Density snapshots (grey: obstacle; colour scale per panel)" if not
-                 shared_scale else "Density snapshots (grey: obstacle)")
+    notes = (["grey: obstacle"] if np.asarray(result.obstacle).any() else []) + (
+        [] if shared_scale else ["colour scale per panel"])
+    fig.suptitle("Density snapshots" + (f" ({'; '.join(notes)})" if notes else ""))
     return fig
 
 
