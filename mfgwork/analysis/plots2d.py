@@ -303,7 +303,9 @@ def animation_html(result: Any, frames: int = 40, fps: float = 8.0, dpi: int = 7
     dpi = check_int("dpi", dpi, low=20, high=300)
     t = _np(result.t)
     with rc_context(STYLE):
-        fig = Figure(figsize=(5.0, 4.2), dpi=dpi, layout="constrained")
+        # fixed margins: a layout engine would run again for every frame
+        fig = Figure(figsize=(5.0, 4.2), dpi=dpi)
+        fig.subplots_adjust(left=0.12, right=0.97, bottom=0.11, top=0.92)
         ax = fig.add_subplot()
         image = _density_image(ax, result, idx[0], _vmax(result, idx[1:]))
         fig.colorbar(image, ax=ax, label=_density_label(result), extend="max")
