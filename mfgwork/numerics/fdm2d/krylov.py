@@ -56,14 +56,13 @@ def iterate(apply: Callable[[Any], Any], inv_diag: Any, r_hat: Any, state: State
 
 
 def bicgstab(apply: Callable[[Any], Any], b: Any, inv_diag: Any, xp: Any, *, rtol: float,
-             max_iter: int, fail: float, x0: Any = None, check_every: int = 8,
+             max_iter: int, fail: float, check_every: int = 8,
              chunk: Callable[[State, Any], State] | None = None) -> tuple[Any, int]:
     """x with ‖b − A x‖₂ ≤ ``rtol`` ‖b‖₂ per problem (or, after ``max_iter`` iterations, the
     iterate if its relative residual is ≤ ``fail``: the rounding floor of float32; otherwise
     :class:`SolverError`). Returns x and the iterations done. ``chunk(state, r_hat)``: the
     ``check_every`` iterations between two tests (default :func:`iterate`)."""
-    x = 0.0 * b if x0 is None else x0
-    r = b - apply(x) if x0 is not None else b
+    x, r = 0.0 * b, b  # from x = 0
     r_hat = r
     b_norm = xp.sqrt(_dot(b, b, xp))
     one = 1.0 + 0.0 * b_norm
