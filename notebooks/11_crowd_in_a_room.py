@@ -99,6 +99,13 @@ from mfgwork import plots2d, studies
 # %matplotlib inline
 
 room = mw.Room(T=T, sigma=sigma, congestion=congestion, door_widths=(door_width, door_width))
+crowded = mw.Room(T=T, sigma=sigma, congestion=congestion_high,
+                  door_widths=(door_width, door_width))
+plots2d.frame_indices(nt, frames)
+targets, note = studies.comparison_targets(accelerator)
+bars = mw.TwoBars(thresholds=(0.6, 0.4), T=T_bars)
+scan_problems = {(a1, a2): mw.TwoBars(thresholds=(a1, a2), T=T_bars, spill=spill)
+                 for a1 in scan_thresholds for a2 in scan_thresholds}
 res = mw.solve_2d(room, nx=nx, nt=nt, tol=tol, progress=False)
 print(f"{room}: {res.status} in {res.iterations} iterations, certified residual "
       f"{res.residual:.1e} (tol {tol:g}), {res.timings['total']:.1f} s")
@@ -185,8 +192,6 @@ HTML(animation)
 # shown.
 
 # %%
-crowded = mw.Room(T=T, sigma=sigma, congestion=congestion_high,
-                  door_widths=(door_width, door_width))
 res_high = mw.solve_2d(crowded, nx=nx, nt=nt, tol=tol, progress=False)
 
 
@@ -222,7 +227,6 @@ fig_density_high
 # steps, and PyTorch on the CPU pays a dispatch cost per operation; on a GPU, raise it).
 
 # %%
-targets, note = studies.comparison_targets(accelerator)
 print(note)
 reference = None
 accelerator_table = []
@@ -268,7 +272,6 @@ print(studies.format_table(accelerator_table))
 
 # %%
 bars_tol = 1e-10
-bars = mw.TwoBars(thresholds=(0.6, 0.4), T=T_bars)
 res_bars = mw.solve_2d(bars, nx=nx_bars, nt=nt_bars, tol=bars_tol, max_iter=400,
                        progress=False)
 weights = mw.Grid(-5.0, 5.0, nx_bars, T_bars, nt_bars).weights
@@ -311,14 +314,12 @@ fig_bars_density
 
 # %%
 scan_rows = []
-for a1 in scan_thresholds:
-    for a2 in scan_thresholds:
-        r = mw.solve_2d(mw.TwoBars(thresholds=(a1, a2), T=T_bars, spill=spill), nx=nx_scan,
-                        nt=nt_scan, tol=tol, max_iter=400, progress=False)
-        mid = nt_scan // 2
-        scan_rows.append({"threshold_1": a1, "threshold_2": a2, "converged": r.converged,
-                          "iterations": r.iterations, "A1(T/2)": float(r.attendance[mid, 0]),
-                          "A2(T/2)": float(r.attendance[mid, 1])})
+for (a1, a2), problem in scan_problems.items():
+    r = mw.solve_2d(problem, nx=nx_scan, nt=nt_scan, tol=tol, max_iter=400, progress=False)
+    mid = nt_scan // 2
+    scan_rows.append({"threshold_1": a1, "threshold_2": a2, "converged": r.converged,
+                      "iterations": r.iterations, "A1(T/2)": float(r.attendance[mid, 0]),
+                      "A2(T/2)": float(r.attendance[mid, 1])})
 print(studies.format_table(scan_rows))
 
 # %% [markdown]
