@@ -33,13 +33,14 @@
 # $$
 # \begin{aligned}
 # -\partial_t u - \nu\,\Delta u + \tfrac12 |\nabla u|^2 &= 1 + \kappa\, m,
-#   & u(T) &= 1, & u &= 0 \text{ at the doors} &&\text{(HJB, backward)}\\
+#   & u(T) &= 1, \quad u = 0 \text{ at the doors},\\
 # \partial_t m - \nu\,\Delta m - \operatorname{div}(m\,\nabla u) &= 0,
-#   & m(0) &= m_0 && &&\text{(Fokker–Planck, forward)}
+#   & m(0) &= m_0,
 # \end{aligned}
 # $$
 #
-# with zero flux through the walls and the obstacle, and the optimal velocity
+# the HJB equation backward in time, the Fokker–Planck equation forward, with zero flux
+# through the walls and the obstacle, and the optimal velocity
 # $\alpha^* = -\nabla u$. Mass that reaches a door leaves: the mass in the room plus the mass
 # that has left stays $1$. Since the cost $1 + \kappa m$ increases with the density, the
 # equilibrium is unique.
@@ -57,25 +58,25 @@
 # against it, then a Fokker–Planck sweep) reproduces that path to a relative accuracy `tol`.
 
 # %% nbmake={"mock": {"T_bars": 2.0, "frames": 6, "nt": 12, "nt_accelerator": 8, "nt_bars": 10, "nt_scan": 10, "nx": 13, "nx_accelerator": 9, "nx_bars": 11, "nx_scan": 11, "scan_thresholds": [0.4, 0.7]}} tags=["parameters"]
-# the room: noise, congestion cost (and a second, larger value to compare), door width
+# the room: noise, congestion cost (and a larger one), door width
 T = 1.0
 sigma = 0.3
 congestion = 1.0
 congestion_high = 8.0
 door_width = 0.1
-# the grid: nx × nx nodes, nt time steps; the certified tolerance
+# grid: nx × nx nodes, nt time steps; the certified tolerance
 nx = 41
 nt = 40
 tol = 1e-6
 # frames of the animation (at most nt + 1)
 frames = 30
-# the accelerator: "auto" (CUDA, else MPS), "cuda", "mps" or "none"; its grid and the
-# tolerance of its float32 rows
+# accelerator: "auto" (CUDA, else MPS), "cuda", "mps" or "none";
+# its grid and the tolerance of its float32 rows
 accelerator = "auto"
 nx_accelerator = 21
 nt_accelerator = 20
 tol_float32 = 1e-4
-# the two bars: horizon and grid; the scan: spill-over, thresholds (both bars) and its grid
+# two bars: horizon, grid; the scan: spill-over, thresholds, grid
 T_bars = 4.0
 nx_bars = 31
 nt_bars = 30
@@ -83,7 +84,7 @@ spill = 0.5
 scan_thresholds = [0.4, 0.6, 0.8]
 nx_scan = 21
 nt_scan = 20
-# run folder to write; "" writes nothing (python -m mfgwork run sets it)
+# run folder; "" writes nothing (python -m mfgwork run sets it)
 out_dir = ""
 
 # %%
