@@ -168,3 +168,18 @@ def test_animation_writer_replaces_only_its_own_pages(room, tmp_path):
     plots2d.write_animation(page, other, force=True)
     assert other.read_text(encoding="utf-8").startswith(plots2d.ANIMATION_HEAD)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["anim", "link.html", "notes.html"]
+
+
+def test_density_at_a_time_and_the_evacuation_draw_the_result(room):
+    fig = plots2d.plot_density_at(room, time=0.5)
+    ax, = plot_axes(fig)
+    image, = ax.images
+    np.testing.assert_array_equal(np.ma.getdata(image.get_array())[~room.obstacle],
+                                  room.M[6][~room.obstacle])
+    assert "t = 0.5" in ax.get_title() and ax.get_xlabel() == "state x"
+    fig = plots2d.plot_evacuation({"a": room})
+    left, right = plot_axes(fig)
+    np.testing.assert_array_equal(left.get_lines()[0].get_ydata(), room.mass)
+    np.testing.assert_array_equal(right.get_lines()[0].get_ydata(), room.exit_flux[1:])
+    with pytest.raises(mw.ParameterError, match="results is empty"):
+        plots2d.plot_evacuation({})
