@@ -81,6 +81,7 @@ LAZY_MODULES = {
     "plots": "analysis.plots", "studies": "analysis.studies", "runs": "workflows.runs",
     "sweep_plots": "workflows.sweep_plots", "widgets": "apps.explorer",
     "game_plots": "analysis.game_plots", "crossover": "analysis.crossover",
+    "plots2d": "analysis.plots2d",
 }
 
 

@@ -1,5 +1,6 @@
 """Notebooks 06 (N patrons against the mean field), 07 (the two-state El Farol game), 09
-(your own model) and 10 (congestion, power Hamiltonians and two populations), executed once
+(your own model), 10 (congestion, power Hamiltonians and two populations) and 11 (a crowd in
+a room, two bars), executed once
 per test run by papermill at small parameters into run folders (the ``notebook_runs``
 fixture of conftest.py) whose files are checked."""
 
@@ -150,3 +151,55 @@ def test_congestion_and_populations_notebook(notebook_runs):
     res = mw.load(out)
     assert res.U.shape == (21, 21) and res.check() <= 1e-5
     assert res.check() == pytest.approx(quad["residual"], rel=1e-6)
+
+
+def test_crowd_in_a_room_notebook(notebook_runs):
+    # room 13 × 13 × 12, accelerator rows at 9 × 9 × 8, bars 11 × 11 × 10 (T = 2), a 2 × 2
+    # scan at 11 × 11 × 10
+    run = notebook_runs("11_crowd_in_a_room.ipynb")
+    out, frames = run.folder, run.parameters["frames"]
+    metrics = check_run_folder(out, "11_crowd_in_a_room.ipynb", {
+        "density_2d", "velocity_field", "exit_flux", "evacuation", "density_2d_congested",
+        "bar_attendance", "bar_density"})
+    assert all((out / "figures" / f"{p.stem}.pdf").is_file()
+               for p in (out / "figures").glob("*.png"))
+    # the certificate: the solver's residual, one independent best response, the balance
+    cert = metrics["certificate"]
+    assert metrics["room"]["converged"] and cert["residual"] <= 1e-6
+    assert cert["check"] <= 1e-6 and abs(cert["check"] - cert["residual"]) <= 1e-9
+    assert cert["mass_error"] <= 1e-12 and cert["min_density"] >= 0.0
+    room = mw.load_result2d(out / "room")
+    assert room.M.shape == (13, 13, 13) and room.converged and room.mass_error <= 1e-12
+    assert math.isclose(room.mass[-1], cert["mass_left_at_T"])
+    # the animation: its own page and the notebook's output, offline, one frame per frame
+    from mfgwork.analysis.plots2d import ANIMATION_HEAD
+
+    page = (out / "room_animation.html").read_text(encoding="utf-8")
+    assert page.startswith(ANIMATION_HEAD) and "://" not in page
+    assert page.count("data:image/png;base64,") == frames
+    executed = nbformat.read(out / "11_crowd_in_a_room.ipynb", as_version=4)
+    shown = [o["data"]["text/html"] for c in executed.cells if c.cell_type == "code"
+             for o in c.outputs if "text/html" in o.get("data", {})]
+    assert any(h.count("data:image/png;base64,") == frames and "<script" in h for h in shown)
+    # congestion: both certified; the crowd spreads and hurries (what the text says)
+    low, high = json.loads((out / "congestion.json").read_text())
+    assert low["converged"] and high["converged"] and high["congestion"] > low["congestion"]
+    assert high["peak_density"] < low["peak_density"] and high["peak_flux"] > low["peak_flux"]
+    assert high["half_gone_at"] <= low["half_gone_at"]
+    # the accelerator rows agree with the NumPy reference
+    rows = json.loads((out / "accelerator.json").read_text())
+    assert rows[0]["label"] == "numpy cpu float64" and rows[0]["rel_error_M"] == 0.0
+    for r in rows[1:]:
+        assert r["converged"] and r["solver"] == "krylov"
+        assert r["rel_error_M"] < (1e-3 if "float32" in r["label"] else 1e-9), r
+    # independent bars are two 1-D Santa Fe problems; the scan is symmetric in the bars
+    for r in json.loads((out / "independent_bars.json").read_text()):
+        assert r["converged_2d"] and r["converged_1d"]
+        assert r["max_diff_attendance"] <= 1e-8 and r["max_diff_marginal"] <= 1e-8
+    scan = {(r["threshold_1"], r["threshold_2"]): r
+            for r in json.loads((out / "threshold_scan.json").read_text())}
+    assert len(scan) == 4 and all(r["converged"] for r in scan.values())
+    assert abs(scan[0.4, 0.7]["A1(T/2)"] - scan[0.7, 0.4]["A2(T/2)"]) <= 1e-5
+    assert scan[0.4, 0.7]["A2(T/2)"] > scan[0.4, 0.4]["A2(T/2)"]
+    assert scan[0.4, 0.7]["A1(T/2)"] < scan[0.4, 0.4]["A1(T/2)"]
+    assert abs(scan[0.4, 0.4]["A1(T/2)"] - scan[0.4, 0.4]["A2(T/2)"]) <= 1e-6

@@ -216,3 +216,64 @@ def test_mw_widgets_loads_on_first_use_only():
     code = ("import sys, mfgwork; assert 'ipywidgets' not in sys.modules; "
             "mfgwork.widgets; assert 'ipywidgets' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- the 2-D room --------------------------------------------------------------------------
+ROOM_GRID = {"nx": 11, "nt": 8, "dpi": 40}
+
+
+@pytest.fixture(scope="module")
+def room_explorer():
+    ex = mw.widgets.explore(mw.Room(), door_width=0.1, **ROOM_GRID)
+    yield ex
+    ex.close()
+
+
+def test_room_explorer_opens_with_the_density_as_an_image(room_explorer):
+    ex = room_explorer
+    assert isinstance(ex, widgets.RoomExplorer) and ex.error is None
+    res = ex.result
+    assert res.converged and np.shape(res.M) == (9, 11, 11)
+    w, h = png_size(ex.view.value)
+    assert w > 100 and h > 100
+    assert "converged" in ex.status.value and "door width 0.10" in ex.status.value
+    # the same room solved directly gives the same densities
+    direct = mw.solve_2d(mw.Room(door_widths=(0.1, 0.1)), nx=11, nt=8, progress=False)
+    np.testing.assert_array_equal(res.M, direct.M)
+
+
+def test_room_sliders_reach_the_problem_and_time_only_redraws(room_explorer):
+    ex = room_explorer
+    narrow, png = ex.result, ex.view.value
+    ex.controls["door_width"].value = 0.3
+    assert ex.result.params["door_widths"] == [0.3, 0.3]
+    assert ex.result.mass[-1] < narrow.mass[-1]  # wider doors: fewer left at T
+    ex.controls["congestion"].value = 4.0
+    assert ex.result.params["congestion"] == 4.0 and ex.view.value != png
+    solves, result, png = ex.solves, ex.result, ex.view.value
+    ex.controls["time"].value = 0.75
+    assert ex.solves == solves and ex.result is result and ex.view.value != png
+    ex.controls["congestion"].value = 1.0
+    ex.controls["door_width"].value = 0.1
+    assert ex.result is narrow and ex.solves == solves  # earlier results reused
+
+
+def test_room_explorer_refuses_bad_arguments_before_any_solve(monkeypatch):
+    monkeypatch.setattr(widgets, "solve_2d", lambda *a, **k: pytest.fail("solved"))
+    with pytest.raises(mw.ParameterError, match="door_width=0.9"):
+        widgets.RoomExplorer(door_width=0.9, **ROOM_GRID)
+    with pytest.raises(mw.ParameterError, match="sigma=0.2 is not a parameter"):
+        widgets.RoomExplorer(sigma=0.2, **ROOM_GRID)
+    with pytest.raises(mw.ParameterError, match="problem=TwoBars"):
+        mw.widgets.explore(mw.TwoBars())
+
+
+def test_room_explorer_shows_a_failed_solve(room_explorer, monkeypatch):
+    def fail(*args, **kwargs):
+        raise mw.SolverError("non-finite values in U")
+
+    monkeypatch.setattr(widgets, "solve_2d", fail)
+    png = room_explorer.view.value
+    room_explorer.controls["congestion"].value = 9.5
+    assert room_explorer.error.startswith("SolverError") and room_explorer.view.value == png
+    assert "non-finite" in room_explorer.status.value

@@ -4,7 +4,8 @@ A table of targets (``.``, ``..``, home, an ancestor of the current directory, a
 a file, a FIFO, a path under a file, a folder of another kind, an unmarked folder, and with
 ``force`` a folder holding a notebook, a project root or a result folder) against every
 folder writer (``save_run``, ``Result.save``, figures, ``run_notebook``, ``mw.sweep``,
-``mw.scan``, the book builder) and every file writer (NetCDF export, ``write_csv``). Home and
+``mw.scan``, the book builder) and every file writer (NetCDF export, ``write_csv``, the
+animation page). Home and
 the current directory are throwaway folders (HOME monkeypatched, chdir); each case checks
 that the tree of the temporary folder is unchanged and that no heavy work ran. ``/`` is given
 only to the checks themselves, never to a writer.
@@ -23,6 +24,7 @@ from helpers import load_book_builder, write_notebook
 
 import mfgwork as mw
 import mfgwork.analysis.plots  # noqa: F401 - imported (font cache built) before HOME moves
+from mfgwork.analysis import plots2d
 from mfgwork.core import storage
 from mfgwork.core.errors import ParameterError
 from mfgwork.workflows import runs, sweeps
@@ -131,6 +133,8 @@ WRITERS: dict[str, tuple[Callable, str, bool]] = {
              "folder", True),
     "netcdf": (lambda p, t, f: scan_module.to_netcdf(_dataset(p), t, force=f), "file", True),
     "write_csv": (lambda p, t, f: _index(p).write_csv(t, force=f), "file", True),
+    "write_animation": (lambda p, t, f: plots2d.write_animation("<script></script>", t,
+                                                                force=f), "file", True),
 }
 
 #: Targets: name -> (path(place), force, words expected from folder writers, from file

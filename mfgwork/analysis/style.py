@@ -27,7 +27,8 @@ STYLE: dict[str, Any] = {
 }
 
 #: what a state symbol means, for axis labels.
-STATE_MEANING = {"θ": "preference θ", "x": "state x"}
+STATE_MEANING = {"θ": "preference θ", "x": "state x", "y": "state y",
+                 "θ1": "preference θ1 for bar 1", "θ2": "preference θ2 for bar 2"}
 TIME = "time t"
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -11,6 +11,11 @@ Figures: with ``%matplotlib inline`` (the default) each figure is rendered to PN
 
     import mfgwork as mw
     mw.widgets.explore(threshold=0.5)
+
+The 2-D room (:class:`mfgwork.Room`) has its own explorer, :class:`RoomExplorer`
+(``mw.widgets.explore(mw.Room())``): sliders for the door width and the congestion cost
+re-solve with :func:`mfgwork.solve_2d`; a time slider picks the density m(t, x, y) shown as an
+image (redrawn from the solution, without solving again).
 """
 
 from __future__ import annotations
@@ -29,12 +34,15 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ..analysis import plots
+from ..analysis import plots, plots2d
 from ..core.backend import available_backends
 from ..core.errors import ConvergenceWarning, ParameterError, check_choice, check_int, check_real
+from ..problems.room import Room
 from ..problems.santa_fe import DEFAULTS, SantaFeBar
 from ..results import Result
+from ..results2d import Result2D
 from ..solve import METHODS, solve
+from ..solve2d import solve_2d
 
 #: name → (label, min, max, step) of each problem slider; defaults are Santa Fe's.
 SLIDERS: dict[str, tuple[str, float, float, float]] = {
@@ -263,7 +271,148 @@ def _resolve_mode(mode: str) -> str:
     return mode
 
 
-def explore(**defaults: Any) -> SantaFeExplorer:
-    """A :class:`SantaFeExplorer` with the given starting values; display it in a notebook
-    (it is the last expression of a cell, or ``display(explore(...))``)."""
-    return SantaFeExplorer(**defaults)
+#: name → (label, min, max, step) of each slider of the room explorer.
+ROOM_SLIDERS: dict[str, tuple[str, float, float, float]] = {
+    "door_width": ("door width", 0.05, 0.4, 0.05),
+    "congestion": ("congestion κ", 0.0, 10.0, 0.5),
+}
+
+
+class RoomExplorer:
+    """The crowd in a room (:class:`mfgwork.Room`), explored: sliders for the width of both
+    doors and the congestion cost κ (each change re-solves with :func:`mfgwork.solve_2d`
+    on ``nx`` × ``nx`` nodes and ``nt`` steps, NumPy, to ``tol``), and for the time t at
+    which the density m(t, x, y) is shown as a PNG image (no new solve).
+
+    ``room``: the other parameters (default ``Room()``); ``defaults``: the sliders' starting
+    values (``door_width``, ``congestion``; default those of ``room``). Results of recently
+    seen settings are reused; a failed solve shows its message and keeps the last image.
+    """
+
+    def __init__(self, room: Room | None = None, *, nx: int = 31, nt: int = 30,
+                 tol: float = 1e-6, max_iter: int = 200, dpi: int = 80,
+                 **defaults: float) -> None:
+        room = Room() if room is None else room
+        if not isinstance(room, Room):
+            raise ParameterError(f"room={room!r:.80} is invalid: the 2-D explorer takes a "
+                                 "mw.Room")
+        unknown = sorted(set(defaults) - set(ROOM_SLIDERS))
+        if unknown:
+            raise ParameterError(f"{unknown[0]}={defaults[unknown[0]]!r} is not a parameter of "
+                                 f"the room explorer: must be one of {', '.join(ROOM_SLIDERS)}")
+        start = {"door_width": max(room.door_widths), "congestion": room.congestion} | defaults
+        values = {name: check_real(name, start[name], low=low, high=high, low_open=False,
+                                   high_open=False)
+                  for name, (_, low, high, _) in ROOM_SLIDERS.items()}
+        self.room = room
+        self.nx, self.nt = check_int("nx", nx, low=5), check_int("nt", nt, low=2)
+        self.tol = check_real("tol", tol, low=0.0)
+        self.max_iter = check_int("max_iter", max_iter, low=1)
+        self.dpi = dpi
+        self.controls: dict[str, w.ValueWidget] = {
+            name: w.FloatSlider(value=values[name], min=low, max=high, step=step,
+                                description=label, continuous_update=False,
+                                readout_format=".2f", style={"description_width": "7em"},
+                                layout=w.Layout(width="24em"))
+            for name, (label, low, high, step) in ROOM_SLIDERS.items()}
+        self.controls["time"] = w.FloatSlider(
+            value=room.T / 4, min=0.0, max=room.T, step=room.T / self.nt, description="time t",
+            continuous_update=False, readout_format=".3f", style={"description_width": "7em"},
+            layout=w.Layout(width="24em"))
+        for name, control in self.controls.items():
+            control.add_class(f"mfg-{name}")
+            control.observe(self._on_time if name == "time" else self._on_change,
+                            names="value")
+        self.figure = Figure(figsize=(4.8, 4.0), dpi=dpi)
+        FigureCanvasAgg(self.figure)
+        self.view = w.Image(format="png", layout=w.Layout(width="45%", height="auto"))
+        self.view.add_class("mfg-density-plot")
+        self.status = w.HTML().add_class("mfg-status")
+        self.widget = w.VBox([w.HBox([w.VBox(list(self.controls.values()))]), self.status,
+                              self.view]).add_class("mfg-explorer")
+        self.result: Result2D | None = None
+        self.error: str | None = None
+        self.solves = 0
+        self._cache: OrderedDict[tuple, Result2D] = OrderedDict()
+        self.update()
+
+    def problem(self) -> Room:
+        """The room at the sliders' door width and congestion."""
+        r, width = self.room, float(self.controls["door_width"].value)
+        ob = r.obstacle
+        return Room(length=r.length, T=r.T, sigma=r.sigma,
+                    congestion=float(self.controls["congestion"].value),
+                    door_widths=(width, width), door_centers=r.door_centers,
+                    obstacle=None if ob is None else (ob.x0, ob.x1, ob.y0, ob.y1),
+                    start=r.start, spread=r.spread, terminal=r.terminal,
+                    hamiltonian=r.hamiltonian)
+
+    def update(self) -> Result2D | None:
+        """Solve at the sliders' values (or reuse) and redraw; on failure show the message
+        and return None (the previous image stays)."""
+        key = tuple(float(self.controls[k].value) for k in ROOM_SLIDERS)
+        self.status.value = "<i>solving…</i>"
+        try:
+            res = self._cache.get(key) or self._solve()
+        except Exception as err:  # any failed solve is shown in the widget, never raised
+            self.error = f"{type(err).__name__}: {err}"
+            self.status.value = ("<span style='color:#b00020'>" + html.escape(self.error)
+                                 + "</span>")
+            return None
+        self._cache[key] = res
+        self._cache.move_to_end(key)
+        if len(self._cache) > CACHE_SIZE:
+            self._cache.popitem(last=False)
+        self.result, self.error = res, None
+        self._draw()
+        state = ("converged" if res.converged else
+                 "<span style='color:#b36b00'>not converged (max_iter reached)</span>")
+        self.status.value = (f"door width {key[0]:.2f}, κ = {key[1]:.2f}: {state} in "
+                             f"{res.iterations} iterations (residual {res.residual:.1e}) · "
+                             f"mass left at T = {float(res.mass[-1]):.3f} · solve "
+                             f"{res.timings['total']:.2f} s")
+        return res
+
+    def close(self) -> None:
+        """Close the widgets."""
+        _close_tree(self.widget)
+
+    def _solve(self) -> Result2D:
+        self.solves += 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)  # shown in the status line
+            return solve_2d(self.problem(), nx=self.nx, nt=self.nt, tol=self.tol,
+                            max_iter=self.max_iter, progress=False)
+
+    def _on_change(self, change: Mapping[str, Any]) -> None:
+        self.update()
+
+    def _on_time(self, change: Mapping[str, Any]) -> None:
+        if self.result is not None:
+            self._draw()
+
+    def _draw(self) -> None:
+        fig = self.figure
+        with matplotlib.rc_context(RC):
+            fig.clear()
+            fig.subplots_adjust(left=0.14, right=0.9, bottom=0.12, top=0.92)
+            plots2d.plot_density_at(self.result, float(self.controls["time"].value),
+                                    ax=fig.add_subplot())
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png", dpi=self.dpi)
+        self.view.value = buf.getvalue()
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+
+def explore(problem: Room | None = None, **defaults: Any) -> SantaFeExplorer | RoomExplorer:
+    """A :class:`SantaFeExplorer` with the given starting values, or, for a
+    :class:`mfgwork.Room`, a :class:`RoomExplorer` of it; display it in a notebook (it is
+    the last expression of a cell, or ``display(explore(...))``)."""
+    if problem is None:
+        return SantaFeExplorer(**defaults)
+    if isinstance(problem, Room):
+        return RoomExplorer(problem, **defaults)
+    raise ParameterError(f"problem={problem!r:.80} is invalid: explore takes no problem (the "
+                         "Santa Fe Bar) or a mw.Room")
