@@ -1,8 +1,7 @@
 """Notebooks 06 (N patrons against the mean field), 07 (the two-state El Farol game), 09
 (your own model), 10 (congestion, power Hamiltonians and two populations) and 11 (a crowd in
-a room, two bars), executed once
-per test run by papermill at small parameters into run folders (the ``notebook_runs``
-fixture of conftest.py) whose files are checked."""
+a room, two bars), executed once per test run by papermill at small parameters into run
+folders (the ``notebook_runs`` fixture of conftest.py) whose files are checked."""
 
 from __future__ import annotations
 
