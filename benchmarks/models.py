@@ -14,9 +14,11 @@ Cases (as in ``benchmarks/fdm.py``)
   seed     nx = nt = 52, exactly 5 iterations
   default  nx = nt = 201, to tol 1e-6 (``--max-iter`` iterations at most)
 
-For each: median wall time over ``--repeats`` runs after one warm-up, iterations, whether it
-converged, the time per iteration and the ratio to the quadratic (numba) row of the same case,
-measured in the same run.
+For each: median wall time over ``--repeats`` runs after one warm-up, iterations (best
+responses on the requested grid; those of the coarse stage of a coarse-to-fine solve apart,
+``coarse_iterations``), whether it converged, the time per iteration (the median time over
+the requested grid's best responses, so it includes the coarse stage) and the ratio to the
+quadratic (numba) row of the same case, measured in the same run.
 
     python benchmarks/models.py [--repeats 3] [--cases seed,default] [--out F]
 """
@@ -69,7 +71,8 @@ def measure(case: dict, model: mw.Hamiltonian | tuple, repeats: int) -> dict:
             "scheme": res.params["iteration"].get("scheme"),
             "kernels": res.extra["fdm_kernels"],
             "newton_on_coupling": res.extra.get("newton_on_coupling"),
-            "outer_iterations": res.extra.get("outer_iterations")}
+            "outer_iterations": res.extra.get("outer_iterations"),
+            "coarse_iterations": res.extra.get("coarse_iterations")}
 
 
 def main(argv: list[str] | None = None) -> int:

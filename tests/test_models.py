@@ -127,6 +127,16 @@ def test_congestion_on_a_fine_grid_starts_from_the_coarse_equilibrium():
     assert np.max(np.abs(A - A_cold)) <= 1e-4   # the one equilibrium, reached twice
 
 
+def test_batches_of_power_problems_run_newton_like_single_solves():
+    problems = [mw.SantaFeBar(hamiltonian=mw.Power(1.5), sigma=s) for s in (0.3, 0.8)]
+    batch = mw.solve_batch(problems, nx=41, nt=40, tol=1e-6, progress=False)
+    for p, r in zip(problems, batch, strict=True):
+        single = mw.solve(p, nx=41, nt=40, tol=1e-6, progress=False)
+        assert r.converged and r.params["iteration"]["scheme"] == "newton"
+        assert r.iterations == single.iterations
+        assert _rel(np.asarray(mw.to_numpy(r.M)), np.asarray(mw.to_numpy(single.M))) <= 1e-10
+
+
 def test_quadratic_solves_are_unchanged():
     default = mw.solve(mw.SantaFeBar(), **SMALL)
     explicit = mw.solve(mw.SantaFeBar(hamiltonian=mw.Quadratic()), **SMALL)

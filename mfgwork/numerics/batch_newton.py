@@ -166,8 +166,9 @@ def newton_tangent(hamiltonian: Hamiltonian) -> str | None:
 class BatchNewton:
     """Damped Newton's method for the coupling states z (B, nt) of B potential games on one
     grid: ``potential`` gives χ and the price slopes P'(z) of each; ``nu`` their
-    diffusions (B,); ``hamiltonian`` theirs (one for the batch; its ∂pp H bounded, see
-    :func:`newton_refusal`)."""
+    diffusions (B,); ``hamiltonian`` theirs (one for the batch, independent of m unless
+    :attr:`density` freezes the density it sees, see :func:`newton_refusal`; an unbounded
+    ∂pp H is capped, see :func:`newton_tangent`)."""
 
     def __init__(self, potential: MemberPotentials, *, grid: Grid, nu: np.ndarray,
                  backend: Backend, tol: float, max_halvings: int = 12,

@@ -56,8 +56,8 @@ class Hamiltonian:
 
     @property
     def bounded_curvature(self) -> bool:
-        """Whether ∂pp H is bounded (near p = 0): the tangent sweeps of Newton's method on
-        the coupling state need it."""
+        """Whether ∂pp H is bounded (near p = 0); where it is not, the tangent sweeps of
+        Newton's method on the coupling state cap it near p = 0 (an approximate tangent)."""
         return True
 
     def value(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
