@@ -167,5 +167,14 @@ def test_the_kernel_table_names_one_entry_per_backend_and_device(monkeypatch):
     without = dataclasses.replace(kernels.TRITON, requires=lambda: False)
     monkeypatch.setitem(kernels.KERNELS, ("torch", "cuda"), (without, kernels.ARRAY_API))
     assert kernels.fdm_kernels(cuda) is kernels.ARRAY_API
-    assert kernels.fdm_kernels(mw.get_backend("numpy"), power) is kernels.HOST_ARRAYS
-    assert kernels.fdm_kernels(mw.get_backend("torch", "cpu"), power) is kernels.HOST_ARRAYS_TORCH
+    # the compiled loops carry the shipped models; a model of one's own runs the array sweeps
+    assert kernels.fdm_kernels(mw.get_backend("numpy"), power) is kernels.COMPILED_LOOPS
+    assert kernels.fdm_kernels(mw.get_backend("torch", "cpu"), power) is \
+        kernels.COMPILED_LOOPS_TORCH
+
+    class Own(mw.Quadratic):
+        pass
+
+    assert kernels.fdm_kernels(mw.get_backend("numpy"), Own()) is kernels.HOST_ARRAYS
+    assert kernels.fdm_kernels(mw.get_backend("torch", "cpu"), Own()) is \
+        kernels.HOST_ARRAYS_TORCH
