@@ -283,11 +283,9 @@ else:
 # 2. **Who gets the bar.** Set `share_regulars = 0.8`, then 0.4. Which group fills the bar, and
 #    where does the whole attendance settle? Compare with the levels
 #    $A^*_k + \varepsilon \log(G/(-B))$ of the two groups.
-# 3. **Heavier congestion.** Raise `congestion_alpha` to 1 and lower `congestion_c` to 0.2.
-#    How many iterations does the solve need, and how much slower is the climb to the plateau?
-#    Does the plateau itself move?
-# 4. **A warm start.** Solve the three other one-population models again with
-#    `initial=results["quadratic"]`: they start from the quadratic equilibrium instead of a
-#    cold start. How many best responses does that save, and does the time follow? Compare
-#    the attendance paths with the cold-start ones: the start changes the iterations, not
-#    the answer (each is certified on its own).
+# 3. **Heavier congestion, and a warm start.** Raise `congestion_alpha` to 1 and lower
+#    `congestion_c` to 0.2. How many iterations does the solve need, and how much slower is
+#    the climb to the plateau? Does the plateau itself move? Then solve the heavier game again
+#    from the default one's equilibrium (the `initial` option of `mw.solve`): how many best
+#    responses does the warm start save? The start changes the iterations, not the answer:
+#    compare the two attendance paths.
