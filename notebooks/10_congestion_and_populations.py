@@ -98,9 +98,9 @@ for name, r in results.items():
 # how far $A(T/2)$ lies below the level where the payoff vanishes,
 # $A^* + \varepsilon\log(G/(-B))$, and the mean attendance.
 #
-# Every solve is Newton's method on the attendance path $A(t)$, the state through which the
-# patrons are coupled (`res.params["iteration"]`, printed below the tables, names the method
-# and how each Newton system is solved); what differs is how exact the Newton step can be
+# Every solve is Newton's method on the attendance path $A(t)$, which the payoff reads
+# (`res.params["iteration"]`, printed below the tables, names the method and how each Newton
+# system is solved); what differs is how exact the Newton step can be and what surrounds it
 # (`res.extra["newton_on_coupling"]`, printed where a model has a note):
 #
 # - **quadratic and $q = 3$**: the game has a potential, so the Newton system is symmetric and
@@ -120,9 +120,11 @@ for name, r in results.items():
 #   Newton system is not symmetric; it is solved by GMRES, with Anderson mixing as a fallback
 #   should the line search fail.
 #
-# The first solve of a fresh Python session also loads (the very first time: compiles) the
-# compiled loops that run the shipped Hamiltonians on the CPU: `res.timings["compile"]`,
-# printed below and left out of the `seconds` column.
+# The first solve of a fresh Python session also loads the compiled loops of the sweeps from
+# Numba's cache: `res.timings["compile"]`, printed below and left out of the `seconds`
+# column. The very first run after an install compiles them instead, a few seconds more,
+# part of which (the loops of `mw.Power`, `mw.Congestion` and of the Newton tangents) falls
+# inside the first solve that uses them: solve again to see the steady times.
 
 # %%
 level = plots.equilibrium_attendance(models["quadratic"].params())
