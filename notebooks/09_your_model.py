@@ -73,7 +73,10 @@ out_dir = ""
 # **A subclass of `mw.Hamiltonian`** gives `value`, `dp` and `dpp` (and `dm` where H depends
 # on the density, which the class attribute `depends_on_m` declares). Each takes the grid `x`, the gradient
 # `p`, the density `m` and the array namespace `xp` (NumPy, or torch on any device), so one
-# definition runs on every backend.
+# definition runs on every backend: the scheme calls these methods on whole arrays (its
+# generic array path). The Hamiltonians that ship with the workbench (`mw.Quadratic`,
+# `mw.Power`, `mw.Congestion`) also have compiled loops on the CPU, which are faster;
+# section 5 compares the two.
 #
 # **The rest of the model.** The agents start in a bump around $x = -0.5$, want to be near
 # `target` at $T$ ($g = 2\,(x - \text{target})^2$), and dislike crowds: $f(t, x, m) = \kappa\,m$,
@@ -157,6 +160,8 @@ res = results[0]  # the NumPy float64 reference
 # (`res.extra["certificate"]`); on MPS, which has no float64, the float32 certificate stands.
 # A single solve is a chain of small time steps, which suits one CPU core;
 # `08_accelerator_payoff.ipynb` shows where an accelerator pays off (batches, particles).
+# The kernels that ran each row are in `res.extra["fdm_kernels"]`: for this Hamiltonian on
+# the CPU, the generic array sweeps.
 
 # %%
 fig_backends = plots.plot_backend_comparison(table)
@@ -207,6 +212,13 @@ fig_convergence
 # target by time $T$: the mean position $E[x](t)$ (`res.observables["mean_state"]`) of the
 # current lies above that of the symmetric game, and ends closer to the target. Both are
 # certified equilibria.
+#
+# Both solves take a similar number of iterations (best responses), but not the same time:
+# `mw.Quadratic()` ships with the workbench and runs in compiled loops, the current runs the
+# generic array path (`res.extra["fdm_kernels"]` says which). At the defaults a best
+# response of the shipped Hamiltonian is several times faster. A model of your own is as
+# correct on the generic path, only slower; a closed form that is used a lot is worth
+# a compiled loop in the library.
 
 # %%
 from matplotlib.figure import Figure
@@ -219,6 +231,12 @@ mean = {"current": res.observables["mean_state"],
 print(f"symmetric: converged {res_sym.converged}, certified residual {res_sym.residual:.1e}")
 for label, path in mean.items():
     print(f"{label:9s}: E[x](T) = {path[-1]:+.4f} (target {target:g})")
+speed = [{"model": label, "kernels": r.extra["fdm_kernels"], "iterations": r.iterations,
+          "seconds": r.timings["total"] - r.timings.get("compile", 0.0)}
+         for label, r in (("current", res), ("symmetric", res_sym))]
+for row in speed:
+    row["ms_per_iteration"] = 1e3 * row["seconds"] / row["iterations"]
+print(studies.format_table(speed))
 
 fig_mean = Figure(figsize=(6.4, 4.0), layout="constrained")
 ax = fig_mean.add_subplot()
@@ -281,7 +299,7 @@ if out_dir:
                             "sigma": sigma, "T": T, "accelerator": accelerator}
     metrics = {"note": note, "backends": table, "check": check, "refused": refused,
                "final_mean": {k: float(v[-1]) for k, v in mean.items()},
-               "symmetric_converged": res_sym.converged}
+               "symmetric_converged": res_sym.converged, "speed": speed}
     print("wrote", mw.save_run(out_dir, res, parameters=parameters, metrics=metrics,
                                figures=figures, tables={"backends": table}))
 else:

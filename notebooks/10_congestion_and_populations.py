@@ -51,13 +51,12 @@ sigma_newcomers = 0.8
 nx = 101  # grid points in θ, walls included
 nt = 100  # time steps
 tol = 1e-8  # stop when the certified fixed-point residual is at most tol
-max_iter = 1000  # q < 2 needs many iterations (see section 1)
 t_early = 0.2  # the time at which the table reads the early attendance
 # run folder to write; "" writes nothing (python -m mfgwork run sets it)
 out_dir = ""
 
 # %%
-# check the parameters, then solve every model
+# check the parameters, then solve every model from a cold start
 import numpy as np
 
 import mfgwork as mw
@@ -76,12 +75,10 @@ groups = mw.SantaFePopulations((
                   mw.SantaFeBar(threshold=threshold_regulars, sigma=sigma_regulars)),
     mw.Population("newcomers", 1.0 - share_regulars,
                   mw.SantaFeBar(threshold=threshold_newcomers, sigma=sigma_newcomers))))
-options = {"nx": nx, "nt": nt, "tol": tol, "max_iter": max_iter, "progress": False}
+options = {"nx": nx, "nt": nt, "tol": tol, "progress": False}
 
-results = {"quadratic": mw.solve(models["quadratic"], **options)}
-for name, problem in list(models.items())[1:]:
-    results[name] = mw.solve(problem, initial=results["quadratic"], **options)
-results["two groups"] = mw.solve_populations(groups, **options)
+results = {name: mw.solve(problem, **options)
+           for name, problem in (models | {"two groups": groups}).items()}
 for name, r in results.items():
     if not r.converged:
         print(f"*** NOT AN EQUILIBRIUM: {name} did not converge (residual {r.residual:.1e}); "
@@ -90,20 +87,44 @@ for name, r in results.items():
 # %% [markdown]
 # ## 1. One table
 #
-# Every model is solved on the same grid to the same `tol`. The quadratic game is solved
-# first and the others start from its equilibrium (`initial=`): their equilibria are close to
-# it, and the start changes the iterations, not the answer, which is certified on its own. The
-# columns: whether the solve converged, its iterations, the certified residual (one best
-# response to the returned attendance path reproduces it to this relative residual), the
-# attendance early on ($t$ = `t_early`), at $T/2$ and at $T$, how far $A(T/2)$ lies below the
-# level where the payoff vanishes, $A^* + \varepsilon\log(G/(-B))$, and the mean attendance.
+# Every model is solved by the same call, `mw.solve(problem, **options)` (the one front door,
+# for the two groups as for a single population), from a cold start, on the same grid, to the
+# same `tol`. The first table says how each solve went: whether it converged, its
+# `iterations` (the best responses it computed, each one HJB sweep backward and one
+# Fokker–Planck sweep forward, line searches and certificates included), the Newton steps
+# among them, the certified residual (one best response to the returned equilibrium
+# reproduces it to this relative residual) and the wall time of the solve in seconds. The
+# second reads the equilibria: the attendance early on ($t$ = `t_early`), at $T/2$ and at $T$,
+# how far $A(T/2)$ lies below the level where the payoff vanishes,
+# $A^* + \varepsilon\log(G/(-B))$, and the mean attendance.
 #
-# Iterations differ a lot. The quadratic game and $q = 3$ have a potential that Newton's
-# method uses (a handful of iterations); congestion makes the coupling state the whole
-# density, and $q < 2$ has an unbounded $\partial_{pp} H$ at $p = 0$ (a tiny gradient already
-# makes patrons move), so both are solved by Anderson-accelerated iteration, $q = 1.5$ with
-# hundreds of iterations (`res.extra["newton_on_coupling"]` says why, printed below the
-# table).
+# Every solve is Newton's method on the attendance path $A(t)$, which the payoff reads
+# (`res.params["iteration"]`, printed below the tables, names the method and how each Newton
+# system is solved); what differs is how exact the Newton step can be and what surrounds it
+# (`res.extra["newton_on_coupling"]`, printed where a model has a note):
+#
+# - **quadratic and $q = 3$**: the game has a potential, so the Newton system is symmetric and
+#   positive definite, with the exact tangent of the discrete scheme; it is solved
+#   matrix-free by conjugate gradients. No note.
+# - **$q = 1.5$**: $\partial_{pp} H = (q - 1)\,|p|^{q - 2}$ is unbounded at $p = 0$ (a tiny
+#   gradient already sets patrons moving), so the tangent is approximate: it caps the
+#   curvature by evaluating it at a small floor of $|p|$. The line search and the
+#   certificate use the exact scheme, so the answer is certified like the others; the
+#   approximate step costs a few more Newton steps.
+# - **congestion**: $H$ depends on the density, so the coupling state is the whole density,
+#   not only $A(t)$. The solver freezes the density that $H$ sees, solves that game (a
+#   potential game again) by Newton on $A(t)$, and updates the frozen density by an outer
+#   Anderson iteration (`res.extra["outer_iterations"]`), each outer iterate certified by one
+#   best response of the fully coupled system. It needs the most best responses of the five.
+# - **two groups**: the groups read the shared attendance with payoffs of their own, so the
+#   Newton system is not symmetric; it is solved by GMRES, with Anderson mixing as a fallback
+#   should the line search fail.
+#
+# The first solve of a fresh Python session also loads the compiled loops of the sweeps from
+# Numba's cache: `res.timings["compile"]`, printed below and left out of the `seconds`
+# column. The very first run after an install compiles them instead, a few seconds more,
+# part of which (the loops of `mw.Power`, `mw.Congestion` and of the Newton tangents) falls
+# inside the first solve that uses them: solve again to see the steady times.
 
 # %%
 level = plots.equilibrium_attendance(models["quadratic"].params())
@@ -111,15 +132,27 @@ rows = []
 for name, r in results.items():
     t, A = mw.to_numpy(r.t), mw.to_numpy(r.attendance)
     rows.append({"model": name, "converged": r.converged, "iterations": r.iterations,
-                 "residual": r.residual, "A_early": float(np.interp(t_early, t, A)),
-                 "A_mid": float(A[nt // 2]), "gap_mid": level - float(A[nt // 2]),
-                 "A_end": float(A[-1]), "mean_attendance": float(A.mean())})
-print(f"F(A) = 0 at A = {level:.4f}; A_early at t = {t_early:g}, A_mid at T/2, "
+                 "newton_steps": r.extra.get("newton_steps", 0), "residual": r.residual,
+                 "seconds": r.timings["total"] - r.timings.get("compile", 0.0),
+                 "A_early": float(np.interp(t_early, t, A)), "A_mid": float(A[nt // 2]),
+                 "gap_mid": level - float(A[nt // 2]), "A_end": float(A[-1]),
+                 "mean_attendance": float(A.mean())})
+print(format_table(rows, ["model", "converged", "iterations", "newton_steps", "residual",
+                          "seconds"]))
+print(f"\nF(A) = 0 at A = {level:.4f}; A_early at t = {t_early:g}, A_mid at T/2, "
       f"gap_mid = {level:.4f} - A(T/2)")
-print(format_table(rows))
-for name, r in results.items():
-    if "newton_on_coupling" in r.extra:
-        print(f"{name}: {r.extra['newton_on_coupling']}")
+print(format_table(rows, ["model", "A_early", "A_mid", "gap_mid", "A_end",
+                          "mean_attendance"]))
+print(f"\nloading the compiled loops: {results['quadratic'].timings.get('compile', 0.0):.2f} s")
+solvers = {name: {"scheme": r.params["iteration"]["scheme"],
+                  "system": r.params["iteration"].get("system"),
+                  "note": r.extra.get("newton_on_coupling"),
+                  "outer_iterations": r.extra.get("outer_iterations")}
+           for name, r in results.items()}
+for name, how in solvers.items():
+    print(f"{name}: {how['scheme']} ({how['system']})"
+          + (f"; {how['note']}" if how["note"] else "")
+          + (f"; {how['outer_iterations']} outer iterations" if how["outer_iterations"] else ""))
 
 # %% [markdown]
 # ## 2. Attendance paths
@@ -236,7 +269,7 @@ if out_dir:
         "t_early": t_early}
     print("wrote", mw.save_run(out_dir, results["quadratic"], parameters=parameters,
                                metrics={"comparison": rows, "groups": group_rows,
-                                        "plateau_level": level},
+                                        "solvers": solvers, "plateau_level": level},
                                figures=figures,
                                tables={"comparison": rows, "groups": group_rows}))
 else:
@@ -252,6 +285,9 @@ else:
 # 2. **Who gets the bar.** Set `share_regulars = 0.8`, then 0.4. Which group fills the bar, and
 #    where does the whole attendance settle? Compare with the levels
 #    $A^*_k + \varepsilon \log(G/(-B))$ of the two groups.
-# 3. **Heavier congestion.** Raise `congestion_alpha` to 1 and lower `congestion_c` to 0.2.
-#    How many iterations does the solve need, and how much slower is the climb to the plateau?
-#    Does the plateau itself move?
+# 3. **Heavier congestion, and a warm start.** Raise `congestion_alpha` to 1 and lower
+#    `congestion_c` to 0.2. How many iterations does the solve need, and how much slower is
+#    the climb to the plateau? Does the plateau itself move? Then solve the heavier game again
+#    from the default one's equilibrium (the `initial` option of `mw.solve`): how many best
+#    responses does the warm start save? The start changes the iterations, not the answer:
+#    compare the two attendance paths.

@@ -122,6 +122,12 @@ def test_your_model_notebook(notebook_runs):
     # the current carries the crowd further towards the target than a symmetric cost
     assert metrics["symmetric_converged"]
     assert metrics["final_mean"]["current"] > metrics["final_mean"]["symmetric"]
+    # a Hamiltonian of one's own runs the generic array path, the shipped one compiled loops
+    speed = {row["model"]: row for row in metrics["speed"]}
+    assert speed["current"]["kernels"] == "array-API sweeps (LAPACK)"
+    assert speed["symmetric"]["kernels"] == "compiled loops (numba)"
+    assert speed["current"]["iterations"] == res.iterations
+    assert all(row["seconds"] > 0.0 for row in speed.values())
 
 
 def test_congestion_and_populations_notebook(notebook_runs):
@@ -136,6 +142,22 @@ def test_congestion_and_populations_notebook(notebook_runs):
     assert all(r["converged"] and r["residual"] <= 1e-5 for r in rows.values())
     quad, cong = rows["quadratic"], rows["congestion c=1, α=0.5"]
     q15, q3 = rows["power q=1.5"], rows["power q=3"]
+    # every model from a cold start by Newton's method on the attendance path, in few best
+    # responses (what section 1 says): exact and symmetric for the potential games, an
+    # approximate tangent for q = 1.5, outer Anderson on the frozen density for congestion,
+    # GMRES for the two groups; congestion needs the most best responses
+    assert all(1 <= r["newton_steps"] <= r["iterations"] <= 40 and r["seconds"] > 0.0
+               for r in rows.values())
+    assert cong["iterations"] == max(r["iterations"] for r in rows.values())
+    solvers = metrics["solvers"]
+    assert {how["scheme"] for how in solvers.values()} == {"newton"}
+    assert solvers["two groups"]["system"] == "gmres"
+    assert all(solvers[name]["system"].startswith("conjugate gradients")
+               for name in rows if name != "two groups")
+    assert solvers["quadratic"]["note"] is None and solvers["power q=3"]["note"] is None
+    assert solvers["power q=1.5"]["note"].startswith("approximate tangent")
+    assert solvers["congestion c=1, α=0.5"]["note"].startswith("outer Anderson")
+    assert solvers["congestion c=1, α=0.5"]["outer_iterations"] >= 2
     # how far below the level each holds the plateau, and how it starts and ends
     assert 0.0 < q15["gap_mid"] < quad["gap_mid"] < cong["gap_mid"] < q3["gap_mid"] < 0.002
     assert q3["A_early"] == max(r["A_early"] for r in (quad, cong, q15, q3))
