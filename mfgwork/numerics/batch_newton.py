@@ -17,10 +17,13 @@ best response; what it evaluates differs per problem:
 Problems whose new point was accepted get a new Newton direction d = S⁻¹ (S D S + I)⁻¹ S R:
 
 - on devices (CUDA, MPS and its emulation) from the dense tangent Jacobians D of all these
-  problems at once (the batched torch sweeps of :mod:`.fdm.tangent_torch`, all nt directions
-  as one wide batch of tridiagonal solves, in chunks that fit ``jacobian_memory`` bytes: a
-  quarter of the free memory on CUDA) and one batched Cholesky factorisation (a problem whose
-  factorisation fails steps along R, the Picard direction);
+  problems at once, in chunks that fit ``jacobian_memory`` bytes (a quarter of the free memory
+  on CUDA), and one batched Cholesky factorisation (a problem whose factorisation fails steps
+  along R, the Picard direction). On CUDA with Triton, D comes from the fused tangent sweeps
+  of :mod:`.fdm.triton_tangent` (two launches per chunk, the time loop inside); elsewhere
+  (MPS, its emulation, CUDA without Triton) from the batched torch sweeps of
+  :mod:`.fdm.tangent_torch` (all nt directions as one wide batch of tridiagonal solves per
+  level);
 - on the CPU matrix-free (Newton–Krylov): conjugate gradients on the SPD system, each product
   D p one tangent sweep of a single direction (:func:`.fdm.tangent.tangent_product`, the
   Thomas factors of the step matrices computed once per direction), O(nt nx) against
@@ -389,23 +392,37 @@ class BatchNewton:
             out[b] = np.where(s > 0, v / np.where(s > 0, s, 1.0), R)
         return self.backend.asarray(out)
 
+    @property
+    def jacobian_kernels(self) -> str:
+        """What computes the dense tangent Jacobians here (devices only)."""
+        from .fdm.kernels import _triton_installed
+
+        if self.backend.kind == "cuda" and _triton_installed():
+            return "fused Triton tangent sweeps"
+        return "torch tangent sweeps (parallel cyclic reduction)"
+
     def _jacobians(self, U: Any, M: Any, idx: np.ndarray) -> Any:
         """D (k, nt, nt) of the problems ``idx`` (U, M their best responses)."""
         import torch
 
-        from .fdm.tangent_torch import tangent_jacobian_torch
+        from .fdm import tangent_torch, triton_tangent
 
         g = self.grid
+        if self.jacobian_kernels.startswith("fused"):
+            jacobian = triton_tangent.tangent_jacobian_triton
+            per_member = triton_tangent.workspace_items(g.nx, g.nt)
+        else:
+            jacobian = tangent_torch.tangent_jacobian_torch
+            per_member = g.nx * g.nt * (g.nt + 40)
         dtype = getattr(torch, self.jacobian_dtype)
         on = {"dtype": dtype, "device": U.device}
         chi = torch.as_tensor(self.potential.chi, **on)
         inv_hw = torch.as_tensor(1.0 / (g.h * g.weights), **on)
         nu = torch.as_tensor(self.nu[idx], **on)
-        per_member = np.dtype(self.jacobian_dtype).itemsize * g.nx * g.nt * (g.nt + 40)
+        per_member *= np.dtype(self.jacobian_dtype).itemsize
         chunk = max(1, int(self.jacobian_memory // per_member))
         weights = torch.as_tensor(g.weights, **on)
-        parts = [tangent_jacobian_torch(U[i:i + chunk].to(dtype),
-                                        M[i:i + chunk].to(dtype) * weights, chi,
-                                        nu[i:i + chunk], g.h, g.dt, inv_hw)
+        parts = [jacobian(U[i:i + chunk].to(dtype), M[i:i + chunk].to(dtype) * weights, chi,
+                          nu[i:i + chunk], g.h, g.dt, inv_hw)
                  for i in range(0, idx.size, chunk)]
         return torch.cat(parts)

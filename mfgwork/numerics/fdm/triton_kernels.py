@@ -227,3 +227,187 @@ def fp_sweep_kernel(U_ptr, mu_ptr, nu_ptr, inv_hw_ptr, params_ptr, cp_ptr, dp_pt
             x = d3 - c3 * x
             tl.store(mu_lvl + (i - 3) * B, x, mask=valid & (b * 0 + i >= 3))
         u_lvl += row
+
+
+# -- the tangent linear sweeps (:mod:`.triton_tangent`) ------------------------------------
+# Bands and factors are laid out [x, system] with system s = b·nt + n (problem b, level n);
+# the directions of a problem are the lanes of its programs, [level, x, direction] in the
+# history of δu and [x, direction] in the forward state δμ.
+
+@triton.jit
+def thomas_factor_kernel(band_ptr, fac_ptr, S, NX, BLOCK: tl.constexpr):
+    """Thomas factors (cp, inv) of J(u^n) and of J(u^n)ᵀ for every system s, one per lane:
+    inv_i = 1/(b_i − a_i cp_{i−1}), cp_i = c_i inv_i; J(u)ᵀ has lower band upper_{i−1} and
+    upper band lower_{i+1}. ``band_ptr``: lower, diag, upper (3, NX, S); ``fac_ptr``: cp, inv,
+    cp_t, inv_t (4, NX, S)."""
+    s = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    valid = s < S
+    plane = NX * S
+    cp = tl.zeros([BLOCK], tl.float32).to(band_ptr.dtype.element_ty)
+    cp_t = tl.zeros([BLOCK], tl.float32).to(band_ptr.dtype.element_ty)
+    for i in range(NX):
+        at = band_ptr + i * S + s
+        a = tl.load(at, mask=valid, other=0.0)
+        d = tl.load(at + plane, mask=valid, other=1.0)
+        c = tl.load(at + 2 * plane, mask=valid, other=0.0)
+        a_t = tl.load(at + 2 * plane - S, mask=valid & (s * 0 + i >= 1), other=0.0)
+        c_t = tl.load(at + S, mask=valid & (s * 0 + i + 1 < NX), other=0.0)
+        inv = 1.0 / (d - a * cp)
+        cp = c * inv
+        inv_t = 1.0 / (d - a_t * cp_t)
+        cp_t = c_t * inv_t
+        out = fac_ptr + i * S + s
+        tl.store(out, cp, mask=valid)
+        tl.store(out + plane, inv, mask=valid)
+        tl.store(out + 2 * plane, cp_t, mask=valid)
+        tl.store(out + 3 * plane, inv_t, mask=valid)
+
+@triton.jit
+def factor_at(ptr, i, S, s0, NX, ok):
+    """The band or factor value of row i (0 past the grid), broadcast over the lanes."""
+    return tl.load(ptr + i * S + s0, mask=ok & (s0 * 0 + i < NX), other=0.0)
+
+@triton.jit
+def backward_loads(hist_n, fac_ptr, band_ptr, chi_ptr, i, n, S, s0, NX, NT, j, jv, plane):
+    """Row i of the backward sweep at level n: a_i, inv_i and the right-hand side
+    δu^{n+1}_i/Δt − [j = n] χ_i (direction j vanishes at level n + 1 for j ≤ n)."""
+    ok = jv & (j * 0 + i < NX)
+    a = factor_at(band_ptr, i, S, s0, NX, jv)
+    inv = factor_at(fac_ptr + plane, i, S, s0, NX, jv)
+    prev = tl.load(hist_n + NX * NT + i * NT, mask=ok & (j > n), other=0.0)
+    chi = tl.load(chi_ptr + tl.minimum(i, NX - 1) + j * 0, mask=ok & (j == n), other=0.0)
+    return a, inv, prev, chi
+
+@triton.jit
+def forward_loads(hist_n, dmu, fac_ptr, band_ptr, i, n, S, s0, NX, NT, j, jv, plane):
+    """Row i of the forward sweep at level n: the lower band upper_{i−1} and inv of J(u^n)ᵀ,
+    δμ^n_i, the transport weights c_{i−1}, c_i and δu^n at rows i − 1, i, i + 1."""
+    ok = jv & (j * 0 + i < NX)
+    a_t = factor_at(band_ptr + 2 * plane - S, i, S, s0, NX, jv & (j * 0 + i >= 1))
+    inv_t = factor_at(fac_ptr + 3 * plane, i, S, s0, NX, jv)
+    m = tl.load(dmu + i * NT, mask=ok & (j * 0 + n > 0), other=0.0)
+    c_l = factor_at(band_ptr + 3 * plane - S, i, S, s0, NX, jv & (j * 0 + i >= 1))
+    c_r = factor_at(band_ptr + 3 * plane, i, S, s0, NX - 1, jv)
+    take = ok & (j >= n)
+    d_l = tl.load(hist_n + (i - 1) * NT, mask=take & (j * 0 + i >= 1), other=0.0)
+    d_c = tl.load(hist_n + i * NT, mask=take, other=0.0)
+    d_r = tl.load(hist_n + (i + 1) * NT, mask=take & (j * 0 + i + 1 < NX), other=0.0)
+    return a_t, inv_t, m, c_l, c_r, d_l, d_c, d_r
+
+@triton.jit
+def forward_rhs(a_t, inv_t, m, c_l, c_r, d_l, d_c, d_r, x, inv_dt):
+    """One elimination step of J(u^n)ᵀ δμ^{n+1} = δμ^n/Δt − K_n δu^n, K_n = Dᵀ diag(c) D."""
+    rhs = m * inv_dt - c_l * (d_c - d_l) + c_r * (d_r - d_c)
+    return (rhs - a_t * x) * inv_t
+
+@triton.jit
+def tangent_sweep_kernel(band_ptr, fac_ptr, chi_ptr, hist_ptr, dmu_ptr, D_ptr, params_ptr,
+                         NB, NX, NT, NBLK, BD: tl.constexpr):
+    """D[b, n, j] = χ·δμ^{n+1}_j for the directions j of block ``pid % NBLK`` of problem
+    ``pid // NBLK``: the backward sweep J_n δu^n = δu^{n+1}/Δt − [j = n] χ (levels j..0, into
+    the history), then the forward sweep J_nᵀ δμ^{n+1} = δμ^n/Δt − K_n δu^n (levels 0..nt−1,
+    δμ in place). Rows go in groups of four, their loads issued before the serial steps."""
+    pid = tl.program_id(0)
+    b = pid // NBLK
+    j = (pid % NBLK) * BD + tl.arange(0, BD)
+    jv = j < NT
+    jmax = tl.minimum((pid % NBLK) * BD + BD - 1, NT - 1)
+    dt = tl.load(params_ptr)
+    inv_dt = 1.0 / dt
+    S = NB * NT
+    plane = NX * S
+    zero = tl.zeros([BD], tl.float32).to(hist_ptr.dtype.element_ty)
+    lanes = tl.arange(0, BD) * 0
+    hist = hist_ptr + b.to(tl.int64) * NT * NX * NT + j
+    dmu = dmu_ptr + b.to(tl.int64) * NX * NT + j
+    for k in range(0, jmax + 1):
+        n = jmax - k
+        s0 = lanes + b * NT + n
+        hist_n = hist + n * NX * NT
+        x = zero
+        for i0 in range(0, NX, 4):
+            a0, v0, p0, c0 = backward_loads(hist_n, fac_ptr, band_ptr, chi_ptr, i0, n, S, s0,
+                                            NX, NT, j, jv, plane)
+            a1, v1, p1, c1 = backward_loads(hist_n, fac_ptr, band_ptr, chi_ptr, i0 + 1, n, S,
+                                            s0, NX, NT, j, jv, plane)
+            a2, v2, p2, c2 = backward_loads(hist_n, fac_ptr, band_ptr, chi_ptr, i0 + 2, n, S,
+                                            s0, NX, NT, j, jv, plane)
+            a3, v3, p3, c3 = backward_loads(hist_n, fac_ptr, band_ptr, chi_ptr, i0 + 3, n, S,
+                                            s0, NX, NT, j, jv, plane)
+            x = (p0 * inv_dt - c0 - a0 * x) * v0
+            tl.store(hist_n + i0 * NT, x, mask=jv)
+            x = (p1 * inv_dt - c1 - a1 * x) * v1
+            tl.store(hist_n + (i0 + 1) * NT, x, mask=jv & (lanes + i0 + 1 < NX))
+            x = (p2 * inv_dt - c2 - a2 * x) * v2
+            tl.store(hist_n + (i0 + 2) * NT, x, mask=jv & (lanes + i0 + 2 < NX))
+            x = (p3 * inv_dt - c3 - a3 * x) * v3
+            tl.store(hist_n + (i0 + 3) * NT, x, mask=jv & (lanes + i0 + 3 < NX))
+        x = zero
+        for r0 in range(0, NX, 4):
+            i = NX - 1 - r0
+            y0 = tl.load(hist_n + i * NT, mask=jv, other=0.0)
+            q0 = factor_at(fac_ptr, i, S, s0, NX, jv)
+            y1 = tl.load(hist_n + (i - 1) * NT, mask=jv & (lanes + i >= 1), other=0.0)
+            q1 = factor_at(fac_ptr, i - 1, S, s0, NX, jv & (lanes + i >= 1))
+            y2 = tl.load(hist_n + (i - 2) * NT, mask=jv & (lanes + i >= 2), other=0.0)
+            q2 = factor_at(fac_ptr, i - 2, S, s0, NX, jv & (lanes + i >= 2))
+            y3 = tl.load(hist_n + (i - 3) * NT, mask=jv & (lanes + i >= 3), other=0.0)
+            q3 = factor_at(fac_ptr, i - 3, S, s0, NX, jv & (lanes + i >= 3))
+            x = y0 - q0 * x
+            tl.store(hist_n + i * NT, x, mask=jv)
+            x = y1 - q1 * x
+            tl.store(hist_n + (i - 1) * NT, x, mask=jv & (lanes + i >= 1))
+            x = y2 - q2 * x
+            tl.store(hist_n + (i - 2) * NT, x, mask=jv & (lanes + i >= 2))
+            x = y3 - q3 * x
+            tl.store(hist_n + (i - 3) * NT, x, mask=jv & (lanes + i >= 3))
+    for n in range(0, NT):
+        s0 = lanes + b * NT + n
+        hist_n = hist + n * NX * NT
+        x = zero
+        for i0 in range(0, NX, 4):
+            t0, v0, m0, cl0, cr0, dl0, dc0, dr0 = forward_loads(
+                hist_n, dmu, fac_ptr, band_ptr, i0, n, S, s0, NX, NT, j, jv, plane)
+            t1, v1, m1, cl1, cr1, dl1, dc1, dr1 = forward_loads(
+                hist_n, dmu, fac_ptr, band_ptr, i0 + 1, n, S, s0, NX, NT, j, jv, plane)
+            t2, v2, m2, cl2, cr2, dl2, dc2, dr2 = forward_loads(
+                hist_n, dmu, fac_ptr, band_ptr, i0 + 2, n, S, s0, NX, NT, j, jv, plane)
+            t3, v3, m3, cl3, cr3, dl3, dc3, dr3 = forward_loads(
+                hist_n, dmu, fac_ptr, band_ptr, i0 + 3, n, S, s0, NX, NT, j, jv, plane)
+            x = forward_rhs(t0, v0, m0, cl0, cr0, dl0, dc0, dr0, x, inv_dt)
+            tl.store(dmu + i0 * NT, x, mask=jv)
+            x = forward_rhs(t1, v1, m1, cl1, cr1, dl1, dc1, dr1, x, inv_dt)
+            tl.store(dmu + (i0 + 1) * NT, x, mask=jv & (lanes + i0 + 1 < NX))
+            x = forward_rhs(t2, v2, m2, cl2, cr2, dl2, dc2, dr2, x, inv_dt)
+            tl.store(dmu + (i0 + 2) * NT, x, mask=jv & (lanes + i0 + 2 < NX))
+            x = forward_rhs(t3, v3, m3, cl3, cr3, dl3, dc3, dr3, x, inv_dt)
+            tl.store(dmu + (i0 + 3) * NT, x, mask=jv & (lanes + i0 + 3 < NX))
+        x = zero
+        z = zero
+        for r0 in range(0, NX, 4):
+            i = NX - 1 - r0
+            y0 = tl.load(dmu + i * NT, mask=jv, other=0.0)
+            q0 = factor_at(fac_ptr + 2 * plane, i, S, s0, NX, jv)
+            w0 = tl.load(chi_ptr + i + lanes)
+            y1 = tl.load(dmu + (i - 1) * NT, mask=jv & (lanes + i >= 1), other=0.0)
+            q1 = factor_at(fac_ptr + 2 * plane, i - 1, S, s0, NX, jv & (lanes + i >= 1))
+            w1 = tl.load(chi_ptr + i - 1 + lanes, mask=(lanes + i) >= 1, other=0.0)
+            y2 = tl.load(dmu + (i - 2) * NT, mask=jv & (lanes + i >= 2), other=0.0)
+            q2 = factor_at(fac_ptr + 2 * plane, i - 2, S, s0, NX, jv & (lanes + i >= 2))
+            w2 = tl.load(chi_ptr + i - 2 + lanes, mask=(lanes + i) >= 2, other=0.0)
+            y3 = tl.load(dmu + (i - 3) * NT, mask=jv & (lanes + i >= 3), other=0.0)
+            q3 = factor_at(fac_ptr + 2 * plane, i - 3, S, s0, NX, jv & (lanes + i >= 3))
+            w3 = tl.load(chi_ptr + i - 3 + lanes, mask=(lanes + i) >= 3, other=0.0)
+            x = y0 - q0 * x
+            tl.store(dmu + i * NT, x, mask=jv)
+            z += w0 * x
+            x = y1 - q1 * x
+            tl.store(dmu + (i - 1) * NT, x, mask=jv & (lanes + i >= 1))
+            z += w1 * x
+            x = y2 - q2 * x
+            tl.store(dmu + (i - 2) * NT, x, mask=jv & (lanes + i >= 2))
+            z += w2 * x
+            x = y3 - q3 * x
+            tl.store(dmu + (i - 3) * NT, x, mask=jv & (lanes + i >= 3))
+            z += w3 * x
+        tl.store(D_ptr + b.to(tl.int64) * NT * NT + n * NT + j, z, mask=jv)

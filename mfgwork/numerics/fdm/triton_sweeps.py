@@ -36,7 +36,9 @@ def _kernels() -> dict[str, Any]:
     if not _KERNELS:
         from . import triton_kernels
 
-        _KERNELS.update(hjb=triton_kernels.hjb_sweep_kernel, fp=triton_kernels.fp_sweep_kernel)
+        _KERNELS.update(hjb=triton_kernels.hjb_sweep_kernel, fp=triton_kernels.fp_sweep_kernel,
+                        factor=triton_kernels.thomas_factor_kernel,
+                        tangent=triton_kernels.tangent_sweep_kernel)
     return _KERNELS
 
 

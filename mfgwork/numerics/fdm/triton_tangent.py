@@ -1,0 +1,63 @@
+"""The tangent linear sweeps of the HJB–FP scheme as fused Triton kernels (CUDA), batched.
+
+The same derivative as :mod:`.tangent` and :mod:`.tangent_torch` (quadratic Hamiltonian): for
+running costs F^n = −y_n χ and the observed path z_n = χ·μ^{n+1}, D[b, n, j] = ∂z_n/∂y_j of
+problem b, from the backward sweep J_n δu^n = δu^{n+1}/Δt − [j = n] χ and the forward sweep
+J_nᵀ δμ^{n+1} = δμ^n/Δt − K_n δu^n (K_n = Dᵀ diag(c) D / h², c the upwind cell masses).
+
+Two launches per batch. The first (:func:`.triton_kernels.thomas_factor_kernel`) computes the
+Thomas factors of every J(u^n) and J(u^n)ᵀ once, one system (problem, level) per thread. The
+second (:func:`.triton_kernels.tangent_sweep_kernel`) runs both sweeps with the time loop
+inside: a program owns one problem and a block of ``BD`` directions (one per thread), so every
+factorisation is applied to all nt directions (the programs of a problem share its factors
+through the cache) and each load of δu or δμ is one coalesced row of directions. Direction j
+vanishes in δu^n for n > j: a block starts its backward sweep at its last direction's level.
+δu is kept for every level (nt · nx · nt values per problem) for the forward sweep; δμ is
+updated in place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .operators import jacobian_bands
+from .triton_sweeps import _kernels, _params
+
+FACTOR_BLOCK = 128   # systems per program of the factor kernel (four warps)
+DIRECTIONS = 32      # directions per program of the sweep kernel (one warp)
+
+
+def workspace_items(nx: int, nt: int) -> int:
+    """Array elements the kernels hold per problem (history, δμ, D, bands and factors)."""
+    return nt * nx * nt + nx * nt + nt * nt + 8 * nt * nx
+
+
+def tangent_jacobian_triton(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: float,
+                            inv_hw: Any, directions: int = DIRECTIONS) -> Any:
+    """D (B, nt, nt) from U (B, nt+1, nx), the cell masses mu (B, nt+1, nx), χ (nx,), ν (B,)
+    and 1/(h w) (nx,), all tensors of one dtype and device (the arguments of
+    :func:`.tangent_torch.tangent_jacobian_torch`); ``directions`` per program, a power of 2."""
+    import torch
+
+    B, levels, nx = U.shape
+    nt = levels - 1
+    lower, diag, upper, q = jacobian_bands(U[:, :-1], nu[:, None, None], h, dt, inv_hw, torch)
+    mu_next = mu[:, 1:]
+    c = torch.where(q > 0, mu_next[..., 1:], torch.where(q < 0, mu_next[..., :-1],
+                                                         torch.zeros_like(q))) / h**2
+    c = torch.nn.functional.pad(c, (0, 1))
+    S = B * nt
+    bands = torch.stack([lower, diag, upper, c]).permute(0, 3, 1, 2).reshape(4, nx, S)
+    bands = bands.contiguous()
+    factors = torch.empty((4, nx, S), dtype=U.dtype, device=U.device)
+    kernels = _kernels()
+    kernels["factor"][((S + FACTOR_BLOCK - 1) // FACTOR_BLOCK,)](
+        bands, factors, S, nx, BLOCK=FACTOR_BLOCK, num_warps=4)
+    history = torch.empty((B, nt, nx, nt), dtype=U.dtype, device=U.device)
+    dmu = torch.empty((B, nx, nt), dtype=U.dtype, device=U.device)
+    D = torch.empty((B, nt, nt), dtype=U.dtype, device=U.device)
+    blocks = (nt + directions - 1) // directions
+    kernels["tangent"][(B * blocks,)](
+        bands, factors, chi.contiguous(), history, dmu, D, _params((dt,), U), B, nx, nt,
+        blocks, BD=directions, num_warps=max(1, directions // 32))
+    return D
