@@ -6,9 +6,10 @@ dtype: D (B, nt, nt) by :func:`~mfgwork.numerics.fdm.triton_tangent.tangent_jaco
 and by :func:`~mfgwork.numerics.fdm.tangent_torch.tangent_jacobian_torch`, both in the chunks
 that Newton's method uses (a quarter of the free memory); the relative error of a few members
 against the compiled NumPy float64 tangent (:mod:`mfgwork.numerics.fdm.tangent`); median
-times (CUDA events); and a roofline column: the modelled bytes of the fused kernels (every δu,
-δμ and Thomas scratch access going to memory, bands and factors once) over the time, against
-the card's measured device-to-device copy bandwidth (bytes read + written).
+times (CUDA events); and a roofline column: the modelled bytes of the fused kernels
+(:func:`modelled_bytes`) over the time, against the card's measured device-to-device copy
+bandwidth (bytes read + written). ``--programs``: the sweep programs per multiprocessor to
+compare.
 
 ``--end-to-end``: after the kernel rows (which compile the kernels), the easy box
 (``--easy``² thresholds 0.3–0.8 × σ 0.4–1.0 at ``--n``², ``mw.solve_batch``) with each
@@ -21,6 +22,7 @@ tangent path: total time and time in the Jacobians.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -71,16 +73,15 @@ def copy_bandwidth(device: str) -> float | None:
 
 def modelled_bytes(B: int, nx: int, nt: int, itemsize: int,
                    directions: int = triton_tangent.DIRECTIONS) -> int:
-    """Memory traffic of the fused kernels if no δu, δμ or Thomas scratch access hits a cache:
-    backward sweep 4 accesses per row and active direction (block granularity), forward sweep
-    5 (δμ read, scratch write and read, δμ write, δu read where active), bands and factors
-    written and read once."""
+    """Memory traffic of the fused kernels with their Thomas scratch in L2: δu written to the
+    history by the backward sweep and read by the forward sweep (the active directions of
+    each level, block granularity), bands (4 planes) written and read, factors (8 planes)
+    written and read once, D written."""
     items = 0
     for n in range(nt):
-        active = sum(min(nt, k + directions) - k for k in range(0, nt, directions)
-                     if min(nt, k + directions) - 1 >= n)
-        items += 4 * nx * active + 4 * nx * nt + nx * (nt - n)
-    items += 15 * nx * nt + nt * nt
+        items += 2 * nx * sum(min(nt, k + directions) - k for k in range(0, nt, directions)
+                              if min(nt, k + directions) - 1 >= n)
+    items += 24 * nx * nt + nt * nt
     return B * items * itemsize
 
 
@@ -117,13 +118,19 @@ def chunked(jacobian: object, U: object, mu: object, chi: object, nu: object, gr
 
 
 def kernel_rows(args: argparse.Namespace, bandwidth: float | None) -> list[dict]:
+    import torch
+
     rows = []
     for dtype in args.dtypes.split(","):
         U, mu, chi, nu, grid = inputs(args.batch, args.n, dtype, args.device)
         B, nx, nt = U.shape[0], grid.nx, grid.nt
-        sizes = {"fused Triton": (triton_tangent.tangent_jacobian_triton,
-                                  triton_tangent.workspace_items(nx, nt)),
-                 "torch (PCR)": (tangent_torch.tangent_jacobian_torch, nx * nt * (nt + 40))}
+        sms = (torch.cuda.get_device_properties(U.device).multi_processor_count
+               if U.is_cuda else 1)
+        sizes = {f"fused Triton, {p}/SM": (
+            functools.partial(triton_tangent.tangent_jacobian_triton, programs=p * sms),
+            triton_tangent.workspace_items(nx, nt))
+            for p in map(int, args.programs.split(","))}
+        sizes["torch (PCR)"] = (tangent_torch.tangent_jacobian_torch, nx * nt * (nt + 40))
         members = sorted({0, B // 3, (2 * B) // 3, B - 1})
         refs = {b: observed_path_jacobian(U[b].double().cpu().numpy(),
                                           mu[b].double().cpu().numpy(),
@@ -141,7 +148,7 @@ def kernel_rows(args: argparse.Namespace, bandwidth: float | None) -> list[dict]
             row = {"case": "tangent", "variant": name, "dtype": dtype, "batch": B, "n": args.n,
                    "seconds": seconds, "max_rel_error_vs_float64": err,
                    "finite": bool(np.isfinite(D).all())}
-            if name == "fused Triton":
+            if name.startswith("fused"):
                 moved = modelled_bytes(B, nx, nt, U.element_size())
                 row["modelled_bytes"] = moved
                 row["bytes_per_s"] = moved / seconds
@@ -205,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=201)
     parser.add_argument("--dtypes", default="float64,float32")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--programs", default="8,2,4,16,64")
     parser.add_argument("--end-to-end", action="store_true")
     parser.add_argument("--easy", type=int, default=32)
     parser.add_argument("--out", default="benchmarks/results/kernel_tangent.json")
@@ -225,10 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"card": card, "copy_bandwidth": bandwidth, "rows": rows},
                               indent=1))
-    print(f"\n{'case':9} {'variant':48} {'dtype':8} {'B':>5} {'time':>10} {'jacobians':>10} "
+    print(f"\n{'case':9} {'variant':50} {'dtype':8} {'B':>5} {'time':>10} {'jacobians':>10} "
           f"{'err':>8} {'roofline':>8}")
     for r in rows:
-        print(f"{r['case']:9} {r['variant']:48} {r['dtype']:8} {r['batch']:5d} "
+        print(f"{r['case']:9} {r['variant']:50} {r['dtype']:8} {r['batch']:5d} "
               f"{r['seconds'] * 1e3:8.1f}ms "
               f"{r['jacobian_s'] * 1e3 if 'jacobian_s' in r else float('nan'):8.1f}ms "
               f"{r.get('max_rel_error_vs_float64', float('nan')):8.1e} "

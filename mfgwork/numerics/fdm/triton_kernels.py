@@ -230,184 +230,234 @@ def fp_sweep_kernel(U_ptr, mu_ptr, nu_ptr, inv_hw_ptr, params_ptr, cp_ptr, dp_pt
 
 
 # -- the tangent linear sweeps (:mod:`.triton_tangent`) ------------------------------------
-# Bands and factors are laid out [x, system] with system s = b·nt + n (problem b, level n);
-# the directions of a problem are the lanes of its programs, [level, x, direction] in the
-# history of δu and [x, direction] in the forward state δμ.
+# Bands are laid out [system, 4, x] (lower, diag, upper, transport weight c) and factors
+# [system, 8, x] (inv, cp of the LU and inv', ap of the UL elimination of J(u^n), then the
+# same four of J(u^n)ᵀ), system s = b·nt + n (problem b, level n). A program's directions are
+# its lanes: δu is kept in a history [level, x, direction] per problem, the Thomas scratch in
+# [x, lane] per program.
 
 @triton.jit
 def thomas_factor_kernel(band_ptr, fac_ptr, S, NX, BLOCK: tl.constexpr):
-    """Thomas factors (cp, inv) of J(u^n) and of J(u^n)ᵀ for every system s, one per lane:
-    inv_i = 1/(b_i − a_i cp_{i−1}), cp_i = c_i inv_i; J(u)ᵀ has lower band upper_{i−1} and
-    upper band lower_{i+1}. ``band_ptr``: lower, diag, upper (3, NX, S); ``fac_ptr``: cp, inv,
-    cp_t, inv_t (4, NX, S)."""
+    """Both eliminations of J(u^n) and J(u^n)ᵀ for every system s, one per lane. LU (top to
+    bottom): inv_i = 1/(b_i − a_i cp_{i−1}), cp_i = c_i inv_i; UL (bottom to top):
+    inv'_i = 1/(b_i − c_i ap_{i+1}), ap_i = a_i inv'_i. J(u)ᵀ has the lower band upper_{i−1}
+    and the upper band lower_{i+1}."""
     s = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     valid = s < S
-    plane = NX * S
+    zi = s * 0
+    bs = band_ptr + s.to(tl.int64) * 4 * NX
+    fs = fac_ptr + s.to(tl.int64) * 8 * NX
     cp = tl.zeros([BLOCK], tl.float32).to(band_ptr.dtype.element_ty)
     cp_t = tl.zeros([BLOCK], tl.float32).to(band_ptr.dtype.element_ty)
     for i in range(NX):
-        at = band_ptr + i * S + s
-        a = tl.load(at, mask=valid, other=0.0)
-        d = tl.load(at + plane, mask=valid, other=1.0)
-        c = tl.load(at + 2 * plane, mask=valid, other=0.0)
-        a_t = tl.load(at + 2 * plane - S, mask=valid & (s * 0 + i >= 1), other=0.0)
-        c_t = tl.load(at + S, mask=valid & (s * 0 + i + 1 < NX), other=0.0)
+        a = tl.load(bs + i, mask=valid, other=0.0)
+        d = tl.load(bs + NX + i, mask=valid, other=1.0)
+        c = tl.load(bs + 2 * NX + i, mask=valid, other=0.0)
+        a_t = tl.load(bs + 2 * NX + i - 1, mask=valid & (zi + i >= 1), other=0.0)
+        c_t = tl.load(bs + i + 1, mask=valid & (zi + i + 1 < NX), other=0.0)
         inv = 1.0 / (d - a * cp)
         cp = c * inv
         inv_t = 1.0 / (d - a_t * cp_t)
         cp_t = c_t * inv_t
-        out = fac_ptr + i * S + s
-        tl.store(out, cp, mask=valid)
-        tl.store(out + plane, inv, mask=valid)
-        tl.store(out + 2 * plane, cp_t, mask=valid)
-        tl.store(out + 3 * plane, inv_t, mask=valid)
+        tl.store(fs + i, inv, mask=valid)
+        tl.store(fs + NX + i, cp, mask=valid)
+        tl.store(fs + 4 * NX + i, inv_t, mask=valid)
+        tl.store(fs + 5 * NX + i, cp_t, mask=valid)
+    ap = tl.zeros([BLOCK], tl.float32).to(band_ptr.dtype.element_ty)
+    ap_t = tl.zeros([BLOCK], tl.float32).to(band_ptr.dtype.element_ty)
+    for k in range(NX):
+        i = NX - 1 - k
+        a = tl.load(bs + i, mask=valid, other=0.0)
+        d = tl.load(bs + NX + i, mask=valid, other=1.0)
+        c = tl.load(bs + 2 * NX + i, mask=valid, other=0.0)
+        a_t = tl.load(bs + 2 * NX + i - 1, mask=valid & (zi + i >= 1), other=0.0)
+        c_t = tl.load(bs + i + 1, mask=valid & (zi + i + 1 < NX), other=0.0)
+        inv = 1.0 / (d - c * ap)
+        ap = a * inv
+        inv_t = 1.0 / (d - c_t * ap_t)
+        ap_t = a_t * inv_t
+        tl.store(fs + 2 * NX + i, inv, mask=valid)
+        tl.store(fs + 3 * NX + i, ap, mask=valid)
+        tl.store(fs + 6 * NX + i, inv_t, mask=valid)
+        tl.store(fs + 7 * NX + i, ap_t, mask=valid)
 
 @triton.jit
-def factor_at(ptr, i, S, s0, NX, ok):
-    """The band or factor value of row i (0 past the grid), broadcast over the lanes."""
-    return tl.load(ptr + i * S + s0, mask=ok & (s0 * 0 + i < NX), other=0.0)
+def row_index(r, NX, DOWN: tl.constexpr):
+    if DOWN:
+        return r
+    else:
+        return NX - 1 - r
 
 @triton.jit
-def backward_loads(hist_n, fac_ptr, band_ptr, chi_ptr, i, n, S, s0, NX, NT, j, jv, plane):
-    """Row i of the backward sweep at level n: a_i, inv_i and the right-hand side
-    δu^{n+1}_i/Δt − [j = n] χ_i (direction j vanishes at level n + 1 for j ≤ n)."""
-    ok = jv & (j * 0 + i < NX)
-    a = factor_at(band_ptr, i, S, s0, NX, jv)
-    inv = factor_at(fac_ptr + plane, i, S, s0, NX, jv)
-    prev = tl.load(hist_n + NX * NT + i * NT, mask=ok & (j > n), other=0.0)
-    chi = tl.load(chi_ptr + tl.minimum(i, NX - 1) + j * 0, mask=ok & (j == n), other=0.0)
-    return a, inv, prev, chi
+def backward_loads(scr, fac_b, fac_e, band_e, chi_ptr, r, NX, lanes, j, n, back, elim,
+                   BD: tl.constexpr, DOWN: tl.constexpr):
+    """Row r of a backward pass: the elimination value of level n + 1, its back
+    substitution factor, and the band, inverse pivot and source [j = n] χ_i of level n."""
+    i = row_index(r, NX, DOWN)
+    inside = (lanes + i >= 0) & (lanes + i < NX)
+    y_old = tl.load(scr + i * BD, mask=inside & back, other=0.0)
+    if DOWN:   # level n + 1 was eliminated bottom to top (UL), level n goes top to bottom
+        f = tl.load(fac_b + 3 * NX + i + lanes, mask=inside & back, other=0.0)
+        band = tl.load(band_e + i + lanes, mask=inside & elim, other=0.0)
+        inv = tl.load(fac_e + i + lanes, mask=inside & elim, other=0.0)
+    else:
+        f = tl.load(fac_b + NX + i + lanes, mask=inside & back, other=0.0)
+        band = tl.load(band_e + 2 * NX + i + lanes, mask=inside & elim, other=0.0)
+        inv = tl.load(fac_e + 2 * NX + i + lanes, mask=inside & elim, other=0.0)
+    chi = tl.load(chi_ptr + i + lanes, mask=inside & (j == n), other=0.0)
+    return i, inside, y_old, f, band, inv, chi
 
 @triton.jit
-def forward_loads(hist_n, dmu, fac_ptr, band_ptr, i, n, S, s0, NX, NT, j, jv, plane):
-    """Row i of the forward sweep at level n: the lower band upper_{i−1} and inv of J(u^n)ᵀ,
-    δμ^n_i, the transport weights c_{i−1}, c_i and δu^n at rows i − 1, i, i + 1."""
-    ok = jv & (j * 0 + i < NX)
-    a_t = factor_at(band_ptr + 2 * plane - S, i, S, s0, NX, jv & (j * 0 + i >= 1))
-    inv_t = factor_at(fac_ptr + 3 * plane, i, S, s0, NX, jv)
-    m = tl.load(dmu + i * NT, mask=ok & (j * 0 + n > 0), other=0.0)
-    c_l = factor_at(band_ptr + 3 * plane - S, i, S, s0, NX, jv & (j * 0 + i >= 1))
-    c_r = factor_at(band_ptr + 3 * plane, i, S, s0, NX - 1, jv)
-    take = ok & (j >= n)
-    d_l = tl.load(hist_n + (i - 1) * NT, mask=take & (j * 0 + i >= 1), other=0.0)
-    d_c = tl.load(hist_n + i * NT, mask=take, other=0.0)
-    d_r = tl.load(hist_n + (i + 1) * NT, mask=take & (j * 0 + i + 1 < NX), other=0.0)
-    return a_t, inv_t, m, c_l, c_r, d_l, d_c, d_r
+def backward_step(hist_b, scr, i, inside, y_old, f, band, inv, chi, x, y, inv_dt, back, elim,
+                  jv, NT, BD: tl.constexpr):
+    """Back substitution of level n + 1 (δu^{n+1}_i, into the history) and elimination of
+    level n with the right-hand side δu^{n+1}_i/Δt − [j = n] χ_i."""
+    x = y_old - f * x
+    tl.store(hist_b + i * NT, x, mask=inside & back & jv)
+    y = (x * inv_dt - chi - band * y) * inv
+    tl.store(scr + i * BD, y, mask=inside & elim)
+    return x, y
 
 @triton.jit
-def forward_rhs(a_t, inv_t, m, c_l, c_r, d_l, d_c, d_r, x, inv_dt):
-    """One elimination step of J(u^n)ᵀ δμ^{n+1} = δμ^n/Δt − K_n δu^n, K_n = Dᵀ diag(c) D."""
-    rhs = m * inv_dt - c_l * (d_c - d_l) + c_r * (d_r - d_c)
-    return (rhs - a_t * x) * inv_t
+def backward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, s0, n, k, NX, NT, lanes, j, jv,
+                  inv_dt, BD: tl.constexpr, DOWN: tl.constexpr):
+    """One pass over the rows: back substitution of level n + 1 (pass k ≥ 1) fused with the
+    elimination of level n (n ≥ 0), in the direction of both."""
+    back = (lanes + k) >= 1
+    elim = (lanes + n) >= 0
+    fac_b = fac_ptr + (s0 + n + 1).to(tl.int64) * 8 * NX
+    fac_e = fac_ptr + (s0 + n).to(tl.int64) * 8 * NX
+    band_e = band_ptr + (s0 + n).to(tl.int64) * 4 * NX
+    hist_b = hist + (n + 1) * NX * NT
+    x = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
+    y = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
+    for r0 in range(0, NX, 4):
+        i0, o0, y0, f0, b0, v0, c0 = backward_loads(scr, fac_b, fac_e, band_e, chi_ptr, r0,
+                                                    NX, lanes, j, n, back, elim, BD, DOWN)
+        i1, o1, y1, f1, b1, v1, c1 = backward_loads(scr, fac_b, fac_e, band_e, chi_ptr,
+                                                    r0 + 1, NX, lanes, j, n, back, elim, BD,
+                                                    DOWN)
+        i2, o2, y2, f2, b2, v2, c2 = backward_loads(scr, fac_b, fac_e, band_e, chi_ptr,
+                                                    r0 + 2, NX, lanes, j, n, back, elim, BD,
+                                                    DOWN)
+        i3, o3, y3, f3, b3, v3, c3 = backward_loads(scr, fac_b, fac_e, band_e, chi_ptr,
+                                                    r0 + 3, NX, lanes, j, n, back, elim, BD,
+                                                    DOWN)
+        x, y = backward_step(hist_b, scr, i0, o0, y0, f0, b0, v0, c0, x, y, inv_dt, back,
+                             elim, jv, NT, BD)
+        x, y = backward_step(hist_b, scr, i1, o1, y1, f1, b1, v1, c1, x, y, inv_dt, back,
+                             elim, jv, NT, BD)
+        x, y = backward_step(hist_b, scr, i2, o2, y2, f2, b2, v2, c2, x, y, inv_dt, back,
+                             elim, jv, NT, BD)
+        x, y = backward_step(hist_b, scr, i3, o3, y3, f3, b3, v3, c3, x, y, inv_dt, back,
+                             elim, jv, NT, BD)
 
 @triton.jit
-def tangent_sweep_kernel(band_ptr, fac_ptr, chi_ptr, hist_ptr, dmu_ptr, D_ptr, params_ptr,
-                         NB, NX, NT, NBLK, BD: tl.constexpr):
-    """D[b, n, j] = χ·δμ^{n+1}_j for the directions j of block ``pid % NBLK`` of problem
-    ``pid // NBLK``: the backward sweep J_n δu^n = δu^{n+1}/Δt − [j = n] χ (levels j..0, into
-    the history), then the forward sweep J_nᵀ δμ^{n+1} = δμ^n/Δt − K_n δu^n (levels 0..nt−1,
-    δμ in place). Rows go in groups of four, their loads issued before the serial steps."""
+def forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r, NX, NT, lanes, back, elim,
+                  take, BD: tl.constexpr, DOWN: tl.constexpr):
+    """Row r of a forward pass: the elimination value of level k − 1 and its back
+    substitution factor of J(u^{k−1})ᵀ; the band and inverse pivot of J(u^k)ᵀ, the transport
+    weights c_{i−1}, c_i and δu^k at rows i − 1, i, i + 1; χ_i."""
+    i = row_index(r, NX, DOWN)
+    inside = (lanes + i >= 0) & (lanes + i < NX)
+    y_old = tl.load(scr + i * BD, mask=inside & back, other=0.0)
+    left = inside & (lanes + i >= 1)
+    right = inside & (lanes + i + 1 < NX)
+    if DOWN:   # level k − 1 was eliminated bottom to top (UL), level k goes top to bottom
+        f = tl.load(fac_b + 7 * NX + i + lanes, mask=inside & back, other=0.0)
+        band = tl.load(band_e + 2 * NX + i - 1 + lanes, mask=left & elim, other=0.0)
+        inv = tl.load(fac_e + 4 * NX + i + lanes, mask=inside & elim, other=0.0)
+    else:
+        f = tl.load(fac_b + 5 * NX + i + lanes, mask=inside & back, other=0.0)
+        band = tl.load(band_e + i + 1 + lanes, mask=right & elim, other=0.0)
+        inv = tl.load(fac_e + 6 * NX + i + lanes, mask=inside & elim, other=0.0)
+    c_l = tl.load(band_e + 3 * NX + i - 1 + lanes, mask=left & elim, other=0.0)
+    c_r = tl.load(band_e + 3 * NX + i + lanes, mask=right & elim, other=0.0)
+    d_l = tl.load(hist_e + (i - 1) * NT, mask=left & take, other=0.0)
+    d_c = tl.load(hist_e + i * NT, mask=inside & take, other=0.0)
+    d_r = tl.load(hist_e + (i + 1) * NT, mask=right & take, other=0.0)
+    chi = tl.load(chi_ptr + i + lanes, mask=inside, other=0.0)
+    return (i, inside, y_old, f, band, inv, c_l, c_r, d_l, d_c, d_r, chi)
+
+@triton.jit
+def forward_step(scr, row, x, y, z, inv_dt, elim, BD: tl.constexpr):
+    """Back substitution of level k − 1 (δμ^k_i, added to χ·δμ^k) and elimination of level k
+    with the right-hand side δμ^k_i/Δt − (K_k δu^k)_i."""
+    i, inside, y_old, f, band, inv, c_l, c_r, d_l, d_c, d_r, chi = row
+    x = y_old - f * x
+    z += chi * x
+    rhs = x * inv_dt - c_l * (d_c - d_l) + c_r * (d_r - d_c)
+    y = (rhs - band * y) * inv
+    tl.store(scr + i * BD, y, mask=inside & elim)
+    return x, y, z
+
+@triton.jit
+def forward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, D_b, s0, k, jmax, NX, NT, lanes, j,
+                 jv, inv_dt, BD: tl.constexpr, DOWN: tl.constexpr):
+    """One pass over the rows: back substitution of level k − 1 (pass k ≥ 1, giving
+    D[k − 1, j] = χ·δμ^k) fused with the elimination of level k (k < nt)."""
+    back = (lanes + k) >= 1
+    elim = (lanes + k) < NT
+    take = jv & elim & ((lanes + k) <= jmax)   # δu^k vanishes in the block for k > jmax
+    fac_b = fac_ptr + (s0 + k - 1).to(tl.int64) * 8 * NX
+    fac_e = fac_ptr + (s0 + k).to(tl.int64) * 8 * NX
+    band_e = band_ptr + (s0 + k).to(tl.int64) * 4 * NX
+    hist_e = hist + k * NX * NT
+    x = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
+    y = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
+    z = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
+    for r0 in range(0, NX, 4):
+        w0 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0, NX, NT, lanes, back,
+                           elim, take, BD, DOWN)
+        w1 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 1, NX, NT, lanes,
+                           back, elim, take, BD, DOWN)
+        w2 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 2, NX, NT, lanes,
+                           back, elim, take, BD, DOWN)
+        w3 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 3, NX, NT, lanes,
+                           back, elim, take, BD, DOWN)
+        x, y, z = forward_step(scr, w0, x, y, z, inv_dt, elim, BD)
+        x, y, z = forward_step(scr, w1, x, y, z, inv_dt, elim, BD)
+        x, y, z = forward_step(scr, w2, x, y, z, inv_dt, elim, BD)
+        x, y, z = forward_step(scr, w3, x, y, z, inv_dt, elim, BD)
+    tl.store(D_b + (k - 1) * NT, z, mask=jv & back)
+
+@triton.jit
+def tangent_sweep_kernel(band_ptr, fac_ptr, chi_ptr, hist_ptr, scratch_ptr, D_ptr, params_ptr,
+                         NX, NT, NBLK, WORK, BD: tl.constexpr):
+    """D[b, n, j] = χ·δμ^{n+1}_j for the work items w = (problem b, direction block) of this
+    program (w = pid, pid + programs, ...): the backward sweep J_n δu^n = δu^{n+1}/Δt − [j = n] χ
+    (levels jmax..0 of the block, δu into the history), then the forward sweep
+    J_nᵀ δμ^{n+1} = δμ^n/Δt − K_n δu^n (levels 0..nt−1). Each pass over the rows fuses the back
+    substitution of one level with the elimination of the next, so the eliminations
+    alternate between top-down (LU) and bottom-up (UL) and δu, δμ never go through memory
+    twice; the Thomas scratch of a program stays in the cache."""
     pid = tl.program_id(0)
-    b = pid // NBLK
-    j = (pid % NBLK) * BD + tl.arange(0, BD)
-    jv = j < NT
-    jmax = tl.minimum((pid % NBLK) * BD + BD - 1, NT - 1)
+    programs = tl.num_programs(0)
     dt = tl.load(params_ptr)
     inv_dt = 1.0 / dt
-    S = NB * NT
-    plane = NX * S
-    zero = tl.zeros([BD], tl.float32).to(hist_ptr.dtype.element_ty)
-    lanes = tl.arange(0, BD) * 0
-    hist = hist_ptr + b.to(tl.int64) * NT * NX * NT + j
-    dmu = dmu_ptr + b.to(tl.int64) * NX * NT + j
-    for k in range(0, jmax + 1):
-        n = jmax - k
-        s0 = lanes + b * NT + n
-        hist_n = hist + n * NX * NT
-        x = zero
-        for i0 in range(0, NX, 4):
-            a0, v0, p0, c0 = backward_loads(hist_n, fac_ptr, band_ptr, chi_ptr, i0, n, S, s0,
-                                            NX, NT, j, jv, plane)
-            a1, v1, p1, c1 = backward_loads(hist_n, fac_ptr, band_ptr, chi_ptr, i0 + 1, n, S,
-                                            s0, NX, NT, j, jv, plane)
-            a2, v2, p2, c2 = backward_loads(hist_n, fac_ptr, band_ptr, chi_ptr, i0 + 2, n, S,
-                                            s0, NX, NT, j, jv, plane)
-            a3, v3, p3, c3 = backward_loads(hist_n, fac_ptr, band_ptr, chi_ptr, i0 + 3, n, S,
-                                            s0, NX, NT, j, jv, plane)
-            x = (p0 * inv_dt - c0 - a0 * x) * v0
-            tl.store(hist_n + i0 * NT, x, mask=jv)
-            x = (p1 * inv_dt - c1 - a1 * x) * v1
-            tl.store(hist_n + (i0 + 1) * NT, x, mask=jv & (lanes + i0 + 1 < NX))
-            x = (p2 * inv_dt - c2 - a2 * x) * v2
-            tl.store(hist_n + (i0 + 2) * NT, x, mask=jv & (lanes + i0 + 2 < NX))
-            x = (p3 * inv_dt - c3 - a3 * x) * v3
-            tl.store(hist_n + (i0 + 3) * NT, x, mask=jv & (lanes + i0 + 3 < NX))
-        x = zero
-        for r0 in range(0, NX, 4):
-            i = NX - 1 - r0
-            y0 = tl.load(hist_n + i * NT, mask=jv, other=0.0)
-            q0 = factor_at(fac_ptr, i, S, s0, NX, jv)
-            y1 = tl.load(hist_n + (i - 1) * NT, mask=jv & (lanes + i >= 1), other=0.0)
-            q1 = factor_at(fac_ptr, i - 1, S, s0, NX, jv & (lanes + i >= 1))
-            y2 = tl.load(hist_n + (i - 2) * NT, mask=jv & (lanes + i >= 2), other=0.0)
-            q2 = factor_at(fac_ptr, i - 2, S, s0, NX, jv & (lanes + i >= 2))
-            y3 = tl.load(hist_n + (i - 3) * NT, mask=jv & (lanes + i >= 3), other=0.0)
-            q3 = factor_at(fac_ptr, i - 3, S, s0, NX, jv & (lanes + i >= 3))
-            x = y0 - q0 * x
-            tl.store(hist_n + i * NT, x, mask=jv)
-            x = y1 - q1 * x
-            tl.store(hist_n + (i - 1) * NT, x, mask=jv & (lanes + i >= 1))
-            x = y2 - q2 * x
-            tl.store(hist_n + (i - 2) * NT, x, mask=jv & (lanes + i >= 2))
-            x = y3 - q3 * x
-            tl.store(hist_n + (i - 3) * NT, x, mask=jv & (lanes + i >= 3))
-    for n in range(0, NT):
-        s0 = lanes + b * NT + n
-        hist_n = hist + n * NX * NT
-        x = zero
-        for i0 in range(0, NX, 4):
-            t0, v0, m0, cl0, cr0, dl0, dc0, dr0 = forward_loads(
-                hist_n, dmu, fac_ptr, band_ptr, i0, n, S, s0, NX, NT, j, jv, plane)
-            t1, v1, m1, cl1, cr1, dl1, dc1, dr1 = forward_loads(
-                hist_n, dmu, fac_ptr, band_ptr, i0 + 1, n, S, s0, NX, NT, j, jv, plane)
-            t2, v2, m2, cl2, cr2, dl2, dc2, dr2 = forward_loads(
-                hist_n, dmu, fac_ptr, band_ptr, i0 + 2, n, S, s0, NX, NT, j, jv, plane)
-            t3, v3, m3, cl3, cr3, dl3, dc3, dr3 = forward_loads(
-                hist_n, dmu, fac_ptr, band_ptr, i0 + 3, n, S, s0, NX, NT, j, jv, plane)
-            x = forward_rhs(t0, v0, m0, cl0, cr0, dl0, dc0, dr0, x, inv_dt)
-            tl.store(dmu + i0 * NT, x, mask=jv)
-            x = forward_rhs(t1, v1, m1, cl1, cr1, dl1, dc1, dr1, x, inv_dt)
-            tl.store(dmu + (i0 + 1) * NT, x, mask=jv & (lanes + i0 + 1 < NX))
-            x = forward_rhs(t2, v2, m2, cl2, cr2, dl2, dc2, dr2, x, inv_dt)
-            tl.store(dmu + (i0 + 2) * NT, x, mask=jv & (lanes + i0 + 2 < NX))
-            x = forward_rhs(t3, v3, m3, cl3, cr3, dl3, dc3, dr3, x, inv_dt)
-            tl.store(dmu + (i0 + 3) * NT, x, mask=jv & (lanes + i0 + 3 < NX))
-        x = zero
-        z = zero
-        for r0 in range(0, NX, 4):
-            i = NX - 1 - r0
-            y0 = tl.load(dmu + i * NT, mask=jv, other=0.0)
-            q0 = factor_at(fac_ptr + 2 * plane, i, S, s0, NX, jv)
-            w0 = tl.load(chi_ptr + i + lanes)
-            y1 = tl.load(dmu + (i - 1) * NT, mask=jv & (lanes + i >= 1), other=0.0)
-            q1 = factor_at(fac_ptr + 2 * plane, i - 1, S, s0, NX, jv & (lanes + i >= 1))
-            w1 = tl.load(chi_ptr + i - 1 + lanes, mask=(lanes + i) >= 1, other=0.0)
-            y2 = tl.load(dmu + (i - 2) * NT, mask=jv & (lanes + i >= 2), other=0.0)
-            q2 = factor_at(fac_ptr + 2 * plane, i - 2, S, s0, NX, jv & (lanes + i >= 2))
-            w2 = tl.load(chi_ptr + i - 2 + lanes, mask=(lanes + i) >= 2, other=0.0)
-            y3 = tl.load(dmu + (i - 3) * NT, mask=jv & (lanes + i >= 3), other=0.0)
-            q3 = factor_at(fac_ptr + 2 * plane, i - 3, S, s0, NX, jv & (lanes + i >= 3))
-            w3 = tl.load(chi_ptr + i - 3 + lanes, mask=(lanes + i) >= 3, other=0.0)
-            x = y0 - q0 * x
-            tl.store(dmu + i * NT, x, mask=jv)
-            z += w0 * x
-            x = y1 - q1 * x
-            tl.store(dmu + (i - 1) * NT, x, mask=jv & (lanes + i >= 1))
-            z += w1 * x
-            x = y2 - q2 * x
-            tl.store(dmu + (i - 2) * NT, x, mask=jv & (lanes + i >= 2))
-            z += w2 * x
-            x = y3 - q3 * x
-            tl.store(dmu + (i - 3) * NT, x, mask=jv & (lanes + i >= 3))
-            z += w3 * x
-        tl.store(D_ptr + b.to(tl.int64) * NT * NT + n * NT + j, z, mask=jv)
+    lanes = tl.arange(0, BD)
+    scr = scratch_ptr + pid.to(tl.int64) * NX * BD + lanes
+    zl = lanes * 0
+    for w in range(pid, WORK, programs):
+        b = w // NBLK
+        j = (w % NBLK) * BD + lanes
+        jv = j < NT
+        jmax = tl.minimum((w % NBLK) * BD + BD - 1, NT - 1)
+        hist = hist_ptr + b.to(tl.int64) * NT * NX * NT + j
+        s0 = b * NT
+        for k in range(0, jmax + 2):
+            n = jmax - k
+            if k % 2 == 0:
+                backward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, s0, n, k, NX, NT, zl, j,
+                              jv, inv_dt, BD, True)
+            else:
+                backward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, s0, n, k, NX, NT, zl, j,
+                              jv, inv_dt, BD, False)
+        D_b = D_ptr + b.to(tl.int64) * NT * NT + j
+        for k in range(0, NT + 1):
+            if k % 2 == 0:
+                forward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, D_b, s0, k, jmax, NX, NT,
+                             zl, j, jv, inv_dt, BD, True)
+            else:
+                forward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, D_b, s0, k, jmax, NX, NT,
+                             zl, j, jv, inv_dt, BD, False)

@@ -5,15 +5,19 @@ running costs F^n = −y_n χ and the observed path z_n = χ·μ^{n+1}, D[b, n, 
 problem b, from the backward sweep J_n δu^n = δu^{n+1}/Δt − [j = n] χ and the forward sweep
 J_nᵀ δμ^{n+1} = δμ^n/Δt − K_n δu^n (K_n = Dᵀ diag(c) D / h², c the upwind cell masses).
 
-Two launches per batch. The first (:func:`.triton_kernels.thomas_factor_kernel`) computes the
-Thomas factors of every J(u^n) and J(u^n)ᵀ once, one system (problem, level) per thread. The
-second (:func:`.triton_kernels.tangent_sweep_kernel`) runs both sweeps with the time loop
-inside: a program owns one problem and a block of ``BD`` directions (one per thread), so every
-factorisation is applied to all nt directions (the programs of a problem share its factors
-through the cache) and each load of δu or δμ is one coalesced row of directions. Direction j
-vanishes in δu^n for n > j: a block starts its backward sweep at its last direction's level.
-δu is kept for every level (nt · nx · nt values per problem) for the forward sweep; δμ is
-updated in place.
+Two launches per batch. The first (:func:`.triton_kernels.thomas_factor_kernel`) factors
+every J(u^n) and J(u^n)ᵀ once, both ways (top-down LU and bottom-up UL elimination), one
+system (problem, level) per thread. The second (:func:`.triton_kernels.tangent_sweep_kernel`)
+runs both sweeps with the time loop inside: a work item is one problem and a block of
+``directions`` directions (one per thread), so every factorisation serves all nt directions
+(the programs of a problem share its factors through the cache) and each access to δu or δμ
+is one coalesced row of directions. Each pass over the rows fuses the back substitution of
+one level with the elimination of the next (alternately LU and UL, so that both run in the
+same direction): the solution of a level never goes to memory except δu into the history
+that the forward sweep reads, and the Thomas scratch of a program (nx × directions values)
+stays in L2 as long as few enough programs run (``PROGRAMS_PER_SM``; each program loops over
+its work items). Direction j vanishes in δu^n for n > j: a block starts its backward sweep
+at its last direction's level. Memory per problem: :func:`workspace_items`.
 """
 
 from __future__ import annotations
@@ -25,18 +29,29 @@ from .triton_sweeps import _kernels, _params
 
 FACTOR_BLOCK = 128   # systems per program of the factor kernel (four warps)
 DIRECTIONS = 32      # directions per program of the sweep kernel (one warp)
+PROGRAMS_PER_SM = 8  # resident sweep programs per multiprocessor (their scratch stays in L2)
 
 
 def workspace_items(nx: int, nt: int) -> int:
-    """Array elements the kernels hold per problem (history, δμ, D, bands and factors)."""
-    return nt * nx * nt + nx * nt + nt * nt + 8 * nt * nx
+    """Array elements the kernels hold per problem (history, D, bands and factors)."""
+    return nt * nx * nt + nt * nt + 12 * nt * nx
+
+
+def _programs(device: Any) -> int:
+    import torch
+
+    if device.type == "cuda":
+        return PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
+    return 4
 
 
 def tangent_jacobian_triton(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: float,
-                            inv_hw: Any, directions: int = DIRECTIONS) -> Any:
+                            inv_hw: Any, directions: int = DIRECTIONS,
+                            programs: int | None = None) -> Any:
     """D (B, nt, nt) from U (B, nt+1, nx), the cell masses mu (B, nt+1, nx), χ (nx,), ν (B,)
     and 1/(h w) (nx,), all tensors of one dtype and device (the arguments of
-    :func:`.tangent_torch.tangent_jacobian_torch`); ``directions`` per program, a power of 2."""
+    :func:`.tangent_torch.tangent_jacobian_torch`); ``directions`` per program (a power of
+    2), at most ``programs`` programs (default: ``PROGRAMS_PER_SM`` per multiprocessor)."""
     import torch
 
     B, levels, nx = U.shape
@@ -47,17 +62,18 @@ def tangent_jacobian_triton(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: fl
                                                          torch.zeros_like(q))) / h**2
     c = torch.nn.functional.pad(c, (0, 1))
     S = B * nt
-    bands = torch.stack([lower, diag, upper, c]).permute(0, 3, 1, 2).reshape(4, nx, S)
-    bands = bands.contiguous()
-    factors = torch.empty((4, nx, S), dtype=U.dtype, device=U.device)
+    bands = torch.stack([lower, diag, upper, c], dim=2).reshape(S, 4, nx)
+    factors = torch.empty((S, 8, nx), dtype=U.dtype, device=U.device)
     kernels = _kernels()
     kernels["factor"][((S + FACTOR_BLOCK - 1) // FACTOR_BLOCK,)](
         bands, factors, S, nx, BLOCK=FACTOR_BLOCK, num_warps=4)
-    history = torch.empty((B, nt, nx, nt), dtype=U.dtype, device=U.device)
-    dmu = torch.empty((B, nx, nt), dtype=U.dtype, device=U.device)
-    D = torch.empty((B, nt, nt), dtype=U.dtype, device=U.device)
     blocks = (nt + directions - 1) // directions
-    kernels["tangent"][(B * blocks,)](
-        bands, factors, chi.contiguous(), history, dmu, D, _params((dt,), U), B, nx, nt,
-        blocks, BD=directions, num_warps=max(1, directions // 32))
+    work = B * blocks
+    grid = min(work, programs or _programs(U.device))
+    history = torch.empty((B, nt, nx, nt), dtype=U.dtype, device=U.device)
+    scratch = torch.empty((grid, nx, directions), dtype=U.dtype, device=U.device)
+    D = torch.empty((B, nt, nt), dtype=U.dtype, device=U.device)
+    kernels["tangent"][(grid,)](
+        bands, factors, chi.contiguous(), history, scratch, D, _params((dt,), U), nx, nt,
+        blocks, work, BD=directions, num_warps=max(1, directions // 32))
     return D
