@@ -150,11 +150,11 @@ def solve(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm"
                "total": time.perf_counter() - started}
     settings = {"method": method, "tol": tol, "max_iter": max_iter,
                 "iteration": _describe(scheme, newton)} | fp_params | placed
-    result = _result(problem, grid, be, out, None, settings, timings,
-                     {"newton_iterations": fd.newton_iterations,
-                      **_newton_extra(newton, coarse_iterations, 0),
-                      "fdm_kernels": fd.kernels.name,
-                      "compiled_steps": fd.compiled_steps})
+    result = _results([problem], grid, be, out, False, settings, timings,
+                      [{"newton_iterations": fd.newton_iterations,
+                        **_newton_extra(newton, coarse_iterations, 0),
+                        "fdm_kernels": fd.kernels.name,
+                        "compiled_steps": fd.compiled_steps}])[0]
     _certify_in_float64([result], [problem], be, tol, timings)
     return result
 
@@ -253,9 +253,9 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
                 "iteration": _describe(scheme, newton), "batch_size": len(problems)} | placed
     extra = {"newton_iterations": fd.newton_iterations, "batch_size": len(problems),
              "fdm_kernels": fd.kernels.name, "compiled_steps": fd.compiled_steps}
-    results = [_result(p, grid, be, out, b, settings, timings,
-                       extra | _newton_extra(newton, coarse_iterations, b))
-               for b, p in enumerate(problems)]
+    results = _results(problems, grid, be, out, True, settings, timings,
+                       [extra | _newton_extra(newton, coarse_iterations, b)
+                        for b in range(len(problems))])
     _certify_in_float64(results, problems, be, tol, timings)
     return results
 
@@ -608,22 +608,34 @@ def _phase_totals(history: Any) -> dict[str, float]:
             "coupling": sum(history.time_coupling)}
 
 
-def _result(problem: MFGProblem, grid: Any, be: Backend, out: FixedPointResult,
-            member: int | None, settings: dict[str, Any], timings: dict[str, float],
-            extra: dict[str, Any]) -> Result:
-    """The Result of one problem (``member`` of a batch, or None)."""
-    b = 0 if member is None else member
-    U, M = (out.U, out.M) if member is None else (out.U[b], out.M[b])
-    observables = problem.observables(grid, M, be)
-    summary = problem.summary(grid, {k: to_numpy(v) for k, v in observables.items()})
-    params = problem.params() | {"nx": grid.nx, "nt": grid.nt} | settings | {
-        "backend": be.name, "device": be.device, "dtype": be.dtype}
-    return Result(x=be.asarray(grid.x), t=be.asarray(grid.t), U=U, M=M,
-                  converged=bool(out.converged[b]), residual=float(out.residual[b]),
-                  iterations=int(out.iterations[b]), history=out.history.as_dict(),
-                  params=params, timings=timings, backend=be.name, device=be.device,
-                  dtype=be.dtype, method=settings["method"], observables=observables,
-                  summary=summary, state_name=problem.state_name, extra=extra)
+def _results(problems: Sequence[MFGProblem], grid: Any, be: Backend, out: FixedPointResult,
+             batched: bool, settings: dict[str, Any], timings: dict[str, float],
+             extras: list[dict[str, Any]]) -> list[Result]:
+    """The Results of ``problems``: the members of a batch (``batched``: U and M of ``out``
+    carry the leading batch axis; each Result holds views of them) or one problem. Each
+    member's observables are computed where its arrays are; its summary reads them from one
+    host copy per observable for the whole batch (no per-member transfers)."""
+    Us, Ms = (out.U, out.M) if batched else (out.U[None], out.M[None])
+    x, t = be.asarray(grid.x), be.asarray(grid.t)
+    observables = [p.observables(grid, Ms[b], be) for b, p in enumerate(problems)]
+    host: list[dict[str, np.ndarray]] = [{} for _ in problems]
+    for key in dict.fromkeys(k for o in observables for k in o):
+        having = [b for b, o in enumerate(observables) if key in o]
+        values = to_numpy(be.xp.stack([observables[b][key] for b in having]))
+        for i, b in enumerate(having):
+            host[b][key] = values[i]
+    results = []
+    for b, p in enumerate(problems):
+        params = p.params() | {"nx": grid.nx, "nt": grid.nt} | settings | {
+            "backend": be.name, "device": be.device, "dtype": be.dtype}
+        results.append(Result(
+            x=x, t=t, U=Us[b], M=Ms[b], converged=bool(out.converged[b]),
+            residual=float(out.residual[b]), iterations=int(out.iterations[b]),
+            history=out.history.as_dict(), params=params, timings=timings, backend=be.name,
+            device=be.device, dtype=be.dtype, method=settings["method"],
+            observables=observables[b], summary=p.summary(grid, host[b]),
+            state_name=p.state_name, extra=extras[b]))
+    return results
 
 
 def _progress_bar(progress: bool | None, total: int) -> Any:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from .operators import jacobian_bands
-from .triton_sweeps import _kernels, _params
+from .triton_sweeps import _params, launch
 
 FACTOR_BLOCK = 128   # systems per program of the factor kernel (four warps)
 DIRECTIONS = 32      # directions per program of the sweep kernel (one warp)
@@ -64,8 +64,7 @@ def tangent_jacobian_triton(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: fl
     S = B * nt
     bands = torch.stack([lower, diag, upper, c], dim=2).reshape(S, 4, nx)
     factors = torch.empty((S, 8, nx), dtype=U.dtype, device=U.device)
-    kernels = _kernels()
-    kernels["factor"][((S + FACTOR_BLOCK - 1) // FACTOR_BLOCK,)](
+    launch("factor", ((S + FACTOR_BLOCK - 1) // FACTOR_BLOCK,),
         bands, factors, S, nx, BLOCK=FACTOR_BLOCK, num_warps=4)
     blocks = (nt + directions - 1) // directions
     work = B * blocks
@@ -73,7 +72,7 @@ def tangent_jacobian_triton(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: fl
     history = torch.empty((B, nt, nx, nt), dtype=U.dtype, device=U.device)
     scratch = torch.empty((grid, nx, directions), dtype=U.dtype, device=U.device)
     D = torch.empty((B, nt, nt), dtype=U.dtype, device=U.device)
-    kernels["tangent"][(grid,)](
+    launch("tangent", (grid,),
         bands, factors, chi.contiguous(), history, scratch, D, _params((dt,), U), nx, nt,
         blocks, work, BD=directions, num_warps=max(1, directions // 32))
     return D
