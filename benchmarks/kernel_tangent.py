@@ -8,12 +8,12 @@ that Newton's method uses (a quarter of the free memory); the relative error of 
 against the compiled NumPy float64 tangent (:mod:`mfgwork.numerics.fdm.tangent`); median
 times (CUDA events); and a roofline column: the modelled bytes of the fused kernels
 (:func:`modelled_bytes`) over the time, against the card's measured device-to-device copy
-bandwidth (bytes read + written). ``--programs``: the sweep programs per multiprocessor to
-compare.
+bandwidth (bytes read + written). ``--programs``, ``--directions``: the sweep programs per
+multiprocessor and directions per program to compare (the first of each: the default's row).
 
 ``--end-to-end``: after the kernel rows (which compile the kernels), the easy box
 (``--easy``² thresholds 0.3–0.8 × σ 0.4–1.0 at ``--n``², ``mw.solve_batch``) with each
-tangent path: total time and time in the Jacobians.
+tangent path: total time, time in the Jacobians and time building the Results.
 
     python benchmarks/kernel_tangent.py --device cuda --end-to-end
     TRITON_INTERPRET=1 python benchmarks/kernel_tangent.py --device cpu --batch 3 --n 9 --repeat 1
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import json
 import statistics
 import sys
@@ -126,10 +127,13 @@ def kernel_rows(args: argparse.Namespace, bandwidth: float | None) -> list[dict]
         B, nx, nt = U.shape[0], grid.nx, grid.nt
         sms = (torch.cuda.get_device_properties(U.device).multi_processor_count
                if U.is_cuda else 1)
-        sizes = {f"fused Triton, {p}/SM": (
-            functools.partial(triton_tangent.tangent_jacobian_triton, programs=p * sms),
-            triton_tangent.workspace_items(nx, nt))
-            for p in map(int, args.programs.split(","))}
+        programs = [int(p) for p in args.programs.split(",")]
+        directions = [int(d) for d in args.directions.split(",")]
+        sizes = {f"fused Triton, {p}/SM, {d} directions": (
+            functools.partial(triton_tangent.tangent_jacobian_triton, programs=p * sms,
+                              directions=d), triton_tangent.workspace_items(nx, nt))
+            for p, d in [(p, directions[0]) for p in programs]
+            + [(programs[0], d) for d in directions[1:]]}
         sizes["torch (PCR)"] = (tangent_torch.tangent_jacobian_torch, nx * nt * (nt + 40))
         members = sorted({0, B // 3, (2 * B) // 3, B - 1})
         refs = {b: observed_path_jacobian(U[b].double().cpu().numpy(),
@@ -161,13 +165,23 @@ def kernel_rows(args: argparse.Namespace, bandwidth: float | None) -> list[dict]
 
 
 def end_to_end_rows(args: argparse.Namespace) -> list[dict]:
-    """The easy box with each tangent path: total time and time in the Jacobians."""
+    """The easy box with each tangent path: total time, time in the Jacobians and time
+    building the Results."""
     problems = [mw.SantaFeBar(threshold=a, sigma=s)
                 for a in np.linspace(0.3, 0.8, args.easy) for s in np.linspace(0.4, 1.0,
                                                                                 args.easy)]
     rows = []
     original = batch_newton.BatchNewton._jacobians
+    front = importlib.import_module("mfgwork.solve")
+    build = front._results
     spent = [0.0]
+    building = [0.0]
+
+    def timed_results(*a, **k):
+        t0 = time.perf_counter()
+        out = build(*a, **k)
+        building[0] += time.perf_counter() - t0
+        return out
 
     def timed(self, *a, **k):
         _sync(args.device)
@@ -178,12 +192,13 @@ def end_to_end_rows(args: argparse.Namespace) -> list[dict]:
         return out
 
     batch_newton.BatchNewton._jacobians = timed
+    front._results = timed_results
     try:
         for dtype in args.dtypes.split(","):
             for name in ("fused Triton tangent sweeps",
                          "torch tangent sweeps (parallel cyclic reduction)"):
                 batch_newton.BatchNewton.jacobian_kernels = property(lambda self, n=name: n)
-                spent[0] = 0.0
+                spent[0] = building[0] = 0.0
                 t0 = time.perf_counter()
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -194,13 +209,14 @@ def end_to_end_rows(args: argparse.Namespace) -> list[dict]:
                 total = time.perf_counter() - t0
                 row = {"case": "easy box", "variant": name, "dtype": dtype,
                        "batch": len(problems), "n": args.n, "seconds": total,
-                       "jacobian_s": spent[0],
+                       "jacobian_s": spent[0], "results_s": building[0],
                        "converged": sum(r.converged for r in out),
                        "median_iterations": float(np.median([r.iterations for r in out]))}
                 rows.append(row)
                 print(row, flush=True)
     finally:
         batch_newton.BatchNewton._jacobians = original
+        front._results = build
         del batch_newton.BatchNewton.jacobian_kernels
     return rows
 
@@ -212,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=201)
     parser.add_argument("--dtypes", default="float64,float32")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--programs", default="8,2,4,16,64")
+    parser.add_argument("--programs", default="16,8,32")
+    parser.add_argument("--directions", default="32,64,16")
     parser.add_argument("--end-to-end", action="store_true")
     parser.add_argument("--easy", type=int, default=32)
     parser.add_argument("--out", default="benchmarks/results/kernel_tangent.json")
@@ -233,15 +250,16 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"card": card, "copy_bandwidth": bandwidth, "rows": rows},
                               indent=1))
-    print(f"\n{'case':9} {'variant':50} {'dtype':8} {'B':>5} {'time':>10} {'jacobians':>10} "
+    print(f"\n{'case':9} {'variant':54} {'dtype':8} {'B':>5} {'time':>10} {'jacobians':>10} "
           f"{'err':>8} {'roofline':>8}")
     for r in rows:
-        print(f"{r['case']:9} {r['variant']:50} {r['dtype']:8} {r['batch']:5d} "
+        print(f"{r['case']:9} {r['variant']:54} {r['dtype']:8} {r['batch']:5d} "
               f"{r['seconds'] * 1e3:8.1f}ms "
               f"{r['jacobian_s'] * 1e3 if 'jacobian_s' in r else float('nan'):8.1f}ms "
               f"{r.get('max_rel_error_vs_float64', float('nan')):8.1e} "
               f"{r.get('roofline_fraction', float('nan')):8.2f}"
-              + (f"  converged {r['converged']}, median it {r['median_iterations']}"
+              + (f"  converged {r['converged']}, median it {r['median_iterations']}, "
+                 f"Results built in {r['results_s'] * 1e3:.0f} ms"
                  if "converged" in r else ""))
     return 0
 

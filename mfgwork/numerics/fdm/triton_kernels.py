@@ -236,7 +236,7 @@ def fp_sweep_kernel(U_ptr, mu_ptr, nu_ptr, inv_hw_ptr, params_ptr, cp_ptr, dp_pt
 # its lanes: δu is kept in a history [level, x, direction] per problem, the Thomas scratch in
 # [x, lane] per program.
 
-@triton.jit
+@triton.jit(do_not_specialize=["S", "NX"])
 def thomas_factor_kernel(band_ptr, fac_ptr, S, NX, BLOCK: tl.constexpr):
     """Both eliminations of J(u^n) and J(u^n)ᵀ for every system s, one per lane. LU (top to
     bottom): inv_i = 1/(b_i − a_i cp_{i−1}), cp_i = c_i inv_i; UL (bottom to top):
@@ -289,23 +289,25 @@ def row_index(r, NX, DOWN: tl.constexpr):
         return NX - 1 - r
 
 @triton.jit
-def backward_loads(scr, fac_b, fac_e, band_e, chi_ptr, r, NX, lanes, j, n, back, elim,
+def backward_loads(scr, fac_b, fac_e, band_e, chi_ptr, r, NX, zl, j, n, back, elim,
                    BD: tl.constexpr, DOWN: tl.constexpr):
-    """Row r of a backward pass: the elimination value of level n + 1, its back
-    substitution factor, and the band, inverse pivot and source [j = n] χ_i of level n."""
+    """Row r of a backward pass: the elimination value of level n + 1 and its back
+    substitution factor, the band, inverse pivot and source [j = n] χ_i of level n (the
+    factors are uniform loads of a clamped row; rows past the grid are never stored)."""
     i = row_index(r, NX, DOWN)
-    inside = (lanes + i >= 0) & (lanes + i < NX)
-    y_old = tl.load(scr + i * BD, mask=inside & back, other=0.0)
+    inside = (zl + i >= 0) & (zl + i < NX)
+    ic = tl.minimum(tl.maximum(i, 0), NX - 1)
+    y_old = tl.load(scr + ic * BD, mask=inside & back, other=0.0)
     if DOWN:   # level n + 1 was eliminated bottom to top (UL), level n goes top to bottom
-        f = tl.load(fac_b + 3 * NX + i + lanes, mask=inside & back, other=0.0)
-        band = tl.load(band_e + i + lanes, mask=inside & elim, other=0.0)
-        inv = tl.load(fac_e + i + lanes, mask=inside & elim, other=0.0)
+        f = tl.load(fac_b + 3 * NX + ic)
+        band = tl.load(band_e + ic)
+        inv = tl.load(fac_e + ic)
     else:
-        f = tl.load(fac_b + NX + i + lanes, mask=inside & back, other=0.0)
-        band = tl.load(band_e + 2 * NX + i + lanes, mask=inside & elim, other=0.0)
-        inv = tl.load(fac_e + 2 * NX + i + lanes, mask=inside & elim, other=0.0)
-    chi = tl.load(chi_ptr + i + lanes, mask=inside & (j == n), other=0.0)
-    return i, inside, y_old, f, band, inv, chi
+        f = tl.load(fac_b + NX + ic)
+        band = tl.load(band_e + 2 * NX + ic)
+        inv = tl.load(fac_e + 2 * NX + ic)
+    chi = tl.where(j == n, tl.load(chi_ptr + ic), 0.0)
+    return ic, inside, y_old, f, band, inv, chi
 
 @triton.jit
 def backward_step(hist_b, scr, i, inside, y_old, f, band, inv, chi, x, y, inv_dt, back, elim,
@@ -319,29 +321,29 @@ def backward_step(hist_b, scr, i, inside, y_old, f, band, inv, chi, x, y, inv_dt
     return x, y
 
 @triton.jit
-def backward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, s0, n, k, NX, NT, lanes, j, jv,
+def backward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, s0, n, k, NX, NT, zl, j, jv,
                   inv_dt, BD: tl.constexpr, DOWN: tl.constexpr):
     """One pass over the rows: back substitution of level n + 1 (pass k ≥ 1) fused with the
     elimination of level n (n ≥ 0), in the direction of both."""
-    back = (lanes + k) >= 1
-    elim = (lanes + n) >= 0
-    fac_b = fac_ptr + (s0 + n + 1).to(tl.int64) * 8 * NX
-    fac_e = fac_ptr + (s0 + n).to(tl.int64) * 8 * NX
-    band_e = band_ptr + (s0 + n).to(tl.int64) * 4 * NX
+    back = (zl + k) >= 1
+    elim = (zl + n) >= 0
+    fac_b = fac_ptr + (s0 + tl.minimum(n + 1, NT - 1)).to(tl.int64) * 8 * NX
+    fac_e = fac_ptr + (s0 + tl.maximum(n, 0)).to(tl.int64) * 8 * NX
+    band_e = band_ptr + (s0 + tl.maximum(n, 0)).to(tl.int64) * 4 * NX
     hist_b = hist + (n + 1) * NX * NT
     x = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
     y = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
     for r0 in range(0, NX, 4):
         i0, o0, y0, f0, b0, v0, c0 = backward_loads(scr, fac_b, fac_e, band_e, chi_ptr, r0,
-                                                    NX, lanes, j, n, back, elim, BD, DOWN)
+                                                    NX, zl, j, n, back, elim, BD, DOWN)
         i1, o1, y1, f1, b1, v1, c1 = backward_loads(scr, fac_b, fac_e, band_e, chi_ptr,
-                                                    r0 + 1, NX, lanes, j, n, back, elim, BD,
+                                                    r0 + 1, NX, zl, j, n, back, elim, BD,
                                                     DOWN)
         i2, o2, y2, f2, b2, v2, c2 = backward_loads(scr, fac_b, fac_e, band_e, chi_ptr,
-                                                    r0 + 2, NX, lanes, j, n, back, elim, BD,
+                                                    r0 + 2, NX, zl, j, n, back, elim, BD,
                                                     DOWN)
         i3, o3, y3, f3, b3, v3, c3 = backward_loads(scr, fac_b, fac_e, band_e, chi_ptr,
-                                                    r0 + 3, NX, lanes, j, n, back, elim, BD,
+                                                    r0 + 3, NX, zl, j, n, back, elim, BD,
                                                     DOWN)
         x, y = backward_step(hist_b, scr, i0, o0, y0, f0, b0, v0, c0, x, y, inv_dt, back,
                              elim, jv, NT, BD)
@@ -353,31 +355,32 @@ def backward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, s0, n, k, NX, NT, lanes
                              elim, jv, NT, BD)
 
 @triton.jit
-def forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r, NX, NT, lanes, back, elim,
+def forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r, NX, NT, zl, back, elim,
                   take, BD: tl.constexpr, DOWN: tl.constexpr):
     """Row r of a forward pass: the elimination value of level k − 1 and its back
     substitution factor of J(u^{k−1})ᵀ; the band and inverse pivot of J(u^k)ᵀ, the transport
-    weights c_{i−1}, c_i and δu^k at rows i − 1, i, i + 1; χ_i."""
+    weights c_{i−1}, c_i and δu^k at rows i − 1, i, i + 1; χ_i (0 past the grid)."""
     i = row_index(r, NX, DOWN)
-    inside = (lanes + i >= 0) & (lanes + i < NX)
-    y_old = tl.load(scr + i * BD, mask=inside & back, other=0.0)
-    left = inside & (lanes + i >= 1)
-    right = inside & (lanes + i + 1 < NX)
+    inside = (zl + i >= 0) & (zl + i < NX)
+    ic = tl.minimum(tl.maximum(i, 0), NX - 1)
+    y_old = tl.load(scr + ic * BD, mask=inside & back, other=0.0)
+    left = inside & (zl + i >= 1)
+    right = inside & (zl + i + 1 < NX)
     if DOWN:   # level k − 1 was eliminated bottom to top (UL), level k goes top to bottom
-        f = tl.load(fac_b + 7 * NX + i + lanes, mask=inside & back, other=0.0)
-        band = tl.load(band_e + 2 * NX + i - 1 + lanes, mask=left & elim, other=0.0)
-        inv = tl.load(fac_e + 4 * NX + i + lanes, mask=inside & elim, other=0.0)
+        f = tl.load(fac_b + 7 * NX + ic)
+        band = tl.load(band_e + 2 * NX + tl.maximum(ic - 1, 0))
+        inv = tl.load(fac_e + 4 * NX + ic)
     else:
-        f = tl.load(fac_b + 5 * NX + i + lanes, mask=inside & back, other=0.0)
-        band = tl.load(band_e + i + 1 + lanes, mask=right & elim, other=0.0)
-        inv = tl.load(fac_e + 6 * NX + i + lanes, mask=inside & elim, other=0.0)
-    c_l = tl.load(band_e + 3 * NX + i - 1 + lanes, mask=left & elim, other=0.0)
-    c_r = tl.load(band_e + 3 * NX + i + lanes, mask=right & elim, other=0.0)
-    d_l = tl.load(hist_e + (i - 1) * NT, mask=left & take, other=0.0)
-    d_c = tl.load(hist_e + i * NT, mask=inside & take, other=0.0)
-    d_r = tl.load(hist_e + (i + 1) * NT, mask=right & take, other=0.0)
-    chi = tl.load(chi_ptr + i + lanes, mask=inside, other=0.0)
-    return (i, inside, y_old, f, band, inv, c_l, c_r, d_l, d_c, d_r, chi)
+        f = tl.load(fac_b + 5 * NX + ic)
+        band = tl.load(band_e + tl.minimum(ic + 1, NX - 1))
+        inv = tl.load(fac_e + 6 * NX + ic)
+    c_l = tl.where(left, tl.load(band_e + 3 * NX + tl.maximum(ic - 1, 0)), 0.0)
+    c_r = tl.load(band_e + 3 * NX + ic)   # 0 on the last row: there is no edge
+    d_l = tl.load(hist_e + (ic - 1) * NT, mask=left & take, other=0.0)
+    d_c = tl.load(hist_e + ic * NT, mask=inside & take, other=0.0)
+    d_r = tl.load(hist_e + (ic + 1) * NT, mask=right & take, other=0.0)
+    chi = tl.where(inside, tl.load(chi_ptr + ic), 0.0)
+    return (ic, inside, y_old, f, band, inv, c_l, c_r, d_l, d_c, d_r, chi)
 
 @triton.jit
 def forward_step(scr, row, x, y, z, inv_dt, elim, BD: tl.constexpr):
@@ -392,28 +395,28 @@ def forward_step(scr, row, x, y, z, inv_dt, elim, BD: tl.constexpr):
     return x, y, z
 
 @triton.jit
-def forward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, D_b, s0, k, jmax, NX, NT, lanes, j,
+def forward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, D_b, s0, k, jmax, NX, NT, zl, j,
                  jv, inv_dt, BD: tl.constexpr, DOWN: tl.constexpr):
     """One pass over the rows: back substitution of level k − 1 (pass k ≥ 1, giving
     D[k − 1, j] = χ·δμ^k) fused with the elimination of level k (k < nt)."""
-    back = (lanes + k) >= 1
-    elim = (lanes + k) < NT
-    take = jv & elim & ((lanes + k) <= jmax)   # δu^k vanishes in the block for k > jmax
-    fac_b = fac_ptr + (s0 + k - 1).to(tl.int64) * 8 * NX
-    fac_e = fac_ptr + (s0 + k).to(tl.int64) * 8 * NX
-    band_e = band_ptr + (s0 + k).to(tl.int64) * 4 * NX
+    back = (zl + k) >= 1
+    elim = (zl + k) < NT
+    take = jv & elim & ((zl + k) <= jmax)   # δu^k vanishes in the block for k > jmax
+    fac_b = fac_ptr + (s0 + tl.maximum(k - 1, 0)).to(tl.int64) * 8 * NX
+    fac_e = fac_ptr + (s0 + tl.minimum(k, NT - 1)).to(tl.int64) * 8 * NX
+    band_e = band_ptr + (s0 + tl.minimum(k, NT - 1)).to(tl.int64) * 4 * NX
     hist_e = hist + k * NX * NT
     x = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
     y = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
     z = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
     for r0 in range(0, NX, 4):
-        w0 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0, NX, NT, lanes, back,
+        w0 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0, NX, NT, zl, back,
                            elim, take, BD, DOWN)
-        w1 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 1, NX, NT, lanes,
+        w1 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 1, NX, NT, zl,
                            back, elim, take, BD, DOWN)
-        w2 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 2, NX, NT, lanes,
+        w2 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 2, NX, NT, zl,
                            back, elim, take, BD, DOWN)
-        w3 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 3, NX, NT, lanes,
+        w3 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 3, NX, NT, zl,
                            back, elim, take, BD, DOWN)
         x, y, z = forward_step(scr, w0, x, y, z, inv_dt, elim, BD)
         x, y, z = forward_step(scr, w1, x, y, z, inv_dt, elim, BD)
@@ -421,7 +424,7 @@ def forward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, D_b, s0, k, jmax, NX, NT
         x, y, z = forward_step(scr, w3, x, y, z, inv_dt, elim, BD)
     tl.store(D_b + (k - 1) * NT, z, mask=jv & back)
 
-@triton.jit
+@triton.jit(do_not_specialize=["NX", "NT", "NBLK", "WORK"])
 def tangent_sweep_kernel(band_ptr, fac_ptr, chi_ptr, hist_ptr, scratch_ptr, D_ptr, params_ptr,
                          NX, NT, NBLK, WORK, BD: tl.constexpr):
     """D[b, n, j] = χ·δμ^{n+1}_j for the work items w = (problem b, direction block) of this
