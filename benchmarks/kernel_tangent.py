@@ -8,8 +8,9 @@ that Newton's method uses (a quarter of the free memory); the relative error of 
 against the compiled NumPy float64 tangent (:mod:`mfgwork.numerics.fdm.tangent`); median
 times (CUDA events); and a roofline column: the modelled bytes of the fused kernels
 (:func:`modelled_bytes`) over the time, against the card's measured device-to-device copy
-bandwidth (bytes read + written). ``--programs``, ``--directions``: the sweep programs per
-multiprocessor and directions per program to compare (the first of each: the default's row).
+bandwidth (bytes read + written). ``--programs``, ``--shapes``: the sweep programs per
+multiprocessor and (directions x warps) per program to compare (the first of each: the
+default's row).
 
 ``--end-to-end``: after the kernel rows (which compile the kernels), the easy box
 (``--easy``² thresholds 0.3–0.8 × σ 0.4–1.0 at ``--n``², ``mw.solve_batch``) with each
@@ -128,12 +129,12 @@ def kernel_rows(args: argparse.Namespace, bandwidth: float | None) -> list[dict]
         sms = (torch.cuda.get_device_properties(U.device).multi_processor_count
                if U.is_cuda else 1)
         programs = [int(p) for p in args.programs.split(",")]
-        directions = [int(d) for d in args.directions.split(",")]
-        sizes = {f"fused Triton, {p}/SM, {d} directions": (
+        shapes = [tuple(map(int, v.split("x"))) for v in args.shapes.split(",")]
+        sizes = {f"fused Triton, {p}/SM, {d} directions x {w} warps": (
             functools.partial(triton_tangent.tangent_jacobian_triton, programs=p * sms,
-                              directions=d), triton_tangent.workspace_items(nx, nt))
-            for p, d in [(p, directions[0]) for p in programs]
-            + [(programs[0], d) for d in directions[1:]]}
+                              directions=d, warps=w), triton_tangent.workspace_items(nx, nt))
+            for p, (d, w) in [(p, shapes[0]) for p in programs]
+            + [(programs[0], shape) for shape in shapes[1:]]}
         sizes["torch (PCR)"] = (tangent_torch.tangent_jacobian_torch, nx * nt * (nt + 40))
         members = sorted({0, B // 3, (2 * B) // 3, B - 1})
         refs = {b: observed_path_jacobian(U[b].double().cpu().numpy(),
@@ -229,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", default="float64,float32")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--programs", default="16,8,32")
-    parser.add_argument("--directions", default="32,64,16")
+    parser.add_argument("--shapes", default="32x1,64x1,128x1,64x2")
     parser.add_argument("--end-to-end", action="store_true")
     parser.add_argument("--easy", type=int, default=32)
     parser.add_argument("--out", default="benchmarks/results/kernel_tangent.json")
@@ -250,10 +251,10 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"card": card, "copy_bandwidth": bandwidth, "rows": rows},
                               indent=1))
-    print(f"\n{'case':9} {'variant':54} {'dtype':8} {'B':>5} {'time':>10} {'jacobians':>10} "
+    print(f"\n{'case':9} {'variant':58} {'dtype':8} {'B':>5} {'time':>10} {'jacobians':>10} "
           f"{'err':>8} {'roofline':>8}")
     for r in rows:
-        print(f"{r['case']:9} {r['variant']:54} {r['dtype']:8} {r['batch']:5d} "
+        print(f"{r['case']:9} {r['variant']:58} {r['dtype']:8} {r['batch']:5d} "
               f"{r['seconds'] * 1e3:8.1f}ms "
               f"{r['jacobian_s'] * 1e3 if 'jacobian_s' in r else float('nan'):8.1f}ms "
               f"{r.get('max_rel_error_vs_float64', float('nan')):8.1e} "

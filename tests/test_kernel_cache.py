@@ -48,12 +48,14 @@ def test_clearing_removes_compiled_entries_only(cache):
 
 
 def test_first_use_is_announced_once_and_only_when_not_cached(cache, capsys):
+    _compiled(cache, "hjb_sweep_kernel")
+    assert not compiling.announce_compilation(["hjb_sweep_kernel"])   # loaded, not built
+    assert capsys.readouterr().err == ""
     assert compiling.announce_compilation(["tangent_sweep_kernel"])
     err = capsys.readouterr().err
     assert "compiling the CUDA kernels (first use; cached in" in err and str(cache) in err
     assert not compiling.announce_compilation(["tangent_sweep_kernel"])   # once a process
-    _compiled(cache, "hjb_sweep_kernel")
-    assert not compiling.announce_compilation(["hjb_sweep_kernel"])       # loaded, not built
+    assert not compiling.announce_compilation(["thomas_factor_kernel"])   # one notice for all
     assert capsys.readouterr().err == ""
 
 

@@ -169,15 +169,16 @@ def clear_triton_cache() -> int:
 
 
 def announce_compilation(names: Iterable[str], device: str = "CUDA") -> bool:
-    """Say once per process, in the progress output (stderr, above any progress bar), that
-    the kernels ``names`` are being compiled because the cache holds none of them; True when
-    it did."""
+    """Say in the progress output (stderr, above any progress bar) that the kernels ``names``
+    are being compiled because the cache holds no build of one of them; once per process
+    (True when it said so)."""
     names = [n for n in names if n not in _ANNOUNCED]
-    if not names:
+    if not names or "" in _ANNOUNCED:
         return False
     _ANNOUNCED.update(names)
     if cached_kernels(names) == set(names):
         return False
+    _ANNOUNCED.add("")   # said once: later compilations in this process stay quiet
     message = (f"mfgwork: compiling the {device} kernels (first use; cached in "
                f"{triton_cache_dir()})")
     try:

@@ -17,8 +17,8 @@ same direction): the solution of a level never goes to memory except δu into th
 that the forward sweep reads, and each row of the Thomas scratch of a program (nx ×
 directions values) is written and read once per pass. ``PROGRAMS_PER_SM`` programs per
 multiprocessor run, each looping over its work items; band and factor values are uniform
-loads shared by a program's lanes. Direction j vanishes in δu^n for n > j: a block starts its backward sweep
-at its last direction's level. Memory per problem: :func:`workspace_items`.
+loads shared by a program's lanes. Direction j vanishes in δu^n for n > j: a block starts
+its backward sweep at its last direction's level. Memory per problem: :func:`workspace_items`.
 """
 
 from __future__ import annotations
@@ -49,11 +49,12 @@ def _programs(device: Any) -> int:
 
 def tangent_jacobian_triton(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: float,
                             inv_hw: Any, directions: int = DIRECTIONS,
-                            programs: int | None = None) -> Any:
+                            programs: int | None = None, warps: int | None = None) -> Any:
     """D (B, nt, nt) from U (B, nt+1, nx), the cell masses mu (B, nt+1, nx), χ (nx,), ν (B,)
     and 1/(h w) (nx,), all tensors of one dtype and device (the arguments of
     :func:`.tangent_torch.tangent_jacobian_torch`); ``directions`` per program (a power of
-    2), at most ``programs`` programs (default: ``PROGRAMS_PER_SM`` per multiprocessor)."""
+    2), at most ``programs`` programs (default: ``PROGRAMS_PER_SM`` per multiprocessor) of
+    ``warps`` warps (default: one thread per direction)."""
     import torch
 
     B, levels, nx = U.shape
@@ -76,5 +77,5 @@ def tangent_jacobian_triton(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: fl
     D = torch.empty((B, nt, nt), dtype=U.dtype, device=U.device)
     launch("tangent", (grid,),
         bands, factors, chi.contiguous(), history, scratch, D, _params((dt,), U), nx, nt,
-        blocks, work, BD=directions, num_warps=max(1, directions // 32))
+        blocks, work, BD=directions, num_warps=warps or max(1, directions // 32))
     return D
