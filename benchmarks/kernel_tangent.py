@@ -108,12 +108,14 @@ def inputs(B: int, n: int, dtype: str, device: str) -> tuple:
 
 
 def chunked(jacobian: object, U: object, mu: object, chi: object, nu: object, grid: object,
-            per_member: int) -> object:
-    """D of the whole batch in the chunks that Newton's method uses."""
+            per_member: int, share: float = 0.25) -> object:
+    """D of the whole batch in chunks of ``share`` of the free memory (Newton's method: a
+    quarter)."""
     import torch
 
-    budget = batch_newton._quarter_of_free_memory(mw.get_backend("torch", U.device.type))
-    chunk = max(1, budget // (per_member * U.element_size()))
+    budget = 4 * share * batch_newton._quarter_of_free_memory(
+        mw.get_backend("torch", U.device.type))
+    chunk = max(1, int(budget // (per_member * U.element_size())))
     inv_hw = torch.as_tensor(1.0 / (grid.h * grid.weights), dtype=U.dtype, device=U.device)
     return torch.cat([jacobian(U[i:i + chunk], mu[i:i + chunk], chi, nu[i:i + chunk],
                                grid.h, grid.dt, inv_hw) for i in range(0, U.shape[0], chunk)])
@@ -135,7 +137,9 @@ def kernel_rows(args: argparse.Namespace, bandwidth: float | None) -> list[dict]
                               directions=d, warps=w), triton_tangent.workspace_items(nx, nt))
             for p, (d, w) in [(p, shapes[0]) for p in programs]
             + [(programs[0], shape) for shape in shapes[1:]]}
-        sizes["torch (PCR)"] = (tangent_torch.tangent_jacobian_torch, nx * nt * (nt + 40))
+        if not args.skip_torch:
+            sizes["torch (PCR)"] = (tangent_torch.tangent_jacobian_torch,
+                                    nx * nt * (nt + 40))
         members = sorted({0, B // 3, (2 * B) // 3, B - 1})
         refs = {b: observed_path_jacobian(U[b].double().cpu().numpy(),
                                           mu[b].double().cpu().numpy(),
@@ -144,7 +148,7 @@ def kernel_rows(args: argparse.Namespace, bandwidth: float | None) -> list[dict]
         for name, (jacobian, per_member) in sizes.items():
             def fn(jacobian=jacobian, per_member=per_member, U=U, mu=mu, chi=chi, nu=nu,
                    grid=grid):
-                return chunked(jacobian, U, mu, chi, nu, grid, per_member)
+                return chunked(jacobian, U, mu, chi, nu, grid, per_member, args.share)
 
             D = fn().double().cpu().numpy()
             err = max(float(np.max(np.abs(D[b] - ref)) / np.max(np.abs(ref)))
@@ -231,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--programs", default="16,8,32")
     parser.add_argument("--shapes", default="32x1,64x1,128x1,64x2")
+    parser.add_argument("--share", type=float, default=0.25,
+                        help="share of the free device memory per chunk of the batch")
+    parser.add_argument("--skip-torch", action="store_true")
     parser.add_argument("--end-to-end", action="store_true")
     parser.add_argument("--easy", type=int, default=32)
     parser.add_argument("--out", default="benchmarks/results/kernel_tangent.json")
