@@ -165,8 +165,32 @@ def kernel_rows(args: argparse.Namespace, bandwidth: float | None) -> list[dict]
                     row["roofline_fraction"] = moved / seconds / bandwidth
             rows.append(row)
             print(row, flush=True)
+        rows.append(phase_row(U, mu, chi, nu, grid, dtype, args))
+        print(rows[-1], flush=True)
         del U, mu
     return rows
+
+
+def phase_row(U: object, mu: object, chi: object, nu: object, grid: object, dtype: str,
+              args: argparse.Namespace) -> dict:
+    """The two launches of the fused path timed apart, on one chunk of the batch (bands and
+    factors: torch ops and the factor kernel; sweeps: the sweep kernel)."""
+    import torch
+
+    per_member = triton_tangent.workspace_items(grid.nx, grid.nt) * U.element_size()
+    budget = 4 * args.share * batch_newton._quarter_of_free_memory(
+        mw.get_backend("torch", U.device.type))
+    chunk = max(1, min(U.shape[0], int(budget // per_member)))
+    Uc, muc, nuc = U[:chunk], mu[:chunk], nu[:chunk]
+    inv_hw = torch.as_tensor(1.0 / (grid.h * grid.weights), dtype=U.dtype, device=U.device)
+    factor_s = _time(lambda: triton_tangent.factorisations(Uc, muc, nuc, grid.h, grid.dt,
+                                                            inv_hw), args.device, args.repeat)
+    bands, factors = triton_tangent.factorisations(Uc, muc, nuc, grid.h, grid.dt, inv_hw)
+    sweep_s = _time(lambda: triton_tangent.sweeps(bands, factors, chi, grid.dt, chunk),
+                    args.device, args.repeat)
+    return {"case": "phases", "variant": f"fused Triton, one chunk of {chunk}", "dtype": dtype,
+            "batch": chunk, "n": args.n, "seconds": factor_s + sweep_s,
+            "factor_s": factor_s, "sweep_s": sweep_s}
 
 
 def end_to_end_rows(args: argparse.Namespace) -> list[dict]:
@@ -266,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['jacobian_s'] * 1e3 if 'jacobian_s' in r else float('nan'):8.1f}ms "
               f"{r.get('max_rel_error_vs_float64', float('nan')):8.1e} "
               f"{r.get('roofline_fraction', float('nan')):8.2f}"
+              + (f"  bands and factors {r['factor_s'] * 1e3:.1f} ms, sweeps "
+                 f"{r['sweep_s'] * 1e3:.1f} ms" if "factor_s" in r else "")
               + (f"  converged {r['converged']}, median it {r['median_iterations']}, "
                  f"Results built in {r['results_s'] * 1e3:.0f} ms"
                  if "converged" in r else ""))

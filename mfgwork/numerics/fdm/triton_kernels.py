@@ -333,39 +333,26 @@ def backward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, s0, n, k, NX, NT, zl, j
     hist_b = hist + (n + 1) * NX * NT
     x = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
     y = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
-    for r0 in range(0, NX, 8):
-        i0, o0, y0, f0, b0, v0, c0 = backward_loads(
-            scr, fac_b, fac_e, band_e, chi_ptr, r0, NX, zl, j, n, back, elim, BD, DOWN)
-        i1, o1, y1, f1, b1, v1, c1 = backward_loads(
-            scr, fac_b, fac_e, band_e, chi_ptr, r0 + 1, NX, zl, j, n, back, elim, BD, DOWN)
-        i2, o2, y2, f2, b2, v2, c2 = backward_loads(
-            scr, fac_b, fac_e, band_e, chi_ptr, r0 + 2, NX, zl, j, n, back, elim, BD, DOWN)
-        i3, o3, y3, f3, b3, v3, c3 = backward_loads(
-            scr, fac_b, fac_e, band_e, chi_ptr, r0 + 3, NX, zl, j, n, back, elim, BD, DOWN)
-        i4, o4, y4, f4, b4, v4, c4 = backward_loads(
-            scr, fac_b, fac_e, band_e, chi_ptr, r0 + 4, NX, zl, j, n, back, elim, BD, DOWN)
-        i5, o5, y5, f5, b5, v5, c5 = backward_loads(
-            scr, fac_b, fac_e, band_e, chi_ptr, r0 + 5, NX, zl, j, n, back, elim, BD, DOWN)
-        i6, o6, y6, f6, b6, v6, c6 = backward_loads(
-            scr, fac_b, fac_e, band_e, chi_ptr, r0 + 6, NX, zl, j, n, back, elim, BD, DOWN)
-        i7, o7, y7, f7, b7, v7, c7 = backward_loads(
-            scr, fac_b, fac_e, band_e, chi_ptr, r0 + 7, NX, zl, j, n, back, elim, BD, DOWN)
-        x, y = backward_step(hist_b, scr, i0, o0, y0, f0, b0, v0, c0, x, y, inv_dt,
-                             back, elim, jv, NT, BD)
-        x, y = backward_step(hist_b, scr, i1, o1, y1, f1, b1, v1, c1, x, y, inv_dt,
-                             back, elim, jv, NT, BD)
-        x, y = backward_step(hist_b, scr, i2, o2, y2, f2, b2, v2, c2, x, y, inv_dt,
-                             back, elim, jv, NT, BD)
-        x, y = backward_step(hist_b, scr, i3, o3, y3, f3, b3, v3, c3, x, y, inv_dt,
-                             back, elim, jv, NT, BD)
-        x, y = backward_step(hist_b, scr, i4, o4, y4, f4, b4, v4, c4, x, y, inv_dt,
-                             back, elim, jv, NT, BD)
-        x, y = backward_step(hist_b, scr, i5, o5, y5, f5, b5, v5, c5, x, y, inv_dt,
-                             back, elim, jv, NT, BD)
-        x, y = backward_step(hist_b, scr, i6, o6, y6, f6, b6, v6, c6, x, y, inv_dt,
-                             back, elim, jv, NT, BD)
-        x, y = backward_step(hist_b, scr, i7, o7, y7, f7, b7, v7, c7, x, y, inv_dt,
-                             back, elim, jv, NT, BD)
+    for r0 in range(0, NX, 4):
+        i0, o0, y0, f0, b0, v0, c0 = backward_loads(scr, fac_b, fac_e, band_e, chi_ptr, r0,
+                                                    NX, zl, j, n, back, elim, BD, DOWN)
+        i1, o1, y1, f1, b1, v1, c1 = backward_loads(scr, fac_b, fac_e, band_e, chi_ptr,
+                                                    r0 + 1, NX, zl, j, n, back, elim, BD,
+                                                    DOWN)
+        i2, o2, y2, f2, b2, v2, c2 = backward_loads(scr, fac_b, fac_e, band_e, chi_ptr,
+                                                    r0 + 2, NX, zl, j, n, back, elim, BD,
+                                                    DOWN)
+        i3, o3, y3, f3, b3, v3, c3 = backward_loads(scr, fac_b, fac_e, band_e, chi_ptr,
+                                                    r0 + 3, NX, zl, j, n, back, elim, BD,
+                                                    DOWN)
+        x, y = backward_step(hist_b, scr, i0, o0, y0, f0, b0, v0, c0, x, y, inv_dt, back,
+                             elim, jv, NT, BD)
+        x, y = backward_step(hist_b, scr, i1, o1, y1, f1, b1, v1, c1, x, y, inv_dt, back,
+                             elim, jv, NT, BD)
+        x, y = backward_step(hist_b, scr, i2, o2, y2, f2, b2, v2, c2, x, y, inv_dt, back,
+                             elim, jv, NT, BD)
+        x, y = backward_step(hist_b, scr, i3, o3, y3, f3, b3, v3, c3, x, y, inv_dt, back,
+                             elim, jv, NT, BD)
 
 @triton.jit
 def forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r, NX, NT, zl, back, elim,
@@ -422,31 +409,19 @@ def forward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, D_b, s0, k, jmax, NX, NT
     x = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
     y = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
     z = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
-    for r0 in range(0, NX, 8):
-        w0 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0, NX, NT, zl,
-                           back, elim, take, BD, DOWN)
+    for r0 in range(0, NX, 4):
+        w0 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0, NX, NT, zl, back,
+                           elim, take, BD, DOWN)
         w1 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 1, NX, NT, zl,
                            back, elim, take, BD, DOWN)
         w2 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 2, NX, NT, zl,
                            back, elim, take, BD, DOWN)
         w3 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 3, NX, NT, zl,
                            back, elim, take, BD, DOWN)
-        w4 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 4, NX, NT, zl,
-                           back, elim, take, BD, DOWN)
-        w5 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 5, NX, NT, zl,
-                           back, elim, take, BD, DOWN)
-        w6 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 6, NX, NT, zl,
-                           back, elim, take, BD, DOWN)
-        w7 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 7, NX, NT, zl,
-                           back, elim, take, BD, DOWN)
         x, y, z = forward_step(scr, w0, x, y, z, inv_dt, elim, BD)
         x, y, z = forward_step(scr, w1, x, y, z, inv_dt, elim, BD)
         x, y, z = forward_step(scr, w2, x, y, z, inv_dt, elim, BD)
         x, y, z = forward_step(scr, w3, x, y, z, inv_dt, elim, BD)
-        x, y, z = forward_step(scr, w4, x, y, z, inv_dt, elim, BD)
-        x, y, z = forward_step(scr, w5, x, y, z, inv_dt, elim, BD)
-        x, y, z = forward_step(scr, w6, x, y, z, inv_dt, elim, BD)
-        x, y, z = forward_step(scr, w7, x, y, z, inv_dt, elim, BD)
     tl.store(D_b + (k - 1) * NT, z, mask=jv & back)
 
 @triton.jit(do_not_specialize=["NX", "NT", "NBLK", "WORK"])
@@ -458,7 +433,7 @@ def tangent_sweep_kernel(band_ptr, fac_ptr, chi_ptr, hist_ptr, scratch_ptr, D_pt
     J_nᵀ δμ^{n+1} = δμ^n/Δt − K_n δu^n (levels 0..nt−1). Each pass over the rows fuses the back
     substitution of one level with the elimination of the next, so the eliminations
     alternate between top-down (LU) and bottom-up (UL) and δu, δμ never go through memory
-    twice. Rows go in groups of eight, their loads issued before the serial steps."""
+    twice; the Thomas scratch of a program stays in the cache."""
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     dt = tl.load(params_ptr)

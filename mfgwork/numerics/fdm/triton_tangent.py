@@ -47,6 +47,45 @@ def _programs(device: Any) -> int:
     return 4
 
 
+def factorisations(U: Any, mu: Any, nu: Any, h: float, dt: float, inv_hw: Any
+                   ) -> tuple[Any, Any]:
+    """The bands (B·nt, 4, nx: lower, diag, upper, transport weights c/h²) of every J(u^n)
+    and their Thomas factors (B·nt, 8, nx) from the factor kernel (the first launch)."""
+    import torch
+
+    B, levels, nx = U.shape
+    lower, diag, upper, q = jacobian_bands(U[:, :-1], nu[:, None, None], h, dt, inv_hw, torch)
+    mu_next = mu[:, 1:]
+    c = torch.where(q > 0, mu_next[..., 1:], torch.where(q < 0, mu_next[..., :-1],
+                                                         torch.zeros_like(q))) / h**2
+    c = torch.nn.functional.pad(c, (0, 1))
+    S = B * (levels - 1)
+    bands = torch.stack([lower, diag, upper, c], dim=2).reshape(S, 4, nx)
+    factors = torch.empty((S, 8, nx), dtype=U.dtype, device=U.device)
+    launch("factor", ((S + FACTOR_BLOCK - 1) // FACTOR_BLOCK,),
+           bands, factors, S, nx, BLOCK=FACTOR_BLOCK, num_warps=4)
+    return bands, factors
+
+
+def sweeps(bands: Any, factors: Any, chi: Any, dt: float, B: int, directions: int = DIRECTIONS,
+           programs: int | None = None, warps: int | None = None) -> Any:
+    """D (B, nt, nt) from :func:`factorisations` of B problems (the second launch)."""
+    import torch
+
+    nx = bands.shape[-1]
+    nt = bands.shape[0] // B
+    blocks = (nt + directions - 1) // directions
+    work = B * blocks
+    grid = min(work, programs or _programs(bands.device))
+    history = torch.empty((B, nt, nx, nt), dtype=bands.dtype, device=bands.device)
+    scratch = torch.empty((grid, nx, directions), dtype=bands.dtype, device=bands.device)
+    D = torch.empty((B, nt, nt), dtype=bands.dtype, device=bands.device)
+    launch("tangent", (grid,),
+           bands, factors, chi.contiguous(), history, scratch, D, _params((dt,), bands), nx,
+           nt, blocks, work, BD=directions, num_warps=warps or max(1, directions // 32))
+    return D
+
+
 def tangent_jacobian_triton(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: float,
                             inv_hw: Any, directions: int = DIRECTIONS,
                             programs: int | None = None, warps: int | None = None) -> Any:
@@ -55,27 +94,5 @@ def tangent_jacobian_triton(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: fl
     :func:`.tangent_torch.tangent_jacobian_torch`); ``directions`` per program (a power of
     2), at most ``programs`` programs (default: ``PROGRAMS_PER_SM`` per multiprocessor) of
     ``warps`` warps (default: one thread per direction)."""
-    import torch
-
-    B, levels, nx = U.shape
-    nt = levels - 1
-    lower, diag, upper, q = jacobian_bands(U[:, :-1], nu[:, None, None], h, dt, inv_hw, torch)
-    mu_next = mu[:, 1:]
-    c = torch.where(q > 0, mu_next[..., 1:], torch.where(q < 0, mu_next[..., :-1],
-                                                         torch.zeros_like(q))) / h**2
-    c = torch.nn.functional.pad(c, (0, 1))
-    S = B * nt
-    bands = torch.stack([lower, diag, upper, c], dim=2).reshape(S, 4, nx)
-    factors = torch.empty((S, 8, nx), dtype=U.dtype, device=U.device)
-    launch("factor", ((S + FACTOR_BLOCK - 1) // FACTOR_BLOCK,),
-        bands, factors, S, nx, BLOCK=FACTOR_BLOCK, num_warps=4)
-    blocks = (nt + directions - 1) // directions
-    work = B * blocks
-    grid = min(work, programs or _programs(U.device))
-    history = torch.empty((B, nt, nx, nt), dtype=U.dtype, device=U.device)
-    scratch = torch.empty((grid, nx, directions), dtype=U.dtype, device=U.device)
-    D = torch.empty((B, nt, nt), dtype=U.dtype, device=U.device)
-    launch("tangent", (grid,),
-        bands, factors, chi.contiguous(), history, scratch, D, _params((dt,), U), nx, nt,
-        blocks, work, BD=directions, num_warps=warps or max(1, directions // 32))
-    return D
+    bands, factors = factorisations(U, mu, nu, h, dt, inv_hw)
+    return sweeps(bands, factors, chi, dt, U.shape[0], directions, programs, warps)
