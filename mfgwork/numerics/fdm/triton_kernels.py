@@ -311,17 +311,17 @@ def backward_loads(scr, fac_b, fac_e, band_e, chi_ptr, r, NX, zl, j, n, back, el
 
 @triton.jit
 def backward_step(hist_b, scr, i, inside, y_old, f, band, inv, chi, x, y, inv_dt, back, elim,
-                  jv, NT, BD: tl.constexpr):
+                  HS, BD: tl.constexpr):
     """Back substitution of level n + 1 (δu^{n+1}_i, into the history) and elimination of
     level n with the right-hand side δu^{n+1}_i/Δt − [j = n] χ_i."""
     x = y_old - f * x
-    tl.store(hist_b + i * NT, x, mask=inside & back & jv)
+    tl.store(hist_b + i * HS, x, mask=inside & back)
     y = (x * inv_dt - chi - band * y) * inv
     tl.store(scr + i * BD, y, mask=inside & elim)
     return x, y
 
 @triton.jit
-def backward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, s0, n, k, NX, NT, zl, j, jv,
+def backward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, s0, n, k, NX, NT, HS, zl, j,
                   inv_dt, BD: tl.constexpr, DOWN: tl.constexpr):
     """One pass over the rows: back substitution of level n + 1 (pass k ≥ 1) fused with the
     elimination of level n (n ≥ 0), in the direction of both."""
@@ -330,7 +330,7 @@ def backward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, s0, n, k, NX, NT, zl, j
     fac_b = fac_ptr + (s0 + tl.minimum(n + 1, NT - 1)).to(tl.int64) * 8 * NX
     fac_e = fac_ptr + (s0 + tl.maximum(n, 0)).to(tl.int64) * 8 * NX
     band_e = band_ptr + (s0 + tl.maximum(n, 0)).to(tl.int64) * 4 * NX
-    hist_b = hist + (n + 1) * NX * NT
+    hist_b = hist + (n + 1) * NX * HS
     x = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
     y = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
     for r0 in range(0, NX, 4):
@@ -346,16 +346,16 @@ def backward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, s0, n, k, NX, NT, zl, j
                                                     r0 + 3, NX, zl, j, n, back, elim, BD,
                                                     DOWN)
         x, y = backward_step(hist_b, scr, i0, o0, y0, f0, b0, v0, c0, x, y, inv_dt, back,
-                             elim, jv, NT, BD)
+                             elim, HS, BD)
         x, y = backward_step(hist_b, scr, i1, o1, y1, f1, b1, v1, c1, x, y, inv_dt, back,
-                             elim, jv, NT, BD)
+                             elim, HS, BD)
         x, y = backward_step(hist_b, scr, i2, o2, y2, f2, b2, v2, c2, x, y, inv_dt, back,
-                             elim, jv, NT, BD)
+                             elim, HS, BD)
         x, y = backward_step(hist_b, scr, i3, o3, y3, f3, b3, v3, c3, x, y, inv_dt, back,
-                             elim, jv, NT, BD)
+                             elim, HS, BD)
 
 @triton.jit
-def forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r, NX, NT, zl, back, elim,
+def forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r, NX, HS, zl, back, elim,
                   take, BD: tl.constexpr, DOWN: tl.constexpr):
     """Row r of a forward pass: the elimination value of level k − 1 and its back
     substitution factor of J(u^{k−1})ᵀ; the band and inverse pivot of J(u^k)ᵀ, the transport
@@ -376,9 +376,9 @@ def forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r, NX, NT, zl, bac
         inv = tl.load(fac_e + 6 * NX + ic)
     c_l = tl.where(left, tl.load(band_e + 3 * NX + tl.maximum(ic - 1, 0)), 0.0)
     c_r = tl.load(band_e + 3 * NX + ic)   # 0 on the last row: there is no edge
-    d_l = tl.load(hist_e + (ic - 1) * NT, mask=left & take, other=0.0)
-    d_c = tl.load(hist_e + ic * NT, mask=inside & take, other=0.0)
-    d_r = tl.load(hist_e + (ic + 1) * NT, mask=right & take, other=0.0)
+    d_l = tl.load(hist_e + (ic - 1) * HS, mask=left & take, other=0.0)
+    d_c = tl.load(hist_e + ic * HS, mask=inside & take, other=0.0)
+    d_r = tl.load(hist_e + (ic + 1) * HS, mask=right & take, other=0.0)
     chi = tl.where(inside, tl.load(chi_ptr + ic), 0.0)
     return (ic, inside, y_old, f, band, inv, c_l, c_r, d_l, d_c, d_r, chi)
 
@@ -395,28 +395,28 @@ def forward_step(scr, row, x, y, z, inv_dt, elim, BD: tl.constexpr):
     return x, y, z
 
 @triton.jit
-def forward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, D_b, s0, k, jmax, NX, NT, zl, j,
+def forward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, D_b, s0, k, jmax, NX, NT, HS, zl,
                  jv, inv_dt, BD: tl.constexpr, DOWN: tl.constexpr):
     """One pass over the rows: back substitution of level k − 1 (pass k ≥ 1, giving
     D[k − 1, j] = χ·δμ^k) fused with the elimination of level k (k < nt)."""
     back = (zl + k) >= 1
     elim = (zl + k) < NT
-    take = jv & elim & ((zl + k) <= jmax)   # δu^k vanishes in the block for k > jmax
+    take = elim & ((zl + k) <= jmax)   # δu^k vanishes in the block for k > jmax
     fac_b = fac_ptr + (s0 + tl.maximum(k - 1, 0)).to(tl.int64) * 8 * NX
     fac_e = fac_ptr + (s0 + tl.minimum(k, NT - 1)).to(tl.int64) * 8 * NX
     band_e = band_ptr + (s0 + tl.minimum(k, NT - 1)).to(tl.int64) * 4 * NX
-    hist_e = hist + k * NX * NT
+    hist_e = hist + k * NX * HS
     x = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
     y = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
     z = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
     for r0 in range(0, NX, 4):
-        w0 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0, NX, NT, zl, back,
+        w0 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0, NX, HS, zl, back,
                            elim, take, BD, DOWN)
-        w1 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 1, NX, NT, zl,
+        w1 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 1, NX, HS, zl,
                            back, elim, take, BD, DOWN)
-        w2 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 2, NX, NT, zl,
+        w2 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 2, NX, HS, zl,
                            back, elim, take, BD, DOWN)
-        w3 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 3, NX, NT, zl,
+        w3 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 3, NX, HS, zl,
                            back, elim, take, BD, DOWN)
         x, y, z = forward_step(scr, w0, x, y, z, inv_dt, elim, BD)
         x, y, z = forward_step(scr, w1, x, y, z, inv_dt, elim, BD)
@@ -426,7 +426,7 @@ def forward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, D_b, s0, k, jmax, NX, NT
 
 @triton.jit(do_not_specialize=["NX", "NT", "NBLK", "WORK"])
 def tangent_sweep_kernel(band_ptr, fac_ptr, chi_ptr, hist_ptr, scratch_ptr, D_ptr, params_ptr,
-                         NX, NT, NBLK, WORK, BD: tl.constexpr):
+                         NX, NT, HS, NBLK, WORK, BD: tl.constexpr):
     """D[b, n, j] = χ·δμ^{n+1}_j for the work items w = (problem b, direction block) of this
     program (w = pid, pid + programs, ...): the backward sweep J_n δu^n = δu^{n+1}/Δt − [j = n] χ
     (levels jmax..0 of the block, δu into the history), then the forward sweep
@@ -440,27 +440,27 @@ def tangent_sweep_kernel(band_ptr, fac_ptr, chi_ptr, hist_ptr, scratch_ptr, D_pt
     inv_dt = 1.0 / dt
     lanes = tl.arange(0, BD)
     scr = scratch_ptr + pid.to(tl.int64) * NX * BD + lanes
-    zl = lanes * 0
+    zl = tl.zeros([BD], tl.int32)
     for w in range(pid, WORK, programs):
         b = w // NBLK
         j = (w % NBLK) * BD + lanes
         jv = j < NT
         jmax = tl.minimum((w % NBLK) * BD + BD - 1, NT - 1)
-        hist = hist_ptr + b.to(tl.int64) * NT * NX * NT + j
+        hist = hist_ptr + b.to(tl.int64) * NT * NX * HS + j
         s0 = b * NT
         for k in range(0, jmax + 2):
             n = jmax - k
             if k % 2 == 0:
-                backward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, s0, n, k, NX, NT, zl, j,
-                              jv, inv_dt, BD, True)
+                backward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, s0, n, k, NX, NT, HS, zl,
+                              j, inv_dt, BD, True)
             else:
-                backward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, s0, n, k, NX, NT, zl, j,
-                              jv, inv_dt, BD, False)
+                backward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, s0, n, k, NX, NT, HS, zl,
+                              j, inv_dt, BD, False)
         D_b = D_ptr + b.to(tl.int64) * NT * NT + j
         for k in range(0, NT + 1):
             if k % 2 == 0:
                 forward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, D_b, s0, k, jmax, NX, NT,
-                             zl, j, jv, inv_dt, BD, True)
+                             HS, zl, jv, inv_dt, BD, True)
             else:
                 forward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, D_b, s0, k, jmax, NX, NT,
-                             zl, j, jv, inv_dt, BD, False)
+                             HS, zl, jv, inv_dt, BD, False)

@@ -34,9 +34,15 @@ PROGRAMS_PER_SM = 16  # sweep programs per multiprocessor (measured on an H100: 
                       # more no faster)
 
 
-def workspace_items(nx: int, nt: int) -> int:
+def _padded(nt: int, directions: int) -> int:
+    """The directions of a problem rounded up to whole blocks (the history's row length: no
+    lane of a block needs a mask, and rows stay aligned for vector loads)."""
+    return -(-nt // directions) * directions
+
+
+def workspace_items(nx: int, nt: int, directions: int = DIRECTIONS) -> int:
     """Array elements the kernels hold per problem (history, D, bands and factors)."""
-    return nt * nx * nt + nt * nt + 12 * nt * nx
+    return nt * nx * _padded(nt, directions) + nt * nt + 12 * nt * nx
 
 
 def _programs(device: Any) -> int:
@@ -77,12 +83,14 @@ def sweeps(bands: Any, factors: Any, chi: Any, dt: float, B: int, directions: in
     blocks = (nt + directions - 1) // directions
     work = B * blocks
     grid = min(work, programs or _programs(bands.device))
-    history = torch.empty((B, nt, nx, nt), dtype=bands.dtype, device=bands.device)
+    history = torch.empty((B, nt, nx, _padded(nt, directions)), dtype=bands.dtype,
+                          device=bands.device)
     scratch = torch.empty((grid, nx, directions), dtype=bands.dtype, device=bands.device)
     D = torch.empty((B, nt, nt), dtype=bands.dtype, device=bands.device)
     launch("tangent", (grid,),
            bands, factors, chi.contiguous(), history, scratch, D, _params((dt,), bands), nx,
-           nt, blocks, work, BD=directions, num_warps=warps or max(1, directions // 32))
+           nt, history.shape[-1], blocks, work, BD=directions,
+           num_warps=warps or max(1, directions // 32))
     return D
 
 
