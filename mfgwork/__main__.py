@@ -9,7 +9,7 @@ import sys
 def _doctor(args: argparse.Namespace) -> int:
     from .apps.doctor import main
 
-    return main(as_json=args.json)
+    return main(as_json=args.json, clear_cache=args.clear_cache)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     doctor = sub.add_parser("doctor", help="versions, devices and a per-kernel self-check")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.add_argument("--clear-cache", action="store_true",
+                        help="remove the compiled Triton kernels (they are rebuilt on use)")
     doctor.set_defaults(func=_doctor)
     _add_run(sub)
     _add_sweep(sub)

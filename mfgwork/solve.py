@@ -207,12 +207,12 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
                "total": time.perf_counter() - started}
     settings = {"method": method, "tol": tol, "max_iter": max_iter,
                 "iteration": _describe(scheme, newton)} | fp_params | placed
-    result = _result(problem, grid, be, out, None, settings, timings,
-                     {"newton_iterations": fd.newton_iterations,
-                      **_newton_extra(newton, coarse_iterations, 0),
-                      **_model_extra([coupling], [problem], iteration, newton),
-                      "fdm_kernels": fd.kernels.name,
-                      "compiled_steps": fd.compiled_steps})
+    result = _results([problem], grid, be, out, False, settings, timings,
+                      [{"newton_iterations": fd.newton_iterations,
+                        **_newton_extra(newton, coarse_iterations, 0),
+                        **_model_extra([coupling], [problem], iteration, newton),
+                        "fdm_kernels": fd.kernels.name,
+                        "compiled_steps": fd.compiled_steps}])[0]
     return _certify_in_float64([result], [problem], be, tol, timings)[0]
 
 
@@ -308,9 +308,9 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     extra = {"newton_iterations": fd.newton_iterations, "batch_size": len(problems),
              **_model_extra(couplings, problems, iteration),
              "fdm_kernels": fd.kernels.name, "compiled_steps": fd.compiled_steps}
-    results = [_result(p, grid, be, out, b, settings, timings,
-                       extra | _newton_extra(newton, coarse_iterations, b))
-               for b, p in enumerate(problems)]
+    results = _results(problems, grid, be, out, True, settings, timings,
+                       [extra | _newton_extra(newton, coarse_iterations, b)
+                        for b in range(len(problems))])
     return _certify_in_float64(results, problems, be, tol, timings)
 
 
@@ -636,25 +636,38 @@ def _phase_totals(history: Any) -> dict[str, float]:
             "coupling": sum(history.time_coupling)}
 
 
-def _result(problem: MFGProblem, grid: Any, be: Backend, out: FixedPointResult,
-            member: int | None, settings: dict[str, Any], timings: dict[str, float],
-            extra: dict[str, Any]) -> Result:
-    """The Result of one problem (``member`` of a batch, or None)."""
-    b = 0 if member is None else member
-    U, M = (out.U, out.M) if member is None else (out.U[b], out.M[b])
-    observables = problem.observables(grid, M, be)
-    summary = problem.summary(grid, {k: to_numpy(v) for k, v in observables.items()})
-    params = problem.params() | {"nx": grid.nx, "nt": grid.nt} | settings | {
-        "backend": be.name, "device": be.device, "dtype": be.dtype}
-    converged, iterations = bool(out.converged[b]), int(out.iterations[b])
-    status = (derive_status(converged, iterations, settings["max_iter"]) if out.status is None
-              else str(out.status[b]))
-    return Result(x=be.asarray(grid.x), t=be.asarray(grid.t), U=U, M=M,
-                  converged=converged, residual=float(out.residual[b]), status=status,
-                  iterations=iterations, history=out.history.as_dict(),
-                  params=params, timings=timings, backend=be.name, device=be.device,
-                  dtype=be.dtype, method=settings["method"], observables=observables,
-                  summary=summary, state_name=problem.state_name, extra=extra)
+def _results(problems: Sequence[MFGProblem], grid: Any, be: Backend, out: FixedPointResult,
+             batched: bool, settings: dict[str, Any], timings: dict[str, float],
+             extras: list[dict[str, Any]]) -> list[Result]:
+    """The Results of ``problems``: the members of a batch (``batched``: U and M of ``out``
+    carry the leading batch axis; each Result holds views of them) or one problem. Each
+    member's observables are computed where its arrays are; its summary reads them from one
+    host copy per observable for the whole batch (no per-member transfers)."""
+    Us, Ms = (out.U, out.M) if batched else (out.U[None], out.M[None])
+    x, t = be.asarray(grid.x), be.asarray(grid.t)
+    observables = [p.observables(grid, Ms[b], be) for b, p in enumerate(problems)]
+    host: list[dict[str, np.ndarray]] = [{} for _ in problems]
+    for key in dict.fromkeys(k for o in observables for k in o):
+        having = [b for b, o in enumerate(observables) if key in o]
+        values = to_numpy(be.xp.stack([observables[b][key] for b in having]))
+        for i, b in enumerate(having):
+            host[b][key] = values[i]
+    converged, residual, iterations = (np.asarray(to_numpy(v)).reshape(-1) for v in (
+        out.converged, out.residual, out.iterations))
+    results = []
+    for b, p in enumerate(problems):
+        params = p.params() | {"nx": grid.nx, "nt": grid.nt} | settings | {
+            "backend": be.name, "device": be.device, "dtype": be.dtype}
+        status = (derive_status(bool(converged[b]), int(iterations[b]), settings["max_iter"])
+                  if out.status is None else str(out.status[b]))
+        results.append(Result(
+            x=x, t=t, U=Us[b], M=Ms[b], converged=bool(converged[b]),
+            residual=float(residual[b]), status=status, iterations=int(iterations[b]),
+            history=out.history.as_dict(), params=params, timings=timings, backend=be.name,
+            device=be.device, dtype=be.dtype, method=settings["method"],
+            observables=observables[b], summary=p.summary(grid, host[b]),
+            state_name=p.state_name, extra=extras[b]))
+    return results
 
 
 def _progress_bar(progress: bool | None, total: int) -> Any:

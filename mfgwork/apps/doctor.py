@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..core.backend import Backend, available_backends, device_info, get_backend, to_numpy
+from ..core.compiling import clear_triton_cache, numba_cache_dir, triton_cache_summary
 from ..core.storage import provenance
 
 Check = Callable[[Backend], tuple[Any, np.ndarray]]
@@ -231,8 +232,9 @@ def report() -> dict[str, Any]:
     backends = usable_backends()
     devices = [cpu_info() if d == "cpu" else device_info(d)
                for d in dict.fromkeys(be.device for be in backends)]
+    caches = {"triton": triton_cache_summary(), "numba": {"path": numba_cache_dir()}}
     return {"versions": versions(), "backends": available_backends(), "devices": devices,
-            "checks": run_checks(backends)}
+            "caches": caches, "checks": run_checks(backends)}
 
 
 def format_report(rep: dict[str, Any]) -> str:
@@ -244,6 +246,13 @@ def format_report(rep: dict[str, Any]) -> str:
         lines.append(f"  {'not installed':<16} {', '.join(missing)} (optional)")
     lines += ["", "Devices:"]
     lines += [f"  {_device_line(d)}" for d in rep["devices"]]
+    if "caches" in rep:
+        triton = rep["caches"]["triton"]
+        lines += ["", "Compiled kernels (reused by later processes):",
+                  f"  triton  {triton['path']} ({triton['entries']} entries, "
+                  f"{triton['bytes'] / 2**20:.1f} MiB; TRITON_CACHE_DIR moves it, "
+                  "python -m mfgwork doctor --clear-cache empties it)",
+                  f"  numba   {rep['caches']['numba']['path']} (NUMBA_CACHE_DIR moves it)"]
     lines += ["", "Checks against NumPy float64 (first: the first call, compilation included):",
               f"  {'check':<22} {'backend':<7} {'device':<7} {'dtype':<8} "
               f"{'max|diff|':>10} {'tol':>7} {'first':>9} {'time':>9}  status"]
@@ -277,7 +286,11 @@ def _gib(v: int) -> str:
     return f"{v / 2**30:.1f} GiB"
 
 
-def main(as_json: bool = False) -> int:
+def main(as_json: bool = False, clear_cache: bool = False) -> int:
+    if clear_cache:
+        removed = clear_triton_cache()
+        print(f"removed {removed} compiled kernels from {triton_cache_summary()['path']}")
+        return 0
     t0 = time.perf_counter()
     rep = report()
     rep["elapsed_s"] = time.perf_counter() - t0

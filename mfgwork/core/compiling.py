@@ -6,14 +6,25 @@ present; CPU: a C++ compiler on the PATH). :class:`CheckedCompile` wraps a funct
 call runs both the compiled and the eager function and keeps the compiled one only if it ran
 and agrees with the eager result to a few hundred ulps; otherwise it warns once and stays
 eager. The eager function is always correct, so nothing is lost but speed.
+
+Compiled kernels persist between processes: Triton's in its cache folder
+(:func:`triton_cache_dir`: ``TRITON_CACHE_DIR``, else ``$TRITON_HOME/.triton/cache``, else
+``~/.triton/cache``), Numba's in ``__pycache__`` beside the package's modules (or
+``NUMBA_CACHE_DIR``). ``python -m mfgwork doctor`` shows them;
+``python -m mfgwork doctor --clear-cache`` empties Triton's. :func:`announce_compilation`
+says in the progress output when a kernel is compiled rather than loaded.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
 import shutil
+import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from .backend import Backend
@@ -105,3 +116,75 @@ def _relative_difference(a: Any, b: Any) -> float:
 
     scale = torch.clamp(b.abs().max(), min=torch.finfo(b.dtype).tiny)
     return float(((a - b).abs().max() / scale).item())
+
+
+_ANNOUNCED: set[str] = set()
+_CACHE_ENTRY = re.compile(r"^[A-Za-z0-9_=-]{16,}$")   # Triton names an entry by a hash
+
+
+def triton_cache_dir() -> Path:
+    """Where Triton keeps compiled kernels (its own rule: ``TRITON_CACHE_DIR``, else
+    ``$TRITON_HOME/.triton/cache``, with ``TRITON_HOME`` defaulting to the home folder)."""
+    if os.environ.get("TRITON_CACHE_DIR"):
+        return Path(os.environ["TRITON_CACHE_DIR"])
+    return Path(os.environ.get("TRITON_HOME") or Path.home()) / ".triton" / "cache"
+
+
+def numba_cache_dir() -> str:
+    """Where Numba keeps the compiled NumPy-backend loops."""
+    return os.environ.get("NUMBA_CACHE_DIR") or "__pycache__ beside the mfgwork modules"
+
+
+def _entries(folder: Path) -> list[Path]:
+    """The cache entries of a Triton cache folder (hash-named folders, nothing else)."""
+    if not folder.is_dir():
+        return []
+    return [p for p in folder.iterdir()
+            if p.is_dir() and not p.is_symlink() and _CACHE_ENTRY.match(p.name)]
+
+
+def cached_kernels(names: Iterable[str]) -> set[str]:
+    """The Triton kernels among ``names`` (function names) with a compiled entry in the
+    cache (for some argument types)."""
+    wanted = set(names)
+    return {name for entry in _entries(triton_cache_dir()) for name in wanted
+            if (entry / f"{name}.json").exists()}
+
+
+def triton_cache_summary() -> dict[str, Any]:
+    """The Triton cache folder, its number of entries and their size in bytes."""
+    folder = triton_cache_dir()
+    entries = _entries(folder)
+    size = sum(f.stat().st_size for e in entries for f in e.iterdir() if f.is_file())
+    return {"path": str(folder), "entries": len(entries), "bytes": size}
+
+
+def clear_triton_cache() -> int:
+    """Remove the compiled entries of Triton's cache folder (hash-named folders only, so a
+    mistaken ``TRITON_CACHE_DIR`` loses nothing else); returns how many were removed."""
+    entries = _entries(triton_cache_dir())
+    for entry in entries:
+        shutil.rmtree(entry)
+    return len(entries)
+
+
+def announce_compilation(names: Iterable[str], device: str = "CUDA") -> bool:
+    """Say in the progress output (stderr, above any progress bar) that the kernels ``names``
+    are being compiled because the cache holds no build of one of them; once per process
+    (True when it said so)."""
+    names = [n for n in names if n not in _ANNOUNCED]
+    if not names or "" in _ANNOUNCED:
+        return False
+    _ANNOUNCED.update(names)
+    if cached_kernels(names) == set(names):
+        return False
+    _ANNOUNCED.add("")   # said once: later compilations in this process stay quiet
+    message = (f"mfgwork: compiling the {device} kernels (first use; cached in "
+               f"{triton_cache_dir()})")
+    try:
+        from tqdm.auto import tqdm
+
+        tqdm.write(message, file=sys.stderr)
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        print(message, file=sys.stderr)
+    return True

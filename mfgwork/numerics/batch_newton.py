@@ -17,10 +17,13 @@ best response; what it evaluates differs per problem:
 Problems whose new point was accepted get a new Newton direction d = S⁻¹ (S D S + I)⁻¹ S R:
 
 - on devices (CUDA, MPS and its emulation) from the dense tangent Jacobians D of all these
-  problems at once (the batched torch sweeps of :mod:`.fdm.tangent_torch`, all nt directions
-  as one wide batch of tridiagonal solves, in chunks that fit ``jacobian_memory`` bytes: a
-  quarter of the free memory on CUDA) and one batched Cholesky factorisation (a problem whose
-  factorisation fails steps along R, the Picard direction);
+  problems at once, in chunks that fit ``jacobian_memory`` bytes (a quarter of the free memory
+  on CUDA), and one batched Cholesky factorisation (a problem whose factorisation fails steps
+  along R, the Picard direction). On CUDA with Triton, D comes from the fused tangent sweeps
+  of :mod:`.fdm.triton_tangent` (two launches per chunk, the time loop inside); elsewhere
+  (MPS, its emulation, CUDA without Triton) from the batched torch sweeps of
+  :mod:`.fdm.tangent_torch` (all nt directions as one wide batch of tridiagonal solves per
+  level);
 - on the CPU matrix-free (Newton–Krylov): conjugate gradients on the SPD system, each product
   D p one tangent sweep of a single direction (:func:`.fdm.tangent.tangent_product`, the
   Thomas factors of the step matrices computed once per direction), O(nt nx) against
@@ -52,7 +55,7 @@ from ..core.backend import Backend, to_numpy
 from ..core.errors import ConvergenceWarning, SolverError
 from ..core.grid import Grid
 from ..problems.base import ScalarPotential
-from ..problems.hamiltonians import Hamiltonian
+from ..problems.hamiltonians import Hamiltonian, Quadratic
 from .fdm.operators import CURVATURE_FLOOR, QUADRATIC
 from .iteration import FixedPointResult, History, _evaluator, _record_times
 
@@ -416,26 +419,47 @@ class BatchNewton:
             out[b] = np.where(s > 0, v / np.where(s > 0, s, 1.0), R)
         return self.backend.asarray(out)
 
+    @property
+    def jacobian_kernels(self) -> str:
+        """What computes the dense tangent Jacobians here (devices only): the fused Triton
+        sweeps carry ½|p|² without a frozen density; the torch sweeps any model."""
+        from .fdm.kernels import _triton_installed
+
+        if (self.backend.kind == "cuda" and _triton_installed()
+                and type(self.hamiltonian) is Quadratic and self.density is None):
+            return "fused Triton tangent sweeps"
+        return "torch tangent sweeps (parallel cyclic reduction)"
+
     def _jacobians(self, U: Any, M: Any, idx: np.ndarray) -> Any:
         """D (k, nt, nt) of the problems ``idx`` (U, M their best responses)."""
         import torch
 
-        from .fdm.tangent_torch import tangent_jacobian_torch
+        from .fdm import tangent_torch, triton_tangent
 
         g = self.grid
+        fused = self.jacobian_kernels.startswith("fused")
+        if fused:
+            per_member = triton_tangent.workspace_items(g.nx, g.nt)
+        else:
+            per_member = g.nx * g.nt * (g.nt + 40)
         dtype = getattr(torch, self.jacobian_dtype)
         on = {"dtype": dtype, "device": U.device}
         chi = torch.as_tensor(self.potential.chi, **on)
         inv_hw = torch.as_tensor(1.0 / (g.h * g.weights), **on)
         nu = torch.as_tensor(self.nu[idx], **on)
-        per_member = np.dtype(self.jacobian_dtype).itemsize * g.nx * g.nt * (g.nt + 40)
+        per_member *= np.dtype(self.jacobian_dtype).itemsize
         chunk = max(1, int(self.jacobian_memory // per_member))
         weights = torch.as_tensor(g.weights, **on)
         x = torch.as_tensor(g.x, **on)
         m = None if self.density is None else torch.as_tensor(self.density, **on)
-        parts = [tangent_jacobian_torch(U[i:i + chunk].to(dtype),
-                                        M[i:i + chunk].to(dtype) * weights, chi,
-                                        nu[i:i + chunk], g.h, g.dt, inv_hw, self.hamiltonian, x,
-                                        m)
+
+        def jacobian(U: Any, mu: Any, nu: Any) -> Any:
+            if fused:
+                return triton_tangent.tangent_jacobian_triton(U, mu, chi, nu, g.h, g.dt, inv_hw)
+            return tangent_torch.tangent_jacobian_torch(U, mu, chi, nu, g.h, g.dt, inv_hw,
+                                                        self.hamiltonian, x, m)
+
+        parts = [jacobian(U[i:i + chunk].to(dtype), M[i:i + chunk].to(dtype) * weights,
+                          nu[i:i + chunk])
                  for i in range(0, idx.size, chunk)]
         return torch.cat(parts)

@@ -227,3 +227,240 @@ def fp_sweep_kernel(U_ptr, mu_ptr, nu_ptr, inv_hw_ptr, params_ptr, cp_ptr, dp_pt
             x = d3 - c3 * x
             tl.store(mu_lvl + (i - 3) * B, x, mask=valid & (b * 0 + i >= 3))
         u_lvl += row
+
+
+# -- the tangent linear sweeps (:mod:`.triton_tangent`) ------------------------------------
+# Bands are laid out [system, 4, x] (lower, diag, upper, transport weight c) and factors
+# [system, 8, x] (inv, cp of the LU and inv', ap of the UL elimination of J(u^n), then the
+# same four of J(u^n)ᵀ), system s = b·nt + n (problem b, level n). A program's directions are
+# its lanes: δu is kept in a history [level, x, direction] per problem, the Thomas scratch in
+# [x, lane] per program.
+
+@triton.jit(do_not_specialize=["S", "NX"])
+def thomas_factor_kernel(band_ptr, fac_ptr, S, NX, BLOCK: tl.constexpr):
+    """Both eliminations of J(u^n) and J(u^n)ᵀ for every system s, one per lane. LU (top to
+    bottom): inv_i = 1/(b_i − a_i cp_{i−1}), cp_i = c_i inv_i; UL (bottom to top):
+    inv'_i = 1/(b_i − c_i ap_{i+1}), ap_i = a_i inv'_i. J(u)ᵀ has the lower band upper_{i−1}
+    and the upper band lower_{i+1}."""
+    s = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    valid = s < S
+    zi = s * 0
+    bs = band_ptr + s.to(tl.int64) * 4 * NX
+    fs = fac_ptr + s.to(tl.int64) * 8 * NX
+    cp = tl.zeros([BLOCK], tl.float32).to(band_ptr.dtype.element_ty)
+    cp_t = tl.zeros([BLOCK], tl.float32).to(band_ptr.dtype.element_ty)
+    for i in range(NX):
+        a = tl.load(bs + i, mask=valid, other=0.0)
+        d = tl.load(bs + NX + i, mask=valid, other=1.0)
+        c = tl.load(bs + 2 * NX + i, mask=valid, other=0.0)
+        a_t = tl.load(bs + 2 * NX + i - 1, mask=valid & (zi + i >= 1), other=0.0)
+        c_t = tl.load(bs + i + 1, mask=valid & (zi + i + 1 < NX), other=0.0)
+        inv = 1.0 / (d - a * cp)
+        cp = c * inv
+        inv_t = 1.0 / (d - a_t * cp_t)
+        cp_t = c_t * inv_t
+        tl.store(fs + i, inv, mask=valid)
+        tl.store(fs + NX + i, cp, mask=valid)
+        tl.store(fs + 4 * NX + i, inv_t, mask=valid)
+        tl.store(fs + 5 * NX + i, cp_t, mask=valid)
+    ap = tl.zeros([BLOCK], tl.float32).to(band_ptr.dtype.element_ty)
+    ap_t = tl.zeros([BLOCK], tl.float32).to(band_ptr.dtype.element_ty)
+    for k in range(NX):
+        i = NX - 1 - k
+        a = tl.load(bs + i, mask=valid, other=0.0)
+        d = tl.load(bs + NX + i, mask=valid, other=1.0)
+        c = tl.load(bs + 2 * NX + i, mask=valid, other=0.0)
+        a_t = tl.load(bs + 2 * NX + i - 1, mask=valid & (zi + i >= 1), other=0.0)
+        c_t = tl.load(bs + i + 1, mask=valid & (zi + i + 1 < NX), other=0.0)
+        inv = 1.0 / (d - c * ap)
+        ap = a * inv
+        inv_t = 1.0 / (d - c_t * ap_t)
+        ap_t = a_t * inv_t
+        tl.store(fs + 2 * NX + i, inv, mask=valid)
+        tl.store(fs + 3 * NX + i, ap, mask=valid)
+        tl.store(fs + 6 * NX + i, inv_t, mask=valid)
+        tl.store(fs + 7 * NX + i, ap_t, mask=valid)
+
+@triton.jit
+def row_index(r, NX, DOWN: tl.constexpr):
+    if DOWN:
+        return r
+    else:
+        return NX - 1 - r
+
+@triton.jit
+def backward_loads(scr, fac_b, fac_e, band_e, chi_ptr, r, NX, zl, j, n, back, elim,
+                   BD: tl.constexpr, DOWN: tl.constexpr):
+    """Row r of a backward pass: the elimination value of level n + 1 and its back
+    substitution factor, the band, inverse pivot and source [j = n] χ_i of level n (the
+    factors are uniform loads of a clamped row; rows past the grid are never stored)."""
+    i = row_index(r, NX, DOWN)
+    inside = (zl + i >= 0) & (zl + i < NX)
+    ic = tl.minimum(tl.maximum(i, 0), NX - 1)
+    y_old = tl.load(scr + ic * BD, mask=inside & back, other=0.0)
+    if DOWN:   # level n + 1 was eliminated bottom to top (UL), level n goes top to bottom
+        f = tl.load(fac_b + 3 * NX + ic)
+        band = tl.load(band_e + ic)
+        inv = tl.load(fac_e + ic)
+    else:
+        f = tl.load(fac_b + NX + ic)
+        band = tl.load(band_e + 2 * NX + ic)
+        inv = tl.load(fac_e + 2 * NX + ic)
+    chi = tl.where(j == n, tl.load(chi_ptr + ic), 0.0)
+    return ic, inside, y_old, f, band, inv, chi
+
+@triton.jit
+def backward_step(hist_b, scr, i, inside, y_old, f, band, inv, chi, x, y, inv_dt, back, elim,
+                  HS, BD: tl.constexpr):
+    """Back substitution of level n + 1 (δu^{n+1}_i, into the history) and elimination of
+    level n with the right-hand side δu^{n+1}_i/Δt − [j = n] χ_i."""
+    x = y_old - f * x
+    tl.store(hist_b + i * HS, x, mask=inside & back)
+    y = (x * inv_dt - chi - band * y) * inv
+    tl.store(scr + i * BD, y, mask=inside & elim)
+    return x, y
+
+@triton.jit
+def backward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, s0, n, k, NX, NT, HS, zl, j,
+                  inv_dt, BD: tl.constexpr, DOWN: tl.constexpr):
+    """One pass over the rows: back substitution of level n + 1 (pass k ≥ 1) fused with the
+    elimination of level n (n ≥ 0), in the direction of both."""
+    back = (zl + k) >= 1
+    elim = (zl + n) >= 0
+    fac_b = fac_ptr + (s0 + tl.minimum(n + 1, NT - 1)).to(tl.int64) * 8 * NX
+    fac_e = fac_ptr + (s0 + tl.maximum(n, 0)).to(tl.int64) * 8 * NX
+    band_e = band_ptr + (s0 + tl.maximum(n, 0)).to(tl.int64) * 4 * NX
+    hist_b = hist + (n + 1) * NX * HS
+    x = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
+    y = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
+    for r0 in range(0, NX, 4):
+        i0, o0, y0, f0, b0, v0, c0 = backward_loads(scr, fac_b, fac_e, band_e, chi_ptr, r0,
+                                                    NX, zl, j, n, back, elim, BD, DOWN)
+        i1, o1, y1, f1, b1, v1, c1 = backward_loads(scr, fac_b, fac_e, band_e, chi_ptr,
+                                                    r0 + 1, NX, zl, j, n, back, elim, BD,
+                                                    DOWN)
+        i2, o2, y2, f2, b2, v2, c2 = backward_loads(scr, fac_b, fac_e, band_e, chi_ptr,
+                                                    r0 + 2, NX, zl, j, n, back, elim, BD,
+                                                    DOWN)
+        i3, o3, y3, f3, b3, v3, c3 = backward_loads(scr, fac_b, fac_e, band_e, chi_ptr,
+                                                    r0 + 3, NX, zl, j, n, back, elim, BD,
+                                                    DOWN)
+        x, y = backward_step(hist_b, scr, i0, o0, y0, f0, b0, v0, c0, x, y, inv_dt, back,
+                             elim, HS, BD)
+        x, y = backward_step(hist_b, scr, i1, o1, y1, f1, b1, v1, c1, x, y, inv_dt, back,
+                             elim, HS, BD)
+        x, y = backward_step(hist_b, scr, i2, o2, y2, f2, b2, v2, c2, x, y, inv_dt, back,
+                             elim, HS, BD)
+        x, y = backward_step(hist_b, scr, i3, o3, y3, f3, b3, v3, c3, x, y, inv_dt, back,
+                             elim, HS, BD)
+
+@triton.jit
+def forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r, NX, HS, zl, back, elim,
+                  take, BD: tl.constexpr, DOWN: tl.constexpr):
+    """Row r of a forward pass: the elimination value of level k − 1 and its back
+    substitution factor of J(u^{k−1})ᵀ; the band and inverse pivot of J(u^k)ᵀ, the transport
+    weights c_{i−1}, c_i and δu^k at rows i − 1, i, i + 1; χ_i (0 past the grid)."""
+    i = row_index(r, NX, DOWN)
+    inside = (zl + i >= 0) & (zl + i < NX)
+    ic = tl.minimum(tl.maximum(i, 0), NX - 1)
+    y_old = tl.load(scr + ic * BD, mask=inside & back, other=0.0)
+    left = inside & (zl + i >= 1)
+    right = inside & (zl + i + 1 < NX)
+    if DOWN:   # level k − 1 was eliminated bottom to top (UL), level k goes top to bottom
+        f = tl.load(fac_b + 7 * NX + ic)
+        band = tl.load(band_e + 2 * NX + tl.maximum(ic - 1, 0))
+        inv = tl.load(fac_e + 4 * NX + ic)
+    else:
+        f = tl.load(fac_b + 5 * NX + ic)
+        band = tl.load(band_e + tl.minimum(ic + 1, NX - 1))
+        inv = tl.load(fac_e + 6 * NX + ic)
+    c_l = tl.where(left, tl.load(band_e + 3 * NX + tl.maximum(ic - 1, 0)), 0.0)
+    c_r = tl.load(band_e + 3 * NX + ic)   # 0 on the last row: there is no edge
+    d_l = tl.load(hist_e + (ic - 1) * HS, mask=left & take, other=0.0)
+    d_c = tl.load(hist_e + ic * HS, mask=inside & take, other=0.0)
+    d_r = tl.load(hist_e + (ic + 1) * HS, mask=right & take, other=0.0)
+    chi = tl.where(inside, tl.load(chi_ptr + ic), 0.0)
+    return (ic, inside, y_old, f, band, inv, c_l, c_r, d_l, d_c, d_r, chi)
+
+@triton.jit
+def forward_step(scr, row, x, y, z, inv_dt, elim, BD: tl.constexpr):
+    """Back substitution of level k − 1 (δμ^k_i, added to χ·δμ^k) and elimination of level k
+    with the right-hand side δμ^k_i/Δt − (K_k δu^k)_i."""
+    i, inside, y_old, f, band, inv, c_l, c_r, d_l, d_c, d_r, chi = row
+    x = y_old - f * x
+    z += chi * x
+    rhs = x * inv_dt - c_l * (d_c - d_l) + c_r * (d_r - d_c)
+    y = (rhs - band * y) * inv
+    tl.store(scr + i * BD, y, mask=inside & elim)
+    return x, y, z
+
+@triton.jit
+def forward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, D_b, s0, k, jmax, NX, NT, HS, zl,
+                 jv, inv_dt, BD: tl.constexpr, DOWN: tl.constexpr):
+    """One pass over the rows: back substitution of level k − 1 (pass k ≥ 1, giving
+    D[k − 1, j] = χ·δμ^k) fused with the elimination of level k (k < nt)."""
+    back = (zl + k) >= 1
+    elim = (zl + k) < NT
+    take = elim & ((zl + k) <= jmax)   # δu^k vanishes in the block for k > jmax
+    fac_b = fac_ptr + (s0 + tl.maximum(k - 1, 0)).to(tl.int64) * 8 * NX
+    fac_e = fac_ptr + (s0 + tl.minimum(k, NT - 1)).to(tl.int64) * 8 * NX
+    band_e = band_ptr + (s0 + tl.minimum(k, NT - 1)).to(tl.int64) * 4 * NX
+    hist_e = hist + k * NX * HS
+    x = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
+    y = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
+    z = tl.zeros([BD], tl.float32).to(hist.dtype.element_ty)
+    for r0 in range(0, NX, 4):
+        w0 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0, NX, HS, zl, back,
+                           elim, take, BD, DOWN)
+        w1 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 1, NX, HS, zl,
+                           back, elim, take, BD, DOWN)
+        w2 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 2, NX, HS, zl,
+                           back, elim, take, BD, DOWN)
+        w3 = forward_loads(scr, hist_e, fac_b, fac_e, band_e, chi_ptr, r0 + 3, NX, HS, zl,
+                           back, elim, take, BD, DOWN)
+        x, y, z = forward_step(scr, w0, x, y, z, inv_dt, elim, BD)
+        x, y, z = forward_step(scr, w1, x, y, z, inv_dt, elim, BD)
+        x, y, z = forward_step(scr, w2, x, y, z, inv_dt, elim, BD)
+        x, y, z = forward_step(scr, w3, x, y, z, inv_dt, elim, BD)
+    tl.store(D_b + (k - 1) * NT, z, mask=jv & back)
+
+@triton.jit(do_not_specialize=["NX", "NT", "NBLK", "WORK"])
+def tangent_sweep_kernel(band_ptr, fac_ptr, chi_ptr, hist_ptr, scratch_ptr, D_ptr, params_ptr,
+                         NX, NT, HS, NBLK, WORK, BD: tl.constexpr):
+    """D[b, n, j] = χ·δμ^{n+1}_j for the work items w = (problem b, direction block) of this
+    program (w = pid, pid + programs, ...): the backward sweep J_n δu^n = δu^{n+1}/Δt − [j = n] χ
+    (levels jmax..0 of the block, δu into the history), then the forward sweep
+    J_nᵀ δμ^{n+1} = δμ^n/Δt − K_n δu^n (levels 0..nt−1). Each pass over the rows fuses the back
+    substitution of one level with the elimination of the next, so the eliminations
+    alternate between top-down (LU) and bottom-up (UL) and δu, δμ never go through memory
+    twice; the Thomas scratch of a program stays in the cache."""
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    dt = tl.load(params_ptr)
+    inv_dt = 1.0 / dt
+    lanes = tl.arange(0, BD)
+    scr = scratch_ptr + pid.to(tl.int64) * NX * BD + lanes
+    zl = tl.zeros([BD], tl.int32)
+    for w in range(pid, WORK, programs):
+        b = w // NBLK
+        j = (w % NBLK) * BD + lanes
+        jv = j < NT
+        jmax = tl.minimum((w % NBLK) * BD + BD - 1, NT - 1)
+        hist = hist_ptr + b.to(tl.int64) * NT * NX * HS + j
+        s0 = b * NT
+        for k in range(0, jmax + 2):
+            n = jmax - k
+            if k % 2 == 0:
+                backward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, s0, n, k, NX, NT, HS, zl,
+                              j, inv_dt, BD, True)
+            else:
+                backward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, s0, n, k, NX, NT, HS, zl,
+                              j, inv_dt, BD, False)
+        D_b = D_ptr + b.to(tl.int64) * NT * NT + j
+        for k in range(0, NT + 1):
+            if k % 2 == 0:
+                forward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, D_b, s0, k, jmax, NX, NT,
+                             HS, zl, jv, inv_dt, BD, True)
+            else:
+                forward_pass(hist, scr, fac_ptr, band_ptr, chi_ptr, D_b, s0, k, jmax, NX, NT,
+                             HS, zl, jv, inv_dt, BD, False)

@@ -14,12 +14,17 @@ did not converge at some time step is flagged (the first such step in sweep orde
 silently accepted; the caller turns the flag into the CPU path's error.
 
 Scalars (h, Δt, the Newton tolerance) travel in a small tensor of the working dtype: Triton
-would pass Python floats as float32.
+would pass Python floats as float32. Each kernel is compiled at its first launch in a process
+(for the dtype it meets), or loaded from Triton's cache; :func:`launch` says so in the
+progress output when the cache does not hold it yet.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+from ...core.compiling import announce_compilation
 
 # problems per program (one warp; one problem per thread, lanes past BLOCK idle), per dtype:
 # measured on an H100 at 201 x 201 for 1 and 1024 problems (benchmarks/fdm_batch.py)
@@ -28,6 +33,7 @@ NUM_WARPS = 1
 
 _KERNELS: dict[str, Any] = {}
 _PARAMS: dict[tuple, Any] = {}
+_LAUNCHED: set[str] = set()
 
 
 def _kernels() -> dict[str, Any]:
@@ -36,8 +42,21 @@ def _kernels() -> dict[str, Any]:
     if not _KERNELS:
         from . import triton_kernels
 
-        _KERNELS.update(hjb=triton_kernels.hjb_sweep_kernel, fp=triton_kernels.fp_sweep_kernel)
+        _KERNELS.update(hjb=triton_kernels.hjb_sweep_kernel, fp=triton_kernels.fp_sweep_kernel,
+                        factor=triton_kernels.thomas_factor_kernel,
+                        tangent=triton_kernels.tangent_sweep_kernel)
     return _KERNELS
+
+
+def launch(key: str, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> None:
+    """Launch the kernel ``key`` of :func:`_kernels`; its first launch in a process on a
+    device announces a compilation when Triton's cache holds no build of it."""
+    kernel = _kernels()[key]
+    if key not in _LAUNCHED:
+        _LAUNCHED.add(key)
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            announce_compilation([kernel.fn.__name__])
+    kernel[grid](*args, **kwargs)
 
 
 def _batch_last(a: Any) -> Any:
@@ -83,7 +102,7 @@ def hjb_sweep(U_T: Any, F: Any, guess: Any | None, nu: Any, h: float, dt: float,
     scratch = torch.empty((2, nx, B), dtype=F.dtype, device=F.device)
     status = torch.empty((2, B), dtype=torch.int32, device=F.device)
     block = _block(F)
-    _kernels()["hjb"][_grid(B, block)](
+    launch("hjb", _grid(B, block),
         U, Ft, G, nu, inv_hw, inv_w, _params((h, dt, tol), F), scratch[0], scratch[1],
         status, B, nx, nt, max_newton, USE_GUESS=guess is not None, BLOCK=block,
         num_warps=NUM_WARPS)
@@ -100,7 +119,7 @@ def fp_sweep(U: Any, mu0: Any, nu: Any, h: float, dt: float, inv_hw: Any) -> Any
     mu[0] = mu0.transpose(0, 1)
     scratch = torch.empty((2, nx, B), dtype=U.dtype, device=U.device)
     block = _block(U)
-    _kernels()["fp"][_grid(B, block)](
+    launch("fp", _grid(B, block),
         _batch_last(U), mu, nu, inv_hw, _params((h, dt), U), scratch[0], scratch[1],
         B, nx, levels - 1, BLOCK=block, num_warps=NUM_WARPS)
     return mu.permute(2, 0, 1).contiguous()

@@ -1,0 +1,302 @@
+"""The tangent linear sweeps on a device: fused Triton kernels against the generic torch path.
+
+Inputs: best responses (U, μ) of ``--batch`` Santa Fe problems (σ spread over 0.3–1.2) to
+random payoff paths at ``--n``², computed on the device by the fused Picard sweeps. For each
+dtype: D (B, nt, nt) by :func:`~mfgwork.numerics.fdm.triton_tangent.tangent_jacobian_triton`
+and by :func:`~mfgwork.numerics.fdm.tangent_torch.tangent_jacobian_torch`, both in the chunks
+that Newton's method uses (a quarter of the free memory); the relative error of a few members
+against the compiled NumPy float64 tangent (:mod:`mfgwork.numerics.fdm.tangent`); median
+times (CUDA events); and a roofline column: the modelled bytes of the fused kernels
+(:func:`modelled_bytes`) over the time, against the card's measured device-to-device copy
+bandwidth (bytes read + written). ``--programs``, ``--shapes``: the sweep programs per
+multiprocessor and (directions x warps) per program to compare (the first of each: the
+default's row).
+
+``--end-to-end``: after the kernel rows (which compile the kernels), the easy box
+(``--easy``² thresholds 0.3–0.8 × σ 0.4–1.0 at ``--n``², ``mw.solve_batch``) with each
+tangent path: total time, time in the Jacobians and time building the Results.
+
+    python benchmarks/kernel_tangent.py --device cuda --end-to-end
+    TRITON_INTERPRET=1 python benchmarks/kernel_tangent.py --device cpu --batch 3 --n 9 --repeat 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import json
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+import mfgwork as mw
+from mfgwork.numerics import batch_newton
+from mfgwork.numerics.fdm import kernels, tangent_torch, triton_tangent
+from mfgwork.numerics.fdm.sweeps import FiniteDifferences
+from mfgwork.numerics.potential import observed_path_jacobian
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _time(fn: object, device: str, repeat: int) -> float:
+    """Median seconds of ``fn()`` after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def copy_bandwidth(device: str) -> float | None:
+    """Bytes read + written per second by a 1 GiB device-to-device copy."""
+    import torch
+
+    if device != "cuda":
+        return None
+    x = torch.rand(2**28, device=device)
+    y = torch.empty_like(x)
+    seconds = _time(lambda: y.copy_(x), device, 10)
+    return 2 * x.numel() * 4 / seconds
+
+
+def modelled_bytes(B: int, nx: int, nt: int, itemsize: int,
+                   directions: int = triton_tangent.DIRECTIONS) -> int:
+    """Memory traffic of the fused kernels with their Thomas scratch in L2: δu written to the
+    history by the backward sweep and read by the forward sweep (the active directions of
+    each level, block granularity), bands (4 planes) written and read, factors (8 planes)
+    written and read once, D written."""
+    items = 0
+    for n in range(nt):
+        items += 2 * nx * sum(min(nt, k + directions) - k for k in range(0, nt, directions)
+                              if min(nt, k + directions) - 1 >= n)
+    items += 24 * nx * nt + nt * nt
+    return B * items * itemsize
+
+
+def inputs(B: int, n: int, dtype: str, device: str) -> tuple:
+    """Best responses U, cell masses μ (device tensors), χ, ν and the grid."""
+    import torch
+
+    problems = [mw.SantaFeBar(sigma=s) for s in np.linspace(0.3, 1.2, B)]
+    grid = problems[0].grid(n, n)
+    be = mw.get_backend("torch", device, dtype)
+    nu = np.array([p.nu for p in problems])
+    chi = grid.cell_fraction_above(0.0)
+    rng = np.random.default_rng(5)
+    y = rng.uniform(-4.0, 8.0, (B, grid.nt))
+    fd = FiniteDifferences(grid, nu[:, None], be)
+    U = fd.solve_hjb(be.asarray(np.zeros((B, grid.nx))), be.asarray(-y[:, :, None] * chi))
+    m0 = problems[0].initial_density(grid, mw.get_backend("numpy"))
+    M = fd.solve_fp(U, be.asarray(np.broadcast_to(m0, (B, grid.nx)).copy()))
+    on = {"dtype": getattr(torch, dtype), "device": device}
+    mu = M * torch.as_tensor(grid.weights, **on)
+    return U, mu, torch.as_tensor(chi, **on), torch.as_tensor(nu, **on), grid
+
+
+def chunked(jacobian: object, U: object, mu: object, chi: object, nu: object, grid: object,
+            per_member: int, share: float = 0.25) -> object:
+    """D of the whole batch in chunks of ``share`` of the free memory (Newton's method: a
+    quarter)."""
+    import torch
+
+    budget = 4 * share * batch_newton._quarter_of_free_memory(
+        mw.get_backend("torch", U.device.type))
+    chunk = max(1, int(budget // (per_member * U.element_size())))
+    inv_hw = torch.as_tensor(1.0 / (grid.h * grid.weights), dtype=U.dtype, device=U.device)
+    return torch.cat([jacobian(U[i:i + chunk], mu[i:i + chunk], chi, nu[i:i + chunk],
+                               grid.h, grid.dt, inv_hw) for i in range(0, U.shape[0], chunk)])
+
+
+def kernel_rows(args: argparse.Namespace, bandwidth: float | None) -> list[dict]:
+    import torch
+
+    rows = []
+    for dtype in args.dtypes.split(","):
+        U, mu, chi, nu, grid = inputs(args.batch, args.n, dtype, args.device)
+        B, nx, nt = U.shape[0], grid.nx, grid.nt
+        sms = (torch.cuda.get_device_properties(U.device).multi_processor_count
+               if U.is_cuda else 1)
+        programs = [int(p) for p in args.programs.split(",")]
+        shapes = [tuple(map(int, v.split("x"))) for v in args.shapes.split(",")]
+        sizes = {f"fused Triton, {p}/SM, {d} directions x {w} warps": (
+            functools.partial(triton_tangent.tangent_jacobian_triton, programs=p * sms,
+                              directions=d, warps=w), triton_tangent.workspace_items(nx, nt))
+            for p, (d, w) in [(p, shapes[0]) for p in programs]
+            + [(programs[0], shape) for shape in shapes[1:]]}
+        if not args.skip_torch:
+            sizes["torch (PCR)"] = (tangent_torch.tangent_jacobian_torch,
+                                    nx * nt * (nt + 40))
+        members = sorted({0, B // 3, (2 * B) // 3, B - 1})
+        refs = {b: observed_path_jacobian(U[b].double().cpu().numpy(),
+                                          mu[b].double().cpu().numpy(),
+                                          chi.double().cpu().numpy(), float(nu[b]), grid)
+                for b in members}
+        for name, (jacobian, per_member) in sizes.items():
+            def fn(jacobian=jacobian, per_member=per_member, U=U, mu=mu, chi=chi, nu=nu,
+                   grid=grid):
+                return chunked(jacobian, U, mu, chi, nu, grid, per_member, args.share)
+
+            D = fn().double().cpu().numpy()
+            err = max(float(np.max(np.abs(D[b] - ref)) / np.max(np.abs(ref)))
+                      for b, ref in refs.items())
+            seconds = _time(fn, args.device, args.repeat)
+            row = {"case": "tangent", "variant": name, "dtype": dtype, "batch": B, "n": args.n,
+                   "seconds": seconds, "max_rel_error_vs_float64": err,
+                   "finite": bool(np.isfinite(D).all())}
+            if name.startswith("fused"):
+                moved = modelled_bytes(B, nx, nt, U.element_size())
+                row["modelled_bytes"] = moved
+                row["bytes_per_s"] = moved / seconds
+                if bandwidth:
+                    row["roofline_fraction"] = moved / seconds / bandwidth
+            rows.append(row)
+            print(row, flush=True)
+        rows.append(phase_row(U, mu, chi, nu, grid, dtype, args))
+        print(rows[-1], flush=True)
+        del U, mu
+    return rows
+
+
+def phase_row(U: object, mu: object, chi: object, nu: object, grid: object, dtype: str,
+              args: argparse.Namespace) -> dict:
+    """The two launches of the fused path timed apart, on one chunk of the batch (bands and
+    factors: torch ops and the factor kernel; sweeps: the sweep kernel)."""
+    import torch
+
+    per_member = triton_tangent.workspace_items(grid.nx, grid.nt) * U.element_size()
+    budget = 4 * args.share * batch_newton._quarter_of_free_memory(
+        mw.get_backend("torch", U.device.type))
+    chunk = max(1, min(U.shape[0], int(budget // per_member)))
+    Uc, muc, nuc = U[:chunk], mu[:chunk], nu[:chunk]
+    inv_hw = torch.as_tensor(1.0 / (grid.h * grid.weights), dtype=U.dtype, device=U.device)
+    factor_s = _time(lambda: triton_tangent.factorisations(Uc, muc, nuc, grid.h, grid.dt,
+                                                            inv_hw), args.device, args.repeat)
+    bands, factors = triton_tangent.factorisations(Uc, muc, nuc, grid.h, grid.dt, inv_hw)
+    sweep_s = _time(lambda: triton_tangent.sweeps(bands, factors, chi, grid.dt, chunk),
+                    args.device, args.repeat)
+    return {"case": "phases", "variant": f"fused Triton, one chunk of {chunk}", "dtype": dtype,
+            "batch": chunk, "n": args.n, "seconds": factor_s + sweep_s,
+            "factor_s": factor_s, "sweep_s": sweep_s}
+
+
+def end_to_end_rows(args: argparse.Namespace) -> list[dict]:
+    """The easy box with each tangent path: total time, time in the Jacobians and time
+    building the Results."""
+    problems = [mw.SantaFeBar(threshold=a, sigma=s)
+                for a in np.linspace(0.3, 0.8, args.easy) for s in np.linspace(0.4, 1.0,
+                                                                                args.easy)]
+    rows = []
+    original = batch_newton.BatchNewton._jacobians
+    front = importlib.import_module("mfgwork.solve")
+    build = front._results
+    spent = [0.0]
+    building = [0.0]
+
+    def timed_results(*a, **k):
+        t0 = time.perf_counter()
+        out = build(*a, **k)
+        building[0] += time.perf_counter() - t0
+        return out
+
+    def timed(self, *a, **k):
+        _sync(args.device)
+        t0 = time.perf_counter()
+        out = original(self, *a, **k)
+        _sync(args.device)
+        spent[0] += time.perf_counter() - t0
+        return out
+
+    batch_newton.BatchNewton._jacobians = timed
+    front._results = timed_results
+    try:
+        for dtype in args.dtypes.split(","):
+            for name in ("fused Triton tangent sweeps",
+                         "torch tangent sweeps (parallel cyclic reduction)"):
+                batch_newton.BatchNewton.jacobian_kernels = property(lambda self, n=name: n)
+                spent[0] = building[0] = 0.0
+                t0 = time.perf_counter()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    out = mw.solve_batch(problems, nx=args.n, nt=args.n, backend="torch",
+                                         device=args.device, dtype=dtype,
+                                         tol=1e-6 if dtype == "float64" else 3e-4,
+                                         progress=False)
+                total = time.perf_counter() - t0
+                row = {"case": "easy box", "variant": name, "dtype": dtype,
+                       "batch": len(problems), "n": args.n, "seconds": total,
+                       "jacobian_s": spent[0], "results_s": building[0],
+                       "converged": sum(r.converged for r in out),
+                       "median_iterations": float(np.median([r.iterations for r in out]))}
+                rows.append(row)
+                print(row, flush=True)
+    finally:
+        batch_newton.BatchNewton._jacobians = original
+        front._results = build
+        del batch_newton.BatchNewton.jacobian_kernels
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--batch", type=int, default=1024)
+    parser.add_argument("--n", type=int, default=201)
+    parser.add_argument("--dtypes", default="float64,float32")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--programs", default="16,8,32")
+    parser.add_argument("--shapes", default="32x1,64x1,128x1,64x2")
+    parser.add_argument("--share", type=float, default=0.25,
+                        help="share of the free device memory per chunk of the batch")
+    parser.add_argument("--skip-torch", action="store_true")
+    parser.add_argument("--end-to-end", action="store_true")
+    parser.add_argument("--easy", type=int, default=32)
+    parser.add_argument("--out", default="benchmarks/results/kernel_tangent.json")
+    args = parser.parse_args(argv)
+    if not kernels._triton_installed():
+        print("Triton is not installed", file=sys.stderr)
+        return 1
+    import torch
+
+    card = torch.cuda.get_device_name() if args.device == "cuda" else "cpu (interpreter)"
+    bandwidth = copy_bandwidth(args.device)
+    print(f"card: {card}; copy bandwidth: "
+          f"{'-' if bandwidth is None else f'{bandwidth / 1e9:.0f} GB/s'}", flush=True)
+    rows = kernel_rows(args, bandwidth)
+    if args.end_to_end:
+        rows += end_to_end_rows(args)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"card": card, "copy_bandwidth": bandwidth, "rows": rows},
+                              indent=1))
+    print(f"\n{'case':9} {'variant':58} {'dtype':8} {'B':>5} {'time':>10} {'jacobians':>10} "
+          f"{'err':>8} {'roofline':>8}")
+    for r in rows:
+        print(f"{r['case']:9} {r['variant']:58} {r['dtype']:8} {r['batch']:5d} "
+              f"{r['seconds'] * 1e3:8.1f}ms "
+              f"{r['jacobian_s'] * 1e3 if 'jacobian_s' in r else float('nan'):8.1f}ms "
+              f"{r.get('max_rel_error_vs_float64', float('nan')):8.1e} "
+              f"{r.get('roofline_fraction', float('nan')):8.2f}"
+              + (f"  bands and factors {r['factor_s'] * 1e3:.1f} ms, sweeps "
+                 f"{r['sweep_s'] * 1e3:.1f} ms" if "factor_s" in r else "")
+              + (f"  converged {r['converged']}, median it {r['median_iterations']}, "
+                 f"Results built in {r['results_s'] * 1e3:.0f} ms"
+                 if "converged" in r else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

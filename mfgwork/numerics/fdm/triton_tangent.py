@@ -1,0 +1,106 @@
+"""The tangent linear sweeps of the HJB–FP scheme as fused Triton kernels (CUDA), batched.
+
+The same derivative as :mod:`.tangent` and :mod:`.tangent_torch` (quadratic Hamiltonian): for
+running costs F^n = −y_n χ and the observed path z_n = χ·μ^{n+1}, D[b, n, j] = ∂z_n/∂y_j of
+problem b, from the backward sweep J_n δu^n = δu^{n+1}/Δt − [j = n] χ and the forward sweep
+J_nᵀ δμ^{n+1} = δμ^n/Δt − K_n δu^n (K_n = Dᵀ diag(c) D / h², c the upwind cell masses).
+
+Two launches per batch. The first (:func:`.triton_kernels.thomas_factor_kernel`) factors
+every J(u^n) and J(u^n)ᵀ once, both ways (top-down LU and bottom-up UL elimination), one
+system (problem, level) per thread. The second (:func:`.triton_kernels.tangent_sweep_kernel`)
+runs both sweeps with the time loop inside: a work item is one problem and a block of
+``directions`` directions (one per thread), so every factorisation serves all nt directions
+(the programs of a problem share its factors through the cache) and each access to δu or δμ
+is one coalesced row of directions. Each pass over the rows fuses the back substitution of
+one level with the elimination of the next (alternately LU and UL, so that both run in the
+same direction): the solution of a level never goes to memory except δu into the history
+that the forward sweep reads, and each row of the Thomas scratch of a program (nx ×
+directions values) is written and read once per pass. ``PROGRAMS_PER_SM`` programs per
+multiprocessor run, each looping over its work items; band and factor values are uniform
+loads shared by a program's lanes. Direction j vanishes in δu^n for n > j: a block starts
+its backward sweep at its last direction's level. Memory per problem: :func:`workspace_items`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .operators import jacobian_bands
+from .triton_sweeps import _params, launch
+
+FACTOR_BLOCK = 128   # systems per program of the factor kernel (four warps)
+DIRECTIONS = 32      # directions per program of the sweep kernel (one warp)
+PROGRAMS_PER_SM = 16  # sweep programs per multiprocessor (measured on an H100: 8 is slower,
+                      # more no faster)
+
+
+def _padded(nt: int, directions: int) -> int:
+    """The directions of a problem rounded up to whole blocks (the history's row length: no
+    lane of a block needs a mask, and rows stay aligned for vector loads)."""
+    return -(-nt // directions) * directions
+
+
+def workspace_items(nx: int, nt: int, directions: int = DIRECTIONS) -> int:
+    """Array elements the kernels hold per problem (history, D, bands and factors)."""
+    return nt * nx * _padded(nt, directions) + nt * nt + 12 * nt * nx
+
+
+def _programs(device: Any) -> int:
+    import torch
+
+    if device.type == "cuda":
+        return PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
+    return 4
+
+
+def factorisations(U: Any, mu: Any, nu: Any, h: float, dt: float, inv_hw: Any
+                   ) -> tuple[Any, Any]:
+    """The bands (B·nt, 4, nx: lower, diag, upper, transport weights c/h²) of every J(u^n)
+    and their Thomas factors (B·nt, 8, nx) from the factor kernel (the first launch)."""
+    import torch
+
+    B, levels, nx = U.shape
+    lower, diag, upper, q = jacobian_bands(U[:, :-1], nu[:, None, None], h, dt, inv_hw, torch)
+    mu_next = mu[:, 1:]
+    c = torch.where(q > 0, mu_next[..., 1:], torch.where(q < 0, mu_next[..., :-1],
+                                                         torch.zeros_like(q))) / h**2
+    c = torch.nn.functional.pad(c, (0, 1))
+    S = B * (levels - 1)
+    bands = torch.stack([lower, diag, upper, c], dim=2).reshape(S, 4, nx)
+    factors = torch.empty((S, 8, nx), dtype=U.dtype, device=U.device)
+    launch("factor", ((S + FACTOR_BLOCK - 1) // FACTOR_BLOCK,),
+           bands, factors, S, nx, BLOCK=FACTOR_BLOCK, num_warps=4)
+    return bands, factors
+
+
+def sweeps(bands: Any, factors: Any, chi: Any, dt: float, B: int, directions: int = DIRECTIONS,
+           programs: int | None = None, warps: int | None = None) -> Any:
+    """D (B, nt, nt) from :func:`factorisations` of B problems (the second launch)."""
+    import torch
+
+    nx = bands.shape[-1]
+    nt = bands.shape[0] // B
+    blocks = (nt + directions - 1) // directions
+    work = B * blocks
+    grid = min(work, programs or _programs(bands.device))
+    history = torch.empty((B, nt, nx, _padded(nt, directions)), dtype=bands.dtype,
+                          device=bands.device)
+    scratch = torch.empty((grid, nx, directions), dtype=bands.dtype, device=bands.device)
+    D = torch.empty((B, nt, nt), dtype=bands.dtype, device=bands.device)
+    launch("tangent", (grid,),
+           bands, factors, chi.contiguous(), history, scratch, D, _params((dt,), bands), nx,
+           nt, history.shape[-1], blocks, work, BD=directions,
+           num_warps=warps or max(1, directions // 32))
+    return D
+
+
+def tangent_jacobian_triton(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: float,
+                            inv_hw: Any, directions: int = DIRECTIONS,
+                            programs: int | None = None, warps: int | None = None) -> Any:
+    """D (B, nt, nt) from U (B, nt+1, nx), the cell masses mu (B, nt+1, nx), χ (nx,), ν (B,)
+    and 1/(h w) (nx,), all tensors of one dtype and device (the arguments of
+    :func:`.tangent_torch.tangent_jacobian_torch`); ``directions`` per program (a power of
+    2), at most ``programs`` programs (default: ``PROGRAMS_PER_SM`` per multiprocessor) of
+    ``warps`` warps (default: one thread per direction)."""
+    bands, factors = factorisations(U, mu, nu, h, dt, inv_hw)
+    return sweeps(bands, factors, chi, dt, U.shape[0], directions, programs, warps)
