@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .operators import jacobian_bands
+from .operators import QUADRATIC, jacobian_bands, tangent_weights
 from .triton_sweeps import _params, launch
 
 FACTOR_BLOCK = 128   # systems per program of the factor kernel (four warps)
@@ -60,11 +60,10 @@ def factorisations(U: Any, mu: Any, nu: Any, h: float, dt: float, inv_hw: Any
     import torch
 
     B, levels, nx = U.shape
-    lower, diag, upper, q = jacobian_bands(U[:, :-1], nu[:, None, None], h, dt, inv_hw, torch)
-    mu_next = mu[:, 1:]
-    c = torch.where(q > 0, mu_next[..., 1:], torch.where(q < 0, mu_next[..., :-1],
-                                                         torch.zeros_like(q))) / h**2
-    c = torch.nn.functional.pad(c, (0, 1))
+    lower, diag, upper, terms = jacobian_bands(U[:, :-1], nu[:, None, None], h, dt, inv_hw,
+                                               torch)
+    c = torch.nn.functional.pad(tangent_weights(terms, mu[:, 1:], None, None, h, QUADRATIC,
+                                                torch), (0, 1))
     S = B * (levels - 1)
     bands = torch.stack([lower, diag, upper, c], dim=2).reshape(S, 4, nx)
     factors = torch.empty((S, 8, nx), dtype=U.dtype, device=U.device)
