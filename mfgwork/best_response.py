@@ -25,7 +25,7 @@ from .numerics.iteration import FPSolver, HJBSolver, frozen_args, relative_resid
 from .numerics.particles import ParticleFP
 from .numerics.populations import populations_residual
 from .problems import TwoStateElFarol, problem_from_params
-from .problems.base import MFGProblem
+from .problems.base import MFGProblem, batch_coupling
 from .problems.populations import Populations
 from .problems.two_d import MFGProblem2D
 
@@ -100,6 +100,28 @@ def residual_on(result: Any, problem: MFGProblem, be: Backend) -> float:
             be.asarray(to_numpy(result.U)), *frozen)
     gz = coupling.state(fp(U, problem.initial_density(grid, be), *frozen))
     return float(to_numpy(relative_residual(gz, z, be.xp, batched=False))[0])
+
+
+def batch_residuals_on(results: list[Any], problems: list[MFGProblem], be: Backend
+                       ) -> np.ndarray:
+    """:func:`residual_on` of finite-difference ``results`` of ``problems`` that share a
+    grid, a coupling kind and a Hamiltonian (the members of one batch), computed as one
+    batched best response on ``be`` (e.g. float64 on the device of a float32 batch)."""
+    xp = be.xp
+    M = xp.stack([be.asarray(r.M) for r in results])
+    grid = problems[0].grid(M.shape[-1], M.shape[-2] - 1)
+    coupling = batch_coupling([p.coupling(grid, be) for p in problems], be)
+    fd = FiniteDifferences(grid, np.array([[p.nu] for p in problems]), be,
+                           hamiltonian=problems[0].hamiltonian, compile_steps=False)
+    z = coupling.state(M)
+    frozen = frozen_args(coupling, z)
+    U = fd.solve_hjb(xp.stack([p.terminal_cost(grid, be) for p in problems]),
+                     coupling.running_cost(z), xp.stack([be.asarray(r.U) for r in results]),
+                     *frozen)
+    m0 = xp.stack([p.initial_density(grid, be) for p in problems])
+    gz = coupling.state(fd.solve_fp(U, m0, *frozen))
+    fd.check_newton()
+    return np.asarray(to_numpy(relative_residual(gz, z, xp, batched=True)), dtype=np.float64)
 
 
 def two_state_residual(result: Any, problem: TwoStateElFarol) -> float:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .best_response import residual_on, solvers
+from .best_response import batch_residuals_on, residual_on, solvers
 from .core import memory
 from .core.backend import BACKENDS, Backend, get_backend, to_numpy
 from .core.compiling import check_compile_steps
@@ -478,8 +478,9 @@ def _run_newton(newton: BatchNewton, coupling: Any, hjb: Any, fp: Any, m0: Any, 
 def _certify_in_float64(results: list[Result], problems: Sequence[MFGProblem], be: Backend,
                         tol: float, timings: dict[str, float]) -> list[Result]:
     """``results`` with the float32 finite-difference ones that claim convergence
-    re-certified by one best response in NumPy float64 on the host
-    (:func:`~mfgwork.best_response.residual_on`): ``residual`` becomes the float64 one, and
+    re-certified by one best response in float64 (:func:`_float64_residuals`: a torch batch
+    at once on its device, otherwise in NumPy on the host): ``residual`` becomes the float64
+    one, and
     a result whose float64 residual exceeds ``tol`` gets ``converged=False``, status
     ``"failed"``, ``extra["certificate"]["message"]`` and a ConvergenceWarning. Nothing is
     done on MPS (and its emulation), which has no float64: there the float32 certificate
@@ -487,13 +488,16 @@ def _certify_in_float64(results: list[Result], problems: Sequence[MFGProblem], b
     if be.dtype != "float32" or be.kind == "mps" or be.emulate_mps:
         return results
     started = time.perf_counter()
-    host = get_backend("numpy", "cpu", "float64")
+    claimed = [b for b, res in enumerate(results) if res.converged and res.method == "fdm"]
+    residuals = dict(zip(claimed, _float64_residuals([results[b] for b in claimed],
+                                                     [problems[b] for b in claimed], be),
+                         strict=True))
     failed, out = [], []
-    for res, problem in zip(results, problems, strict=True):
-        if not res.converged or res.method != "fdm":
+    for b, res in enumerate(results):
+        if b not in residuals:
             out.append(res)
             continue
-        residual = residual_on(res, problem, host)
+        residual = float(residuals[b])
         record: dict[str, Any] = {"dtype": "float64", "residual": residual,
                                   "float32_residual": res.residual, "held": residual <= tol}
         if residual > tol:
@@ -511,6 +515,20 @@ def _certify_in_float64(results: list[Result], problems: Sequence[MFGProblem], b
     timings["certify"] = time.perf_counter() - started
     timings["total"] += timings["certify"]
     return out
+
+
+def _float64_residuals(results: list[Result], problems: Sequence[MFGProblem], be: Backend
+                       ) -> list[float]:
+    """The float64 residuals of float32 ``results``: a torch batch as one batched best
+    response in float64 on its device; otherwise one best response each in NumPy float64."""
+    if not results:
+        return []
+    if be.name == "torch" and len(results) > 1:
+        device = get_backend("torch", be.device, "float64")
+        return list(batch_residuals_on(results, list(problems), device))
+    host = get_backend("numpy", "cpu", "float64")
+    return [residual_on(res, problem, host) for res, problem in zip(results, problems,
+                                                                      strict=True)]
 
 
 def _place(problems: Any, method: str, n_particles: int | None, nx: int, nt: int,

@@ -96,3 +96,21 @@ def test_float64_and_mps_keep_their_own_certificate(mps_emulation):
     for res in (mw.solve_batch(problems, **(F32 | {"backend": mps_emulation})) +
                 mw.solve_batch(problems, **(F32 | {"dtype": "float64", "tol": 1e-8}))):
         assert "certificate" not in res.extra and "certify" not in res.timings
+
+
+@pytest.mark.parametrize("hamiltonian", [mw.Power(3.0), mw.Congestion(1.0, 0.5)], ids=repr)
+def test_batched_float64_certificate_agrees_with_one_numpy_best_response_each(hamiltonian):
+    """The float64 re-certification of a torch batch (one batched best response on the
+    device) against NumPy float64 best responses member by member."""
+    problems = [mw.SantaFeBar(threshold=thr, sigma=0.8, eps=0.1, hamiltonian=hamiltonian)
+                for thr in (0.4, 0.7)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mw.ConvergenceWarning)
+        batch = mw.solve_batch(problems, **F32)
+    certified = [(p, r) for p, r in zip(problems, batch, strict=True) if "certificate" in r.extra]
+    assert certified
+    host = mw.get_backend("numpy", "cpu", "float64")
+    for p, res in certified:
+        one = importlib.import_module("mfgwork.best_response").residual_on(res, p, host)
+        assert res.residual == pytest.approx(one, rel=1e-8, abs=1e-14)
+        assert res.converged == (one <= TOL)
