@@ -41,6 +41,18 @@ def _bands(u, nu, h, dt, inv_hw, lower, diag, upper):  # pragma: no cover - comp
         diag[i] = 1.0 / dt - lo - up
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _newton_update(u, du, tol):  # pragma: no cover - compiled
+    """u ← u − du; whether the update was small: max|du| ≤ tol (1 + max|u|)."""
+    step = 0.0
+    size = 0.0
+    for i in range(u.size):
+        u[i] -= du[i]
+        step = max(step, abs(du[i]))
+        size = max(size, abs(u[i]))
+    return step <= tol * (1.0 + size)
+
+
 @njit(cache=True, nogil=True)
 def hjb_sweep(U, F, guess, use_guess, nu, h, dt, inv_hw, inv_w, tol, max_newton
               ):  # pragma: no cover - compiled
@@ -64,16 +76,9 @@ def hjb_sweep(U, F, guess, use_guess, nu, h, dt, inv_hw, inv_w, tol, max_newton
                 res[i] = ((u[i] - U[n + 1, i]) / dt - nu * inv_w[i] * (qr - ql) + ham
                           - F[n, i])
             _thomas(lower, diag, upper, res, du, cp, dp)
-            step = 0.0
-            size = 0.0
-            for i in range(nx):
-                u[i] -= du[i]
-                step = max(step, abs(du[i]))
-                size = max(size, abs(u[i]))
-            if not step <= tol * (1.0 + size):
-                continue
-            converged = True
-            break
+            if _newton_update(u, du, tol):
+                converged = True
+                break
         U[n, :] = u
         if not converged:
             return iterations, n
@@ -185,16 +190,9 @@ def model_hjb_sweep(U, F, guess, use_guess, density, kind, a, b, nu, h, dt, inv_
                 res[i] = ((u[i] - U[n + 1, i]) / dt - nu * inv_w[i] * (qr - ql) + ham[i]
                           - F[n, i])
             _thomas(lower, diag, upper, res, du, cp, dp)
-            step = 0.0
-            size = 0.0
-            for i in range(nx):
-                u[i] -= du[i]
-                step = max(step, abs(du[i]))
-                size = max(size, abs(u[i]))
-            if not step <= tol * (1.0 + size):
-                continue
-            converged = True
-            break
+            if _newton_update(u, du, tol):
+                converged = True
+                break
         U[n, :] = u
         if not converged:
             return iterations, n

@@ -250,10 +250,15 @@ class FiniteDifferences:
                                       self._inv_hw_np.astype(F.dtype),
                                       self._inv_w_np.astype(F.dtype), self.newton_tol,
                                       MAX_NEWTON)
-        self.newton_iterations += its
+        return self._compiled_sweep_done(U, its, bad)
+
+    def _compiled_sweep_done(self, U: np.ndarray, iterations: int, bad: int) -> Any:
+        """U of a compiled HJB sweep, its Newton iterations counted; :class:`SolverError` if
+        the time step ``bad`` (≥ 0) did not converge."""
+        self.newton_iterations += iterations
         if bad >= 0:
             raise SolverError(f"HJB Newton did not converge at time step n={bad} "
-                              f"(t={g.t[bad]:.6g}) in {MAX_NEWTON} iterations")
+                              f"(t={self.grid.t[bad]:.6g}) in {MAX_NEWTON} iterations")
         return self._from_host(U)
 
     def _model_code(self, density: Any | None, dtype: Any) -> tuple[Any, ...]:
@@ -286,11 +291,7 @@ class FiniteDifferences:
             *self._model_code(density, F.dtype), float(self.nu), g.h, g.dt,
             self._inv_hw_np.astype(F.dtype), self._inv_w_np.astype(F.dtype), self.newton_tol,
             MAX_NEWTON)
-        self.newton_iterations += its
-        if bad >= 0:
-            raise SolverError(f"HJB Newton did not converge at time step n={bad} "
-                              f"(t={g.t[bad]:.6g}) in {MAX_NEWTON} iterations")
-        return self._from_host(U)
+        return self._compiled_sweep_done(U, its, bad)
 
     def _fp_compiled_model(self, U: Any, mu0: Any, density: Any | None) -> Any:
         """The compiled (numba) FP sweep for a shipped Hamiltonian other than ½|p|²."""
