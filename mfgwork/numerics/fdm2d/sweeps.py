@@ -104,6 +104,8 @@ class Scheme2D:
         self.newton_rtol = 1e-10 if self.backend.dtype == "float64" else 1e-6
         self.max_krylov = 20 * (g.nx + g.ny)
         self.density: Any = None
+        #: the cell masses of the last FP sweep (the "ilu" solver starts its solves there)
+        self._last_masses: list[Any] | None = None
         self.use_cuda_graphs = self.backend.kind == "cuda" and solver == "krylov"
         self._graphs: dict[tuple, Any] = {}
         self.newton_iterations = 0
@@ -209,7 +211,9 @@ class Scheme2D:
         levels[g.nt] = U_T + 0.0 * F[..., 0, :, :]
         for n in range(g.nt - 1, -1, -1):
             u_next = levels[n + 1]
-            u = u_next if guess is None else guess[..., n, :, :] * st.active + (
+            # the guess moved by the change the sweep has already made at the level above
+            u = u_next if guess is None else (
+                guess[..., n, :, :] + u_next - guess[..., n + 1, :, :]) * st.active + (
                 u_next * exit_mask)
             F_n, m = F[..., n, :, :], self._m(n)
             for _ in range(MAX_NEWTON + 1):
@@ -233,10 +237,15 @@ class Scheme2D:
         """Densities M (levels 0..nt) from m0 (0 off the active nodes), transported by U."""
         xp, st, g = self.xp, self.stencil, self.stencil.grid
         masses = [m0 * st.volumes * st.active]
+        last = self._last_masses
         for n in range(g.nt):
             c = st.jacobian(U[..., n, :, :], self._m(n))
+            # the previous sweep's step μ^{n+1} − μ^n from this sweep's μ^n
+            guess = masses[n] if last is None else masses[n] + (last[n + 1] - last[n])
             masses.append(self._solve(c, masses[n] * st.inv_dt, transpose=True,
-                                      guess=masses[n]))
+                                      guess=guess))
+        if self.solver == "ilu":
+            self._last_masses = masses
         return xp.stack(masses, axis=-3) / st.volumes
 
     def outflow(self, U: Any, M: Any) -> Any:
