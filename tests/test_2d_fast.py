@@ -76,3 +76,16 @@ def test_warm_started_sweeps_give_the_cold_best_response():
     assert np.max(np.abs(U1 - U1c)) <= 1e-10 * (1 + np.max(np.abs(U1c)))
     assert np.max(np.abs(M1 - M1c)) <= 1e-10 * np.max(M1c)
     assert (M1 >= 0).all()
+
+
+def test_fp_sweep_reuses_the_hjb_jacobians_exactly():
+    """The FP sweep of the U an HJB sweep just returned takes that sweep's last Newton
+    matrices J(U^n, m^{n+1}); assembled afresh (another U object) they give the same M."""
+    a, M = room_setup()
+    F = a.coupling.running_cost(a.coupling.state(M))
+    U = a.scheme.solve_hjb(a.U_T, F)
+    reused = a.scheme.solve_fp(U, a.m0)
+    b, _ = room_setup()
+    fresh = b.scheme.solve_fp(U.copy(), b.m0)
+    assert np.array_equal(reused, fresh)
+    assert a.scheme._jacobians[0] is U and b.scheme._jacobians is None

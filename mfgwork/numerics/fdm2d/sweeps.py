@@ -106,6 +106,9 @@ class Scheme2D:
         self.density: Any = None
         #: the cell masses of the last FP sweep (the "ilu" solver starts its solves there)
         self._last_masses: list[Any] | None = None
+        #: (U, density, J per level) of the last HJB sweep (NumPy solvers), which the FP sweep
+        #: of that same U reuses instead of assembling J again
+        self._jacobians: tuple[Any, Any, list[Any]] | None = None
         self.use_cuda_graphs = self.backend.kind == "cuda" and solver == "krylov"
         self._graphs: dict[tuple, Any] = {}
         self.newton_iterations = 0
@@ -209,6 +212,8 @@ class Scheme2D:
         exit_mask = 1.0 - st.active
         levels: list[Any] = [None] * (g.nt + 1)
         levels[g.nt] = U_T + 0.0 * F[..., 0, :, :]
+        keep = self.solver in ("ilu", "direct")
+        jacobians: list[Any] = [None] * g.nt
         for n in range(g.nt - 1, -1, -1):
             u_next = levels[n + 1]
             # the guess moved by the change the sweep has already made at the level above
@@ -230,7 +235,11 @@ class Scheme2D:
                 raise SolverError(f"HJB Newton did not converge at time step n={n} "
                                   f"(t={g.t[n]:.6g}) in {MAX_NEWTON} iterations")
             levels[n] = u
-        return xp.stack(levels, axis=-3)
+            if keep:
+                jacobians[n] = c  # J(U^n, m^{n+1}): the FP step's matrix, exactly
+        U = xp.stack(levels, axis=-3)
+        self._jacobians = (U, self.density, jacobians) if keep else None
+        return U
 
     # -- FP ----------------------------------------------------------------------------------
     def solve_fp(self, U: Any, m0: Any) -> Any:
@@ -238,8 +247,10 @@ class Scheme2D:
         xp, st, g = self.xp, self.stencil, self.stencil.grid
         masses = [m0 * st.volumes * st.active]
         last = self._last_masses
+        kept = self._jacobians
+        same = kept is not None and kept[0] is U and kept[1] is self.density
         for n in range(g.nt):
-            c = st.jacobian(U[..., n, :, :], self._m(n))
+            c = kept[2][n] if same else st.jacobian(U[..., n, :, :], self._m(n))
             # the previous sweep's step μ^{n+1} − μ^n from this sweep's μ^n
             guess = masses[n] if last is None else masses[n] + (last[n + 1] - last[n])
             masses.append(self._solve(c, masses[n] * st.inv_dt, transpose=True,
