@@ -24,8 +24,8 @@ def stencil_matrix(nx, D, W, E, S, N):
 
 @pytest.mark.parametrize("relax", [0.0, 0.9])
 @pytest.mark.parametrize("transpose", [False, True])
-def test_ilu_bicgstab_matches_a_sparse_direct_solve(relax, transpose):
-    nx, ny = 13, 9
+@pytest.mark.parametrize(("nx", "ny"), [(13, 9), (4, 10)])  # odd and even rows (in pairs)
+def test_ilu_bicgstab_matches_a_sparse_direct_solve(relax, transpose, nx, ny):
     rng = np.random.default_rng(3)
     W, E, S, N = (-rng.random((ny, nx)) for _ in range(4))
     W[:, 0] = E[:, -1] = S[0, :] = N[-1, :] = 0.0  # no neighbours beyond the grid
