@@ -60,61 +60,76 @@ def _matvec(nx, D, W, E, S, N, x, y):  # pragma: no cover - compiled
 @njit(cache=True, nogil=True, fastmath=_CHAIN)
 def _precondition(nx, inv, Wl, Sl, Eu, Nu, r, z):  # pragma: no cover - compiled
     """z = M⁻¹ r with the factors scaled by D⁻¹ (Wl = W/d, ..., ``inv`` = 1/d; zero across
-    the grid's edges): one multiply-add on each sweep's chain of dependent nodes, and two
-    grid rows swept together, the second one node behind, so that two chains overlap."""
+    the grid's edges): one multiply-add on each sweep's chain of dependent nodes, the
+    previous node of a chain carried in a register, and two grid rows swept together (the
+    second one node behind) so that two chains overlap."""
     n = inv.shape[0]
     ny = n // nx
-    z[0] = r[0] * inv[0]  # (D + L) y = r, row 0
+    p = r[0] * inv[0]  # (D + L) y = r, row 0
+    z[0] = p
     for k in range(1, nx):
-        z[k] = r[k] * inv[k] - Wl[k] * z[k - 1]
+        p = r[k] * inv[k] - Wl[k] * p
+        z[k] = p
     j = 1
     while j < ny:  # rows j and j + 1
         a = j * nx
-        z[a] = r[a] * inv[a] - Sl[a] * z[a - nx]
+        p = r[a] * inv[a] - Sl[a] * z[a - nx]
+        z[a] = p
         if j + 1 == ny:
             for k in range(a + 1, a + nx):
-                v = r[k] * inv[k] - Sl[k] * z[k - nx]
-                z[k] = v - Wl[k] * z[k - 1]
+                p = (r[k] * inv[k] - Sl[k] * z[k - nx]) - Wl[k] * p
+                z[k] = p
             break
         b = a + nx
-        z[a + 1] = (r[a + 1] * inv[a + 1] - Sl[a + 1] * z[a + 1 - nx]) - Wl[a + 1] * z[a]
-        z[b] = r[b] * inv[b] - Sl[b] * z[a]
+        p = (r[a + 1] * inv[a + 1] - Sl[a + 1] * z[a + 1 - nx]) - Wl[a + 1] * p
+        z[a + 1] = p
+        q = r[b] * inv[b] - Sl[b] * z[a]
+        z[b] = q
         for i in range(2, nx):
             k = a + i
-            v = r[k] * inv[k] - Sl[k] * z[k - nx]
             h = b + i - 1
+            v = r[k] * inv[k] - Sl[k] * z[k - nx]
             w = r[h] * inv[h] - Sl[h] * z[h - nx]
-            z[k] = v - Wl[k] * z[k - 1]
-            z[h] = w - Wl[h] * z[h - 1]
+            p = v - Wl[k] * p
+            q = w - Wl[h] * q
+            z[k] = p
+            z[h] = q
         h = b + nx - 1
-        z[h] = (r[h] * inv[h] - Sl[h] * z[h - nx]) - Wl[h] * z[h - 1]
+        z[h] = (r[h] * inv[h] - Sl[h] * z[h - nx]) - Wl[h] * q
         j += 2
     a = n - nx  # (I + D⁻¹ U) z = y, the top row
+    p = z[n - 1]
     for k in range(n - 2, a - 1, -1):
-        z[k] -= Eu[k] * z[k + 1]
+        p = z[k] - Eu[k] * p
+        z[k] = p
     j = ny - 2
     while j >= 0:  # rows j and j − 1
         a = j * nx
+        k = a + nx - 1
+        p = (z[k] - Nu[k] * z[k + nx]) - Eu[k] * z[k + 1]
+        z[k] = p
         if j == 0:
-            for k in range(a + nx - 1, a - 1, -1):
-                v = z[k] - Nu[k] * z[k + nx]
-                z[k] = v - Eu[k] * z[k + 1]
+            for k in range(a + nx - 2, a - 1, -1):
+                p = (z[k] - Nu[k] * z[k + nx]) - Eu[k] * p
+                z[k] = p
             break
         c = a - nx
-        k = a + nx - 1
-        z[k] = (z[k] - Nu[k] * z[k + nx]) - Eu[k] * z[k + 1]
         k = a + nx - 2
-        z[k] = (z[k] - Nu[k] * z[k + nx]) - Eu[k] * z[k + 1]
+        p = (z[k] - Nu[k] * z[k + nx]) - Eu[k] * p
+        z[k] = p
         k = c + nx - 1
-        z[k] = (z[k] - Nu[k] * z[k + nx]) - Eu[k] * z[k + 1]
+        q = (z[k] - Nu[k] * z[k + nx]) - Eu[k] * z[k + 1]
+        z[k] = q
         for i in range(nx - 3, -1, -1):
             k = a + i
-            v = z[k] - Nu[k] * z[k + nx]
             h = c + i + 1
+            v = z[k] - Nu[k] * z[k + nx]
             w = z[h] - Nu[h] * z[h + nx]
-            z[k] = v - Eu[k] * z[k + 1]
-            z[h] = w - Eu[h] * z[h + 1]
-        z[c] = (z[c] - Nu[c] * z[c + nx]) - Eu[c] * z[c + 1]
+            p = v - Eu[k] * p
+            q = w - Eu[h] * q
+            z[k] = p
+            z[h] = q
+        z[c] = (z[c] - Nu[c] * z[c + nx]) - Eu[c] * q
         j -= 2
 
 
