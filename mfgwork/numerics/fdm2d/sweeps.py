@@ -46,6 +46,8 @@ NEWTON_ETA_MAX = 1e-2
 #: A Krylov solve that stops at its iteration cap is accepted up to this factor above its
 #: tolerance (the rounding floor of float32).
 KRYLOV_FAIL = 1e3
+#: The Eisenstat–Walker forcing factor γ (choice 2, exponent 2) of the Newton updates.
+EW_GAMMA = 0.1
 
 
 class SparsePattern:
@@ -120,15 +122,19 @@ class Scheme2D:
         """m^{n+1} for the step n (None when H does not depend on m)."""
         return None if self.density is None else self.density[..., n, :, :]
 
-    def _newton_rtol(self, scale: np.ndarray, norm: np.ndarray) -> float:
-        """The relative residual ‖R − J δ‖₂ ≤ η ‖R‖₂ a Newton update needs (inexact Newton):
-        the largest η ≤ ``NEWTON_ETA_MAX`` whose linear residual alone, Δt·η‖R‖₂, stays a
-        quarter below the stopping test's bound ``newton_tol``·(1 + max|u|), and never less
-        than ``newton_rtol``. The stopping test is on the exact residual, so η only sets
-        how many updates it takes."""
+    def _newton_rtol(self, scale: np.ndarray, norm: np.ndarray,
+                     previous: np.ndarray | None) -> float:
+        """The relative residual ‖R − J δ‖₂ ≤ η ‖R‖₂ a Newton update needs (inexact Newton,
+        Eisenstat & Walker 1996): the loosest of (a) η whose linear residual alone, Δt·η‖R‖₂,
+        stays a quarter below the stopping test's bound ``newton_tol``·(1 + max|u|) and
+        (b) the forcing term ``EW_GAMMA``·(‖R‖₂/‖R_prev‖₂)² (``NEWTON_ETA_MAX`` at a level's
+        first update), within [``newton_rtol``, ``NEWTON_ETA_MAX``]. The stopping test is on
+        the exact residual, so η only sets how many updates it takes."""
         dt = self.stencil.grid.dt
         eta = float(np.min(self.newton_tol * scale / (4.0 * dt * np.maximum(norm, 1e-300))))
-        return min(NEWTON_ETA_MAX, max(self.newton_rtol, eta))
+        ew = NEWTON_ETA_MAX if previous is None else float(
+            np.max(EW_GAMMA * (norm / np.maximum(previous, 1e-300)) ** 2))
+        return min(NEWTON_ETA_MAX, max(self.newton_rtol, eta, ew))
 
     def _solve(self, c: Coefficients, rhs: Any, transpose: bool = False,
                guess: Any = None, rtol: float | None = None) -> Any:
@@ -221,6 +227,7 @@ class Scheme2D:
                 guess[..., n, :, :] + u_next - guess[..., n + 1, :, :]) * st.active + (
                 u_next * exit_mask)
             F_n, m = F[..., n, :, :], self._m(n)
+            previous = None
             for _ in range(MAX_NEWTON + 1):
                 c, R = st.system(u, u_next, F_n, m)
                 scale = 1.0 + _max2(xp.abs(u), xp)
@@ -229,7 +236,8 @@ class Scheme2D:
                                                xp.sqrt(_sum2(R * R, xp))))
                 if float(np.max(size)) <= self.newton_tol:
                     break
-                u = u - self._solve(c, R, rtol=self._newton_rtol(scale, norm))
+                u = u - self._solve(c, R, rtol=self._newton_rtol(scale, norm, previous))
+                previous = norm
                 self.newton_iterations += 1
             else:
                 raise SolverError(f"HJB Newton did not converge at time step n={n} "
