@@ -38,6 +38,8 @@ from .stencil import Coefficients, Stencil
 MAX_NEWTON = 50
 #: Relaxation of the modified ILU(0) of the Newton matrices (:mod:`.ilu_kernels`).
 MILU_RELAX = 0.9
+#: ... and of their transposes, the FP matrices.
+FP_RELAX = 0.5
 #: BiCGStab iterations between two convergence tests (one host synchronisation each).
 CHECK_EVERY = 8
 SOLVERS = ("ilu", "direct", "krylov")
@@ -203,7 +205,7 @@ class Scheme2D:
         x = np.zeros_like(flat[-1]) if guess is None else np.array(guess, dtype=rhs.dtype
                                                                    ).reshape(-1)
         its, rel = ilu_bicgstab(rhs.shape[-1], *flat, x, rtol, self.max_krylov,
-                                0.0 if transpose else MILU_RELAX)
+                                FP_RELAX if transpose else MILU_RELAX)
         self.krylov_iterations += its
         if not rel <= KRYLOV_FAIL * rtol:
             raise SolverError(f"ILU-BiCGStab did not converge in {self.max_krylov} iterations "
