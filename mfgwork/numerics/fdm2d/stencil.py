@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ...core.grid2d import Grid2D
+from ...problems.hamiltonians import Quadratic
 
 
 class Coefficients(NamedTuple):
@@ -116,6 +117,13 @@ class Stencil:
         self.volumes = asarray(g.volumes)
         X, Y = g.mesh
         self.coords = (asarray(X), asarray(Y))
+        # H = ½|p|² on one NumPy float64 problem: the system in one compiled pass
+        self._compiled = None
+        if (type(hamiltonian) is Quadratic and backend.name == "numpy" and not batched
+                and backend.dtype == "float64"):
+            self._compiled = (ox, oy, self.inv_hx, self.inv_hy, 1.0 / g.wx, 1.0 / g.wy,
+                              float(nu), dW, dE, dS, dN, *self.to_active, self.active,
+                              self.inv_dt)
 
     def gradients(self, u: Any) -> tuple[list[Any], list[Any]]:
         """([q_bx, q_by], [q_fx, q_fy]) at the nodes (0 across closed edges)."""
@@ -152,6 +160,11 @@ class Stencil:
     def system(self, u: Any, u_next: Any, F_n: Any, m: Any) -> tuple[Coefficients, Any]:
         """J(u) (without ``out``) and R(u) (0 at inactive nodes) of the HJB step with running
         cost F_n."""
+        if self._compiled is not None and F_n.shape == u.shape == u_next.shape:
+            from .assembly_kernels import quadratic_system
+
+            *c, R = quadratic_system(u, u_next, F_n, *self._compiled)
+            return Coefficients(*c, None), R
         value, d_back, d_fwd, diffusion = self.hamiltonian_terms(u, m)
         R = ((u - u_next) * self.inv_dt - diffusion + value - F_n) * self.active
         return self.coefficients(d_back, d_fwd, exits=False), R
