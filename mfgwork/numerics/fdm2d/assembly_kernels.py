@@ -42,3 +42,16 @@ def quadratic_system(u, u_next, F, ox, oy, inv_hx, inv_hy, inv_wx, inv_wy, nu, d
             S[j, i] = s * to_S[j, i]
             N[j, i] = n * to_N[j, i]
     return diag, W, E, S, N, R
+
+
+@njit(cache=True, nogil=True, fastmath={"reassoc"})
+def residual_norms(u, R):  # pragma: no cover - compiled
+    """(max|R|, max|u|, Σ R²) over arrays (ny, nx): Newton's stopping test in one pass."""
+    r_max = u_max = sq = 0.0
+    for j in range(u.shape[0]):
+        for i in range(u.shape[1]):
+            r = abs(R[j, i])
+            r_max = max(r_max, r)
+            u_max = max(u_max, abs(u[j, i]))
+            sq += r * r
+    return r_max, u_max, sq
