@@ -145,16 +145,17 @@ def _dot(a, b):  # pragma: no cover - compiled
 def ilu_bicgstab(nx, D, W, E, S, N, b, x, rtol, max_iter, relax):  # pragma: no cover
     """Solve A x = b in place (x: the initial guess); returns (iterations, ‖b − A x‖/‖b‖)."""
     n = D.shape[0]
-    d = np.empty(n)
+    inv = np.empty(n)  # 1/d_k, and the factors scaled by it, in the same pass
+    Wl, Sl, Eu, Nu = np.empty(n), np.empty(n), np.empty(n), np.empty(n)
     for k in range(n):
         v = D[k]
         if k >= 1:
-            v -= W[k] * (E[k - 1] + relax * N[k - 1]) / d[k - 1]
+            v -= W[k] * (E[k - 1] + relax * N[k - 1]) * inv[k - 1]
         if k >= nx:
-            v -= S[k] * (N[k - nx] + relax * E[k - nx]) / d[k - nx]
-        d[k] = v
-    inv = 1.0 / d
-    Wl, Sl, Eu, Nu = W * inv, S * inv, E * inv, N * inv
+            v -= S[k] * (N[k - nx] + relax * E[k - nx]) * inv[k - nx]
+        iv = 1.0 / v
+        inv[k] = iv
+        Wl[k], Sl[k], Eu[k], Nu[k] = W[k] * iv, S[k] * iv, E[k] * iv, N[k] * iv
     Wl[::nx] = 0.0  # no coupling across the grid's edges (0 in every stencil already)
     Eu[nx - 1::nx] = 0.0
     Sl[:nx] = 0.0
