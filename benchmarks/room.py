@@ -9,25 +9,34 @@ Cases
 
 ``--max-iter`` caps the best responses of every case (the table then gives the time per
 iteration too, and ``converged`` says whether the cap was hit); ``--nx``/``--nt`` scale every
-case down for a quick local run.
+case down for a quick local run. ``--one-core`` runs the process on one CPU core with one
+thread (OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 and the BLAS threads set before NumPy is
+imported: the script restarts itself; CPU affinity pinned to one core).
 
-    python benchmarks/room.py [--device cuda] [--cases room-101,batch-64] [--out F.json]
+    python benchmarks/room.py [--device cuda] [--cases room-101,batch-64] [--one-core]
+                              [--out F.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
 import warnings
 from pathlib import Path
 
-import numpy as np
+ONE_THREAD = {k: "1" for k in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS", "MKL_NUM_THREADS",
+                                 "OPENBLAS_NUM_THREADS")}
+if "--one-core" in sys.argv[1:] and any(os.environ.get(k) != v for k, v in ONE_THREAD.items()):
+    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **ONE_THREAD})
 
-import mfgwork as mw
-from mfgwork.core.storage import provenance
+import numpy as np  # noqa: E402  (after the thread settings above)
+
+import mfgwork as mw  # noqa: E402
+from mfgwork.core.storage import provenance  # noqa: E402
 
 CASES = {"room-101": (101, 100, 1), "batch-64": (101, 100, 64), "room-201": (201, 200, 1)}
 
@@ -64,7 +73,8 @@ def measure(case: str, target: tuple[str, str, str | None, str | None], nx: int,
             "mass_error": max(o.mass_error for o in out),
             "newton_iterations": r.extra["newton_iterations"],
             "krylov_iterations": r.extra["krylov_iterations"],
-            "factorizations": r.extra["factorizations"]}
+            "factorizations": r.extra["factorizations"],
+            "timings": r.timings, "load_average": os.getloadavg()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,7 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tol", type=float, default=1e-6)
     parser.add_argument("--max-iter", type=int, default=200)
     parser.add_argument("--out", default="benchmarks/results/room.json")
+    parser.add_argument("--one-core", action="store_true",
+                        help="one CPU core, one thread (see the module docstring)")
     args = parser.parse_args(argv)
+    if args.one_core and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     cpu = {"numpy": ("numpy", "cpu", None, "ilu"), "numpy-direct": ("numpy", "cpu", None, "direct"),
            "numpy-krylov": ("numpy", "cpu", None, "krylov"),
            "torch-cpu": ("torch", "cpu", "float64", None)}
@@ -101,7 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{case:10} {name:28} {f'{nx}x{nx}x{nt}':>14} {batch:>5} {row['iterations']:>4} "
               f"{row['wall_s']:8.2f} {row['per_iteration_s']:7.3f} {row['residual']:9.2e} "
               f"{row['mass_error']:9.1e} {row['converged']}", flush=True)
-    devices = {"cpu": platform.processor() or platform.machine()}
+    print(f"load average (1, 5, 15 min): {os.getloadavg()}")
+    devices = {"cpu": platform.processor() or platform.machine(),
+               "cpu_cores_used": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+               else None}
     if args.device:
         devices[args.device] = mw.device_info(args.device).get("name")
     out = Path(args.out)

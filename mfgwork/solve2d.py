@@ -39,6 +39,9 @@ from .solve import SOLVERS as FRONT_DOOR
 #: next iterates, the running cost, the best and lowest iterates of the iteration, the
 #: sweeps' level lists and the velocity fields of the result.
 GRID_ARRAYS = 12
+#: Arrays of (nt+1) × ny × nx floats the NumPy solvers keep besides: the HJB sweep's last
+#: Newton matrices (diag, W, E, S, N, out per level) for the FP sweep, the last FP masses.
+KEPT_ARRAYS = 7
 #: Bytes per unknown of a SuperLU factor of the 5-point matrix on N nodes: about
 #: 4 N log2 N entries (measured 3.8 N at N = 101², minimum degree), 12 bytes each.
 LU_BYTES = 48
@@ -81,6 +84,9 @@ def _check_size(problems: list[Any], nx: int, ny: int, nt: int, be: Backend, sol
     parts = {"nx, ny and nt": batch * GRID_ARRAYS * item * (nt + 1) * nx * ny,
              "nx, ny and nt (the coupling states of the iteration)": sum(
                  memory.anderson_bytes(s, item, depth) for s in sizes)}
+    if solver in ("direct", "ilu"):
+        parts["nx, ny and nt (the kept Newton matrices)"] = (
+            batch * KEPT_ARRAYS * item * (nt + 1) * nx * ny)
     if solver == "direct":  # the SuperLU factors (the iterative solvers need a few vectors)
         n = nx * ny
         parts["nx and ny (the sparse factorisation)"] = int(LU_BYTES * n * math.log2(n))

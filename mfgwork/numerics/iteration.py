@@ -201,14 +201,16 @@ class AndersonMixer:
 
     def __init__(self, scheme: Anderson, batched: bool) -> None:
         self.scheme = scheme
-        self._state: dict[str, Any] = {"batched": batched, "z": [], "r": []}
+        # the differences ΔZ, ΔR live in ``depth`` slots of two (B, depth, size) buffers
+        # written in place; ``order`` lists the filled slots, oldest difference first
+        self._state: dict[str, Any] = {"batched": batched, "order": [], "last": None}
 
     def update(self, k: int, z: Array, gz: Array, xp: Any) -> Array:
         s, scheme = self._state, self.scheme
         batch = z.shape[0] if s["batched"] else 1
         zf, rf = xp.reshape(z, (batch, -1)), xp.reshape(gz - z, (batch, -1))
         rn = xp.sqrt(xp.sum(rf**2, axis=-1))
-        if not s["z"]:
+        if s["last"] is None:
             s.update(best_rn=rn, best_z=zf, best_r=rf, age=xp.zeros_like(rn),
                      beta=xp.full_like(rn, scheme.mixing))
         restart = rn > scheme.restart * s["best_rn"]
@@ -221,33 +223,48 @@ class AndersonMixer:
         s["age"] = xp.where(restart, xp.zeros_like(rn), s["age"] + 1.0)
         z0 = xp.where(restart[:, None], s["best_z"], zf)
         r0 = xp.where(restart[:, None], s["best_r"], rf)
-        s["z"].append(z0)
-        s["r"].append(r0)
-        if len(s["z"]) > scheme.depth + 1:
-            s["z"].pop(0)
-            s["r"].pop(0)
+        if s["last"] is not None and scheme.depth > 0:
+            self._push(z0 - s["last"][0], r0 - s["last"][1], xp)
+        s["last"] = (z0, r0)
         step = z0 + beta[:, None] * r0
-        if len(s["z"]) >= 2:
+        if s["order"]:
             step = step - self._correction(s, r0, beta, xp)
         return xp.reshape(step, z.shape)
 
+    def _push(self, dz: Array, dr: Array, xp: Any) -> None:
+        """Store the newest differences, over the oldest once ``depth`` are held."""
+        s, depth = self._state, self.scheme.depth
+        if "dZ" not in s:
+            shape = (dz.shape[0], depth, dz.shape[1])
+            s["dZ"] = xp.zeros(shape, dtype=dz.dtype, device=_device(dz))
+            s["dR"] = xp.zeros(shape, dtype=dz.dtype, device=_device(dz))
+        order = s["order"]
+        slot = len(order) if len(order) < depth else order.pop(0)
+        s["dZ"][:, slot, :] = dz
+        s["dR"][:, slot, :] = dr
+        order.append(slot)
+
     def _correction(self, s: dict, r: Array, beta: Array, xp: Any) -> Array:
-        """(ΔZ + β ΔR) γ over the differences younger than each problem's last restart."""
-        n = len(s["z"]) - 1
-        dZ = xp.stack([a - b for a, b in zip(s["z"][1:], s["z"][:-1], strict=True)], axis=1)
-        dR = xp.stack([a - b for a, b in zip(s["r"][1:], s["r"][:-1], strict=True)], axis=1)
-        # difference j joins entries j and j+1 (of n + 1); valid if both follow the restart
-        ages = xp.arange(n, 0, -1, dtype=r.dtype, device=_device(r))  # made on the device
-        valid = xp.astype(ages[None, :] < s["age"][:, None], r.dtype)  # (B, n)
-        dZ, dR = dZ * valid[..., None], dR * valid[..., None]
-        gram = dR @ xp.permute_dims(dR, (0, 2, 1))  # (B, n, n)
-        rhs = dR @ r[..., None]
-        scale = xp.sum(xp.sum(gram * xp.eye(n, dtype=r.dtype, device=_device(r)), axis=-1),
-                       axis=-1)
+        """(ΔZ + β ΔR) γ over the differences younger than each problem's last restart: the
+        small system on all ``depth`` slots, the empty and the too old ones masked (γ = 0)."""
+        order, depth = s["order"], self.scheme.depth
+        n, dev = len(order), _device(r)
+        # the difference j-th oldest (of n) joins the entries n - j and n - j - 1 steps back:
+        # valid if both follow the problem's last restart; empty slots never
+        ages = [math.inf] * depth
+        for j, slot in enumerate(order):
+            ages[slot] = float(n - j)
+        ages = xp.asarray(ages, dtype=r.dtype, device=dev)
+        valid = xp.astype(ages[None, :] < s["age"][:, None], r.dtype)  # (B, depth)
+        dZ, dR = s["dZ"], s["dR"]
+        gram = (dR @ xp.permute_dims(dR, (0, 2, 1))) * (valid[:, :, None] * valid[:, None, :])
+        rhs = (dR @ r[..., None]) * valid[..., None]
+        eye = xp.eye(depth, dtype=r.dtype, device=dev)
+        scale = xp.sum(xp.sum(gram * eye, axis=-1), axis=-1)
         shift = self.scheme.regularization * scale + xp.astype(scale == 0.0, r.dtype)
-        eye = xp.eye(n, dtype=r.dtype, device=_device(r))
-        gamma = xp.linalg.solve(gram + shift[:, None, None] * eye, rhs)  # (B, n, 1)
-        return xp.sum(gamma * (dZ + beta[:, None, None] * dR), axis=1)
+        gamma = xp.linalg.solve(gram + shift[:, None, None] * eye, rhs)  # (B, depth, 1)
+        weights = xp.permute_dims(gamma, (0, 2, 1))  # (B, 1, depth): γᵀ ΔZ + β γᵀ ΔR
+        return (weights @ dZ + beta[:, None, None] * (weights @ dR))[:, 0, :]
 
 
 def _device(a: Array) -> Any:

@@ -33,11 +33,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ...core.grid2d import Grid2D
+from ...problems.hamiltonians import Quadratic
 
 
 class Coefficients(NamedTuple):
     """The Jacobian on the full grid: ``diag`` (1 at inactive nodes) and the neighbour
-    coefficients W, E, S, N restricted to active pairs; ``out`` the exit coefficients o."""
+    coefficients W, E, S, N restricted to active pairs; ``out`` the exit coefficients o (None
+    in the Newton systems, which do not need them)."""
 
     diag: Any
     W: Any
@@ -115,6 +117,13 @@ class Stencil:
         self.volumes = asarray(g.volumes)
         X, Y = g.mesh
         self.coords = (asarray(X), asarray(Y))
+        # H = ½|p|² on one NumPy float64 problem: the system in one compiled pass
+        self._compiled = None
+        if (type(hamiltonian) is Quadratic and backend.name == "numpy" and not batched
+                and backend.dtype == "float64"):
+            self._compiled = (ox, oy, self.inv_hx, self.inv_hy, 1.0 / g.wx, 1.0 / g.wy,
+                              float(nu), dW, dE, dS, dN, *self.to_active, self.active,
+                              self.inv_dt)
 
     def gradients(self, u: Any) -> tuple[list[Any], list[Any]]:
         """([q_bx, q_by], [q_fx, q_fy]) at the nodes (0 across closed edges)."""
@@ -132,8 +141,10 @@ class Stencil:
         lap = (fwd[0] - back[0]) * self.inv_wx + (fwd[1] - back[1]) * self.inv_wy
         return value, d_back, d_fwd, self.nu_arr * lap
 
-    def coefficients(self, d_back: list[Any], d_fwd: list[Any]) -> Coefficients:
-        """J's coefficients from the Hamiltonian's derivatives (module docstring)."""
+    def coefficients(self, d_back: list[Any], d_fwd: list[Any],
+                     exits: bool = True) -> Coefficients:
+        """J's coefficients from the Hamiltonian's derivatives (module docstring); the exit
+        coefficients ``out`` only with ``exits`` (None otherwise: Newton does not need them)."""
         dW, dE, dS, dN = self.diffusion
         W = dW - d_back[0] * self.inv_hx
         E = dE + d_fwd[0] * self.inv_hx
@@ -141,16 +152,22 @@ class Stencil:
         N = dN + d_fwd[1] * self.inv_hy
         diag = self.inv_dt - (W + E + S + N)
         full = (W, E, S, N)
-        out = -sum(c * e for c, e in zip(full, self.to_exit, strict=True))
+        out = -sum(c * e for c, e in zip(full, self.to_exit, strict=True)) if exits else None
         W, E, S, N = (c * a for c, a in zip(full, self.to_active, strict=True))
         diag = self.active * diag + (1.0 - self.active)
         return Coefficients(diag, W, E, S, N, out)
 
     def system(self, u: Any, u_next: Any, F_n: Any, m: Any) -> tuple[Coefficients, Any]:
-        """J(u) and R(u) (0 at inactive nodes) of the HJB step with running cost F_n."""
+        """J(u) (without ``out``) and R(u) (0 at inactive nodes) of the HJB step with running
+        cost F_n."""
+        if self._compiled is not None and F_n.shape == u.shape == u_next.shape:
+            from .assembly_kernels import quadratic_system
+
+            *c, R = quadratic_system(u, u_next, F_n, *self._compiled)
+            return Coefficients(*c, None), R
         value, d_back, d_fwd, diffusion = self.hamiltonian_terms(u, m)
         R = ((u - u_next) * self.inv_dt - diffusion + value - F_n) * self.active
-        return self.coefficients(d_back, d_fwd), R
+        return self.coefficients(d_back, d_fwd, exits=False), R
 
     def jacobian(self, u: Any, m: Any) -> Coefficients:
         """J(u) alone (the FP step's matrix, transposed there)."""

@@ -1,0 +1,110 @@
+"""The fast paths of the 2-D CPU solver against plain references: the compiled ILU-BiCGStab
+against a sparse direct solve, inexact Newton updates against tight ones."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.sparse.linalg as sla
+
+import mfgwork as mw
+from mfgwork.numerics.fdm2d import equilibrium as eq
+from mfgwork.numerics.fdm2d import sweeps
+from mfgwork.numerics.fdm2d.ilu_kernels import ilu_bicgstab, transpose_stencil
+from mfgwork.numerics.fdm2d.stencil import Stencil
+
+
+def stencil_matrix(nx, D, W, E, S, N):
+    """The 5-point matrix of a flattened stencil (rows k = j·nx + i)."""
+    n = D.size
+    k = np.arange(n)
+    A = sp.diags(D) + sp.csr_matrix((W[1:], (k[1:], k[1:] - 1)), shape=(n, n))
+    A = A + sp.csr_matrix((E[:-1], (k[:-1], k[:-1] + 1)), shape=(n, n))
+    A = A + sp.csr_matrix((S[nx:], (k[nx:], k[nx:] - nx)), shape=(n, n))
+    return (A + sp.csr_matrix((N[:-nx], (k[:-nx], k[:-nx] + nx)), shape=(n, n))).tocsc()
+
+
+@pytest.mark.parametrize("relax", [0.0, 0.9])
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize(("nx", "ny"), [(13, 9), (4, 10)])  # odd and even rows (in pairs)
+def test_ilu_bicgstab_matches_a_sparse_direct_solve(relax, transpose, nx, ny):
+    rng = np.random.default_rng(3)
+    W, E, S, N = (-rng.random((ny, nx)) for _ in range(4))
+    W[:, 0] = E[:, -1] = S[0, :] = N[-1, :] = 0.0  # no neighbours beyond the grid
+    D = 5.0 - (W + E + S + N)
+    if transpose:
+        W, E, S, N = transpose_stencil(W, E, S, N)
+    flat = [np.ascontiguousarray(a).reshape(-1) for a in (D, W, E, S, N)]
+    b = rng.standard_normal(nx * ny)
+    x = np.zeros_like(b)
+    its, rel = ilu_bicgstab(nx, *flat, b, x, 1e-13, 500, relax)
+    exact = sla.spsolve(stencil_matrix(nx, *flat), b)
+    assert 0 < its < 60 and rel <= 1e-13
+    assert np.max(np.abs(x - exact)) <= 1e-11 * np.max(np.abs(exact))
+
+
+def room_setup(n=31, nt=30):
+    setup = eq.build(mw.Room(congestion=1.0), n, n, nt, mw.get_backend("numpy"), "ilu")
+    return setup, np.stack([setup.m0] * (nt + 1), axis=-3)
+
+
+def test_inexact_newton_gives_the_tight_best_response(monkeypatch):
+    setup, M = room_setup()
+    U1, M1, _ = eq.best_response(setup, M)
+    loose = setup.scheme.krylov_iterations
+    monkeypatch.setattr(sweeps, "NEWTON_ETA_MAX", setup.scheme.newton_rtol)  # tight updates
+    setup, M = room_setup()
+    U2, M2, _ = eq.best_response(setup, M)
+    tight = setup.scheme.krylov_iterations
+    assert loose < tight
+    assert np.max(np.abs(U1 - U2)) <= 1e-10 * (1 + np.max(np.abs(U2)))
+    assert np.max(np.abs(M1 - M2)) <= 1e-10 * np.max(M2)
+
+
+def test_warm_started_sweeps_give_the_cold_best_response():
+    """Near the fixed point, Newton from the previous iterate's U and FP solves from the
+    previous sweep's masses (shifted by this sweep's change at the level before) take fewer
+    iterations and reach the best response of cold sweeps."""
+    room = mw.Room(congestion=1.0)
+    r = mw.solve_2d(room, nx=31, nt=30, tol=1e-3, progress=False)
+    warm, _ = room_setup()
+    U0, M0, _ = eq.best_response(warm, r.M, r.U)
+    cold, _ = room_setup()
+    U1c, M1c, _ = eq.best_response(cold, M0)  # no guess, no previous FP sweep
+    k0, n0 = warm.scheme.krylov_iterations, warm.scheme.newton_iterations
+    U1, M1, _ = eq.best_response(warm, M0, U0)
+    assert warm.scheme.newton_iterations - n0 < 0.7 * cold.scheme.newton_iterations
+    assert warm.scheme.krylov_iterations - k0 < 0.7 * cold.scheme.krylov_iterations
+    assert np.max(np.abs(U1 - U1c)) <= 1e-10 * (1 + np.max(np.abs(U1c)))
+    assert np.max(np.abs(M1 - M1c)) <= 1e-10 * np.max(M1c)
+    assert (M1 >= 0).all()
+
+
+def test_fp_sweep_reuses_the_hjb_jacobians():
+    """The FP sweep of the U an HJB sweep just returned takes that sweep's last Newton
+    matrices J(U^n, m^{n+1}); assembled afresh (another U object, by the array code) they
+    give the same M (to round-off: the Newton systems of H = ½|p|² are compiled)."""
+    a, M = room_setup()
+    F = a.coupling.running_cost(a.coupling.state(M))
+    U = a.scheme.solve_hjb(a.U_T, F)
+    reused = a.scheme.solve_fp(U, a.m0)
+    b, _ = room_setup()
+    fresh = b.scheme.solve_fp(U.copy(), b.m0)
+    assert np.max(np.abs(reused - fresh)) <= 1e-12 * np.max(fresh)
+    assert a.scheme._jacobians[0] is U and b.scheme._jacobians is None
+
+
+def test_compiled_quadratic_system_matches_the_array_code():
+    """The one-pass system of H = ½|p|² against the generic isotropic array code."""
+    room = mw.Room(door_widths=(0.15, 0.1))
+    grid = room.grid(23, 17, 10)
+    be = mw.get_backend("numpy")
+    fast = Stencil(grid, room.nu, room.hamiltonian, be)
+    slow = Stencil(grid, room.nu, room.hamiltonian, be)
+    slow._compiled = None
+    assert fast._compiled is not None
+    rng = np.random.default_rng(5)
+    u, u_next, F = (rng.standard_normal(grid.active.shape) for _ in range(3))
+    (cf, Rf), (cs, Rs) = fast.system(u, u_next, F, None), slow.system(u, u_next, F, None)
+    for a, b in zip((*cf[:5], Rf), (*cs[:5], Rs), strict=True):
+        assert np.max(np.abs(a - b)) <= 1e-12 * (1 + np.max(np.abs(b)))
+    assert cf.out is None and cs.out is None
