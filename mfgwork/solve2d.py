@@ -136,8 +136,6 @@ def _solve(problems: list[Any], batch: bool, nx: Any, ny: Any, nt: Any, backend:
            progress: Any, max_memory: Any) -> list[Result2D]:
     nx, ny, nt, be, tol, max_iter, solver, scheme = _check_args(
         problems, nx, ny, nt, backend, device, dtype, tol, max_iter, solver, iteration)
-    for p in problems:
-        p.grid(nx, ny, nt).check_scales(p.sigma, be.dtype)
     if batch:
         kinds = {(type(p), type(p.hamiltonian), repr(p.hamiltonian)) for p in problems}
         if len(kinds) > 1:
@@ -145,6 +143,8 @@ def _solve(problems: list[Any], batch: bool, nx: Any, ny: Any, nt: Any, backend:
                                  "Hamiltonian (got " + ", ".join(sorted(str(k[2])
                                                                        for k in kinds)) + ")")
     _check_size(problems, nx, ny, nt, be, solver, scheme, max_memory)
+    for p in problems:   # (builds the grid: after the size guard)
+        p.grid(nx, ny, nt).check_scales(p.sigma, be.dtype)
     if batch and solver != "krylov":
         return [_solve_one(p, False, nx, ny, nt, be, tol, max_iter, solver, scheme, progress)[0]
                 for p in problems]

@@ -181,6 +181,9 @@ def test_save_and_load_round_trip(tmp_path):
 def test_size_guard_names_the_grid_before_work():
     with pytest.raises(ParameterError, match="nx, ny and nt.* too large"):
         mw.solve_2d(mw.Room(), nx=2001, nt=2000, max_memory="1 GiB")
+    # a grid too large to build at all is refused by the estimate, not by a MemoryError
+    with pytest.raises(ParameterError, match="nx, ny and nt.* too large"):
+        mw.solve(mw.Room(), nx=100_000, nt=10)
 
 
 class _Anisotropic(Hamiltonian):
