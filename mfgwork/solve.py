@@ -189,7 +189,7 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
                                              compile_steps, max_memory)
     setup = time.perf_counter() - started
     compiled: dict[str, float] = {}
-    hjb = _compile_first(hjb, be, compiled)
+    hjb = _compile_first(hjb, be, compiled, problem.hamiltonian)
     newton = (_batch_newton([coupling], iteration, grid, [problem], be, tol)
               or _frozen_density_newton(coupling, iteration, grid, problem, be, tol,
                                         coarse and not warm, max_iter, max_memory)
@@ -314,14 +314,16 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     return _certify_in_float64(results, problems, be, tol, timings)
 
 
-def _compile_first(hjb: HJBSolver, be: Backend, compiled: dict[str, float]) -> HJBSolver:
-    """``hjb`` whose first call starts by compiling the NumPy kernels on a tiny grid
+def _compile_first(hjb: HJBSolver, be: Backend, compiled: dict[str, float],
+                   hamiltonian: Any) -> HJBSolver:
+    """``hjb`` whose first call starts by compiling the NumPy kernels of ``hamiltonian``'s
+    model on a tiny grid
     (:func:`~mfgwork.numerics.fdm.warmup.compile_kernels`), timed into
     ``compiled["seconds"]``: after the running cost of the first iterate, so bad input
     (e.g. a non-finite ``f``) is still refused before that work."""
     def first(U_T: Any, F: Any, guess: Any | None, *density: Any) -> Any:
         if "seconds" not in compiled:
-            compiled["seconds"] = compile_kernels(be)
+            compiled["seconds"] = compile_kernels(be, hamiltonian)
         return hjb(U_T, F, guess, *density)
     return first
 

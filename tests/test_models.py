@@ -379,3 +379,20 @@ def test_frozen_density_tangent_matches_finite_differences():
                                      t(density))[0].numpy()
     # (parallel cyclic reduction rounds differently: ½|p|² differs by 8e-9 here too)
     assert np.max(np.abs(D_torch - D)) < 1e-7 * np.max(np.abs(D))
+
+
+def test_the_compile_warm_up_covers_the_model_solved():
+    """The first solve of a model compiles that model's loops apart from its timed phases
+    (once per process and dtype); a model no compiled loops carry has nothing to compile."""
+    from mfgwork.numerics.fdm import warmup
+
+    numpy = mw.get_backend("numpy", "cpu", "float32")   # a dtype no other test warms here
+    warmup.compile_kernels(numpy, mw.Power(3.0))
+    assert (numpy.dtype, mw.Power) in warmup._compiled
+    assert warmup.compile_kernels(numpy, mw.Power(1.5)) == 0.0     # same loops, same process
+
+    class Own(mw.Quadratic):
+        pass
+
+    assert warmup.compile_kernels(numpy, Own()) == 0.0
+    assert (numpy.dtype, Own) not in warmup._compiled
