@@ -128,16 +128,24 @@ def plot_density_2d(result: Any, times: Sequence[float] | None = None, ncols: in
     return fig
 
 
+def _density_panel(result: Any, time: float | None, ax: Axes | None,
+                   size: tuple[float, float]) -> tuple[Figure, Axes, np.ndarray, int]:
+    """(figure, axes, t, n): the density image at the level n nearest to ``time`` (default
+    T/4) with its colour bar."""
+    t = _np(result.t)
+    time = float(t[-1] / 4) if time is None else check_real("time", time)
+    n = _time_indices(result, [time])[0]
+    fig, ax = _axes(ax, size=size)
+    image = _density_image(ax, result, n, _vmax(result, [n]))
+    fig.colorbar(image, ax=ax, label=_density_label(result))
+    return fig, ax, t, n
+
+
 @styled
 def plot_density_at(result: Any, time: float | None = None, ax: Axes | None = None) -> Figure:
     """m(t, ·) at the level nearest to ``time`` (default T/4) as an image, with a colour bar;
     obstacles grey, exits red."""
-    t = _np(result.t)
-    time = float(t[-1] / 4) if time is None else check_real("time", time)
-    n = _time_indices(result, [time])[0]
-    fig, ax = _axes(ax, size=(5.2, 4.4))
-    image = _density_image(ax, result, n, _vmax(result, [n]))
-    fig.colorbar(image, ax=ax, label=_density_label(result))
+    fig, ax, t, n = _density_panel(result, time, ax, (5.2, 4.4))
     _label_axes(ax, result)
     ax.set_title(f"Density at t = {t[n]:.3g} (mass {float(_np(result.mass)[n]):.3f})")
     return fig
@@ -164,12 +172,7 @@ def plot_velocity_field(result: Any, time: float | None = None, ax: Axes | None 
                         arrows: int = 16) -> Figure:
     """The optimal velocity α* = −∂p H(x, ∇u, m) at the level nearest to ``time`` (default
     T/4) as arrows over the density m there (about ``arrows`` per side)."""
-    t = _np(result.t)
-    time = float(t[-1] / 4) if time is None else check_real("time", time)
-    n = _time_indices(result, [time])[0]
-    fig, ax = _axes(ax, size=(5.6, 4.6))
-    image = _density_image(ax, result, n, _vmax(result, [n]))
-    fig.colorbar(image, ax=ax, label=_density_label(result))
+    fig, ax, t, n = _density_panel(result, time, ax, (5.6, 4.6))
     X, Y, vx, vy = quiver_points(result, n, arrows)
     ax.quiver(X, Y, vx, vy, color="white", angles="xy", pivot="mid", width=0.004,
               label="optimal velocity α*")
