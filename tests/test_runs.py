@@ -108,6 +108,42 @@ def test_failing_cell_keeps_the_partial_notebook_and_no_folder(tmp_path):
     assert leftovers(out.parent) == []
 
 
+FLAKY_LAUNCHER = """
+import runpy, sys
+from pathlib import Path
+starts = Path(__file__).with_name("starts")
+n = int(starts.read_text()) if starts.exists() else 0
+starts.write_text(str(n + 1))
+if n < int(Path(__file__).with_name("deaths").read_text()):
+    sys.exit(1)  # as a kernel whose port was taken before it could bind it
+sys.argv = ["ipykernel_launcher", *sys.argv[1:]]
+runpy.run_module("ipykernel_launcher", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("deaths", [2, runs.KERNEL_STARTS])
+def test_a_kernel_dying_before_its_first_cell_is_started_again(writer, tmp_path, monkeypatch,
+                                                               deaths):
+    spec = tmp_path / "jupyter" / "kernels" / "flaky"
+    spec.mkdir(parents=True)
+    (spec / "launcher.py").write_text(FLAKY_LAUNCHER)
+    (spec / "deaths").write_text(str(deaths))
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, str(spec / "launcher.py"), "-f", "{connection_file}"],
+        "display_name": "flaky", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    out = tmp_path / "runs" / "flaky"
+    if deaths < runs.KERNEL_STARTS:
+        runs.run_notebook(writer, {"x": 1.5}, out, kernel_name="flaky")
+        assert json.loads((out / "metrics.json").read_text())["double"] == 3.0
+    else:
+        with pytest.raises(runs.NotebookError, match="could not be executed"):
+            runs.run_notebook(writer, {"x": 1.5}, out, kernel_name="flaky")
+        assert not out.exists()
+    assert int((spec / "starts").read_text()) == min(deaths + 1, runs.KERNEL_STARTS)
+    assert leftovers(out.parent) == []
+
+
 def test_out_dir_is_set_by_the_runner(writer, tmp_path):
     with pytest.raises(mw.ParameterError, match="out_dir is set by run_notebook"):
         runs.run_notebook(writer, {"out_dir": "elsewhere"}, tmp_path / "out")

@@ -32,6 +32,7 @@ from ..numerics.iteration import check_stopping
 from .specs import coerce_parameter
 
 FAILED_SUFFIX = ".failed.ipynb"
+KERNEL_STARTS = 3  # tries to start a kernel that dies before running a cell
 _EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
@@ -165,9 +166,22 @@ def _execute(path: Path, output: Path, params: dict[str, Any], kernel_name: str 
         # ipykernel warns on stderr about its local TCP transport; the notebook keeps errors
         extra["extra_arguments"] = ["--IPKernelApp.log_level=ERROR"]
     try:
-        papermill.execute_notebook(str(path), str(output), parameters=params,
-                                   kernel_name=kernel_name, progress_bar=progress,
-                                   cwd=str(path.parent), **extra)
+        for attempt in range(1, KERNEL_STARTS + 1):
+            try:
+                papermill.execute_notebook(str(path), str(output), parameters=params,
+                                           kernel_name=kernel_name, progress_bar=progress,
+                                           cwd=str(path.parent), **extra)
+                break
+            except PapermillExecutionError:
+                raise
+            except Exception:
+                # a kernel that died before its first cell (a port taken by another process
+                # between jupyter_client's choice and the kernel's bind: several kernels
+                # starting at once) is started again; nothing of the notebook has run
+                if attempt == KERNEL_STARTS or not _no_cell_ran(output):
+                    raise
+                output.unlink(missing_ok=True)
+                (kernel_dir / "kernel.json").unlink(missing_ok=True)
     except PapermillExecutionError as exc:
         kept = _keep(output, failed)
         index, first_line = _source_cell(path, exc.source)
@@ -184,6 +198,15 @@ def _execute(path: Path, output: Path, params: dict[str, Any], kernel_name: str 
                             f"{evalue}" + (f" — partial notebook kept at {kept}" if kept else ""),
                             ename=type(exc).__name__, evalue=evalue,
                             failed_notebook=kept) from exc
+
+
+def _no_cell_ran(output: Path) -> bool:
+    """True if the notebook papermill was writing to ``output`` has no executed cell."""
+    try:
+        cells = storage.read_json(output).get("cells", [])
+    except (OSError, ValueError):
+        return not output.exists()
+    return all(c.get("execution_count") is None for c in cells if c.get("cell_type") == "code")
 
 
 def _language(path: Path) -> str | None:
