@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .best_response import batch_residuals_on, residual_on, solvers
+from .best_response import solvers
 from .core import memory
 from .core.backend import BACKENDS, Backend, get_backend, to_numpy
 from .core.compiling import check_compile_steps
@@ -38,6 +38,7 @@ from .numerics.iteration import (
 from .numerics.particles import check_particle_args
 from .numerics.potential import PotentialNewton
 from .placement import placement
+from .precision import certify_in_float64, finish_in_float64, has_float64
 from .problems import TwoStateElFarol
 from .problems.base import MFGProblem, batch_coupling
 from .results import Result, derive_status
@@ -213,7 +214,7 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
                         **_model_extra([coupling], [problem], iteration, newton),
                         "fdm_kernels": fd.kernels.name,
                         "compiled_steps": fd.compiled_steps}])[0]
-    return _certify_in_float64([result], [problem], be, tol, timings)[0]
+    return certify_in_float64([result], [problem], be, tol, timings)[0]
 
 
 def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
@@ -236,10 +237,14 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     result (``converged``, ``residual``, ``iterations``); the iteration runs until every
     problem has stopped or ``max_iter`` is reached. ``initial``: a Result for all, one per
     problem (e.g. a previous batch), or paths (B, nt) / (B, nt+1) (see :func:`solve`);
-    ``coarse``: as for :func:`solve`. float32 batches: the members that claim convergence
-    are re-certified in float64 as for :func:`solve` (one best response each, NumPy float64
-    on the host; ``res.timings["certify"]``), except on MPS, where the float32 certificate
-    stands.
+    ``coarse``: as for :func:`solve`. float32 batches (except on MPS, where the float32
+    certificate stands): every member is certified again by one batched best response in
+    float64 on its device (``res.timings["certify"]``), and the members that Newton's
+    method in float32 did not bring in are solved again in float64 there from their
+    iterates, returned as float32 arrays certified in float64 (``res.extra["finished"]``,
+    ``res.timings["finish"]``; :mod:`mfgwork.precision`). Newton's coupling states are
+    float64 around the float32 sweeps (:class:`~mfgwork.numerics.batch_newton.
+    Float64State`).
     ``device="auto"``: an accelerator from B* problems on (:func:`mfgwork.placement`),
     otherwise the CPU's compiled NumPy loops, one problem after the other (also with
     ``backend="torch"``: a torch batch on the CPU is many times slower), recorded in each
@@ -297,9 +302,14 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
                            hamiltonian=problems[0].hamiltonian, compile_steps=compile_steps)
     setup = time.perf_counter() - started
     newton = _batch_newton(couplings, iteration, grid, problems, be, tol)
-    out, coarse_iterations = _equilibrium(
-        newton, problems, coupling, fd.solve_hjb, fd.solve_fp, m0, U_T, grid, be, scheme, tol,
-        max_iter, progress, batched=True, coarse=coarse, max_memory=max_memory, warm=warm)
+    finishing = has_float64(be) and newton is not None
+    with warnings.catch_warnings():
+        if finishing:   # members it leaves are finished in float64 below, which warns
+            warnings.simplefilter("ignore", ConvergenceWarning)
+        out, coarse_iterations = _equilibrium(
+            newton, problems, coupling, fd.solve_hjb, fd.solve_fp, m0, U_T, grid, be, scheme,
+            tol, max_iter, progress, batched=True, coarse=coarse, max_memory=max_memory,
+            warm=warm)
     fd.check_newton()
     timings = {"setup": setup, **_phase_totals(out.history),
                "total": time.perf_counter() - started}
@@ -311,7 +321,19 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     results = _results(problems, grid, be, out, True, settings, timings,
                        [extra | _newton_extra(newton, coarse_iterations, b)
                         for b in range(len(problems))])
-    return _certify_in_float64(results, problems, be, tol, timings)
+    if not finishing:
+        return certify_in_float64(results, problems, be, tol, timings)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        results = certify_in_float64(results, problems, be, tol, timings)
+
+    def solve_again(members: list[MFGProblem], initial: list[Result], float64: Backend
+                    ) -> list[Result]:
+        return solve_batch(members, nx=nx, nt=nt, backend=float64, tol=tol,
+                           max_iter=max_iter, progress=False, compile_steps=compile_steps,
+                           max_memory=max_memory, initial=initial, coarse=False)
+
+    return finish_in_float64(results, problems, be, tol, timings, solve_again)
 
 
 def _compile_first(hjb: HJBSolver, be: Backend, compiled: dict[str, float],
@@ -475,62 +497,6 @@ def _run_newton(newton: BatchNewton, coupling: Any, hjb: Any, fp: Any, m0: Any, 
             bar.close()
     newton.backend.synchronize()
     return out
-
-
-def _certify_in_float64(results: list[Result], problems: Sequence[MFGProblem], be: Backend,
-                        tol: float, timings: dict[str, float]) -> list[Result]:
-    """``results`` with the float32 finite-difference ones that claim convergence
-    re-certified by one best response in float64 (:func:`_float64_residuals`: a torch batch
-    at once on its device, otherwise in NumPy on the host): ``residual`` becomes the float64
-    one, and
-    a result whose float64 residual exceeds ``tol`` gets ``converged=False``, status
-    ``"failed"``, ``extra["certificate"]["message"]`` and a ConvergenceWarning. Nothing is
-    done on MPS (and its emulation), which has no float64: there the float32 certificate
-    stands. ``timings["certify"]``: the seconds spent."""
-    if be.dtype != "float32" or be.kind == "mps" or be.emulate_mps:
-        return results
-    started = time.perf_counter()
-    claimed = [b for b, res in enumerate(results) if res.converged and res.method == "fdm"]
-    residuals = dict(zip(claimed, _float64_residuals([results[b] for b in claimed],
-                                                     [problems[b] for b in claimed], be),
-                         strict=True))
-    failed, out = [], []
-    for b, res in enumerate(results):
-        if b not in residuals:
-            out.append(res)
-            continue
-        residual = float(residuals[b])
-        record: dict[str, Any] = {"dtype": "float64", "residual": residual,
-                                  "float32_residual": res.residual, "held": residual <= tol}
-        if residual > tol:
-            record["message"] = (f"the float32 certificate (residual {res.residual:.3g}) did "
-                                 f"not hold in float64: residual {residual:.3g} > tol={tol:g}")
-            failed.append(residual)
-        out.append(replace(res, residual=residual, extra=res.extra | {"certificate": record},
-                           converged=residual <= tol,
-                           status="converged" if residual <= tol else "failed"))
-    if failed:
-        warnings.warn(f"the float32 certificate did not hold in float64 for {len(failed)} of "
-                      f"{len(results)} problems (float64 residual up to {max(failed):.3g} > "
-                      f"tol={tol:g}); returning them with converged=False",
-                      ConvergenceWarning, stacklevel=4)
-    timings["certify"] = time.perf_counter() - started
-    timings["total"] += timings["certify"]
-    return out
-
-
-def _float64_residuals(results: list[Result], problems: Sequence[MFGProblem], be: Backend
-                       ) -> list[float]:
-    """The float64 residuals of float32 ``results``: a torch batch as one batched best
-    response in float64 on its device; otherwise one best response each in NumPy float64."""
-    if not results:
-        return []
-    if be.name == "torch" and len(results) > 1:
-        device = get_backend("torch", be.device, "float64")
-        return list(batch_residuals_on(results, list(problems), device))
-    host = get_backend("numpy", "cpu", "float64")
-    return [residual_on(res, problem, host) for res, problem in zip(results, problems,
-                                                                      strict=True)]
 
 
 def _place(problems: Any, method: str, n_particles: int | None, nx: int, nt: int,

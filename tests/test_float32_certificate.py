@@ -14,6 +14,7 @@ import mfgwork as mw
 
 torch = pytest.importorskip("torch")
 solve_module = importlib.import_module("mfgwork.solve")
+precision = importlib.import_module("mfgwork.precision")
 
 TOL = 3e-4
 F32 = {"nx": 41, "nt": 40, "tol": TOL, "max_iter": 100, "progress": False,
@@ -50,27 +51,33 @@ def test_converged_float32_members_hold_in_float64(tmp_path):
     assert loaded.check() == pytest.approx(res.residual, rel=1e-9)
 
 
-def test_a_float32_certificate_that_fails_in_float64_gives_converged_false(monkeypatch):
+def test_a_float32_claim_that_fails_in_float64_is_finished_in_float64(monkeypatch):
     """Newton's method told to stop at tol = 0.05 claims convergence for iterates whose
-    float64 best response is far from tol = 3e-4: the recheck takes the claim back."""
+    float64 best response is far from tol = 3e-4: the recheck takes the claim back, and the
+    batch finishes those members in float64 from their iterates, returned as float32 arrays
+    that pass an independent float64 best response."""
     newton = solve_module._batch_newton
     monkeypatch.setattr(solve_module, "_batch_newton",
                         lambda couplings, iteration, grid, problems, be, tol:
-                        newton(couplings, iteration, grid, problems, be, 0.05))
+                        newton(couplings, iteration, grid, problems, be,
+                               0.05 if be.dtype == "float32" else tol))
     problems = _easy()
-    with pytest.warns(mw.ConvergenceWarning, match="did not hold in float64"):
-        batch = mw.solve_batch(problems, **F32)
-    flipped = [(p, r) for p, r in zip(problems, batch, strict=True)
-               if "message" in r.extra.get("certificate", {})]
-    assert flipped
-    for p, res in flipped:
-        independent = independent_residual(p, mw.to_numpy(res.M))
-        assert not res.converged and independent > TOL
-        assert res.residual == pytest.approx(independent, rel=1e-6)
+    batch = mw.solve_batch(problems, **F32)
+    finished = [(p, r) for p, r in zip(problems, batch, strict=True) if "finished" in r.extra]
+    assert finished
+    for p, res in finished:
         assert "did not hold in float64" in res.extra["certificate"]["message"]
+        assert res.extra["certificate"]["residual"] > TOL
+        record = res.extra["finished"]
+        assert record["dtype"] == "float64" and record["held"] and record["iterations"] >= 1
+        assert res.converged and res.status == "converged" and res.dtype == "float32"
+        assert mw.to_numpy(res.M).dtype == np.float32
+        independent = independent_residual(p, mw.to_numpy(res.M))
+        assert independent <= TOL
+        assert res.residual == pytest.approx(independent, rel=1e-6, abs=1e-12)
+    assert batch[0].timings["finish"] > 0
     for p, res in zip(problems, batch, strict=True):
-        if res.converged:
-            assert independent_residual(p, mw.to_numpy(res.M)) <= TOL
+        assert res.converged and independent_residual(p, mw.to_numpy(res.M)) <= TOL
 
 
 def test_recheck_of_a_perturbed_single_solve():
@@ -83,7 +90,7 @@ def test_recheck_of_a_perturbed_single_solve():
     bad = dataclasses.replace(res, M=torch.from_numpy(M), extra={})
     timings = {"total": 0.0}
     with pytest.warns(mw.ConvergenceWarning, match="did not hold in float64"):
-        [bad] = solve_module._certify_in_float64([bad], [problem], mw.get_backend(
+        [bad] = precision.certify_in_float64([bad], [problem], mw.get_backend(
             "torch", "cpu", "float32"), TOL, timings)
     independent = independent_residual(problem, M)
     assert not bad.converged and bad.status == "failed" and independent > TOL

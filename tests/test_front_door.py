@@ -147,7 +147,8 @@ def test_old_runs_without_status_derive_it(tmp_path, santa_fe):
 
 def test_failed_when_the_float32_certificate_does_not_hold(monkeypatch):
     """A float32 solve whose certificate does not hold in float64 ends as "failed"."""
-    monkeypatch.setattr(solve_module, "residual_on", lambda res, problem, be: 1.0)
+    monkeypatch.setattr(importlib.import_module("mfgwork.precision"), "residual_on",
+                        lambda res, problem, be: 1.0)
     with pytest.warns(mw.ConvergenceWarning, match="did not hold in float64"):
         res = mw.solve(mw.SantaFeBar(), dtype="float32", backend="torch", tol=1e-3, **SMALL)
     assert not res.converged and res.status == "failed" and res.residual == 1.0

@@ -87,6 +87,31 @@ def member_potentials(potentials: list[ScalarPotential | None]) -> MemberPotenti
     return MemberPotentials(chi=chi, members=tuple(potentials))
 
 
+class Float64State:
+    """A coupling whose states z live in float64 around float32 sweeps (mixed precision).
+
+    Where the price is steep (small ε), rounding z to float32 before F(z) moves the running
+    cost by |F'| · 6·10⁻⁸ · |z|: the residual R(z) = Φ(z) − z then has a floor far above the
+    float32 floor of the sweeps and Newton stalls there. The states (B, nt), residuals,
+    directions and the running cost's argument are float64; the sweeps see F cast to float32.
+    """
+
+    def __init__(self, coupling: Any, backend: Backend) -> None:
+        self.coupling, self.backend = coupling, backend
+
+    def __getattr__(self, name: str) -> Any:  # frozen_density and the like
+        return getattr(self.coupling, name)
+
+    def state(self, M: Any) -> Any:
+        return self.backend.xp.astype(self.coupling.state(M), self.backend.xp.float64)
+
+    def running_cost(self, z: Any) -> Any:
+        return self.backend.xp.astype(self.coupling.running_cost(z), self.backend.native_dtype)
+
+    def project(self, z: Any) -> Any:
+        return self.coupling.project(z)
+
+
 class Unbatched:
     """A single problem's coupling and sweeps seen as a batch of one (a leading axis of 1)."""
 
@@ -185,6 +210,9 @@ class BatchNewton:
                                 else jacobian_memory)
         mps = backend.kind == "mps" or backend.emulate_mps
         self.system_dtype = backend.dtype if mps else "float64"
+        #: the dtype of the coupling states z, their residuals and directions (see
+        #: :class:`Float64State`)
+        self.state_dtype = backend.dtype if mps else "float64"
         self.jacobian_dtype = jacobian_dtype or (
             "float32" if backend.kind == "cuda" else self.system_dtype)
         self.newton_steps = self.products = 0
@@ -215,6 +243,9 @@ class BatchNewton:
                              progress=progress)
             out.U, out.M = out.U[0], out.M[0]
             return out
+        if self.state_dtype != be.dtype:
+            coupling = Float64State(coupling, be)
+            z_init = None if z_init is None else xp.astype(z_init, xp.float64)
         evaluate = _evaluator(coupling, hjb, fp, U_T, m0, be)
         M0 = xp.stack([m0] * (nt + 1), axis=-2) if M_init is None else M_init
         w = coupling.state(M0) if z_init is None else coupling.project(z_init)
@@ -417,7 +448,8 @@ class BatchNewton:
             v = conjugate_gradients(apply, s * R, min(ETA, max(float(rel[b]), 1e-14)),
                                     4 * z.size)
             out[b] = np.where(s > 0, v / np.where(s > 0, s, 1.0), R)
-        return self.backend.asarray(out)
+        xp = self.backend.xp
+        return xp.asarray(out, device=d.device) if self.backend.name != "numpy" else out
 
     @property
     def jacobian_kernels(self) -> str:

@@ -1,0 +1,147 @@
+"""float32 finite-difference results checked, and where needed finished, in float64.
+
+A float32 solve certifies its fixed point with float32 sweeps; where the price is steep (small
+ε), float32 rounding amplified by the coupling sets a floor on that certificate. The float64
+best response is the stronger check and decides (:func:`certify_in_float64`); a torch batch
+whose float32 iteration cannot bring a member in is finished in float64 on its device from
+that member's iterate (:func:`finish_in_float64`). MPS has no float64: there the float32
+certificate stands.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import array_api_compat
+
+from .best_response import batch_residuals_on, residual_on
+from .core.backend import Backend, get_backend
+from .core.errors import ConvergenceWarning
+from .problems.base import MFGProblem
+from .results import Result
+
+
+def has_float64(be: Backend) -> bool:
+    """Whether ``be`` computes in float32 on a device that also has float64 (not MPS)."""
+    return be.dtype == "float32" and be.kind != "mps" and not be.emulate_mps
+
+
+def certify_in_float64(results: list[Result], problems: Sequence[MFGProblem], be: Backend,
+                        tol: float, timings: dict[str, float]) -> list[Result]:
+    """``results`` with the float32 finite-difference ones certified again by one best
+    response in float64 (:func:`float64_residuals`: a torch batch at once on its device,
+    otherwise in NumPy on the host); ``residual`` becomes the float64 one. A result that
+    claimed convergence and whose float64 residual exceeds ``tol`` gets ``converged=False``,
+    status ``"failed"``, ``extra["certificate"]["message"]`` and a ConvergenceWarning. A
+    result that stopped at the float32 floor (its float32 certificate, rounding amplified by
+    a steep price, stays above ``tol``) but whose densities pass in float64 is converged:
+    the float64 best response is the stronger check. Nothing is done on MPS (and its
+    emulation), which has no float64: there the float32 certificate stands.
+    ``timings["certify"]``: the seconds spent."""
+    if not has_float64(be):
+        return results
+    started = time.perf_counter()
+    checked = [b for b, res in enumerate(results) if res.method == "fdm"]
+    residuals = dict(zip(checked, float64_residuals([results[b] for b in checked],
+                                                     [problems[b] for b in checked], be),
+                         strict=True))
+    failed, out = [], []
+    for b, res in enumerate(results):
+        if b not in residuals:
+            out.append(res)
+            continue
+        residual = float(residuals[b])
+        held = residual <= tol
+        record: dict[str, Any] = {"dtype": "float64", "residual": residual,
+                                  "float32_residual": res.residual, "held": held}
+        if res.converged and not held:
+            record["message"] = (f"the float32 certificate (residual {res.residual:.3g}) did "
+                                 f"not hold in float64: residual {residual:.3g} > tol={tol:g}")
+            failed.append(residual)
+        elif held and not res.converged:
+            record["message"] = (f"certified in float64 (residual {residual:.3g} <= "
+                                 f"tol={tol:g}); the float32 certificate stopped at "
+                                 f"{res.residual:.3g}, float32 rounding amplified by the "
+                                 "coupling")
+        status = "converged" if held else ("failed" if res.converged else res.status)
+        out.append(replace(res, residual=residual, extra=res.extra | {"certificate": record},
+                           converged=held, status=status))
+    if failed:
+        warnings.warn(f"the float32 certificate did not hold in float64 for {len(failed)} of "
+                      f"{len(results)} problems (float64 residual up to {max(failed):.3g} > "
+                      f"tol={tol:g}); returning them with converged=False",
+                      ConvergenceWarning, stacklevel=4)
+    timings["certify"] = time.perf_counter() - started
+    timings["total"] += timings["certify"]
+    return out
+
+
+def float64_residuals(results: list[Result], problems: Sequence[MFGProblem], be: Backend
+                       ) -> list[float]:
+    """The float64 residuals of float32 ``results``: a torch batch as one batched best
+    response in float64 on its device; otherwise one best response each in NumPy float64."""
+    if not results:
+        return []
+    if be.name == "torch" and len(results) > 1:
+        device = get_backend("torch", be.device, "float64")
+        return list(batch_residuals_on(results, list(problems), device))
+    host = get_backend("numpy", "cpu", "float64")
+    return [residual_on(res, problem, host) for res, problem in zip(results, problems,
+                                                                      strict=True)]
+
+
+def finish_in_float64(results: list[Result], problems: Sequence[MFGProblem], be: Backend,
+                      tol: float, timings: dict[str, float],
+                      solve_again: Callable[[list[MFGProblem], list[Result], Backend],
+                                            list[Result]]) -> list[Result]:
+    """``results`` of a float32 torch batch with the members that did not converge solved
+    again by ``solve_again(problems, initial, backend)`` in float64 on the same device,
+    started from their float32 iterates, and returned as float32 arrays certified again in
+    float64 (the cast is checked, not assumed); ``extra["finished"]`` records it, with the
+    float64 iterations. ``timings["finish"]``: the seconds spent."""
+    if be.name != "torch" or not has_float64(be):
+        return results
+    open_ = [b for b, res in enumerate(results) if not res.converged and res.method == "fdm"]
+    if not open_:
+        return results
+    started = time.perf_counter()
+    float64 = get_backend("torch", be.device, "float64")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # the count is warned below
+        again = solve_again([problems[b] for b in open_], [results[b] for b in open_], float64)
+    cast = [_as_float32(res) for res in again]
+    residuals = float64_residuals(cast, [problems[b] for b in open_], be)
+    out = list(results)
+    for b, before, res, residual in zip(open_, [results[b] for b in open_], cast, residuals,
+                                        strict=True):
+        record = {"dtype": "float64", "iterations": res.iterations, "residual": residual,
+                  "float32_residual": before.residual, "held": residual <= tol}
+        if residual <= tol:
+            out[b] = replace(res, params=before.params, residual=residual, converged=True,
+                             status="converged", iterations=before.iterations + res.iterations,
+                             extra=before.extra | {"finished": record}, timings=timings)
+        else:
+            out[b] = replace(before, extra=before.extra | {"finished": record})
+    timings["finish"] = time.perf_counter() - started
+    timings["total"] += timings["finish"]
+    left = [r.residual for r in out if not r.converged]
+    if left:
+        warnings.warn(f"{len(left)} of {len(results)} float32 problems did not converge, also "
+                      f"when finished in float64 from their iterates (residual up to "
+                      f"{max(left):.3g} > tol={tol:g}); returning them with converged=False",
+                      ConvergenceWarning, stacklevel=4)
+    return out
+
+
+def _as_float32(res: Result) -> Result:
+    """``res`` with its arrays cast to float32 (a float64 result returned to a float32 batch)."""
+    def cast(a: Any) -> Any:
+        xp = array_api_compat.array_namespace(a)
+        return xp.astype(a, xp.float32)
+
+    return replace(res, U=cast(res.U), M=cast(res.M), dtype="float32",
+                   observables={k: cast(v) for k, v in res.observables.items()})
