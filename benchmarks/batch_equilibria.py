@@ -111,13 +111,18 @@ def _quiet(fn: object, *args: object, **kw: object) -> tuple[object, float]:
         return out, time.perf_counter() - t0
 
 
-def _variants(batch: bool) -> dict[str, object]:
-    return {"after": None, "before": mw.Anderson() if batch else "anderson"}
+VARIANTS = ("after", "before")
 
 
-def single_rows(name: str, points: list, tol: float, max_iter: int) -> list[dict]:
+def _variants(batch: bool, names: tuple[str, ...] = VARIANTS) -> dict[str, object]:
+    every = {"after": None, "before": mw.Anderson() if batch else "anderson"}
+    return {name: every[name] for name in names}
+
+
+def single_rows(name: str, points: list, tol: float, max_iter: int,
+                variants: tuple[str, ...] = VARIANTS) -> list[dict]:
     rows = []
-    for variant, iteration in _variants(batch=False).items():
+    for variant, iteration in _variants(False, variants).items():
         results, seconds = [], 0.0
         for problem, n in points:
             res, dt = _quiet(mw.solve, problem, nx=n, nt=n, tol=tol, max_iter=max_iter,
@@ -129,8 +134,8 @@ def single_rows(name: str, points: list, tol: float, max_iter: int) -> list[dict
     return rows
 
 
-def batch_rows(name: str, points: list, dtype: str, device: str, tol: float, max_iter: int
-               ) -> list[dict]:
+def batch_rows(name: str, points: list, dtype: str, device: str, tol: float, max_iter: int,
+               variants: tuple[str, ...] = VARIANTS) -> list[dict]:
     """``solve_batch`` over groups of equal (T, grid)."""
     groups: dict[tuple, list[int]] = {}
     for i, (p, n) in enumerate(points):
@@ -138,7 +143,7 @@ def batch_rows(name: str, points: list, dtype: str, device: str, tol: float, max
     be = mw.get_backend("torch", device, dtype)
     tol = max(tol, FLOAT32_TOL) if dtype == "float32" else tol
     rows = []
-    for variant, iteration in _variants(batch=True).items():
+    for variant, iteration in _variants(True, variants).items():
         # first use in the process (CUDA context, kernel compilation or cache loads) is timed
         # apart: the rows time the solves alone
         first = [points[i][0] for i in next(iter(groups.values()))[:8]]
@@ -256,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool", action="store_true",
                         help="the easy box by NumPy solves in a process pool too")
     parser.add_argument("--pool-sample", type=int, default=64)
+    parser.add_argument("--variants", default="after,before",
+                        help="after (the default iteration), before (Anderson), or both")
     parser.add_argument("--out", default="benchmarks/results/batch_equilibria.json")
     args = parser.parse_args(argv)
     if args.small:
@@ -264,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         args.system_sizes = "41,81"
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     dtypes, cases = args.dtypes.split(","), args.cases.split(",")
+    variants = tuple(args.variants.split(","))
     rows: list[dict] = []
 
     def done(what: str) -> None:
@@ -271,17 +279,18 @@ def main(argv: list[str] | None = None) -> int:
 
     if "box" in cases:
         points = box_points(args.points, [int(g) for g in args.grids.split(",")], args.seed)
-        rows += single_rows("box", points, args.tol, args.max_iter)
+        rows += single_rows("box", points, args.tol, args.max_iter, variants)
         done("box single")
         for dtype in dtypes:
-            rows += batch_rows("box", points, dtype, args.device, args.tol, args.max_iter)
+            rows += batch_rows("box", points, dtype, args.device, args.tol, args.max_iter, variants)
             done(f"box {dtype}")
     if "easy" in cases:
         side = np.linspace(0.0, 1.0, args.easy)
         points = [(mw.SantaFeBar(threshold=0.3 + 0.5 * a, sigma=0.4 + 0.6 * s), args.easy_n)
                   for a in side for s in side]
         for dtype in dtypes:
-            rows += batch_rows("easy", points, dtype, args.device, args.tol, args.max_iter)
+            rows += batch_rows("easy", points, dtype, args.device, args.tol, args.max_iter,
+                               variants)
             done(f"easy {dtype}")
         if args.pool:
             rows.append(pool_row("easy", points, args.tol, min(args.pool_sample, len(points))))
@@ -292,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
                                  eps=float(0.001 * 100.0**e)), args.hard_n)
                   for a in side for e in side]
         for dtype in dtypes:
-            rows += batch_rows("hard", points, dtype, args.device, args.tol, args.max_iter)
+            rows += batch_rows("hard", points, dtype, args.device, args.tol, args.max_iter,
+                               variants)
             done(f"hard {dtype}")
     if "system" in cases:
         problems = [p for p, _ in box_points(min(args.points, 6), [41], args.seed)]
