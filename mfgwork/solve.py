@@ -8,6 +8,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -257,6 +258,20 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     the other, each with its own history and timings; results keep the order of
     ``problems``.
     """
+    return _solve_batch(problems, nx=nx, nt=nt, backend=backend, device=device, dtype=dtype,
+                        tol=tol, max_iter=max_iter, iteration=iteration, progress=progress,
+                        compile_steps=compile_steps, max_memory=max_memory, initial=initial,
+                        coarse=coarse)
+
+
+def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: str | Backend,
+                 tol: float, max_iter: int, device: str = "cpu", dtype: object = None,
+                 iteration: str | IterationScheme | None = None, progress: bool | None = None,
+                 compile_steps: bool | str = "auto", max_memory: int | str | None = None,
+                 initial: Any = None, coarse: bool = True, final: bool = True
+                 ) -> list[Result]:
+    """:func:`solve_batch`; ``final=False`` (the coarse stage of a coarse-to-fine solve, a
+    start only): float32 results neither certified nor finished in float64."""
     started = time.perf_counter()
     problems = _check_batch(problems)
     grid = problems[0].grid(nx, nt)
@@ -282,12 +297,12 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
         starts = per_problem(initial, len(problems), batched=True)
         results: list[Any] = [None] * len(problems)
         for group in groups:
-            solved = solve_batch([problems[i] for i in group], nx=nx, nt=nt, backend=be,
-                                 tol=tol, max_iter=max_iter, iteration=iteration,
-                                 progress=progress, compile_steps=compile_steps,
-                                 max_memory=max_memory, coarse=coarse,
-                                 initial=None if initial is None
-                                 else [starts[i] for i in group])
+            solved = _solve_batch([problems[i] for i in group], nx=nx, nt=nt, backend=be,
+                                  tol=tol, max_iter=max_iter, iteration=iteration,
+                                  progress=progress, compile_steps=compile_steps,
+                                  max_memory=max_memory, coarse=coarse, final=final,
+                                  initial=None if initial is None
+                                  else [starts[i] for i in group])
             for i, res in zip(group, solved, strict=True):
                 results[i] = replace(res, params=res.params | placed)
         return results
@@ -302,7 +317,7 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
                            hamiltonian=problems[0].hamiltonian, compile_steps=compile_steps)
     setup = time.perf_counter() - started
     newton = _batch_newton(couplings, iteration, grid, problems, be, tol)
-    finishing = has_float64(be) and newton is not None
+    finishing = final and has_float64(be) and newton is not None
     with warnings.catch_warnings():
         if finishing:   # members it leaves are finished in float64 below, which warns
             warnings.simplefilter("ignore", ConvergenceWarning)
@@ -321,6 +336,8 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     results = _results(problems, grid, be, out, True, settings, timings,
                        [extra | _newton_extra(newton, coarse_iterations, b)
                         for b in range(len(problems))])
+    if not final:
+        return results
     if not finishing:
         return certify_in_float64(results, problems, be, tol, timings)
     with warnings.catch_warnings():
@@ -470,7 +487,8 @@ def _equilibrium(newton: BatchNewton | None, problems: Sequence[MFGProblem], cou
     stage per problem (None without one)."""
     coarse_iterations = None
     if newton is not None and coarse and not warm and _refines(grid):
-        starts = (_coarse_solve(solve_batch, problems, be, tol, max_iter, max_memory)
+        starts = (_coarse_solve(partial(_solve_batch, final=False), problems, be, tol,
+                                max_iter, max_memory)
                   if batched else [_coarse_solve(solve_continuous, problems[0], be, tol, max_iter,
                                                  max_memory)])
         warm = initial_state(starts if batched else starts[0], problems, grid, be,
