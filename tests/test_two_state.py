@@ -225,6 +225,16 @@ def test_cheap_switching_over_a_long_horizon_is_certified():
     assert np.linalg.norm(picard - again) / np.linalg.norm(picard) > 1e-7
 
 
+def test_steep_payoff_from_a_full_bar_does_not_cycle():
+    """ε = 0.01, A0 = 1: the payoff saturates along the first Newton step, whose length was
+    accepted on ½‖R‖² while the potential rose, and the next step came back: 500 iterations
+    between two paths at residual 0.49. Certified by an independent best response."""
+    problem, nt = mw.TwoStateElFarol(eps=0.01, attendance0=1.0), 50
+    res = mw.solve_two_state(problem, nt=nt)
+    assert res.converged and res.iterations <= 60
+    assert certified_residual(problem, res, nt) <= 1e-8
+
+
 def test_stall_names_the_real_count_and_returns_the_best_iterate():
     """Below the rounding of the residual no step decreases it: the solve says so."""
     problem = mw.TwoStateElFarol(switching_cost=0.3)

@@ -30,8 +30,10 @@ is flat the step is the Picard step.
 Δt Σ_n Ψ*(y_n), Ψ*' = −P⁻¹ (∇W = Δt R, Hessian Δt (D + S⁻²)), which is C¹ where ½‖R‖² has
 kinks (the rates are only Lipschitz in the gap). As a function of z its gradient is
 −Δt S² R, and the Newton step is a descent direction: −Δt Rᵀ (S⁻² + D)⁻¹ R < 0. Steps are
-damped by backtracking (Armijo) on it; once the predicted decrease falls below its rounding,
-on ½‖R‖². Trial paths are kept in [0, 1].
+damped by backtracking (Armijo) on it; once the predicted decrease falls below its rounding
+(where P saturates), on ½‖R‖² with the potential not rising beyond its rounding (steps
+accepted by either merit alone can alternate between two paths for ever). Trial paths are
+kept in [0, 1].
 
 **The certificate is the iterate's own.** The solution returned is an iterate z itself: its
 best response (U, gaps) and the densities M = (1 − z, z) of its attendance path, with the
@@ -194,15 +196,17 @@ class AttendanceNewton:
     def line_search(self, point: Point, step: np.ndarray) -> tuple[Point, float] | None:
         """Backtracking from the full step until Armijo's rule holds for the potential
         (:meth:`potential`, for which the Newton step is a descent direction), or, once the
-        predicted decrease is below its rounding, for ½‖R‖²; None when no step length
-        above :data:`MIN_STEP` is accepted."""
+        predicted decrease is below its rounding, for ½‖R‖² with the potential not rising
+        beyond its rounding; None when no step length above :data:`MIN_STEP` is accepted."""
         t, norm2 = 1.0, _norm(point.R) ** 2
         value = self.potential(point)
+        rounding = 1e-12 * abs(value)
         slope = -self.scheme.dt * float(np.sum(-self.slope(point.z) * point.R * step))
         while t >= MIN_STEP:
             trial = self.respond(point.z + t * step)
-            if -t * slope <= 1e-12 * abs(value):  # below the potential's rounding
-                accept = _norm(trial.R) ** 2 <= (1.0 - 2.0 * ARMIJO * t) * norm2
+            if -t * slope <= rounding:
+                accept = (_norm(trial.R) ** 2 <= (1.0 - 2.0 * ARMIJO * t) * norm2
+                          and self.potential(trial) <= value + rounding)
             else:
                 accept = self.potential(trial) <= value + ARMIJO * t * slope
             if accept:
