@@ -66,7 +66,9 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
     discrete scheme and a line search on the game's potential
     (:mod:`mfgwork.numerics.attendance_newton`), after ``warmup`` damped iterations of the
     fixed-point scheme ``iteration`` (as in :func:`mfgwork.solve`; default Anderson;
-    ``warmup=max_iter`` runs that scheme alone). The solve stops at the first iterate whose
+    ``warmup=max_iter`` runs that scheme alone), from the plateau path A ≡ A* + ε log(G/(−B))
+    where nobody switches (the attendance of most of a long evening; A ≡ A_0 where the payoff
+    does not vanish). The solve stops at the first iterate whose
     fixed-point residual is ≤ ``tol`` (one best response to its attendance path reproduces
     it) and returns that iterate: ``M`` the densities of its attendance path, ``U`` the
     value of the best response to it. Otherwise it returns the iterate of lowest residual
@@ -99,7 +101,8 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
                               problem.payoff_integral, m0=problem.initial_distribution(),
                               U_T=problem.terminal_cost(), tol=tol, max_iter=max_iter,
                               warmup=warmup, mixing=scheme)
-    out = solver.run(np.full(nt, problem.attendance0))
+    start = problem.attendance0 if problem.plateau is None else problem.plateau
+    out = solver.run(np.full(nt, start))
     if not out.converged:
         why = {"max_iter": f"max_iter={max_iter} reached",
                "stalled": "stalled: no step decreases the residual any more"}

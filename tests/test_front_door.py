@@ -167,7 +167,7 @@ def test_solve_of_the_two_state_game_is_solve_two_state(tmp_path):
     assert res.mass_error < 1e-13 and res.check() == pytest.approx(res.residual, abs=1e-15)
     metrics = res.metrics()
     assert metrics["states"] == ["home", "bar"] and "nx" not in metrics
-    assert metrics["evaluations"] == res.extra["evaluations"] > res.iterations
+    assert metrics["evaluations"] == res.extra["evaluations"] >= res.iterations
     loaded = mw.load(res.save(tmp_path / "two"))
     np.testing.assert_array_equal(loaded.gap, res.gap)
     np.testing.assert_array_equal(mw.switching_rates(loaded), mw.switching_rates(res))

@@ -14,6 +14,7 @@ import pytest
 import mfgwork as mw
 from mfgwork.finite_state import time_to_level
 from mfgwork.numerics.attendance_newton import (
+    AttendanceNewton,
     attendance_jacobian,
     newton_direction,
     tangent_coefficients,
@@ -226,13 +227,28 @@ def test_cheap_switching_over_a_long_horizon_is_certified():
 
 
 def test_steep_payoff_from_a_full_bar_does_not_cycle():
-    """ε = 0.01, A0 = 1: the payoff saturates along the first Newton step, whose length was
-    accepted on ½‖R‖² while the potential rose, and the next step came back: 500 iterations
-    between two paths at residual 0.49. Certified by an independent best response."""
+    """ε = 0.01, Newton from a full bar: the payoff saturates along the first step, whose
+    length was accepted on ½‖R‖² while the potential rose, and the next step came back: 500
+    iterations between two paths at residual 0.49. Certified by an independent best
+    response."""
     problem, nt = mw.TwoStateElFarol(eps=0.01, attendance0=1.0), 50
-    res = mw.solve_two_state(problem, nt=nt)
-    assert res.converged and res.iterations <= 60
-    assert certified_residual(problem, res, nt) <= 1e-8
+    scheme = TwoStateScheme(nt, problem.T / nt, problem.switching_cost)
+    newton = AttendanceNewton(scheme, problem.payoff, problem.payoff_slope,
+                              problem.payoff_integral, m0=problem.initial_distribution(),
+                              U_T=problem.terminal_cost(), tol=1e-8, max_iter=500)
+    out = newton.run(np.ones(nt))
+    assert out.converged and out.iterations <= 60
+    A = out.M[1:, 1]
+    again = reference_best_response(problem, A, nt)
+    assert np.linalg.norm(again - A) / np.linalg.norm(again) <= 1e-8
+
+
+def test_newton_starts_on_the_plateau():
+    """Where the payoff vanishes the solve starts from the path where nobody switches, the
+    attendance of most of a long evening: a handful of Newton steps at any switching cost."""
+    for c in (0.01, 1.0, 100.0):
+        res = mw.solve_two_state(mw.TwoStateElFarol(switching_cost=c, T=100.0), nt=100)
+        assert res.converged and res.iterations <= 8
 
 
 def test_stall_names_the_real_count_and_returns_the_best_iterate():
