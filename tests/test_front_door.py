@@ -120,8 +120,8 @@ def test_status_stalled_when_the_iteration_gives_up(tmp_path):
 
 
 def test_two_state_statuses():
-    with pytest.warns(mw.ConvergenceWarning, match=r"max_iter=4 reached"):
-        res = mw.solve(mw.TwoStateElFarol(switching_cost=0.3), nt=400, max_iter=4)
+    with pytest.warns(mw.ConvergenceWarning, match=r"max_iter=2 reached"):
+        res = mw.solve(mw.TwoStateElFarol(switching_cost=0.3), nt=400, max_iter=2)
     assert res.status == "max_iter"
     with pytest.warns(mw.ConvergenceWarning, match=r"\(stalled"):  # below its rounding
         res = mw.solve(mw.TwoStateElFarol(switching_cost=0.3), nt=50, tol=1e-15)

@@ -170,6 +170,14 @@ def reference_best_response(problem, A, nt):
     return out
 
 
+def newton_for(problem, nt, max_iter):
+    """The solver's Newton iteration for ``problem`` (tol 1e-8), to start anywhere."""
+    scheme = TwoStateScheme(nt, problem.T / nt, problem.switching_cost)
+    return AttendanceNewton(scheme, problem.payoff, problem.payoff_slope,
+                            problem.payoff_integral, m0=problem.initial_distribution(),
+                            U_T=problem.terminal_cost(), tol=1e-8, max_iter=max_iter)
+
+
 def certified_residual(problem, res, nt):
     A = res.attendance[1:]
     again = reference_best_response(problem, A, nt)
@@ -232,11 +240,7 @@ def test_steep_payoff_from_a_full_bar_does_not_cycle():
     iterations between two paths at residual 0.49. Certified by an independent best
     response."""
     problem, nt = mw.TwoStateElFarol(eps=0.01, attendance0=1.0), 50
-    scheme = TwoStateScheme(nt, problem.T / nt, problem.switching_cost)
-    newton = AttendanceNewton(scheme, problem.payoff, problem.payoff_slope,
-                              problem.payoff_integral, m0=problem.initial_distribution(),
-                              U_T=problem.terminal_cost(), tol=1e-8, max_iter=500)
-    out = newton.run(np.ones(nt))
+    out = newton_for(problem, nt, max_iter=500).run(np.ones(nt))
     assert out.converged and out.iterations <= 60
     A = out.M[1:, 1]
     again = reference_best_response(problem, A, nt)
@@ -265,13 +269,28 @@ def test_stall_names_the_real_count_and_returns_the_best_iterate():
 
 def test_failure_names_the_real_count_and_returns_the_best_iterate():
     problem = mw.TwoStateElFarol(switching_cost=0.3)
-    with pytest.warns(mw.ConvergenceWarning, match=r"stopped after 4 iterations "
-                      r"\(max_iter=4 reached\)"):
-        res = mw.solve_two_state(problem, nt=400, max_iter=4)
-    assert not res.converged and res.iterations == 4 and res.status == "max_iter"
-    assert len(res.history["residual"]) == 4
+    with pytest.warns(mw.ConvergenceWarning, match=r"stopped after 2 iterations "
+                      r"\(max_iter=2 reached\)"):
+        res = mw.solve_two_state(problem, nt=400, max_iter=2)
+    assert not res.converged and res.iterations == 2 and res.status == "max_iter"
+    assert len(res.history["residual"]) == 2
     assert res.residual == min(res.history["residual"])
     assert certified_residual(problem, res, 400) == pytest.approx(res.residual, rel=1e-6)
+
+
+def test_best_iterate_is_returned_not_the_last():
+    """From a half-full bar with cheap switching the first steps overshoot (residual 0.5,
+    then ~900, ~600): the run stopped at max_iter returns the first path, certified."""
+    problem, nt = mw.TwoStateElFarol(switching_cost=0.01, T=100.0), 50
+    out = newton_for(problem, nt, max_iter=3).run(np.full(nt, 0.5))
+    history = out.history["residual"]
+    assert not out.converged and out.reason == "max_iter" and len(history) == 3
+    assert out.residual == history[0] < min(history[1:])
+    np.testing.assert_array_equal(out.M[1:, 1], 0.5)
+    A = out.M[1:, 1]
+    again = reference_best_response(problem, A, nt)
+    assert np.linalg.norm(again - A) / np.linalg.norm(again) == pytest.approx(out.residual,
+                                                                            rel=1e-9)
 
 
 def test_damped_warmup_then_newton():
