@@ -68,15 +68,15 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
     fixed-point scheme ``iteration`` (as in :func:`mfgwork.solve`; default Anderson;
     ``warmup=max_iter`` runs that scheme alone), from the plateau path A ≡ A* + ε log(G/(−B))
     where nobody switches (the attendance of most of a long evening; A ≡ A_0 where the payoff
-    does not vanish). The solve stops at the first iterate whose
-    fixed-point residual is ≤ ``tol`` (one best response to its attendance path reproduces
-    it) and returns that iterate: ``M`` the densities of its attendance path, ``U`` the
-    value of the best response to it. Otherwise it returns the iterate of lowest residual
-    with ``converged=False``, a :class:`~mfgwork.ConvergenceWarning` naming the iterations
-    done and why they stopped (``max_iter``, or ``stalled``: no step decreases the residual
-    any more), and that reason in ``status``. Raises :class:`ParameterError` for a time
-    step the scheme cannot resolve (:func:`check_time_step`). ``mw.solve(problem, ...)``
-    takes the same options.
+    does not vanish). The solve stops at the first iterate whose fixed-point residual is
+    ≤ ``tol`` (one best response to its attendance path reproduces it) and returns that
+    iterate: ``M`` the densities of its attendance path, ``U`` the value of the best
+    response to it. Otherwise it returns the iterate of lowest residual with
+    ``converged=False``, a :class:`~mfgwork.ConvergenceWarning` naming the iterations done
+    and why they stopped (``max_iter``, or ``stalled``: no step decreases the residual any
+    more), and that reason in ``status``. Raises :class:`ParameterError` for a time step
+    the scheme cannot resolve (:func:`check_time_step`). ``mw.solve(problem, ...)`` takes
+    the same options.
 
     Returns a :class:`~mfgwork.Result` with ``dims=("t", "state")``, ``labels={"state":
     ("home", "bar")}``, ``x`` the state index (0, 1), ``U`` and ``M`` (nt + 1, 2), the
