@@ -66,15 +66,17 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
     discrete scheme and a line search on the game's potential
     (:mod:`mfgwork.numerics.attendance_newton`), after ``warmup`` damped iterations of the
     fixed-point scheme ``iteration`` (as in :func:`mfgwork.solve`; default Anderson;
-    ``warmup=max_iter`` runs that scheme alone). Every iteration certifies its iterate by
-    one more best response; the solve stops at the first certified fixed-point residual
-    ≤ ``tol`` (one best response to the returned attendance path reproduces it), and
-    otherwise returns the iterate of lowest certified residual with ``converged=False``, a
-    :class:`~mfgwork.ConvergenceWarning` naming the iterations done and why they stopped
-    (``max_iter``, or ``stalled``: no step decreases the residual any more), and that reason
-    in ``stopped``. Raises :class:`ParameterError` for a time step the scheme
-    cannot resolve (:func:`check_time_step`). ``mw.solve(problem, ...)`` takes the same
-    options.
+    ``warmup=max_iter`` runs that scheme alone), from the plateau path A ≡ A* + ε log(G/(−B))
+    where nobody switches (the attendance of most of a long evening; A ≡ A_0 where the payoff
+    does not vanish). The solve stops at the first iterate whose fixed-point residual is
+    ≤ ``tol`` (one best response to its attendance path reproduces it) and returns that
+    iterate: ``M`` the densities of its attendance path, ``U`` the value of the best
+    response to it. Otherwise it returns the iterate of lowest residual with
+    ``converged=False``, a :class:`~mfgwork.ConvergenceWarning` naming the iterations done
+    and why they stopped (``max_iter``, or ``stalled``: no step decreases the residual any
+    more), and that reason in ``status``. Raises :class:`ParameterError` for a time step
+    the scheme cannot resolve (:func:`check_time_step`). ``mw.solve(problem, ...)`` takes
+    the same options.
 
     Returns a :class:`~mfgwork.Result` with ``dims=("t", "state")``, ``labels={"state":
     ("home", "bar")}``, ``x`` the state index (0, 1), ``U`` and ``M`` (nt + 1, 2), the
@@ -99,11 +101,11 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
                               problem.payoff_integral, m0=problem.initial_distribution(),
                               U_T=problem.terminal_cost(), tol=tol, max_iter=max_iter,
                               warmup=warmup, mixing=scheme)
-    out = solver.run(np.full(nt, problem.attendance0))
+    start = problem.attendance0 if problem.plateau is None else problem.plateau
+    out = solver.run(np.full(nt, start))
     if not out.converged:
         why = {"max_iter": f"max_iter={max_iter} reached",
-               "stalled": "stalled: no step decreases the residual any more (its rounding "
-                          "floor, amplified by the sensitivity of the best response)"}
+               "stalled": "stalled: no step decreases the residual any more"}
         warnings.warn(f"two-state iteration did not reach tol={tol:g}: stopped after "
                       f"{out.iterations} iterations ({why[out.reason]}); returning the "
                       f"iterate of lowest certified residual {out.residual:.3g} with "
@@ -119,8 +121,7 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
                   timings=timings, method="finite_state", observables=observables,
                   summary=problem.summary(t, observables), state_name="state",
                   extra={"evaluations": out.evaluations, "plateau": problem.plateau},
-                  status="converged" if converged else
-                  ("stalled" if out.reason == "converged" else out.reason),
+                  status=out.reason,
                   dims=("t", "state"), labels={"state": STATES}, arrays={"gap": out.gap})
 
 

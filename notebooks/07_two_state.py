@@ -46,9 +46,9 @@
 # step is solved in closed form; the Kolmogorov step is its adjoint, so $m_0 + m_1 = 1$ to
 # round-off). `mw.solve_two_state` couples them by Newton's method on the attendance path
 # $A(t_1), \dots, A(t_{nt})$, with the exact Jacobian of the discrete scheme (one backward and
-# one forward tangent sweep) and a line search on the potential of the game. Every iterate is
-# certified by one more best response: `res.converged` says that the best response to the
-# returned attendance path reproduces it to `tol` (the fixed-point residual `res.residual`).
+# one forward tangent sweep) and a line search on the potential of the game. It returns its
+# iterate itself: `res.converged` says that the best response to the returned attendance
+# path reproduces it to `tol` (the fixed-point residual `res.residual`).
 #
 # **The plateau.** In the middle of a long evening nobody switches, $u_0 = u_1$, which needs
 # the two running costs to agree: $F(A) = 0$, that is
@@ -209,10 +209,10 @@ if out_dir:
 #    $t = 0$? Compare `res.iterations` with the damped fixed-point iteration alone,
 #    `mw.solve_two_state(..., warmup=500, max_iter=500)` (the Anderson mixing of
 #    `mw.solve`), and explain why cheap switching makes the best response to a given
-#    attendance path jump (nearly everybody switches at once). Then set `T = 100`: the
-#    solve stops with a `ConvergenceWarning` just above `tol`. Estimate how much a change
-#    of $10^{-15}$ in the plateau attendance changes the best response there, and explain
-#    why the certified residual cannot get below about $10^{-7}$ in double precision.
+#    attendance path jump (nearly everybody switches at once). Then set `T = 100` and
+#    estimate how much a change of $10^{-15}$ in the plateau attendance changes the best
+#    response there: why does the solve return its iterate, not the densities of the best
+#    response to it (whose own best response `res.check()` would then compute)?
 # 2. **Matching the models.** For $\sigma = 0.5$, find by bisection the switching cost $c$
 #    whose two-state attendance reaches the plateau at the same time as the continuous
 #    model. Do the two paths then agree at all times?

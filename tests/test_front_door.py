@@ -120,11 +120,11 @@ def test_status_stalled_when_the_iteration_gives_up(tmp_path):
 
 
 def test_two_state_statuses():
-    with pytest.warns(mw.ConvergenceWarning, match=r"max_iter=4 reached"):
-        res = mw.solve(mw.TwoStateElFarol(switching_cost=0.3), nt=400, max_iter=4)
+    with pytest.warns(mw.ConvergenceWarning, match=r"max_iter=2 reached"):
+        res = mw.solve(mw.TwoStateElFarol(switching_cost=0.3), nt=400, max_iter=2)
     assert res.status == "max_iter"
-    with pytest.warns(mw.ConvergenceWarning, match=r"\(stalled"):
-        res = mw.solve(mw.TwoStateElFarol(switching_cost=0.01, T=100.0), nt=400)
+    with pytest.warns(mw.ConvergenceWarning, match=r"\(stalled"):  # below its rounding
+        res = mw.solve(mw.TwoStateElFarol(switching_cost=0.3), nt=50, tol=1e-15)
     assert res.status == "stalled" and res.iterations < 500
 
 
@@ -168,7 +168,7 @@ def test_solve_of_the_two_state_game_is_solve_two_state(tmp_path):
     assert res.mass_error < 1e-13 and res.check() == pytest.approx(res.residual, abs=1e-15)
     metrics = res.metrics()
     assert metrics["states"] == ["home", "bar"] and "nx" not in metrics
-    assert metrics["evaluations"] == res.extra["evaluations"] > res.iterations
+    assert metrics["evaluations"] == res.extra["evaluations"] >= res.iterations
     loaded = mw.load(res.save(tmp_path / "two"))
     np.testing.assert_array_equal(loaded.gap, res.gap)
     np.testing.assert_array_equal(mw.switching_rates(loaded), mw.switching_rates(res))

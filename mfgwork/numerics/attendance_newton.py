@@ -30,13 +30,19 @@ is flat the step is the Picard step.
 Δt Σ_n Ψ*(y_n), Ψ*' = −P⁻¹ (∇W = Δt R, Hessian Δt (D + S⁻²)), which is C¹ where ½‖R‖² has
 kinks (the rates are only Lipschitz in the gap). As a function of z its gradient is
 −Δt S² R, and the Newton step is a descent direction: −Δt Rᵀ (S⁻² + D)⁻¹ R < 0. Steps are
-damped by backtracking (Armijo) on it; once the predicted decrease falls below its rounding,
-on ½‖R‖². Every iterate is certified by one more best response: the residual of the densities
-M of the best response to z is that of their own attendance, ‖Φ(Φ(z)) − Φ(z)‖ / ‖Φ(Φ(z))‖,
-and the lowest certified one is returned. Near the equilibrium that residual is about
-‖DS²‖ times the iterate residual ‖R(z)‖/‖Φ(z)‖, so where ‖DS²‖ is large (cheap switching
-over a long horizon: ~10⁷ at c = 0.01, T = 100, nt = 400) it is floored well above the
-rounding of ‖R‖: the loop then stops as ``stalled`` and says so.
+damped by backtracking (Armijo) on it; once the predicted decrease falls below its rounding
+(where P saturates), on ½‖R‖² with the potential not rising beyond its rounding (steps
+accepted by either merit alone can alternate between two paths for ever). Trial paths are
+kept in [0, 1].
+
+**The certificate is the iterate's own.** The solution returned is an iterate z itself: its
+best response (U, gaps) and the densities M = (1 − z, z) of its attendance path, with the
+residual ‖Φ(z) − z‖ / ‖Φ(z)‖ of that one best response (no further evaluation); the lowest
+one is kept. Returning the densities of the best response instead, of attendance Φ(z),
+would be one more Picard step, whose residual ‖Φ(Φ(z)) − Φ(z)‖ is about ‖DS²‖ times that
+of z: where ‖DS²‖ is large (cheap switching over a long horizon: ~10⁷ at c = 0.01, T = 100,
+nt = 400, where the patrons integrate the payoff twice over the plateau) that step lifts a
+residual at the rounding of z to ~10⁻⁷.
 """
 
 from __future__ import annotations
@@ -75,16 +81,22 @@ class Point:
 
     @property
     def residual(self) -> float:
-        """‖Φ(z) − z‖ / ‖Φ(z)‖ (uncertified: the densities M have attendance Φ(z))."""
+        """‖Φ(z) − z‖ / ‖Φ(z)‖: the fixed-point residual of the path z."""
         return _norm(self.R) / max(_norm(self.image), 1e-300)
+
+    def path_densities(self, m0: np.ndarray) -> np.ndarray:
+        """The densities of the path z, (nt + 1, 2): m0, then (S − z_n, z_n), S = Σ m0."""
+        total = float(np.sum(m0))
+        return np.concatenate([m0[None, :], np.stack([total - self.z, self.z], axis=-1)])
 
 
 @dataclass
 class NewtonRun:
-    """The lowest certified iterate (U, its gaps u_1 − u_0 as carried by the sweep, M), its
-    ``residual``, whether it is ≤ tol, the
-    iterations done, why the loop ended (``reason``: converged, max_iter or stalled) and the
-    per-iteration ``history`` (certified and iterate residuals, step length, wall time)."""
+    """The iterate of lowest residual: the value U of its best response, the gaps
+    u_1 − u_0 as carried by the sweep, the densities M of its attendance path, its
+    ``residual``, whether it is ≤ tol, the iterations done, why the loop ended (``reason``:
+    converged, max_iter or stalled) and the per-iteration ``history`` (residual, step
+    length, wall time)."""
 
     U: np.ndarray
     gap: np.ndarray
@@ -146,8 +158,8 @@ def newton_direction(a: np.ndarray, W: np.ndarray, s2: np.ndarray, R: np.ndarray
 
 class AttendanceNewton:
     """Damped Newton's method for R(z) = Φ(z) − z of the two-state game, after ``warmup``
-    iterations of a fixed-point ``mixing`` scheme; every iteration ends with a certified
-    iterate, and the loop stops at the first certified residual ≤ ``tol``.
+    iterations of a fixed-point ``mixing`` scheme; the loop stops at the first iterate of
+    residual ≤ ``tol``.
 
     ``payoff(z)``, ``slope(z)`` and ``integral(z)`` are P, P' (≤ 0) and an antiderivative of
     P; ``m0`` and ``U_T`` the initial distribution and terminal cost."""
@@ -164,7 +176,8 @@ class AttendanceNewton:
         self.evaluations = 0
 
     def respond(self, z: np.ndarray) -> Point:
-        """The best response to the attendance path z."""
+        """The best response to the attendance path z, clipped to [0, 1]."""
+        z = np.clip(z, 0.0, 1.0)
         y = self.payoff(z)
         F = np.stack([np.zeros_like(y), -y], axis=-1)
         U, gap, M = self.scheme.best_response(self.U_T, F, self.m0)
@@ -175,13 +188,6 @@ class AttendanceNewton:
                               f"{self.evaluations} of the two-state game")
         return Point(z=z, U=U, gap=gap, M=M, R=R)
 
-    def certify(self, point: Point) -> float:
-        """The fixed-point residual of the densities of ``point``: one best response to
-        their attendance Φ(z)."""
-        image = point.image
-        again = self.respond(image)
-        return _norm(again.R) / max(_norm(again.image), 1e-300)
-
     def direction(self, point: Point) -> np.ndarray:
         """The Newton step for R(z) = 0 at ``point``."""
         a, W = tangent_coefficients(self.scheme, point.gap, point.M)
@@ -190,15 +196,17 @@ class AttendanceNewton:
     def line_search(self, point: Point, step: np.ndarray) -> tuple[Point, float] | None:
         """Backtracking from the full step until Armijo's rule holds for the potential
         (:meth:`potential`, for which the Newton step is a descent direction), or, once the
-        predicted decrease is below its rounding, for ½‖R‖²; None when no step length
-        above :data:`MIN_STEP` is accepted."""
+        predicted decrease is below its rounding, for ½‖R‖² with the potential not rising
+        beyond its rounding; None when no step length above :data:`MIN_STEP` is accepted."""
         t, norm2 = 1.0, _norm(point.R) ** 2
         value = self.potential(point)
+        rounding = 1e-12 * abs(value)
         slope = -self.scheme.dt * float(np.sum(-self.slope(point.z) * point.R * step))
         while t >= MIN_STEP:
             trial = self.respond(point.z + t * step)
-            if -t * slope <= 1e-12 * abs(value):  # below the potential's rounding
-                accept = _norm(trial.R) ** 2 <= (1.0 - 2.0 * ARMIJO * t) * norm2
+            if -t * slope <= rounding:
+                accept = (_norm(trial.R) ** 2 <= (1.0 - 2.0 * ARMIJO * t) * norm2
+                          and self.potential(trial) <= value + rounding)
             else:
                 accept = self.potential(trial) <= value + ARMIJO * t * slope
             if accept:
@@ -220,13 +228,12 @@ class AttendanceNewton:
         it finds no acceptable step)."""
         if k <= self.warmup and self.mixing is not None:
             z = self._mixer.update(k, point.z, point.image, _xp())
-            return self.respond(np.clip(z, 0.0, 1.0)), 0.0
+            return self.respond(z), 0.0
         return self.line_search(point, self.direction(point))
 
     def run(self, z0: np.ndarray) -> NewtonRun:
         """Iterate from the attendance path ``z0``."""
-        history: dict[str, list[float]] = {"residual": [], "iterate_residual": [],
-                                           "step": [], "time": []}
+        history: dict[str, list[float]] = {"residual": [], "step": [], "time": []}
         self._mixer = None if self.mixing is None else self.mixing.start()
         point = self.respond(np.asarray(z0, dtype=np.float64))
         best: tuple[float, Point] = (math.inf, point)
@@ -234,13 +241,12 @@ class AttendanceNewton:
         while k < self.max_iter:
             started = time.perf_counter()
             k += 1
-            certified = self.certify(point)
-            if certified < best[0]:
-                best = (certified, point)
-            history["residual"].append(certified)
-            history["iterate_residual"].append(point.residual)
+            residual = point.residual
+            if residual < best[0]:
+                best = (residual, point)
+            history["residual"].append(residual)
             moved = None
-            if certified <= self.tol:
+            if residual <= self.tol:
                 reason = "converged"
             elif k < self.max_iter:
                 moved = self.advance(k, point)
@@ -252,10 +258,9 @@ class AttendanceNewton:
                 break
             point = moved[0]
         res, chosen = best
-        return NewtonRun(U=chosen.U, gap=chosen.gap, M=chosen.M, residual=res,
-                         converged=res <= self.tol,
-                         iterations=k, reason=reason, evaluations=self.evaluations,
-                         history=history)
+        return NewtonRun(U=chosen.U, gap=chosen.gap, M=chosen.path_densities(self.m0),
+                         residual=res, converged=res <= self.tol, iterations=k,
+                         reason=reason, evaluations=self.evaluations, history=history)
 
 
 def _norm(a: np.ndarray) -> float:
