@@ -33,11 +33,12 @@ the same way on an ``nx`` × ``ny`` × ``nt`` grid (``ny`` defaults to ``nx``): 
 (scan dims, t, y, x), the problem's paths (scan dims, t), or (scan dims, t, bar) for the two
 bars' ``attendance`` (a path's further axis is named by the problem's ``observable_axes``), with
 the mass in the domain as ``mass``. Their points are solved one by one by
-:func:`mfgwork.solve_2d` (NumPy on the CPU by default; over a pool of processes from
-:data:`~mfgwork.workflows.scan_solve.POOL_MIN_CELLS_2D`), each point with its own certificate; the
-store, resume, Dask and the checks before work are those of 1-D scans. A tuple parameter is
-scanned through the problem's own keywords for its components: ``mw.scan(mw.TwoBars,
-{"threshold_1": [...], "threshold_2": [...]}, fixed={"spill": 0.5}, nx=21, nt=20)``.
+:func:`mfgwork.solve_2d` (NumPy on the CPU by default; in parallel over Dask workers with
+``dask=True`` or ``scheduler=``, a block per worker: set ``chunk_size``), each point with its
+own certificate; the store, resume and the checks before work are those of 1-D scans. A
+tuple parameter is scanned through the problem's own keywords for its components:
+``mw.scan(mw.TwoBars, {"threshold_1": [...], "threshold_2": [...]}, fixed={"spill": 0.5},
+nx=21, nt=20)``.
 
 The pieces: :mod:`~mfgwork.workflows.scan_plan` (the problem, the grid, the options, checked
 before work), :mod:`~mfgwork.workflows.scan_solve` (placement, block size, solving a block),

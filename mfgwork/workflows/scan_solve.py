@@ -38,10 +38,6 @@ MESSAGE_CHARS = 400
 #: points over a pool of processes: about 5 s of work on one core, against 1–2 s to start
 #: the pool's processes (importing the library).
 POOL_MIN_CELLS = 100_000
-#: The same for the points of a 2-D scan (nx × ny × nt, summed): on 2 cores 4 two-bar points
-#: of 31² × 30 (115 000 cells, 3 s) gain nothing from a pool, of 41² × 40 (269 000) a third
-#: of the time (benchmarks/scan_2d.py).
-POOL_MIN_CELLS_2D = 200_000
 
 
 def placement(device: str, backend: str | None, dtype: Any, problem: Problem | None = None,
@@ -133,12 +129,10 @@ def solve_points(problems: list[Problem], be: Backend, opts: Mapping[str, Any]
     """One batched solve on torch (a leading batch axis), whose points that did not converge
     are finished by the single path (:func:`finish`); point by point with NumPy, or when the
     batch raised (so the failing point is found and the others are solved). 2-D points one
-    by one with :func:`mfgwork.solve_2d` (with NumPy over the CPU cores in parallel, from
-    :data:`POOL_MIN_CELLS_2D`)."""
+    by one with :func:`mfgwork.solve_2d` (a scan spreads them over Dask workers, a block
+    each)."""
     if isinstance(problems[0], MFGProblem2D):
-        cells = len(problems) * opts["nx"] * opts["ny"] * opts["nt"]
-        jobs = [(p, dict(opts), be) for p in problems]
-        return _map(_solve_one_2d, jobs, be.name == "numpy" and cells >= POOL_MIN_CELLS_2D)
+        return [_solve_one_2d(p, opts, be) for p in problems]
     kw = {"nx": opts["nx"], "nt": opts["nt"], "backend": be, "tol": opts["tol"],
           "max_iter": opts["max_iter"], "iteration": opts["iteration"], "progress": False}
     if be.name == "torch" and len(problems) > 1:
