@@ -11,6 +11,7 @@ import pytest
 
 import mfgwork as mw
 import mfgwork.solve2d
+from mfgwork.__main__ import main as cli
 from mfgwork.best_response import best_response_residual_2d
 from mfgwork.workflows import scan as scan_module
 
@@ -111,6 +112,26 @@ def test_store_resumes_only_the_unfinished_block(bars, tmp_path, monkeypatch):
     with pytest.raises(mw.ParameterError, match="different scan"):
         mw.scan(mw.TwoBars, GRID, fixed=FIXED, store=store, progress=False,
                 **(SOLVE | {"ny": 13}))
+    # checked on opening (every block against its digest), and exported as NetCDF
+    opened = mw.open_scan(store).load()
+    xr.testing.assert_identical(opened, again.load())
+    back = xr.open_dataset(scan_module.to_netcdf(store, tmp_path / "bars.nc"),
+                           engine="h5netcdf").load()
+    xr.testing.assert_identical(back, opened.drop_vars("done"))
+
+
+def test_command_line(tmp_path, capsys):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("threshold_1: [0.4, 0.6]\n")
+    store = tmp_path / "cli.zarr"
+    args = ["scan", "--problem", "two_bars", "--grid", str(grid), "-o", str(store),
+            "-p", "nx", "11", "-p", "ny", "9", "-p", "nt", "10", "-p", "T", "2",
+            "-p", "spill", "0.5", "-p", "tol", "1e-8", "-p", "max_iter", "400", "--no-progress"]
+    assert cli(args) == 0
+    assert "2 points: 2 converged" in capsys.readouterr().out
+    ds = mw.open_scan(store)
+    assert ds.M.shape == (2, 11, 9, 11) and ds.attrs["problem_factory"] == "two_bars"
+    assert ds.attrs["ny"] == 9 and ds.attrs["spill"] == 0.5
 
 
 def test_room_scans_too():

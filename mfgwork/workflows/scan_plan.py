@@ -30,9 +30,10 @@ from .specs import (
 
 #: Fields a scan can keep, and the default.
 FIELDS = ("M", "U")
-#: Solver options, with their defaults (the type rule of specs applies to them too).
+#: Solver options, with their defaults (the type rule of specs applies to them too); ``ny``
+#: (None: ``nx``) is for 2-D problems only.
 SOLVE_OPTIONS: dict[str, Any] = {"nx": 201, "nt": 201, "tol": 1e-8, "max_iter": 200,
-                                 "dtype": None, "backend": None, "iteration": None}
+                                 "dtype": None, "backend": None, "iteration": None, "ny": None}
 #: Largest number of points a scan plans unless ``max_points`` says otherwise (each point's
 #: problem is built once before any solve).
 MAX_POINTS = 100_000
@@ -87,8 +88,9 @@ class ScanPlan:
         if not isinstance(problem, MFGProblem | MFGProblem2D):
             raise ParameterError(f"problem={factory_name(self.factory)} returned {problem!r:.80}:"
                                  " must return an mfgwork.MFGProblem or MFGProblem2D (a scan "
-                                 f"solves continuous problems; a {type(problem).__name__} has "
-                                 "no scan path: solve its points with mw.solve)")
+                                 "solves continuous problems, 1-D in batches, 2-D point by "
+                                 f"point; a {type(problem).__name__} has no batched path: "
+                                 "solve its points with mw.solve)")
         return problem
 
     def identity(self) -> dict[str, Any]:
