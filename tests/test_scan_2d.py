@@ -169,3 +169,14 @@ def test_bad_input_is_refused_before_any_solve(grid, kwargs, words, tmp_path, mo
 def test_ny_is_refused_for_a_1d_problem():
     with pytest.raises(mw.ParameterError, match="ny=9 is invalid"):
         mw.scan(mw.SantaFeBar, {"threshold": [0.5]}, nx=11, ny=9, nt=5, progress=False)
+
+
+def test_torch_points_agree_with_numpy(bars):
+    pytest.importorskip("torch")
+    grid = {"threshold_1": [0.4, 0.6], "threshold_2": [0.6]}
+    ds = mw.scan(mw.TwoBars, grid, fixed=FIXED, backend="torch", device="cpu",
+                 dtype="float64", progress=False, **(SOLVE | {"tol": 1e-10}))
+    assert ds.attrs["backend"] == "torch" and bool(ds.converged.all())
+    ref = bars.sel(threshold_2=[0.6])
+    assert float(abs(ds.M - ref.M).max()) <= 1e-7      # two linear solvers, one scheme
+    assert float(abs(ds.attendance - ref.attendance).max()) <= 1e-7
