@@ -232,8 +232,8 @@ def _executor(scheduler: str | None, dask: bool, workers: int | None
 def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mapping[str, Any],
          *, fixed: Mapping[str, Any] | None = None, nx: int = 201, ny: int | None = None,
          nt: int = 201, tol: float = 1e-8, max_iter: int = 200, dtype: Any = None,
-         device: str = "auto",
-         backend: str | None = None, iteration: Any = None, keep: Sequence[str] = FIELDS,
+         device: str = "auto", backend: str | None = None, iteration: Any = None,
+         keep: Sequence[str] = FIELDS,
          store: str | os.PathLike | None = None, chunk_size: int | None = None,
          scheduler: str | None = None, dask: bool = False, workers: int | None = None,
          progress: bool = True, max_points: int = MAX_POINTS) -> Any:
@@ -247,11 +247,10 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
     ``fixed``: problem parameters shared by every point. ``nx``, ``nt``, ``tol``,
     ``max_iter``, ``dtype``, ``iteration``: as for :func:`mfgwork.solve` (2-D problems: as
     for :func:`mfgwork.solve_2d` with the scan's defaults, and ``ny``, None for ``nx``; see
-    the module docstring);
-    ``device``: "auto"
-    (where :func:`mfgwork.placement` puts a batch of the scan's points: CUDA or MPS through
-    torch from the measured crossover on, else NumPy on the CPU), "cpu", "cuda", "mps"
-    (``backend`` overrides the choice of library). ``keep``: the fields to store
+    the module docstring); ``device``: "auto" (where :func:`mfgwork.placement` puts a batch
+    of the scan's points: CUDA or MPS through torch from the measured crossover on, else NumPy
+    on the CPU; 2-D points: NumPy on the CPU), "cpu", "cuda", "mps" (``backend`` overrides
+    the choice of library). ``keep``: the fields to store
     (``("M",)`` drops U).
     ``store``: a zarr path; finished blocks are written as they finish, a rerun resumes, and
     the returned Dataset is the store opened lazily. ``chunk_size``: points per block
