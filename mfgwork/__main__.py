@@ -107,14 +107,16 @@ def _add_scan(sub: argparse._SubParsersAction) -> None:
                               "point converged, 1 when some failed or did not converge, 2 for "
                               "bad input (nothing was solved).")
     p.add_argument("--problem", required=True,
-                   help="a problem name (santa_fe) or module:callable (a problem factory)")
+                   help="a problem name (santa_fe, two_bars, room) or module:callable (a "
+                        "problem factory)")
     p.add_argument("--grid", required=True, metavar="SPEC",
                    help="YAML/JSON grid: lists, {linspace: [a, b, n]}, {range: [a, b, step]}; "
                         "a file when it exists, ends in .yaml/.yml/.json or has no ':'")
     p.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
                    metavar=("NAME", "VALUE"),
                    help="a problem parameter fixed for every point, or a solver option "
-                        "(nx, nt, tol, max_iter, dtype, backend, iteration)")
+                        "(nx, nt, tol, max_iter, dtype, backend, iteration; ny for 2-D "
+                        "problems)")
     p.add_argument("-o", "--store", required=True, help="the zarr store (a folder)")
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda or mps")
     p.add_argument("--keep", default="M,U", help="fields to store: M,U (default), M or none")

@@ -105,8 +105,9 @@ crowded = mw.Room(T=T, sigma=sigma, congestion=congestion_high,
 plots2d.frame_indices(nt, frames)
 targets, note = studies.comparison_targets(accelerator)
 bars = mw.TwoBars(thresholds=(0.6, 0.4), T=T_bars)
-scan_problems = {(a1, a2): mw.TwoBars(thresholds=(a1, a2), T=T_bars, spill=spill)
-                 for a1 in scan_thresholds for a2 in scan_thresholds}
+scan_grid = {"threshold_1": scan_thresholds, "threshold_2": scan_thresholds}
+for a in scan_thresholds:  # the scan's thresholds, checked before any solve
+    mw.TwoBars(threshold_1=a, threshold_2=a, T=T_bars, spill=spill)
 res = mw.solve_2d(room, nx=nx, nt=nt, tol=tol, progress=False)
 print(f"{room}: {res.status} in {res.iterations} iterations, certified residual "
       f"{res.residual:.1e} (tol {tol:g}), {res.timings['total']:.1f} s")
@@ -307,21 +308,33 @@ fig_bars_density
 # ## 7. Scanning both thresholds
 #
 # With spill-over ($s$ = `spill`) the bars compete: a crowd at one deters patrons from the
-# other. How does the attendance of each bar at $T/2$ depend on both thresholds? `mw.scan`
-# takes the 1-D problems (`mw.SantaFeBar` and user `mw.MFGProblem`s) today, not the 2-D
-# ones, so the scan below is a plain loop over `scan_thresholds` × `scan_thresholds`, each
-# point one certified `mw.solve_2d` on the coarser grid `nx_scan` × `nx_scan`, `nt_scan` steps
-# (a point with spill-over takes several tens of best responses).
+# other. How does the attendance of each bar at $T/2$ depend on both thresholds?
+# `mw.scan` solves the game at every point of `scan_thresholds` × `scan_thresholds` on the
+# coarser grid `nx_scan` × `nx_scan`, `nt_scan` steps. `mw.TwoBars` takes the pair
+# `thresholds` and, for a scan, its components `threshold_1` and `threshold_2`, one axis
+# each. Each point is one `mw.solve_2d` with its own certificate (a point with spill-over
+# takes several tens of best responses): `converged` is true only where the certified
+# residual is at most `tol`, and `residual`, `iterations` and `message` say how each point
+# ended. The result is an xarray Dataset with labelled axes: the density `M` over
+# (threshold_1, threshold_2, t, y, x), with y = θ2 and x = θ1 (`keep=("M",)` leaves out
+# the value function), and the attendance over (threshold_1, threshold_2, t, bar). With
+# `store="bars.zarr"` the same call writes the points into a zarr store as they are
+# solved, and running it again resumes an interrupted scan.
 
 # %%
-scan_rows = []
-for (a1, a2), problem in scan_problems.items():
-    r = mw.solve_2d(problem, nx=nx_scan, nt=nt_scan, tol=tol, max_iter=400, progress=False)
-    mid = nt_scan // 2
-    scan_rows.append({"threshold_1": a1, "threshold_2": a2, "converged": r.converged,
-                      "iterations": r.iterations, "A1(T/2)": float(r.attendance[mid, 0]),
-                      "A2(T/2)": float(r.attendance[mid, 1])})
+scan_bars = mw.scan(mw.TwoBars, scan_grid, fixed={"T": T_bars, "spill": spill}, nx=nx_scan,
+                    nt=nt_scan, tol=tol, max_iter=400, keep=("M",), progress=False)
+print(f"{int(scan_bars.converged.sum())} of {scan_bars.converged.size} points converged "
+      f"(certified residual <= {tol:g}), {float(scan_bars.wall_time.sum()):.1f} s of solves")
+half = scan_bars.attendance.isel(t=nt_scan // 2)  # A_j at T/2
+scan_rows = [{"threshold_1": float(a1), "threshold_2": float(a2),
+              "converged": bool(scan_bars.converged.loc[a1, a2]),
+              "iterations": int(scan_bars.iterations.loc[a1, a2]),
+              "residual": float(scan_bars.residual.loc[a1, a2]),
+              "A1(T/2)": float(half.loc[a1, a2, 1]), "A2(T/2)": float(half.loc[a1, a2, 2])}
+             for a1 in scan_bars.threshold_1.values for a2 in scan_bars.threshold_2.values]
 print(studies.format_table(scan_rows))
+scan_bars
 
 # %% [markdown]
 # **Reading the scan.** For a fixed threshold of bar 1, raising bar 2's threshold fills

@@ -282,7 +282,10 @@ def test_a_front_door_module_imports_alone(module):
 def test_the_registry_rebuilds_every_rebuildable_problem():
     from mfgwork.problems import PROBLEMS, REBUILDABLE, problem_from_params, problem_name
 
-    assert set(PROBLEMS.values()) == {mw.SantaFeBar, mw.TwoStateElFarol, mw.SantaFePopulations}
+    assert set(PROBLEMS.values()) == {mw.SantaFeBar, mw.TwoStateElFarol, mw.SantaFePopulations,
+                                      mw.TwoBars, mw.Room}
+    assert set(REBUILDABLE) == {"santa_fe", "santa_fe_bar", "two_state", "two_state_el_farol",
+                                "santa_fe_populations"}
     built = {mw.SantaFeBar: mw.SantaFeBar(threshold=0.45, sigma=0.7, eps=0.08),
              mw.TwoStateElFarol: mw.TwoStateElFarol(switching_cost=2.5, attendance0=0.2),
              mw.SantaFePopulations: mw.SantaFePopulations((

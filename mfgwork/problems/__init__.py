@@ -6,7 +6,9 @@ from ..core.errors import ParameterError
 from .base import Coupling, MFGProblem
 from .hamiltonians import Congestion, Hamiltonian, Power, Quadratic
 from .populations import Population, Populations, SantaFePopulations
+from .room import Room
 from .santa_fe import SantaFeBar
+from .two_bars import TwoBars
 from .two_state import TwoStateElFarol
 from .verification import HopfColeProblem
 
@@ -18,6 +20,7 @@ PROBLEMS: dict[str, type] = {
     "santa_fe": SantaFeBar, SantaFeBar.name_default: SantaFeBar,
     "santa_fe_populations": SantaFePopulations,
     "two_state": TwoStateElFarol, TwoStateElFarol.name: TwoStateElFarol,
+    TwoBars.name_default: TwoBars, Room.name_default: Room,
 }
 #: The names of :data:`PROBLEMS` whose class can be rebuilt from its params.
 REBUILDABLE = tuple(name for name, cls in PROBLEMS.items() if hasattr(cls, "from_params"))

@@ -32,19 +32,29 @@ from .two_d import MFGProblem2D
 
 
 class TwoBars(MFGProblem2D):
-    """The two-bar game of the module docstring. ``thresholds`` (A*_1, A*_2); ``good``,
-    ``bad``, ``eps`` shared by both bars; observable ``attendance`` (nt+1, 2)."""
+    """The two-bar game of the module docstring. ``thresholds`` (A*_1, A*_2), whose
+    components ``threshold_1`` and ``threshold_2`` replace when given (one number each: what
+    a parameter scan varies, ``mw.scan(mw.TwoBars, {"threshold_1": [...], "threshold_2":
+    [...]})``); ``good``, ``bad``, ``eps`` shared by both bars; observable ``attendance``
+    (nt+1, 2), its last axis the bar (:attr:`observable_axes`)."""
 
     name_default = "two_bars"
     state_names = ("θ1", "θ2")
+    #: Named trailing axes of the observables (beyond time): the bar of ``attendance``.
+    observable_axes = {"attendance": ("bar", (1, 2))}
 
     def __init__(self, thresholds: tuple[float, float] = (0.6, 0.6), sigma: float = 0.5,
                  T: float = 10.0, theta_max: float = 5.0, good: float = 10.0,
                  bad: float = -5.0, eps: float = 0.05, spill: float = 0.0, rho: float = 0.0,
-                 hamiltonian: Hamiltonian | None = None) -> None:
+                 hamiltonian: Hamiltonian | None = None, threshold_1: float | None = None,
+                 threshold_2: float | None = None) -> None:
         if not isinstance(thresholds, list | tuple) or len(thresholds) != 2:
             raise ParameterError(f"thresholds={thresholds!r:.80} is invalid: must be a pair "
                                  "of numbers in (0, 1)")
+        thresholds = tuple(
+            v if one is None else check_real(name, one, low=0.0, high=1.0)
+            for name, one, v in zip(("threshold_1", "threshold_2"), (threshold_1, threshold_2),
+                                    thresholds, strict=True))
         values = {"thresholds": tuple(check_real("thresholds", v, low=0.0, high=1.0)
                                       for v in thresholds),
                   "theta_max": check_real("theta_max", theta_max, low=0.0, high=MAX_THETA,

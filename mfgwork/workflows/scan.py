@@ -1,9 +1,10 @@
 """Parameter scans as labeled xarray Datasets: batched on the device, resumable, on Dask.
 
 ``mw.scan(problem, grid, ...)`` solves ``problem`` (a problem class or a factory returning
-an :class:`~mfgwork.MFGProblem`) at every point of ``grid`` (the spec language of sweeps,
-:mod:`mfgwork.workflows.specs`, checked against the problem's signature) and returns an
-``xarray.Dataset`` with one dimension per scanned axis plus ``t`` and ``x``:
+an :class:`~mfgwork.MFGProblem`, or an :class:`~mfgwork.MFGProblem2D`: see below) at every
+point of ``grid`` (the spec language of sweeps, :mod:`mfgwork.workflows.specs`, checked
+against the problem's signature) and returns an ``xarray.Dataset`` with one dimension per
+scanned axis plus ``t`` and ``x``:
 
 - fields ``M`` and ``U`` (scan dims, t, x), unless ``keep`` drops them;
 - the problem's observables over time (scan dims, t) and their summaries (scan dims), from
@@ -26,6 +27,18 @@ finished block is written into a zarr store (region writes, the ``done`` flag la
 of the same call skips finished blocks, and :func:`open_scan` opens the store lazily. With
 ``scheduler=ADDRESS`` (or ``dask=True``: a ``LocalCluster``) blocks are solved by Dask
 workers, each on its own device, writing their regions into the shared store.
+
+2-D problems (:class:`~mfgwork.MFGProblem2D`: ``mw.TwoBars``, ``mw.Room``, user problems) scan
+the same way on an ``nx`` × ``ny`` × ``nt`` grid (``ny`` defaults to ``nx``): the fields are
+(scan dims, t, y, x), the problem's paths (scan dims, t), or (scan dims, t, bar) for the two
+bars' ``attendance`` (a path's further axis is named by the problem's ``observable_axes``), with
+the mass in the domain as ``mass``. Their points are solved one by one by
+:func:`mfgwork.solve_2d` (NumPy on the CPU by default; in parallel over Dask workers with
+``dask=True`` or ``scheduler=``, a block per worker: set ``chunk_size``), each point with its
+own certificate; the store, resume and the checks before work are those of 1-D scans. A
+tuple parameter is scanned through the problem's own keywords for its components:
+``mw.scan(mw.TwoBars, {"threshold_1": [...], "threshold_2": [...]}, fixed={"spill": 0.5},
+nx=21, nt=20)``.
 
 The pieces: :mod:`~mfgwork.workflows.scan_plan` (the problem, the grid, the options, checked
 before work), :mod:`~mfgwork.workflows.scan_solve` (placement, block size, solving a block),
@@ -52,14 +65,16 @@ from ..core import storage
 from ..core.backend import Backend, get_backend, to_numpy
 from ..core.errors import LoadError, ParameterError, check_flag, check_int
 from ..placement import Placement
-from ..problems import PROBLEMS, MFGProblem
+from ..problems import PROBLEMS
 from ..results import provenance
+from ..solve2d import default_iteration
 from .dask_client import dask_client
 from .scan_check import DIGEST, DONE, Damage, blocks, check_store
 from .scan_plan import (
     FIELDS,
     MAX_POINTS,
     SOLVE_OPTIONS,
+    Problem,
     ScanPlan,
     as_json_value,
     check_points,
@@ -91,44 +106,76 @@ SCAN_ATTRS = ("scanned", "problem_factory")
 # -- the Dataset's layout ----------------------------------------------------------------------
 def make_layout(plan: ScanPlan, be: Backend, chosen: Placement | None = None) -> Layout:
     """Dimensions, coordinates, variables and attributes of the plan's Dataset. Observable
-    names come from the problem itself, on its initial density; ``chosen``: the placement of
-    ``device="auto"`` (its reason becomes the attribute ``placement``)."""
+    names come from the problem itself, on its initial density (an observable with axes
+    beyond time names them in the problem's ``observable_axes``, e.g. the two bars'
+    ``{"attendance": ("bar", (1, 2))}``; else ``<name>_index``); ``chosen``: the placement
+    of ``device="auto"`` (its reason becomes the attribute ``placement``)."""
     first = plan.problem((0,) * len(plan.shape))
-    grid = first.grid(plan.options["nx"], plan.options["nt"])
+    grid = plan.grid(first)
     host = get_backend("numpy")
     m0 = to_numpy(first.initial_density(grid, host))
     paths = first.observables(grid, np.stack([m0] * (grid.nt + 1)), host)
-    scalars = first.summary(grid, paths)
+    scalars = {} if plan.two_d else first.summary(grid, paths)
     coords = {}
     for names, values in plan.spec.axes:
         for k, name in enumerate(names):
             coords[name] = (names[0], [v[k] for v in values])
+    trailing, axes = _path_axes(first, {k: np.shape(to_numpy(v)) for k, v in paths.items()})
     field_dtype = "float32" if be.dtype == "float32" else "float64"
-    clash = set(paths) | set(scalars)
-    for name in clash & (set(FIELDS) | set(METRICS) | set(coords) | {"t", "x"}):
+    clash = set(paths) | set(scalars) | set(axes)
+    grid_dims = {"t", "x"} | ({"y"} if plan.two_d else set())
+    for name in clash & (set(FIELDS) | set(METRICS) | set(coords) | grid_dims):
         raise ParameterError(f"the problem's observable {name!r} clashes with a scan "
                              "variable of the same name")
     return Layout(dims=plan.dims, shape=plan.shape, coords=coords, t=np.asarray(grid.t),
-                  x=np.asarray(grid.x), fields={k: field_dtype for k in plan.keep},
-                  paths=tuple(paths), scalars=tuple(scalars),
+                  x=np.asarray(grid.x), y=np.asarray(grid.y) if plan.two_d else None,
+                  fields={k: field_dtype for k in plan.keep}, paths=trailing, axes=axes,
+                  scalars=tuple(scalars),
                   attrs=_attributes(plan, first, be)
                   | ({"placement": str(chosen)} if chosen is not None else {}))
 
 
-def _attributes(plan: ScanPlan, first: MFGProblem, be: Backend) -> dict[str, Any]:
-    """Flat attributes (str, int, float): fixed problem parameters, solver settings,
-    provenance."""
+def _path_axes(problem: Any, shapes: Mapping[str, tuple[int, ...]]
+               ) -> tuple[dict[str, tuple[str, ...]], dict[str, np.ndarray]]:
+    """Each observable's trailing dims (``("t",)``, or ``("t", axis)`` for one of shape
+    (nt+1, k)) and the values of those further axes."""
+    named = getattr(problem, "observable_axes", {})
+    trailing, axes = {}, {}
+    for name, shape in shapes.items():
+        if len(shape) == 1:
+            trailing[name] = ("t",)
+            continue
+        if len(shape) != 2:
+            raise ParameterError(f"the problem's observable {name!r} has the shape {shape}: a "
+                                 "scan stores paths (nt+1,) or (nt+1, k)")
+        dim, labels = named.get(name, (f"{name}_index", tuple(range(shape[1]))))
+        if len(labels) != shape[1] or (dim in axes and list(axes[dim]) != list(labels)):
+            raise ParameterError(f"the problem's observable {name!r} has {shape[1]} entries "
+                                 f"along {dim!r}, whose labels are {list(labels)!r}")
+        trailing[name], axes[dim] = ("t", dim), np.asarray(labels)
+    return trailing, axes
+
+
+def _attributes(plan: ScanPlan, first: Any, be: Backend) -> dict[str, Any]:
+    """Flat attributes (str, int, float): fixed problem parameters (those of the problem
+    that the first and the last point share, e.g. not the two bars' ``thresholds`` when
+    ``threshold_1`` is scanned), solver settings, provenance."""
     scanned = set(plan.spec.varying)
-    fixed = {k: v for k, v in first.params().items() if k not in scanned} | plan.spec.fixed
+    last = plan.problem(tuple(n - 1 for n in plan.shape)).params()
+    fixed = {k: v for k, v in first.params().items() if k not in scanned
+             and last.get(k) == v} | plan.spec.fixed
     opts = plan.options
+    states = getattr(first, "state_names", None) or (first.state_name,)
     attrs: dict[str, Any] = {"title": f"parameter scan of {fixed.get('problem', 'a problem')}",
                              "scanned": ", ".join(plan.spec.varying),
                              "problem_factory": factory_name(plan.factory),
-                             "state_name": first.state_name}
+                             "state_name": ", ".join(states)}
     attrs |= {k: _attr(v) for k, v in fixed.items()}
-    attrs |= {"nx": opts["nx"], "nt": opts["nt"], "tol": opts["tol"],
-              "max_iter": opts["max_iter"], "method": "fdm", "backend": be.name,
-              "dtype": be.dtype, "iteration": _attr(as_json_value(opts["iteration"]) or "anderson")}
+    attrs |= {"nx": opts["nx"]} | ({"ny": opts["ny"]} if plan.two_d else {})
+    default = as_json_value(default_iteration()) if plan.two_d else "anderson"
+    attrs |= {"nt": opts["nt"], "tol": opts["tol"], "max_iter": opts["max_iter"],
+              "method": "fdm", "backend": be.name, "dtype": be.dtype,
+              "iteration": _attr(as_json_value(opts["iteration"]) or default)}
     prov = provenance()
     attrs |= {f"version_{k}": _attr(v) for k, v in prov["versions"].items()}
     attrs |= {"platform": prov["platform"], "machine": prov["machine"],
@@ -182,10 +229,11 @@ def _executor(scheduler: str | None, dask: bool, workers: int | None
 
 
 # -- the front door ----------------------------------------------------------------------------
-def scan(problem: Callable[..., MFGProblem] | str, grid: str | os.PathLike | Mapping[str, Any],
-         *, fixed: Mapping[str, Any] | None = None, nx: int = 201, nt: int = 201,
-         tol: float = 1e-8, max_iter: int = 200, dtype: Any = None, device: str = "auto",
-         backend: str | None = None, iteration: Any = None, keep: Sequence[str] = FIELDS,
+def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mapping[str, Any],
+         *, fixed: Mapping[str, Any] | None = None, nx: int = 201, ny: int | None = None,
+         nt: int = 201, tol: float = 1e-8, max_iter: int = 200, dtype: Any = None,
+         device: str = "auto", backend: str | None = None, iteration: Any = None,
+         keep: Sequence[str] = FIELDS,
          store: str | os.PathLike | None = None, chunk_size: int | None = None,
          scheduler: str | None = None, dask: bool = False, workers: int | None = None,
          progress: bool = True, max_points: int = MAX_POINTS) -> Any:
@@ -197,10 +245,12 @@ def scan(problem: Callable[..., MFGProblem] | str, grid: str | os.PathLike | Map
     ``grid``: a spec mapping, YAML/JSON file or YAML text (lists, ``{linspace: [a, b, n]}``,
     ``{range: [a, b, step]}``, scalars, ``zip``), checked against the problem's signature;
     ``fixed``: problem parameters shared by every point. ``nx``, ``nt``, ``tol``,
-    ``max_iter``, ``dtype``, ``iteration``: as for :func:`mfgwork.solve`; ``device``: "auto"
-    (where :func:`mfgwork.placement` puts a batch of the scan's points: CUDA or MPS through
-    torch from the measured crossover on, else NumPy on the CPU), "cpu", "cuda", "mps"
-    (``backend`` overrides the choice of library). ``keep``: the fields to store
+    ``max_iter``, ``dtype``, ``iteration``: as for :func:`mfgwork.solve` (2-D problems: as
+    for :func:`mfgwork.solve_2d` with the scan's defaults, and ``ny``, None for ``nx``; see
+    the module docstring); ``device``: "auto" (where :func:`mfgwork.placement` puts a batch
+    of the scan's points: CUDA or MPS through torch from the measured crossover on, else NumPy
+    on the CPU; 2-D points: NumPy on the CPU), "cpu", "cuda", "mps" (``backend`` overrides
+    the choice of library). ``keep``: the fields to store
     (``("M",)`` drops U).
     ``store``: a zarr path; finished blocks are written as they finish, a rerun resumes, and
     the returned Dataset is the store opened lazily. ``chunk_size``: points per block
@@ -211,7 +261,7 @@ def scan(problem: Callable[..., MFGProblem] | str, grid: str | os.PathLike | Map
     whose Dataset when there is no store, does not fit in memory.
     """
     options = {"nx": nx, "nt": nt, "tol": tol, "max_iter": max_iter, "dtype": dtype,
-               "backend": backend, "iteration": iteration}
+               "backend": backend, "iteration": iteration} | ({} if ny is None else {"ny": ny})
     workers = _check_options(store, device, scheduler, dask, workers, progress)
     if store is not None:
         check_store_target(store)
@@ -225,8 +275,8 @@ def scan(problem: Callable[..., MFGProblem] | str, grid: str | os.PathLike | Map
     check_points(plan)
     layout = make_layout(plan, be, chosen)
     if chunk_size is None:
-        chunk_size = points_per_block(be, plan.options["nx"], plan.options["nt"],
-                                      len(plan.keep), n_points)
+        chunk_size = points_per_block(be, plan.options["nx"] * plan.options.get("ny", 1),
+                                      plan.options["nt"], len(plan.keep), n_points)
     block = block_shape(plan.shape, check_int("chunk_size", chunk_size, low=1))
     if store is None:
         dataset = layout.dataset()

@@ -18,6 +18,7 @@ from ..core.errors import ParameterError, check_int
 from ..core.grid import MAX_POINTS as MAX_GRID
 from ..numerics.iteration import check_stopping
 from ..problems import PROBLEMS, MFGProblem, problem_name
+from ..problems.two_d import MFGProblem2D
 from .specs import (
     SpecError,
     SweepSpec,
@@ -29,23 +30,28 @@ from .specs import (
 
 #: Fields a scan can keep, and the default.
 FIELDS = ("M", "U")
-#: Solver options, with their defaults (the type rule of specs applies to them too).
+#: Solver options, with their defaults (the type rule of specs applies to them too); ``ny``
+#: (None: ``nx``) is for 2-D problems only.
 SOLVE_OPTIONS: dict[str, Any] = {"nx": 201, "nt": 201, "tol": 1e-8, "max_iter": 200,
-                                 "dtype": None, "backend": None, "iteration": None}
+                                 "dtype": None, "backend": None, "iteration": None, "ny": None}
 #: Largest number of points a scan plans unless ``max_points`` says otherwise (each point's
 #: problem is built once before any solve).
 MAX_POINTS = 100_000
 #: Float64 values per point and time level besides the fields: observables and margin.
 PATH_VALUES = 8
+#: What a scan solves: a continuous problem (1-D), or one on a 2-D state space.
+Problem = MFGProblem | MFGProblem2D
 
 @dataclass(frozen=True)
 class ScanPlan:
     """What a scan computes: the problem factory, the parsed grid and the solver options."""
 
-    factory: Callable[..., MFGProblem]
+    factory: Callable[..., Problem]
     spec: SweepSpec
     options: dict[str, Any]
     keep: tuple[str, ...]
+    #: The points are 2-D problems (:class:`~mfgwork.MFGProblem2D`; ``options`` has ``ny``).
+    two_d: bool = False
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -63,7 +69,14 @@ class ScanPlan:
             params.update(zip(names, values[i], strict=True))
         return params
 
-    def problem(self, index: Sequence[int]) -> MFGProblem:
+    def grid(self, problem: Problem) -> Any:
+        """The grid of the scan's options for ``problem`` (a Grid, or a Grid2D in 2-D)."""
+        opts = self.options
+        if self.two_d:
+            return problem.grid(opts["nx"], opts["ny"], opts["nt"])
+        return problem.grid(opts["nx"], opts["nt"])
+
+    def problem(self, index: Sequence[int]) -> Problem:
         params = self.parameters(index)
         try:
             problem = self.factory(**params)
@@ -72,11 +85,12 @@ class ScanPlan:
         except TypeError as exc:  # e.g. a parameter without a default left out of the grid
             raise ParameterError(f"problem={factory_name(self.factory)} cannot be built from "
                                  f"{params}: {exc}") from None
-        if not isinstance(problem, MFGProblem):
+        if not isinstance(problem, MFGProblem | MFGProblem2D):
             raise ParameterError(f"problem={factory_name(self.factory)} returned {problem!r:.80}:"
-                                 " must return an mfgwork.MFGProblem (a scan solves continuous "
-                                 f"problems in batches; a {type(problem).__name__} has no "
-                                 "batched path: solve its points with mw.solve)")
+                                 " must return an mfgwork.MFGProblem or MFGProblem2D (a scan "
+                                 "solves continuous problems, 1-D in batches, 2-D point by "
+                                 f"point; a {type(problem).__name__} has no batched path: "
+                                 "solve its points with mw.solve)")
         return problem
 
     def identity(self) -> dict[str, Any]:
@@ -105,18 +119,20 @@ def as_json_value(v: Any) -> Any:
     return describe() if callable(describe) else repr(v)
 
 
-def make_plan(problem: Callable[..., MFGProblem] | str, grid: Any,
+def make_plan(problem: Callable[..., Problem] | str, grid: Any,
               fixed: Mapping[str, Any] | None, options: Mapping[str, Any],
               keep: Sequence[str], max_points: int = MAX_POINTS,
               build_points: bool = True) -> ScanPlan:
     """Check everything that can be checked before work and return the plan: the grid
     against the problem's parameters and ``max_points`` (counted before any axis is
     expanded), the solver options, ``keep``, and (``build_points``; else call
-    :func:`check_points` later, e.g. after :func:`check_size`) every point's problem."""
+    :func:`check_points` later, e.g. after :func:`check_size`) every point's problem. The
+    option ``ny`` (None: ``nx``) is for 2-D problems only, and in their options only."""
     factory = resolve_problem(problem)
     declared = signature_parameters(factory)
     max_points = check_int("max_points", max_points, low=1)
     opts = SOLVE_OPTIONS | dict(options)
+    ny = opts.pop("ny", None)
     opts["nx"] = check_int("nx", opts["nx"], low=3, high=MAX_GRID)
     opts["nt"] = check_int("nt", opts["nt"], low=1, high=MAX_GRID)
     opts["tol"], opts["max_iter"] = check_stopping(opts["tol"], opts["max_iter"])
@@ -133,30 +149,48 @@ def make_plan(problem: Callable[..., MFGProblem] | str, grid: Any,
         raise SpecError("the grid has no axis to scan: give at least one parameter a list, "
                         "linspace or range")
     plan = ScanPlan(factory, spec, opts, tuple(dict.fromkeys(keep)))
+    if isinstance(plan.problem((0,) * len(plan.shape)), MFGProblem2D):
+        opts["ny"] = opts["nx"] if ny is None else check_int("ny", ny, low=3, high=MAX_GRID)
+        plan = ScanPlan(factory, spec, opts, plan.keep, two_d=True)
+    elif ny is not None:
+        raise ParameterError(f"ny={ny!r} is invalid for problem={factory_name(factory)}: its "
+                             "points are 1-D (ny is the second axis of a 2-D problem's grid)")
     if build_points:
         check_points(plan)
     return plan
 
 
 def check_size(plan: ScanPlan, be: Backend, in_memory: bool) -> None:
-    """Refuse, before any solve, a scan whose single point does not fit on ``be`` (as
-    :func:`mfgwork.solve` refuses it) or, with ``in_memory`` (no store), whose fields and
-    paths for every point do not fit in host memory; see :mod:`mfgwork.core.memory`."""
+    """Refuse, before any solve (and before a grid is built), a scan whose single point does
+    not fit on ``be`` (as :func:`mfgwork.solve` or :func:`mfgwork.solve_2d` refuses it) or,
+    with ``in_memory`` (no store), whose fields and paths for every point do not fit in host
+    memory; see :mod:`mfgwork.core.memory`."""
     from ..numerics.iteration import make_scheme
 
     first = plan.problem((0,) * len(plan.shape))
-    grid = first.grid(plan.options["nx"], plan.options["nt"])
-    memory.check_fdm(grid.nx, grid.nt, be, [first.coupling_size(grid.nx, grid.nt)],
-                     getattr(make_scheme(plan.options["iteration"]), "depth", 0),
-                     what=f"one point of the scan (nx={grid.nx} x nt={grid.nt})")
+    opts = plan.options
+    nx, nt, ny = opts["nx"], opts["nt"], opts.get("ny", 1)
+    size = f"nx={nx} x ny={ny} x nt={nt}" if plan.two_d else f"nx={nx} x nt={nt}"
+    if plan.two_d:
+        from ..solve2d import _check_size, default_iteration
+
+        scheme = default_iteration() if opts["iteration"] is None \
+            else make_scheme(opts["iteration"])
+        _check_size([first], nx, ny, nt, be, "ilu" if be.name == "numpy" else "krylov",
+                    scheme, None)
+    else:
+        grid = first.grid(nx, nt)
+        memory.check_fdm(grid.nx, grid.nt, be, [first.coupling_size(grid.nx, grid.nt)],
+                         getattr(make_scheme(opts["iteration"]), "depth", 0),
+                         what=f"one point of the scan ({size})")
     if not in_memory:
         return
     points = math.prod(plan.shape)
     itemsize = 4 if be.dtype == "float32" else 8
-    per_point = (len(plan.keep) * itemsize * grid.nx + 8 * PATH_VALUES) * (grid.nt + 1)
+    per_point = (len(plan.keep) * itemsize * nx * ny + 8 * PATH_VALUES) * (nt + 1)
     memory.check_parts({"the scan grid's points": points * per_point}, get_backend("numpy"),
                        what=f"the Dataset of {points} points with fields {plan.keep} on an "
-                            f"nx={grid.nx} x nt={grid.nt} grid (store=None keeps it in memory)")
+                            f"{size} grid (store=None keeps it in memory)")
 
 
 def resolve_problem(problem: Callable[..., MFGProblem] | str) -> Callable[..., MFGProblem]:
@@ -187,20 +221,26 @@ def resolve_problem(problem: Callable[..., MFGProblem] | str) -> Callable[..., M
 
 
 def check_points(plan: ScanPlan) -> None:
-    """Construct every point's problem (cheap; validates the values) and check that they share
-    the domain and horizon, so the scan has one grid."""
+    """Construct every point's problem (cheap; validates the values) and check that they are
+    of one kind (1-D or 2-D) and share the domain and horizon, so the scan has one grid."""
     first = None
+    shared = ("x_min", "x_max", "y_min", "y_max", "T") if plan.two_d else ("x_min", "x_max", "T")
     for index in np.ndindex(*plan.shape):
         p = plan.problem(index)
         if first is None:
             first = p
             continue
-        for name in ("x_min", "x_max", "T"):
+        if isinstance(p, MFGProblem2D) != plan.two_d:
+            raise ParameterError(f"the point {plan.parameters(index)} gives a "
+                                 f"{type(p).__name__}, unlike the first point: a scan's points "
+                                 "are all 1-D or all 2-D problems")
+        for name in shared:
             if getattr(p, name) != getattr(first, name):
                 raise ParameterError(
                     f"the point {plan.parameters(index)} has {name}={getattr(p, name)!r} but "
                     f"the first point {name}={getattr(first, name)!r}: a scan shares one "
-                    "grid in t and x, so scanned parameters may not change the domain or T")
+                    "grid in t and the state, so scanned parameters may not change the "
+                    "domain or T")
 
 
 def split_parameters(problem: Callable[..., MFGProblem] | str, parameters: Mapping[str, Any]

@@ -18,8 +18,10 @@ from ..core.errors import ConvergenceWarning
 from ..placement import Placement
 from ..placement import placement as place
 from ..problems import MFGProblem
+from ..problems.two_d import MFGProblem2D
 from ..results import Result
-from .scan_plan import ScanPlan
+from ..results2d import Result2D
+from .scan_plan import Problem, ScanPlan
 from .scan_store import Layout, region_points, write_region
 
 #: Points per block on the host, where the NumPy solver takes them one by one: enough that
@@ -38,13 +40,22 @@ MESSAGE_CHARS = 400
 POOL_MIN_CELLS = 100_000
 
 
-def placement(device: str, backend: str | None, dtype: Any, problem: MFGProblem | None = None,
+def placement(device: str, backend: str | None, dtype: Any, problem: Problem | None = None,
               points: int = 1, nx: int = 201, nt: int = 201) -> tuple[Backend, Placement | None]:
     """The backend a scan solves on, and the choice behind it: ``device="auto"`` asks
     :func:`mfgwork.placement` for a batch of ``points`` problems like ``problem`` on the
     nx × nt grid (an accelerator through torch from the measured crossover on, else the
-    compiled NumPy solver on the CPU); an explicit device runs NumPy on "cpu" and torch
-    elsewhere unless ``backend`` says otherwise (no choice to record: None)."""
+    compiled NumPy solver on the CPU); a 2-D ``problem``, whose points are solved one by one
+    (there is no batched 2-D path on the CPU), goes with "auto" to the default of
+    :func:`mfgwork.solve_2d`, NumPy on the CPU, unless ``backend`` says "torch"; an explicit
+    device runs NumPy on "cpu" and torch elsewhere unless ``backend`` says otherwise (no
+    choice to record: None)."""
+    if device == "auto" and isinstance(problem, MFGProblem2D):
+        be = get_backend(backend or "numpy", "cpu" if backend in (None, "numpy") else "auto",
+                         dtype)
+        return be, Placement("fdm", points, be.name, be.device, "a 2-D scan solves its "
+                             "points one by one with mw.solve_2d, by default the compiled "
+                             "NumPy solver (ILU-BiCGStab) on the CPU", None)
     if device == "auto" and problem is not None and backend in (None, *BACKENDS):
         chosen = place(problem, "fdm", nx=nx, nt=nt, backend=backend, batch_size=points)
         return get_backend(chosen.backend, chosen.device, dtype), chosen
@@ -56,7 +67,7 @@ def placement(device: str, backend: str | None, dtype: Any, problem: MFGProblem 
 def points_per_block(be: Backend, nx: int, nt: int, kept: int, points: int) -> int:
     """Points per block: on the host a fixed count (the NumPy solver loops over them); on a
     device as many as fit in a fraction of its free memory; either way bounded by host memory
-    for the block's results."""
+    for the block's results. ``nx``: the nodes of the state grid (nx × ny in 2-D)."""
     itemsize = 4 if be.dtype == "float32" else 8
     per_point = (nt + 1) * nx * itemsize
     host = _host_available() * MEMORY_FRACTION // max(1, (kept + 1) * per_point)
@@ -113,11 +124,15 @@ def solve_block(task: Task) -> dict[str, Any]:
             "arrays": None if task.store is not None else arrays}
 
 
-def solve_points(problems: list[MFGProblem], be: Backend, opts: Mapping[str, Any]
+def solve_points(problems: list[Problem], be: Backend, opts: Mapping[str, Any]
                  ) -> list[dict[str, Any]]:
     """One batched solve on torch (a leading batch axis), whose points that did not converge
     are finished by the single path (:func:`finish`); point by point with NumPy, or when the
-    batch raised (so the failing point is found and the others are solved)."""
+    batch raised (so the failing point is found and the others are solved). 2-D points one
+    by one with :func:`mfgwork.solve_2d` (a scan spreads them over Dask workers, a block
+    each)."""
+    if isinstance(problems[0], MFGProblem2D):
+        return [_solve_one_2d(p, opts, be) for p in problems]
     kw = {"nx": opts["nx"], "nt": opts["nt"], "backend": be, "tol": opts["tol"],
           "max_iter": opts["max_iter"], "iteration": opts["iteration"], "progress": False}
     if be.name == "torch" and len(problems) > 1:
@@ -218,37 +233,75 @@ def _solve_one(problem: MFGProblem, kw: dict[str, Any], opts: Mapping[str, Any],
                initial: np.ndarray | None = None) -> dict[str, Any]:
     from ..solve import solve
 
+    return _attempt(lambda: solve(problem, initial=initial, **kw),
+                    "single" if initial is None else "single-warm", kw["backend"], opts)
+
+
+def _solve_one_2d(problem: MFGProblem2D, opts: Mapping[str, Any], be: Backend
+                  ) -> dict[str, Any]:
+    """One 2-D point by :func:`mfgwork.solve_2d` (its default linear solver on ``be``)."""
+    from ..solve2d import solve_2d
+
+    return _attempt(lambda: solve_2d(problem, nx=opts["nx"], ny=opts["ny"], nt=opts["nt"],
+                                     backend=be, tol=opts["tol"], max_iter=opts["max_iter"],
+                                     iteration=opts["iteration"], progress=False),
+                    "single", be, opts)
+
+
+def _attempt(run: Any, how: str, be: Backend, opts: Mapping[str, Any]) -> dict[str, Any]:
+    """The outcome of ``run()`` (a solve), timed; a raising solve is recorded as failed."""
     started = time.perf_counter()
-    how = "single" if initial is None else "single-warm"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            result = solve(problem, initial=initial, **kw)
+            result = run()
     except Exception as exc:  # noqa: BLE001 - a failing point is recorded, not raised
         return {"status": "failed", "converged": False, "finished_by": how,
-                "wall_time": time.perf_counter() - started,
-                "device": kw["backend"].device,
+                "wall_time": time.perf_counter() - started, "device": be.device,
                 "message": _clip(f"{type(exc).__name__}: {exc}")}
-    return _outcome(result, time.perf_counter() - started, opts) | {"finished_by": how}
+    wall_time = time.perf_counter() - started
+    if isinstance(result, Result2D):
+        return _outcome_2d(result, wall_time, opts) | {"finished_by": how}
+    return _outcome(result, wall_time, opts) | {"finished_by": how}
 
 
 def _outcome(result: Result, wall_time: float, opts: Mapping[str, Any]) -> dict[str, Any]:
     """A solved point's entries: fields, observables, summaries and metrics (NumPy)."""
     residual = np.nan if result.residual is None else float(result.residual)
-    status = "converged" if result.converged else "not_converged"
     why = {"max_iter": f"max_iter={opts['max_iter']} reached",
            "stalled": f"stalled before max_iter={opts['max_iter']}"}.get(result.status, "")
     message = "" if result.converged else _clip(
         result.extra.get("certificate", {}).get("message")
-        or f"did not reach tol={opts['tol']:g}: stopped after {int(result.iterations)} "
-        f"iterations ({why}; final residual {residual:.3g})")
-    out = {"status": status, "converged": bool(result.converged),
-           "iterations": int(result.iterations), "residual": residual,
-           "mass_error": float(result.mass_error), "wall_time": wall_time,
-           "device": str(result.device), "message": message,
-           "M": to_numpy(result.M), "U": to_numpy(result.U)}
+        or _not_reached(int(result.iterations), why, residual, opts))
+    out = _metrics(result.converged, result.iterations, residual, result.mass_error,
+                   wall_time, result.device, message)
+    out |= {"M": to_numpy(result.M), "U": to_numpy(result.U)}
     out |= {name: to_numpy(path) for name, path in result.observables.items()}
     return out | {name: float(value) for name, value in result.summary.items()}
+
+
+def _outcome_2d(result: Result2D, wall_time: float, opts: Mapping[str, Any]
+                ) -> dict[str, Any]:
+    """A solved 2-D point's entries: fields (t, y, x), the mass in the domain and the
+    problem's observables over time, and metrics."""
+    message = "" if result.converged else _clip(_not_reached(
+        result.iterations, f"max_iter={opts['max_iter']}", result.residual, opts))
+    out = _metrics(result.converged, result.iterations, result.residual, result.mass_error,
+                   wall_time, result.extra.get("device", "cpu"), message)
+    return out | {"M": result.M, "U": result.U, "mass": result.mass} | dict(result.observables)
+
+
+def _not_reached(iterations: int, why: str, residual: float, opts: Mapping[str, Any]) -> str:
+    return (f"did not reach tol={opts['tol']:g}: stopped after {iterations} iterations "
+            f"({why}; final residual {residual:.3g})")
+
+
+def _metrics(converged: bool, iterations: int, residual: float, mass_error: float,
+             wall_time: float, device: str, message: str) -> dict[str, Any]:
+    return {"status": "converged" if converged else "not_converged",
+            "converged": bool(converged), "iterations": int(iterations),
+            "residual": float(residual), "mass_error": float(mass_error),
+            "wall_time": wall_time, "device": str(device), "message": message}
 
 
 def _clip(text: str) -> str:

@@ -68,7 +68,7 @@ ATTRS = {
                                  "single-warm (the single path from a warm start)"},
     "done": {"long_name": "the point's block is solved and written"},
     DIGEST: {"long_name": "digests of the values of the point's block (checked on reading)"},
-    "t": {"long_name": "time"}, "x": {"long_name": "state"},
+    "t": {"long_name": "time"},
 }
 
 
@@ -95,10 +95,12 @@ class Layout:
     """Dimensions, coordinates and variables of a scan Dataset.
 
     ``dims``/``shape``: the scan axes; ``coords``: name -> (dim, values) for every scanned
-    parameter (a zipped parameter lies along its group's first name); ``t``, ``x``: the grid;
-    ``fields``: the kept (nt+1, nx) arrays with their dtype; ``paths``: observables over
-    time; ``scalars``: per-point summaries of the observables; ``attrs``: the Dataset's
-    attributes (str, int or float values only, so NetCDF can hold them).
+    parameter (a zipped parameter lies along its group's first name); ``t``, ``x``: the grid,
+    and ``y`` for a 2-D state space (the fields are then (t, y, x)); ``fields``: the kept
+    fields with their dtype; ``paths``: observables over time, name -> trailing dims
+    (``("t",)``, or with a named axis such as ``("t", "bar")``); ``axes``: the values of
+    such further axes; ``scalars``: per-point summaries of the observables; ``attrs``: the
+    Dataset's attributes (str, int or float values only, so NetCDF can hold them).
     """
 
     dims: tuple[str, ...]
@@ -107,25 +109,37 @@ class Layout:
     t: np.ndarray
     x: np.ndarray
     fields: dict[str, str]
-    paths: tuple[str, ...]
+    paths: dict[str, tuple[str, ...]]
     scalars: tuple[str, ...]
     attrs: dict[str, Any] = field(default_factory=dict)
+    y: np.ndarray | None = None
+    axes: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def state(self) -> tuple[str, ...]:
+        """The state dimensions of the fields: ``("x",)``, or ``("y", "x")`` in 2-D."""
+        return ("x",) if self.y is None else ("y", "x")
 
     def variables(self) -> dict[str, tuple[tuple[str, ...], str, Any]]:
         """name -> (trailing dims after the scan dims, dtype, fill value)."""
         out: dict[str, tuple[tuple[str, ...], str, Any]] = {}
         for name, dtype in self.fields.items():
-            out[name] = (("t", "x"), dtype, np.nan)
-        for name in self.paths:
-            out[name] = (("t",), "float64", np.nan)
+            out[name] = (("t", *self.state), dtype, np.nan)
+        for name, trailing in self.paths.items():
+            out[name] = (trailing, "float64", np.nan)
         for name in self.scalars:
             out[name] = ((), "float64", np.nan)
         for name, (dtype, fill) in METRICS.items():
             out[name] = ((), dtype, fill)
         return out
 
+    def grid_coords(self) -> dict[str, np.ndarray]:
+        """The values of every trailing dimension: t, (y,) x and the paths' further axes."""
+        return {"t": self.t, **({} if self.y is None else {"y": self.y}), "x": self.x,
+                **self.axes}
+
     def trailing_shape(self, trailing: tuple[str, ...]) -> tuple[int, ...]:
-        sizes = {"t": self.t.size, "x": self.x.size}
+        sizes = {name: len(values) for name, values in self.grid_coords().items()}
         return tuple(sizes[d] for d in trailing)
 
     def empty_block(self, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
@@ -151,9 +165,12 @@ class Layout:
             data[name] = xr.Variable(self.dims + trailing, arr, ATTRS.get(name, {}))
         coords = {name: xr.Variable((dim,), np.asarray(values))
                   for name, (dim, values) in self.coords.items()}
-        state = {"long_name": self.attrs.get("state_name", "x")}
-        coords |= {"t": xr.Variable(("t",), self.t, ATTRS["t"]),
-                   "x": xr.Variable(("x",), self.x, ATTRS["x"] | state)}
+        # the state's symbols (``state_name``: "θ", or "θ1, θ2" for x and y in 2-D)
+        labels = dict(zip(("x", "y"), str(self.attrs.get("state_name", "x")).split(", "),
+                          strict=False))
+        for dim, values in self.grid_coords().items():
+            attrs = {"long_name": labels[dim]} if dim in labels else ATTRS.get(dim, {})
+            coords[dim] = xr.Variable((dim,), np.asarray(values), attrs)
         return xr.Dataset(data, coords=coords, attrs=dict(self.attrs))
 
 
