@@ -182,12 +182,15 @@ def _solve_one(problems: Any, batch: bool, nx: int, ny: int, nt: int, be: Backen
     for b, (p, g) in enumerate(zip(setup.problems, setup.grids, strict=True)):
         pick = (lambda a, b=b: a[b]) if batch else (lambda a: a)
         Mb = pick(M)
+        flows = pick(outflow)[:, :len(g.exits)]  # (nt+1, the doors of this problem)
         obs = {k: to_numpy(v) for k, v in p.observables(g, be.asarray(Mb), be).items()}
         mass = obs.pop("mass")
         results.append(Result2D(
             t=g.t, y=g.y, x=g.x, U=pick(U), M=Mb, velocity_x=pick(vx), velocity_y=pick(vy),
-            outflow=pick(outflow), exit_flux=pick(outflow) / g.dt, mass=mass,
-            obstacle=g.obstacle, exit=g.exit, converged=bool(out.converged[b]),
+            outflow=flows.sum(axis=-1), exit_flux=flows.sum(axis=-1) / g.dt,
+            door_outflow=flows, mass=mass, obstacle=g.obstacle, exit=g.exit,
+            doors=tuple(e.label for e in g.exits),
+            converged=bool(out.converged[b]),
             residual=float(out.residual[b]), iterations=int(out.iterations[b]), tol=tol,
             history=hist, params=p.params() | {"nx": nx, "ny": ny, "nt": nt},
             observables=obs, timings=timings, extra=extra, problem=p))
