@@ -12,6 +12,10 @@ Cases
                 attendance pair (the default); the table gives the time ratio to the baseline
   two-bars-hard the same for a steeper payoff with spill-over (eps=0.02, spill=0.5)
 
+After the two-bars case, one dense finite-difference Jacobian of the best-response map
+(2 nt products, what each step of a dense Newton would cost) is timed, against the whole
+Newton–Krylov solve.
+
 BRs: the best responses evaluated (Newton: its steps' line searches, certificates and
 finite-difference products, each with the HJB sweep seeded by the last best response).
 ``--max-iter`` caps the iterations of every case (Newton's steps for Newton; the table then
@@ -97,6 +101,28 @@ def measure(case: str, target: tuple[str, str, str | None, str | None], nx: int,
             "timings": r.timings, "load_average": os.getloadavg()}
 
 
+def dense_jacobian(case: str, nx: int, nt: int) -> dict:
+    """The wall time of one dense Jacobian of R(z) = Φ(z) − z by finite differences (the
+    products of :class:`~mfgwork.numerics.coupling_newton.CouplingNewtonKrylov` along every
+    unit direction) at the first iterate of the solve (agents who do not move)."""
+    from mfgwork.numerics.coupling_newton import CouplingNewtonKrylov
+    from mfgwork.numerics.fdm2d import equilibrium as eq
+    from mfgwork.numerics.iteration import _evaluator
+
+    be = mw.get_backend("numpy")
+    setup = eq.build(PROBLEMS[case](), nx, nx, nt, be, "ilu")
+    evaluate = _evaluator(setup.coupling, setup.scheme.solve_hjb, setup.scheme.solve_fp,
+                          setup.U_T, setup.m0, be)
+    newton = CouplingNewtonKrylov(evaluate, setup.coupling.project, be, tol=1.0)
+    point = newton.respond(setup.coupling.state(np.stack([setup.m0] * (nt + 1))), None)
+    start = time.perf_counter()
+    for e in np.eye(point.z.size):
+        newton.product(point, e.reshape(point.z.shape))
+    wall = time.perf_counter() - start
+    return {"case": case, "dense_jacobian_s": wall, "products": point.z.size,
+            "s_per_product": wall / point.z.size, "load_average": os.getloadavg()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default=None, help="a torch device besides the CPU")
@@ -143,6 +169,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['iterations']:>4} {row['best_responses']:>4} {row['wall_s']:8.2f} "
               f"{'' if ratio is None else f'{ratio:.2f}':>6} {row['residual']:9.2e} "
               f"{row['mass_error']:9.1e} {row['converged']}", flush=True)
+    dense = []
+    for case, _, nx, nt, _, iteration in plan:
+        if case == "two-bars" and iteration == "newton":
+            dense.append(dense_jacobian(case, nx, nt))
+            solve = next(r for r in rows if r["case"] == case and r["iteration"] == "newton")
+            print(f"{case}: one dense finite-difference Jacobian ({dense[-1]['products']} "
+                  f"products, {dense[-1]['s_per_product']:.3f} s each): "
+                  f"{dense[-1]['dense_jacobian_s']:.1f} s, against {solve['wall_s']:.1f} s "
+                  "for the whole Newton-Krylov solve", flush=True)
     print(f"load average (1, 5, 15 min): {os.getloadavg()}")
     devices = {"cpu": platform.processor() or platform.machine(),
                "cpu_cores_used": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
@@ -151,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         devices[args.device] = mw.device_info(args.device).get("name")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"rows": rows, "devices": devices,
+    out.write_text(json.dumps({"rows": rows, "dense_jacobian": dense, "devices": devices,
                                "provenance": provenance()}, indent=1, default=str))
     print(f"wrote {out}; devices: {devices}")
     return 0

@@ -105,7 +105,11 @@ def solve_2d(problem: MFGProblem2D, nx: int = 101, ny: int | None = None, nt: in
 
     ``backend``/``device``/``dtype`` as :func:`mfgwork.get_backend`; ``solver``: "ilu"
     (NumPy default), "direct" (NumPy) or "krylov" (torch default, also on NumPy);
-    ``iteration``: as :func:`mfgwork.solve` (default: Anderson depth 5, β = 0.5). Arguments
+    ``iteration``: as :func:`mfgwork.solve` (default: Anderson depth 5, β = 0.5); where the
+    coupling state is a path of a few scalars (the two bars' attendance pair) and float64,
+    Newton–Krylov on it comes first, continued by the fixed point if it stalls
+    (:func:`mfgwork.numerics.fdm2d.equilibrium.uses_newton`; ``extra["coupling_newton"]``
+    tells its steps; ``mw.Anderson(newton=False)`` iterates the fixed point alone). Arguments
     are checked and the memory estimated (``max_memory``) before any work. A solve that does
     not reach ``tol`` in ``max_iter`` best responses returns its best iterate with
     ``converged=False`` and a :class:`~mfgwork.ConvergenceWarning`.

@@ -14,8 +14,10 @@ after one or two updates per level, the FP solves start from the last masses): s
 costs a fraction of a best response. GMRES stops at the relative residual η of
 Eisenstat & Walker (choice 2, γ = 0.1), or looser where that already brings R below the
 certificate's trigger. A dense Jacobian by finite differences costs 2 nt such products per
-step (measured with ``benchmarks/room.py --cases two-bars``: 200 products against 3–35 for a
-Krylov step at 101² × 100), so only the matrix-free step is kept.
+step: measured with ``benchmarks/room.py --cases two-bars`` (101² × 100, two loaded CPU
+cores), one dense Jacobian (200 products, 24 s) takes longer than the whole Newton–Krylov
+solve (8 steps, 72 best responses, 21 s; the fixed point: 131, 42 s), so only the
+matrix-free step is kept.
 
 Globalisation: backtracking (halving from t = 1) until Armijo's rule holds for ½‖R‖²
 (a descent direction for an accurate enough step); a step that finds no length above
@@ -48,9 +50,11 @@ ETA_MAX, ETA_MIN, EW_GAMMA = 0.1, 1e-8, 0.1  # GMRES's relative tolerance and it
 
 @dataclass
 class KrylovOutcome(NewtonOutcome):
-    """:class:`~.potential.NewtonOutcome` with the lowest-residual iterate (z, U, M) where a
-    fixed point continues, why the loop ended (``reason``: converged, stalled or max_iter),
-    the best responses evaluated and the Jacobian products among them."""
+    """:class:`~.potential.NewtonOutcome` (``residual``: the lowest certified one, inf if
+    none; the ``records`` give the iterate residual r(z_k) of each step, as the fixed point's
+    history does) with ``tol``, the lowest-residual iterate (z, U, M) where a fixed point
+    continues, why the loop ended (``reason``: converged, stalled or max_iter), the best
+    responses evaluated and the Jacobian products among them."""
 
     tol: float
     lowest: tuple[Any, Any, Any]
@@ -93,22 +97,23 @@ class CouplingNewtonKrylov:
         self.evaluations += 1
         return _Point(z=z, U=U, M=M, image=np.asarray(to_numpy(gz), dtype=np.float64))
 
+    def product(self, point: _Point, v: np.ndarray) -> np.ndarray:
+        """(I − DΦ(z)) v at ``point``, DΦ v by the finite difference of the module docstring
+        (one best response)."""
+        h = FD_STEP * max(1.0, _norm(point.z)) / max(_norm(v), 1e-300)
+        moved = self.respond(point.z + h * v, point.U)
+        self.products += 1
+        return v - (moved.image - point.image) / h
+
     def direction(self, point: _Point, eta: float) -> np.ndarray:
         """d with ‖(I − DΦ) d − R‖ ≤ η ‖R‖ (or GMRES's last iterate after ``max_krylov``
-        products), DΦ by finite differences around ``point``."""
+        products)."""
         import scipy.sparse.linalg as sla
 
-        shape, scale = point.z.shape, FD_STEP * max(1.0, _norm(point.z))
-
-        def product(v: np.ndarray) -> np.ndarray:
-            v = v.reshape(shape)
-            h = scale / max(_norm(v), 1e-300)
-            moved = self.respond(point.z + h * v, point.U)
-            self.products += 1
-            return (v - (moved.image - point.image) / h).reshape(-1)
-
-        n = point.z.size
-        op = sla.LinearOperator((n, n), matvec=product, dtype=np.float64)
+        n, shape = point.z.size, point.z.shape
+        op = sla.LinearOperator(
+            (n, n), matvec=lambda v: self.product(point, v.reshape(shape)).reshape(-1),
+            dtype=np.float64)
         d, _ = sla.gmres(op, point.R.reshape(-1), rtol=eta, atol=0.0,
                          restart=min(n, self.max_krylov), maxiter=1)
         return d.reshape(shape)
@@ -152,7 +157,7 @@ class CouplingNewtonKrylov:
                 eta = ETA_MAX if previous is None else EW_GAMMA * (r / previous) ** 2
                 eta = min(ETA_MAX, max(ETA_MIN, eta, 0.5 * trigger / max(r, 1e-300)))
                 nxt = self.line_search(point, self.direction(point, eta))
-            records.append({"residual": best[0] if math.isfinite(best[0]) else r,
+            records.append({"residual": r,
                             "change_U": _change(nxt.U, point.U) if nxt else 0.0,
                             "change_M": _change(nxt.M, point.M) if nxt else 0.0,
                             "time": time.perf_counter() - started})
@@ -172,8 +177,7 @@ class CouplingNewtonKrylov:
                 reason = "stalled"
                 break
         return KrylovOutcome(U=best[1], M=best[2], residual=best[0], records=records,
-                             tol=self.tol,
-                             lowest=(lowest.z, lowest.U, lowest.M), reason=reason,
+                             tol=self.tol, lowest=(lowest.z, lowest.U, lowest.M), reason=reason,
                              evaluations=self.evaluations, products=self.products)
 
 
