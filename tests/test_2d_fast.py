@@ -142,3 +142,10 @@ def test_a_stalled_newton_hands_over_to_the_fixed_point(monkeypatch):
     assert r.converged and r.check() <= 1e-8
     assert r.iterations == len(r.history["residual"]) > info["steps"]
     assert r.history["time_hjb"][0] == 0.0 < r.history["time_hjb"][1]
+
+
+def test_newton_out_of_steps_returns_its_certified_best_with_a_warning():
+    with pytest.warns(mw.ConvergenceWarning, match="max_iter=3"):
+        r = mw.solve_2d(mw.TwoBars(T=2.0), nx=9, nt=6, tol=1e-12, max_iter=3, progress=False)
+    assert not r.converged and r.iterations == 3 == r.extra["coupling_newton"]["steps"]
+    assert r.residual == pytest.approx(r.check(), rel=1e-6)

@@ -50,11 +50,12 @@ ETA_MAX, ETA_MIN, EW_GAMMA = 0.1, 1e-8, 0.1  # GMRES's relative tolerance and it
 
 @dataclass
 class KrylovOutcome(NewtonOutcome):
-    """:class:`~.potential.NewtonOutcome` (``residual``: the lowest certified one, inf if
-    none; the ``records`` give the iterate residual r(z_k) of each step, as the fixed point's
-    history does) with ``tol``, the lowest-residual iterate (z, U, M) where a fixed point
-    continues, why the loop ended (``reason``: converged, stalled or max_iter), the best
-    responses evaluated and the Jacobian products among them."""
+    """:class:`~.potential.NewtonOutcome` (``residual``: the lowest certified one, or that of
+    the lowest iterate, certified at the end where none was before; the ``records`` give the
+    iterate residual r(z_k) of each step, as the fixed point's history does) with ``tol``,
+    the lowest-residual iterate (z, U, M) where a fixed point continues, why the loop ended
+    (``reason``: converged, stalled or max_iter), the best responses evaluated and the
+    Jacobian products among them."""
 
     tol: float
     lowest: tuple[Any, Any, Any]
@@ -176,6 +177,8 @@ class CouplingNewtonKrylov:
             if stale >= self.stall:
                 reason = "stalled"
                 break
+        if best[1] is None:  # nothing certified yet: the lowest iterate, by one more response
+            best = (self.respond(lowest.image, lowest.U).residual, lowest.U, lowest.M)
         return KrylovOutcome(U=best[1], M=best[2], residual=best[0], records=records,
                              tol=self.tol, lowest=(lowest.z, lowest.U, lowest.M), reason=reason,
                              evaluations=self.evaluations, products=self.products)

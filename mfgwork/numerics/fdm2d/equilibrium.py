@@ -13,12 +13,14 @@ same certificate, and the fixed point continues where it stalls.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ...core.backend import Backend
+from ...core.errors import ConvergenceWarning
 from ...core.grid2d import Grid2D
 from ...problems.base import batch_coupling
 from ..coupling_newton import CouplingNewtonKrylov, KrylovOutcome
@@ -128,11 +130,17 @@ def equilibrium(setup: Setup, iteration: IterationScheme, tol: float, max_iter: 
             progress.update(len(newton.records))
         if newton.reason == "converged":
             return _newton_result(newton, History(), "converged")
+        if len(newton.records) >= max_iter:
+            warnings.warn(f"Newton-Krylov on the coupling state did not reach tol={tol:g}: "
+                          f"max_iter={max_iter} steps reached (final residual "
+                          f"{newton.residual:.3g}); returning the best iterate found with "
+                          "converged=False", ConvergenceWarning, stacklevel=3)
+            return _newton_result(newton, History(), "max_iter")
     start, budget = {"M_init": M_init}, max_iter
     if newton is not None:  # the fixed point continues from Newton's lowest iterate
         z, U, M = newton.lowest
         start = {"z_init": setup.backend.asarray(z), "U_init": U, "M_init": M}
-        budget = max(1, max_iter - len(newton.records))
+        budget = max_iter - len(newton.records)
     # in NumPy float32 the iteration's floor of 1e-300 under a ratio of residuals rounds to 0,
     # and an exactly certified iterate (residual 0) divides by it: a harmless inf
     with np.errstate(divide="ignore"):
