@@ -11,6 +11,7 @@ Cases
                 (Anderson, ``newton=False``, the baseline) against Newton–Krylov on the
                 attendance pair (the default); the table gives the time ratio to the baseline
   two-bars-hard the same for a steeper payoff with spill-over (eps=0.02, spill=0.5)
+  two-bars-easy the same for a flatter payoff (eps=0.2)
 
 After the two-bars case, one dense finite-difference Jacobian of the best-response map
 (2 nt products, what each step of a dense Newton would cost) is timed, against the whole
@@ -51,10 +52,12 @@ import mfgwork as mw  # noqa: E402
 from mfgwork.core.storage import provenance  # noqa: E402
 
 CASES = {"room-101": (101, 100, 1), "batch-64": (101, 100, 64), "room-201": (201, 200, 1),
-         "two-bars": (101, 100, 1), "two-bars-hard": (101, 100, 1)}
+         "two-bars": (101, 100, 1), "two-bars-hard": (101, 100, 1),
+         "two-bars-easy": (101, 100, 1)}
 #: The problem of each single case (the batch builds its rooms with :func:`rooms`).
 PROBLEMS = {"room-101": mw.Room, "room-201": mw.Room, "two-bars": mw.TwoBars,
-            "two-bars-hard": lambda: mw.TwoBars(eps=0.02, spill=0.5)}
+            "two-bars-hard": lambda: mw.TwoBars(eps=0.02, spill=0.5),
+            "two-bars-easy": lambda: mw.TwoBars(eps=0.2)}
 #: The iterations compared on the two-bars cases: the fixed point first (the baseline).
 ITERATIONS = {"fixed-point": mw.Anderson(depth=5, mixing=0.5, newton=False), "newton": None}
 
