@@ -1,4 +1,5 @@
-"""2-D benchmark: the crowd leaving a room (mw.Room), wall time to a certified tolerance.
+"""2-D benchmark: the crowd leaving a room (mw.Room) and the two bars (mw.TwoBars), wall time
+to a certified tolerance.
 
 Cases
   room-101      101 × 101 nodes, 100 time steps, to tol 1e-6 (NumPy + SuperLU on one core;
@@ -6,12 +7,24 @@ Cases
   batch-64      64 rooms (8 door widths × 8 congestion strengths) in one batch, 101 × 101 × 100
                 (torch on --device only)
   room-201      201 × 201 nodes, 200 time steps (torch on --device only)
+  two-bars      mw.TwoBars() at 101 × 101 × 100, NumPy ILU: the fixed point alone
+                (Anderson, ``newton=False``, the baseline) against Newton–Krylov on the
+                attendance pair (the default); the table gives the time ratio to the baseline
+  two-bars-hard the same for a steeper payoff with spill-over (eps=0.02, spill=0.5)
+  two-bars-easy the same for a flatter payoff (eps=0.2)
 
-``--max-iter`` caps the best responses of every case (the table then gives the time per
-iteration too, and ``converged`` says whether the cap was hit); ``--nx``/``--nt`` scale every
-case down for a quick local run. ``--one-core`` runs the process on one CPU core with one
-thread (OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 and the BLAS threads set before NumPy is
-imported: the script restarts itself; CPU affinity pinned to one core).
+After the two-bars case, one dense finite-difference Jacobian of the best-response map
+(2 nt products, what each step of a dense Newton would cost) is timed, against the whole
+Newton–Krylov solve.
+
+BRs: the best responses evaluated (Newton: its steps' line searches, certificates and
+finite-difference products, each with the HJB sweep seeded by the last best response).
+``--max-iter`` caps the iterations of every case (Newton's steps for Newton; the table then
+gives the time per iteration too, and ``converged`` says whether the cap was hit);
+``--nx``/``--nt`` scale every case down for a quick local run. ``--one-core`` runs the
+process on one CPU core with one thread (OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 and the BLAS
+threads set before NumPy is imported: the script restarts itself; CPU affinity pinned to one
+core).
 
     python benchmarks/room.py [--device cuda] [--cases room-101,batch-64] [--one-core]
                               [--out F.json]
@@ -38,7 +51,15 @@ import numpy as np  # noqa: E402  (after the thread settings above)
 import mfgwork as mw  # noqa: E402
 from mfgwork.core.storage import provenance  # noqa: E402
 
-CASES = {"room-101": (101, 100, 1), "batch-64": (101, 100, 64), "room-201": (201, 200, 1)}
+CASES = {"room-101": (101, 100, 1), "batch-64": (101, 100, 64), "room-201": (201, 200, 1),
+         "two-bars": (101, 100, 1), "two-bars-hard": (101, 100, 1),
+         "two-bars-easy": (101, 100, 1)}
+#: The problem of each single case (the batch builds its rooms with :func:`rooms`).
+PROBLEMS = {"room-101": mw.Room, "room-201": mw.Room, "two-bars": mw.TwoBars,
+            "two-bars-hard": lambda: mw.TwoBars(eps=0.02, spill=0.5),
+            "two-bars-easy": lambda: mw.TwoBars(eps=0.2)}
+#: The iterations compared on the two-bars cases: the fixed point first (the baseline).
+ITERATIONS = {"fixed-point": mw.Anderson(depth=5, mixing=0.5, newton=False), "newton": None}
 
 
 def rooms(n: int) -> list[mw.Room]:
@@ -49,15 +70,16 @@ def rooms(n: int) -> list[mw.Room]:
 
 
 def measure(case: str, target: tuple[str, str, str | None, str | None], nx: int, nt: int,
-            batch: int, tol: float, max_iter: int) -> dict:
+            batch: int, tol: float, max_iter: int, iteration: str = "default") -> dict:
     backend, device, dtype, solver = target
     be = mw.get_backend(backend, device, dtype)
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", mw.ConvergenceWarning)
         if batch == 1:
-            out = [mw.solve_2d(mw.Room(), nx=nx, nt=nt, backend=be, tol=tol, max_iter=max_iter,
-                               solver=solver, progress=False)]
+            out = [mw.solve_2d(PROBLEMS[case](), nx=nx, nt=nt, backend=be, tol=tol,
+                               max_iter=max_iter, solver=solver, progress=False,
+                               iteration=ITERATIONS.get(iteration))]
         else:
             out = mw.solve_2d_batch(rooms(batch), nx=nx, nt=nt, backend=be, tol=tol,
                                     max_iter=max_iter, solver=solver, progress=False)
@@ -65,9 +87,14 @@ def measure(case: str, target: tuple[str, str, str | None, str | None], nx: int,
     wall = time.perf_counter() - start
     r = out[0]
     its = max(o.iterations for o in out)
+    newton = r.extra["coupling_newton"]
+    fixed = len(r.history["residual"]) - (newton["steps"] if newton else 0)
     return {"case": case, "backend": backend, "device": device, "dtype": be.dtype,
-            "solver": r.extra["solver"], "nx": nx, "nt": nt, "batch": batch, "tol": tol,
-            "wall_s": wall, "per_iteration_s": wall / max(its, 1), "iterations": its,
+            "solver": r.extra["solver"], "iteration": iteration, "nx": nx, "nt": nt,
+            "batch": batch, "tol": tol, "wall_s": wall, "per_iteration_s": wall / max(its, 1),
+            "iterations": its,
+            "best_responses": fixed + (newton["evaluations"] if newton else 0),
+            "coupling_newton": newton,
             "converged": all(o.converged for o in out),
             "residual": max(o.residual for o in out),
             "mass_error": max(o.mass_error for o in out),
@@ -75,6 +102,28 @@ def measure(case: str, target: tuple[str, str, str | None, str | None], nx: int,
             "krylov_iterations": r.extra["krylov_iterations"],
             "factorizations": r.extra["factorizations"],
             "timings": r.timings, "load_average": os.getloadavg()}
+
+
+def dense_jacobian(case: str, nx: int, nt: int) -> dict:
+    """The wall time of one dense Jacobian of R(z) = Φ(z) − z by finite differences (the
+    products of :class:`~mfgwork.numerics.coupling_newton.CouplingNewtonKrylov` along every
+    unit direction) at the first iterate of the solve (agents who do not move)."""
+    from mfgwork.numerics.coupling_newton import CouplingNewtonKrylov
+    from mfgwork.numerics.fdm2d import equilibrium as eq
+    from mfgwork.numerics.iteration import _evaluator
+
+    be = mw.get_backend("numpy")
+    setup = eq.build(PROBLEMS[case](), nx, nx, nt, be, "ilu")
+    evaluate = _evaluator(setup.coupling, setup.scheme.solve_hjb, setup.scheme.solve_fp,
+                          setup.U_T, setup.m0, be)
+    newton = CouplingNewtonKrylov(evaluate, setup.coupling.project, be, tol=1.0)
+    point = newton.respond(setup.coupling.state(np.stack([setup.m0] * (nt + 1))), None)
+    start = time.perf_counter()
+    for e in np.eye(point.z.size):
+        newton.product(point, e.reshape(point.z.shape))
+    wall = time.perf_counter() - start
+    return {"case": case, "dense_jacobian_s": wall, "products": point.z.size,
+            "s_per_product": wall / point.z.size, "load_average": os.getloadavg()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,21 +149,38 @@ def main(argv: list[str] | None = None) -> int:
     for case in (args.cases.split(",") if args.cases else CASES):
         nx, nt, batch = CASES[case]
         nx, nt = args.nx or nx, args.nt or nt
+        if case.startswith("two-bars"):
+            plan += [(case, cpu["numpy"], nx, nt, batch, it) for it in ITERATIONS]
+            continue
         targets = [cpu[t] for t in args.cpu_targets.split(",") if t] if case == "room-101" \
             else []
         if args.device:
             targets.append(("torch", args.device, None, None))
-        plan += [(case, t, nx, nt, batch) for t in targets]
+        plan += [(case, t, nx, nt, batch, "default") for t in targets]
     rows = []
-    print(f"{'case':10} {'target':28} {'grid':>14} {'batch':>5} {'its':>4} {'wall s':>8} "
-          f"{'s/it':>7} {'residual':>9} {'mass err':>9} conv")
-    for case, target, nx, nt, batch in plan:
-        row = measure(case, target, nx, nt, batch, args.tol, args.max_iter)
+    print(f"{'case':13} {'target':28} {'iteration':11} {'grid':>14} {'batch':>5} {'its':>4} "
+          f"{'BRs':>4} {'wall s':>8} {'ratio':>6} {'residual':>9} {'mass err':>9} conv")
+    for case, target, nx, nt, batch, iteration in plan:
+        row = measure(case, target, nx, nt, batch, args.tol, args.max_iter, iteration)
+        if case.startswith("two-bars"):
+            base = rows[-1] if iteration == "newton" else row  # the fixed point just before
+            row["time_ratio_to_fixed_point"] = row["wall_s"] / base["wall_s"]
+        ratio = row.get("time_ratio_to_fixed_point")
         rows.append(row)
         name = f"{row['backend']}-{row['device']}-{row['dtype']}-{row['solver']}"
-        print(f"{case:10} {name:28} {f'{nx}x{nx}x{nt}':>14} {batch:>5} {row['iterations']:>4} "
-              f"{row['wall_s']:8.2f} {row['per_iteration_s']:7.3f} {row['residual']:9.2e} "
+        print(f"{case:13} {name:28} {iteration:11} {f'{nx}x{nx}x{nt}':>14} {batch:>5} "
+              f"{row['iterations']:>4} {row['best_responses']:>4} {row['wall_s']:8.2f} "
+              f"{'' if ratio is None else f'{ratio:.2f}':>6} {row['residual']:9.2e} "
               f"{row['mass_error']:9.1e} {row['converged']}", flush=True)
+    dense = []
+    for case, _, nx, nt, _, iteration in plan:
+        if case == "two-bars" and iteration == "newton":
+            dense.append(dense_jacobian(case, nx, nt))
+            solve = next(r for r in rows if r["case"] == case and r["iteration"] == "newton")
+            print(f"{case}: one dense finite-difference Jacobian ({dense[-1]['products']} "
+                  f"products, {dense[-1]['s_per_product']:.3f} s each): "
+                  f"{dense[-1]['dense_jacobian_s']:.1f} s, against {solve['wall_s']:.1f} s "
+                  "for the whole Newton-Krylov solve", flush=True)
     print(f"load average (1, 5, 15 min): {os.getloadavg()}")
     devices = {"cpu": platform.processor() or platform.machine(),
                "cpu_cores_used": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
@@ -123,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         devices[args.device] = mw.device_info(args.device).get("name")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"rows": rows, "devices": devices,
+    out.write_text(json.dumps({"rows": rows, "dense_jacobian": dense, "devices": devices,
                                "provenance": provenance()}, indent=1, default=str))
     print(f"wrote {out}; devices: {devices}")
     return 0

@@ -7,6 +7,8 @@ A :class:`Result2D` is frozen and holds NumPy arrays with labelled axes (``dims`
     velocity_x, velocity_y (nt+1, ny, nx)               α* = −∂p Ĥ (level n from U^n, m^{n+1})
     outflow (nt+1,)   mass that left through the exits during the step ending at t_n (0 at t_0)
     exit_flux (nt+1,) outflow / Δt (the rate of leaving)
+    door_outflow (nt+1, doors)  ("t", "door")  outflow through each door (labels ``doors``, in
+                      the order of the problem's exits; they add up to ``outflow``)
     mass (nt+1,)      Σ V m in the domain; mass + cumsum(outflow) = 1 up to round-off
     obstacle, exit (ny, nx) masks of the geometry
     observables       the problem's paths (two bars: ``attendance`` (nt+1, 2))
@@ -48,9 +50,11 @@ class Result2D:
     velocity_y: np.ndarray
     outflow: np.ndarray
     exit_flux: np.ndarray
+    door_outflow: np.ndarray
     mass: np.ndarray
     obstacle: np.ndarray
     exit: np.ndarray
+    doors: tuple[str, ...]
     converged: bool
     residual: float
     iterations: int
@@ -95,14 +99,16 @@ class Result2D:
         data = {k: (self.dims, getattr(self, k)) for k in FIELDS3}
         data |= {k: (("t",), getattr(self, k)) for k in PATHS}
         data |= {k: (("y", "x"), getattr(self, k)) for k in ("obstacle", "exit")}
-        return xr.Dataset(data, coords={"t": self.t, "y": self.y, "x": self.x},
+        data["door_outflow"] = (("t", "door"), self.door_outflow)
+        return xr.Dataset(data, coords={"t": self.t, "y": self.y, "x": self.x,
+                                        "door": list(self.doors)},
                           attrs={"residual": self.residual, "converged": int(self.converged)})
 
     def metrics(self) -> dict[str, Any]:
         return {"converged": self.converged, "residual": self.residual,
                 "iterations": self.iterations, "tol": self.tol, "status": self.status,
                 "mass_error": self.mass_error, "timings": self.timings, "extra": self.extra,
-                "history": self.history,
+                "history": self.history, "doors": list(self.doors),
                 "observables": {k: list(np.shape(v)[1:]) for k, v in self.observables.items()}}
 
     def save(self, path: str | os.PathLike, *, force: bool = False) -> Path:
@@ -112,7 +118,8 @@ class Result2D:
 def save_result2d(path: str | os.PathLike, result: Result2D, *, force: bool = False) -> Path:
     """Write ``result`` to the folder ``path`` atomically (the rules of
     :func:`mfgwork.core.storage.check_target`, kind "result2d")."""
-    arrays = {k: getattr(result, k) for k in ("t", "y", "x", *FIELDS3, *PATHS)}
+    arrays = {k: getattr(result, k) for k in ("t", "y", "x", *FIELDS3, *PATHS,
+                                              "door_outflow")}
     arrays |= {k: getattr(result, k).astype(np.uint8) for k in ("obstacle", "exit")}
     arrays |= {f"observable_{k}": np.asarray(v) for k, v in result.observables.items()}
     with storage.atomic_folder(path, KIND, name="path", force=force) as tmp:
@@ -131,11 +138,15 @@ def load_result2d(path: str | os.PathLike) -> Result2D:
         raise LoadError(folder, f"is not a {KIND} folder (no marker of that kind)")
     metrics = storage.read_json(folder / "metrics.json",
                                 keys={"converged": bool, "iterations": int, "tol": float,
-                                      "history": dict})
+                                      "history": dict, "doors": list})
+    doors = metrics["doors"]
+    if not all(isinstance(d, str) for d in doors):
+        raise LoadError(folder / "metrics.json", "has door labels that are not strings")
     params = storage.read_json(folder / "parameters.json")
     grid3 = ("nt+1", "ny", "nx")
     shapes = {"t": ("nt+1",), "y": ("ny",), "x": ("nx",), **{k: grid3 for k in FIELDS3},
-              **{k: ("nt+1",) for k in PATHS}, "obstacle": ("ny", "nx"), "exit": ("ny", "nx")}
+              **{k: ("nt+1",) for k in PATHS}, "obstacle": ("ny", "nx"), "exit": ("ny", "nx"),
+              "door_outflow": ("nt+1", len(doors))}
     observed = metrics.get("observables", {})
     if not isinstance(observed, dict) or not all(
             isinstance(v, list) and all(isinstance(n, int) for n in v) for v in observed.values()):
@@ -144,8 +155,10 @@ def load_result2d(path: str | os.PathLike) -> Result2D:
     shapes |= {f"observable_{k}": ("nt+1", *v) for k, v in observed.items()}
     arrays = storage.read_npz(folder / "arrays.npz", shapes, others=None)
     residual = metrics.get("residual")
-    return Result2D(**{k: arrays[k] for k in ("t", "y", "x", *FIELDS3, *PATHS)},
+    return Result2D(**{k: arrays[k] for k in ("t", "y", "x", *FIELDS3, *PATHS,
+                                              "door_outflow")},
                     obstacle=arrays["obstacle"].astype(bool), exit=arrays["exit"].astype(bool),
+                    doors=tuple(doors),
                     converged=metrics["converged"],
                     residual=float("inf") if residual is None else float(residual),
                     iterations=metrics["iterations"], tol=metrics["tol"],

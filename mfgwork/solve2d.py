@@ -105,7 +105,11 @@ def solve_2d(problem: MFGProblem2D, nx: int = 101, ny: int | None = None, nt: in
 
     ``backend``/``device``/``dtype`` as :func:`mfgwork.get_backend`; ``solver``: "ilu"
     (NumPy default), "direct" (NumPy) or "krylov" (torch default, also on NumPy);
-    ``iteration``: as :func:`mfgwork.solve` (default: Anderson depth 5, β = 0.5). Arguments
+    ``iteration``: as :func:`mfgwork.solve` (default: Anderson depth 5, β = 0.5); where the
+    coupling state is a path of a few scalars (the two bars' attendance pair) and float64,
+    Newton–Krylov on it comes first, continued by the fixed point if it stalls
+    (:func:`mfgwork.numerics.fdm2d.equilibrium.uses_newton`; ``extra["coupling_newton"]``
+    tells its steps; ``mw.Anderson(newton=False)`` iterates the fixed point alone). Arguments
     are checked and the memory estimated (``max_memory``) before any work. A solve that does
     not reach ``tol`` in ``max_iter`` best responses returns its best iterate with
     ``converged=False`` and a :class:`~mfgwork.ConvergenceWarning`.
@@ -176,17 +180,21 @@ def _solve_one(problems: Any, batch: bool, nx: int, ny: int, nt: int, be: Backen
                "coupling": float(sum(hist["time_coupling"]))}
     extra = {"backend": be.name, "device": be.device, "dtype": be.dtype, "solver": solver,
              "iteration": scheme.describe(), "newton_iterations": sch.newton_iterations,
-             "krylov_iterations": sch.krylov_iterations, "factorizations": sch.factorizations}
+             "krylov_iterations": sch.krylov_iterations, "factorizations": sch.factorizations,
+             "coupling_newton": setup.newton}
     results = []
     for b, (p, g) in enumerate(zip(setup.problems, setup.grids, strict=True)):
         pick = (lambda a, b=b: a[b]) if batch else (lambda a: a)
         Mb = pick(M)
+        flows = pick(outflow)[:, :len(g.exits)]  # (nt+1, the doors of this problem)
         obs = {k: to_numpy(v) for k, v in p.observables(g, be.asarray(Mb), be).items()}
         mass = obs.pop("mass")
         results.append(Result2D(
             t=g.t, y=g.y, x=g.x, U=pick(U), M=Mb, velocity_x=pick(vx), velocity_y=pick(vy),
-            outflow=pick(outflow), exit_flux=pick(outflow) / g.dt, mass=mass,
-            obstacle=g.obstacle, exit=g.exit, converged=bool(out.converged[b]),
+            outflow=flows.sum(axis=-1), exit_flux=flows.sum(axis=-1) / g.dt,
+            door_outflow=flows, mass=mass, obstacle=g.obstacle, exit=g.exit,
+            doors=tuple(e.label for e in g.exits),
+            converged=bool(out.converged[b]),
             residual=float(out.residual[b]), iterations=int(out.iterations[b]), tol=tol,
             history=hist, params=p.params() | {"nx": nx, "ny": ny, "nt": nt},
             observables=obs, timings=timings, extra=extra, problem=p))

@@ -141,6 +141,26 @@ def test_batch_on_torch_matches_single_solves():
     for room, res in zip(rooms, batch, strict=True):
         one = mw.solve_2d(room, **TINY, tol=1e-10, progress=False)
         assert res.converged and np.max(np.abs(res.M - one.M)) <= 1e-9 * np.max(one.M)
+        assert res.doors == one.doors
+        assert np.max(np.abs(res.door_outflow - one.door_outflow)) <= 1e-9 * np.max(
+            one.door_outflow)
+
+
+def test_a_batch_splits_the_outflow_by_each_problem_s_own_doors():
+    pytest.importorskip("torch")
+    doors = [(mw.Exit("top", 0.5, 0.3),), (mw.Exit("right", 0.3, 0.2), mw.Exit("top", 0.7, 0.2))]
+    problems = [mw.MFGProblem2D(0.0, 1.0, 0.0, 1.0, 0.5, 0.4, lambda X, Y: 1.0 + 0.0 * X,
+                                lambda X, Y: 0.0 * X + 1.0, lambda t, X, Y, m: m, exits=e)
+                for e in doors]
+    batch = mw.solve_2d_batch(problems, **TINY, tol=1e-10, backend="torch", dtype="float64",
+                              progress=False)
+    for p, res in zip(problems, batch, strict=True):
+        one = mw.solve_2d(p, **TINY, tol=1e-10, progress=False)
+        assert res.door_outflow.shape == (TINY["nt"] + 1, len(p.exits))
+        assert res.doors == one.doors == tuple(e.label for e in p.exits)
+        assert (res.door_outflow[1:] > 0).all()
+        np.testing.assert_allclose(res.door_outflow, one.door_outflow, rtol=1e-9, atol=0)
+        assert res.mass_error <= 1e-12
 
 
 @pytest.mark.parametrize("solver", ["ilu", "krylov"])

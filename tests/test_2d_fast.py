@@ -108,3 +108,44 @@ def test_compiled_quadratic_system_matches_the_array_code():
     for a, b in zip((*cf[:5], Rf), (*cs[:5], Rs), strict=True):
         assert np.max(np.abs(a - b)) <= 1e-12 * (1 + np.max(np.abs(b)))
     assert cf.out is None and cs.out is None
+
+
+HARD_BARS = {"eps": 0.02, "spill": 0.5, "T": 4.0}  # steep payoffs and spill-over
+
+
+def test_newton_on_the_attendance_pair_is_certified_and_matches_the_fixed_point():
+    from mfgwork.best_response import best_response_residual_2d
+
+    bars = mw.TwoBars(**HARD_BARS)
+    grid = {"nx": 13, "nt": 12, "tol": 1e-10, "progress": False}
+    newton = mw.solve_2d(bars, **grid)
+    fixed = mw.solve_2d(bars, **grid, max_iter=400,
+                        iteration=mw.Anderson(depth=5, mixing=0.5, newton=False))
+    info = newton.extra["coupling_newton"]
+    assert fixed.extra["coupling_newton"] is None and fixed.converged
+    assert info["reason"] == "converged" and newton.converged
+    assert newton.iterations == info["steps"] < fixed.iterations
+    assert info["evaluations"] < fixed.iterations  # fewer best responses, too
+    # the independent best response (sparse direct solves) certifies the Newton result
+    assert best_response_residual_2d(newton, bars) <= 1e-9
+    assert np.max(np.abs(newton.attendance - fixed.attendance)) <= 1e-8
+    assert np.max(np.abs(newton.M - fixed.M)) <= 1e-8 * np.max(fixed.M)
+
+
+def test_a_stalled_newton_hands_over_to_the_fixed_point(monkeypatch):
+    from mfgwork.numerics import coupling_newton
+
+    monkeypatch.setattr(coupling_newton, "MIN_STEP", 2.0)  # no step length is accepted
+    r = mw.solve_2d(mw.TwoBars(T=2.0), nx=9, nt=6, tol=1e-9, progress=False)
+    info = r.extra["coupling_newton"]
+    assert info["reason"] == "stalled" and info["steps"] == 1
+    assert r.converged and r.check() <= 1e-8
+    assert r.iterations == len(r.history["residual"]) > info["steps"]
+    assert r.history["time_hjb"][0] == 0.0 < r.history["time_hjb"][1]
+
+
+def test_newton_out_of_steps_returns_its_certified_best_with_a_warning():
+    with pytest.warns(mw.ConvergenceWarning, match="max_iter=3"):
+        r = mw.solve_2d(mw.TwoBars(T=2.0), nx=9, nt=6, tol=1e-12, max_iter=3, progress=False)
+    assert not r.converged and r.iterations == 3 == r.extra["coupling_newton"]["steps"]
+    assert r.residual == pytest.approx(r.check(), rel=1e-6)

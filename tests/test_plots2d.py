@@ -1,6 +1,7 @@
 """The 2-D figures and the animation: labelled axes, drawn data equal to the result's arrays,
-the split of the outflow by door against the scheme's total, an offline player with the
-expected frames, and a writer that replaces only its own pages."""
+the outflow through each door against the scheme's total, the mass balance and the fluxes
+across the doors' edges, an offline player with the expected frames, and a writer that
+replaces only its own pages."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from matplotlib.quiver import Quiver
 
 import mfgwork as mw
 from mfgwork.analysis import plots2d
-from mfgwork.analysis.flows2d import door_outflows
 
 GRID = {"nx": 13, "nt": 12}
 
@@ -84,9 +84,13 @@ def test_quiver_shows_the_velocity_of_the_result_at_its_nodes(room):
 
 
 def test_exit_flux_per_door_adds_up_to_the_scheme_outflow(room):
-    doors = door_outflows(room)
+    doors = room.door_outflow
     assert doors.shape == (room.t.size, 2) and (doors >= 0).all() and (doors[0] == 0).all()
+    assert room.doors == ("right wall y=0.25, width 0.1", "right wall y=0.75, width 0.3")
     np.testing.assert_allclose(doors.sum(axis=1), room.outflow, rtol=0, atol=1e-14)
+    # mass in the room + what left through the doors = the initial mass
+    balance = room.mass + np.cumsum(doors.sum(axis=1))
+    assert np.max(np.abs(balance - room.mass[0])) <= 1e-12 and room.mass[0] == pytest.approx(1)
     assert doors[:, 1].sum() > 1.2 * doors[:, 0].sum()  # the wider door lets more out
     fig = plots2d.plot_exit_flux(room)
     left, right = plot_axes(fig)
@@ -94,27 +98,53 @@ def test_exit_flux_per_door_adds_up_to_the_scheme_outflow(room):
     dt = room.t[1] - room.t[0]
     np.testing.assert_array_equal(lines["all doors"].get_ydata(), room.exit_flux[1:])
     door_lines = [ln for label, ln in lines.items() if label.startswith("door")]
-    assert len(door_lines) == 2
+    assert [ln.get_label() for ln in door_lines] == [
+        f"door {d + 1} ({room.doors[d]})" for d in range(2)]
     for d, ln in enumerate(door_lines):
         np.testing.assert_allclose(ln.get_ydata(), doors[1:, d] / dt, rtol=1e-15)
     balance, = [ln for ln in right.get_lines() if ln.get_label().startswith("sum")]
     assert np.max(np.abs(balance.get_ydata() - 1.0)) <= 1e-12
 
 
+def test_door_outflow_is_the_flux_across_the_edges_into_each_door(room):
+    """Recomputed edge by edge from U and M (½|p|²: the upwind coefficient of node k
+    towards an exit node e is −ν/(h w) + min(q, 0)/h with q the gradient from k to e)."""
+    p = room.problem
+    g = p.grid(room.x.size, room.y.size, room.t.size - 1)
+    door = g.door_index
+    expected = np.zeros_like(room.door_outflow)
+    for n in range(g.nt):
+        u, mu = room.U[n], room.M[n + 1] * g.volumes
+        for j, i in zip(*np.nonzero(g.active), strict=True):
+            for dj, di in ((0, -1), (0, 1), (-1, 0), (1, 0)):
+                jj, ii = j + dj, i + di
+                if not (0 <= jj < g.ny and 0 <= ii < g.nx) or door[jj, ii] < 0:
+                    continue
+                h, w = (g.hx, g.wx[i]) if di else (g.hy, g.wy[j])
+                q = (u[jj, ii] - u[j, i]) / h  # the gradient towards the exit
+                coefficient = -p.nu / (h * w) + min(q, 0.0) / h
+                expected[n + 1, door[jj, ii]] -= g.dt * coefficient * mu[j, i]
+    np.testing.assert_allclose(room.door_outflow, expected, rtol=1e-12, atol=1e-16)
+
+
 def test_symmetric_doors_take_equal_shares():
     r = mw.solve_2d(mw.Room(), nx=11, nt=6, progress=False)
-    doors = door_outflows(r)
-    np.testing.assert_allclose(doors[:, 0], doors[:, 1], rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(r.door_outflow[:, 0], r.door_outflow[:, 1], rtol=1e-9,
+                               atol=1e-15)
+    assert r.door_outflow[1:].min() > 0
 
 
-def test_door_split_needs_the_problem_solved(room, tmp_path):
+def test_door_outflow_is_saved_and_labelled(room, tmp_path):
     room.save(tmp_path / "r")
     loaded = mw.load_result2d(tmp_path / "r")
-    with pytest.raises(mw.ParameterError, match="problem=None"):
-        door_outflows(loaded)
-    np.testing.assert_array_equal(door_outflows(loaded, room.problem), door_outflows(room))
-    with pytest.raises(mw.ParameterError, match="doors and obstacles"):
-        door_outflows(room, mw.Room())
+    np.testing.assert_array_equal(loaded.door_outflow, room.door_outflow)
+    assert loaded.doors == room.doors
+    plots2d.plot_exit_flux(loaded)  # the split by door needs no problem
+    ds = room.to_xarray()
+    assert ds["door_outflow"].dims == ("t", "door")
+    assert list(ds["door"].values) == list(room.doors)
+    bars = mw.solve_2d(mw.TwoBars(T=1.0), nx=9, nt=4, progress=False)
+    assert bars.door_outflow.shape == (5, 0) and bars.doors == () and (bars.outflow == 0).all()
 
 
 def test_bar_attendance_draws_both_paths_and_refuses_a_room(bars, room):

@@ -27,7 +27,6 @@ from matplotlib.figure import Figure
 
 from ..core import storage
 from ..core.errors import ParameterError, check_int, check_real
-from .flows2d import door_outflows
 from .plots import _axes, _np, _time_indices, equilibrium_attendance
 from .style import DPI, STYLE, TIME, state_label, styled
 
@@ -184,21 +183,17 @@ def plot_velocity_field(result: Any, time: float | None = None, ax: Axes | None 
 
 
 @styled
-def plot_exit_flux(result: Any, problem: Any = None) -> Figure:
-    """Left: the rate of leaving through each door, outflow / Δt, and their sum. Right: the
-    mass in the room, the cumulative outflow, and their sum, which the scheme keeps at 1 to
-    round-off (the check line; its largest deviation in the legend). ``problem``: the
-    problem solved (default: the one the result keeps), for the split by door."""
+def plot_exit_flux(result: Any) -> Figure:
+    """Left: the rate of leaving through each door, outflow / Δt (``result.door_outflow``,
+    recorded by the scheme), and their sum. Right: the mass in the room, the cumulative
+    outflow, and their sum, which the scheme keeps at 1 to round-off (the check line; its
+    largest deviation in the legend)."""
     t, dt = _np(result.t), float(_np(result.t)[1] - _np(result.t)[0])
-    doors = door_outflows(result, problem)
+    doors = _np(result.door_outflow)
     fig = Figure(figsize=(10.0, 3.8), dpi=DPI, layout="constrained")
     left, right = fig.subplots(1, 2)
-    exits = getattr(problem if problem is not None else result.problem, "exits", ())
-    for d in range(doors.shape[1]):
-        where = ""
-        if d < len(exits):
-            where = f" ({exits[d].side} wall at {exits[d].center:g}, width {exits[d].width:g})"
-        left.plot(t[1:], doors[1:, d] / dt, label=f"door {d + 1}{where}")
+    for d, where in enumerate(result.doors):
+        left.plot(t[1:], doors[1:, d] / dt, label=f"door {d + 1} ({where})")
     left.plot(t[1:], _np(result.exit_flux)[1:], color="k", ls="--", lw=1.2,
               label="all doors")
     left.set(xlabel=TIME, ylabel="exit flux: mass leaving per unit time",
@@ -274,13 +269,13 @@ def plot_bar_attendance(result: Any, ax: Axes | None = None,
     return fig
 
 
-def standard_figures_2d(result: Any, problem: Any = None) -> dict[str, Figure]:
+def standard_figures_2d(result: Any) -> dict[str, Figure]:
     """The standard set, by file stem: density snapshots, the velocity field and, with
     exits, the exit flux; for two-bar results also the attendance paths."""
     figures = {"density_2d": plot_density_2d(result),
                "velocity_field": plot_velocity_field(result)}
     if np.asarray(result.exit).any():
-        figures["exit_flux"] = plot_exit_flux(result, problem)
+        figures["exit_flux"] = plot_exit_flux(result)
     if "attendance" in getattr(result, "observables", {}):
         figures["bar_attendance"] = plot_bar_attendance(result)
     return figures

@@ -67,6 +67,12 @@ class Exit:
         check_real("width", self.width, low=0.0)
         check_real("cost", self.cost)
 
+    @property
+    def label(self) -> str:
+        """The door's wall, centre and width, e.g. "right wall y=0.25, width 0.1"."""
+        along = "y" if self.side in ("left", "right") else "x"
+        return f"{self.side} wall {along}={self.center:g}, width {self.width:g}"
+
     def nodes(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Mask (ny, nx) of the boundary nodes of this door (at least the nearest one)."""
         along = y if self.side in ("left", "right") else x
@@ -176,6 +182,15 @@ class Grid2D:
         for door in self.exits:
             mask |= door.nodes(self.x, self.y)
         return mask & ~self.obstacle
+
+    @cached_property
+    def door_index(self) -> np.ndarray:
+        """(ny, nx) ints: at each exit node the index in ``exits`` of its door (the first
+        listed where doors overlap), −1 elsewhere."""
+        index = np.full(self.shape, -1, dtype=np.int64)
+        for d in range(len(self.exits) - 1, -1, -1):
+            index[self.exits[d].nodes(self.x, self.y)] = d
+        return np.where(self.exit, index, -1)
 
     @cached_property
     def exit_cost(self) -> np.ndarray:

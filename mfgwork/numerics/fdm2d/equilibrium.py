@@ -4,23 +4,40 @@
 size: their own obstacles, exits, ν and coupling parameters; one Hamiltonian). One
 evaluation of the fixed-point map is one best response: running cost of the coupling state z
 → HJB sweep → FP sweep → z' = state(M) (:func:`mfgwork.numerics.iteration.fixed_point` mixes
-and certifies: converged means ‖z' − z‖ ≤ tol ‖z'‖ for the returned densities).
+and certifies: converged means ‖z' − z‖ ≤ tol ‖z'‖ for the returned densities). Where the
+coupling state is a path of a few scalars (the attendance pair of the two bars), Newton–Krylov
+on it comes first (:func:`uses_newton`, :mod:`mfgwork.numerics.coupling_newton`) with the
+same certificate, and the fixed point continues where it stalls.
 :func:`best_response_residual` recomputes that residual of a given (U, M).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ...core.backend import Backend
+from ...core.errors import ConvergenceWarning
 from ...core.grid2d import Grid2D
 from ...problems.base import batch_coupling
-from ..iteration import FixedPointResult, IterationScheme, fixed_point, relative_residual
+from ..coupling_newton import CouplingNewtonKrylov, KrylovOutcome
+from ..iteration import (
+    FixedPointResult,
+    History,
+    IterationScheme,
+    _evaluator,
+    fixed_point,
+    relative_residual,
+)
 from .stencil import Stencil
 from .sweeps import Scheme2D
+
+#: Newton–Krylov on the coupling state (:func:`uses_newton`) where it has at most this many
+#: values per time level.
+NEWTON_SCALARS = 8
 
 
 class _Feeding:
@@ -54,6 +71,8 @@ class Setup:
     m0: Any
     U_T: Any
     batched: bool
+    #: what Newton–Krylov on the coupling state did (:func:`equilibrium`), or None
+    newton: dict[str, Any] | None = None
 
 
 def build(problems: Any, nx: int, ny: int, nt: int, backend: Backend, solver: str) -> Setup:
@@ -76,19 +95,91 @@ def build(problems: Any, nx: int, ny: int, nt: int, backend: Backend, solver: st
                  batched)
 
 
+def uses_newton(setup: Setup, iteration: IterationScheme) -> bool:
+    """Whether :func:`equilibrium` starts with Newton–Krylov on the coupling state: a single
+    float64 problem whose coupling state is a path of at most :data:`NEWTON_SCALARS` scalars
+    (the attendance pair of the two bars; not a density path), with a scheme that asks for
+    Newton (``iteration.newton_continuation``: the default Anderson; ``mw.Anderson(newton=
+    False)`` iterates the fixed point alone)."""
+    g = setup.grids[0]
+    return (not setup.batched and setup.backend.dtype == "float64"
+            and iteration.newton_continuation
+            and setup.problems[0].coupling_size(g.nx, g.ny, g.nt) <= NEWTON_SCALARS * g.nt)
+
+
 def equilibrium(setup: Setup, iteration: IterationScheme, tol: float, max_iter: int,
                 progress: Any = None) -> FixedPointResult:
-    """The certified fixed point (see :func:`mfgwork.numerics.iteration.fixed_point`), from
-    agents who do not move (m(t) = m0)."""
+    """The certified fixed point from agents who do not move (m(t) = m0): Newton–Krylov on
+    the coupling state (:mod:`mfgwork.numerics.coupling_newton`) where :func:`uses_newton`,
+    continued by the fixed point (:func:`mfgwork.numerics.iteration.fixed_point`) from its
+    lowest iterate with the remaining iterations when it stalls; otherwise the fixed point
+    alone. ``setup.newton`` then tells the Newton steps, best responses and products."""
     xp, nt = setup.backend.xp, setup.grids[0].nt
     M_init = xp.stack([setup.m0] * (nt + 1), axis=-3)
+    newton = None
+    if uses_newton(setup, iteration):
+        evaluate = _evaluator(setup.coupling, setup.scheme.solve_hjb, setup.scheme.solve_fp,
+                              setup.U_T, setup.m0, setup.backend)
+        solver = CouplingNewtonKrylov(evaluate, setup.coupling.project, setup.backend,
+                                      tol=tol)
+        newton = solver.run(setup.coupling.state(M_init), None, max_iter)
+        setup.newton = {"steps": len(newton.records), "reason": newton.reason,
+                        "evaluations": newton.evaluations, "products": newton.products,
+                        "residual": newton.residual}
+        if progress is not None:
+            progress.update(len(newton.records))
+        if newton.reason == "converged":
+            return _newton_result(newton, History(), "converged")
+        if len(newton.records) >= max_iter:
+            warnings.warn(f"Newton-Krylov on the coupling state did not reach tol={tol:g}: "
+                          f"max_iter={max_iter} steps reached (final residual "
+                          f"{newton.residual:.3g}); returning the best iterate found with "
+                          "converged=False", ConvergenceWarning, stacklevel=3)
+            return _newton_result(newton, History(), "max_iter")
+    start, budget = {"M_init": M_init}, max_iter
+    if newton is not None:  # the fixed point continues from Newton's lowest iterate
+        z, U, M = newton.lowest
+        start = {"z_init": setup.backend.asarray(z), "U_init": U, "M_init": M}
+        budget = max_iter - len(newton.records)
     # in NumPy float32 the iteration's floor of 1e-300 under a ratio of residuals rounds to 0,
     # and an exactly certified iterate (residual 0) divides by it: a harmless inf
     with np.errstate(divide="ignore"):
-        return fixed_point(setup.coupling, setup.scheme.solve_hjb, setup.scheme.solve_fp,
-                           m0=setup.m0, U_T=setup.U_T, nt=nt, backend=setup.backend,
-                           scheme=iteration, tol=tol, max_iter=max_iter, progress=progress,
-                           batched=setup.batched, M_init=M_init)
+        out = fixed_point(setup.coupling, setup.scheme.solve_hjb, setup.scheme.solve_fp,
+                          m0=setup.m0, U_T=setup.U_T, nt=nt, backend=setup.backend,
+                          scheme=iteration, tol=tol, max_iter=budget, progress=progress,
+                          batched=setup.batched, **start)
+    if newton is None:
+        return out
+    if newton.residual < float(out.residual[0]):
+        return _newton_result(newton, out.history, str(out.status[0]))
+    out.iterations = out.iterations + len(newton.records)
+    out.history = _joined(newton, out.history)
+    return out
+
+
+def _newton_result(newton: KrylovOutcome, after: History, status: str) -> FixedPointResult:
+    """The fixed-point result of Newton's best certified iterate (the fixed point that ran
+    ``after`` it, if any, found none better and ended with ``status``)."""
+    return FixedPointResult(
+        U=newton.U, M=newton.M, converged=np.array([newton.residual <= newton.tol]),
+        residual=np.array([newton.residual]),
+        iterations=np.array([len(newton.records) + len(after.residual)]),
+        history=_joined(newton, after), status=np.array([status]))
+
+
+def _joined(newton: KrylovOutcome, after: History) -> History:
+    """The history of Newton's steps (their whole time as coupling time, as the Newton
+    fallback of 1-D solves records it), then that of the fixed point."""
+    out = History()
+    for step in newton.records:
+        for name in ("residual", "change_U", "change_M"):
+            getattr(out, name).append(step[name])
+        out.time_hjb.append(0.0)
+        out.time_fp.append(0.0)
+        out.time_coupling.append(step["time"])
+    for name, values in after.as_dict().items():
+        getattr(out, name).extend(values)
+    return out
 
 
 def best_response(setup: Setup, M: Any, guess: Any = None) -> tuple[Any, Any, Any]:

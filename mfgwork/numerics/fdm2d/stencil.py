@@ -19,8 +19,9 @@ Its Jacobian J has, per node, the neighbour coefficients (≤ 0)
 on open edges and diag = 1/Δt − (W + E + S + N): an M-matrix whose rows sum to 1/Δt, so
 ‖J⁻¹‖_∞ ≤ Δt (a Newton update is at most Δt·max|R|). In the system the coefficients towards
 exit nodes drop out (u is known there). The FP step is the adjoint: with cell masses μ = V m,
-J(u^n)ᵀ μ^{n+1} = μ^n/Δt on the active nodes, so μ ≥ 0 and Σ μ^n = Σ μ^{n+1} + outflow with
-outflow = Δt Σ_k μ_k^{n+1} o_k, o_k = −(coefficients of k towards exit nodes) ≥ 0.
+J(u^n)ᵀ μ^{n+1} = μ^n/Δt on the active nodes, so μ ≥ 0 and Σ μ^n = Σ μ^{n+1} + Σ_d outflow_d
+with outflow_d = Δt Σ_k μ_k^{n+1} o_k^d, o_k^d = −(coefficients of k towards the exit nodes of
+door d) ≥ 0 (an exit node belongs to one door: :attr:`~mfgwork.core.grid2d.Grid2D.door_index`).
 
 Everything here is array-API code on arrays (..., ny, nx): a leading batch axis serves
 problems of one grid size with their own masks, ν and exit costs.
@@ -38,15 +39,19 @@ from ...problems.hamiltonians import Quadratic
 
 class Coefficients(NamedTuple):
     """The Jacobian on the full grid: ``diag`` (1 at inactive nodes) and the neighbour
-    coefficients W, E, S, N restricted to active pairs; ``out`` the exit coefficients o (None
-    in the Newton systems, which do not need them)."""
+    coefficients W, E, S, N restricted to active pairs; ``out`` the exit coefficients o^d per
+    door (None in the Newton systems, which do not need them)."""
 
     diag: Any
     W: Any
     E: Any
     S: Any
     N: Any
-    out: Any
+    out: Any  # (..., doors, ny, nx): o^d of each door d
+
+
+#: (axis, step) of the four neighbours W, E, S, N.
+NEIGHBOURS = ((-1, -1), (-1, 1), (-2, -1), (-2, 1))
 
 
 def shift(v: Any, axis: int, step: int, xp: Any) -> Any:
@@ -89,6 +94,8 @@ class Stencil:
         active = stack(lambda gr: gr.active)
         exit_ = stack(lambda gr: gr.exit)
         self.active_np, self.exit_np = active, exit_
+        self.doors = max(len(gr.exits) for gr in self.grids)
+        door_index = stack(lambda gr: gr.door_index)
         self.active = asarray(active.astype(np.float64))
         self.exit_value = asarray(stack(lambda gr: gr.exit_cost))
         ox = stack(lambda gr: gr.open_x).astype(np.float64)
@@ -104,12 +111,14 @@ class Stencil:
         dS = -nu * inv_hwy * _pad_np(oy, -2, "first")
         dN = -nu * inv_hwy * _pad_np(oy, -2, "last")
         self.diffusion = tuple(asarray(d) for d in (dW, dE, dS, dN))
-        # masks of the neighbours that are active / exits (0 beyond the grid)
-        act, ex = active.astype(np.float64), exit_.astype(np.float64)
-        self.to_active = tuple(asarray(act * _shift_np(act, a, s))
-                               for a, s in ((-1, -1), (-1, 1), (-2, -1), (-2, 1)))
-        self.to_exit = tuple(asarray(act * _shift_np(ex, a, s))
-                             for a, s in ((-1, -1), (-1, 1), (-2, -1), (-2, 1)))
+        # masks of the neighbours that are active / exits of door d (0 beyond the grid), the
+        # latter stacked over the doors (..., doors, ny, nx)
+        act = active.astype(np.float64)
+        self.to_active = tuple(asarray(act * _shift_np(act, a, s)) for a, s in NEIGHBOURS)
+        doors = (door_index[..., None, :, :] == np.arange(self.doors)[:, None, None])
+        self.to_door = tuple(asarray(act[..., None, :, :] * _shift_np(doors.astype(np.float64),
+                                                                     a, s))
+                             for a, s in NEIGHBOURS)
         self.ox, self.oy = asarray(ox), asarray(oy)
         self.inv_wx, self.inv_wy = asarray(1.0 / g.wx), asarray((1.0 / g.wy)[:, None])
         self.inv_hx, self.inv_hy, self.inv_dt = 1.0 / g.hx, 1.0 / g.hy, 1.0 / g.dt
@@ -152,7 +161,8 @@ class Stencil:
         N = dN + d_fwd[1] * self.inv_hy
         diag = self.inv_dt - (W + E + S + N)
         full = (W, E, S, N)
-        out = -sum(c * e for c, e in zip(full, self.to_exit, strict=True)) if exits else None
+        out = -sum(c[..., None, :, :] * e for c, e in zip(full, self.to_door, strict=True)
+                   ) if exits else None
         W, E, S, N = (c * a for c, a in zip(full, self.to_active, strict=True))
         diag = self.active * diag + (1.0 - self.active)
         return Coefficients(diag, W, E, S, N, out)

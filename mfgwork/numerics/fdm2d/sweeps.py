@@ -282,15 +282,16 @@ class Scheme2D:
         return xp.stack(masses, axis=-3) / st.volumes
 
     def outflow(self, U: Any, M: Any) -> Any:
-        """The mass that leaves through the exits during each step (..., nt+1) (0 at level
-        0): Δt Σ_k o_k(U^n, m^{n+1}) μ_k^{n+1} (module docstring of :mod:`.stencil`)."""
+        """The mass that leaves through each door during each step (..., nt+1, doors) (0 at
+        level 0): Δt Σ_k o_k^d(U^n, m^{n+1}) μ_k^{n+1}, the terms by which the FP step from
+        μ^n to μ^{n+1} of these (U, M) loses mass (module docstring of :mod:`.stencil`)."""
         xp, st, g = self.xp, self.stencil, self.stencil.grid
-        flows = [0.0 * xp.sum(xp.sum(M[..., 0, :, :], axis=-1), axis=-1)]
+        flows = []
         for n in range(g.nt):
             c = st.jacobian(U[..., n, :, :], self._m(n))
             mu = M[..., n + 1, :, :] * st.volumes
-            flows.append(g.dt * xp.sum(xp.sum(c.out * mu, axis=-1), axis=-1))
-        return xp.stack(flows, axis=-1)
+            flows.append(g.dt * _sum2(c.out * mu[..., None, :, :], xp))
+        return xp.stack([0.0 * flows[0], *flows], axis=-2)
 
     def velocity(self, U: Any) -> tuple[Any, Any]:
         """(α_x, α_y) = −∂p Ĥ at levels 0..nt (..., nt+1, ny, nx): level n from U^n and
