@@ -17,7 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 NO_KERNEL = frozenset({
-    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::slice", "aten::select",
+    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty", "aten::slice",
+    "aten::select",
     "aten::view", "aten::_unsafe_view", "aten::as_strided", "aten::expand", "aten::unsqueeze",
     "aten::squeeze", "aten::reshape", "aten::alias", "aten::t", "aten::transpose",
     "aten::permute", "aten::narrow", "aten::detach", "aten::lift_fresh", "aten::unbind",

@@ -8,11 +8,16 @@ with ``lower[..., 0]`` and ``upper[..., -1]`` ignored. Leading axes are a batch.
   as NumPy arrays without copying).
 - torch on CUDA and MPS (and MPS emulation): parallel cyclic reduction (PCR) written in
   plain tensor ops, ⌈log2 n⌉ levels, no host round trip. Rows are scaled to a unit
-  diagonal, a_i x_{i−s} + x_i + c_i x_{i+s} = d_i, and (a, c, d) are kept stacked in one
-  (..., 3, n) array, so a level costs ten kernels whatever the batch. For many
-  right-hand sides with the same matrix (the FP sweep, whose matrices are all known before
-  it starts), :func:`pcr_factor` computes the level coefficients once and
-  :func:`pcr_apply` costs four kernels per level.
+  diagonal, a_i x_{i−s} + x_i + c_i x_{i+s} = d_i, and kept as four rows (a, 1, c, d) in
+  the centre of a workspace padded with zeros on both sides (:func:`pcr_workspace`), so
+  that the rows i ∓ s are views. A level is three kernels whatever the batch: the twelve
+  products of a_i, 1, c_i with the rows i − s, i, i + s; their combination into the reduced
+  rows as one product with a constant 4 × 12 matrix (:func:`reduction_rows`, entries 0 and
+  ±1: the sums of the elementwise form, in full float32, see :func:`full_float32_products`);
+  the division by the new diagonal, written into the workspace (:func:`pcr_stacked`). For
+  many right-hand sides with the same matrix (the FP sweep, whose matrices are all known
+  before it starts), :func:`pcr_factor` computes the level coefficients once and
+  :func:`pcr_apply_padded` costs two kernels per level.
 
 The matrices met here (implicit HJB and FP steps) are diagonally dominant M-matrices, so
 no pivoting is needed.
@@ -20,7 +25,9 @@ no pivoting is needed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -68,32 +75,100 @@ def solve_pcr_zero_ends(lower: Any, diag: Any, upper: Any, rhs: Any) -> Any:
     the scheme's are: there is no neighbour beyond a wall)."""
     import torch
 
-    return pcr(torch.stack([lower, upper, rhs], dim=-2) * torch.reciprocal(diag)[..., None, :])
+    system = torch.stack(torch.broadcast_tensors(lower, diag, upper, rhs), dim=-2)
+    with full_float32_products(system):
+        return pcr_stacked(system, pcr_workspace(system), reduction_rows(system))
 
 
-def pcr(system: Any) -> Any:
-    """x of the unit-diagonal rows ``system[..., :, i] = (a_i, c_i, d_i)``, a_0 = c_{n−1} = 0.
+@contextmanager
+def full_float32_products(like: Any) -> Iterator[None]:
+    """Inside the block, matrix products of CUDA tensors in full float32 (TF32, which
+    ``torch.set_float32_matmul_precision("high")`` allows, keeps 10 bits of the operands:
+    the reductions of :func:`pcr_stacked` would lose all but three digits); elsewhere a
+    no-op."""
+    import torch
+
+    precision = torch.get_float32_matmul_precision()
+    if like.device.type != "cuda" or precision == "highest":
+        yield
+        return
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(precision)
+
+
+def pcr_padding(n: int) -> int:
+    """The zeros on each side of a PCR workspace for n unknowns: the largest stride
+    s = 2^(⌈log2 n⌉ − 1) (0 for n = 1)."""
+    return (1 << (n - 1).bit_length()) >> 1
+
+
+def pcr_workspace(system: Any) -> Any:
+    """A zero workspace (..., 4, n + 2 pad) for :func:`pcr_stacked` of ``system`` (..., 4, n)."""
+    import torch
+
+    n = system.shape[-1]
+    return torch.zeros(system.shape[:-1] + (n + 2 * pcr_padding(n),), dtype=system.dtype,
+                       device=system.device)
+
+
+#: Rows of a PCR level from its products P[3 r + k] = coef_k(i) · row_r(i + (k − 1) s), with
+#: rows r = (a, 1, c, d) and coef = (a_i, 1, c_i): a' = −a_i a_{i−s}, the new diagonal
+#: 1 − a_i c_{i−s} − c_i a_{i+s}, c' = −c_i c_{i+s}, d' = d_i − a_i d_{i−s} − c_i d_{i+s}.
+_LEVEL = ((0, -1.0), ((4, 1.0), (6, -1.0), (2, -1.0)), (8, -1.0),
+          ((10, 1.0), (9, -1.0), (11, -1.0)))
+
+
+@lru_cache(maxsize=16)
+def _reduction_rows(dtype: Any, device: Any) -> tuple[Any, Any]:
+    import torch
+
+    full = np.zeros((4, 12))
+    for row, terms in enumerate(_LEVEL):
+        for j, sign in (terms if isinstance(terms[0], tuple) else (terms,)):
+            full[row, j] = sign
+    full_t = torch.as_tensor(full, dtype=dtype, device=device)
+    return full_t, full_t[1::2].contiguous()
+
+
+def reduction_rows(like: Any) -> tuple[Any, Any]:
+    """The constant matrices of a PCR level for tensors like ``like``: (4, 12) giving the
+    rows (a', diagonal, c', d') before rescaling, and its (diagonal, d') rows for the last
+    level."""
+    return _reduction_rows(like.dtype, like.device)
+
+
+def pcr_stacked(system: Any, work: Any, rows: tuple[Any, Any]) -> Any:
+    """x of the rows ``system[..., :, i]`` = (lower_i, diag_i, upper_i, rhs_i) (zero ends),
+    by PCR in the workspace ``work`` (:func:`pcr_workspace`; its centre is overwritten, its
+    zeros are kept) with the level matrices ``rows`` (:func:`reduction_rows`).
 
     Level s eliminates x_{i∓s} with rows i∓s (rows beyond the ends are zero):
     x_i (1 − a_i c_{i−s} − c_i a_{i+s}) − a_i a_{i−s} x_{i−2s} − c_i c_{i+s} x_{i+2s}
-    = d_i − a_i d_{i−s} − c_i d_{i+s}, then rescales to a unit diagonal.
+    = d_i − a_i d_{i−s} − c_i d_{i+s}, then rescales to a unit diagonal. One kernel to
+    scale the rows, three per level.
     """
     import torch
-    from torch.nn.functional import pad
 
     n = system.shape[-1]
+    if n == 1:
+        return system[..., 3, :] / system[..., 1, :]
+    pad = (work.shape[-1] - n) // 2
+    centre = work[..., pad:pad + n]
+    torch.div(system, system[..., 1:2, :], out=centre)     # (a_i, 1, c_i, d_i)
+    full, last = rows
     s = 1
-    while s < n:
-        # rows i − s and i + s of every band: (..., 3, 2, n) views of one padded copy
-        neighbours = pad(system, (s, s)).unfold(-1, n, 2 * s)
-        # [r, 0] = a_i · row_r(i − s), [r, 1] = c_i · row_r(i + s)
-        products = system[..., None, 0:2, :] * neighbours
-        minus_inv = torch.reciprocal(products[..., 1, 0, :] + products[..., 0, 1, :] - 1.0)
-        reduced_rhs = products[..., 2, :, :].sum(dim=-2) - system[..., 2, :]
-        system = _stack3(products[..., 0, 0, :], products[..., 1, 1, :], reduced_rhs
-                         ) * minus_inv[..., None, :]
+    while True:
+        # products[..., r, k, i] = coef_k(i) · row_r(i + (k − 1) s), coef = (a_i, 1, c_i)
+        products = centre[..., None, :3, :] * work[..., pad - s:pad + n + s].unfold(-1, n, s)
+        if 2 * s >= n:
+            diagonal, d = (last @ products.flatten(-3, -2)).unbind(-2)
+            return d / diagonal
+        reduced = full @ products.flatten(-3, -2)
+        torch.div(reduced, reduced[..., 1:2, :], out=centre)
         s *= 2
-    return system[..., 2, :]
 
 
 def pcr_factor(lower: Any, diag: Any, upper: Any) -> tuple[Any, list[Any]]:
@@ -121,16 +196,36 @@ def pcr_factor(lower: Any, diag: Any, upper: Any) -> tuple[Any, list[Any]]:
 
 def pcr_apply(levels: list[Any], d: Any) -> Any:
     """x from the unit-diagonal right-hand side ``d`` (rhs / diag) and :func:`pcr_factor`'s
-    levels: per level, d_i ← w⁻_i d_{i−s} + w⁰_i d_i + w⁺_i d_{i+s}."""
-    from torch.nn.functional import pad
+    levels (:func:`pcr_apply_padded` on a zero-padded copy of ``d``)."""
+    import torch
+    from torch.nn.functional import pad as pad_with_zeros
 
-    n = d.shape[-1]
+    if not levels:
+        return d
+    shape = torch.broadcast_shapes(levels[0].shape[:-2], d.shape[:-1])
+    row = pad_with_zeros(d, (pcr_padding(d.shape[-1]),) * 2)
+    return pcr_apply_padded(levels, row, row.new_zeros(shape + row.shape[-1:]))
+
+
+def pcr_apply_padded(levels: list[Any], row: Any, work: Any, out: Any = None) -> Any:
+    """:func:`pcr_apply` for the right-hand side given as the centre of ``row`` (..., n + 2
+    pad) with :func:`pcr_padding` zeros on each side, in the zero-padded workspace ``work``
+    of the result's shape (its centre is overwritten); ``out``: where the last level writes
+    (e.g. the centre of the next padded row of a sweep). Per level,
+    d_i ← w⁻_i d_{i−s} + w⁰_i d_i + w⁺_i d_{i+s}: two kernels."""
+    import torch
+
+    pad = (1 << len(levels)) >> 1          # the largest stride, pcr_padding(n)
+    n = row.shape[-1] - 2 * pad
     s = 1
-    for weights in levels:
-        windows = pad(d, (s, s)).unfold(-1, n, s)   # (..., 3, n): d_{i−s}, d_i, d_{i+s}
-        d = (weights * windows).sum(dim=-2)
+    for level, weights in enumerate(levels):
+        products = weights * row[..., pad - s:pad + n + s].unfold(-1, n, s)
+        if level == len(levels) - 1:
+            return torch.sum(products, dim=-2, out=out)
+        row = work
+        torch.sum(products, dim=-2, out=work[..., pad:pad + n])
         s *= 2
-    return d
+    return row[..., pad:pad + n] if out is None else out.copy_(row[..., pad:pad + n])
 
 
 def _stack3(a: Any, b: Any, c: Any) -> Any:
