@@ -12,6 +12,7 @@ import pytest
 import mfgwork as mw
 from mfgwork.core.compiling import CheckedCompile, check_compile_steps, wants_compile
 from mfgwork.core.profiling import kernel_launches
+from mfgwork.numerics.fdm import sweeps
 from mfgwork.numerics.fdm.sweeps import FiniteDifferences
 from mfgwork.numerics.fdm.tridiag import (
     pcr_apply,
@@ -24,8 +25,9 @@ torch = pytest.importorskip("torch")
 
 # Kernels of the generic path for n unknowns, L = ⌈log2 n⌉ PCR levels: a Newton iteration
 # of ½|p|² is 5 (system) + 1 (unit diagonal) + 3 L (PCR) + 1 (update), an HJB step adds 1
-# (its rhs), an FP step is 2 L. Achieved (benchmarks/torch_path.py, nx = 52, 4 Newton
-# iterations): 101.3 per HJB step and 14.1 per FP step, sweep set-up included; before, 338
+# (its rhs), an FP step is one matrix-vector product with the inverse step matrix where all
+# fit in DENSE_FP_ENTRIES, else 2 L. Achieved (benchmarks/torch_path.py, nx = 52, 4 Newton
+# iterations): 101.3 per HJB step and 3.4 per FP step, sweep set-up included; before, 338
 # and 27.0 (and 801 and 151 before the first launch reduction).
 
 
@@ -53,29 +55,48 @@ def test_kernel_launches_per_time_step_stay_reduced(mps_emulation):
     print(f"launches per time step: HJB {hjb_per_step:.1f} (4 Newton), FP {fp_per_step:.1f}")
     assert hjb["aten::mul"] > 0 and fp["aten::mul"] > 0   # the profiler sees the kernels
     assert hjb_per_step <= 4 * _newton_launches(grid.nx) + 1 + 1   # (set-up, per step)
-    assert fp_per_step <= 2 * _levels(grid.nx) + 2.5
+    assert fp_per_step <= 1 + 2.5
     mass = mw.to_numpy(M).astype(np.float64) @ grid.weights   # the reduced FP keeps Σ w m = 1
     assert np.max(np.abs(mass - 1.0)) <= 2e-5 and mw.to_numpy(M).min() >= 0.0
 
 
-@pytest.mark.parametrize("nx", [52, 201])
-def test_launches_per_time_step_grow_with_log_n(mps_emulation, nx):
+def _batch_of_two(be: mw.Backend, nx: int, nt: int):
+    grid = mw.Grid(0.0, 1.0, nx, 1.0, nt)
+    fd = FiniteDifferences(grid, np.array([[0.1], [0.3]]), be)
+    F = be.asarray(np.cos(3 * grid.x) * np.ones((2, nt, 1)))
+    return grid, fd, F, be.asarray(np.sin(2 * grid.x)), be.asarray(np.ones(nx))
+
+
+@pytest.mark.parametrize(("nx", "dense"), [(52, True), (201, False)])
+def test_launches_per_time_step_grow_with_log_n(mps_emulation, monkeypatch, nx, dense):
     """Ten more time steps cost exactly ten times the kernels of a step: 4 (7 + 3 L) + 1 for
-    HJB with 4 Newton iterations and 2 L for FP, L = ⌈log2 nx⌉, whatever the batch."""
+    HJB with 4 Newton iterations, and 1 (inverse step matrices) or 2 L for FP, L = ⌈log2
+    nx⌉, whatever the batch."""
+    if not dense:
+        monkeypatch.setattr(sweeps, "DENSE_FP_ENTRIES", 0)
     counts = []
     for nt in (10, 20):
-        grid = mw.Grid(0.0, 1.0, nx, 1.0, nt)
-        fd = FiniteDifferences(grid, np.array([[0.1], [0.3]]), mps_emulation)
-        F = mps_emulation.asarray(np.cos(3 * grid.x) * np.ones((2, nt, 1)))
-        U_T = mps_emulation.asarray(np.sin(2 * grid.x))
-        m0 = mps_emulation.asarray(np.ones(nx))
+        _, fd, F, U_T, m0 = _batch_of_two(mps_emulation, nx, nt)
         fd.solve_fp(fd._hjb_fixed(U_T, F, None, 4)[0], m0)   # constants made once
         (U, _), hjb = kernel_launches(fd._hjb_fixed, U_T, F, None, 4)
         _, fp = kernel_launches(fd.solve_fp, U, m0)
         counts.append((sum(hjb.values()), sum(fp.values())))
     (hjb10, fp10), (hjb20, fp20) = counts
     assert (hjb20 - hjb10, fp20 - fp10) == (10 * (4 * _newton_launches(nx) + 1),
-                                           10 * 2 * _levels(nx))
+                                           10 * (1 if dense else 2 * _levels(nx)))
+
+
+def test_fp_with_inverse_step_matrices_is_the_reduced_sweep(mps_emulation, monkeypatch):
+    """The FP sweep by inverse step matrices and by PCR levels agree to float32 rounding
+    and both keep Σ w m = 1."""
+    grid, fd, F, U_T, m0 = _batch_of_two(mps_emulation, 52, 20)
+    U = fd._hjb_fixed(U_T, F, None, 4)[0]
+    dense = mw.to_numpy(fd.solve_fp(U, m0)).astype(np.float64)
+    monkeypatch.setattr(sweeps, "DENSE_FP_ENTRIES", 0)
+    reduced = mw.to_numpy(fd.solve_fp(U, m0)).astype(np.float64)
+    assert _rel(dense, reduced) <= 2e-6
+    for M in (dense, reduced):
+        assert np.max(np.abs(M @ grid.weights - 1.0)) <= 2e-6 and M.min() >= 0.0
 
 
 @pytest.mark.parametrize("margin", [1.0, 1e-2])

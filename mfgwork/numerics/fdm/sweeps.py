@@ -15,14 +15,16 @@ error left after a last update δ is about C δ², so an update of 0.1·√tol l
 near tol.
 
 Every array operation of a time step is a kernel launch on a device, so the generic path
-keeps them few: the Jacobian bands and the residual come from one pass over the edge
-differences (:func:`.operators.newton_system`), the tridiagonal solve is a PCR on the
-stacked unit-diagonal system, the FP matrices of all time steps are reduced at once before
-the sweep (:func:`.tridiag.pcr_factor`), so that an FP step only applies the reduction to
-its right-hand side, and the Newton update size is checked once per sweep. On CUDA each sweep
-is recorded once as a CUDA graph and replayed (``cuda_graphs``); ``compile_steps`` fuses a
-time step's kernels with ``torch.compile`` (checked against the eager step at its first call,
-see :mod:`mfgwork.core.compiling`).
+keeps them few (about 3 log2 nx + 7 per Newton iteration, see ``tests/test_torch_path.py``):
+the workspaces and the u-independent rows of the Newton system are made once per sweep,
+the Jacobian bands and the residual come from one clamp and one product-and-add
+(:func:`.operators.stacked_system`), the tridiagonal solve is a PCR of three kernels a level
+(:func:`.tridiag.pcr_stacked`), the FP matrices of all time steps are reduced at once before
+the sweep (:func:`.tridiag.pcr_factor`; inverted where they fit, so that an FP step is one
+matrix-vector product), and the Newton update size is checked once per sweep. On CUDA each
+sweep is recorded once as a CUDA graph and replayed (``cuda_graphs``); ``compile_steps``
+fuses a time step's kernels with ``torch.compile`` (checked against the eager step at its
+first call, see :mod:`mfgwork.core.compiling`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from .operators import (
 )
 from .tridiag import (
     full_float32_products,
+    pcr_apply,
     pcr_apply_padded,
     pcr_factor,
     pcr_padding,
@@ -59,6 +62,10 @@ from .tridiag import (
 )
 
 MAX_NEWTON = 50
+#: The most entries (problems × nt × nx²) for which the device FP sweep forms the inverse
+#: step matrices (one kernel a step instead of two a PCR level; 8 Mi entries: 32 MiB in
+#: float32, formed in ⌈log2 nx⌉ wide kernels).
+DENSE_FP_ENTRIES = 1 << 23
 
 
 def newton_step(u: Any, rhs: Any, c: StepConstants, m: Any = None, *, solve: Any, xp: Any,
@@ -470,16 +477,29 @@ class FiniteDifferences:
         return xp.stack(masses, axis=-2)
 
     def _fp_device(self, lower: Any, diag: Any, upper: Any, mu0: Any) -> Any:
-        """The FP sweep on a device, μ^{n+1} = (J_nᵀ)⁻¹ μ^n / Δt for the bands (..., nt, n) of
-        J_nᵀ: every step's matrix is known, so they are reduced at once (:func:`.tridiag.
-        pcr_factor`, with 1/(Δt diag) folded into the first level) and a step is two
-        kernels per level, reading μ^n from and writing μ^{n+1} into a zero-padded row."""
+        """The FP sweep on a device, μ^{n+1} = (Δt J_nᵀ)⁻¹ μ^n for the bands (..., nt, n) of
+        J_nᵀ. Every step's matrix is known, so they are reduced at once (:func:`.tridiag.
+        pcr_factor`, with 1/(Δt diag) folded into the first level). Where the matrices
+        (Δt J_nᵀ)⁻¹ of all steps fit in ``DENSE_FP_ENTRIES`` entries, they are formed by
+        applying the reduction to the unit vectors and a step is one matrix-vector product
+        (nonnegative entries and μ: no cancellation; columns summing to one); otherwise a
+        step is two kernels per level, reading μ^n from and writing μ^{n+1} into a
+        zero-padded row."""
+        import torch
         from torch.nn.functional import pad as pad_with_zeros
 
         g, n = self.grid, self.grid.nx
         inv_diag, levels = pcr_factor(lower, diag, upper)
         scale = pad_with_zeros(inv_diag * self._consts.inv_dt, (1, 1)).unfold(-1, n, 1)
         levels[0] = levels[0] * scale                     # w_k(i) · scale_{i + k − 1}
+        if mu0[..., 0].numel() * g.nt * n * n <= DENSE_FP_ENTRIES:
+            # inverse[..., k, j, :] = (Δt J_kᵀ)⁻¹ e_j
+            inverse = pcr_apply([w[..., None, :, :] for w in levels],
+                                torch.eye(n, dtype=mu0.dtype, device=mu0.device))
+            masses = [mu0]
+            for k in range(g.nt):
+                masses.append((masses[k][..., None, :] @ inverse[..., k, :, :])[..., 0, :])
+            return torch.stack(masses, dim=-2)
         pad = pcr_padding(n)
         rows = mu0.new_zeros(mu0.shape[:-1] + (g.nt + 1, n + 2 * pad))
         rows[..., 0, pad:pad + n] = mu0
