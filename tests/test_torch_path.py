@@ -24,11 +24,12 @@ from mfgwork.numerics.fdm.tridiag import (
 torch = pytest.importorskip("torch")
 
 # Kernels of the generic path for n unknowns, L = ⌈log2 n⌉ PCR levels: a Newton iteration
-# of ½|p|² is 5 (system) + 1 (unit diagonal) + 3 L (PCR) + 1 (update), an HJB step adds 1
-# (its rhs), an FP step is one matrix-vector product with the inverse step matrix where all
-# fit in DENSE_FP_ENTRIES, else 2 L. Achieved (benchmarks/torch_path.py, nx = 52, 4 Newton
-# iterations): 101.3 per HJB step and 3.4 per FP step, sweep set-up included; before, 338
-# and 27.0 (and 801 and 151 before the first launch reduction).
+# of ½|p|² is 5 (system) + 1 (unit diagonal) + 3 L (PCR, its last division folded into the
+# update), an HJB step adds 1 (its rhs), an FP step is one matrix-vector product with the
+# inverse step matrix where all fit in DENSE_FP_ENTRIES, else 2 L. Achieved
+# (benchmarks/torch_path.py, nx = 52, 4 Newton iterations): 97.3 per HJB step and 3.4 per
+# FP step, sweep set-up included; before, 338 and 27.0 (and 801 and 151 before the first
+# launch reduction).
 
 
 def _levels(n: int) -> int:
@@ -36,7 +37,7 @@ def _levels(n: int) -> int:
 
 
 def _newton_launches(n: int) -> int:
-    return 7 + 3 * _levels(n)
+    return 6 + 3 * _levels(n)
 
 
 def _santa_fe_inputs(be: mw.Backend, n: int = 52):
@@ -69,7 +70,7 @@ def _batch_of_two(be: mw.Backend, nx: int, nt: int):
 
 @pytest.mark.parametrize(("nx", "dense"), [(52, True), (201, False)])
 def test_launches_per_time_step_grow_with_log_n(mps_emulation, monkeypatch, nx, dense):
-    """Ten more time steps cost exactly ten times the kernels of a step: 4 (7 + 3 L) + 1 for
+    """Ten more time steps cost exactly ten times the kernels of a step: 4 (6 + 3 L) + 1 for
     HJB with 4 Newton iterations, and 1 (inverse step matrices) or 2 L for FP, L = ⌈log2
     nx⌉, whatever the batch."""
     if not dense:

@@ -56,7 +56,7 @@ from .tridiag import (
     pcr_apply_padded,
     pcr_factor,
     pcr_padding,
-    pcr_stacked,
+    pcr_reduce,
     pcr_workspace,
     reduction_rows,
 )
@@ -79,13 +79,16 @@ def newton_step(u: Any, rhs: Any, c: StepConstants, m: Any = None, *, solve: Any
 def device_newton_step(u: Any, neg_rhs: Any, work: tuple[Any, ...], c: SystemConstants,
                        m: Any = None, *, xp: Any, hamiltonian: Hamiltonian) -> tuple[Any, Any]:
     """One Newton iteration on a device (``neg_rhs`` = −(u^{n+1}/Δt + F^n)): the system of
-    :func:`.operators.stacked_system` solved by PCR; returns the new u and the update.
-    ``work``: the system and edge-difference workspaces, the PCR workspace and its level
-    matrices."""
+    :func:`.operators.stacked_system` reduced by PCR; returns the new u = u − d/diagonal (the
+    last division folded into the update) and the reduced rows (diagonal, d) (..., 2, n),
+    whose ratio is the update. ``work``: the system and edge-difference workspaces, the PCR
+    workspace and its level matrices."""
+    import torch
+
     system0, diff, pcr_work, rows = work
-    du = pcr_stacked(stacked_system(u, neg_rhs, (system0, diff), c, xp, hamiltonian, m),
-                     pcr_work, rows)
-    return u - du, du
+    reduced = pcr_reduce(stacked_system(u, neg_rhs, (system0, diff), c, xp, hamiltonian, m),
+                         pcr_work, rows)
+    return torch.addcdiv(u, reduced[..., 1, :], reduced[..., 0, :], value=-1.0), reduced
 
 
 def relative_update(du: Any, u: Any, xp: Any) -> Any:
@@ -382,7 +385,8 @@ class FiniteDifferences:
             levels.append(u)
             updates += [du, du if before is None else before]
         U = torch.stack(levels[::-1], dim=-2)
-        du = torch.stack(updates, dim=-2).unflatten(-2, (g.nt, 2))
+        reduced = torch.stack(updates, dim=-3).unflatten(-3, (g.nt, 2))   # (..., nt, 2, 2, n)
+        du = reduced[..., 1, :] / reduced[..., 0, :]
         size = relative_update(du, xp.flip(U[..., :-1, None, :], axis=-3), xp)  # (..., nt, 2)
         return U, xp.max(xp.reshape(xp.moveaxis(size, -1, 0), (2, -1)), axis=1)
 

@@ -143,18 +143,27 @@ def reduction_rows(like: Any) -> tuple[Any, Any]:
 def pcr_stacked(system: Any, work: Any, rows: tuple[Any, Any]) -> Any:
     """x of the rows ``system[..., :, i]`` = (lower_i, diag_i, upper_i, rhs_i) (zero ends),
     by PCR in the workspace ``work`` (:func:`pcr_workspace`; its centre is overwritten, its
-    zeros are kept) with the level matrices ``rows`` (:func:`reduction_rows`).
+    zeros are kept) with the level matrices ``rows`` (:func:`reduction_rows`): x =
+    d/diagonal of :func:`pcr_reduce`."""
+    if system.shape[-1] == 1:
+        return system[..., 3, :] / system[..., 1, :]
+    diagonal, d = pcr_reduce(system, work, rows).unbind(-2)
+    return d / diagonal
+
+
+def pcr_reduce(system: Any, work: Any, rows: tuple[Any, Any]) -> Any:
+    """The rows (diagonal, d) (..., 2, n) of the fully reduced system of :func:`pcr_stacked`
+    (x = d / diagonal; n ≥ 2), for a caller that folds the last division into its next
+    kernel.
 
     Level s eliminates x_{i∓s} with rows i∓s (rows beyond the ends are zero):
     x_i (1 − a_i c_{i−s} − c_i a_{i+s}) − a_i a_{i−s} x_{i−2s} − c_i c_{i+s} x_{i+2s}
     = d_i − a_i d_{i−s} − c_i d_{i+s}, then rescales to a unit diagonal. One kernel to
-    scale the rows, three per level.
+    scale the rows, three per level (the last one two).
     """
     import torch
 
     n = system.shape[-1]
-    if n == 1:
-        return system[..., 3, :] / system[..., 1, :]
     pad = (work.shape[-1] - n) // 2
     centre = work[..., pad:pad + n]
     torch.div(system, system[..., 1:2, :], out=centre)     # (a_i, 1, c_i, d_i)
@@ -164,8 +173,7 @@ def pcr_stacked(system: Any, work: Any, rows: tuple[Any, Any]) -> Any:
         # products[..., r, k, i] = coef_k(i) · row_r(i + (k − 1) s), coef = (a_i, 1, c_i)
         products = centre[..., None, :3, :] * work[..., pad - s:pad + n + s].unfold(-1, n, s)
         if 2 * s >= n:
-            diagonal, d = (last @ products.flatten(-3, -2)).unbind(-2)
-            return d / diagonal
+            return last @ products.flatten(-3, -2)
         reduced = full @ products.flatten(-3, -2)
         torch.div(reduced, reduced[..., 1:2, :], out=centre)
         s *= 2
