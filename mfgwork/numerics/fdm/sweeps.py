@@ -58,7 +58,6 @@ from .tridiag import (
     pcr_padding,
     pcr_reduce,
     pcr_workspace,
-    reduction_rows,
 )
 
 MAX_NEWTON = 50
@@ -81,13 +80,13 @@ def device_newton_step(u: Any, neg_rhs: Any, work: tuple[Any, ...], c: SystemCon
     """One Newton iteration on a device (``neg_rhs`` = −(u^{n+1}/Δt + F^n)): the system of
     :func:`.operators.stacked_system` reduced by PCR; returns the new u = u − d/diagonal (the
     last division folded into the update) and the reduced rows (diagonal, d) (..., 2, n),
-    whose ratio is the update. ``work``: the system and edge-difference workspaces, the PCR
-    workspace and its level matrices."""
+    whose ratio is the update. ``work``: the system and edge-difference workspaces and the
+    PCR workspace."""
     import torch
 
-    system0, diff, pcr_work, rows = work
+    system0, diff, pcr_work = work
     reduced = pcr_reduce(stacked_system(u, neg_rhs, (system0, diff), c, xp, hamiltonian, m),
-                         pcr_work, rows)
+                         pcr_work)
     return torch.addcdiv(u, reduced[..., 1, :], reduced[..., 0, :], value=-1.0), reduced
 
 
@@ -370,8 +369,7 @@ class FiniteDifferences:
         u = U_T + 0.0 * F[..., 0, :]
         system0 = u.new_empty(u.shape[:-1] + (4, g.nx))
         system0[..., :3, :] = c.bands0
-        work = (system0, u.new_zeros(u.shape[:-1] + (2 * g.nx,)), pcr_workspace(system0),
-                reduction_rows(u))
+        work = (system0, u.new_zeros(u.shape[:-1] + (2 * g.nx,)), pcr_workspace(system0))
         neg_F = -F
         levels, updates = [u], []   # updates: the last and the last but one of each step
         for n in range(g.nt - 1, -1, -1):

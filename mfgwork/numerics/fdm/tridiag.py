@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -77,7 +77,7 @@ def solve_pcr_zero_ends(lower: Any, diag: Any, upper: Any, rhs: Any) -> Any:
 
     system = torch.stack(torch.broadcast_tensors(lower, diag, upper, rhs), dim=-2)
     with full_float32_products(system):
-        return pcr_stacked(system, pcr_workspace(system), reduction_rows(system))
+        return pcr_stacked(system, pcr_workspace(system))
 
 
 @contextmanager
@@ -105,13 +105,29 @@ def pcr_padding(n: int) -> int:
     return (1 << (n - 1).bit_length()) >> 1
 
 
-def pcr_workspace(system: Any) -> Any:
-    """A zero workspace (..., 4, n + 2 pad) for :func:`pcr_stacked` of ``system`` (..., 4, n)."""
+class PCRWorkspace(NamedTuple):
+    """A zero-padded workspace (..., 4, n + 2 :func:`pcr_padding` (n)) of :func:`pcr_reduce`
+    and its views, made once (e.g. per sweep) and reused."""
+
+    centre: Any               # (..., 4, n): the rows (a, 1, c, d) being reduced
+    windows: tuple[Any, ...]  # per level s: (..., 4, 3, n), the rows i − s, i, i + s
+    full: Any                 # :func:`reduction_rows`
+    last: Any
+
+
+def pcr_workspace(system: Any) -> PCRWorkspace:
+    """A :class:`PCRWorkspace` for systems shaped like ``system`` (..., 4, n)."""
     import torch
 
     n = system.shape[-1]
-    return torch.zeros(system.shape[:-1] + (n + 2 * pcr_padding(n),), dtype=system.dtype,
-                       device=system.device)
+    pad = pcr_padding(n)
+    buffer = torch.zeros(system.shape[:-1] + (n + 2 * pad,), dtype=system.dtype,
+                         device=system.device)
+    windows, s = [], 1
+    while s < n:
+        windows.append(buffer[..., pad - s:pad + n + s].unfold(-1, n, s))
+        s *= 2
+    return PCRWorkspace(buffer[..., pad:pad + n], tuple(windows), *reduction_rows(system))
 
 
 #: Rows of a PCR level from its products P[3 r + k] = coef_k(i) · row_r(i + (k − 1) s), with
@@ -129,7 +145,7 @@ def _reduction_rows(dtype: Any, device: Any) -> tuple[Any, Any]:
     for row, terms in enumerate(_LEVEL):
         for j, sign in (terms if isinstance(terms[0], tuple) else (terms,)):
             full[row, j] = sign
-    full_t = torch.as_tensor(full, dtype=dtype, device=device)
+    full_t = torch.tensor(full.tolist(), dtype=dtype, device=device)   # no float64 on MPS
     return full_t, full_t[1::2].contiguous()
 
 
@@ -140,18 +156,17 @@ def reduction_rows(like: Any) -> tuple[Any, Any]:
     return _reduction_rows(like.dtype, like.device)
 
 
-def pcr_stacked(system: Any, work: Any, rows: tuple[Any, Any]) -> Any:
+def pcr_stacked(system: Any, work: PCRWorkspace) -> Any:
     """x of the rows ``system[..., :, i]`` = (lower_i, diag_i, upper_i, rhs_i) (zero ends),
-    by PCR in the workspace ``work`` (:func:`pcr_workspace`; its centre is overwritten, its
-    zeros are kept) with the level matrices ``rows`` (:func:`reduction_rows`): x =
-    d/diagonal of :func:`pcr_reduce`."""
+    by PCR in ``work`` (:func:`pcr_workspace`; its centre is overwritten, its zeros are
+    kept): x = d/diagonal of :func:`pcr_reduce`."""
     if system.shape[-1] == 1:
         return system[..., 3, :] / system[..., 1, :]
-    diagonal, d = pcr_reduce(system, work, rows).unbind(-2)
+    diagonal, d = pcr_reduce(system, work).unbind(-2)
     return d / diagonal
 
 
-def pcr_reduce(system: Any, work: Any, rows: tuple[Any, Any]) -> Any:
+def pcr_reduce(system: Any, work: PCRWorkspace) -> Any:
     """The rows (diagonal, d) (..., 2, n) of the fully reduced system of :func:`pcr_stacked`
     (x = d / diagonal; n ≥ 2), for a caller that folds the last division into its next
     kernel.
@@ -163,20 +178,16 @@ def pcr_reduce(system: Any, work: Any, rows: tuple[Any, Any]) -> Any:
     """
     import torch
 
-    n = system.shape[-1]
-    pad = (work.shape[-1] - n) // 2
-    centre = work[..., pad:pad + n]
-    torch.div(system, system[..., 1:2, :], out=centre)     # (a_i, 1, c_i, d_i)
-    full, last = rows
-    s = 1
-    while True:
-        # products[..., r, k, i] = coef_k(i) · row_r(i + (k − 1) s), coef = (a_i, 1, c_i)
-        products = centre[..., None, :3, :] * work[..., pad - s:pad + n + s].unfold(-1, n, s)
-        if 2 * s >= n:
-            return last @ products.flatten(-3, -2)
-        reduced = full @ products.flatten(-3, -2)
-        torch.div(reduced, reduced[..., 1:2, :], out=centre)
-        s *= 2
+    torch.div(system, system[..., 1:2, :], out=work.centre)   # (a_i, 1, c_i, d_i)
+    coef = work.centre[..., None, :3, :]
+    for level, windows in enumerate(work.windows):
+        # products[..., 3 r + k, i] = coef_k(i) · row_r(i + (k − 1) s), coef = (a_i, 1, c_i)
+        products = (coef * windows).flatten(-3, -2)
+        if level == len(work.windows) - 1:
+            return work.last @ products
+        reduced = work.full @ products
+        torch.div(reduced, reduced[..., 1:2, :], out=work.centre)
+    raise ValueError("pcr_reduce needs n >= 2 unknowns")
 
 
 def pcr_factor(lower: Any, diag: Any, upper: Any) -> tuple[Any, list[Any]]:
