@@ -15,7 +15,7 @@ error left after a last update δ is about C δ², so an update of 0.1·√tol l
 near tol.
 
 Every array operation of a time step is a kernel launch on a device, so the generic path
-keeps them few (about 3 log2 nx + 7 per Newton iteration, see ``tests/test_torch_path.py``):
+keeps them few (3 ⌈log2 nx⌉ + 6 per Newton iteration, see ``tests/test_torch_path.py``):
 the workspaces and the u-independent rows of the Newton system are made once per sweep,
 the Jacobian bands and the residual come from one clamp and one product-and-add
 (:func:`.operators.stacked_system`), the tridiagonal solve is a PCR of three kernels a level

@@ -133,20 +133,16 @@ def pcr_workspace(system: Any) -> PCRWorkspace:
 #: Rows of a PCR level from its products P[3 r + k] = coef_k(i) · row_r(i + (k − 1) s), with
 #: rows r = (a, 1, c, d) and coef = (a_i, 1, c_i): a' = −a_i a_{i−s}, the new diagonal
 #: 1 − a_i c_{i−s} − c_i a_{i+s}, c' = −c_i c_{i+s}, d' = d_i − a_i d_{i−s} − c_i d_{i+s}.
-_LEVEL = ((0, -1.0), ((4, 1.0), (6, -1.0), (2, -1.0)), (8, -1.0),
-          ((10, 1.0), (9, -1.0), (11, -1.0)))
+_LEVEL = ({0: -1.0}, {4: 1.0, 6: -1.0, 2: -1.0}, {8: -1.0}, {10: 1.0, 9: -1.0, 11: -1.0})
 
 
 @lru_cache(maxsize=16)
 def _reduction_rows(dtype: Any, device: Any) -> tuple[Any, Any]:
     import torch
 
-    full = np.zeros((4, 12))
-    for row, terms in enumerate(_LEVEL):
-        for j, sign in (terms if isinstance(terms[0], tuple) else (terms,)):
-            full[row, j] = sign
-    full_t = torch.tensor(full.tolist(), dtype=dtype, device=device)   # no float64 on MPS
-    return full_t, full_t[1::2].contiguous()
+    full = torch.tensor([[row.get(j, 0.0) for j in range(12)] for row in _LEVEL],
+                        dtype=dtype, device=device)
+    return full, full[1::2].contiguous()
 
 
 def reduction_rows(like: Any) -> tuple[Any, Any]:
@@ -178,16 +174,16 @@ def pcr_reduce(system: Any, work: PCRWorkspace) -> Any:
     """
     import torch
 
+    if not work.windows:
+        raise ValueError(f"system of n={system.shape[-1]} unknowns is invalid for "
+                         "pcr_reduce: it needs n >= 2")
     torch.div(system, system[..., 1:2, :], out=work.centre)   # (a_i, 1, c_i, d_i)
+    # products[..., 3 r + k, i] = coef_k(i) · row_r(i + (k − 1) s), coef = (a_i, 1, c_i)
     coef = work.centre[..., None, :3, :]
-    for level, windows in enumerate(work.windows):
-        # products[..., 3 r + k, i] = coef_k(i) · row_r(i + (k − 1) s), coef = (a_i, 1, c_i)
-        products = (coef * windows).flatten(-3, -2)
-        if level == len(work.windows) - 1:
-            return work.last @ products
-        reduced = work.full @ products
+    for windows in work.windows[:-1]:
+        reduced = work.full @ (coef * windows).flatten(-3, -2)
         torch.div(reduced, reduced[..., 1:2, :], out=work.centre)
-    raise ValueError("pcr_reduce needs n >= 2 unknowns")
+    return work.last @ (coef * work.windows[-1]).flatten(-3, -2)
 
 
 def pcr_factor(lower: Any, diag: Any, upper: Any) -> tuple[Any, list[Any]]:
