@@ -148,7 +148,7 @@ def stacked_system(u: Any, neg_rhs: Any, work: tuple[Any, Any], c: SystemConstan
     product with ``c.mix``: for ½|p|² one clamp of (g_{i−1}, g_i) against ``c.bounds`` gives
     [1, g±, λ, g±, g±, g] (g± = (g₊_{i−1}, g₋_i), λ = ν/(h w) where the edge is inside, a
     clamp between equal bounds being that bound) and one product of its halves gives g±,
-    g±², λ g: six kernels with the differences, u/Δt − rhs and the product-and-add.
+    g±², λ g: five kernels with the differences, u/Δt − rhs and the product-and-add.
     """
     import torch
 
