@@ -27,7 +27,7 @@ torch = pytest.importorskip("torch")
 # of ½|p|² is 5 (system) + 1 (unit diagonal) + 3 L (PCR, its last division folded into the
 # update), an HJB step adds 1 (its rhs), an FP step is one matrix-vector product with the
 # inverse step matrix where all fit in DENSE_FP_ENTRIES, else 2 L. Achieved
-# (benchmarks/torch_path.py, nx = 52, 4 Newton iterations): 97.3 per HJB step and 3.4 per
+# (benchmarks/torch_path.py, nx = 52, 4 Newton iterations): 97.3 per HJB step and 2.5 per
 # FP step, sweep set-up included; before, 338 and 27.0 (and 801 and 151 before the first
 # launch reduction).
 
@@ -89,7 +89,7 @@ def test_launches_per_time_step_grow_with_log_n(mps_emulation, monkeypatch, nx, 
 
 def test_fp_with_inverse_step_matrices_is_the_reduced_sweep(mps_emulation, monkeypatch):
     """The FP sweep by inverse step matrices and by PCR levels agree to float32 rounding
-    and both keep Σ w m = 1."""
+    and both keep Σ w m = 1 to a few roundings per step."""
     grid, fd, F, U_T, m0 = _batch_of_two(mps_emulation, 52, 20)
     U = fd._hjb_fixed(U_T, F, None, 4)[0]
     dense = mw.to_numpy(fd.solve_fp(U, m0)).astype(np.float64)
@@ -97,7 +97,8 @@ def test_fp_with_inverse_step_matrices_is_the_reduced_sweep(mps_emulation, monke
     reduced = mw.to_numpy(fd.solve_fp(U, m0)).astype(np.float64)
     assert _rel(dense, reduced) <= 2e-6
     for M in (dense, reduced):
-        assert np.max(np.abs(M @ grid.weights - 1.0)) <= 2e-6 and M.min() >= 0.0
+        drift = np.max(np.abs(M @ grid.weights - 1.0))
+        assert drift <= 4 * grid.nt * np.finfo(np.float32).eps and M.min() >= 0.0
 
 
 @pytest.mark.parametrize("margin", [1.0, 1e-2])

@@ -189,24 +189,41 @@ def pcr_reduce(system: Any, work: PCRWorkspace) -> Any:
 def pcr_factor(lower: Any, diag: Any, upper: Any) -> tuple[Any, list[Any]]:
     """The right-hand-side-free part of PCR (bands with zero ends, as in
     :func:`solve_pcr_zero_ends`): ``(1/diag, levels)``, each level (..., 3, n) holding the
-    weights of d_{i−s}, d_i, d_{i+s} in the reduced right-hand side."""
+    weights w⁻, w⁰, w⁺ = (−a_i, 1, −c_i) / diagonal of d_{i−s}, d_i, d_{i+s} in the reduced
+    right-hand side. The couplings (a, 1, c) of every level are kept zero-padded in one
+    workspace; a level is three kernels as in :func:`pcr_reduce` (its matrix also gives
+    −a_i, 1, −c_i, which the products hold at the centre k = 1)."""
     import torch
-    from torch.nn.functional import pad
 
     inv_diag = torch.reciprocal(diag)
-    coupling = torch.stack([lower, upper], dim=-2) * inv_diag[..., None, :]   # (a, c)
     n = diag.shape[-1]
+    pad = pcr_padding(n)
+    count = pad.bit_length()                        # ⌈log2 n⌉ levels
+    work = diag.new_zeros(diag.shape[:-1] + (count + 1, 6, n + 2 * pad))
+    centre = work[..., pad:pad + n]
+    bands = torch.stack(torch.broadcast_tensors(lower, diag, upper), dim=-2)
+    torch.div(bands, bands[..., 1:2, :], out=centre[..., 0, :3, :])     # (a_i, 1, c_i)
+    matrix = _factor_rows(diag.dtype, diag.device)
     levels = []
-    s = 1
-    while s < n:
-        products = coupling[..., None, :, :] * pad(coupling, (s, s)).unfold(-1, n, 2 * s)
-        minus_inv = torch.reciprocal(products[..., 1, 0, :] + products[..., 0, 1, :] - 1.0)
-        weights = coupling * minus_inv[..., None, :]
-        levels.append(_stack3(weights[..., 0, :], -minus_inv, weights[..., 1, :]))
-        coupling = torch.stack([products[..., 0, 0, :], products[..., 1, 1, :]], dim=-2
-                               ) * minus_inv[..., None, :]
-        s *= 2
+    for level in range(count):
+        s = 1 << level
+        coef = centre[..., level, None, :3, :]
+        windows = work[..., level, :3, pad - s:pad + n + s].unfold(-1, n, s)
+        reduced = matrix @ (coef * windows).flatten(-3, -2)   # (a', diagonal, c', −a, 1, −c)
+        torch.div(reduced, reduced[..., 1:2, :], out=centre[..., level + 1, :, :])
+        levels.append(centre[..., level + 1, 3:, :])
     return inv_diag, levels
+
+
+@lru_cache(maxsize=16)
+def _factor_rows(dtype: Any, device: Any) -> Any:
+    """:func:`pcr_factor`'s level matrix (6, 9): the rows a', diagonal, c' of a level
+    (:data:`_LEVEL` without d) and −a_i, 1, −c_i (products 1, 4, 7: k = 1)."""
+    import torch
+
+    rows = (*_LEVEL[:3], {1: -1.0}, {4: 1.0}, {7: -1.0})
+    return torch.tensor([[row.get(j, 0.0) for j in range(9)] for row in rows], dtype=dtype,
+                        device=device)
 
 
 def pcr_apply(levels: list[Any], d: Any) -> Any:
@@ -241,12 +258,6 @@ def pcr_apply_padded(levels: list[Any], row: Any, work: Any, out: Any = None) ->
         torch.sum(products, dim=-2, out=work[..., pad:pad + n])
         s *= 2
     return row[..., pad:pad + n] if out is None else out.copy_(row[..., pad:pad + n])
-
-
-def _stack3(a: Any, b: Any, c: Any) -> Any:
-    import torch
-
-    return torch.stack([a, b, c], dim=-2)
 
 
 def tridiagonal_solver(backend: Backend, *, zero_ends: bool = False) -> TridiagonalSolver:
