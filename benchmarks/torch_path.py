@@ -11,9 +11,10 @@ The path that MPS (and CUDA without Triton) runs, measured under ``mw.mps_emulat
 
 ``--baseline F`` reads an earlier output of this script (e.g. the measurement of the code
 before the launch reduction, ``benchmarks/baselines/torch_path_before.json``) and prints
-before/after side by side. To measure an older checkout with this script, put it first on
-``PYTHONPATH`` (with ``mfgwork/core/profiling.py`` copied in) and pass
-``--compile-steps false --commit ID``.
+before/after side by side (``torch_path_after.json``: the PCR-workspace path against
+``torch_path_6c7510e.json``, the code before it, measured one after the other). To measure
+an older checkout with this script, put it first on ``PYTHONPATH`` (with
+``mfgwork/core/profiling.py`` copied in) and pass ``--compile-steps false --commit ID``.
 
     python benchmarks/torch_path.py [--repeats 5] [--baseline F] [--out F]
 """

@@ -77,7 +77,7 @@ def test_compiled_and_array_api_sweeps_agree():
     F = coupling.running_cost(np.linspace(0.2, 0.9, grid.nt))
     U_T = problem.terminal_cost(grid, be)
     U1 = fd.solve_hjb(U_T, F)
-    U2 = fd._hjb_array(U_T, F[None], None, 50, adaptive=True)[0][0]
+    U2 = fd._hjb_array(U_T, F[None], None, 50)[0][0]
     assert np.max(np.abs(U1 - U2)) <= 1e-10 * np.max(np.abs(U1))
     M1 = fd.solve_fp(U1, m0)
     M2 = fd.solve_fp(U1[None], m0)[0]

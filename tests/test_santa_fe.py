@@ -128,7 +128,9 @@ def test_tol_below_the_float32_floor_is_raised_with_a_warning(mps_emulation):
                                          r"iterating to tol=3\.0e-04 instead"):
         res = mw.solve(mw.SantaFeBar(), nx=31, nt=30, tol=2e-5, backend=mps_emulation,
                        progress=False)
-    assert res.converged and 2e-5 < res.residual <= 3e-4
+    # (the last residual is float32 rounding noise: between 5e-6 and 3e-4 over grids and FP
+    # solvers, so only its bound is asserted)
+    assert res.converged and res.residual <= 3e-4
 
 
 def test_warm_start_from_nearby_parameters_saves_iterations():

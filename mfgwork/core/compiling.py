@@ -92,9 +92,10 @@ class CheckedCompile:
         if self.active is False:
             return self.fn(*args, **kwargs)
         eager = self.fn(*args, **kwargs)
+        expected = [a.clone() for a in _flat(eager)]   # fn may write into a buffer it is given
         try:
             out = self.compiled(*args, **kwargs)
-            worst = max(_relative_difference(a, b) for a, b in zip(_flat(out), _flat(eager),
+            worst = max(_relative_difference(a, b) for a, b in zip(_flat(out), expected,
                                                                      strict=True))
             self.active = worst <= self.rtol
             self.reason = (f"compiled (first call within {worst:.1e} of eager)" if self.active

@@ -5,7 +5,9 @@ and for the small arrays of a finite-difference time step the launch, not the ar
 what costs. :func:`kernel_launches` runs a function under the profiler (on any device; under
 :func:`mfgwork.mps_emulation` on the CPU) and counts the leaf ``aten`` operations that touch
 data: views and allocations (``slice``, ``view``, ``empty``, …) launch nothing and are left
-out; composite operations count through the kernels they call.
+out; composite operations count through the kernels they call, and an operation whose calls
+are all kernel-free (``clamp`` converting its bound, ``bmm`` resolving conjugation) is one
+kernel itself.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 NO_KERNEL = frozenset({
-    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::slice", "aten::select",
+    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty", "aten::slice",
+    "aten::select",
     "aten::view", "aten::_unsafe_view", "aten::as_strided", "aten::expand", "aten::unsqueeze",
     "aten::squeeze", "aten::reshape", "aten::alias", "aten::t", "aten::transpose",
     "aten::permute", "aten::narrow", "aten::detach", "aten::lift_fresh", "aten::unbind",
@@ -23,6 +26,8 @@ NO_KERNEL = frozenset({
     "aten::result_type", "aten::to", "aten::_to_copy_noop", "aten::broadcast_tensors",
     "aten::expand_as", "aten::view_as", "aten::contiguous", "aten::_reshape_alias",
     "aten::resize_", "aten::set_", "aten::_has_compatible_shallow_copy_type",
+    "aten::unfold", "aten::mT", "aten::movedim", "aten::moveaxis", "aten::flatten",
+    "aten::unflatten", "aten::diagonal", "aten::split_with_sizes",
 })
 
 
@@ -35,9 +40,14 @@ def kernel_launches(fn: Callable[..., Any], *args: Any, **kwargs: Any
         out = fn(*args, **kwargs)
     counts: Counter[str] = Counter()
     for event in prof.events():
-        if not event.name.startswith("aten::") or event.name in NO_KERNEL:
-            continue
-        if any(child.name.startswith("aten::") for child in event.cpu_children):
-            continue  # a composite: its children are counted
-        counts[event.name] += 1
+        if event.name.startswith("aten::") and event.name not in NO_KERNEL and not any(
+                _launches(child) for child in event.cpu_children):
+            counts[event.name] += 1   # a kernel (a composite's are counted at its calls)
     return out, counts
+
+
+def _launches(event: Any) -> bool:
+    """Whether ``event`` or an operation it calls launches a kernel."""
+    if not event.name.startswith("aten::"):
+        return False
+    return event.name not in NO_KERNEL or any(_launches(c) for c in event.cpu_children)

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from ...problems.hamiltonians import Hamiltonian, Quadratic
 
 QUADRATIC = Quadratic()
@@ -97,6 +99,87 @@ def _quadratic_system(u: Any, g: Any, rhs: Any, c: StepConstants, xp: Any
     residual = (u * c.inv_dt - rhs - c.nu_inv_hw * (g[..., 1:] - g[..., :-1])
                 + hamiltonian)
     return lower, diag, upper, residual
+
+
+class SystemConstants(NamedTuple):
+    """The u-independent parts of :func:`stacked_system` for one solver (torch tensors)."""
+
+    bands0: Any    # (..., 3, n): lower0, 1/Δt − lower0 − upper0, upper0
+    mix: Any       # (4, k): how the k u-dependent rows enter (lower, diag, upper, R)
+    bounds: Any    # ½|p|²: clamp bounds (..., 6, 2, n), see stacked_system
+    diffusion: Any  # (..., 2, n): ν/(h w_i) where the edges i − 1 and i are inside
+    inv_h: Any     # 1/h
+    inv_dt: Any    # 1/Δt
+    x: Any         # the nodes x_i
+
+
+def system_constants(c: StepConstants, hamiltonian: Hamiltonian, h: float, asarray: Any
+                     ) -> SystemConstants:
+    """:class:`SystemConstants` from the :class:`StepConstants` ``c`` of the same grid."""
+    import torch
+
+    bands0 = torch.stack(torch.broadcast_tensors(c.lower0, c.inv_dt - c.lower0 - c.upper0,
+                                                 c.upper0), dim=-2)
+    diffusion = -bands0[..., ::2, :]
+    if type(hamiltonian) is Quadratic:   # rows g₊_{i−1}, g₋_i, their squares, the diffusion
+        mix = np.array([[-1.0, 0, 0, 0, 0, 0], [1, -1, 0, 0, 0, 0], [0, 1, 0, 0, 0, 0],
+                        [0, 0, 0.5, 0.5, h**2, -h**2]]) / h**2
+    else:                                # rows ∂Ĥ/∂q_{i−1}, ∂Ĥ/∂q_i, Ĥ, the diffusion
+        mix = np.array([[-1.0 / h, 0, 0, 0, 0], [1 / h, -1 / h, 0, 0, 0],
+                        [0, 1 / h, 0, 0, 0], [0, 0, 1, 1, -1]])
+    one, inf = torch.ones_like(diffusion), torch.full_like(diffusion, np.inf)
+    sign_low = 0 * one + asarray([[0.0], [-np.inf]])     # g₊_{i−1} ≥ 0, g₋_i free below
+    sign_high = 0 * one + asarray([[np.inf], [0.0]])
+    low = [one, sign_low, diffusion, sign_low, sign_low, -inf]
+    high = [one, sign_high, diffusion, sign_high, sign_high, inf]
+    bounds = tuple(torch.stack(torch.broadcast_tensors(*rows), dim=-3) for rows in (low, high))
+    return SystemConstants(bands0, asarray(mix), bounds, diffusion, c.inv_h, c.inv_dt, c.x)
+
+
+def stacked_system(u: Any, neg_rhs: Any, work: tuple[Any, Any], c: SystemConstants, xp: Any,
+                   hamiltonian: Hamiltonian, m: Any = None) -> Any:
+    """The rows (lower, diag, upper, R) (..., 4, n) of J(u) du = R(u), Newton's step,
+    ``neg_rhs`` = −(u^{n+1}/Δt + F^n), ``m`` the density H sees.
+
+    ``work``: (``system0``, ``diff``): ``system0`` (..., 4, n) holding the u-independent
+    bands (lower0, diag0, upper0) in its first rows, its last receives u/Δt − rhs; ``diff``
+    (..., 2n) with zeros at both ends receives the edge differences g = h q twice, as the
+    rows g_{i−1} and g_i (g = 0 across the walls). The u-dependent rows enter as one matrix
+    product with ``c.mix``: for ½|p|² one clamp of (g_{i−1}, g_i) against ``c.bounds`` gives
+    [1, g±, λ, g±, g±, g] (g± = (g₊_{i−1}, g₋_i), λ = ν/(h w) where the edge is inside, a
+    clamp between equal bounds being that bound) and one product of its halves gives g±,
+    g±², λ g: five kernels with the differences, u/Δt − rhs and the product-and-add.
+    """
+    import torch
+
+    system0, diff = work
+    torch.addcmul(neg_rhs, u, c.inv_dt, out=system0[..., 3, :])
+    n = u.shape[-1]
+    pair = u.shape[:-1] + (2, n - 1)
+    torch.sub(u[..., None, 1:].expand(pair), u[..., None, :-1].expand(pair),
+              out=diff[..., 1:-1].unflatten(-1, (2, n - 1)))
+    edges = diff.unflatten(-1, (2, n))                       # (..., 2, n): g_{i−1}, g_i
+    if type(hamiltonian) is Quadratic:
+        parts = torch.clamp(edges[..., None, :, :], *c.bounds)
+        rows = (parts[..., 3:, :, :] * parts[..., :3, :, :]).flatten(-3, -2)
+    else:
+        q = edges * c.inv_h
+        value, d_left, d_right = hamiltonian.numerical(c.x, q[..., 0, :], q[..., 1, :], m, xp)
+        rows = torch.cat([*(torch.broadcast_to(v, u.shape)[..., None, :]
+                            for v in (d_left, d_right, value)), c.diffusion * edges], dim=-2)
+    return _plus_product(system0, c.mix, rows)
+
+
+def _plus_product(base: Any, matrix: Any, rows: Any) -> Any:
+    """base + matrix @ rows in one kernel (``addmm``, batched ``baddbmm``)."""
+    import torch
+
+    if rows.ndim == 2:
+        return torch.addmm(base, matrix, rows)
+    flat = rows.reshape((-1,) + rows.shape[-2:])
+    out = torch.baddbmm(base.reshape((-1,) + base.shape[-2:]),
+                        matrix.expand((flat.shape[0],) + matrix.shape), flat)
+    return out.reshape(base.shape)
 
 
 def _pad_left(v: Any, xp: Any) -> Any:

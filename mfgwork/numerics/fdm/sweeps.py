@@ -15,14 +15,16 @@ error left after a last update δ is about C δ², so an update of 0.1·√tol l
 near tol.
 
 Every array operation of a time step is a kernel launch on a device, so the generic path
-keeps them few: the Jacobian bands and the residual come from one pass over the edge
-differences (:func:`.operators.newton_system`), the tridiagonal solve is a PCR on the
-stacked unit-diagonal system, the FP matrices of all time steps are reduced at once before
-the sweep (:func:`.tridiag.pcr_factor`), so that an FP step only applies the reduction to
-its right-hand side, and the Newton update size is checked once per sweep. On CUDA each sweep
-is recorded once as a CUDA graph and replayed (``cuda_graphs``); ``compile_steps`` fuses a
-time step's kernels with ``torch.compile`` (checked against the eager step at its first call,
-see :mod:`mfgwork.core.compiling`).
+keeps them few (3 ⌈log2 nx⌉ + 6 per Newton iteration, see ``tests/test_torch_path.py``):
+the workspaces and the u-independent rows of the Newton system are made once per sweep,
+the Jacobian bands and the residual come from one clamp and one product-and-add
+(:func:`.operators.stacked_system`), the tridiagonal solve is a PCR of three kernels a level
+(:func:`.tridiag.pcr_stacked`), the FP matrices of all time steps are reduced at once before
+the sweep (:func:`.tridiag.pcr_factor`; inverted where they fit, so that an FP step is one
+matrix-vector product), and the Newton update size is checked once per sweep. On CUDA each
+sweep is recorded once as a CUDA graph and replayed (``cuda_graphs``); ``compile_steps``
+fuses a time step's kernels with ``torch.compile`` (checked against the eager step at its
+first call, see :mod:`mfgwork.core.compiling`).
 """
 
 from __future__ import annotations
@@ -38,10 +40,31 @@ from ...core.errors import ParameterError, SolverError
 from ...core.grid import Grid
 from ...problems.hamiltonians import Hamiltonian, Power, Quadratic
 from .kernels import FDKernels, fdm_kernels
-from .operators import StepConstants, jacobian_bands, newton_system, step_constants, transpose_bands
-from .tridiag import pcr_apply, pcr_factor
+from .operators import (
+    StepConstants,
+    SystemConstants,
+    jacobian_bands,
+    newton_system,
+    stacked_system,
+    step_constants,
+    system_constants,
+    transpose_bands,
+)
+from .tridiag import (
+    full_float32_products,
+    pcr_apply,
+    pcr_apply_padded,
+    pcr_factor,
+    pcr_padding,
+    pcr_reduce,
+    pcr_workspace,
+)
 
 MAX_NEWTON = 50
+#: The most entries (problems × nt × nx²) for which the device FP sweep forms the inverse
+#: step matrices (one kernel a step instead of two a PCR level; 8 Mi entries: 32 MiB in
+#: float32, formed in ⌈log2 nx⌉ wide kernels).
+DENSE_FP_ENTRIES = 1 << 23
 
 
 def newton_step(u: Any, rhs: Any, c: StepConstants, m: Any = None, *, solve: Any, xp: Any,
@@ -52,28 +75,24 @@ def newton_step(u: Any, rhs: Any, c: StepConstants, m: Any = None, *, solve: Any
     return u - du, du
 
 
-def hjb_time_step(u: Any, u_next: Any, F_n: Any, c: StepConstants, m: Any = None, *,
-                  steps: int, newton: Any) -> tuple[Any, Any, Any]:
-    """One HJB time step: ``steps`` iterations of ``newton`` (:func:`newton_step`, or its
-    compiled form) from ``u``; returns u, the last update and the one before it."""
-    rhs = u_next * c.inv_dt + F_n
-    u, du = newton(u, rhs, c, m)
-    before = du
-    for _ in range(steps - 1):
-        before = du
-        u, du = newton(u, rhs, c, m)
-    return u, du, before
+def device_newton_step(u: Any, neg_rhs: Any, work: tuple[Any, ...], c: SystemConstants,
+                       m: Any = None, *, xp: Any, hamiltonian: Hamiltonian) -> tuple[Any, Any]:
+    """One Newton iteration on a device (``neg_rhs`` = −(u^{n+1}/Δt + F^n)): the system of
+    :func:`.operators.stacked_system` reduced by PCR; returns the new u = u − d/diagonal (the
+    last division folded into the update) and the reduced rows (diagonal, d) (..., 2, n),
+    whose ratio is the update. ``work``: the system and edge-difference workspaces and the
+    PCR workspace."""
+    import torch
+
+    system0, diff, pcr_work = work
+    reduced = pcr_reduce(stacked_system(u, neg_rhs, (system0, diff), c, xp, hamiltonian, m),
+                         pcr_work)
+    return torch.addcdiv(u, reduced[..., 1, :], reduced[..., 0, :], value=-1.0), reduced
 
 
 def relative_update(du: Any, u: Any, xp: Any) -> Any:
     """max|du| / (1 + max|u|) over the last axis."""
     return xp.max(xp.abs(du), axis=-1) / (1.0 + xp.max(xp.abs(u), axis=-1))
-
-
-def fp_time_step(mu: Any, scale_n: Any, levels_n: list[Any]) -> Any:
-    """One FP step on the device: μ^{n+1} from μ^n, the factored J(u^n)ᵀ (PCR levels) and
-    ``scale_n`` = 1/(Δt diag)."""
-    return pcr_apply(levels_n, mu * scale_n)
 
 
 def _host(a: Any) -> np.ndarray:
@@ -130,7 +149,10 @@ class FiniteDifferences:
                                       backend.asarray)
         self._newton = partial(newton_step, solve=self._solve, xp=backend.xp,
                                hamiltonian=self.hamiltonian)
-        self._fp_step = fp_time_step
+        self._device_newton = partial(device_newton_step, xp=backend.xp,
+                                      hamiltonian=self.hamiltonian)
+        self._system: SystemConstants | None = None
+        self._fp_step = pcr_apply_padded
         self._pending: list[tuple[Any, Any]] = []  # fused sweeps' status, read back later
         self._nu_device: Any = None
         self.use_cuda_graphs = (backend.kind == "cuda" and self.kernels.cuda_graphs
@@ -141,13 +163,14 @@ class FiniteDifferences:
             else (None, "the CPU runs compiled loops and LAPACK"))
         if mode is not None:
             rtol = 512 * backend.eps
-            self._newton = CheckedCompile(self._newton, mode, "HJB Newton step", rtol)
-            self._fp_step = CheckedCompile(fp_time_step, mode, "FP time step", rtol)
+            self._device_newton = CheckedCompile(self._device_newton, mode, "HJB Newton step",
+                                                 rtol)
+            self._fp_step = CheckedCompile(pcr_apply_padded, mode, "FP time step", rtol)
 
     @property
     def compiled_steps(self) -> dict[str, Any]:
         """Whether the time steps run ``torch.compile``d, and why (or why not)."""
-        step = self._newton
+        step = self._device_newton
         if isinstance(step, CheckedCompile):
             return {"compiled": bool(step.active), "reason": step.reason}
         return {"compiled": False, "reason": self.compile_reason}
@@ -307,40 +330,62 @@ class FiniteDifferences:
         return self._from_host(mu)
 
     def _hjb_array(self, U_T: Any, F: Any, guess: Any | None, max_newton: int = MAX_NEWTON,
-                   adaptive: bool = True, density: Any | None = None) -> tuple[Any, Any]:
-        """The array-API sweep: Newton to ``newton_tol`` per step (``adaptive``, host reads)
-        or ``max_newton`` steps each, returning U and the largest last two updates."""
+                   density: Any | None = None) -> tuple[Any, Any]:
+        """The array-API sweep on the host: Newton to ``newton_tol`` per step (host reads),
+        at most ``max_newton`` iterations; returns U and zeros (no pending updates)."""
         xp, g = self.backend.xp, self.grid
         levels: list[Any] = [None] * (g.nt + 1)
         levels[g.nt] = U_T + 0.0 * F[..., 0, :]
-        updates: list[Any] = []   # (last, last but one) Newton update of each time step
         for n in range(g.nt - 1, -1, -1):
             u_next = levels[n + 1]
             u = u_next if guess is None else guess[..., n, :]
             m = None if density is None else density[..., n, :]
-            if adaptive:
-                rhs = u_next * self._consts.inv_dt + F[..., n, :]
-                for _ in range(max_newton):
-                    u, du = self._newton(u, rhs, self._consts, m)
-                    self.newton_iterations += 1
-                    if float(xp.max(relative_update(du, u, xp))) <= self.newton_tol:
-                        break
-                else:
-                    raise SolverError(f"HJB Newton did not converge at time step n={n} "
-                                      f"(t={g.t[n]:.6g}) in {max_newton} iterations")
+            rhs = u_next * self._consts.inv_dt + F[..., n, :]
+            for _ in range(max_newton):
+                u, du = self._newton(u, rhs, self._consts, m)
+                self.newton_iterations += 1
+                if float(xp.max(relative_update(du, u, xp))) <= self.newton_tol:
+                    break
             else:
-                u, du, before = hjb_time_step(u, u_next, F[..., n, :], self._consts, m,
-                                              steps=max_newton, newton=self._newton)
-                updates += [du, before]
+                raise SolverError(f"HJB Newton did not converge at time step n={n} "
+                                  f"(t={g.t[n]:.6g}) in {max_newton} iterations")
             levels[n] = u
-        U = xp.stack(levels, axis=-2)
-        if adaptive:
-            return U, xp.zeros_like(F[..., 0, 0])
-        # the largest last and last-but-one updates, checked once per sweep (no host read
-        # inside the time loop)
-        du = xp.stack(updates, axis=-2)
-        du = xp.reshape(du, du.shape[:-2] + (g.nt, 2, g.nx))
-        size = relative_update(du, xp.flip(U[..., :-1, None, :], axis=-3), xp)
+        return xp.stack(levels, axis=-2), xp.zeros_like(F[..., 0, 0])
+
+    def _device_constants(self) -> SystemConstants:
+        if self._system is None:
+            self._system = system_constants(self._consts, self.hamiltonian, self.grid.h,
+                                            self.backend.asarray)
+        return self._system
+
+    def _hjb_device(self, U_T: Any, F: Any, guess: Any | None, steps: int,
+                    density: Any | None) -> tuple[Any, Any]:
+        """The device sweep: ``steps`` Newton iterations per time step (no host read), in
+        workspaces allocated once per sweep; returns U and the largest relative last and
+        last-but-one Newton updates, (2,), computed after the time loop."""
+        import torch
+
+        g, c, xp = self.grid, self._device_constants(), self.backend.xp
+        u = U_T + 0.0 * F[..., 0, :]
+        system0 = u.new_empty(u.shape[:-1] + (4, g.nx))
+        system0[..., :3, :] = c.bands0
+        work = (system0, u.new_zeros(u.shape[:-1] + (2 * g.nx,)), pcr_workspace(system0))
+        neg_F = -F
+        levels, updates = [u], []   # updates: the last and the last but one of each step
+        for n in range(g.nt - 1, -1, -1):
+            neg_rhs = torch.addcmul(neg_F[..., n, :], u, c.inv_dt, value=-1.0)
+            m = None if density is None else density[..., n, :]
+            u = u if guess is None else guess[..., n, :]
+            du = before = None
+            for _ in range(steps):
+                before = du
+                u, du = self._device_newton(u, neg_rhs, work, c, m)
+            levels.append(u)
+            updates += [du, du if before is None else before]
+        U = torch.stack(levels[::-1], dim=-2)
+        reduced = torch.stack(updates, dim=-3).unflatten(-3, (g.nt, 2))   # (..., nt, 2, 2, n)
+        du = reduced[..., 1, :] / reduced[..., 0, :]
+        size = relative_update(du, xp.flip(U[..., :-1, None, :], axis=-3), xp)  # (..., nt, 2)
         return U, xp.max(xp.reshape(xp.moveaxis(size, -1, 0), (2, -1)), axis=1)
 
     def _hjb_fixed(self, U_T: Any, F: Any, guess: Any | None, steps: int,
@@ -351,7 +396,8 @@ class FiniteDifferences:
         def sweep(U_T: Any, F: Any, *rest: Any) -> tuple[Any, Any]:
             it = iter(rest)
             guess, density = (next(it) if g else None for g in given)
-            return self._hjb_array(U_T, F, guess, steps, adaptive=False, density=density)
+            with full_float32_products(F):
+                return self._hjb_device(U_T, F, guess, steps, density)
 
         args = tuple(a for a in (U_T, F, guess, density) if a is not None)
         return self._graphed(("hjb", steps, *given), sweep, args)
@@ -421,18 +467,46 @@ class FiniteDifferences:
                                                g.h, g.dt, self.inv_hw, xp, self.hamiltonian,
                                                self.x, density)
         lt, dg, ut = transpose_bands(lower, diag, upper, xp)
-        masses = [mu0 + 0.0 * U[..., 0, :]]
         if self.backend.is_accelerator and source is None:
-            # every step's matrix is known: reduce them at once
-            inv_diag, levels = pcr_factor(lt, dg, ut)
-            scale = inv_diag * self._consts.inv_dt
-            for n in range(g.nt):
-                masses.append(self._fp_step(masses[n], scale[..., n, :],
-                                            [w[..., n, :, :] for w in levels]))
-        else:
-            for n in range(g.nt):
-                rhs = masses[n] * self._consts.inv_dt
-                if source is not None:
-                    rhs = rhs + source[..., n, :]
-                masses.append(self._solve(lt[..., n, :], dg[..., n, :], ut[..., n, :], rhs))
+            with full_float32_products(U):
+                return self._fp_device(lt, dg, ut, mu0 + 0.0 * U[..., 0, :])
+        masses = [mu0 + 0.0 * U[..., 0, :]]
+        for n in range(g.nt):
+            rhs = masses[n] * self._consts.inv_dt
+            if source is not None:
+                rhs = rhs + source[..., n, :]
+            masses.append(self._solve(lt[..., n, :], dg[..., n, :], ut[..., n, :], rhs))
         return xp.stack(masses, axis=-2)
+
+    def _fp_device(self, lower: Any, diag: Any, upper: Any, mu0: Any) -> Any:
+        """The FP sweep on a device, μ^{n+1} = (Δt J_nᵀ)⁻¹ μ^n for the bands (..., nt, n) of
+        J_nᵀ. Every step's matrix is known, so they are reduced at once (:func:`.tridiag.
+        pcr_factor`, with 1/(Δt diag) folded into the first level). Where the matrices
+        (Δt J_nᵀ)⁻¹ of all steps fit in ``DENSE_FP_ENTRIES`` entries, they are formed by
+        applying the reduction to the unit vectors and a step is one matrix-vector product
+        (nonnegative entries and μ: no cancellation; columns summing to one); otherwise a
+        step is two kernels per level, reading μ^n from and writing μ^{n+1} into a
+        zero-padded row."""
+        import torch
+        from torch.nn.functional import pad as pad_with_zeros
+
+        g, n = self.grid, self.grid.nx
+        inv_diag, levels = pcr_factor(lower, diag, upper)
+        scale = pad_with_zeros(inv_diag * self._consts.inv_dt, (1, 1)).unfold(-1, n, 1)
+        levels[0] = levels[0] * scale                     # w_k(i) · scale_{i + k − 1}
+        if mu0[..., 0].numel() * g.nt * n * n <= DENSE_FP_ENTRIES:
+            # inverse[..., k, j, :] = (Δt J_kᵀ)⁻¹ e_j
+            inverse = pcr_apply([w[..., None, :, :] for w in levels],
+                                torch.eye(n, dtype=mu0.dtype, device=mu0.device))
+            masses = [mu0]
+            for k in range(g.nt):
+                masses.append((masses[k][..., None, :] @ inverse[..., k, :, :])[..., 0, :])
+            return torch.stack(masses, dim=-2)
+        pad = pcr_padding(n)
+        rows = mu0.new_zeros(mu0.shape[:-1] + (g.nt + 1, n + 2 * pad))
+        rows[..., 0, pad:pad + n] = mu0
+        work = mu0.new_zeros(mu0.shape[:-1] + (n + 2 * pad,))
+        for k in range(g.nt):
+            self._fp_step([w[..., k, :, :] for w in levels], rows[..., k, :], work,
+                          rows[..., k + 1, pad:pad + n])
+        return rows[..., pad:pad + n]
