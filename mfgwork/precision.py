@@ -96,43 +96,50 @@ def float64_residuals(results: list[Result], problems: Sequence[MFGProblem], be:
 
 def finish_in_float64(results: list[Result], problems: Sequence[MFGProblem], be: Backend,
                       tol: float, timings: dict[str, float],
-                      solve_again: Callable[[list[MFGProblem], list[Result], Backend],
+                      solve_again: Callable[[list[MFGProblem], list[Result] | None, Backend],
                                             list[Result]]) -> list[Result]:
     """``results`` of a float32 torch batch with the members that did not converge solved
-    again by ``solve_again(problems, initial, backend)`` in float64 on the same device,
-    started from their float32 iterates, and returned as float32 arrays certified again in
-    float64 (the cast is checked, not assumed); ``extra["finished"]`` records it, with the
-    float64 iterations. ``timings["finish"]``: the seconds spent."""
+    again by ``solve_again(problems, initial, backend)`` in float64 on the same device:
+    started from their float32 iterates, and those still open from the solver's own start
+    (``initial=None``; an iterate stuck far from the equilibrium can be a worse start).
+    Returned as float32 arrays certified again in float64 (the cast is checked, not
+    assumed); ``extra["finished"]`` records it, with the float64 iterations and the start.
+    ``timings["finish"]``: the seconds spent."""
     if be.name != "torch" or not has_float64(be):
         return results
-    open_ = [b for b, res in enumerate(results) if not res.converged and res.method == "fdm"]
-    if not open_:
-        return results
+    out = list(results)
     started = time.perf_counter()
     float64 = get_backend("torch", be.device, "float64")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)  # the count is warned below
-        again = solve_again([problems[b] for b in open_], [results[b] for b in open_], float64)
-    cast = [_as_float32(res) for res in again]
-    residuals = float64_residuals(cast, [problems[b] for b in open_], be)
-    out = list(results)
-    for b, before, res, residual in zip(open_, [results[b] for b in open_], cast, residuals,
-                                        strict=True):
-        record = {"dtype": "float64", "iterations": res.iterations, "residual": residual,
-                  "float32_residual": before.residual, "held": residual <= tol}
-        if residual <= tol:
-            out[b] = replace(res, params=before.params, residual=residual, converged=True,
-                             status="converged", iterations=before.iterations + res.iterations,
-                             extra=before.extra | {"finished": record}, timings=timings)
-        else:
-            out[b] = replace(before, extra=before.extra | {"finished": record})
+    for start in ("iterate", "solver"):
+        open_ = [b for b, res in enumerate(out) if not res.converged and res.method == "fdm"]
+        if not open_:
+            break
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)  # the count is warned below
+            again = solve_again([problems[b] for b in open_],
+                                [results[b] for b in open_] if start == "iterate" else None,
+                                float64)
+        cast = [_as_float32(res) for res in again]
+        residuals = float64_residuals(cast, [problems[b] for b in open_], be)
+        for b, res, residual in zip(open_, cast, residuals, strict=True):
+            before = results[b]
+            record = {"dtype": "float64", "start": start, "iterations": res.iterations,
+                      "residual": residual, "float32_residual": before.residual,
+                      "held": residual <= tol}
+            if residual <= tol:
+                out[b] = replace(res, params=before.params, residual=residual, converged=True,
+                                 status="converged", extra=before.extra | {"finished": record},
+                                 iterations=before.iterations + res.iterations,
+                                 timings=timings)
+            else:
+                out[b] = replace(out[b], extra=before.extra | {"finished": record})
     timings["finish"] = time.perf_counter() - started
     timings["total"] += timings["finish"]
     left = [r.residual for r in out if not r.converged]
     if left:
         warnings.warn(f"{len(left)} of {len(results)} float32 problems did not converge, also "
-                      f"when finished in float64 from their iterates (residual up to "
-                      f"{max(left):.3g} > tol={tol:g}); returning them with converged=False",
+                      f"when solved again in float64 (residual up to {max(left):.3g} > "
+                      f"tol={tol:g}); returning them with converged=False",
                       ConvergenceWarning, stacklevel=4)
     return out
 

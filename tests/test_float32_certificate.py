@@ -121,3 +121,27 @@ def test_batched_float64_certificate_agrees_with_one_numpy_best_response_each(ha
         one = importlib.import_module("mfgwork.best_response").residual_on(res, p, host)
         assert res.residual == pytest.approx(one, rel=1e-8, abs=1e-14)
         assert res.converged == (one <= TOL)
+
+
+def test_a_member_whose_float64_finish_fails_from_its_iterate_is_solved_from_the_start():
+    """finish_in_float64 tries the float32 iterate first, then the solver's own start."""
+    problems = _easy()[:2]
+    be = mw.get_backend("torch", "cpu", "float32")
+    opts = {k: v for k, v in F32.items() if k not in ("backend", "device", "dtype")}
+    unfinished = [dataclasses.replace(res, converged=False, status="stalled")
+                  for res in mw.solve_batch(problems, **F32)]
+    starts = []
+
+    def solve_again(members, initial, float64):
+        starts.append(initial is None)
+        if initial is not None:   # as if the iterates were a start Newton cannot leave
+            return [dataclasses.replace(r, M=r.M * 0.0 + r.M[:1]) for r in initial]
+        return mw.solve_batch(members, **(opts | {"backend": float64, "tol": 0.1 * TOL}))
+
+    timings = {"total": 0.0}
+    out = precision.finish_in_float64(unfinished, problems, be, TOL, timings, solve_again)
+    assert starts == [False, True]
+    for p, res in zip(problems, out, strict=True):
+        assert res.converged and res.extra["finished"]["start"] == "solver"
+        assert independent_residual(p, mw.to_numpy(res.M)) <= TOL
+    assert timings["finish"] > 0
