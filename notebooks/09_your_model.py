@@ -156,7 +156,7 @@ res = results[0]  # the NumPy float64 reference
 # reference to about $10^{-5}$ in $U$ and $10^{-4}$ in $M$ at the defaults (101 × 100): the
 # round-off of float32 carried through the time steps, and a stop at a looser `tol`. A float64
 # row on another device (CUDA) agrees to round-off. A float32 CUDA result that claims
-# convergence is re-certified by one best response in NumPy float64 on the host
+# convergence is certified again by one best response in float64
 # (`res.extra["certificate"]`); on MPS, which has no float64, the float32 certificate stands.
 # A single solve is a chain of small time steps, which suits one CPU core;
 # `08_accelerator_payoff.ipynb` shows where an accelerator pays off (batches, particles).
