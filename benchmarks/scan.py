@@ -47,8 +47,9 @@ import numpy as np
 
 import mfgwork as mw
 from mfgwork.workflows import scan as scan_module
+from mfgwork.workflows.scan_check import blocks
 from mfgwork.workflows.scan_solve import finish, solve_points
-from mfgwork.workflows.scan_store import block_shape, blocks, region_points
+from mfgwork.workflows.scan_store import block_shape, region_points
 
 
 def grid_spec(side: int) -> dict:
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = grid_spec(args.side)
     opts = {"nx": args.nx, "nt": args.nt, "tol": args.tol, "max_iter": args.max_iter,
             "dtype": args.dtype, "backend": args.backend}
-    be = scan_module.placement(args.device, args.backend, args.dtype)
+    be, _ = scan_module.placement(args.device, args.backend, args.dtype)
     plan = scan_module.make_plan(mw.SantaFeBar, spec, None, opts, ("M", "U"))
     n = int(np.prod(plan.shape))
     chunk = args.chunk_size or scan_module.points_per_block(be, args.nx, args.nt, 2, n)
@@ -174,7 +175,7 @@ def hard_box(args: argparse.Namespace) -> int:
     opts = {"nx": args.nx, "nt": args.nt, "tol": args.tol, "max_iter": args.max_iter,
             "dtype": args.dtype, "backend": args.backend}
     plan = scan_module.make_plan(mw.SantaFeBar, spec, {"sigma": 0.3}, opts, ("M", "U"))
-    be = scan_module.placement(args.device, args.backend, args.dtype)
+    be, _ = scan_module.placement(args.device, args.backend, args.dtype)
     host = mw.get_backend("numpy")
     n = int(np.prod(plan.shape))
     chunk = args.chunk_size or scan_module.points_per_block(be, args.nx, args.nt, 2, n)
