@@ -25,7 +25,7 @@ from .numerics.iteration import FPSolver, HJBSolver, frozen_args, relative_resid
 from .numerics.particles import ParticleFP
 from .numerics.populations import populations_residual
 from .problems import TwoStateElFarol, problem_from_params
-from .problems.base import MFGProblem, batch_coupling
+from .problems.base import MFGProblem, batch_coupling, member_arrays
 from .problems.populations import Populations
 from .problems.two_d import MFGProblem2D
 
@@ -115,10 +115,10 @@ def batch_residuals_on(results: list[Any], problems: list[MFGProblem], be: Backe
                            hamiltonian=problems[0].hamiltonian, compile_steps=False)
     z = coupling.state(M)
     frozen = frozen_args(coupling, z)
-    U = fd.solve_hjb(xp.stack([p.terminal_cost(grid, be) for p in problems]),
+    U = fd.solve_hjb(member_arrays(problems, "terminal_cost", grid, be),
                      coupling.running_cost(z), xp.stack([be.asarray(r.U) for r in results]),
                      *frozen)
-    m0 = xp.stack([p.initial_density(grid, be) for p in problems])
+    m0 = member_arrays(problems, "initial_density", grid, be)
     gz = coupling.state(fd.solve_fp(U, m0, *frozen))
     fd.check_newton()
     return np.asarray(to_numpy(relative_residual(gz, z, xp, batched=True)), dtype=np.float64)

@@ -41,7 +41,7 @@ from .numerics.potential import PotentialNewton
 from .placement import placement
 from .precision import certify_in_float64, finish_in_float64, has_float64
 from .problems import TwoStateElFarol
-from .problems.base import MFGProblem, batch_coupling
+from .problems.base import MFGProblem, batch_coupling, member_arrays
 from .results import Result, derive_status
 from .warm_start import density_on, initial_state, per_problem
 
@@ -312,9 +312,8 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
         return results
     tol = _reachable_tol(tol, be)
     warm = initial_state(initial, problems, grid, be, batched=True)
-    xp = be.xp
-    m0 = xp.stack([p.initial_density(grid, be) for p in problems])
-    U_T = xp.stack([p.terminal_cost(grid, be) for p in problems])
+    m0 = member_arrays(problems, "initial_density", grid, be)
+    U_T = member_arrays(problems, "terminal_cost", grid, be)
     couplings = [p.coupling(grid, be) for p in problems]
     coupling = batch_coupling(couplings, be)
     fd = FiniteDifferences(grid, np.array([[p.nu] for p in problems]), be,

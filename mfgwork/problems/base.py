@@ -11,7 +11,7 @@ The optimal control is α* = −∂p H(x, ∂x u, m): for ½|p|², dX = −∂x 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,6 +193,31 @@ class Coupling:
         """Couplings of this type side by side along a leading batch axis (overridden where
         the batch can be computed in one go; by default, one problem after the other)."""
         return BatchCoupling(couplings, backend)
+
+
+#: the data callable behind each per-problem array of :func:`member_arrays`
+MEMBER_DATA = {"initial_density": "m0", "terminal_cost": "g"}
+
+
+def member_arrays(problems: Sequence[MFGProblem], name: str, grid: Grid,
+                  backend: Backend) -> Any:
+    """``problem.<name>(grid, backend)`` of each problem stacked on a leading axis
+    (``name``: "initial_density" or "terminal_cost"), evaluated once per distinct data
+    callable (m0 or g, the same function object, read by the same method): a batch of Santa
+    Fe problems shares one Gaussian, computed and checked once instead of once per member
+    (a host round trip each on a device)."""
+    source = MEMBER_DATA[name]
+    seen: dict[tuple[int, int], Any] = {}
+    keep = []   # the callables, alive while their ids are keys
+    arrays = []
+    for problem in problems:
+        fn, method = getattr(problem, source), getattr(type(problem), name)
+        key = (id(fn), id(method))
+        if key not in seen:
+            keep.append((fn, method))
+            seen[key] = getattr(problem, name)(grid, backend)
+        arrays.append(seen[key])
+    return backend.xp.stack(arrays)
 
 
 def batch_coupling(couplings: list[Coupling], backend: Backend) -> Coupling:

@@ -13,7 +13,7 @@ control volume with θ > 0 (½ at θ = 0 when 0 is a grid point), and A = Σ_i w
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -172,8 +172,16 @@ class AttendanceCoupling(Coupling):
 
     def __init__(self, problem: SantaFeBar, grid: Grid, backend: Backend) -> None:
         self.problem, self.backend = problem, backend
-        self.chi_np = attendance_weights(grid)[0]
-        self.chi, self.attendance_weights = map(backend.asarray, attendance_weights(grid))
+        self.chi_np, self._weights_np = attendance_weights(grid)
+
+    # on the backend when first used: a batch's stacked coupling reads its first member's
+    @cached_property
+    def chi(self) -> Any:
+        return self.backend.asarray(self.chi_np)
+
+    @cached_property
+    def attendance_weights(self) -> Any:
+        return self.backend.asarray(self._weights_np)
 
     def state(self, M: Any) -> Any:
         return self.backend.xp.sum(M[1:, :] * self.attendance_weights, axis=-1)
