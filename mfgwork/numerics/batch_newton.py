@@ -209,10 +209,9 @@ class BatchNewton:
         self.jacobian_memory = (_quarter_of_free_memory(backend) if jacobian_memory is None
                                 else jacobian_memory)
         mps = backend.kind == "mps" or backend.emulate_mps
+        #: the dtype of the Newton systems, and of the coupling states z, their residuals and
+        #: directions (float64 around float32 sweeps: :class:`Float64State`)
         self.system_dtype = backend.dtype if mps else "float64"
-        #: the dtype of the coupling states z, their residuals and directions (see
-        #: :class:`Float64State`)
-        self.state_dtype = backend.dtype if mps else "float64"
         self.jacobian_dtype = jacobian_dtype or (
             "float32" if backend.kind == "cuda" else self.system_dtype)
         self.newton_steps = self.products = 0
@@ -243,7 +242,7 @@ class BatchNewton:
                              progress=progress)
             out.U, out.M = out.U[0], out.M[0]
             return out
-        if self.state_dtype != be.dtype:
+        if self.system_dtype != be.dtype:
             coupling = Float64State(coupling, be)
             z_init = None if z_init is None else xp.astype(z_init, xp.float64)
         evaluate = _evaluator(coupling, hjb, fp, U_T, m0, be)
