@@ -656,7 +656,7 @@ def _results(problems: Sequence[MFGProblem], grid: Any, be: Backend, out: FixedP
     host copy per observable for the whole batch (no per-member transfers)."""
     Us, Ms = (out.U, out.M) if batched else (out.U[None], out.M[None])
     x, t = be.asarray(grid.x), be.asarray(grid.t)
-    observables = [p.observables(grid, Ms[b], be) for b, p in enumerate(problems)]
+    observables = _member_observables(problems, grid, Ms, be)
     host: list[dict[str, np.ndarray]] = [{} for _ in problems]
     for key in dict.fromkeys(k for o in observables for k in o):
         having = [b for b, o in enumerate(observables) if key in o]
@@ -665,6 +665,7 @@ def _results(problems: Sequence[MFGProblem], grid: Any, be: Backend, out: FixedP
             host[b][key] = values[i]
     converged, residual, iterations = (np.asarray(to_numpy(v)).reshape(-1) for v in (
         out.converged, out.residual, out.iterations))
+    history = out.history.as_dict()   # the batch's: one record shared by its members
     results = []
     for b, p in enumerate(problems):
         params = p.params() | {"nx": grid.nx, "nt": grid.nt} | settings | {
@@ -674,11 +675,32 @@ def _results(problems: Sequence[MFGProblem], grid: Any, be: Backend, out: FixedP
         results.append(Result(
             x=x, t=t, U=Us[b], M=Ms[b], converged=bool(converged[b]),
             residual=float(residual[b]), status=status, iterations=int(iterations[b]),
-            history=out.history.as_dict(), params=params, timings=timings, backend=be.name,
+            history=history, params=params, timings=timings, backend=be.name,
             device=be.device, dtype=be.dtype, method=settings["method"],
             observables=observables[b], summary=p.summary(grid, host[b]),
             state_name=p.state_name, extra=extras[b]))
     return results
+
+
+def _member_observables(problems: Sequence[MFGProblem], grid: Any, Ms: Any, be: Backend
+                        ) -> list[dict[str, Any]]:
+    """Each member's observables (arrays where ``Ms`` is, views of the batch's): members
+    whose class marks ``observables`` as reading only the grid (:func:`~mfgwork.problems.base.
+    grid_only`) in one call per class on their stacked densities, the others one by one."""
+    out: list[dict[str, Any]] = [{} for _ in problems]
+    together: dict[Any, list[int]] = {}
+    for b, p in enumerate(problems):
+        method = type(p).observables
+        if getattr(method, "grid_only", False):
+            together.setdefault(method, []).append(b)
+        else:
+            out[b] = p.observables(grid, Ms[b], be)
+    for members in together.values():
+        stacked = Ms if len(members) == len(problems) else Ms[np.asarray(members)]
+        values = problems[members[0]].observables(grid, stacked, be)
+        for i, b in enumerate(members):
+            out[b] = {k: v[i] for k, v in values.items()}
+    return out
 
 
 def _progress_bar(progress: bool | None, total: int) -> Any:

@@ -16,7 +16,7 @@ import numpy as np
 from .core.backend import Backend, to_numpy
 from .core.errors import ParameterError
 from .core.grid import Grid
-from .problems.base import MFGProblem
+from .problems.base import MFGProblem, batch_coupling
 from .results import Result
 
 
@@ -29,18 +29,21 @@ def initial_state(initial: Any, problems: Sequence[MFGProblem], grid: Grid, be: 
     if initial is None:
         return {}
     items = per_problem(initial, len(problems), batched)
-    for item in items:
-        if isinstance(item, Result):
-            _check_finite(item)
-    if all(isinstance(r, Result) and _same_grid(r, grid) for r in items):
+    results = [r for r in items if isinstance(r, Result)]
+    _check_finite(results, be)
+    if len(results) == len(items) and all(_same_grid(r, grid) for r in results):
         xp = be.xp
-        M = [be.asarray(to_numpy(r.M)) for r in items]
-        U = [be.asarray(to_numpy(r.U)) for r in items]
+        M = [be.asarray(r.M) for r in results]
+        U = [be.asarray(r.U) for r in results]
         return ({"M_init": xp.stack(M), "U_init": xp.stack(U)} if batched
                 else {"M_init": M[0], "U_init": U[0]})
+    for p in problems:
+        _check_path_coupling(p, grid)
+    if len(results) == len(items) and _one_grid(results, problems):
+        return {"z_init": be.asarray(_result_paths(results, problems, grid, be)
+                                     if batched else _path(results[0], problems[0], grid))}
     paths = [_path(item, p, grid) for item, p in zip(items, problems, strict=True)]
-    z = be.asarray(np.stack(paths) if batched else paths[0])
-    return {"z_init": z}
+    return {"z_init": be.asarray(np.stack(paths) if batched else paths[0])}
 
 
 def per_problem(initial: Any, n: int, batched: bool) -> list[Any]:
@@ -67,30 +70,67 @@ def per_problem(initial: Any, n: int, batched: bool) -> list[Any]:
     return [arr]
 
 
-def _check_finite(result: Result) -> None:
+def _check_finite(results: Sequence[Result], be: Backend) -> None:
+    """Non-finite values in M or U of any warm-start Result are refused (the reductions run
+    where the arrays are, one transfer of the answer per array name)."""
+    xp = be.xp
     for name in ("M", "U"):
-        if not np.all(np.isfinite(np.asarray(to_numpy(getattr(result, name))))):
+        shapes: dict[tuple[int, ...], list[Any]] = {}
+        for r in results:
+            a = be.asarray(getattr(r, name))
+            shapes.setdefault(tuple(a.shape), []).append(a)
+        if any(not bool(xp.all(xp.isfinite(xp.stack(same)))) for same in shapes.values()):
             raise ParameterError(f"initial has non-finite values in {name}: a warm start "
                                  "must be finite")
 
 
 def _same_grid(result: Result, grid: Grid) -> bool:
-    return tuple(np.shape(to_numpy(result.M))) == (grid.nt + 1, grid.nx)
+    return tuple(np.shape(result.M)) == (grid.nt + 1, grid.nx)
 
 
-def _path(item: Any, problem: MFGProblem, grid: Grid) -> np.ndarray:
-    """The coupling state (levels 1..nt) of ``item`` on ``grid``: a path, or a Result's."""
+def _one_grid(results: Sequence[Result], problems: Sequence[MFGProblem]) -> bool:
+    """Whether Results of one shape start problems of one domain and horizon (their
+    coupling states then come from one batched computation)."""
+    return (len({tuple(np.shape(r.M)) for r in results}) == 1
+            and len({(p.x_min, p.x_max, p.T) for p in problems}) == 1)
+
+
+def _check_path_coupling(problem: MFGProblem, grid: Grid) -> None:
     if problem.coupling_size(grid.nx, grid.nt) != grid.nt:
         raise ParameterError(
             f"initial is invalid for {type(problem).__name__}: its coupling state is the "
             "density path, so it needs a Result on the same grid "
             f"(M of shape ({grid.nt + 1}, {grid.nx}))")
+
+
+def _levels(states: np.ndarray, old: Grid, grid: Grid) -> np.ndarray:
+    """Coupling states at the levels 0..nt of ``old`` interpolated linearly in time onto the
+    levels 1..nt of ``grid`` (the last axis)."""
+    flat = states.reshape(-1, states.shape[-1])
+    out = np.stack([np.interp(grid.t[1:], old.t, row) for row in flat])
+    return out.reshape(*states.shape[:-1], grid.nt)
+
+
+def _result_paths(results: Sequence[Result], problems: Sequence[MFGProblem], grid: Grid,
+                  be: Backend) -> np.ndarray:
+    """The coupling states (B, nt) on ``grid`` of Results on one other grid (a coarse
+    batch's): the states of all of them in one batched computation where their densities
+    are, then one transfer."""
+    M = be.xp.stack([be.asarray(r.M) for r in results])
+    old = problems[0].grid(M.shape[-1], M.shape[-2] - 1)
+    coupling = batch_coupling([p.coupling(old, be) for p in problems], be)
+    states = coupling.state(be.xp.concat([M[:, :1], M], axis=1))   # levels 0..nt of old
+    return _levels(np.asarray(to_numpy(states), dtype=np.float64), old, grid)
+
+
+def _path(item: Any, problem: MFGProblem, grid: Grid) -> np.ndarray:
+    """The coupling state (levels 1..nt) of ``item`` on ``grid``: a path, or a Result's."""
     if isinstance(item, Result):
         M = np.asarray(to_numpy(item.M), dtype=np.float64)
         old = problem.grid(M.shape[1], M.shape[0] - 1)
         host = problem.coupling(old, _numpy())
-        path = np.asarray(host.state(np.concatenate([M[:1], M])), dtype=np.float64)
-        return np.interp(grid.t[1:], old.t, path)
+        return _levels(np.asarray(host.state(np.concatenate([M[:1], M])), dtype=np.float64),
+                       old, grid)
     path = np.asarray(item, dtype=np.float64)
     if path.ndim != 1 or path.size < 2:
         raise ParameterError(f"initial has shape {path.shape}: a path must be ({grid.nt},) "

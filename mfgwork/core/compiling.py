@@ -76,24 +76,28 @@ def wants_compile(setting: bool | str, backend: Backend) -> tuple[str | None, st
 
 class CheckedCompile:
     """``fn`` under ``torch.compile(mode=mode)``, checked against eager ``fn`` at the first
-    call (relative difference at most ``rtol`` of the largest output value)."""
+    call (relative difference at most ``rtol`` of the largest output value).
+
+    ``torch.compile`` is called at that first call, not here: it imports TorchDynamo (seconds
+    in a fresh process), which a solve whose steps run in other kernels never needs."""
 
     def __init__(self, fn: Callable[..., Any], mode: str, what: str, rtol: float) -> None:
-        import torch
-
-        self.fn, self.what, self.rtol = fn, what, rtol
-        self.compiled = torch.compile(fn, mode=mode, dynamic=False)
+        self.fn, self.mode, self.what, self.rtol = fn, mode, what, rtol
+        self.compiled: Callable[..., Any] | None = None
         self.active: bool | None = None   # None until the first call has checked it
         self.reason = "not called yet"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.active:
-            return self.compiled(*args, **kwargs)
+            return self.compiled(*args, **kwargs)  # type: ignore[misc]
         if self.active is False:
             return self.fn(*args, **kwargs)
         eager = self.fn(*args, **kwargs)
         expected = [a.clone() for a in _flat(eager)]   # fn may write into a buffer it is given
         try:
+            import torch
+
+            self.compiled = torch.compile(self.fn, mode=self.mode, dynamic=False)
             out = self.compiled(*args, **kwargs)
             worst = max(_relative_difference(a, b) for a, b in zip(_flat(out), expected,
                                                                      strict=True))

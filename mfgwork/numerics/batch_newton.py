@@ -46,7 +46,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -72,9 +74,19 @@ class MemberPotentials:
     chi: np.ndarray
     members: tuple[ScalarPotential, ...]
 
-    def price_slope(self, z: np.ndarray, members: np.ndarray) -> np.ndarray:
-        """P'(z) (k, nt) of the problems ``members`` at their observed paths z (host)."""
-        return np.stack([self.members[b].price_slope(z[i]) for i, b in enumerate(members)])
+    def price_slope(self, z: np.ndarray, members: Sequence[int]) -> np.ndarray:
+        """P'(z) (k, nt) of the problems ``members`` at their observed paths z (host). Slopes
+        given as ``functools.partial`` of one function with scalar keywords (Santa Fe's) are
+        evaluated in one call with the keywords stacked per member; others one by one."""
+        slopes = [self.members[b].price_slope for b in members]
+        first = slopes[0]
+        if isinstance(first, partial) and not first.args and all(
+                isinstance(s, partial) and s.func is first.func and not s.args
+                and s.keywords.keys() == first.keywords.keys() for s in slopes):
+            keywords = {k: np.array([s.keywords[k] for s in slopes], dtype=np.float64)[:, None]
+                        for k in first.keywords}
+            return np.asarray(first.func(z, **keywords), dtype=np.float64)
+        return np.stack([s(z[i]) for i, s in enumerate(slopes)])
 
 
 def member_potentials(potentials: list[ScalarPotential | None]) -> MemberPotentials | None:

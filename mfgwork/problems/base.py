@@ -25,6 +25,14 @@ from .hamiltonians import Hamiltonian, Quadratic, check_hamiltonian
 ArrayFn = Callable[..., Any]
 
 
+def grid_only(observables: Callable[..., Any]) -> Callable[..., Any]:
+    """Marks an ``observables`` method that reads nothing of its problem but the grid: a
+    batch computes it once for all members of the class, on the stacked densities. An
+    override in a subclass is not marked unless it says so itself."""
+    observables.grid_only = True  # type: ignore[attr-defined]
+    return observables
+
+
 @dataclass(frozen=True, eq=False)
 class MFGProblem:
     """A user-defined MFG problem on an interval with reflecting walls.
@@ -109,6 +117,7 @@ class MFGProblem:
         return DensityCoupling(self.f, grid, backend,
                                congested=self.hamiltonian.depends_on_m)
 
+    @grid_only
     def observables(self, grid: Grid, M: Any, backend: Backend) -> dict[str, Any]:
         """Paths observed from densities ``M`` (..., nt+1, nx) on ``backend``, each shaped
         (..., nt+1): here the mean state E[x](t) = Σ_i w_i x_i m_i / Σ_i w_i m_i."""

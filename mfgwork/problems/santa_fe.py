@@ -13,7 +13,7 @@ control volume with θ > 0 (½ at θ = 0 when 0 is a grid point), and A = Σ_i w
 
 from __future__ import annotations
 
-from functools import cached_property, lru_cache
+from functools import cached_property, lru_cache, partial
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ import numpy as np
 from ..core.backend import Backend
 from ..core.errors import ParameterError, check_real
 from ..core.grid import Grid
-from .base import Coupling, DensityCoupling, MFGProblem, ScalarPotential
+from .base import Coupling, DensityCoupling, MFGProblem, ScalarPotential, grid_only
 from .hamiltonians import Hamiltonian, Quadratic, hamiltonian_from_params
 
 #: Largest |good|, |bad| accepted: the payoff times T is the scale of u, whose gradient the
@@ -121,6 +121,7 @@ class SantaFeBar(MFGProblem):
                                    observed=AttendanceCoupling(self, grid, backend))
         return AttendanceCoupling(self, grid, backend)
 
+    @grid_only
     def observables(self, grid: Grid, M: Any, backend: Backend) -> dict[str, Any]:
         """A(t) = Σ_i w_i 1{θ_i > 0} m_i and the mean preference E[θ](t)."""
         weights = backend.asarray(attendance_weights(grid)[1])
@@ -153,6 +154,14 @@ def attendance_weights(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
 def payoff(A: Any, threshold: Any, good: Any, bad: Any, eps: Any, xp: Any = np) -> Any:
     """F(A) = G − (G − B) s((A − A*)/ε); the parameters may be arrays (one per problem)."""
     return good - (good - bad) * logistic((A - threshold) / eps, xp)
+
+
+def logistic_price_slope(A: np.ndarray, *, threshold: Any, good: Any, bad: Any,
+                         eps: Any) -> np.ndarray:
+    """F'(A) = −(G − B) s'(x)/ε for x = (A − A*)/ε, s'(x) = e^(−|x|)/(1 + e^(−|x|))² (no
+    overflow where F saturates); the parameters may be arrays that broadcast against A."""
+    e = np.exp(-np.abs((A - threshold) / eps))
+    return -(good - bad) / eps * e / (1.0 + e) ** 2
 
 
 def gaussian_m0(theta: Any) -> Any:
@@ -196,12 +205,8 @@ class AttendanceCoupling(Coupling):
         """Santa Fe is a potential game with price y = F(A), F'(A) = −(G − B) s'(x)/ε for
         x = (A − A*)/ε, s'(x) = e^(−|x|)/(1 + e^(−|x|))² (no overflow where F saturates)."""
         p = self.problem
-
-        def price_slope(A: np.ndarray) -> np.ndarray:
-            e = np.exp(-np.abs((A - p.threshold) / p.eps))
-            return -(p.good - p.bad) / p.eps * e / (1.0 + e) ** 2
-
-        return ScalarPotential(chi=self.chi_np, price_slope=price_slope)
+        return ScalarPotential(chi=self.chi_np, price_slope=partial(
+            logistic_price_slope, threshold=p.threshold, good=p.good, bad=p.bad, eps=p.eps))
 
     @classmethod
     def stacked(cls, couplings: list[Coupling], backend: Backend) -> Coupling:

@@ -1,0 +1,84 @@
+"""Host work of batches done once for all members: the Results' observables, the warm
+start from a coarse batch, the Santa Fe price slopes of Newton's system, and no
+``torch.compile`` before a compiled step first runs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+
+import mfgwork as mw
+from mfgwork.core.backend import get_backend
+from mfgwork.numerics.batch_newton import member_potentials
+from mfgwork.problems.base import ScalarPotential
+from mfgwork.solve import _member_observables
+from mfgwork.warm_start import _path, _result_paths
+
+
+class OwnObservables(mw.SantaFeBar):
+    """Observables that read the problem (its threshold): never computed together."""
+
+    def observables(self, grid, M, backend):
+        return {"above": backend.xp.sum(M, axis=-1) * 0 + self.threshold}
+
+
+def _problems():
+    return [mw.SantaFeBar(threshold=a, sigma=s) for a, s in ((0.4, 0.5), (0.7, 0.9))]
+
+
+def test_observables_of_a_batch_equal_each_members_own():
+    problems = _problems() + [OwnObservables(threshold=0.55), mw.SantaFeBar(threshold=0.8)]
+    grid = problems[0].grid(31, 21)
+    rng = np.random.default_rng(3)
+    for be in (get_backend("numpy"), get_backend("torch", "cpu", "float64")):
+        Ms = be.asarray(rng.random((len(problems), grid.nt + 1, grid.nx)))
+        together = _member_observables(problems, grid, Ms, be)
+        for b, p in enumerate(problems):
+            own = p.observables(grid, Ms[b], be)
+            assert together[b].keys() == own.keys()
+            for k in own:
+                np.testing.assert_allclose(np.asarray(together[b][k]), np.asarray(own[k]),
+                                           rtol=1e-14, atol=0)
+        assert float(together[2]["above"][0]) == 0.55
+
+
+def test_price_slopes_of_members_in_one_call_equal_one_by_one():
+    problems = [mw.SantaFeBar(threshold=0.3 + 0.1 * k, eps=0.01 * (k + 1), good=5.0 + k)
+                for k in range(4)]
+    grid = problems[0].grid(41, 30)
+    be = get_backend("numpy")
+    potentials = [p.coupling(grid, be).potential() for p in problems]
+    z = np.random.default_rng(0).random((3, grid.nt))
+    members = [3, 0, 2]
+    batch = member_potentials(potentials).price_slope(z, members)
+    alone = np.stack([potentials[b].price_slope(z[i]) for i, b in enumerate(members)])
+    assert np.array_equal(batch, alone)
+    # a slope of another form among them: the members are evaluated one by one
+    mixed = potentials[:3] + [ScalarPotential(chi=potentials[0].chi,
+                                              price_slope=lambda A: -2.0 * np.ones_like(A))]
+    out = member_potentials(mixed).price_slope(z, [3, 1, 0])
+    assert np.array_equal(out[0], -2.0 * np.ones(grid.nt))
+    assert np.array_equal(out[1:], np.stack([potentials[1].price_slope(z[1]),
+                                             potentials[0].price_slope(z[2])]))
+
+
+def test_warm_start_paths_of_a_coarse_batch_equal_each_results_own():
+    problems = _problems()
+    be = get_backend("torch", "cpu", "float64")
+    coarse = mw.solve_batch(problems, nx=21, nt=21, backend=be, tol=1e-8, progress=False)
+    grid = problems[0].grid(41, 37)
+    batch = _result_paths(coarse, problems, grid, be)
+    alone = np.stack([_path(r, p, grid) for r, p in zip(coarse, problems, strict=True)])
+    assert batch.shape == (2, grid.nt)
+    np.testing.assert_allclose(batch, alone, rtol=1e-13, atol=1e-15)
+
+
+def test_a_checked_compile_imports_dynamo_only_when_first_called():
+    code = ("import sys; from mfgwork.core.compiling import CheckedCompile; "
+            "c = CheckedCompile(lambda x: x + 1, 'default', 'step', 1e-6); "
+            "print('torch._dynamo' in sys.modules, c.compiled is None)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["False", "True"]
