@@ -133,6 +133,7 @@ def batch_case(n: int, dtype: str, tol: float, sample: list[int], refs: dict) ->
     return {"case": "batch", "dtype": dtype, "batch": n, "time_s": elapsed,
             "hjb_s": phases["hjb"], "fp_s": phases["fp"], "coupling_s": phases["coupling"],
             "outside_iterations_s": elapsed - sum(phases.values()),
+            "results_s": r.timings.get("results"),
             "iterations": len(r.history["residual"]),
             "newton_iterations": r.extra.get("newton_iterations"),
             "per_iteration_ms": {k: [round(1e3 * v, 3) for v in r.history[f"time_{k}"]]
@@ -291,14 +292,15 @@ def print_tables(rows: list[dict], args: argparse.Namespace) -> None:
               f"{ratios}  {err}")
     print(f"\n{'phases':<6} {'dtype':<8} {'problems':>8} {'HJB/it':>10} {'FP/it':>10} "
           f"{'other/it':>10} {'HJB, last 10':>12} {'FP, last 10':>11} {'outside':>8} "
-          f"{'Newton/step':>11}")
+          f"{'Results':>8} {'Newton/step':>11}")
     for r in (r for r in rows if r["case"] in ("batch", "large")):
         its, series = r["iterations"], r["per_iteration_ms"]
         last = {k: float(np.mean(v[-10:])) for k, v in series.items()}
         newton = (r["newton_iterations"] or 0) / (its * NT)
         print(f"{r['case']:<6} {r['dtype']:<8} {r['batch']:>8} {_ms(r['hjb_s'] / its)} "
               f"{_ms(r['fp_s'] / its)} {_ms(r['coupling_s'] / its)} {last['hjb']:10.2f}ms "
-              f"{last['fp']:9.2f}ms {r['outside_iterations_s']:7.2f}s {newton:11.2f}")
+              f"{last['fp']:9.2f}ms {r['outside_iterations_s']:7.2f}s "
+              f"{r['results_s'] or float('nan'):7.3f}s {newton:11.2f}")
     print(f"\n{'single solve':<14} {'time':>8} {'iters':>5} {'tol':>8} {'x numpy':>8} "
           f"{'M rel. err':>10}")
     for r in (r for r in rows if r["case"] == "single"):

@@ -120,7 +120,9 @@ class MFGProblem:
     @grid_only
     def observables(self, grid: Grid, M: Any, backend: Backend) -> dict[str, Any]:
         """Paths observed from densities ``M`` (..., nt+1, nx) on ``backend``, each shaped
-        (..., nt+1): here the mean state E[x](t) = Σ_i w_i x_i m_i / Σ_i w_i m_i."""
+        (..., nt+1): here the mean state E[x](t) = Σ_i w_i x_i m_i / Σ_i w_i m_i. (An
+        override that reads only the grid may say so with :func:`grid_only`: batches then
+        compute it once for all their members.)"""
         xp, w = backend.xp, backend.asarray(grid.weights)
         return {"mean_state": xp.sum(M * (w * backend.asarray(grid.x)), axis=-1)
                 / xp.sum(M * w, axis=-1)}
