@@ -20,7 +20,6 @@ from ..placement import placement as place
 from ..problems import MFGProblem
 from ..problems.two_d import MFGProblem2D
 from ..results import Result
-from ..results2d import Result2D
 from .scan_plan import Problem, ScanPlan
 from .scan_store import Layout, region_points, write_region
 
@@ -260,8 +259,6 @@ def _attempt(run: Any, how: str, be: Backend, opts: Mapping[str, Any]) -> dict[s
                 "wall_time": time.perf_counter() - started, "device": be.device,
                 "message": _clip(f"{type(exc).__name__}: {exc}")}
     wall_time = time.perf_counter() - started
-    if isinstance(result, Result2D):
-        return _outcome_2d(result, wall_time, opts) | {"finished_by": how}
     return _outcome(result, wall_time, opts) | {"finished_by": how}
 
 
@@ -278,17 +275,6 @@ def _outcome(result: Result, wall_time: float, opts: Mapping[str, Any]) -> dict[
     out |= {"M": to_numpy(result.M), "U": to_numpy(result.U)}
     out |= {name: to_numpy(path) for name, path in result.observables.items()}
     return out | {name: float(value) for name, value in result.summary.items()}
-
-
-def _outcome_2d(result: Result2D, wall_time: float, opts: Mapping[str, Any]
-                ) -> dict[str, Any]:
-    """A solved 2-D point's entries: fields (t, y, x), the mass in the domain and the
-    problem's observables over time, and metrics."""
-    message = "" if result.converged else _clip(_not_reached(
-        result.iterations, f"max_iter={opts['max_iter']}", result.residual, opts))
-    out = _metrics(result.converged, result.iterations, result.residual, result.mass_error,
-                   wall_time, result.extra.get("device", "cpu"), message)
-    return out | {"M": result.M, "U": result.U, "mass": result.mass} | dict(result.observables)
 
 
 def _not_reached(iterations: int, why: str, residual: float, opts: Mapping[str, Any]) -> str:
