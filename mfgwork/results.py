@@ -61,7 +61,8 @@ class ObservablesByName:
 @dataclass(frozen=True)
 class Result(ObservablesByName):
     """Solution of an MFG system (of any problem kind: continuous, finite-state, several
-    populations), frozen: build a changed copy with ``dataclasses.replace``.
+    populations; 2-D domains: the subclass :class:`~mfgwork.Result2D`, dims ("t", "y",
+    "x")), frozen: build a changed copy with ``dataclasses.replace``.
 
     ``x`` (nx,), ``t`` (nt+1,), ``U`` and ``M`` (nt+1, nx) with axes named by ``dims``
     (default ``("t", state_name)``); an axis of named entries has them in ``labels`` (the
@@ -71,14 +72,14 @@ class Result(ObservablesByName):
     each (nt+1,) (Santa Fe: ``attendance``, ``mean_state``; per population (K, nt+1), see
     :meth:`observable_dims`), also readable as attributes
     (``res.attendance``); ``summary``: the problem's scalar headline numbers; ``arrays``:
-    further (nt+1,) arrays of the solver (two-state: ``gap`` = u_1 − u_0 as carried by the
-    sweep; 2-D: the velocity field, the outflow, the geometry), also readable as attributes.
-    ``axes``: the axes of an entry of ``observables`` or ``arrays`` where they differ from
-    the default (an observable: those of U and M without the state axis, as many as it
-    has, see :meth:`observable_dims`; an array: ("t",), see :meth:`array_dims`); an array
-    named like an axis and along that axis alone is its coordinate (2-D: ``y``).
-    ``residual`` is the relative fixed-point residual
-    of the returned solution, ‖A(BR(A)) − A‖ / ‖A(BR(A))‖ for its attendance path A (for
+    further arrays of the solver (two-state: ``gap`` = u_1 − u_0 as carried by the sweep;
+    2-D, :class:`~mfgwork.Result2D`: the velocity field, the outflows, the geometry), also
+    readable as attributes. ``axes``: the axes of an entry of ``observables`` or ``arrays``
+    where they differ from the default (an observable: those of U and M without the state
+    axis, as many as it has, see :meth:`observable_dims`; an array: ("t",), see
+    :meth:`array_dims`); an array named like an axis and along that axis alone is its
+    coordinate (2-D: ``y``). ``residual`` is the relative fixed-point residual of the
+    returned solution, ‖A(BR(A)) − A‖ / ‖A(BR(A))‖ for its attendance path A (for
     other problems the same with the density path): ``converged`` means ``residual`` ≤
     ``tol``, and :meth:`check` recomputes it. ``status``: one of :data:`STATUSES`,
     ``"converged"`` exactly when ``converged`` (None: derived by :func:`derive_status`).

@@ -623,10 +623,9 @@ def read_npz(path: str | os.PathLike, shapes: Mapping[str, tuple[str | int, ...]
              max_bytes: int | None = None) -> dict[str, np.ndarray]:
     """The arrays of an NPZ file, checked before they are read: each name of ``shapes``
     (except those in ``optional``) is present, real-valued (or boolean: masks), with the
-    given shape, where a
-    str entry is a dimension name that must agree across arrays (e.g. ``{"x": ("nx",),
-    "M": ("nt+1", "nx")}``). Arrays not named must have the shape ``others`` (refused when
-    it is None). Floating arrays must be finite."""
+    given shape, where a str entry is a dimension name that must agree across arrays (e.g.
+    ``{"x": ("nx",), "M": ("nt+1", "nx")}``). Arrays not named must have the shape
+    ``others`` (refused when it is None). Floating arrays must be finite."""
     path = Path(path)
     max_bytes = MAX_NPZ_BYTES if max_bytes is None else max_bytes
     max_bytes = min(max_bytes, memory.host_available() or max_bytes)
