@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from .core.errors import ParameterError
+from .core.grid import trapezoid_weights
 from .results import Result
 
 DIMS = ("t", "y", "x")
@@ -86,6 +87,12 @@ class Result2D(Result):
     def doors(self) -> tuple[str, ...]:
         """The labels of the doors (the problem's exits), along ``door_outflow``'s axis."""
         return self.labels["door"]
+
+    @property
+    def weights(self) -> np.ndarray:
+        """The control volumes V = wy ⊗ wx (ny, nx) of the grid (trapezoidal widths)."""
+        return np.outer(*(trapezoid_weights(np.size(a), float(a[1] - a[0]))
+                          for a in (np.asarray(self.arrays["y"]), np.asarray(self.x))))
 
     @property
     def mass(self) -> np.ndarray:

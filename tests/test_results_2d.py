@@ -32,6 +32,11 @@ def test_a_2d_result_is_a_result_with_labelled_axes(room, bars):
     assert room.door_outflow.shape == (7, 2) and room.observable_dims("mass") == ("t",)
     assert bars.labels["bar"] == ("1", "2") and bars.doors == ()
     assert bars.observable_dims("attendance") == ("t", "bar") and bars.attendance.shape == (5, 2)
+    # the mass path is Σ V m on the control volumes of the result's own coordinates
+    grid = mw.Room().grid(11, 11, 6)
+    np.testing.assert_allclose(room.weights, grid.volumes, rtol=1e-14, atol=0)
+    np.testing.assert_allclose((room.M * room.weights).sum(axis=(1, 2)), room.mass,
+                               rtol=1e-14, atol=0)
 
 
 @pytest.mark.parametrize("name", ["room", "bars"])
