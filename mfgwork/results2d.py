@@ -19,9 +19,11 @@ back by :func:`mfgwork.load` like every result.
 
 Each is also an attribute (``res.velocity_x``, ``res.y``); ``res.doors`` are the door labels,
 ``res.mass`` the mass in the domain and ``res.mass_error`` the balance of the scheme.
-``problem`` is the problem solved (not saved: None after :func:`~mfgwork.load`), which
-:meth:`Result2D.check` uses by default. Construction checks the layout (axes and shapes of
-every entry above), so a folder that does not hold one is refused on load.
+``residual``, ``converged``, ``status`` (derived from ``params["max_iter"]``), ``history``
+and ``check()`` mean what they mean for every result. ``problem`` is the problem solved (not
+saved: None after :func:`~mfgwork.load`), which :meth:`Result2D.check` uses by default.
+Construction checks the layout (axes and shapes of every entry above), so a folder that does
+not hold one is refused on load.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ class Result2D(Result):
         dims = {"U": DIMS, "M": DIMS} | {k: self.observable_dims(k) for k in self.observables}
         dims |= {k: self.array_dims(k) for k in self.arrays}
         for name, shape in shapes.items():
-            want = tuple(sizes.get(d, -1) for d in dims[name])
+            want = tuple(sizes.get(d, "?") for d in dims[name])
             if shape != want:
                 raise ParameterError(f"{name} has the shape {shape}: a 2-D result needs "
                                      f"{want} on the axes {dims[name]}")
