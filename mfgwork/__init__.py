@@ -50,7 +50,7 @@ from .problems.room import Room
 from .problems.two_bars import TwoBars
 from .problems.two_d import MFGProblem2D
 from .results import Result, load, save_run
-from .results2d import Result2D, load_result2d, save_result2d
+from .results2d import Result2D
 from .solve import solve, solve_batch, solve_continuous
 from .solve2d import solve_2d, solve_2d_batch
 from .workflows.scan import open_scan, scan
@@ -71,7 +71,7 @@ __all__ = [
     "Hamiltonian", "Quadratic", "Power", "Congestion",
     "Population", "Populations", "SantaFePopulations", "solve_populations",
     "Exit", "Grid2D", "Obstacle", "MFGProblem2D", "Room", "TwoBars", "Result2D",
-    "load_result2d", "save_result2d", "solve_2d", "solve_2d_batch",
+    "solve_2d", "solve_2d_batch",
 ]
 
 

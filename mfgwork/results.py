@@ -22,8 +22,8 @@ from .core.figures import save_figure
 from .core.grid import trapezoid_weights
 from .core.storage import load_table, provenance
 
-__all__ = ["FIELDS", "STATUSES", "Result", "derive_status", "load", "load_table",
-           "provenance", "save_run"]
+__all__ = ["FIELDS", "RESULT_CLASSES", "STATUSES", "Result", "derive_status", "load",
+           "load_table", "provenance", "save_run"]
 
 FIELDS = ("x", "t", "U", "M")
 #: How a solve ended: its certificate held (``converged``), the iteration budget ran out
@@ -61,7 +61,8 @@ class ObservablesByName:
 @dataclass(frozen=True)
 class Result(ObservablesByName):
     """Solution of an MFG system (of any problem kind: continuous, finite-state, several
-    populations), frozen: build a changed copy with ``dataclasses.replace``.
+    populations; 2-D domains: the subclass :class:`~mfgwork.Result2D`, dims ("t", "y",
+    "x")), frozen: build a changed copy with ``dataclasses.replace``.
 
     ``x`` (nx,), ``t`` (nt+1,), ``U`` and ``M`` (nt+1, nx) with axes named by ``dims``
     (default ``("t", state_name)``); an axis of named entries has them in ``labels`` (the
@@ -71,9 +72,14 @@ class Result(ObservablesByName):
     each (nt+1,) (Santa Fe: ``attendance``, ``mean_state``; per population (K, nt+1), see
     :meth:`observable_dims`), also readable as attributes
     (``res.attendance``); ``summary``: the problem's scalar headline numbers; ``arrays``:
-    further (nt+1,) arrays of the solver (two-state: ``gap`` = u_1 − u_0 as carried by the
-    sweep), also readable as attributes. ``residual`` is the relative fixed-point residual
-    of the returned solution, ‖A(BR(A)) − A‖ / ‖A(BR(A))‖ for its attendance path A (for
+    further arrays of the solver (two-state: ``gap`` = u_1 − u_0 as carried by the sweep;
+    2-D, :class:`~mfgwork.Result2D`: the velocity field, the outflows, the geometry), also
+    readable as attributes. ``axes``: the axes of an entry of ``observables`` or ``arrays``
+    where they differ from the default (an observable: those of U and M without the state
+    axis, as many as it has, see :meth:`observable_dims`; an array: ("t",), see
+    :meth:`array_dims`); an array named like an axis and along that axis alone is its
+    coordinate (2-D: ``y``). ``residual`` is the relative fixed-point residual of the
+    returned solution, ‖A(BR(A)) − A‖ / ‖A(BR(A))‖ for its attendance path A (for
     other problems the same with the density path): ``converged`` means ``residual`` ≤
     ``tol``, and :meth:`check` recomputes it. ``status``: one of :data:`STATUSES`,
     ``"converged"`` exactly when ``converged`` (None: derived by :func:`derive_status`).
@@ -103,6 +109,11 @@ class Result(ObservablesByName):
     dims: tuple[str, ...] | None = None
     labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
     arrays: dict[str, Any] = field(default_factory=dict)
+    axes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        RESULT_CLASSES[cls.__name__] = cls
 
     def __post_init__(self) -> None:
         status = self.status
@@ -119,6 +130,7 @@ class Result(ObservablesByName):
         object.__setattr__(self, "status", status)
         object.__setattr__(self, "dims", dims)
         object.__setattr__(self, "labels", {k: tuple(v) for k, v in self.labels.items()})
+        object.__setattr__(self, "axes", {k: tuple(v) for k, v in self.axes.items()})
 
     @property
     def populations(self) -> tuple[str, ...] | None:
@@ -130,8 +142,15 @@ class Result(ObservablesByName):
     def observable_dims(self, name: str) -> tuple[str, ...]:
         """The axes of the observable ``name``: those of U and M without the state axis,
         as many as it has (a path over time: ("t",); per population:
-        ("population", "t"))."""
+        ("population", "t")), unless ``axes`` names them."""
+        if name in self.axes:
+            return self.axes[name]
         return self.dims[:-1][-np.ndim(self.observables[name]):]
+
+    def array_dims(self, name: str) -> tuple[str, ...]:
+        """The axes of the entry ``name`` of ``arrays``: as ``axes`` names them, else
+        ("t",)."""
+        return self.axes.get(name, ("t",))
 
     @property
     def states(self) -> tuple[str, ...] | None:
@@ -182,6 +201,24 @@ class Result(ObservablesByName):
         } | ({"nx": size} if self.states is None else {"states": list(self.states)})
         return out | self.summary | self.extra
 
+    def to_xarray(self) -> Any:
+        """An xarray Dataset (NumPy): U, M, the observables and the arrays on their axes, with
+        the coordinates t, the state axis (``x``, or the names of the states), the labels of
+        labelled axes and the arrays that are coordinates (2-D: ``y``); attributes
+        ``converged``, ``status``, ``residual`` (NaN when unknown)."""
+        import xarray as xr
+
+        host = self.to_numpy()
+        coords: dict[str, Any] = {"t": host.t, self.dims[-1]: host.x}
+        coords |= {k: (k, v) for k, v in host.arrays.items() if self.array_dims(k) == (k,)}
+        coords |= {k: list(v) for k, v in self.labels.items()}
+        data = {"U": (self.dims, host.U), "M": (self.dims, host.M)}
+        data |= {k: (self.observable_dims(k), v) for k, v in host.observables.items()}
+        data |= {k: (self.array_dims(k), v) for k, v in host.arrays.items() if k not in coords}
+        residual = np.nan if self.residual is None else float(self.residual)
+        return xr.Dataset(data, coords=coords, attrs={
+            "converged": int(self.converged), "status": str(self.status), "residual": residual})
+
     def to_numpy(self) -> Result:
         """A copy whose arrays are NumPy arrays."""
         kw = {k: to_numpy(getattr(self, k)) for k in FIELDS}
@@ -207,10 +244,17 @@ class Result(ObservablesByName):
         storage.write_json(folder / "metrics.json", self.metrics() | {
             "history": self.history, "observables": list(self.observables),
             "observable_dims": {k: list(self.observable_dims(k)) for k in self.observables},
-            "arrays": list(self.arrays), "summary": self.summary,
+            "arrays": list(self.arrays),
+            "array_dims": {k: list(self.array_dims(k)) for k in self.arrays},
+            "result": type(self).__name__, "summary": self.summary,
             "state_name": self.state_name, "dims": list(self.dims),
             "labels": {k: list(v) for k, v in self.labels.items()}, "extra": self.extra,
             "provenance": provenance()} | (metrics or {}))
+
+
+#: The result classes by name (each subclass of :class:`Result` adds itself), which
+#: ``metrics.json`` records (``"result"``) and :func:`load` builds.
+RESULT_CLASSES: dict[str, type[Result]] = {"Result": Result}
 
 
 def _finite_or_none(value: float | None) -> float | None:
@@ -226,30 +270,42 @@ METRICS_REQUIRED = {"converged": bool, "iterations": int}
 METRICS_OPTIONAL = {"history": dict, "timings": dict, "backend": str, "device": str,
                     "dtype": str, "method": str, "observables": list, "summary": dict,
                     "state_name": str, "extra": dict, "status": str, "dims": list,
-                    "labels": dict, "arrays": list, "observable_dims": dict}
+                    "labels": dict, "arrays": list, "observable_dims": dict,
+                    "array_dims": dict, "result": str}
 
 
 def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
     """Read a folder written by :meth:`Result.save` or :func:`save_run` (NumPy arrays and
-    JSON; no pickle). Figures, tables and the executed notebook are left on disk.
+    JSON; no pickle) as the class it was saved from (``Result`` or a subclass such as
+    :class:`~mfgwork.Result2D`). Figures, tables and the executed notebook are left on disk.
 
     Every file is checked before use: present, parsable, with the expected entries and
     types; the arrays real-valued and finite, ``x`` (nx,), ``t`` (nt+1,), ``U`` and ``M``
-    (nt+1, nx) (axes as named by ``dims``), each observable (nt+1,) (or as its recorded
-    ``observable_dims``), their decompressed
+    (nt+1, nx) (axes as named by ``dims``), each observable (nt+1,) and each further array
+    (nt+1,) (or on their recorded ``observable_dims`` and ``array_dims``), their decompressed
     size at most ``max_bytes`` (default: :data:`mfgwork.core.storage.MAX_NPZ_BYTES`, 1 GiB),
-    checked before reading. Anything wrong raises :class:`~mfgwork.LoadError` naming the
-    file. Runs saved without a ``status`` get the one :func:`derive_status` gives.
+    checked before reading; a folder marked as another kind than a run is refused, and the
+    result class checks what it needs (2-D: the velocity, outflows and geometry). Anything
+    wrong raises :class:`~mfgwork.LoadError` naming the file. Runs saved without a
+    ``status`` get the one :func:`derive_status` gives.
     """
     folder = Path(path)
     if not folder.is_dir():
         raise LoadError(folder, "is not a result folder (it does not exist)" if not
                         folder.exists() else "is not a result folder but a file")
+    marked = storage.marker_kind(folder)
+    if marked not in (None, "run"):
+        raise LoadError(folder, f"is a {marked!r:.40} folder, not a run folder written by "
+                        "Result.save or mw.save_run")
     metrics = storage.read_json(folder / "metrics.json", keys=METRICS_REQUIRED)
     for key, kind in METRICS_OPTIONAL.items():
         if key in metrics and not isinstance(metrics[key], kind):
             raise LoadError(folder / "metrics.json", f"has {key}={metrics[key]!r:.60}: must "
                             f"be a {kind.__name__}")
+    cls = RESULT_CLASSES.get(metrics.get("result", "Result"))
+    if cls is None:
+        raise LoadError(folder / "metrics.json", f"has result={metrics['result']!r:.60}: "
+                        f"must be one of {list(RESULT_CLASSES)}")
     residual = metrics.get("residual")
     if residual is not None and not _is_residual(residual):
         raise LoadError(folder / "metrics.json", f"has residual={residual!r:.60}: must be a "
@@ -265,19 +321,14 @@ def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
         raise LoadError(folder / "parameters.json", "must hold a JSON object")
     dims = _dims(folder, metrics)
     labels = _labels(folder, metrics)
-    sizes: dict[str, str | int] = {d: len(labels[d]) for d in dims[:-1] if d in labels}
+    sizes: dict[str, str | int] = {d: len(v) for d, v in labels.items() if d != dims[-1]}
     sizes |= {"t": "nt+1", dims[-1]: "nx"}
-    field_shape = tuple(sizes.get(d, d) for d in dims)
-    observed = metrics.get("observable_dims", {})
-    if not (isinstance(observed, dict) and all(
-            isinstance(v, list) and v and set(v) <= set(dims[:-1]) for v in observed.values())):
-        raise LoadError(folder / "metrics.json", f"has observable_dims={observed!r:.60}: "
-                        f"must map names to axes of {list(dims[:-1])}")
+    axes = _axes(folder, metrics, "observable_dims", (*dims[:-1], *labels))
+    axes |= _axes(folder, metrics, "array_dims", (*dims, *labels))
     arrays = storage.read_npz(folder / "arrays.npz",
-                              {"x": ("nx",), "t": ("nt+1",), "U": field_shape,
-                               "M": field_shape} | {
+                              {"x": ("nx",), "t": ("nt+1",)} | {
                                   k: tuple(sizes.get(d, d) for d in v)
-                                  for k, v in observed.items() if k not in FIELDS},
+                                  for k, v in (axes | {"U": dims, "M": dims}).items()},
                               others=("nt+1",), max_bytes=max_bytes)
     others = metrics.get("arrays", [])
     names = metrics.get("observables", [k for k in arrays if k not in FIELDS])
@@ -285,18 +336,31 @@ def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
     if missing:
         raise LoadError(folder / "arrays.npz", f"has no array for the observables {missing} "
                         "listed in metrics.json")
-    return Result(x=arrays["x"], t=arrays["t"], U=arrays["U"], M=arrays["M"],
-                  converged=metrics["converged"], iterations=metrics["iterations"],
-                  history=metrics.get("history", {}), params=params,
-                  timings=metrics.get("timings", {}), backend=metrics.get("backend", "numpy"),
-                  device=metrics.get("device", "cpu"), dtype=metrics.get("dtype", "float64"),
-                  method=metrics.get("method", "fdm"),
-                  observables={k: arrays[k] for k in names},
-                  summary=metrics.get("summary", {}), state_name=metrics.get("state_name", "x"),
-                  extra=metrics.get("extra", {}), residual=metrics.get("residual"),
-                  status=status, dims=dims,
-                  labels=labels,
-                  arrays={k: arrays[k] for k in others})
+    try:
+        return cls(x=arrays["x"], t=arrays["t"], U=arrays["U"], M=arrays["M"],
+                   converged=metrics["converged"], iterations=metrics["iterations"],
+                   history=metrics.get("history", {}), params=params,
+                   timings=metrics.get("timings", {}), backend=metrics.get("backend", "numpy"),
+                   device=metrics.get("device", "cpu"), dtype=metrics.get("dtype", "float64"),
+                   method=metrics.get("method", "fdm"),
+                   observables={k: arrays[k] for k in names},
+                   summary=metrics.get("summary", {}),
+                   state_name=metrics.get("state_name", "x"), extra=metrics.get("extra", {}),
+                   residual=metrics.get("residual"), status=status, dims=dims, labels=labels,
+                   arrays={k: arrays[k] for k in others}, axes=axes)
+    except ParameterError as exc:
+        raise LoadError(folder, f"does not hold a {cls.__name__}: {exc}") from None
+
+
+def _axes(folder: Path, metrics: dict[str, Any], key: str, allowed: tuple[str, ...]
+          ) -> dict[str, tuple[str, ...]]:
+    """The axes of observables or arrays recorded under ``key`` in ``metrics``."""
+    recorded = metrics.get(key, {})
+    if not all(isinstance(v, list) and v and set(v) <= set(allowed) and len(set(v)) == len(v)
+               and k not in FIELDS for k, v in recorded.items()):
+        raise LoadError(folder / "metrics.json", f"has {key}={recorded!r:.60}: must map "
+                        f"names to distinct axes of {list(dict.fromkeys(allowed))}")
+    return {k: tuple(v) for k, v in recorded.items()}
 
 
 def _labels(folder: Path, metrics: dict[str, Any]) -> dict[str, tuple[str, ...]]:

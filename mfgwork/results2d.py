@@ -1,168 +1,116 @@
-"""The result of a 2-D solve (:func:`mfgwork.solve2d.solve_2d`), and saving/loading it.
+"""The result of a 2-D solve (:func:`mfgwork.solve2d.solve_2d`): a :class:`~mfgwork.Result`
+whose U and M have the axes ("t", "y", "x"), saved by :meth:`~mfgwork.Result.save` and read
+back by :func:`mfgwork.load` like every result.
 
-A :class:`Result2D` is frozen and holds NumPy arrays with labelled axes (``dims``):
+    x (nx,), t (nt+1,)      the grid (``y`` (ny,) is an entry of ``arrays``, see below)
+    U, M (nt+1, ny, nx)     value and density (0 off the domain), dims ("t", "y", "x")
+    observables  mass (nt+1,): Σ V m in the domain, mass + cumsum(outflow) = 1 up to
+                 round-off; and the problem's paths (two bars: ``attendance`` (nt+1, 2) on
+                 ("t", "bar"), ``labels["bar"] == ("1", "2")``)
+    arrays       y (ny,)                 the coordinate of the axis y
+                 velocity_x, velocity_y  (nt+1, ny, nx): α* = −∂p Ĥ (level n from U^n, m^{n+1})
+                 outflow (nt+1,)         mass that left through the exits during the step
+                                         ending at t_n (0 at t_0)
+                 exit_flux (nt+1,)       outflow / Δt (the rate of leaving)
+                 door_outflow (nt+1, doors)  ("t", "door"): the outflow through each door
+                                         (``labels["door"]``, in the order of the problem's
+                                         exits); they add up to ``outflow``
+                 obstacle, exit (ny, nx) ("y", "x"): boolean masks of the geometry
 
-    t (nt+1,), y (ny,), x (nx,)                       the grid
-    U, M                (nt+1, ny, nx)  ("t", "y", "x")  value and density (0 off the domain)
-    velocity_x, velocity_y (nt+1, ny, nx)               α* = −∂p Ĥ (level n from U^n, m^{n+1})
-    outflow (nt+1,)   mass that left through the exits during the step ending at t_n (0 at t_0)
-    exit_flux (nt+1,) outflow / Δt (the rate of leaving)
-    door_outflow (nt+1, doors)  ("t", "door")  outflow through each door (labels ``doors``, in
-                      the order of the problem's exits; they add up to ``outflow``)
-    mass (nt+1,)      Σ V m in the domain; mass + cumsum(outflow) = 1 up to round-off
-    obstacle, exit (ny, nx) masks of the geometry
-    observables       the problem's paths (two bars: ``attendance`` (nt+1, 2))
-
-``residual`` is the certified fixed-point residual (one best response to the returned
-solution reproduces its coupling state to that relative accuracy); ``converged`` means
-``residual <= tol``; ``status`` is "converged" or "not converged"; ``history`` the per-iteration
-residuals, changes of U and M and phase times. :func:`save_result2d` / :func:`load_result2d`
-write and read a folder (marker kind "result2d", JSON + NPZ, atomic; no pickle).
+Each is also an attribute (``res.velocity_x``, ``res.y``); ``res.doors`` are the door labels,
+``res.mass`` the mass in the domain and ``res.mass_error`` the balance of the scheme.
+``residual``, ``converged``, ``status`` (derived from ``params["max_iter"]``), ``history``
+and ``check()`` mean what they mean for every result. ``problem`` is the problem solved (not
+saved: None after :func:`~mfgwork.load`), which :meth:`Result2D.check` uses by default.
+Construction checks the layout (axes and shapes of every entry above), so a folder that does
+not hold one is refused on load.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .core import storage
-from .core.errors import LoadError
+from .core.errors import ParameterError
+from .core.grid import trapezoid_weights
+from .results import Result
 
-KIND = "result2d"
-FIELDS3 = ("U", "M", "velocity_x", "velocity_y")
-PATHS = ("outflow", "exit_flux", "mass")
+DIMS = ("t", "y", "x")
+#: The arrays of every 2-D result, with their axes.
+ARRAYS: dict[str, tuple[str, ...]] = {
+    "y": ("y",), "velocity_x": DIMS, "velocity_y": DIMS, "outflow": ("t",),
+    "exit_flux": ("t",), "door_outflow": ("t", "door"), "obstacle": ("y", "x"),
+    "exit": ("y", "x")}
 
 
-@dataclass(frozen=True, eq=False)
-class Result2D:
-    """A 2-D solution (module docstring)."""
+@dataclass(frozen=True, kw_only=True)
+class Result2D(Result):
+    """A 2-D solution (module docstring); ``dims`` defaults to ("t", "y", "x")."""
 
-    t: np.ndarray
-    y: np.ndarray
-    x: np.ndarray
-    U: np.ndarray
-    M: np.ndarray
-    velocity_x: np.ndarray
-    velocity_y: np.ndarray
-    outflow: np.ndarray
-    exit_flux: np.ndarray
-    door_outflow: np.ndarray
-    mass: np.ndarray
-    obstacle: np.ndarray
-    exit: np.ndarray
-    doors: tuple[str, ...]
-    converged: bool
-    residual: float
-    iterations: int
-    tol: float
-    history: dict[str, list[float]]
-    params: dict[str, Any]
-    observables: dict[str, np.ndarray] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
-    problem: Any = field(default=None, repr=False)
+    problem: Any = field(default=None, repr=False, compare=False)
 
-    #: Axis names of U, M and the velocities.
-    dims = ("t", "y", "x")
+    def __post_init__(self) -> None:
+        if self.dims is None:
+            object.__setattr__(self, "dims", DIMS)
+        object.__setattr__(self, "axes", ARRAYS | dict(self.axes))
+        super().__post_init__()
+        self._check_layout()
+
+    def _check_layout(self) -> None:
+        """Refuse what is not a 2-D result: other dims, a missing or misshapen entry."""
+        if self.dims != DIMS or "door" not in self.labels or "mass" not in self.observables:
+            raise ParameterError(f"dims={self.dims!r} with labels {list(self.labels)} and "
+                                 f"observables {list(self.observables)} is invalid: a 2-D "
+                                 f"result has dims {DIMS}, door labels and the mass path")
+        missing = [k for k, v in ARRAYS.items() if k not in self.arrays or self.axes[k] != v]
+        if missing:
+            raise ParameterError(f"arrays={sorted(self.arrays)} is invalid: a 2-D result "
+                                 f"needs {missing} on the axes {[ARRAYS[k] for k in missing]}")
+        sizes = {k: len(v) for k, v in self.labels.items()} | {
+            "t": np.size(self.t), "y": np.size(self.arrays["y"]), "x": np.size(self.x)}
+        shapes = {"U": np.shape(self.U), "M": np.shape(self.M)} | {
+            k: np.shape(v) for k, v in (self.observables | self.arrays).items()}
+        dims = {"U": DIMS, "M": DIMS} | {k: self.observable_dims(k) for k in self.observables}
+        dims |= {k: self.array_dims(k) for k in self.arrays}
+        for name, shape in shapes.items():
+            want = tuple(sizes.get(d, "?") for d in dims[name])
+            if shape != want:
+                raise ParameterError(f"{name} has the shape {shape}: a 2-D result needs "
+                                     f"{want} on the axes {dims[name]}")
+
+    def observable_dims(self, name: str) -> tuple[str, ...]:
+        """The axes of the observable ``name``: as ``axes`` names them, else ("t",) (a path
+        over time; the state axes y and x are never an observable's)."""
+        return self.axes.get(name, ("t",))
 
     @property
-    def status(self) -> str:
-        return "converged" if self.converged else "not converged"
+    def doors(self) -> tuple[str, ...]:
+        """The labels of the doors (the problem's exits), along ``door_outflow``'s axis."""
+        return self.labels["door"]
+
+    @property
+    def weights(self) -> np.ndarray:
+        """The control volumes V = wy ⊗ wx (ny, nx) of the grid (trapezoidal widths)."""
+        return np.outer(*(trapezoid_weights(np.size(a), float(a[1] - a[0]))
+                          for a in (np.asarray(self.arrays["y"]), np.asarray(self.x))))
+
+    @property
+    def mass(self) -> np.ndarray:
+        """Σ V m in the domain at each time level (nt+1,)."""
+        return self.observables["mass"]
 
     @property
     def mass_error(self) -> float:
         """max_n |mass_n + Σ_{k ≤ n} outflow_k − mass_0|: the balance of the scheme."""
-        return float(np.max(np.abs(self.mass + np.cumsum(self.outflow) - self.mass[0])))
-
-    def __getattr__(self, name: str) -> Any:
-        observables = self.__dict__.get("observables") or {}
-        if name in observables:
-            return observables[name]
-        raise AttributeError(f"Result2D has no attribute {name!r} (observables: "
-                             f"{', '.join(observables) or 'none'})")
+        mass = np.asarray(self.mass)
+        return float(np.max(np.abs(mass + np.cumsum(self.arrays["outflow"]) - mass[0])))
 
     def check(self, problem: Any = None) -> float:
         """The residual of one best response to this solution, recomputed in NumPy float64
         with the sparse direct solver (``problem``: the one solved, by default the one kept)."""
-        from .best_response import best_response_residual_2d
-
-        return best_response_residual_2d(self, problem if problem is not None else self.problem)
-
-    def to_xarray(self) -> Any:
-        """An xarray Dataset with coordinates t, y, x (U, M, velocities, paths, masks)."""
-        import xarray as xr
-
-        data = {k: (self.dims, getattr(self, k)) for k in FIELDS3}
-        data |= {k: (("t",), getattr(self, k)) for k in PATHS}
-        data |= {k: (("y", "x"), getattr(self, k)) for k in ("obstacle", "exit")}
-        data["door_outflow"] = (("t", "door"), self.door_outflow)
-        return xr.Dataset(data, coords={"t": self.t, "y": self.y, "x": self.x,
-                                        "door": list(self.doors)},
-                          attrs={"residual": self.residual, "converged": int(self.converged)})
+        return super().check(self.problem if problem is None else problem)
 
     def metrics(self) -> dict[str, Any]:
-        return {"converged": self.converged, "residual": self.residual,
-                "iterations": self.iterations, "tol": self.tol, "status": self.status,
-                "mass_error": self.mass_error, "timings": self.timings, "extra": self.extra,
-                "history": self.history, "doors": list(self.doors),
-                "observables": {k: list(np.shape(v)[1:]) for k, v in self.observables.items()}}
-
-    def save(self, path: str | os.PathLike, *, force: bool = False) -> Path:
-        return save_result2d(path, self, force=force)
-
-
-def save_result2d(path: str | os.PathLike, result: Result2D, *, force: bool = False) -> Path:
-    """Write ``result`` to the folder ``path`` atomically (the rules of
-    :func:`mfgwork.core.storage.check_target`, kind "result2d")."""
-    arrays = {k: getattr(result, k) for k in ("t", "y", "x", *FIELDS3, *PATHS,
-                                              "door_outflow")}
-    arrays |= {k: getattr(result, k).astype(np.uint8) for k in ("obstacle", "exit")}
-    arrays |= {f"observable_{k}": np.asarray(v) for k, v in result.observables.items()}
-    with storage.atomic_folder(path, KIND, name="path", force=force) as tmp:
-        storage.write_json(tmp / "parameters.json", result.params)
-        storage.write_json(tmp / "metrics.json", result.metrics() | {
-            "provenance": storage.provenance()})
-        storage.write_npz(tmp / "arrays.npz", arrays)
-    return Path(path)
-
-
-def load_result2d(path: str | os.PathLike) -> Result2D:
-    """Read a folder written by :func:`save_result2d` (every file checked; errors are
-    :class:`~mfgwork.LoadError` naming the file)."""
-    folder = Path(path)
-    if storage.marker_kind(folder) != KIND:
-        raise LoadError(folder, f"is not a {KIND} folder (no marker of that kind)")
-    metrics = storage.read_json(folder / "metrics.json",
-                                keys={"converged": bool, "iterations": int, "tol": float,
-                                      "history": dict, "doors": list})
-    doors = metrics["doors"]
-    if not all(isinstance(d, str) for d in doors):
-        raise LoadError(folder / "metrics.json", "has door labels that are not strings")
-    params = storage.read_json(folder / "parameters.json")
-    grid3 = ("nt+1", "ny", "nx")
-    shapes = {"t": ("nt+1",), "y": ("ny",), "x": ("nx",), **{k: grid3 for k in FIELDS3},
-              **{k: ("nt+1",) for k in PATHS}, "obstacle": ("ny", "nx"), "exit": ("ny", "nx"),
-              "door_outflow": ("nt+1", len(doors))}
-    observed = metrics.get("observables", {})
-    if not isinstance(observed, dict) or not all(
-            isinstance(v, list) and all(isinstance(n, int) for n in v) for v in observed.values()):
-        raise LoadError(folder / "metrics.json", "has observables that are not a mapping of "
-                        "names to trailing shapes")
-    shapes |= {f"observable_{k}": ("nt+1", *v) for k, v in observed.items()}
-    arrays = storage.read_npz(folder / "arrays.npz", shapes, others=None)
-    residual = metrics.get("residual")
-    return Result2D(**{k: arrays[k] for k in ("t", "y", "x", *FIELDS3, *PATHS,
-                                              "door_outflow")},
-                    obstacle=arrays["obstacle"].astype(bool), exit=arrays["exit"].astype(bool),
-                    doors=tuple(doors),
-                    converged=metrics["converged"],
-                    residual=float("inf") if residual is None else float(residual),
-                    iterations=metrics["iterations"], tol=metrics["tol"],
-                    history=metrics["history"], params=params,
-                    observables={k.removeprefix("observable_"): v for k, v in arrays.items()
-                                 if k.startswith("observable_")},
-                    timings=metrics.get("timings", {}), extra=metrics.get("extra", {}))
+        return super().metrics() | {"ny": int(np.size(self.arrays["y"]))}

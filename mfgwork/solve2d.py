@@ -2,7 +2,8 @@
 
 Solves the MFG system of a :class:`~mfgwork.problems.two_d.MFGProblem2D` (the room, the two
 bars, or a user problem) with the implicit upwind scheme of :mod:`mfgwork.numerics.fdm2d`
-and returns a :class:`~mfgwork.results2d.Result2D`. Linear systems (see
+and returns a :class:`~mfgwork.results2d.Result2D` (a :class:`~mfgwork.Result` with dims
+("t", "y", "x")). Linear systems (see
 :mod:`mfgwork.numerics.fdm2d.sweeps`): ``solver="ilu"`` (numba ILU(0)-BiCGStab, the default
 with NumPy), ``"direct"`` (SuperLU) or ``"krylov"`` (matrix-free stencil + batched
 Jacobi-BiCGStab, the default and only choice with torch on any device; CUDA graphs on CUDA).
@@ -24,6 +25,8 @@ import math
 import time
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from .core import memory
 from .core.backend import Backend, get_backend, to_numpy
@@ -178,8 +181,8 @@ def _solve_one(problems: Any, batch: bool, nx: int, ny: int, nt: int, be: Backen
     timings = {"total": wall, "hjb": float(sum(hist["time_hjb"])),
                "fp": float(sum(hist["time_fp"])),
                "coupling": float(sum(hist["time_coupling"]))}
-    extra = {"backend": be.name, "device": be.device, "dtype": be.dtype, "solver": solver,
-             "iteration": scheme.describe(), "newton_iterations": sch.newton_iterations,
+    extra = {"solver": solver, "iteration": scheme.describe(),
+             "newton_iterations": sch.newton_iterations,
              "krylov_iterations": sch.krylov_iterations, "factorizations": sch.factorizations,
              "coupling_newton": setup.newton}
     results = []
@@ -188,17 +191,34 @@ def _solve_one(problems: Any, batch: bool, nx: int, ny: int, nt: int, be: Backen
         Mb = pick(M)
         flows = pick(outflow)[:, :len(g.exits)]  # (nt+1, the doors of this problem)
         obs = {k: to_numpy(v) for k, v in p.observables(g, be.asarray(Mb), be).items()}
-        mass = obs.pop("mass")
+        labels, axes = _observable_axes(p, obs)
         results.append(Result2D(
-            t=g.t, y=g.y, x=g.x, U=pick(U), M=Mb, velocity_x=pick(vx), velocity_y=pick(vy),
-            outflow=flows.sum(axis=-1), exit_flux=flows.sum(axis=-1) / g.dt,
-            door_outflow=flows, mass=mass, obstacle=g.obstacle, exit=g.exit,
-            doors=tuple(e.label for e in g.exits),
-            converged=bool(out.converged[b]),
-            residual=float(out.residual[b]), iterations=int(out.iterations[b]), tol=tol,
-            history=hist, params=p.params() | {"nx": nx, "ny": ny, "nt": nt},
-            observables=obs, timings=timings, extra=extra, problem=p))
+            x=g.x, t=g.t, U=pick(U), M=Mb, converged=bool(out.converged[b]),
+            iterations=int(out.iterations[b]), history=hist,
+            params=p.params() | {"nx": nx, "ny": ny, "nt": nt, "tol": tol,
+                                 "max_iter": max_iter},
+            timings=timings, backend=be.name, device=be.device, dtype=be.dtype,
+            observables=obs, extra=extra, residual=float(out.residual[b]),
+            labels=labels | {"door": tuple(e.label for e in g.exits)}, axes=axes,
+            arrays={"y": g.y, "velocity_x": pick(vx), "velocity_y": pick(vy),
+                    "outflow": flows.sum(axis=-1), "exit_flux": flows.sum(axis=-1) / g.dt,
+                    "door_outflow": flows, "obstacle": g.obstacle, "exit": g.exit},
+            problem=p))
     return results
+
+
+def _observable_axes(problem: MFGProblem2D, observables: dict[str, Any]
+                     ) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
+    """The labels and axes of the observables (nt+1, k) beyond time: named by the problem's
+    ``observable_axes`` (the two bars' attendance: ("t", "bar"), labels "1", "2"), else
+    ``<name>_index`` with labels "0".."k-1"."""
+    named = getattr(problem, "observable_axes", {})
+    labels, axes = {}, {}
+    for name, path in observables.items():
+        if np.ndim(path) == 2:
+            dim, values = named.get(name, (f"{name}_index", range(np.shape(path)[1])))
+            labels[dim], axes[name] = tuple(str(v) for v in values), ("t", dim)
+    return labels, axes
 
 
 def _progress_bar(progress: bool | None, total: int) -> Any:

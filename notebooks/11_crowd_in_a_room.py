@@ -347,7 +347,7 @@ scan_bars
 #
 # With `out_dir` set the run folder holds the figures (PNG and PDF), the tables (JSON and
 # CSV), the room's solution as a 2-D result folder (`room/`, read back by
-# `mw.load_result2d`) and the animation as a page of its own (`room_animation.html`).
+# `mw.load`) and the animation as a page of its own (`room_animation.html`).
 
 # %%
 if out_dir:
@@ -367,7 +367,7 @@ if out_dir:
                  "bar_density": fig_bars_density},
         tables={"congestion": congestion_table, "accelerator": accelerator_table,
                 "independent_bars": bars_table, "threshold_scan": scan_rows})
-    mw.save_result2d(Path(folder) / "room", res)
+    res.save(Path(folder) / "room")
     print("wrote", plots2d.write_animation(animation, Path(folder) / "room_animation.html"))
 else:
     print("out_dir is empty: no run folder written")

@@ -187,17 +187,6 @@ def test_quadratic_isotropic_hamiltonian_is_the_sum_of_godunov_terms():
         assert all(np.isfinite(d).all() for d in db + df)
 
 
-def test_save_and_load_round_trip(tmp_path):
-    r = mw.solve_2d(mw.TwoBars(T=1.0), nx=11, nt=8, progress=False)
-    mw.save_result2d(tmp_path / "run", r)
-    back = mw.load_result2d(tmp_path / "run")
-    for k in ("U", "M", "velocity_x", "outflow", "mass"):
-        np.testing.assert_array_equal(getattr(back, k), getattr(r, k))
-    np.testing.assert_array_equal(back.attendance, r.attendance)
-    assert back.converged == r.converged and back.residual == r.residual
-    assert r.to_xarray()["M"].dims == ("t", "y", "x")
-
-
 def test_size_guard_names_the_grid_before_work():
     with pytest.raises(ParameterError, match="nx, ny and nt.* too large"):
         mw.solve_2d(mw.Room(), nx=2001, nt=2000, max_memory="1 GiB")

@@ -136,7 +136,7 @@ def test_symmetric_doors_take_equal_shares():
 
 def test_door_outflow_is_saved_and_labelled(room, tmp_path):
     room.save(tmp_path / "r")
-    loaded = mw.load_result2d(tmp_path / "r")
+    loaded = mw.load(tmp_path / "r")
     np.testing.assert_array_equal(loaded.door_outflow, room.door_outflow)
     assert loaded.doors == room.doors
     plots2d.plot_exit_flux(loaded)  # the split by door needs no problem

@@ -189,7 +189,7 @@ def test_crowd_in_a_room_notebook(notebook_runs):
     assert metrics["room"]["converged"] and cert["residual"] <= 1e-6
     assert cert["check"] <= 1e-6 and abs(cert["check"] - cert["residual"]) <= 1e-9
     assert cert["mass_error"] <= 1e-12 and cert["min_density"] >= 0.0
-    room = mw.load_result2d(out / "room")
+    room = mw.load(out / "room")
     assert room.M.shape == (13, 13, 13) and room.converged and room.mass_error <= 1e-12
     assert math.isclose(room.mass[-1], cert["mass_left_at_T"])
     # the animation: its own page and the notebook's output, offline, one frame per frame

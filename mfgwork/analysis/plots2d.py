@@ -1,4 +1,5 @@
-"""Figures and the animation of a 2-D solve (:class:`~mfgwork.results2d.Result2D`).
+"""Figures and the animation of a 2-D solve (:class:`~mfgwork.results2d.Result2D`, also one
+read back by :func:`mfgwork.load`).
 
 Arrays are (t, y, x): ``result.M[n, j, i]`` is m(t_n, x_i, y_j). Densities are drawn as images,
 one pixel per node (the grid is uniform), obstacle nodes grey, exit nodes as red squares

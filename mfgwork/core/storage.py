@@ -622,10 +622,10 @@ def read_npz(path: str | os.PathLike, shapes: Mapping[str, tuple[str | int, ...]
              optional: Iterable[str] = (), *, others: tuple[str | int, ...] | None = None,
              max_bytes: int | None = None) -> dict[str, np.ndarray]:
     """The arrays of an NPZ file, checked before they are read: each name of ``shapes``
-    (except those in ``optional``) is present, real-valued, with the given shape, where a
-    str entry is a dimension name that must agree across arrays (e.g. ``{"x": ("nx",),
-    "M": ("nt+1", "nx")}``). Arrays not named must have the shape ``others`` (refused when
-    it is None). Floating arrays must be finite."""
+    (except those in ``optional``) is present, real-valued (or boolean: masks), with the
+    given shape, where a str entry is a dimension name that must agree across arrays (e.g.
+    ``{"x": ("nx",), "M": ("nt+1", "nx")}``). Arrays not named must have the shape
+    ``others`` (refused when it is None). Floating arrays must be finite."""
     path = Path(path)
     max_bytes = MAX_NPZ_BYTES if max_bytes is None else max_bytes
     max_bytes = min(max_bytes, memory.host_available() or max_bytes)
@@ -657,8 +657,9 @@ def _check_shapes(path: Path, headers: Mapping[str, tuple[tuple[int, ...], np.dt
                 continue
             raise LoadError(path, f"has no array {key!r} (it has {', '.join(headers) or 'none'})")
         shape, dtype = headers[key]
-        if dtype.kind not in "fiu":
-            raise LoadError(path, f"array {key!r} has dtype {dtype}: must be real numbers")
+        if dtype.kind not in "fiub":
+            raise LoadError(path, f"array {key!r} has dtype {dtype}: must be real numbers or "
+                            "booleans")
         if len(shape) != len(spec):
             raise LoadError(path, f"array {key!r} has shape {shape}: must have {len(spec)} "
                             f"dimension(s) {spec}")

@@ -20,7 +20,6 @@ from ..placement import placement as place
 from ..problems import MFGProblem
 from ..problems.two_d import MFGProblem2D
 from ..results import Result
-from ..results2d import Result2D
 from .scan_plan import Problem, ScanPlan
 from .scan_store import Layout, region_points, write_region
 
@@ -260,48 +259,26 @@ def _attempt(run: Any, how: str, be: Backend, opts: Mapping[str, Any]) -> dict[s
                 "wall_time": time.perf_counter() - started, "device": be.device,
                 "message": _clip(f"{type(exc).__name__}: {exc}")}
     wall_time = time.perf_counter() - started
-    if isinstance(result, Result2D):
-        return _outcome_2d(result, wall_time, opts) | {"finished_by": how}
     return _outcome(result, wall_time, opts) | {"finished_by": how}
 
 
 def _outcome(result: Result, wall_time: float, opts: Mapping[str, Any]) -> dict[str, Any]:
-    """A solved point's entries: fields, observables, summaries and metrics (NumPy)."""
+    """A solved point's entries (any Result, 2-D too): metrics, fields, observables and
+    summaries (NumPy)."""
     residual = np.nan if result.residual is None else float(result.residual)
     why = {"max_iter": f"max_iter={opts['max_iter']} reached",
            "stalled": f"stalled before max_iter={opts['max_iter']}"}.get(result.status, "")
     message = "" if result.converged else _clip(
         result.extra.get("certificate", {}).get("message")
-        or _not_reached(int(result.iterations), why, residual, opts))
-    out = _metrics(result.converged, result.iterations, residual, result.mass_error,
-                   wall_time, result.device, message)
+        or f"did not reach tol={opts['tol']:g}: stopped after {int(result.iterations)} "
+           f"iterations ({why}; final residual {residual:.3g})")
+    out = {"status": "converged" if result.converged else "not_converged",
+           "converged": bool(result.converged), "iterations": int(result.iterations),
+           "residual": residual, "mass_error": float(result.mass_error),
+           "wall_time": wall_time, "device": str(result.device), "message": message}
     out |= {"M": to_numpy(result.M), "U": to_numpy(result.U)}
     out |= {name: to_numpy(path) for name, path in result.observables.items()}
     return out | {name: float(value) for name, value in result.summary.items()}
-
-
-def _outcome_2d(result: Result2D, wall_time: float, opts: Mapping[str, Any]
-                ) -> dict[str, Any]:
-    """A solved 2-D point's entries: fields (t, y, x), the mass in the domain and the
-    problem's observables over time, and metrics."""
-    message = "" if result.converged else _clip(_not_reached(
-        result.iterations, f"max_iter={opts['max_iter']}", result.residual, opts))
-    out = _metrics(result.converged, result.iterations, result.residual, result.mass_error,
-                   wall_time, result.extra.get("device", "cpu"), message)
-    return out | {"M": result.M, "U": result.U, "mass": result.mass} | dict(result.observables)
-
-
-def _not_reached(iterations: int, why: str, residual: float, opts: Mapping[str, Any]) -> str:
-    return (f"did not reach tol={opts['tol']:g}: stopped after {iterations} iterations "
-            f"({why}; final residual {residual:.3g})")
-
-
-def _metrics(converged: bool, iterations: int, residual: float, mass_error: float,
-             wall_time: float, device: str, message: str) -> dict[str, Any]:
-    return {"status": "converged" if converged else "not_converged",
-            "converged": bool(converged), "iterations": int(iterations),
-            "residual": float(residual), "mass_error": float(mass_error),
-            "wall_time": wall_time, "device": str(device), "message": message}
 
 
 def _clip(text: str) -> str:
