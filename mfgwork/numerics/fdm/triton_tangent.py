@@ -19,12 +19,22 @@ directions values) is written and read once per pass. ``PROGRAMS_PER_SM`` progra
 multiprocessor run, each looping over its work items; band and factor values are uniform
 loads shared by a program's lanes. Direction j vanishes in δu^n for n > j: a block starts
 its backward sweep at its last direction's level. Memory per problem: :func:`workspace_items`.
+
+That is the ``"thread"`` layout, whose chain is the serial Thomas substitution of one work
+item (2 nx dependent rows a level). The ``"program"`` layout
+(:mod:`.triton_tangent_coop`, one launch, no factors) gives a program one problem and a block
+of directions, its lanes the chunks of x: each level is solved by a serial elimination inside
+the chunks (P rows) and parallel cyclic reduction across them (log₂ of the chunks), the matrix
+part once per level for all directions of the block. :data:`LAYOUT` is the default of both
+:func:`tangent_jacobian_triton` and :func:`workspace_items`.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from ...core.compiling import announce_compilation
 from .operators import QUADRATIC, jacobian_bands, tangent_weights
 from .triton_sweeps import _params, launch
 
@@ -32,6 +42,20 @@ FACTOR_BLOCK = 128   # systems per program of the factor kernel (four warps)
 DIRECTIONS = 32      # directions per program of the sweep kernel (one warp)
 PROGRAMS_PER_SM = 16  # sweep programs per multiprocessor (measured on an H100: 8 is slower,
                       # more no faster)
+LAYOUTS = ("thread", "program")
+#: the layout when a call names none
+LAYOUT = "thread"
+# the "program" layout: directions per program (their right-hand sides share each level's
+# matrix work) and chunks of x per level (at most one warp's lanes: a neighbour is a shuffle)
+PROGRAM_DIRECTIONS = 8
+MAX_CHUNKS = 32
+
+
+def _layout(layout: str | None) -> str:
+    layout = LAYOUT if layout is None else layout
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r} is not one of {LAYOUTS}")
+    return layout
 
 
 def _padded(nt: int, directions: int) -> int:
@@ -40,9 +64,24 @@ def _padded(nt: int, directions: int) -> int:
     return -(-nt // directions) * directions
 
 
-def workspace_items(nx: int, nt: int, directions: int = DIRECTIONS) -> int:
-    """Array elements the kernels hold per problem (history, D, bands and factors)."""
-    return nt * nx * _padded(nt, directions) + nt * nt + 12 * nt * nx
+def chunking(nx: int) -> tuple[int, int]:
+    """(P, LOG_C) of the ``"program"`` layout: the nx points of a level cut into 2^LOG_C ≤
+    ``MAX_CHUNKS`` chunks of P ≥ 3 rows (P·2^LOG_C ≥ nx; rows past nx are padding)."""
+    log_c = 0
+    while 3 << (log_c + 1) <= nx and 2 << log_c <= MAX_CHUNKS:
+        log_c += 1
+    return max(3, -(-nx // (1 << log_c))), log_c
+
+
+def workspace_items(nx: int, nt: int, directions: int | None = None,
+                    layout: str | None = None) -> int:
+    """Array elements the kernels hold per problem (history, D, bands and, in the
+    ``"thread"`` layout, factors)."""
+    if _layout(layout) == "thread":
+        return nt * nx * _padded(nt, directions or DIRECTIONS) + nt * nt + 12 * nt * nx
+    P, log_c = chunking(nx)
+    return nt * (P << log_c) * _padded(nt, directions or PROGRAM_DIRECTIONS) + nt * nt \
+        + 4 * nt * nx
 
 
 def _programs(device: Any) -> int:
@@ -53,10 +92,8 @@ def _programs(device: Any) -> int:
     return 4
 
 
-def factorisations(U: Any, mu: Any, nu: Any, h: float, dt: float, inv_hw: Any
-                   ) -> tuple[Any, Any]:
-    """The bands (B·nt, 4, nx: lower, diag, upper, transport weights c/h²) of every J(u^n)
-    and their Thomas factors (B·nt, 8, nx) from the factor kernel (the first launch)."""
+def jacobian_planes(U: Any, mu: Any, nu: Any, h: float, dt: float, inv_hw: Any) -> Any:
+    """The bands (B·nt, 4, nx: lower, diag, upper, transport weights c/h²) of every J(u^n)."""
     import torch
 
     B, levels, nx = U.shape
@@ -64,8 +101,17 @@ def factorisations(U: Any, mu: Any, nu: Any, h: float, dt: float, inv_hw: Any
                                                torch)
     c = torch.nn.functional.pad(tangent_weights(terms, mu[:, 1:], None, None, h, QUADRATIC,
                                                 torch), (0, 1))
-    S = B * (levels - 1)
-    bands = torch.stack([lower, diag, upper, c], dim=2).reshape(S, 4, nx)
+    return torch.stack([lower, diag, upper, c], dim=2).reshape(B * (levels - 1), 4, nx)
+
+
+def factorisations(U: Any, mu: Any, nu: Any, h: float, dt: float, inv_hw: Any
+                   ) -> tuple[Any, Any]:
+    """The bands of :func:`jacobian_planes` and their Thomas factors (B·nt, 8, nx) from the
+    factor kernel (the first launch)."""
+    import torch
+
+    bands = jacobian_planes(U, mu, nu, h, dt, inv_hw)
+    S, _, nx = bands.shape
     factors = torch.empty((S, 8, nx), dtype=U.dtype, device=U.device)
     launch("factor", ((S + FACTOR_BLOCK - 1) // FACTOR_BLOCK,),
            bands, factors, S, nx, BLOCK=FACTOR_BLOCK, num_warps=4)
@@ -93,13 +139,45 @@ def sweeps(bands: Any, factors: Any, chi: Any, dt: float, B: int, directions: in
     return D
 
 
+def program_sweeps(bands: Any, chi: Any, dt: float, B: int,
+                   directions: int = PROGRAM_DIRECTIONS, warps: int | None = None) -> Any:
+    """D (B, nt, nt) from the bands of :func:`jacobian_planes` of B problems by the
+    ``"program"`` layout: a program per problem and block of ``directions`` (a power of 2)
+    directions, of ``warps`` warps (default: one per 8 directions)."""
+    import torch
+
+    from . import triton_tangent_coop  # imported on first use: it needs Triton
+
+    nx = bands.shape[-1]
+    nt = bands.shape[0] // B
+    P, log_c = chunking(nx)
+    blocks = (nt + directions - 1) // directions
+    history = torch.empty((B, nt, blocks * directions, P << log_c), dtype=bands.dtype,
+                          device=bands.device)
+    D = torch.empty((B, nt, nt), dtype=bands.dtype, device=bands.device)
+    kernel = triton_tangent_coop.tangent_coop_kernel
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        announce_compilation([kernel.fn.__name__])
+    kernel[(B * blocks,)](bands, chi.contiguous(), history, D, _params((dt,), bands), nx, nt,
+                          blocks * directions, blocks, DIRS=directions, P=P, LOG_C=log_c,
+                          num_warps=warps or max(1, directions // 8))
+    return D
+
+
 def tangent_jacobian_triton(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: float,
-                            inv_hw: Any, directions: int = DIRECTIONS,
-                            programs: int | None = None, warps: int | None = None) -> Any:
+                            inv_hw: Any, directions: int | None = None,
+                            programs: int | None = None, warps: int | None = None,
+                            layout: str | None = None) -> Any:
     """D (B, nt, nt) from U (B, nt+1, nx), the cell masses mu (B, nt+1, nx), χ (nx,), ν (B,)
     and 1/(h w) (nx,), all tensors of one dtype and device (the arguments of
-    :func:`.tangent_torch.tangent_jacobian_torch`); ``directions`` per program (a power of
-    2), at most ``programs`` programs (default: ``PROGRAMS_PER_SM`` per multiprocessor) of
-    ``warps`` warps (default: one thread per direction)."""
+    :func:`.tangent_torch.tangent_jacobian_torch`). ``layout`` ``"thread"`` or ``"program"``
+    (:data:`LAYOUT` when None); ``directions`` per program (a power of 2; default
+    ``DIRECTIONS``, ``PROGRAM_DIRECTIONS``), programs of ``warps`` warps (default: one thread
+    per direction; one warp per 8 directions); in the ``"thread"`` layout at most
+    ``programs`` programs (default: ``PROGRAMS_PER_SM`` per multiprocessor)."""
+    if _layout(layout) == "program":
+        return program_sweeps(jacobian_planes(U, mu, nu, h, dt, inv_hw), chi, dt, U.shape[0],
+                              directions or PROGRAM_DIRECTIONS, warps)
     bands, factors = factorisations(U, mu, nu, h, dt, inv_hw)
-    return sweeps(bands, factors, chi, dt, U.shape[0], directions, programs, warps)
+    return sweeps(bands, factors, chi, dt, U.shape[0], directions or DIRECTIONS, programs,
+                  warps)

@@ -1,0 +1,201 @@
+"""Cooperative tangent linear sweeps (layout "program" of :mod:`.triton_tangent`; imported on
+first use: it needs Triton).
+
+A program owns one problem and a block of DIRS directions; its tile is [DIRS, NCH]: the x
+points of a level are cut into NCH = 2^LOG_C chunks of P consecutive rows, a lane (axis 1) per
+chunk, and a chunk's P rows are P tensors of the tile (a tuple, in registers). Both time loops
+run inside the kernel, and every level's tridiagonal solve A x = f (all DIRS right-hand sides at
+once) goes in three stages:
+
+1. in each chunk (rows 0..P−1, serial in registers), rows 1..P−2 are written in terms of the
+   chunk's ends, x_p = d_p − a_p x_0 − c_p x_{P−1}, and the end rows couple only ends:
+   α x_{−1} + x_0 + β x_{P−1} = δ (x_{−1} the previous chunk's last row) and
+   γ x_0 + x_{P−1} + ε x_P = ζ (x_P the next chunk's first row);
+2. eliminating the first rows leaves one tridiagonal system over the chunks in their last
+   rows y_k (A_k y_{k−1} + M_k y_k + C_k y_{k+1} = R_k), solved by parallel cyclic reduction
+   (PCR) across the lanes: rows scaled to a unit diagonal, the step of stride s eliminates
+   y_{k∓s} with rows k ∓ s, r = 1/(1 − a_k c_{k−s} − c_k a_{k+s}), a_k ← −a_k a_{k−s} r,
+   c_k ← −c_k c_{k+s} r, d_k ← (d_k − a_k d_{k−s} − c_k d_{k+s}) r, s = 1, 2, …, NCH/2;
+3. x_0 = δ − α y_{k−1} − β y_k, then the interior rows.
+
+Neighbour chunks are read by ``tl.gather`` along axis 1, which Triton lowers to one warp
+shuffle per element when the axis spans at most one warp (NCH ≤ 32). Everything that depends
+on the matrix alone (pivots, the multipliers of the three stages, PCR's a and c) is computed
+on [1, NCH] tensors once per level and broadcast over the directions; only the right-hand
+sides are [DIRS, NCH]. Rows past the grid are diagonal with a zero right-hand side, the first
+row's lower and the last row's upper band are 0, so no chunk couples to the padding.
+
+The backward sweep runs J_n δu^n = δu^{n+1}/Δt − [j = n] χ for n = jmax, …, 0 (jmax the
+block's last direction: δu^n vanishes for n > j), δu^n going to a history [level, direction,
+p, chunk] of the problem (each store one row of lanes); the forward sweep
+J_nᵀ δμ^{n+1} = δμ^n/Δt − K_n δu^n reads it back for n ≤ jmax (K_n δu needs δu at i ± 1:
+the chunk's own rows, and the neighbour chunks' end rows by gather) and stores
+D[n, j] = χ·δμ^{n+1}. δμ and δu^{n+1} stay in registers from level to level.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def shifted(x, lane, shift, NCH: tl.constexpr):
+    """x at chunk lane + shift along axis 1 (clamped to the chunks)."""
+    at = tl.minimum(tl.maximum(lane + shift, 0), NCH - 1)
+    return tl.gather(x, tl.broadcast_to(at, x.shape), 1)
+
+@triton.jit
+def rows_of(ptr, first, lo, hi, other, P: tl.constexpr):
+    """Rows first + p (p = 0..P−1) of a vector at ptr, ``other`` outside lo ≤ row < hi."""
+    out = ()
+    for p in tl.static_range(P):
+        i = first + p
+        out = out + (tl.load(ptr + i, mask=(i >= lo) & (i < hi), other=other),)
+    return out
+
+@triton.jit
+def solve(lo, dg, up, f, lane, P: tl.constexpr, LOG_C: tl.constexpr):
+    """x (P tensors [DIRS, NCH]) with lo_i x_{i−1} + dg_i x_i + up_i x_{i+1} = f_i, the bands
+    P tensors [1, NCH] (rows p of each chunk), by the three stages of the module docstring."""
+    NCH: tl.constexpr = 1 << LOG_C
+    # 1. downwards: rows p ≥ 1 as a_p x_0 + x_p + c_p x_{p+1} = d_p (row 0 keeps x_{−1})
+    r = 1.0 / dg[0]
+    a = (lo[0] * r,)
+    c = (up[0] * r,)
+    d = (f[0] * r,)
+    r = 1.0 / dg[1]
+    a = a + (lo[1] * r,)
+    c = c + (up[1] * r,)
+    d = d + (f[1] * r,)
+    for p in tl.static_range(2, P):
+        r = 1.0 / (dg[p] - lo[p] * c[p - 1])
+        a = a + (-lo[p] * a[p - 1] * r,)
+        c = c + (up[p] * r,)
+        d = d + ((f[p] - lo[p] * d[p - 1]) * r,)
+    # upwards: rows P−2..1 as x_p = d_p − a_p x_0 − c_p x_{P−1} (built from the bottom)
+    ai = (a[P - 2],)
+    ci = (c[P - 2],)
+    di = (d[P - 2],)
+    for q in tl.static_range(P - 3):
+        ai = (a[P - 3 - q] - c[P - 3 - q] * ai[0],) + ai
+        di = (d[P - 3 - q] - c[P - 3 - q] * di[0],) + di
+        ci = (-c[P - 3 - q] * ci[0],) + ci
+    # the end rows: α y_{k−1} + x_0 + β y_k = δ and γ x_0 + y_k + ε x_P = ζ (y = x_{P−1})
+    r = 1.0 / (1.0 - c[0] * ai[0])
+    alpha = a[0] * r
+    beta = -c[0] * ci[0] * r
+    delta = (d[0] - c[0] * di[0]) * r
+    gamma = a[P - 1]
+    eps = c[P - 1]
+    # 2. the first rows eliminated: A y_{k−1} + M y_k + C y_{k+1} = R, scaled by 1/M, by PCR
+    alpha_r = shifted(alpha, lane, 1, NCH)
+    r = 1.0 / (1.0 - gamma * beta - eps * alpha_r)
+    ak = -gamma * alpha * r
+    ck = -eps * shifted(beta, lane, 1, NCH) * r
+    y = (d[P - 1] - gamma * delta - eps * shifted(delta, lane, 1, NCH)) * r
+    for k in tl.static_range(LOG_C):
+        a_l = shifted(ak, lane, -(1 << k), NCH)
+        a_r = shifted(ak, lane, 1 << k, NCH)
+        c_l = shifted(ck, lane, -(1 << k), NCH)
+        c_r = shifted(ck, lane, 1 << k, NCH)
+        r = 1.0 / (1.0 - ak * c_l - ck * a_r)
+        y = (y - ak * shifted(y, lane, -(1 << k), NCH) - ck * shifted(y, lane, 1 << k, NCH)) * r
+        ak = -ak * a_l * r
+        ck = -ck * c_r * r
+    # 3. the first rows, then the interior
+    x0 = delta - alpha * shifted(y, lane, -1, NCH) - beta * y
+    x = (x0,)
+    for p in tl.static_range(P - 2):
+        x = x + (di[p] - ai[p] * x0 - ci[p] * y,)
+    return x + (y,)
+
+@triton.jit
+def store_rows(ptr, x, P: tl.constexpr, NCH: tl.constexpr):
+    """The P rows of x at ptr + p·NCH (ptr [DIRS, NCH]: a history row of each direction)."""
+    for p in tl.static_range(P):
+        tl.store(ptr + p * NCH, x[p])
+
+@triton.jit
+def load_rows(ptr, P: tl.constexpr, NCH: tl.constexpr):
+    out = ()
+    for p in tl.static_range(P):
+        out = out + (tl.load(ptr + p * NCH),)
+    return out
+
+@triton.jit
+def forward_level(band, u_at, m, chi, first, lane, inv_dt, NX, TRANSPORT: tl.constexpr,
+                  P: tl.constexpr, LOG_C: tl.constexpr):
+    """δμ^{n+1} from J_nᵀ δμ^{n+1} = δμ^n/Δt − K_n δu^n (δu^n at u_at when TRANSPORT, else
+    0) and z_n = χ·δμ^{n+1} per direction. J_nᵀ has the lower band upper_{i−1} and the upper
+    band lower_{i+1}; (K δu)_i = c_{i−1}(δu_i − δu_{i−1}) − c_i(δu_{i+1} − δu_i)."""
+    NCH: tl.constexpr = 1 << LOG_C
+    lo = rows_of(band + 2 * NX - 1, first, 1, NX, 0.0, P)
+    dg = rows_of(band + NX, first, 0, NX, 1.0, P)
+    up = rows_of(band + 1, first, 0, NX - 1, 0.0, P)
+    f = ()
+    if TRANSPORT:
+        w_l = rows_of(band + 3 * NX - 1, first, 1, NX, 0.0, P)
+        w_r = rows_of(band + 3 * NX, first, 0, NX - 1, 0.0, P)
+        u = load_rows(u_at, P, NCH)
+        u_l = shifted(u[P - 1], lane, -1, NCH)   # the previous chunk's last row
+        u_next = shifted(u[0], lane, 1, NCH)     # the next chunk's first row
+        for p in tl.static_range(P):
+            if p < P - 1:
+                u_r = u[p + 1]
+            else:
+                u_r = u_next
+            f = f + (m[p] * inv_dt - w_l[p] * (u[p] - u_l) + w_r[p] * (u_r - u[p]),)
+            u_l = u[p]
+    else:
+        for p in tl.static_range(P):
+            f = f + (m[p] * inv_dt,)
+    m = solve(lo, dg, up, f, lane, P, LOG_C)
+    z = chi[0] * m[0]
+    for p in tl.static_range(1, P):
+        z += chi[p] * m[p]
+    return m, tl.sum(z, axis=1)
+
+@triton.jit(do_not_specialize=["NX", "NT", "HS", "NBLK"])
+def tangent_coop_kernel(band_ptr, chi_ptr, hist_ptr, D_ptr, params_ptr, NX, NT, HS, NBLK,
+                        DIRS: tl.constexpr, P: tl.constexpr, LOG_C: tl.constexpr):
+    """D[b, n, j] = χ·δμ^{n+1}_j for the problem b and the direction block of this program
+    (bands [b·nt + n, 4, x]: lower, diag, upper, c/h²; history [b, n, direction, p, chunk])."""
+    NCH: tl.constexpr = 1 << LOG_C
+    pid = tl.program_id(0)
+    b = pid // NBLK
+    block = NBLK - 1 - pid % NBLK   # the longest backward sweeps first
+    dt = tl.load(params_ptr)
+    inv_dt = 1.0 / dt
+    lane = tl.arange(0, NCH)[None, :]
+    first = lane * P                                   # the chunk's first row
+    jd = block * DIRS + tl.arange(0, DIRS)
+    j = jd[:, None]
+    jmax = tl.minimum(block * DIRS + DIRS - 1, NT - 1)
+    chi = rows_of(chi_ptr, first, 0, NX, 0.0, P)
+    bands = band_ptr + (b * NT).to(tl.int64) * 4 * NX
+    level = HS * P * NCH
+    hist = hist_ptr + (b * NT).to(tl.int64) * level + j * (P * NCH) + lane
+    zero = tl.zeros([DIRS, NCH], tl.float32).to(hist_ptr.dtype.element_ty)
+    zeros = (zero,) * P
+    x = zeros
+    for k in range(0, jmax + 1):
+        n = jmax - k
+        band = bands + n * 4 * NX
+        lo = rows_of(band, first, 1, NX, 0.0, P)
+        dg = rows_of(band + NX, first, 0, NX, 1.0, P)
+        up = rows_of(band + 2 * NX, first, 0, NX - 1, 0.0, P)
+        source = tl.where(j == n, 1.0, 0.0)
+        f = ()
+        for p in tl.static_range(P):
+            f = f + (x[p] * inv_dt - source * chi[p],)
+        x = solve(lo, dg, up, f, lane, P, LOG_C)
+        store_rows(hist + n * level, x, P, NCH)
+    m = zeros
+    D_b = D_ptr + (b * NT).to(tl.int64) * NT + jd
+    for n in range(0, jmax + 1):
+        m, z = forward_level(bands + n * 4 * NX, hist + n * level, m, chi, first, lane,
+                             inv_dt, NX, True, P, LOG_C)
+        tl.store(D_b + n * NT, z, mask=jd < NT)
+    for n in range(jmax + 1, NT):
+        m, z = forward_level(bands + n * 4 * NX, hist, m, chi, first, lane, inv_dt, NX,
+                             False, P, LOG_C)
+        tl.store(D_b + n * NT, z, mask=jd < NT)
