@@ -139,29 +139,62 @@ def sweeps(bands: Any, factors: Any, chi: Any, dt: float, B: int, directions: in
     return D
 
 
-def program_sweeps(bands: Any, chi: Any, dt: float, B: int,
+def chunk_planes(bands: Any, chi: Any, P: int, log_c: int) -> tuple[Any, Any]:
+    """The planes (S, 7, P·2^log_c) that the ``"program"`` kernel reads per level: lower,
+    diag, upper of J(u^n), lower (upper_{i−1}) and upper (lower_{i+1}) of J(u^n)ᵀ, c_{i−1}
+    and c_i (bands outside the grid 0), and χ; rows past nx diagonal with 0 elsewhere, and
+    every row vector stored chunk-major (row k·P + p at p·2^log_c + k), so that the loads of
+    a chunk row are contiguous across the lanes."""
+    import torch
+
+    S, _, nx = bands.shape
+    rows = P << log_c
+    lower, diag, upper, c = bands.unbind(1)
+    zero = bands.new_zeros((S, 1))
+
+    def padded(a: Any, value: float = 0.0) -> Any:
+        return torch.nn.functional.pad(a, (0, rows - nx), value=value)
+
+    planes = torch.stack([padded(torch.cat([zero, lower[:, 1:]], 1)), padded(diag, 1.0),
+                          padded(torch.cat([upper[:, :-1], zero], 1)),
+                          padded(torch.cat([zero, upper[:, :-1]], 1)),
+                          padded(torch.cat([lower[:, 1:], zero], 1)),
+                          padded(torch.cat([zero, c[:, :-1]], 1)),
+                          padded(torch.cat([c[:, :-1], zero], 1))], 1)
+    order = torch.arange(rows, device=bands.device).view(1 << log_c, P).T.reshape(-1)
+    return planes[..., order].contiguous(), padded(chi)[order].contiguous()
+
+
+def program_kernel(planes: Any, chi: Any, dt: float, B: int, P: int, log_c: int,
                    directions: int = PROGRAM_DIRECTIONS, warps: int | None = None) -> Any:
-    """D (B, nt, nt) from the bands of :func:`jacobian_planes` of B problems by the
-    ``"program"`` layout: a program per problem and block of ``directions`` (a power of 2)
-    directions, of ``warps`` warps (default: one per 8 directions)."""
+    """D (B, nt, nt) from :func:`chunk_planes` of B problems (the ``"program"`` layout's one
+    launch): a program per problem and block of ``directions`` (a power of 2) directions, of
+    ``warps`` warps (default: one per 8 directions)."""
     import torch
 
     from . import triton_tangent_coop  # imported on first use: it needs Triton
 
-    nx = bands.shape[-1]
-    nt = bands.shape[0] // B
-    P, log_c = chunking(nx)
+    nt = planes.shape[0] // B
     blocks = (nt + directions - 1) // directions
-    history = torch.empty((B, nt, blocks * directions, P << log_c), dtype=bands.dtype,
-                          device=bands.device)
-    D = torch.empty((B, nt, nt), dtype=bands.dtype, device=bands.device)
+    history = torch.empty((B, nt, blocks * directions, P << log_c), dtype=planes.dtype,
+                          device=planes.device)
+    D = torch.empty((B, nt, nt), dtype=planes.dtype, device=planes.device)
     kernel = triton_tangent_coop.tangent_coop_kernel
     if os.environ.get("TRITON_INTERPRET") != "1":
         announce_compilation([kernel.fn.__name__])
-    kernel[(B * blocks,)](bands, chi.contiguous(), history, D, _params((dt,), bands), nx, nt,
+    kernel[(B * blocks,)](planes, chi, history, D, _params((dt,), planes), nt,
                           blocks * directions, blocks, DIRS=directions, P=P, LOG_C=log_c,
                           num_warps=warps or max(1, directions // 8))
     return D
+
+
+def program_sweeps(bands: Any, chi: Any, dt: float, B: int,
+                   directions: int = PROGRAM_DIRECTIONS, warps: int | None = None) -> Any:
+    """D (B, nt, nt) from the bands of :func:`jacobian_planes` of B problems by the
+    ``"program"`` layout (:func:`chunk_planes`, then :func:`program_kernel`)."""
+    P, log_c = chunking(bands.shape[-1])
+    planes, chi_rows = chunk_planes(bands, chi, P, log_c)
+    return program_kernel(planes, chi_rows, dt, B, P, log_c, directions, warps)
 
 
 def tangent_jacobian_triton(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: float,

@@ -43,14 +43,6 @@ def shifted(x, lane, shift, NCH: tl.constexpr):
     at = tl.minimum(tl.maximum(lane + shift, 0), NCH - 1)
     return tl.gather(x, tl.broadcast_to(at, x.shape), 1)
 
-@triton.jit
-def rows_of(ptr, first, lo, hi, other, P: tl.constexpr):
-    """Rows first + p (p = 0..P−1) of a vector at ptr, ``other`` outside lo ≤ row < hi."""
-    out = ()
-    for p in tl.static_range(P):
-        i = first + p
-        out = out + (tl.load(ptr + i, mask=(i >= lo) & (i < hi), other=other),)
-    return out
 
 @triton.jit
 def solve(lo, dg, up, f, lane, P: tl.constexpr, LOG_C: tl.constexpr):
@@ -116,25 +108,27 @@ def store_rows(ptr, x, P: tl.constexpr, NCH: tl.constexpr):
 
 @triton.jit
 def load_rows(ptr, P: tl.constexpr, NCH: tl.constexpr):
+    """The P rows of each chunk of a chunk-major vector at ptr (+ lanes), a tuple."""
     out = ()
     for p in tl.static_range(P):
         out = out + (tl.load(ptr + p * NCH),)
     return out
 
 @triton.jit
-def forward_level(band, u_at, m, chi, first, lane, inv_dt, NX, TRANSPORT: tl.constexpr,
+def forward_level(plane, u_at, m, chi, lane, inv_dt, TRANSPORT: tl.constexpr,
                   P: tl.constexpr, LOG_C: tl.constexpr):
     """δμ^{n+1} from J_nᵀ δμ^{n+1} = δμ^n/Δt − K_n δu^n (δu^n at u_at when TRANSPORT, else
-    0) and z_n = χ·δμ^{n+1} per direction. J_nᵀ has the lower band upper_{i−1} and the upper
-    band lower_{i+1}; (K δu)_i = c_{i−1}(δu_i − δu_{i−1}) − c_i(δu_{i+1} − δu_i)."""
+    0) and z_n = χ·δμ^{n+1} per direction; (K δu)_i = c_{i−1}(δu_i − δu_{i−1})
+    − c_i(δu_{i+1} − δu_i)."""
     NCH: tl.constexpr = 1 << LOG_C
-    lo = rows_of(band + 2 * NX - 1, first, 1, NX, 0.0, P)
-    dg = rows_of(band + NX, first, 0, NX, 1.0, P)
-    up = rows_of(band + 1, first, 0, NX - 1, 0.0, P)
+    NXP: tl.constexpr = P * NCH
+    lo = load_rows(plane + 3 * NXP, P, NCH)
+    dg = load_rows(plane + NXP, P, NCH)
+    up = load_rows(plane + 4 * NXP, P, NCH)
     f = ()
     if TRANSPORT:
-        w_l = rows_of(band + 3 * NX - 1, first, 1, NX, 0.0, P)
-        w_r = rows_of(band + 3 * NX, first, 0, NX - 1, 0.0, P)
+        w_l = load_rows(plane + 5 * NXP, P, NCH)
+        w_r = load_rows(plane + 6 * NXP, P, NCH)
         u = load_rows(u_at, P, NCH)
         u_l = shifted(u[P - 1], lane, -1, NCH)   # the previous chunk's last row
         u_next = shifted(u[0], lane, 1, NCH)     # the next chunk's first row
@@ -154,35 +148,37 @@ def forward_level(band, u_at, m, chi, first, lane, inv_dt, NX, TRANSPORT: tl.con
         z += chi[p] * m[p]
     return m, tl.sum(z, axis=1)
 
-@triton.jit(do_not_specialize=["NX", "NT", "HS", "NBLK"])
-def tangent_coop_kernel(band_ptr, chi_ptr, hist_ptr, D_ptr, params_ptr, NX, NT, HS, NBLK,
+@triton.jit(do_not_specialize=["NT", "HS", "NBLK"])
+def tangent_coop_kernel(plane_ptr, chi_ptr, hist_ptr, D_ptr, params_ptr, NT, HS, NBLK,
                         DIRS: tl.constexpr, P: tl.constexpr, LOG_C: tl.constexpr):
     """D[b, n, j] = χ·δμ^{n+1}_j for the problem b and the direction block of this program
-    (bands [b·nt + n, 4, x]: lower, diag, upper, c/h²; history [b, n, direction, p, chunk])."""
+    (planes [b·nt + n, 7, p, chunk]: lower, diag, upper of J(u^n), lower, upper of J(u^n)ᵀ,
+    c_{i−1}/h², c_i/h², see :func:`.triton_tangent.chunk_planes`; χ [p, chunk]; history
+    [b, n, direction, p, chunk])."""
     NCH: tl.constexpr = 1 << LOG_C
+    NXP: tl.constexpr = P * NCH
     pid = tl.program_id(0)
     b = pid // NBLK
     block = NBLK - 1 - pid % NBLK   # the longest backward sweeps first
     dt = tl.load(params_ptr)
     inv_dt = 1.0 / dt
     lane = tl.arange(0, NCH)[None, :]
-    first = lane * P                                   # the chunk's first row
     jd = block * DIRS + tl.arange(0, DIRS)
     j = jd[:, None]
     jmax = tl.minimum(block * DIRS + DIRS - 1, NT - 1)
-    chi = rows_of(chi_ptr, first, 0, NX, 0.0, P)
-    bands = band_ptr + (b * NT).to(tl.int64) * 4 * NX
-    level = HS * P * NCH
-    hist = hist_ptr + (b * NT).to(tl.int64) * level + j * (P * NCH) + lane
+    chi = load_rows(chi_ptr + lane, P, NCH)
+    planes = plane_ptr + (b * NT).to(tl.int64) * 7 * NXP + lane
+    level = HS * NXP
+    hist = hist_ptr + (b * NT).to(tl.int64) * level + j * NXP + lane
     zero = tl.zeros([DIRS, NCH], tl.float32).to(hist_ptr.dtype.element_ty)
     zeros = (zero,) * P
     x = zeros
     for k in range(0, jmax + 1):
         n = jmax - k
-        band = bands + n * 4 * NX
-        lo = rows_of(band, first, 1, NX, 0.0, P)
-        dg = rows_of(band + NX, first, 0, NX, 1.0, P)
-        up = rows_of(band + 2 * NX, first, 0, NX - 1, 0.0, P)
+        plane = planes + n * 7 * NXP
+        lo = load_rows(plane, P, NCH)
+        dg = load_rows(plane + NXP, P, NCH)
+        up = load_rows(plane + 2 * NXP, P, NCH)
         source = tl.where(j == n, 1.0, 0.0)
         f = ()
         for p in tl.static_range(P):
@@ -192,10 +188,10 @@ def tangent_coop_kernel(band_ptr, chi_ptr, hist_ptr, D_ptr, params_ptr, NX, NT, 
     m = zeros
     D_b = D_ptr + (b * NT).to(tl.int64) * NT + jd
     for n in range(0, jmax + 1):
-        m, z = forward_level(bands + n * 4 * NX, hist + n * level, m, chi, first, lane,
-                             inv_dt, NX, True, P, LOG_C)
+        m, z = forward_level(planes + n * 7 * NXP, hist + n * level, m, chi, lane, inv_dt,
+                             True, P, LOG_C)
         tl.store(D_b + n * NT, z, mask=jd < NT)
     for n in range(jmax + 1, NT):
-        m, z = forward_level(bands + n * 4 * NX, hist, m, chi, first, lane, inv_dt, NX,
-                             False, P, LOG_C)
+        m, z = forward_level(planes + n * 7 * NXP, hist, m, chi, lane, inv_dt, False, P,
+                             LOG_C)
         tl.store(D_b + n * NT, z, mask=jd < NT)
