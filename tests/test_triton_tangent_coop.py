@@ -92,12 +92,15 @@ def test_chunking_covers_the_grid_with_warp_sized_reductions(nx):
     assert chunks == triton_tangent.MAX_CHUNKS or 6 * chunks > nx  # as many lanes as can be
 
 
-def test_an_unknown_layout_is_refused_before_any_work():
+def test_an_unknown_layout_or_a_bad_block_is_refused_before_any_work():
     with pytest.raises(ValueError, match="layout='warp'"):
         triton_tangent.tangent_jacobian_triton(None, None, None, None, 0.1, 0.1, None,
                                                layout="warp")
     with pytest.raises(ValueError, match="layout='warp'"):
         triton_tangent.workspace_items(9, 5, layout="warp")
+    with pytest.raises(ValueError, match="directions=6"):
+        triton_tangent.program_kernel(torch.zeros((5, 7, 9)), torch.zeros(9), 0.1, 1, 3, 1,
+                                      directions=6)
 
 
 def test_batch_newton_on_the_program_layout_certifies_every_member(device, monkeypatch):

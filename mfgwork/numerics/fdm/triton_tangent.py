@@ -75,13 +75,15 @@ def chunking(nx: int) -> tuple[int, int]:
 
 def workspace_items(nx: int, nt: int, directions: int | None = None,
                     layout: str | None = None) -> int:
-    """Array elements the kernels hold per problem (history, D, bands and, in the
-    ``"thread"`` layout, factors)."""
+    """Array elements the kernels hold per problem (history, D, bands and the factors of the
+    ``"thread"`` layout or the chunk-major planes of the ``"program"`` layout, with the copy
+    that :func:`chunk_planes` permutes)."""
     if _layout(layout) == "thread":
         return nt * nx * _padded(nt, directions or DIRECTIONS) + nt * nt + 12 * nt * nx
     P, log_c = chunking(nx)
-    return nt * (P << log_c) * _padded(nt, directions or PROGRAM_DIRECTIONS) + nt * nt \
-        + 4 * nt * nx
+    rows = P << log_c
+    return nt * rows * _padded(nt, directions or PROGRAM_DIRECTIONS) + nt * nt \
+        + 4 * nt * nx + 14 * nt * rows
 
 
 def _programs(device: Any) -> int:
@@ -170,6 +172,8 @@ def program_kernel(planes: Any, chi: Any, dt: float, B: int, P: int, log_c: int,
     """D (B, nt, nt) from :func:`chunk_planes` of B problems (the ``"program"`` layout's one
     launch): a program per problem and block of ``directions`` (a power of 2) directions, of
     ``warps`` warps (default: one per 8 directions)."""
+    if directions < 1 or directions & (directions - 1):
+        raise ValueError(f"directions={directions} is not a power of 2")
     import torch
 
     from . import triton_tangent_coop  # imported on first use: it needs Triton
