@@ -234,7 +234,7 @@ def phase_row(U: object, mu: object, chi: object, nu: object, grid: object, dtyp
 
         def prepare():
             return triton_tangent.chunk_planes(
-                triton_tangent.jacobian_planes(Uc, muc, nuc, grid.h, grid.dt, inv_hw), chi, P,
+                triton_tangent.tangent_bands(Uc, muc, nuc, grid.h, grid.dt, inv_hw), chi, P,
                 log_c)
 
         def sweep(planes, chi_rows):

@@ -94,7 +94,7 @@ def _programs(device: Any) -> int:
     return 4
 
 
-def jacobian_planes(U: Any, mu: Any, nu: Any, h: float, dt: float, inv_hw: Any) -> Any:
+def tangent_bands(U: Any, mu: Any, nu: Any, h: float, dt: float, inv_hw: Any) -> Any:
     """The bands (B·nt, 4, nx: lower, diag, upper, transport weights c/h²) of every J(u^n)."""
     import torch
 
@@ -108,11 +108,11 @@ def jacobian_planes(U: Any, mu: Any, nu: Any, h: float, dt: float, inv_hw: Any) 
 
 def factorisations(U: Any, mu: Any, nu: Any, h: float, dt: float, inv_hw: Any
                    ) -> tuple[Any, Any]:
-    """The bands of :func:`jacobian_planes` and their Thomas factors (B·nt, 8, nx) from the
+    """The bands of :func:`tangent_bands` and their Thomas factors (B·nt, 8, nx) from the
     factor kernel (the first launch)."""
     import torch
 
-    bands = jacobian_planes(U, mu, nu, h, dt, inv_hw)
+    bands = tangent_bands(U, mu, nu, h, dt, inv_hw)
     S, _, nx = bands.shape
     factors = torch.empty((S, 8, nx), dtype=U.dtype, device=U.device)
     launch("factor", ((S + FACTOR_BLOCK - 1) // FACTOR_BLOCK,),
@@ -194,7 +194,7 @@ def program_kernel(planes: Any, chi: Any, dt: float, B: int, P: int, log_c: int,
 
 def program_sweeps(bands: Any, chi: Any, dt: float, B: int,
                    directions: int = PROGRAM_DIRECTIONS, warps: int | None = None) -> Any:
-    """D (B, nt, nt) from the bands of :func:`jacobian_planes` of B problems by the
+    """D (B, nt, nt) from the bands of :func:`tangent_bands` of B problems by the
     ``"program"`` layout (:func:`chunk_planes`, then :func:`program_kernel`)."""
     P, log_c = chunking(bands.shape[-1])
     planes, chi_rows = chunk_planes(bands, chi, P, log_c)
@@ -213,7 +213,7 @@ def tangent_jacobian_triton(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: fl
     per direction; one warp per 8 directions); in the ``"thread"`` layout at most
     ``programs`` programs (default: ``PROGRAMS_PER_SM`` per multiprocessor)."""
     if _layout(layout) == "program":
-        return program_sweeps(jacobian_planes(U, mu, nu, h, dt, inv_hw), chi, dt, U.shape[0],
+        return program_sweeps(tangent_bands(U, mu, nu, h, dt, inv_hw), chi, dt, U.shape[0],
                               directions or PROGRAM_DIRECTIONS, warps)
     bands, factors = factorisations(U, mu, nu, h, dt, inv_hw)
     return sweeps(bands, factors, chi, dt, U.shape[0], directions or DIRECTIONS, programs,
