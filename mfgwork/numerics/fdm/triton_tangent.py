@@ -187,7 +187,8 @@ def program_kernel(planes: Any, chi: Any, dt: float, B: int, P: int, log_c: int,
     if os.environ.get("TRITON_INTERPRET") != "1":
         announce_compilation([kernel.fn.__name__])
     kernel[(B * blocks,)](planes, chi, history, D, _params((dt,), planes), nt,
-                          blocks * directions, blocks, DIRS=directions, P=P, LOG_C=log_c,
+                          blocks * directions, blocks, LOG_D=directions.bit_length() - 1, P=P,
+                          LOG_C=log_c,
                           num_warps=warps or max(1, directions // 8))
     return D
 

@@ -115,6 +115,24 @@ def load_rows(ptr, P: tl.constexpr, NCH: tl.constexpr):
     return out
 
 @triton.jit
+def lane_totals(z, lane, LOG_D: tl.constexpr, LOG_C: tl.constexpr):
+    """The sums over the lanes of the 2^LOG_D ≤ 2^LOG_C rows of z, lane l holding that of row
+    l >> (LOG_C − LOG_D): each exchange halves the rows a lane holds (it keeps one half and
+    sends the other to the lane s apart, s = 2^LOG_C/2, /4, …), then a butterfly over the
+    remaining lanes: 2^LOG_D − 1 + LOG_C − LOG_D shuffles instead of LOG_C 2^LOG_D."""
+    NCH: tl.constexpr = 1 << LOG_C
+    for t in tl.static_range(LOG_D):
+        top, bottom = tl.split(tl.permute(
+            tl.reshape(z, [2, (1 << LOG_D) >> (t + 1), NCH]), (1, 2, 0)))
+        upper = (lane & (NCH >> (t + 1))) != 0
+        z = tl.where(upper, bottom, top) + tl.gather(
+            tl.where(upper, top, bottom),
+            tl.broadcast_to(lane ^ (NCH >> (t + 1)), top.shape), 1)
+    for t in tl.static_range(LOG_D, LOG_C):
+        z += tl.gather(z, lane ^ (NCH >> (t + 1)), 1)
+    return z
+
+@triton.jit
 def forward_level(plane, u_at, m, chi, lane, inv_dt, TRANSPORT: tl.constexpr,
                   P: tl.constexpr, LOG_C: tl.constexpr):
     """δμ^{n+1} from J_nᵀ δμ^{n+1} = δμ^n/Δt − K_n δu^n (δu^n at u_at when TRANSPORT, else
@@ -146,25 +164,36 @@ def forward_level(plane, u_at, m, chi, lane, inv_dt, TRANSPORT: tl.constexpr,
     z = chi[0] * m[0]
     for p in tl.static_range(1, P):
         z += chi[p] * m[p]
-    return m, tl.sum(z, axis=1)
+    return m, z
+
+@triton.jit
+def store_totals(row, z, lane, first, NT, LOG_D: tl.constexpr, LOG_C: tl.constexpr):
+    """row[first + d] = Σ over the lanes of z[d] (d < 2^LOG_D, first + d < nt)."""
+    if LOG_D <= LOG_C:
+        d = lane >> (LOG_C - LOG_D)
+        tl.store(row + first + d, lane_totals(z, lane, LOG_D, LOG_C),
+                 mask=((lane & ((1 << (LOG_C - LOG_D)) - 1)) == 0) & (first + d < NT))
+    else:
+        d = first + tl.arange(0, 1 << LOG_D)
+        tl.store(row + d, tl.sum(z, axis=1), mask=d < NT)
 
 @triton.jit(do_not_specialize=["NT", "HS", "NBLK"])
 def tangent_coop_kernel(plane_ptr, chi_ptr, hist_ptr, D_ptr, params_ptr, NT, HS, NBLK,
-                        DIRS: tl.constexpr, P: tl.constexpr, LOG_C: tl.constexpr):
+                        LOG_D: tl.constexpr, P: tl.constexpr, LOG_C: tl.constexpr):
     """D[b, n, j] = χ·δμ^{n+1}_j for the problem b and the direction block of this program
     (planes [b·nt + n, 7, p, chunk]: lower, diag, upper of J(u^n), lower, upper of J(u^n)ᵀ,
     c_{i−1}/h², c_i/h², see :func:`.triton_tangent.chunk_planes`; χ [p, chunk]; history
     [b, n, direction, p, chunk])."""
     NCH: tl.constexpr = 1 << LOG_C
     NXP: tl.constexpr = P * NCH
+    DIRS: tl.constexpr = 1 << LOG_D
     pid = tl.program_id(0)
     b = pid // NBLK
     block = NBLK - 1 - pid % NBLK   # the longest backward sweeps first
     dt = tl.load(params_ptr)
     inv_dt = 1.0 / dt
     lane = tl.arange(0, NCH)[None, :]
-    jd = block * DIRS + tl.arange(0, DIRS)
-    j = jd[:, None]
+    j = block * DIRS + tl.arange(0, DIRS)[:, None]
     jmax = tl.minimum(block * DIRS + DIRS - 1, NT - 1)
     chi = load_rows(chi_ptr + lane, P, NCH)
     planes = plane_ptr + (b * NT).to(tl.int64) * 7 * NXP + lane
@@ -186,12 +215,12 @@ def tangent_coop_kernel(plane_ptr, chi_ptr, hist_ptr, D_ptr, params_ptr, NT, HS,
         x = solve(lo, dg, up, f, lane, P, LOG_C)
         store_rows(hist + n * level, x, P, NCH)
     m = zeros
-    D_b = D_ptr + (b * NT).to(tl.int64) * NT + jd
+    D_b = D_ptr + (b * NT).to(tl.int64) * NT
     for n in range(0, jmax + 1):
         m, z = forward_level(planes + n * 7 * NXP, hist + n * level, m, chi, lane, inv_dt,
                              True, P, LOG_C)
-        tl.store(D_b + n * NT, z, mask=jd < NT)
+        store_totals(D_b + n * NT, z, lane, block * DIRS, NT, LOG_D, LOG_C)
     for n in range(jmax + 1, NT):
         m, z = forward_level(planes + n * 7 * NXP, hist, m, chi, lane, inv_dt, False, P,
                              LOG_C)
-        tl.store(D_b + n * NT, z, mask=jd < NT)
+        store_totals(D_b + n * NT, z, lane, block * DIRS, NT, LOG_D, LOG_C)
