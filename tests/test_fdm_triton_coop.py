@@ -153,3 +153,12 @@ def test_an_unknown_layout_is_refused_by_name():
     with pytest.raises(ValueError, match=r"layout='warp' is not one of \('thread', 'program'\)"):
         triton_sweeps.hjb_sweep(None, np.zeros((1, 2, 3)), None, None, 0.1, 0.1, None, None,
                                 1e-9, 5, layout="warp")
+
+
+def test_a_nan_in_the_data_is_flagged_not_taken_for_convergence(device):
+    data = _batch(8, 3, 2)
+    data["F"][0, 1, 4] = np.nan
+    _, _, status = _sweeps(data, "program", device, "float32")
+    bad, iterations = status
+    assert list(bad) == [1, -1]
+    assert iterations[0] >= 50 > iterations[1]

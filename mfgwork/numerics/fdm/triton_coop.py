@@ -35,15 +35,44 @@ def tile(B, NX, BLOCK_X: tl.constexpr):
     return p, ix, ix * B + p, ix < NX
 
 @triton.jit
-def nan_max(a, b):
-    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+def nan_max2(a, b, a2, b2):
+    """Both maxima (NaN wins) of a pair: one reduction for the Newton step and size."""
+    return (tl.maximum(a, a2, propagate_nan=tl.PropagateNan.ALL),
+            tl.maximum(b, b2, propagate_nan=tl.PropagateNan.ALL))
+
+@triton.jit
+def at_sides(x, left, right):
+    """x[left], x[right] by one gather of the interleaved indices (left_0, right_0, left_1, …):
+    one round trip through shared memory for both."""
+    n: tl.constexpr = x.shape[0]
+    index = tl.reshape(tl.join(left, right), [2 * n])
+    return tl.split(tl.reshape(tl.gather(x, index, 0), [n, 2]))
+
+@triton.jit
+def rows_at(a, c, d, left, right):
+    """a, c, d at rows left and at rows right by one gather from the interleaved
+    (a_0, d_0, c_0, d_0, a_1, …): one round trip through shared memory per PCR step, its
+    stores and loads four wide."""
+    n: tl.constexpr = a.shape[0]
+    src = tl.reshape(tl.join(tl.join(a, c), tl.join(d, d)), [4 * n])
+    at = tl.join(left, right) * 4
+    at = tl.join(at, at + 2)
+    at = tl.reshape(tl.join(at, at + 1), [8 * n])
+    ac, dd = tl.split(tl.reshape(tl.gather(src, at, 0), [n, 2, 2, 2]))
+    a_lr, c_lr = tl.split(ac)
+    d_lr, _ = tl.split(dd)
+    a_l, a_r = tl.split(a_lr)
+    c_l, c_r = tl.split(c_lr)
+    d_l, d_r = tl.split(d_lr)
+    return a_l, a_r, c_l, c_r, d_l, d_r
 
 @triton.jit
 def upwind(u, ix, nu, ihw, inv_h, NX):
     """One-sided gradients q_{i−1} = (u_i − u_{i−1})/h, q_i = (u_{i+1} − u_i)/h (0 at the
     walls) and the bands lower, upper of row i of the HJB Jacobian J(u) (0 past the walls)."""
-    ql = (u - tl.gather(u, tl.maximum(ix - 1, 0), 0)) * inv_h
-    qr = (tl.gather(u, tl.minimum(ix + 1, NX - 1), 0) - u) * inv_h
+    u_l, u_r = at_sides(u, tl.maximum(ix - 1, 0), tl.minimum(ix + 1, NX - 1))
+    ql = (u - u_l) * inv_h
+    qr = (u_r - u) * inv_h
     lo = tl.where((ix > 0) & (ix < NX), -nu * ihw - tl.maximum(ql, 0.0) * inv_h, 0.0)
     up = tl.where(ix < NX - 1, -nu * ihw + tl.minimum(qr, 0.0) * inv_h, 0.0)
     return ql, qr, lo, up
@@ -56,14 +85,8 @@ def pcr(lo, diag, up, rhs, ix, LOG_X: tl.constexpr):
     c = up * r
     d = rhs * r
     for k in tl.static_range(LOG_X):
-        left = tl.maximum(ix - (1 << k), 0)
-        right = tl.minimum(ix + (1 << k), (1 << LOG_X) - 1)
-        a_l = tl.gather(a, left, 0)
-        c_l = tl.gather(c, left, 0)
-        d_l = tl.gather(d, left, 0)
-        a_r = tl.gather(a, right, 0)
-        c_r = tl.gather(c, right, 0)
-        d_r = tl.gather(d, right, 0)
+        a_l, a_r, c_l, c_r, d_l, d_r = rows_at(
+            a, c, d, tl.maximum(ix - (1 << k), 0), tl.minimum(ix + (1 << k), (1 << LOG_X) - 1))
         r = 1.0 / (1.0 - a * c_l - c * a_r)
         d = (d - a * d_l - c * d_r) * r
         a = -a * a_l * r
@@ -107,8 +130,7 @@ def hjb_coop_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_p
                            + 0.5 * (lq * lq + uq * uq) - f, 0.0)
             du = pcr(lo, inv_dt - lo - up, up, res, ix, LOG_X)
             u -= du
-            step = tl.reduce(tl.abs(du), 0, nan_max)
-            size = tl.reduce(tl.abs(u), 0, nan_max)
+            step, size = tl.reduce((tl.abs(du), tl.abs(u)), 0, nan_max2)
             converged = step <= tol * (1.0 + size)  # NaN keeps iterating
             it += 1
         iterations += it
