@@ -126,7 +126,7 @@ def hjb_coop_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_p
             ql, qr, lo, up = upwind(u, ix, nu, ihw, inv_h, NX)
             lq = tl.maximum(ql, 0.0)
             uq = tl.minimum(qr, 0.0)
-            res = tl.where(ix < NX, (u - known) * inv_dt - nu * iw * (qr - ql)
+            res = tl.where(on, (u - known) * inv_dt - nu * iw * (qr - ql)
                            + 0.5 * (lq * lq + uq * uq) - f, 0.0)
             du = pcr(lo, inv_dt - lo - up, up, res, ix, LOG_X)
             u -= du
