@@ -156,9 +156,23 @@ def test_the_solver_takes_the_layout_of_the_module_setting(device, monkeypatch):
 
 def test_an_unknown_layout_is_refused_by_name():
     pytest.importorskip("torch")
-    with pytest.raises(ValueError, match=r"layout='warp' is not one of \('thread', 'program'\)"):
+    with pytest.raises(ValueError,
+                       match=r"layout='warp' is not one of \('auto', 'thread', 'program'\)"):
         triton_sweeps.hjb_sweep(None, np.zeros((1, 2, 3)), None, None, 0.1, 0.1, None, None,
                                 1e-9, 5, layout="warp")
+
+
+def test_auto_takes_the_measured_layout_per_sweep_batch_and_dtype(monkeypatch):
+    torch = pytest.importorskip("torch")
+    f32, f64 = torch.zeros(1, dtype=torch.float32), torch.zeros(1, dtype=torch.float64)
+    monkeypatch.setattr(triton_sweeps, "THREAD_FROM", {"float64": 3072})
+    choose = triton_sweeps.chosen_layout
+    assert choose("hjb", 3071, f64) == choose("fp", 10**6, f64) == "program"
+    assert choose("hjb", 3072, f64) == "thread"
+    assert choose("hjb", 10**6, f32) == "program"
+    assert choose("hjb", 1, f64, "thread") == choose("fp", 10**6, f32, "thread") == "thread"
+    monkeypatch.setattr(triton_sweeps, "LAYOUT", "thread")
+    assert choose("fp", 1, f32) == "thread"
 
 
 def test_a_nan_in_the_data_is_flagged_not_taken_for_convergence(device):

@@ -20,6 +20,8 @@ s = 1, 2, …, BLOCK_X/2, after which x_i = d_i. Rows past the grid are diagonal
 zero right-hand side, and a_0 = c_{nx−1} = 0, so clamped neighbour rows enter with a zero
 weight and the grid's system never couples to the padding. Per level, global memory sees only
 the running cost (HJB) or the level's u (FP), loaded one level ahead, and the stored solution.
+The integer sizes are not specialised: one build of a kernel serves every batch size and
+grid of its padded width (a new batch size compiled nothing new).
 """
 
 import triton
@@ -93,7 +95,7 @@ def pcr(lo, diag, up, rhs, ix, LOG_X: tl.constexpr):
         c = -c * c_r * r
     return d
 
-@triton.jit
+@triton.jit(do_not_specialize=["B", "NX", "NT", "max_newton"])
 def hjb_coop_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_ptr,
                     status_ptr, B, NX, NT, max_newton, USE_GUESS: tl.constexpr,
                     LOG_X: tl.constexpr):
@@ -140,7 +142,7 @@ def hjb_coop_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_p
     tl.store(status_ptr + p, bad)
     tl.store(status_ptr + B + p, iterations)
 
-@triton.jit
+@triton.jit(do_not_specialize=["B", "NX", "NT"])
 def fp_coop_kernel(U_ptr, mu_ptr, nu_ptr, inv_hw_ptr, params_ptr, B, NX, NT,
                    LOG_X: tl.constexpr):
     """Forward sweep of cell masses: J(u^n)ᵀ μ^{n+1} = μ^n / Δt, n = 0, …, nt−1 (J(u)ᵀ has

@@ -33,14 +33,20 @@ from ...core.compiling import announce_compilation
 # measured on an H100 at 201 x 201 for 1 and 1024 problems (benchmarks/fdm_batch.py)
 BLOCK = {"float32": 32, "float64": 16}
 NUM_WARPS = 1
-# the "program" layout: lanes (x points, padded to a power of two) per warp
-LANES_PER_WARP = 64
-LAYOUTS = ("thread", "program")
-#: the layout of :func:`hjb_sweep` and :func:`fp_sweep` when the call names none: measured
-#: on an H200 at 201 x 201 (benchmarks/kernel_picard.py), the program layout took HJB + FP
-#: 6.9 ms against 26.0 ms for 1024 problems in float32 (14 ms against 52 ms in float64),
-#: 3.8 against 45.7 ms for one problem in float64, and about the same at 4096 problems
-LAYOUT = "program"
+# the "program" layout: lanes (x points, padded to a power of two) per warp; measured on an
+# H200 at 201 x 201 (benchmarks/kernel_picard.py): 8 warps (32 lanes each) beat 4 and 2 for
+# 1, 1024 and 4096 problems in both dtypes (HJB, 1024 float32: 3.7 against 5.4 and 10.0 ms)
+LANES_PER_WARP = 32
+LAYOUTS = ("auto", "thread", "program")
+#: the layout of :func:`hjb_sweep` and :func:`fp_sweep` when the call names none; "auto":
+#: the program layout, except for the HJB sweeps of batches of at least
+#: :data:`THREAD_FROM` problems of that dtype. Measured on an H200 at 201 x 201, HJB + FP:
+#: 1 problem 1.0 against 20.6 ms in float32 (3.2 against 45.7 ms in float64), 1024
+#: problems 5.7 against 25.4 ms (18.9 against 51.8 ms), 4096 problems 21.4 against 29.8 ms
+#: in float32; the float64 HJB sweep of 4096 problems took 59.8 ms in the program layout
+#: and 49.2 ms in the thread layout (the crossover, interpolated: about 3000 problems).
+LAYOUT = "auto"
+THREAD_FROM = {"float64": 3072}
 
 _KERNELS: dict[str, Any] = {}
 _PARAMS: dict[tuple, Any] = {}
@@ -85,13 +91,23 @@ def _grid(B: int, block: int) -> tuple[int]:
     return ((B + block - 1) // block,)
 
 
-def _program(B: int, nx: int, layout: str | None) -> dict[str, Any] | None:
-    """None for the ``"thread"`` layout; for ``"program"`` the grid (a program per problem)
-    and the launch parameters of :mod:`.triton_coop` (x padded to 2^LOG_X, a warp per
-    ``LANES_PER_WARP`` lanes, 1 to 8 warps)."""
+def chosen_layout(sweep: str, B: int, like: Any, layout: str | None = None) -> str:
+    """The layout (``"thread"`` or ``"program"``) of a ``sweep`` ("hjb" or "fp") of ``B``
+    problems in the dtype of ``like``: ``layout``, else :data:`LAYOUT`, "auto" resolved by
+    :data:`THREAD_FROM`."""
     layout = LAYOUT if layout is None else layout
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r} is not one of {LAYOUTS}")
+    if layout != "auto":
+        return layout
+    dtype = str(like.dtype).removeprefix("torch.")
+    return "thread" if sweep == "hjb" and B >= THREAD_FROM.get(dtype, B + 1) else "program"
+
+
+def _program(B: int, nx: int, layout: str) -> dict[str, Any] | None:
+    """None for the ``"thread"`` layout; for ``"program"`` the grid (a program per problem)
+    and the launch parameters of :mod:`.triton_coop` (x padded to 2^LOG_X, a warp per
+    ``LANES_PER_WARP`` lanes, 1 to 8 warps)."""
     if layout == "thread":
         return None
     log_x = max(nx - 1, 1).bit_length()
@@ -115,7 +131,8 @@ def hjb_sweep(U_T: Any, F: Any, guess: Any | None, nu: Any, h: float, dt: float,
               layout: str | None = None) -> tuple[Any, Any]:
     """Backward HJB sweep for a batch: U (B, nt+1, nx) with U[:, nt] = U_T (B, nx), running
     costs F (B, nt, nx), optional Newton seeds ``guess`` (B, nt+1, nx), ν per problem (B,).
-    ``layout``: ``"thread"`` or ``"program"`` (:data:`LAYOUT` when None).
+    ``layout``: ``"auto"``, ``"thread"`` or ``"program"`` (:data:`LAYOUT` when None, see
+    :func:`chosen_layout`).
 
     Returns U and a status tensor (2, B) of int32 left on the device: row 0 the first time
     index (in sweep order, i.e. the largest n) whose Newton iteration did not converge in
@@ -124,7 +141,7 @@ def hjb_sweep(U_T: Any, F: Any, guess: Any | None, nu: Any, h: float, dt: float,
     import torch
 
     B, nt, nx = F.shape
-    program = _program(B, nx, layout)
+    program = _program(B, nx, chosen_layout("hjb", B, F, layout))
     U = torch.empty((nt + 1, nx, B), dtype=F.dtype, device=F.device)
     U[nt] = U_T.transpose(0, 1)
     Ft = _batch_last(F)
@@ -151,7 +168,7 @@ def fp_sweep(U: Any, mu0: Any, nu: Any, h: float, dt: float, inv_hw: Any,
     import torch
 
     B, levels, nx = U.shape
-    program = _program(B, nx, layout)
+    program = _program(B, nx, chosen_layout("fp", B, U, layout))
     mu = torch.empty((levels, nx, B), dtype=U.dtype, device=U.device)
     mu[0] = mu0.transpose(0, 1)
     params = _params((h, dt), U)
