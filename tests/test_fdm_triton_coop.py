@@ -76,7 +76,12 @@ def test_each_member_matches_numpy_and_the_thread_layout(device, dtype, nx):
     data = _batch(nx, 3, 3) if device == "cpu" else _batch(nx, 40, 37)
     U, mu, status = _sweeps(data, "program", device, dtype)
     U_thread, mu_thread, status_thread = _sweeps(data, "thread", device, dtype)
-    np.testing.assert_array_equal(status, status_thread)  # flags and Newton iterations
+    np.testing.assert_array_equal(status[0], status_thread[0])  # no step left unconverged
+    # Newton iterations: the same in float64; in float32 the two solvers' roundings may move
+    # a step across the stopping test (measured on an H100: one problem of 37 took 122
+    # iterations against 121)
+    slack = 0 if dtype == "float64" else 1
+    assert np.abs(status[1] - status_thread[1]).max() <= slack
     assert (status[0] == -1).all() and (status[1] >= data["grid"].nt).all()
     for b in range(len(data["nu"])):
         U_ref, mu_ref = _reference_sweeps(data["grid"], data["nu"][b], data["U_T"][b],
@@ -91,7 +96,7 @@ def test_each_member_matches_numpy_and_the_thread_layout(device, dtype, nx):
 
 def test_a_block_far_wider_than_the_grid_gives_the_same_sweeps(device, monkeypatch):
     data = _batch(9, 3, 2, seed=7)
-    U, mu, status = _sweeps(data, "program", device, "float32")
+    U, mu, status = _sweeps(data, "program", device, "float64")
     program = triton_sweeps._program
 
     def wide(B: int, nx: int, layout: str | None) -> dict | None:
@@ -100,9 +105,9 @@ def test_a_block_far_wider_than_the_grid_gives_the_same_sweeps(device, monkeypat
         return launch
 
     monkeypatch.setattr(triton_sweeps, "_program", wide)
-    U_wide, mu_wide, status_wide = _sweeps(data, "program", device, "float32")
+    U_wide, mu_wide, status_wide = _sweeps(data, "program", device, "float64")
     np.testing.assert_array_equal(status_wide, status)
-    assert _rel(U_wide, U) <= 1e-6 and _rel(mu_wide, mu) <= 1e-6
+    assert _rel(U_wide, U) <= 1e-12 and _rel(mu_wide, mu) <= 1e-12
 
 
 def test_newton_seeded_by_a_guess_matches_numpy_and_the_thread_layout(device):
