@@ -10,13 +10,17 @@ Cases (all Santa Fe Bar at nx = nt = 201 unless said otherwise)
            and ``--pool-sample`` problems by a process pool over all cores of the host; both
            extrapolated to the whole batch from their measured time per problem
   large    ``--large`` problems in float32 to ``--tol``: time, iterations, peak GPU memory
+
+Batches iterate as ``solve_batch`` does by default (Newton on the coupling, from a 51² start);
+``--iteration picard`` makes them Picard iterations with Anderson mixing alone (no Newton,
+no Jacobians: the cost of one iteration is its two sweeps, the mixing and the stopping test).
   single   one solve at the defaults (tol 1e-8, or what the dtype resolves) on NumPy and on
            CUDA float32 / float64
 
 Prints a table and writes JSON with the machine (GPU, CPU cores, versions). The Picard
 iteration count depends on the default iteration scheme: re-run after changing it.
 
-    python benchmarks/fdm_batch.py [--batch 1024] [--large 4096] [--tol 1e-6]
+    python benchmarks/fdm_batch.py [--batch 1024] [--large 4096] [--tol 1e-6] [--iteration picard]
 """
 
 from __future__ import annotations
@@ -106,20 +110,22 @@ def sweeps_case(sizes: list[int], dtypes: list[str]) -> list[dict]:
     return rows
 
 
-def batch_case(n: int, dtype: str, tol: float, sample: list[int], refs: dict) -> dict:
+def batch_case(n: int, dtype: str, tol: float, sample: list[int], refs: dict,
+               iteration: str) -> dict:
     import torch
 
     be = mw.get_backend("torch", "cuda", dtype)
     probs = problems(n)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", mw.ConvergenceWarning)
+        scheme = mw.Anderson(newton=False) if iteration == "picard" else None
         mw.solve_batch(probs[:32], nx=NX, nt=NT, backend=be, tol=tol, max_iter=3,
-                       progress=False)  # warm-up: Triton compilation
+                       iteration=scheme, progress=False)  # warm-up: Triton compilation
         torch.cuda.reset_peak_memory_stats()
         be.synchronize()
         t0 = time.perf_counter()
         out = mw.solve_batch(probs, nx=NX, nt=NT, backend=be, tol=tol, max_iter=500,
-                             progress=False)
+                             iteration=scheme, progress=False)
         be.synchronize()
         elapsed = time.perf_counter() - t0
     errs = {"U": 0.0, "M": 0.0, "A": 0.0}
@@ -193,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool-sample", type=int, default=0,
                         help="problems for the process pool (default: 4 per core)")
     parser.add_argument("--cases", default="sweeps,batch,large,single")
+    parser.add_argument("--iteration", choices=("newton", "picard"), default="newton",
+                        help="batches: the default (Newton on the coupling) or Picard "
+                             "iterations with Anderson mixing alone")
     parser.add_argument("--out", default="benchmarks/results/fdm_batch.json")
     args = parser.parse_args(argv)
     dtypes = args.dtypes.split(",")
@@ -232,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     log("numpy pool done")
     if "batch" in cases:
         for dtype in dtypes:
-            row = batch_case(args.batch, dtype, args.tol, sample, refs)
+            row = batch_case(args.batch, dtype, args.tol, sample, refs, args.iteration)
             row["x_numpy_loop"] = loop_row["extrapolated_batch_s"] / row["time_s"]
             row["x_numpy_pool"] = pool_row["extrapolated_batch_s"] / row["time_s"]
             # per problem and Picard iteration: independent of how many iterations the
@@ -245,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             log(f"batch {dtype} done")
     if "large" in cases:
-        row = batch_case(args.large, "float32", args.tol, [], {})
+        row = batch_case(args.large, "float32", args.tol, [], {}, args.iteration)
         rows.append(row | {"case": "large"})
         log("large done")
     if "single" in cases:

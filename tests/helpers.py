@@ -8,9 +8,7 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-import nbformat
 import numpy as np
-from nbformat.v4 import new_code_cell, new_notebook
 
 import mfgwork as mw
 from mfgwork.numerics.fdm.sweeps import FiniteDifferences
@@ -36,7 +34,11 @@ def independent_residual(problem: mw.SantaFeBar, M: object) -> float:
 
 def write_notebook(path: Path, parameters: str, *body: str) -> Path:
     """Write to ``path`` a python3 notebook: a cell tagged ``parameters`` holding
-    ``parameters``, then one code cell per ``body``; return ``path``."""
+    ``parameters``, then one code cell per ``body``; return ``path`` (nbformat imported
+    here: the kernel tests that use this module run where notebooks are not installed)."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
     params = new_code_cell(parameters)
     params.metadata["tags"] = ["parameters"]
     nb = new_notebook(cells=[params, *(new_code_cell(b) for b in body)])

@@ -185,3 +185,21 @@ def test_batches_on_fine_grids_start_from_a_coarse_batch():
         assert res.converged and isinstance(res.extra["coarse_iterations"], int)
         assert res.iterations <= 10
         assert independent_residual(p, res.M) <= 1e-8 * (1 + 1e-4)
+
+
+@pytest.mark.parametrize("poisoned_call", [2, 4])
+def test_a_non_finite_best_response_stops_newton_with_an_error(monkeypatch, poisoned_call):
+    from mfgwork.problems import santa_fe
+
+    original = santa_fe.StackedAttendanceCoupling.state
+    calls = []
+
+    def poisoned(self, M):   # the observed path of a best response (the first call: z_0)
+        calls.append(1)
+        z = original(self, M)
+        return z * float("nan") if len(calls) == poisoned_call else z
+
+    monkeypatch.setattr(santa_fe.StackedAttendanceCoupling, "state", poisoned)
+    with pytest.raises(mw.SolverError, match=f"non-finite values at iteration "
+                                             f"{poisoned_call - 1} of Newton"):
+        mw.solve_batch(MIXED[:2], backend="torch", coarse=False, tol=1e-10, **SMALL)

@@ -281,13 +281,8 @@ class BatchNewton:
             t0 = be.stamp()
             F, U_w, M_w, g_w, (t1, t2, t3) = evaluate(w, cur["U"])
             R_w = g_w - w
-            bad = [xp.sum(xp.reshape(xp.astype(~xp.isfinite(a), a.dtype), (B, -1)), axis=-1)
-                   for a in (F, U_w, M_w)]
-            sums = xp.stack([xp.sum(R_w * R_w, axis=-1), xp.sum(g_w * g_w, axis=-1),
-                             *self._change_sums(U_w, cur["U"]), *self._change_sums(M_w, cur["M"]),
-                             *bad])
-            sums = to_numpy(sums).astype(np.float64)  # the one host read of an iteration
-            if sums[6:].any():
+            sums = self._iteration_sums(R_w, g_w, U_w, cur["U"], M_w, cur["M"], F)
+            if not np.isfinite(sums).all():
                 raise SolverError(f"non-finite values at iteration {k} of Newton's method on "
                                   "the coupling state: the iteration diverged")
             n_w = np.sqrt(sums[0])
@@ -392,12 +387,24 @@ class BatchNewton:
                 "U": xp.where(self._mask(mask, U), U, cur["U"]),
                 "M": xp.where(self._mask(mask, M), M, cur["M"])}
 
-    def _change_sums(self, new: Any, old: Any) -> tuple[Any, Any]:
-        """Per problem ‖new − old‖² and ‖new‖² (old None: no change), for the history."""
+    def _iteration_sums(self, R: Any, g: Any, U: Any, U_old: Any, M: Any, M_old: Any,
+                        F: Any) -> np.ndarray:
+        """Per problem (rows): ‖R‖², ‖g‖², ‖U − U_old‖², ‖U‖², ‖M − M_old‖², ‖M‖², ‖F‖²
+        (an old array None: no change), in the one host read of an iteration. Each is a
+        2-norm reduction that reads its array once; a non-finite value anywhere in U, M or F
+        (or R, g) makes its row non-finite."""
         xp = self.backend.xp
-        flat = xp.reshape(new, (new.shape[0], -1))
-        diff = flat - (flat if old is None else xp.reshape(old, (new.shape[0], -1)))
-        return xp.sum(diff * diff, axis=-1), xp.sum(flat * flat, axis=-1)
+        B = R.shape[0]
+
+        def norm(a: Any) -> Any:
+            return xp.astype(xp.linalg.vector_norm(xp.reshape(a, (B, -1)), axis=-1),
+                             R.dtype)
+
+        rows = [norm(R), norm(g)]
+        for new, old in ((U, U_old), (M, M_old)):
+            rows += [0.0 * rows[0] if old is None else norm(new - old), norm(new)]
+        rows.append(norm(F))
+        return to_numpy(xp.stack(rows)).astype(np.float64) ** 2
 
     def _next_points(self, mode: np.ndarray, t: np.ndarray, cur: dict, d: Any,
                      coupling: Any) -> Any:
