@@ -32,7 +32,7 @@ def device(monkeypatch) -> str:
         return "cuda"
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setattr(triton_sweeps, "_KERNELS", {})  # jit them again, for the interpreter
-    for module in ("triton_kernels", "triton_tangent_coop"):
+    for module in ("triton_kernels", "triton_coop", "triton_tangent_coop"):
         monkeypatch.delitem(sys.modules, f"mfgwork.numerics.fdm.{module}", raising=False)
     return "cpu"
 
