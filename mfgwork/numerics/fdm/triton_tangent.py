@@ -43,11 +43,15 @@ DIRECTIONS = 32      # directions per program of the sweep kernel (one warp)
 PROGRAMS_PER_SM = 16  # sweep programs per multiprocessor (measured on an H100: 8 is slower,
                       # more no faster)
 LAYOUTS = ("thread", "program")
-#: the layout when a call names none
-LAYOUT = "thread"
+#: the layout when a call names none: measured on an H100, 1024 problems at 201² with all
+#: 201 directions (benchmarks/kernel_tangent.py), the program layout took 77 ms in float64
+#: and 36 ms in float32 against 222 ms and 109 ms for the thread layout (same errors)
+LAYOUT = "program"
 # the "program" layout: directions per program (their right-hand sides share each level's
-# matrix work) and chunks of x per level (at most one warp's lanes: a neighbour is a shuffle)
-PROGRAM_DIRECTIONS = 8
+# matrix work) and chunks of x per level (at most one warp's lanes: a neighbour is a shuffle);
+# measured as above, 4 directions per program (one warp) beat 8 (107 / 38 ms) and 16 (122 /
+# 46 ms)
+PROGRAM_DIRECTIONS = 4
 MAX_CHUNKS = 32
 
 
