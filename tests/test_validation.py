@@ -90,3 +90,25 @@ def test_diverging_coupling_stops_with_iteration_and_quantity():
             mw.SolverError, match=r"non-finite values in running cost F at Picard iteration 2"):
         mw.solve(_generic(m0=lambda x: np.exp(-(x**2)), g=lambda x: 5 * x**2, f=f), nx=41,
                  nt=20, iteration="picard", progress=False)
+
+
+@pytest.mark.parametrize(("sweep", "name"), [("solve_hjb", "U"), ("solve_fp", "M")])
+def test_a_non_finite_sweep_stops_picard_naming_the_quantity(monkeypatch, sweep, name):
+    """A batch (torch: no kernel warm-up calls the sweeps) whose second sweep of one kind
+    turns non-finite is stopped at iteration 2, naming the quantity."""
+    pytest.importorskip("torch")
+    from mfgwork.numerics.fdm.sweeps import FiniteDifferences
+
+    original = getattr(FiniteDifferences, sweep)
+    calls = []
+
+    def poisoned(self, *args, **kwargs):
+        calls.append(1)
+        out = original(self, *args, **kwargs)
+        return out * float("nan") if len(calls) == 2 else out
+
+    monkeypatch.setattr(FiniteDifferences, sweep, poisoned)
+    with pytest.raises(mw.SolverError, match=rf"non-finite values in {name} at Picard "
+                                             r"iteration 2"):
+        mw.solve_batch([mw.SantaFeBar(), mw.SantaFeBar(threshold=0.7)], nx=31, nt=20,
+                       backend="torch", iteration=mw.Anderson(newton=False), progress=False)

@@ -335,8 +335,8 @@ def relative_residual(gz: Array, z: Array, xp: Any, batched: bool) -> Array:
     """‖gz − z‖₂ / ‖gz‖₂, per problem when ``batched`` (first axis); always shaped (B,)."""
     batch = z.shape[0] if batched else 1
     d, g = xp.reshape(gz - z, (batch, -1)), xp.reshape(gz, (batch, -1))
-    return (xp.sqrt(xp.sum(d**2, axis=-1))
-            / xp.clip(xp.sqrt(xp.sum(g**2, axis=-1)), 1e-300, None))
+    return (xp.linalg.vector_norm(d, axis=-1)   # each norm one pass over its array
+            / xp.clip(xp.linalg.vector_norm(g, axis=-1), 1e-300, None))
 
 
 def _where(mask: Array, a: Array, b: Array, xp: Any, batched: bool) -> Array:
@@ -419,10 +419,13 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
                                               batched),
                             relative_residual(M_new, M, xp, batched), res, best["res"],
                             tries, stale])
-        bad = xp.stack([xp.sum(xp.astype(~xp.isfinite(a), a.dtype)) for a in (F, U_new, M_new)])
-        changes, bad = to_numpy(changes), to_numpy(bad)  # the one host synchronisation
-        for name, count in zip(("running cost F", "U", "M"), bad, strict=True):
-            if count:
+        size_F = xp.linalg.vector_norm(xp.reshape(F, (-1,)))   # non-finite with any of F
+        changes, size_F = to_numpy(changes), to_numpy(size_F)  # the one host synchronisation
+        # a non-finite value in U or M makes its change non-finite
+        finite = (np.isfinite(size_F), np.isfinite(changes[0]).all(),
+                  np.isfinite(changes[1]).all())
+        for name, ok in zip(("running cost F", "U", "M"), finite, strict=True):
+            if not ok:
                 raise SolverError(f"non-finite values in {name} at Picard iteration {k}: "
                                   "the iteration diverged (try a smaller mixing factor, a "
                                   "finer time step or a smaller eps)")
