@@ -21,7 +21,7 @@ zero right-hand side, and a_0 = c_{nx−1} = 0, so clamped neighbour rows enter 
 weight and the grid's system never couples to the padding. Per level, global memory sees only
 the running cost (HJB) or the level's u (FP), loaded one level ahead, and the stored solution.
 The integer sizes are not specialised: one build of a kernel serves every batch size and
-grid of its padded width (a new batch size compiled nothing new).
+grid of its padded width (a new batch size compiles nothing new).
 """
 
 import triton
