@@ -1,10 +1,11 @@
 """Cooperative Triton kernels of :mod:`.triton_sweeps` (imported on first use: it needs Triton).
 
-The same sweeps as :mod:`.triton_kernels` (the same arrays [level, x, problem], the same
-Newton stopping rule per problem), but a program owns one problem and its lanes span the x
-points: BLOCK_X = 2^LOG_X ≥ nx lanes, those past the grid masked. Tensors stay
-one-dimensional: Triton then gathers through shared memory, while a two-dimensional gather
-is given a warp-local layout whose shuffles grow with the square of the rows per thread.
+The same sweeps as :mod:`.triton_kernels` (the same Newton stopping rule per problem), but
+a program owns one problem and its lanes span the x points, on arrays [problem, level, x]
+(the caller's layout: no transposes, and a level's row is one contiguous load): BLOCK_X =
+2^LOG_X ≥ nx lanes, those past the grid masked. Tensors stay one-dimensional: Triton then
+gathers through shared memory, while a two-dimensional gather is given a warp-local layout
+whose shuffles grow with the square of the rows per thread.
 
 The time loop and the Newton loop of each level run inside the kernel; a level's state,
 bands and residual stay in registers, neighbours u_{i±1} come by ``tl.gather`` (clamped at
@@ -29,12 +30,12 @@ import triton.language as tl
 
 
 @triton.jit
-def tile(B, NX, BLOCK_X: tl.constexpr):
-    """The program's problem p, row indices i, the offsets i·B + p of its rows in a level
-    [x, problem] and the mask of the points on the grid."""
+def tile(NX, BLOCK_X: tl.constexpr):
+    """The program's problem p, its row indices i (the offsets of its rows in a level) and
+    the mask of the points on the grid."""
     p = tl.program_id(0)
     ix = tl.arange(0, BLOCK_X)
-    return p, ix, ix * B + p, ix < NX
+    return p, ix, ix < NX
 
 @triton.jit
 def nan_max2(a, b, a2, b2):
@@ -102,7 +103,10 @@ def hjb_coop_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_p
     """Backward sweep: at level n = nt−1, …, 0 Newton on the residual
     R(u) = (u − u^{n+1})/Δt − ν (D²u) + ½[(D⁻u)₊² + (D⁺u)₋²] − f^n, J(u) du = R(u), u ← u − du,
     from the guess or u^{n+1}, until max|du| ≤ tol (1 + max|u|) per problem."""
-    p, ix, offs, on = tile(B, NX, 1 << LOG_X)
+    p, ix, on = tile(NX, 1 << LOG_X)
+    U_ptr += p.to(tl.int64) * (NT + 1) * NX   # this problem's levels [level, x]
+    G_ptr += p.to(tl.int64) * (NT + 1) * NX
+    F_ptr += p.to(tl.int64) * NT * NX
     h = tl.load(params_ptr)
     dt = tl.load(params_ptr + 1)
     tol = tl.load(params_ptr + 2)
@@ -111,17 +115,17 @@ def hjb_coop_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_p
     nu = tl.load(nu_ptr + p)
     ihw = tl.load(inv_hw_ptr + ix, mask=on, other=0.0)
     iw = tl.load(inv_w_ptr + ix, mask=on, other=0.0)
-    row = NX * B
+    row = NX
     bad = -1
     iterations = 0
-    u = tl.load(U_ptr + NT * row + offs, mask=on, other=0.0)
-    f = tl.load(F_ptr + (NT - 1) * row + offs, mask=on, other=0.0)
+    u = tl.load(U_ptr + NT * row + ix, mask=on, other=0.0)
+    f = tl.load(F_ptr + (NT - 1) * row + ix, mask=on, other=0.0)
     for k in range(NT):
         n = NT - 1 - k
-        f_next = tl.load(F_ptr + tl.maximum(n - 1, 0) * row + offs, mask=on, other=0.0)
+        f_next = tl.load(F_ptr + tl.maximum(n - 1, 0) * row + ix, mask=on, other=0.0)
         known = u   # level n + 1
         if USE_GUESS:
-            u = tl.load(G_ptr + n * row + offs, mask=on, other=0.0)
+            u = tl.load(G_ptr + n * row + ix, mask=on, other=0.0)
         it = 0
         converged = False
         while (it < max_newton) & ~converged:
@@ -137,17 +141,19 @@ def hjb_coop_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_p
             it += 1
         iterations += it
         bad = tl.where((bad < 0) & ~converged, n, bad)
-        tl.store(U_ptr + n * row + offs, u, mask=on)
+        tl.store(U_ptr + n * row + ix, u, mask=on)
         f = f_next
     tl.store(status_ptr + p, bad)
     tl.store(status_ptr + B + p, iterations)
 
-@triton.jit(do_not_specialize=["B", "NX", "NT"])
-def fp_coop_kernel(U_ptr, mu_ptr, nu_ptr, inv_hw_ptr, params_ptr, B, NX, NT,
+@triton.jit(do_not_specialize=["NX", "NT"])
+def fp_coop_kernel(U_ptr, mu_ptr, nu_ptr, inv_hw_ptr, params_ptr, NX, NT,
                    LOG_X: tl.constexpr):
     """Forward sweep of cell masses: J(u^n)ᵀ μ^{n+1} = μ^n / Δt, n = 0, …, nt−1 (J(u)ᵀ has
     the lower band upper_{i−1} and the upper band lower_{i+1})."""
-    p, ix, offs, on = tile(B, NX, 1 << LOG_X)
+    p, ix, on = tile(NX, 1 << LOG_X)
+    U_ptr += p.to(tl.int64) * (NT + 1) * NX   # this problem's levels [level, x]
+    mu_ptr += p.to(tl.int64) * (NT + 1) * NX
     h = tl.load(params_ptr)
     dt = tl.load(params_ptr + 1)
     inv_h = 1.0 / h
@@ -157,14 +163,14 @@ def fp_coop_kernel(U_ptr, mu_ptr, nu_ptr, inv_hw_ptr, params_ptr, B, NX, NT,
     ihw = tl.load(inv_hw_ptr + ic)
     ihw_l = tl.load(inv_hw_ptr + tl.maximum(ic - 1, 0))
     ihw_r = tl.load(inv_hw_ptr + tl.minimum(ic + 1, NX - 1))
-    row = NX * B
-    mu = tl.load(mu_ptr + offs, mask=on, other=0.0)
-    u = tl.load(U_ptr + offs, mask=on, other=0.0)
+    row = NX
+    mu = tl.load(mu_ptr + ix, mask=on, other=0.0)
+    u = tl.load(U_ptr + ix, mask=on, other=0.0)
     for n in range(NT):
-        u_next = tl.load(U_ptr + (n + 1) * row + offs, mask=on, other=0.0)
+        u_next = tl.load(U_ptr + (n + 1) * row + ix, mask=on, other=0.0)
         ql, qr, lo, up = upwind(u, ix, nu, ihw, inv_h, NX)
         lo_t = tl.where((ix > 0) & (ix < NX), -nu * ihw_l + tl.minimum(ql, 0.0) * inv_h, 0.0)
         up_t = tl.where(ix < NX - 1, -nu * ihw_r - tl.maximum(qr, 0.0) * inv_h, 0.0)
         mu = pcr(lo_t, inv_dt - lo - up, up_t, mu * inv_dt, ix, LOG_X)
-        tl.store(mu_ptr + (n + 1) * row + offs, mu, mask=on)
+        tl.store(mu_ptr + (n + 1) * row + ix, mu, mask=on)
         u = u_next

@@ -11,8 +11,9 @@ so the batch is the parallel axis of the ``"thread"`` layout: one program owns a
 coefficients in a small [x, problem] scratch that stays in cache. The ``"program"`` layout
 (:mod:`.triton_coop`) gives a problem a whole program whose lanes span x and solves each
 tridiagonal system by parallel cyclic reduction in registers: the serial chain of a level
-is then log₂ nx steps instead of 2 nx. Arrays are laid out [level, x, problem] (problem
-fastest) in both. A problem whose Newton iteration
+is then log₂ nx steps instead of 2 nx. The thread layout works on arrays [level, x,
+problem] (problem fastest: transposed on the way in and out), the program layout on the
+caller's [problem, level, x]. A problem whose Newton iteration
 did not converge at some time step is flagged (the first such step in sweep order), never
 silently accepted; the caller turns the flag into the CPU path's error.
 
@@ -142,22 +143,24 @@ def hjb_sweep(U_T: Any, F: Any, guess: Any | None, nu: Any, h: float, dt: float,
 
     B, nt, nx = F.shape
     program = _program(B, nx, chosen_layout("hjb", B, F, layout))
-    U = torch.empty((nt + 1, nx, B), dtype=F.dtype, device=F.device)
-    U[nt] = U_T.transpose(0, 1)
-    Ft = _batch_last(F)
-    G = U if guess is None else _batch_last(guess)
     status = torch.empty((2, B), dtype=torch.int32, device=F.device)
     params = _params((h, dt, tol), F)
-    if program is None:
-        scratch = torch.empty((2, nx, B), dtype=F.dtype, device=F.device)
-        block = _block(F)
-        launch("hjb", _grid(B, block),
-            U, Ft, G, nu, inv_hw, inv_w, params, scratch[0], scratch[1], status, B, nx, nt,
-            max_newton, USE_GUESS=guess is not None, BLOCK=block, num_warps=NUM_WARPS)
-    else:
+    if program is not None:   # arrays as they are, [problem, level, x]
+        U = torch.empty((B, nt + 1, nx), dtype=F.dtype, device=F.device)
+        U[:, nt] = U_T
+        G = U if guess is None else guess.contiguous()
         launch("hjb_program", program.pop("grid"),
-            U, Ft, G, nu, inv_hw, inv_w, params, status, B, nx, nt, max_newton,
+            U, F.contiguous(), G, nu, inv_hw, inv_w, params, status, B, nx, nt, max_newton,
             USE_GUESS=guess is not None, **program)
+        return U, status
+    U = torch.empty((nt + 1, nx, B), dtype=F.dtype, device=F.device)
+    U[nt] = U_T.transpose(0, 1)
+    G = U if guess is None else _batch_last(guess)
+    scratch = torch.empty((2, nx, B), dtype=F.dtype, device=F.device)
+    block = _block(F)
+    launch("hjb", _grid(B, block),
+        U, _batch_last(F), G, nu, inv_hw, inv_w, params, scratch[0], scratch[1], status, B,
+        nx, nt, max_newton, USE_GUESS=guess is not None, BLOCK=block, num_warps=NUM_WARPS)
     return U.permute(2, 0, 1).contiguous(), status
 
 
@@ -169,16 +172,18 @@ def fp_sweep(U: Any, mu0: Any, nu: Any, h: float, dt: float, inv_hw: Any,
 
     B, levels, nx = U.shape
     program = _program(B, nx, chosen_layout("fp", B, U, layout))
+    params = _params((h, dt), U)
+    if program is not None:   # arrays as they are, [problem, level, x]
+        mu = torch.empty((B, levels, nx), dtype=U.dtype, device=U.device)
+        mu[:, 0] = mu0
+        launch("fp_program", program.pop("grid"),
+            U.contiguous(), mu, nu, inv_hw, params, nx, levels - 1, **program)
+        return mu
     mu = torch.empty((levels, nx, B), dtype=U.dtype, device=U.device)
     mu[0] = mu0.transpose(0, 1)
-    params = _params((h, dt), U)
-    if program is None:
-        scratch = torch.empty((2, nx, B), dtype=U.dtype, device=U.device)
-        block = _block(U)
-        launch("fp", _grid(B, block),
-            _batch_last(U), mu, nu, inv_hw, params, scratch[0], scratch[1],
-            B, nx, levels - 1, BLOCK=block, num_warps=NUM_WARPS)
-    else:
-        launch("fp_program", program.pop("grid"),
-            _batch_last(U), mu, nu, inv_hw, params, B, nx, levels - 1, **program)
+    scratch = torch.empty((2, nx, B), dtype=U.dtype, device=U.device)
+    block = _block(U)
+    launch("fp", _grid(B, block),
+        _batch_last(U), mu, nu, inv_hw, params, scratch[0], scratch[1],
+        B, nx, levels - 1, BLOCK=block, num_warps=NUM_WARPS)
     return mu.permute(2, 0, 1).contiguous()
