@@ -35,17 +35,18 @@ from ...core.compiling import announce_compilation
 BLOCK = {"float32": 32, "float64": 16}
 NUM_WARPS = 1
 # the "program" layout: lanes (x points, padded to a power of two) per warp; measured on an
-# H200 at 201 x 201 (benchmarks/kernel_picard.py): 8 warps (32 lanes each) beat 4 and 2 for
-# 1, 1024 and 4096 problems in both dtypes (HJB, 1024 float32: 3.7 against 5.4 and 10.0 ms)
+# H200 at 201 x 201 (benchmarks/kernel_picard.py, arrays then [level, x, problem]): 8 warps
+# (32 lanes each) beat 4 and 2 for 1, 1024 and 4096 problems in both dtypes (HJB, 1024
+# float32: 3.7 against 5.4 and 10.0 ms)
 LANES_PER_WARP = 32
 LAYOUTS = ("auto", "thread", "program")
 #: the layout of :func:`hjb_sweep` and :func:`fp_sweep` when the call names none; "auto":
 #: the program layout, except for the HJB sweeps of batches of at least
-#: :data:`THREAD_FROM` problems of that dtype. Measured on an H200 at 201 x 201, HJB + FP:
-#: 1 problem 1.0 against 20.6 ms in float32 (3.2 against 45.7 ms in float64), 1024
-#: problems 5.7 against 25.4 ms (18.9 against 51.8 ms), 4096 problems 21.4 against 29.8 ms
-#: in float32; the float64 HJB sweep of 4096 problems took 59.8 ms in the program layout
-#: and 49.2 ms in the thread layout (the crossover, interpolated: about 3000 problems).
+#: :data:`THREAD_FROM` problems of that dtype. Measured on an H100 at 201 x 201, HJB + FP:
+#: 1 problem 1.0 against 21.3 ms in float32 (3.1 against 45.4 ms in float64), 1024
+#: problems 3.5 against 26.0 ms (17.0 against 51.7 ms), 4096 problems 13.3 against 30.0 ms
+#: in float32; the float64 HJB sweep of 4096 problems took 55.4 ms in the program layout
+#: and 50.9 ms in the thread layout (the crossover, interpolated: about 3500 problems).
 LAYOUT = "auto"
 THREAD_FROM = {"float64": 3072}
 
