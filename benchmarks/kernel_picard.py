@@ -31,44 +31,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
+from device_timing import copy_bandwidth, median_time
 
 import mfgwork as mw
 from mfgwork.numerics.fdm import kernels, numba_kernels, sweeps, triton_sweeps
 from mfgwork.results import provenance
-
-
-def _sync(device: str) -> None:
-    import torch
-
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def _time(fn: object, device: str, repeat: int) -> float:
-    """Median seconds of ``fn()`` after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        _sync(device)
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def copy_bandwidth(device: str) -> float:
-    """Bytes read + written per second by cloning a 1 GiB tensor (64 MiB on CPU)."""
-    import torch
-
-    x = torch.rand(2**28 if device == "cuda" else 2**24, device=device)
-    return 2 * x.numel() * x.element_size() / _time(x.clone, device, 10)
 
 
 def modelled_bytes(B: int, nx: int, nt: int, itemsize: int) -> int:
@@ -139,8 +110,8 @@ def rows_for(data: dict, dtype: str, args: argparse.Namespace, bandwidth: float)
                  else triton_sweeps._program(B, grid.nx, layout)["num_warps"])
         U, status = hjb(layout)
         mu = fp(U_thread, layout)
-        times = {"hjb": _time(lambda layout=layout: hjb(layout), args.device, args.repeat),
-                 "fp": _time(lambda layout=layout: fp(U_thread, layout), args.device,
+        times = {"hjb": median_time(lambda layout=layout: hjb(layout), args.device, args.repeat),
+                 "fp": median_time(lambda layout=layout: fp(U_thread, layout), args.device,
                              args.repeat)}
         bad, iterations = status.cpu().numpy()
         if layout == "thread":

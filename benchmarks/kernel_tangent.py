@@ -35,51 +35,19 @@ import functools
 import importlib
 import itertools
 import json
-import statistics
 import sys
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
+from device_timing import copy_bandwidth, median_time, sync
 
 import mfgwork as mw
 from mfgwork.numerics import batch_newton
 from mfgwork.numerics.fdm import kernels, tangent_torch, triton_tangent
 from mfgwork.numerics.fdm.sweeps import FiniteDifferences
 from mfgwork.numerics.potential import observed_path_jacobian
-
-
-def _sync(device: str) -> None:
-    import torch
-
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def _time(fn: object, device: str, repeat: int) -> float:
-    """Median seconds of ``fn()`` after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        _sync(device)
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def copy_bandwidth(device: str) -> float | None:
-    """Bytes read + written per second by a 1 GiB device-to-device copy."""
-    import torch
-
-    if device != "cuda":
-        return None
-    x = torch.rand(2**28, device=device)
-    y = torch.empty_like(x)
-    seconds = _time(lambda: y.copy_(x), device, 10)
-    return 2 * x.numel() * 4 / seconds
 
 
 def modelled_bytes(B: int, nx: int, nt: int, itemsize: int,
@@ -164,7 +132,7 @@ def chunked(jacobian: object, U: object, mu: object, chi: object, nu: object, gr
                                grid.h, grid.dt, inv_hw) for i in range(0, U.shape[0], chunk)])
 
 
-def kernel_rows(args: argparse.Namespace, bandwidth: float | None) -> list[dict]:
+def kernel_rows(args: argparse.Namespace, bandwidth: float) -> list[dict]:
     import torch
 
     rows = []
@@ -190,7 +158,7 @@ def kernel_rows(args: argparse.Namespace, bandwidth: float | None) -> list[dict]
             D = fn().double().cpu().numpy()
             err = max(float(np.max(np.abs(D[b] - ref)) / np.max(np.abs(ref)))
                       for b, ref in refs.items())
-            seconds = _time(fn, args.device, args.repeat)
+            seconds = median_time(fn, args.device, args.repeat)
             row = {"case": "tangent", "variant": name, "dtype": dtype, "batch": B, "n": args.n,
                    "seconds": seconds, "max_rel_error_vs_float64": err,
                    "finite": bool(np.isfinite(D).all())}
@@ -198,8 +166,7 @@ def kernel_rows(args: argparse.Namespace, bandwidth: float | None) -> list[dict]
                 moved = modelled_bytes(B, nx, nt, U.element_size(), directions, layout)
                 row["modelled_bytes"] = moved
                 row["bytes_per_s"] = moved / seconds
-                if bandwidth:
-                    row["roofline_fraction"] = moved / seconds / bandwidth
+                row["roofline_fraction"] = moved / seconds / bandwidth
             rows.append(row)
             print(row, flush=True)
         for layout in args.layouts.split(","):
@@ -239,9 +206,9 @@ def phase_row(U: object, mu: object, chi: object, nu: object, grid: object, dtyp
 
         def sweep(planes, chi_rows):
             return triton_tangent.program_kernel(planes, chi_rows, grid.dt, chunk, P, log_c)
-    factor_s = _time(prepare, args.device, args.repeat)
+    factor_s = median_time(prepare, args.device, args.repeat)
     prepared = prepare()
-    sweep_s = _time(lambda: sweep(*prepared), args.device, args.repeat)
+    sweep_s = median_time(lambda: sweep(*prepared), args.device, args.repeat)
     return {"case": "phases", "variant": f"{layout}, one chunk of {chunk}", "dtype": dtype,
             "batch": chunk, "n": args.n, "seconds": factor_s + sweep_s,
             "factor_s": factor_s, "sweep_s": sweep_s}
@@ -267,10 +234,10 @@ def end_to_end_rows(args: argparse.Namespace) -> list[dict]:
         return out
 
     def timed(self, *a, **k):
-        _sync(args.device)
+        sync(args.device)
         t0 = time.perf_counter()
         out = original(self, *a, **k)
-        _sync(args.device)
+        sync(args.device)
         spent[0] += time.perf_counter() - t0
         return out
 
@@ -333,8 +300,7 @@ def main(argv: list[str] | None = None) -> int:
 
     card = torch.cuda.get_device_name() if args.device == "cuda" else "cpu (interpreter)"
     bandwidth = copy_bandwidth(args.device)
-    print(f"card: {card}; copy bandwidth: "
-          f"{'-' if bandwidth is None else f'{bandwidth / 1e9:.0f} GB/s'}", flush=True)
+    print(f"card: {card}; copy bandwidth: {bandwidth / 1e9:.0f} GB/s", flush=True)
     rows = kernel_rows(args, bandwidth)
     if args.end_to_end:
         rows += end_to_end_rows(args)

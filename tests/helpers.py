@@ -5,10 +5,12 @@ its file."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+import pytest
 
 import mfgwork as mw
 from mfgwork.numerics.fdm.sweeps import FiniteDifferences
@@ -30,6 +32,29 @@ def independent_residual(problem: mw.SantaFeBar, M: object) -> float:
                        problem.initial_density(grid, be))
     A_br = M_br[1:] @ (grid.weights * chi)
     return float(np.linalg.norm(A_br - A) / np.linalg.norm(A_br))
+
+
+#: the modules of Triton kernels of the finite differences (jitted when imported)
+TRITON_KERNEL_MODULES = ("triton_kernels", "triton_coop", "triton_tangent_coop")
+
+
+def triton_device(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Where the fused kernels run here: "cuda", or "cpu" under Triton's interpreter, with
+    every kernel module jitted again for it (a module imported before, without the
+    interpreter, would mix compiled helpers into interpreted kernels); skips without torch
+    or Triton."""
+    torch = pytest.importorskip("torch")
+    from mfgwork.numerics.fdm import kernels, triton_sweeps
+
+    if not kernels._triton_installed():
+        pytest.skip("Triton is not installed")
+    if torch.cuda.is_available():
+        return "cuda"
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(triton_sweeps, "_KERNELS", {})
+    for module in TRITON_KERNEL_MODULES:
+        monkeypatch.delitem(sys.modules, f"mfgwork.numerics.fdm.{module}", raising=False)
+    return "cpu"
 
 
 def write_notebook(path: Path, parameters: str, *body: str) -> Path:

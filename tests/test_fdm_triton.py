@@ -7,11 +7,11 @@ at small sizes when Triton is installed (the test extra installs it on Linux), e
 from __future__ import annotations
 
 import dataclasses
-import sys
 import warnings
 
 import numpy as np
 import pytest
+from helpers import triton_device
 
 import mfgwork as mw
 from mfgwork.core.errors import SolverError
@@ -32,14 +32,8 @@ def _mass_tolerance(dtype: str, nt: int) -> float:
 @pytest.fixture
 def fused(monkeypatch) -> dict:
     """Where the fused kernels run here: CUDA, or the interpreter on CPU tensors (smaller)."""
-    torch = pytest.importorskip("torch")
-    if not kernels._triton_installed():
-        pytest.skip("Triton is not installed")
-    if torch.cuda.is_available():
+    if triton_device(monkeypatch) == "cuda":
         return {"device": "cuda", "nx": 101, "nt": 40, "batch": 37, "picard": 4}
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setattr(triton_sweeps, "_KERNELS", {})  # jit them again, for the interpreter
-    monkeypatch.delitem(sys.modules, "mfgwork.numerics.fdm.triton_kernels", raising=False)
     table = sweeps.fdm_kernels  # torch on the CPU takes the fused sweeps, NumPy stays
     monkeypatch.setattr(sweeps, "fdm_kernels",
                         lambda be, H=None: kernels.TRITON if be.name == "torch" else table(be, H))

@@ -8,10 +8,9 @@ at small sizes when Triton is installed, else skip.
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
+from helpers import triton_device
 from test_fdm_triton import TOLERANCE, _mass_tolerance, _reference_sweeps, _rel
 
 import mfgwork as mw
@@ -22,16 +21,7 @@ from mfgwork.numerics.fdm.sweeps import FiniteDifferences
 @pytest.fixture
 def device(monkeypatch) -> str:
     """CUDA, or the interpreter on CPU tensors."""
-    torch = pytest.importorskip("torch")
-    if not kernels._triton_installed():
-        pytest.skip("Triton is not installed")
-    if torch.cuda.is_available():
-        return "cuda"
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setattr(triton_sweeps, "_KERNELS", {})  # jit them again, for the interpreter
-    for module in ("triton_kernels", "triton_coop"):
-        monkeypatch.delitem(sys.modules, f"mfgwork.numerics.fdm.{module}", raising=False)
-    return "cpu"
+    return triton_device(monkeypatch)
 
 
 def _batch(nx: int, nt: int, B: int, seed: int = 4) -> dict:

@@ -6,15 +6,12 @@ sizes when Triton is installed, else skipped.
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
-from helpers import independent_residual
+from helpers import independent_residual, triton_device
 
 import mfgwork as mw
 from mfgwork.numerics.batch_newton import BatchNewton
-from mfgwork.numerics.fdm import kernels, triton_sweeps
 from mfgwork.numerics.potential import observed_path_jacobian
 
 torch = pytest.importorskip("torch")
@@ -23,13 +20,8 @@ torch = pytest.importorskip("torch")
 @pytest.fixture
 def fused(monkeypatch) -> dict:
     """Where the fused kernels run here: CUDA, or the interpreter on CPU tensors (tiny)."""
-    if not kernels._triton_installed():
-        pytest.skip("Triton is not installed")
-    if torch.cuda.is_available():
+    if triton_device(monkeypatch) == "cuda":
         return {"device": "cuda", "nx": 41, "nt": 37, "batch": 5, "directions": 32}
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setattr(triton_sweeps, "_KERNELS", {})  # jit them again, for the interpreter
-    monkeypatch.delitem(sys.modules, "mfgwork.numerics.fdm.triton_kernels", raising=False)
     return {"device": "cpu", "nx": 7, "nt": 6, "batch": 3, "directions": 4}
 
 
@@ -76,18 +68,20 @@ def test_fused_tangent_jacobian_matches_the_compiled_tangent_for_every_member(fu
     assert np.max(np.abs(D[0] - D[1])) > 1e-3 * np.max(np.abs(D[0]))  # each member its own
 
 
-def test_batch_newton_on_the_fused_tangent_certifies_every_member(fused, monkeypatch):
-    """The devices' Newton (dense Jacobians, batched Cholesky) with the fused tangent sweeps:
-    every member certified by an independent best response."""
+@pytest.mark.parametrize("layout", ["thread", "program"])
+def test_batch_newton_on_the_fused_tangent_certifies_every_member(fused, monkeypatch, layout):
+    """The devices' Newton (dense Jacobians, batched Cholesky) with the fused tangent sweeps
+    of either layout: every member certified by an independent best response."""
+    from mfgwork.numerics.fdm import triton_tangent
+
+    monkeypatch.setattr(triton_tangent, "LAYOUT", layout)
     monkeypatch.setattr(BatchNewton, "matrix_free", property(lambda self: False))
     monkeypatch.setattr(BatchNewton, "jacobian_kernels",
                         property(lambda self: "fused Triton tangent sweeps"))
     calls = []
-    from mfgwork.numerics.fdm import triton_tangent
-
-    jacobian = triton_tangent.tangent_jacobian_triton
-    monkeypatch.setattr(triton_tangent, "tangent_jacobian_triton",
-                        lambda *a, **k: calls.append(1) or jacobian(*a, **k))
+    kernel = triton_tangent.program_sweeps if layout == "program" else triton_tangent.sweeps
+    monkeypatch.setattr(triton_tangent, kernel.__name__,
+                        lambda *a, **k: calls.append(1) or kernel(*a, **k))
     problems = [mw.SantaFeBar(threshold=0.4, sigma=0.8), mw.SantaFeBar(threshold=0.7)]
     size = {"nx": 9, "nt": 5} if fused["device"] == "cpu" else {"nx": 41, "nt": 40}
     out = mw.solve_batch(problems, backend="torch", device=fused["device"], tol=1e-8,

@@ -8,16 +8,13 @@ sizes when Triton is installed, else skipped.
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
-from helpers import independent_residual
+from helpers import triton_device
 from test_triton_tangent import _best_responses
 
 import mfgwork as mw
-from mfgwork.numerics.batch_newton import BatchNewton
-from mfgwork.numerics.fdm import kernels, triton_sweeps, triton_tangent
+from mfgwork.numerics.fdm import triton_tangent
 from mfgwork.numerics.potential import observed_path_jacobian
 
 torch = pytest.importorskip("torch")
@@ -26,15 +23,7 @@ torch = pytest.importorskip("torch")
 @pytest.fixture
 def device(monkeypatch) -> str:
     """CUDA, or the interpreter on CPU tensors."""
-    if not kernels._triton_installed():
-        pytest.skip("Triton is not installed")
-    if torch.cuda.is_available():
-        return "cuda"
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setattr(triton_sweeps, "_KERNELS", {})  # jit them again, for the interpreter
-    for module in ("triton_kernels", "triton_coop", "triton_tangent_coop"):
-        monkeypatch.delitem(sys.modules, f"mfgwork.numerics.fdm.{module}", raising=False)
-    return "cpu"
+    return triton_device(monkeypatch)
 
 
 def _jacobians(nx: int, nt: int, B: int, dtype: str, device: str, directions: int,
@@ -101,24 +90,3 @@ def test_an_unknown_layout_or_a_bad_block_is_refused_before_any_work():
     with pytest.raises(ValueError, match="directions=6"):
         triton_tangent.program_kernel(torch.zeros((5, 7, 9)), torch.zeros(9), 0.1, 1, 3, 1,
                                       directions=6)
-
-
-def test_batch_newton_on_the_program_layout_certifies_every_member(device, monkeypatch):
-    """Newton's method with dense Jacobians from the "program" layout (the default flipped):
-    every member certified by an independent best response."""
-    monkeypatch.setattr(triton_tangent, "LAYOUT", "program")
-    monkeypatch.setattr(BatchNewton, "matrix_free", property(lambda self: False))
-    monkeypatch.setattr(BatchNewton, "jacobian_kernels",
-                        property(lambda self: "fused Triton tangent sweeps"))
-    calls = []
-    sweeps = triton_tangent.program_sweeps
-    monkeypatch.setattr(triton_tangent, "program_sweeps",
-                        lambda *a, **k: calls.append(1) or sweeps(*a, **k))
-    problems = [mw.SantaFeBar(threshold=0.4, sigma=0.8), mw.SantaFeBar(threshold=0.7)]
-    size = {"nx": 9, "nt": 5} if device == "cpu" else {"nx": 41, "nt": 40}
-    out = mw.solve_batch(problems, backend="torch", device=device, tol=1e-8, progress=False,
-                         **size)
-    assert calls
-    for p, res in zip(problems, out, strict=True):
-        assert res.converged and res.residual <= 1e-8
-        assert independent_residual(p, res.M) == pytest.approx(res.residual, rel=1e-4)
