@@ -30,17 +30,17 @@ def initial_state(initial: Any, problems: Sequence[MFGProblem], grid: Grid, be: 
         return {}
     items = per_problem(initial, len(problems), batched)
     results = [r for r in items if isinstance(r, Result)]
-    _check_finite(results, be)
-    if len(results) == len(items) and all(_same_grid(r, grid) for r in results):
+    # the Results' densities and values on the backend, once
+    M, U = ([be.asarray(getattr(r, name)) for r in results] for name in ("M", "U"))
+    _check_finite({"M": M, "U": U}, be)
+    if len(results) == len(items) and all(_same_grid(m, grid) for m in M):
         xp = be.xp
-        M = [be.asarray(r.M) for r in results]
-        U = [be.asarray(r.U) for r in results]
         return ({"M_init": xp.stack(M), "U_init": xp.stack(U)} if batched
                 else {"M_init": M[0], "U_init": U[0]})
     for p in problems:
         _check_path_coupling(p, grid)
-    if len(results) == len(items) and _one_grid(results, problems):
-        return {"z_init": be.asarray(_result_paths(results, problems, grid, be)
+    if len(results) == len(items) and _one_grid(M, problems):
+        return {"z_init": be.asarray(_result_paths(M, problems, grid, be)
                                      if batched else _path(results[0], problems[0], grid))}
     paths = [_path(item, p, grid) for item, p in zip(items, problems, strict=True)]
     return {"z_init": be.asarray(np.stack(paths) if batched else paths[0])}
@@ -70,28 +70,27 @@ def per_problem(initial: Any, n: int, batched: bool) -> list[Any]:
     return [arr]
 
 
-def _check_finite(results: Sequence[Result], be: Backend) -> None:
+def _check_finite(arrays: dict[str, list[Any]], be: Backend) -> None:
     """Non-finite values in M or U of any warm-start Result are refused (the reductions run
-    where the arrays are, one transfer of the answer per array name)."""
+    where the arrays are, one per array name and shape)."""
     xp = be.xp
-    for name in ("M", "U"):
+    for name, values in arrays.items():
         shapes: dict[tuple[int, ...], list[Any]] = {}
-        for r in results:
-            a = be.asarray(getattr(r, name))
+        for a in values:
             shapes.setdefault(tuple(a.shape), []).append(a)
         if any(not bool(xp.all(xp.isfinite(xp.stack(same)))) for same in shapes.values()):
             raise ParameterError(f"initial has non-finite values in {name}: a warm start "
                                  "must be finite")
 
 
-def _same_grid(result: Result, grid: Grid) -> bool:
-    return tuple(np.shape(result.M)) == (grid.nt + 1, grid.nx)
+def _same_grid(M: Any, grid: Grid) -> bool:
+    return tuple(M.shape) == (grid.nt + 1, grid.nx)
 
 
-def _one_grid(results: Sequence[Result], problems: Sequence[MFGProblem]) -> bool:
-    """Whether Results of one shape start problems of one domain and horizon (their
+def _one_grid(M: Sequence[Any], problems: Sequence[MFGProblem]) -> bool:
+    """Whether densities of one shape start problems of one domain and horizon (their
     coupling states then come from one batched computation)."""
-    return (len({tuple(np.shape(r.M)) for r in results}) == 1
+    return (len({tuple(m.shape) for m in M}) == 1
             and len({(p.x_min, p.x_max, p.T) for p in problems}) == 1)
 
 
@@ -111,12 +110,12 @@ def _levels(states: np.ndarray, old: Grid, grid: Grid) -> np.ndarray:
     return out.reshape(*states.shape[:-1], grid.nt)
 
 
-def _result_paths(results: Sequence[Result], problems: Sequence[MFGProblem], grid: Grid,
+def _result_paths(densities: Sequence[Any], problems: Sequence[MFGProblem], grid: Grid,
                   be: Backend) -> np.ndarray:
-    """The coupling states (B, nt) on ``grid`` of Results on one other grid (a coarse
-    batch's): the states of all of them in one batched computation where their densities
-    are, then one transfer."""
-    M = be.xp.stack([be.asarray(r.M) for r in results])
+    """The coupling states (B, nt) on ``grid`` of densities (backend arrays) of Results on
+    one other grid (a coarse batch's): the states of all of them in one batched computation
+    where they are, then one transfer."""
+    M = be.xp.stack(list(densities))
     old = problems[0].grid(M.shape[-1], M.shape[-2] - 1)
     coupling = batch_coupling([p.coupling(old, be) for p in problems], be)
     states = coupling.state(be.xp.concat([M[:, :1], M], axis=1))   # levels 0..nt of old

@@ -59,13 +59,14 @@ def _kernels() -> dict[str, Any]:
     """The jitted kernels (imported on first use, so importing this module needs no Triton;
     under ``TRITON_INTERPRET=1`` at that import they run on CPU tensors)."""
     if not _KERNELS:
-        from . import triton_coop, triton_kernels
+        from . import triton_coop, triton_kernels, triton_tangent_coop
 
         _KERNELS.update(hjb=triton_kernels.hjb_sweep_kernel, fp=triton_kernels.fp_sweep_kernel,
                         hjb_program=triton_coop.hjb_coop_kernel,
                         fp_program=triton_coop.fp_coop_kernel,
                         factor=triton_kernels.thomas_factor_kernel,
-                        tangent=triton_kernels.tangent_sweep_kernel)
+                        tangent=triton_kernels.tangent_sweep_kernel,
+                        tangent_program=triton_tangent_coop.tangent_coop_kernel)
     return _KERNELS
 
 

@@ -31,10 +31,8 @@ part once per level for all directions of the block. :data:`LAYOUT` is the defau
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from ...core.compiling import announce_compilation
 from .operators import QUADRATIC, jacobian_bands, tangent_weights
 from .triton_sweeps import _params, launch
 
@@ -180,20 +178,15 @@ def program_kernel(planes: Any, chi: Any, dt: float, B: int, P: int, log_c: int,
         raise ValueError(f"directions={directions} is not a power of 2")
     import torch
 
-    from . import triton_tangent_coop  # imported on first use: it needs Triton
-
     nt = planes.shape[0] // B
     blocks = (nt + directions - 1) // directions
     history = torch.empty((B, nt, blocks * directions, P << log_c), dtype=planes.dtype,
                           device=planes.device)
     D = torch.empty((B, nt, nt), dtype=planes.dtype, device=planes.device)
-    kernel = triton_tangent_coop.tangent_coop_kernel
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        announce_compilation([kernel.fn.__name__])
-    kernel[(B * blocks,)](planes, chi, history, D, _params((dt,), planes), nt,
-                          blocks * directions, blocks, LOG_D=directions.bit_length() - 1, P=P,
-                          LOG_C=log_c,
-                          num_warps=warps or max(1, directions // 8))
+    launch("tangent_program", (B * blocks,),
+           planes, chi, history, D, _params((dt,), planes), nt, blocks * directions, blocks,
+           LOG_D=directions.bit_length() - 1, P=P, LOG_C=log_c,
+           num_warps=warps or max(1, directions // 8))
     return D
 
 
