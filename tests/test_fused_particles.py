@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import triton_device
 
 import mfgwork as mw
 from mfgwork.core.errors import ParameterError
@@ -23,14 +24,10 @@ GRID = mw.Grid(-2.0, 3.0, 41, 1.0, 12)
 @pytest.fixture
 def fused_device(monkeypatch) -> str:
     """"cuda" where Triton compiles for a GPU, else "cpu" under Triton's interpreter."""
-    torch = pytest.importorskip("torch")
-    if not tk.triton_available():
-        pytest.skip("Triton is not installed")
-    if torch.cuda.is_available():
-        return "cuda"
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setattr(tk, "_STEP_DEPOSIT", None)  # jit it again, for the interpreter
-    return "cpu"
+    device = triton_device(monkeypatch)
+    if device == "cpu":
+        monkeypatch.setattr(tk, "_STEP_DEPOSIT", None)  # jit it again, for the interpreter
+    return device
 
 
 def _solver(be: mw.Backend, device: str, fused: bool) -> ParticleFP:
