@@ -26,6 +26,7 @@ iterates are recorded for the history only; they never stop the iteration.
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -238,31 +239,31 @@ class AndersonMixer:
             shape = (dz.shape[0], depth, dz.shape[1])
             s["dZ"] = xp.zeros(shape, dtype=dz.dtype, device=_device(dz))
             s["dR"] = xp.zeros(shape, dtype=dz.dtype, device=_device(dz))
+            # per slot, the steps back to the older of the two entries its difference
+            # joins (empty: inf), kept on the device (a copy from the host would wait for it)
+            s["ages"] = xp.full((depth,), math.inf, dtype=dz.dtype, device=_device(dz))
         order = s["order"]
         slot = len(order) if len(order) < depth else order.pop(0)
         s["dZ"][:, slot, :] = dz
         s["dR"][:, slot, :] = dr
+        s["ages"] = s["ages"] + 1.0
+        s["ages"][slot] = 1.0
         order.append(slot)
 
     def _correction(self, s: dict, r: Array, beta: Array, xp: Any) -> Array:
         """(ΔZ + β ΔR) γ over the differences younger than each problem's last restart: the
         small system on all ``depth`` slots, the empty and the too old ones masked (γ = 0)."""
-        order, depth = s["order"], self.scheme.depth
-        n, dev = len(order), _device(r)
+        depth, dev = self.scheme.depth, _device(r)
         # the difference j-th oldest (of n) joins the entries n - j and n - j - 1 steps back:
         # valid if both follow the problem's last restart; empty slots never
-        ages = [math.inf] * depth
-        for j, slot in enumerate(order):
-            ages[slot] = float(n - j)
-        ages = xp.asarray(ages, dtype=r.dtype, device=dev)
-        valid = xp.astype(ages[None, :] < s["age"][:, None], r.dtype)  # (B, depth)
+        valid = xp.astype(s["ages"][None, :] < s["age"][:, None], r.dtype)  # (B, depth)
         dZ, dR = s["dZ"], s["dR"]
         gram = (dR @ xp.permute_dims(dR, (0, 2, 1))) * (valid[:, :, None] * valid[:, None, :])
         rhs = (dR @ r[..., None]) * valid[..., None]
         eye = xp.eye(depth, dtype=r.dtype, device=dev)
         scale = xp.sum(xp.sum(gram * eye, axis=-1), axis=-1)
         shift = self.scheme.regularization * scale + xp.astype(scale == 0.0, r.dtype)
-        gamma = xp.linalg.solve(gram + shift[:, None, None] * eye, rhs)  # (B, depth, 1)
+        gamma = _solve(gram + shift[:, None, None] * eye, rhs, xp)  # (B, depth, 1)
         weights = xp.permute_dims(gamma, (0, 2, 1))  # (B, 1, depth): γᵀ ΔZ + β γᵀ ΔR
         return (weights @ dZ + beta[:, None, None] * (weights @ dR))[:, 0, :]
 
@@ -271,6 +272,17 @@ def _device(a: Array) -> Any:
     import array_api_compat
 
     return array_api_compat.device(a)
+
+
+def _solve(a: Array, b: Array, xp: Any) -> Array:
+    """``linalg.solve`` without a host synchronisation: torch's ``solve`` checks on the host
+    that no system is singular (a wait for the device on CUDA), ``solve_ex`` does not (the
+    regularized systems of the mixing are positive definite; a non-finite one gives
+    non-finite values, which the stopping test reports)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(a, torch.Tensor):
+        return torch.linalg.solve_ex(a, b)[0]
+    return xp.linalg.solve(a, b)
 
 
 SCHEMES = {"anderson": Anderson, "relaxation": Relaxation, "fictitious_play": FictitiousPlay,
@@ -382,17 +394,17 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     M = xp.stack([m0] * (nt + 1), axis=-2) if M_init is None else M_init
     z = coupling.state(M) if z_init is None else coupling.project(z_init)
     n_problems = z.shape[0] if batched else 1
-    inf = xp.full((n_problems,), math.inf, dtype=z.dtype, device=_device(z))
-    best = {"res": inf, "U": None, "M": None}      # smallest certified residual
-    lowest = {"res": inf, "U": None, "M": None}  # smallest iterate residual (uncertified)
-    trigger = xp.full((n_problems,), tol, dtype=z.dtype, device=_device(z))
-    picard = xp.zeros((n_problems,), dtype=xp.bool, device=_device(z))
-    anchor = inf  # per problem: the residual when it last halved, and iterations since
-    stale = xp.zeros((n_problems,), dtype=z.dtype, device=_device(z))
-    tries = xp.zeros((n_problems,), dtype=z.dtype, device=_device(z))  # refused rechecks since
-    recheck = xp.zeros((n_problems,), dtype=xp.bool, device=_device(z))
+    dev = _device(z)
+    inf = xp.full((n_problems,), math.inf, dtype=z.dtype, device=dev)
+    best = _Iterate(inf)    # smallest certified residual
+    lowest = _Iterate(inf)  # smallest iterate residual (uncertified), and its state
+    state = _State(trigger=xp.full((n_problems,), tol, dtype=z.dtype, device=dev),
+                   picard=xp.zeros((n_problems,), dtype=xp.bool, device=dev),
+                   recheck=xp.zeros((n_problems,), dtype=xp.bool, device=dev),
+                   anchor=inf, stale=xp.zeros((n_problems,), dtype=z.dtype, device=dev),
+                   tries=xp.zeros((n_problems,), dtype=z.dtype, device=dev))
+    rechecked = np.zeros(n_problems, dtype=bool)  # the previous step certifies lowest iterates
     done_at = np.zeros(n_problems, dtype=np.int64)
-    prev: tuple[Array, Array, Array] | None = None
     evaluate = _evaluator(coupling, hjb, fp, U_T, m0, backend)
     use_fallback = fallback is not None and not batched
     stalled = False
@@ -401,26 +413,29 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
         t0 = backend.stamp()
         F, U_new, M_new, gz, (t1, t2, t3) = evaluate(z, U)
         res = relative_residual(gz, z, xp, batched)
-        if prev is not None:  # z = Φ(z_prev) exactly where ``picard``: this certifies M_prev
-            cert = xp.where(picard, res, inf)
-            better = cert < best["res"]
-            amplification = xp.clip(xp.where(picard, cert, 1.0), 1e-300, None) / xp.clip(
-                prev[2], 1e-300, None)
-            trigger = xp.where(picard & (cert > tol),
-                               xp.minimum(trigger, 0.5 * tol / amplification), trigger)
-            _keep(best, better, cert, prev[0], prev[1], xp, batched)
-            tries = tries + xp.astype(recheck & (cert > tol), tries.dtype)
-        halved = res < 0.5 * anchor  # progress: the residual halved since the last time
-        anchor = xp.where(halved, res, anchor)
-        stale = xp.where(halved, 0.0 * stale, stale + 1.0)
-        tries = xp.where(halved, 0.0 * tries, tries)
-        _keep(lowest, res < lowest["res"], res, U_new, M_new, xp, batched)
+        better = state.certify(res, best, inf, tol, first=k == 1)
+        state.track(res)
+        improved = res < lowest.res
+        lowest.res = xp.where(improved, res, lowest.res)
+        lowest.z = gz if k == 1 else _where(improved, gz, lowest.z, xp, batched)
+        # settled: certified, or stagnant and refused its certificate ``give_up`` times
+        settled = best.res <= tol
+        if fallback is None or batched:
+            settled = settled | (state.tries >= give_up)
+        # the next state is computed before the host synchronisation, so the device mixes while
+        # the host prepares; it is dropped when the loop ends at this iteration
+        step = (state.advance(k, z, gz, res, settled, lowest, mixer, coupling, xp, batched,
+                              patience=patience, last=k == max_iter - 1)
+                if k < max_iter else None)
         changes = xp.stack([relative_residual(U_new, U if U is not None else 0.0 * U_new, xp,
                                               batched),
-                            relative_residual(M_new, M, xp, batched), res, best["res"],
-                            tries, stale])
+                            relative_residual(M_new, M, xp, batched), res, best.res,
+                            state.tries, state.stale] + [
+                            xp.astype(v, res.dtype)
+                            for v in (better, improved, settled, state.recheck_next)])
         size_F = xp.linalg.vector_norm(xp.reshape(F, (-1,)))   # non-finite with any of F
-        changes, size_F = to_numpy(changes), to_numpy(size_F)  # the one host synchronisation
+        changes = to_numpy(xp.concat([xp.reshape(changes, (-1,)), xp.reshape(size_F, (1,))]))
+        size_F, changes = changes[-1], np.reshape(changes[:-1], (-1, n_problems))
         # a non-finite value in U or M makes its change non-finite
         finite = (np.isfinite(size_F), np.isfinite(changes[0]).all(),
                   np.isfinite(changes[1]).all())
@@ -429,9 +444,14 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
                 raise SolverError(f"non-finite values in {name} at Picard iteration {k}: "
                                   "the iteration diverged (try a smaller mixing factor, a "
                                   "finer time step or a smaller eps)")
+        # the kept iterates, row by row: the best certified one from the previous iterate (or
+        # the lowest one it rechecked), then the lowest
+        better_rows = changes[6] > 0
+        best.take(better_rows & ~rechecked, U, M, xp)
+        best.take(better_rows & rechecked, lowest.U, lowest.M, xp, shared=lowest.owned)
+        lowest.take(changes[7] > 0, U_new, M_new, xp)
         done = changes[3] <= tol
-        # stagnant and refused its certificate ``give_up`` times: settled, not converged
-        settled = done | ((changes[4] >= give_up) & (fallback is None or batched))
+        settled = changes[8] > 0
         active = ~settled | (done_at == 0)
         done_at[(done_at == 0) & done] = k
         history.change_U.append(float(np.max(changes[0][active])))
@@ -443,31 +463,13 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
         finished = bool(settled.all())
         if use_fallback and not finished:
             stalled = changes[5][0] >= stall or (max_iter >= 2 * stall and k >= max_iter // 2)
-        if stalled:
-            U, M = U_new, M_new
-            stamps.append((t0, t1, t2, t3, backend.stamp()))
-            break
-        if not finished:
-            frozen = xp.asarray(settled, device=_device(z))
-            picard = (res <= trigger) & ~frozen
-            stepped = coupling.project(mixer.update(k, z, gz, xp))
-            z_next = _where(picard, gz, stepped, xp, batched)
-            # the lowest iterate of a problem whose iterates stopped improving (e.g. at the
-            # rounding floor of float32, below which a lowered trigger is never met), and of
-            # every problem at the last evaluation, is certified by the next one
-            recheck = (~frozen & ~picard & (stale >= patience)
-                       & (xp.remainder(stale, float(patience)) == 0.0))
-            if k == max_iter - 1:
-                recheck = ~frozen & ~picard
-            picard = picard | recheck
-            z_next = _where(recheck, coupling.state(lowest["M"]), z_next, xp, batched)
-            prev = (_where(recheck, lowest["U"], U_new, xp, batched),
-                    _where(recheck, lowest["M"], M_new, xp, batched),
-                    xp.where(recheck, lowest["res"], res))
-            z = _where(frozen, z, z_next, xp, batched)
+        if not (finished or stalled) and step is not None:
+            z = step
+            state.commit()
+            rechecked = changes[9] > 0
         U, M = U_new, M_new
         stamps.append((t0, t1, t2, t3, backend.stamp()))
-        if finished:
+        if finished or stalled:
             break
     _record_times(history, stamps, backend)
     residual = changes[3]
@@ -490,9 +492,126 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
                       f"iterations ({why}; {int((~converged).sum())} of {converged.size} "
                       f"problems; final residual {worst:.3g}); returning the best iterate "
                       "found with converged=False", ConvergenceWarning, stacklevel=3)
-    return FixedPointResult(U=best["U"], M=best["M"], converged=converged,
+    return FixedPointResult(U=best.U, M=best.M, converged=converged,
                             residual=residual, iterations=np.where(converged, done_at, k),
                             history=history, status=status)
+
+
+class _Iterate:
+    """A kept iterate per problem: its residual (on the device, (B,)), U, M and the coupling
+    state z = state(M). U and M are the arrays of one evaluation, shared and never written,
+    until rows of different iterates mix; from then on the slot owns copies and writes only
+    the rows that change, chosen on the host (no full-array ``where`` passes, which would
+    dominate an iteration of a large batch)."""
+
+    def __init__(self, res: Array) -> None:
+        self.res, self.z = res, None
+        self.U: Array | None = None
+        self.M: Array | None = None
+        self.owned = False
+
+    def take(self, rows: np.ndarray, U: Array, M: Array, xp: Any, shared: bool = False
+             ) -> None:
+        """U and M of the problems ``rows`` (host booleans, (B,)) from another iterate;
+        ``shared``: U, M are another slot's own arrays (copied, never referenced)."""
+        if not rows.any():
+            return
+        if self.U is None or rows.all():  # the first take fills every row
+            self.U, self.M = (_copy(U, xp), _copy(M, xp)) if shared else (U, M)
+            self.owned = shared
+            return
+        if not self.owned:
+            self.U, self.M, self.owned = _copy(self.U, xp), _copy(self.M, xp), True
+        idx = xp.asarray(np.flatnonzero(rows), device=_device(U))
+        self.U[idx, ...] = U[idx, ...]
+        self.M[idx, ...] = M[idx, ...]
+
+
+def _copy(a: Array, xp: Any) -> Array:
+    return xp.asarray(a, copy=True)
+
+
+@dataclass
+class _State:
+    """The per-problem device state of the stopping test and of the certificates (all (B,)):
+    the residual below which the next step is a plain Picard step (``trigger``), whether the
+    current step is one (``picard``) and whether it certifies a lowest iterate (``recheck``),
+    the residual when it last halved (``anchor``), the iterations since (``stale``) and the
+    refused rechecks since (``tries``). :meth:`advance` prepares the next step's values,
+    :meth:`commit` makes them current."""
+
+    trigger: Array
+    picard: Array
+    recheck: Array
+    anchor: Array
+    stale: Array
+    tries: Array
+    prev_res: Array | None = None
+    picard_next: Array | None = None
+    recheck_next: Array | None = None
+    prev_res_next: Array | None = None
+
+    def __post_init__(self) -> None:
+        self.recheck_next = self.recheck
+
+    def certify(self, res: Array, best: _Iterate, inf: Array, tol: float, first: bool
+                ) -> Array:
+        """Where the current state is Φ of the previous one (``picard``), ``res`` certifies
+        the previous iterate: the best certified residual is updated, a refused certificate
+        lowers the trigger by the observed amplification. Returns the rows improved."""
+        if first:
+            return self.picard
+        xp = _xp(res)
+        cert = xp.where(self.picard, res, inf)
+        better = cert < best.res
+        amplification = xp.clip(xp.where(self.picard, cert, 1.0), 1e-300, None) / xp.clip(
+            self.prev_res, 1e-300, None)
+        self.trigger = xp.where(self.picard & (cert > tol),
+                                xp.minimum(self.trigger, 0.5 * tol / amplification),
+                                self.trigger)
+        best.res = xp.where(better, cert, best.res)
+        self.tries = self.tries + xp.astype(self.recheck & (cert > tol), self.tries.dtype)
+        return better
+
+    def track(self, res: Array) -> None:
+        """Progress: the residual halved since the last time."""
+        xp = _xp(res)
+        halved = res < 0.5 * self.anchor
+        self.anchor = xp.where(halved, res, self.anchor)
+        self.stale = xp.where(halved, 0.0 * self.stale, self.stale + 1.0)
+        self.tries = xp.where(halved, 0.0 * self.tries, self.tries)
+
+    def advance(self, k: int, z: Array, gz: Array, res: Array, settled: Array,
+                lowest: _Iterate, mixer: Mixer, coupling: CouplingMap, xp: Any,
+                batched: bool, *, patience: int, last: bool) -> Array:
+        """The next coupling state: the plain Picard step Φ(z) where the residual is below
+        the trigger, else the scheme's step; the lowest iterate's state where it is to be
+        certified (its iterates stopped improving, e.g. at the rounding floor of float32,
+        below which a lowered trigger is never met; and every problem before the last
+        evaluation); z itself where the problem is settled."""
+        picard = (res <= self.trigger) & ~settled
+        stepped = coupling.project(mixer.update(k, z, gz, xp))
+        z_next = _where(picard, gz, stepped, xp, batched)
+        if last:
+            recheck = ~settled & ~picard
+        else:
+            recheck = (~settled & ~picard & (self.stale >= patience)
+                       & (xp.remainder(self.stale, float(patience)) == 0.0))
+        self.picard_next = picard | recheck
+        self.recheck_next = recheck
+        self.prev_res_next = xp.where(recheck, lowest.res, res)
+        z_next = _where(recheck, lowest.z, z_next, xp, batched)
+        return _where(settled, z, z_next, xp, batched)
+
+    def commit(self) -> None:
+        self.picard, self.recheck = self.picard_next, self.recheck_next
+        self.prev_res = self.prev_res_next
+
+
+def _xp(a: Array) -> Any:
+    import array_api_compat
+
+    return array_api_compat.array_namespace(a)
 
 
 def _evaluator(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, U_T: Array, m0: Array,
@@ -530,34 +649,28 @@ def _record_times(history: History, stamps: list[tuple], backend: Backend) -> No
         history.time_coupling.append(seconds(t0, t1) + seconds(t3, t4))
 
 
-def _keep(slot: dict, mask: Array, res: Array, U: Array, M: Array, xp: Any,
-          batched: bool) -> None:
-    """Where ``mask``, replace the slot's residual, U and M."""
-    slot["res"] = xp.where(mask, res, slot["res"])
-    slot["U"] = U if slot["U"] is None else _where(mask, U, slot["U"], xp, batched)
-    slot["M"] = M if slot["M"] is None else _where(mask, M, slot["M"], xp, batched)
-
-
-def _certify_fallback(best: dict, lowest: dict, evaluate: Any, coupling: CouplingMap,
-                      xp: Any, batched: bool) -> np.ndarray:
+def _certify_fallback(best: _Iterate, lowest: _Iterate, evaluate: Any,
+                      coupling: CouplingMap, xp: Any, batched: bool) -> np.ndarray:
     """One more evaluation gives the residual of the best uncertified iterate; per problem,
     the better of it and the best certified one is kept. Returns the residuals (host)."""
-    z = coupling.state(lowest["M"])
-    gz = evaluate(z, lowest["U"])[3]
+    z = coupling.state(lowest.M)
+    gz = evaluate(z, lowest.U)[3]
     cert = relative_residual(gz, z, xp, batched)
-    _keep(best, cert < best["res"], cert, lowest["U"], lowest["M"], xp, batched)
-    return to_numpy(best["res"])
+    better = cert < best.res
+    best.res = xp.where(better, cert, best.res)
+    best.take(to_numpy(better), lowest.U, lowest.M, xp, shared=lowest.owned)
+    return to_numpy(best.res)
 
 
-def _continue(fallback: Fallback, best: dict, lowest: dict, evaluate: Any,
+def _continue(fallback: Fallback, best: _Iterate, lowest: _Iterate, evaluate: Any,
               coupling: CouplingMap, history: History, budget: int, progress: Any
               ) -> np.ndarray:
     """Run ``fallback`` from the lowest-residual iterate with ``budget`` iterations, record its
     steps in ``history`` (the whole step time as coupling time), and keep the better certified
     solution. Returns the residual (host, shape (1,))."""
     if budget < 1:
-        return to_numpy(best["res"])
-    out = fallback(evaluate, coupling.state(lowest["M"]), lowest["U"], lowest["M"], budget)
+        return to_numpy(best.res)
+    out = fallback(evaluate, lowest.z, lowest.U, lowest.M, budget)
     for step in out.records:
         history.residual.append(step["residual"])
         history.change_U.append(step["change_U"])
@@ -568,8 +681,8 @@ def _continue(fallback: Fallback, best: dict, lowest: dict, evaluate: Any,
         if progress is not None:
             progress.update(1)
             progress.set_postfix(residual=f"{step['residual']:.2e}", refresh=False)
-    held = float(to_numpy(best["res"])[0])
+    held = float(to_numpy(best.res)[0])
     if out.residual < held:
-        best.update(U=out.U, M=out.M)
+        best.U, best.M = out.U, out.M
         return np.array([out.residual])
     return np.array([held])

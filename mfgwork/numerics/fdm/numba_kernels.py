@@ -64,7 +64,10 @@ def hjb_sweep(U, F, guess, use_guess, nu, h, dt, inv_hw, inv_w, tol, max_newton
     lower, diag, upper, res, du, cp, dp, u = np.empty((8, nx), U.dtype)
     iterations = 0
     for n in range(nt - 1, -1, -1):
-        u[:] = guess[n] if use_guess else U[n + 1]
+        if use_guess:   # the guess shifted by the change found at level n + 1
+            u[:] = guess[n] + (U[n + 1] - guess[n + 1])
+        else:
+            u[:] = U[n + 1]
         converged = False
         for _ in range(max_newton):
             iterations += 1
@@ -177,7 +180,10 @@ def model_hjb_sweep(U, F, guess, use_guess, density, kind, a, b, nu, h, dt, inv_
     frozen = density.shape[0] > 1
     _factors(density[0], kind, a, b, factor)
     for n in range(nt - 1, -1, -1):
-        u[:] = guess[n] if use_guess else U[n + 1]
+        if use_guess:   # the guess shifted by the change found at level n + 1
+            u[:] = guess[n] + (U[n + 1] - guess[n + 1])
+        else:
+            u[:] = U[n + 1]
         if frozen:
             _factors(density[n], kind, a, b, factor)
         converged = False

@@ -102,7 +102,8 @@ def hjb_coop_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_p
                     LOG_X: tl.constexpr):
     """Backward sweep: at level n = nt−1, …, 0 Newton on the residual
     R(u) = (u − u^{n+1})/Δt − ν (D²u) + ½[(D⁻u)₊² + (D⁺u)₋²] − f^n, J(u) du = R(u), u ← u − du,
-    from the guess or u^{n+1}, until max|du| ≤ tol (1 + max|u|) per problem."""
+    from u^{n+1} or from the guess shifted by the change found at level n + 1,
+    g^n + (u^{n+1} − g^{n+1}), until max|du| ≤ tol (1 + max|u|) per problem."""
     p, ix, on = tile(NX, 1 << LOG_X)
     U_ptr += p.to(tl.int64) * (NT + 1) * NX   # this problem's levels [level, x]
     G_ptr += p.to(tl.int64) * (NT + 1) * NX
@@ -120,12 +121,16 @@ def hjb_coop_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_p
     iterations = 0
     u = tl.load(U_ptr + NT * row + ix, mask=on, other=0.0)
     f = tl.load(F_ptr + (NT - 1) * row + ix, mask=on, other=0.0)
+    if USE_GUESS:
+        g = tl.load(G_ptr + NT * row + ix, mask=on, other=0.0)
     for k in range(NT):
         n = NT - 1 - k
         f_next = tl.load(F_ptr + tl.maximum(n - 1, 0) * row + ix, mask=on, other=0.0)
         known = u   # level n + 1
-        if USE_GUESS:
-            u = tl.load(G_ptr + n * row + ix, mask=on, other=0.0)
+        if USE_GUESS:   # the guess shifted by the change found at level n + 1
+            g_next = g
+            g = tl.load(G_ptr + n * row + ix, mask=on, other=0.0)
+            u = g + (known - g_next)
         it = 0
         converged = False
         while (it < max_newton) & ~converged:

@@ -97,10 +97,15 @@ def hjb_sweep_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_
     for k in range(NT):
         n = NT - 1 - k
         nxt = u_lvl + row  # level n + 1 (known)
-        # Newton starts from the guess or from level n + 1: the first iteration reads
-        # it there, and every iteration writes level n
+        # Newton starts from level n + 1 (the first iteration reads it there) or from the
+        # guess shifted by the change found at level n + 1 (written to level n first); every
+        # iteration writes level n
         if USE_GUESS:
-            src = g_lvl
+            for i in range(NX):
+                start = (load_row(g_lvl, i, NX, B, valid) + load_row(nxt, i, NX, B, valid)
+                         - load_row(g_lvl + row, i, NX, B, valid))
+                tl.store(u_lvl + i * B, start, mask=valid)
+            src = u_lvl
         else:
             src = nxt
         active = valid
