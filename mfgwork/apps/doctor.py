@@ -183,8 +183,9 @@ CHILD_ROW = "(child process)"
 def run_checks(backends: list[Backend] | None = None, checks: list[str] | None = None,
                in_child: list[Backend] | None = None,
                timeout_s: float = CHILD_TIMEOUT_S) -> list[dict[str, Any]]:
-    """Run the ``checks`` (default: all registered) on every backend; one row per
-    (check, backend), backends in the given order, checks in registration order.
+    """Run the ``checks`` (default: all registered, in registration order) on every backend
+    (default: :func:`usable_backends`); one row per (check, backend), in backend order, then
+    check order.
 
     ``in_child``: the backends whose checks run in a spawned child process while this one
     runs the rest (default: :func:`child_backends`, the CPU group when an accelerator group is
@@ -221,8 +222,8 @@ def child_backends(backends: list[Backend]) -> list[Backend]:
 
 
 def _backend_rows(be: Backend, names: list[str]) -> list[dict[str, Any]]:
-    """The rows of the ``names`` that apply to ``be`` (a name not registered in this process,
-    as in a child whose import of the registering module failed, gives a failed row)."""
+    """The rows of the ``names`` that apply to ``be``; a name not registered in this process
+    (in a child: a check registered by a call, not by importing its module) is a failed row."""
     rows = []
     for name in names:
         fn = CHECKS.get(name)
