@@ -125,6 +125,15 @@ def test_the_cpu_group_goes_to_a_child_only_beside_an_accelerator():
     assert child_backends([cpu[0], mw.Backend("torch", "mps", "float32"), cpu[1]]) == cpu
 
 
+def test_the_child_does_not_run_the_callers_script_again(monkeypatch):
+    """The child is a new program: a caller's script read from standard input (or without a
+    main guard) is not run again there, and the rows come back."""
+    monkeypatch.setattr(sys.modules["__main__"], "__file__", "<stdin>", raising=False)
+    bes = [mw.get_backend("numpy"), mw.get_backend("torch", "cpu", "float32")]
+    rows = run_checks(bes, checks=FEW[:2], in_child=bes[:1])
+    assert [r["ok"] for r in rows] == [True] * 4, rows
+
+
 def test_the_report_says_when_the_checks_ran_side_by_side():
     rep = {"versions": {"python": "3.11"}, "devices": [doctor.cpu_info()], "checks": []}
     assert "side by side" not in format_report(rep | {"side_by_side": False})

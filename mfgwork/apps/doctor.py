@@ -7,23 +7,27 @@ check raises is reported in its row. Other modules add their kernels with
 :func:`register_check`.
 
 The backends are grouped by device: the CPU ("numpy" and torch on "cpu") and each
-accelerator ("cuda", "mps"). With an accelerator present, the CPU group runs in a spawned
-child process (rebuilt there from name, device and dtype) while this process runs the
-accelerator groups, so the first-call compilations of Numba and Triton overlap; the "first"
-column then includes their contention, which the report says. With the CPU group alone, all
-runs here. A child that dies, raises or overruns :data:`CHILD_TIMEOUT_S` gives failed rows.
+accelerator ("cuda", "mps"). With an accelerator present, the CPU group runs in a child
+process (a new Python program: the caller's script is not run again; the backends are
+rebuilt there from name, device and dtype) while this process runs the accelerator groups,
+so the first-call compilations of Numba and Triton overlap; the "first" column then
+includes their contention, which the report says. With the CPU group alone, all runs here.
+A child that dies, raises or overruns :data:`CHILD_TIMEOUT_S` gives failed rows.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-import multiprocessing
 import os
+import pickle
 import platform
+import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -97,9 +101,11 @@ def _check_fdm(be: Backend) -> tuple[Any, np.ndarray]:
     from ..solve import solve
 
     kw = {"nx": 52, "nt": 52, "max_iter": 300, "progress": False}
-    ref = solve(SantaFeBar(), tol=1e-8, **kw)
     # float32: its residual floor (a smaller tol would be raised to it, with a warning)
     res = solve(SantaFeBar(), backend=be, tol=1e-8 if be.dtype == "float64" else 3e-4, **kw)
+    # the reference second: where the CPU checks run side by side, their process has often
+    # compiled (and cached) the same Numba kernels by then
+    ref = solve(SantaFeBar(), tol=1e-8, **kw)
     return res.M, ref.M
 
 
@@ -187,7 +193,7 @@ def run_checks(backends: list[Backend] | None = None, checks: list[str] | None =
     (default: :func:`usable_backends`); one row per (check, backend), in backend order, then
     check order.
 
-    ``in_child``: the backends whose checks run in a spawned child process while this one
+    ``in_child``: the backends whose checks run in a child process while this one
     runs the rest (default: :func:`child_backends`, the CPU group when an accelerator group is
     there too). The child rebuilds them from (name, device, dtype) and imports the modules
     that registered the checks; a backend whose child died, raised or ran past ``timeout_s``
@@ -266,10 +272,13 @@ def _row(check: str, spec: Spec) -> dict[str, Any]:
             "tolerance": TOLERANCE[dtype]}
 
 
-def _child_main(conn: Any, specs: list[Spec], names: list[str], modules: list[str]) -> None:
-    """The child process: import the modules registering the checks, then send
-    ``("rows", (spec, rows))`` per backend, or ``("error", text)`` if something raised."""
+def _child_main(fd: int) -> None:
+    """The child process: read (specs, check names, modules) from standard input, import the
+    modules registering the checks, then send ``("rows", (spec, rows))`` per backend, or
+    ``("error", text)`` if something raised, through the pipe ``fd``."""
+    conn = Connection(fd, readable=False)
     try:
+        specs, names, modules = pickle.load(sys.stdin.buffer)
         for module in modules:
             importlib.import_module(module)
         for spec in specs:
@@ -281,31 +290,41 @@ def _child_main(conn: Any, specs: list[Spec], names: list[str], modules: list[st
 
 
 class _Child:
-    """A spawned process (never forked: CUDA may be initialised here) running the checks of
+    """A fresh Python process (started as a new program, never forked: CUDA may be
+    initialised here, and the caller's script is not run again) checking the backends of
     ``specs``; :meth:`rows` collects them, within ``timeout_s`` of the start."""
 
     def __init__(self, specs: list[Spec], names: list[str], timeout_s: float) -> None:
-        ctx = multiprocessing.get_context("spawn")
         self.specs, self.deadline = specs, time.monotonic() + timeout_s
         self.timeout_s = timeout_s
         modules = list(dict.fromkeys(f.__module__ for n in names
                                      for f in (CHECKS[n], APPLIES.get(n)) if f is not None))
-        self.conn, child_conn = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=_child_main, args=(child_conn, specs, names, modules),
-                                daemon=True, name="mfgwork doctor: CPU checks")
-        self.proc.start()
-        child_conn.close()  # so that the child's exit reads as end of file here
+        read, write = os.pipe()
+        code = (f"import sys; sys.path[:0] = {sys.path!r}; "
+                f"from {__name__} import _child_main; _child_main({write})")
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                     stdout=subprocess.DEVNULL, pass_fds=(write,))
+        os.close(write)  # so that the child's exit reads as end of file here
+        self.conn = Connection(read, writable=False)
+        try:
+            pickle.dump((specs, names, modules), self.proc.stdin)
+            self.proc.stdin.close()
+        except OSError:   # the child died at once: :meth:`rows` reports it
+            pass
 
     def __enter__(self) -> _Child:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.conn.close()
-        if exc[0] is None:  # (else this process is failing: stop the child at once)
-            self.proc.join(timeout=5.0)
-        if self.proc.is_alive():
+        try:
+            if exc[0] is None:  # (else this process is failing: stop the child at once)
+                self.proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.proc.poll() is None:
             self.proc.kill()
-            self.proc.join()
+            self.proc.wait()
 
     def rows(self) -> dict[Spec, list[dict[str, Any]]]:
         out: dict[Spec, list[dict[str, Any]]] = {}
@@ -318,8 +337,11 @@ class _Child:
             try:
                 kind, payload = self.conn.recv()
             except (EOFError, OSError):
-                self.proc.join(timeout=5.0)
-                error = f"exited with code {self.proc.exitcode} before finishing"
+                try:
+                    code = self.proc.wait(timeout=5.0)
+                except subprocess.TimeoutExpired:
+                    code = None
+                error = f"exited with code {code} before finishing"
                 continue
             if kind == "rows":
                 out[payload[0]] = payload[1]

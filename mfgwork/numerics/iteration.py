@@ -343,12 +343,37 @@ class FixedPointResult:
     status: np.ndarray | None = None
 
 
+#: Values per problem from which a relative change on CUDA is one fused Triton pass
+#: (:mod:`.triton_norms`): the U and M of a solve, not the coupling states.
+FUSED_NORMS_FROM = 1 << 14
+
+
 def relative_residual(gz: Array, z: Array, xp: Any, batched: bool) -> Array:
     """‖gz − z‖₂ / ‖gz‖₂, per problem when ``batched`` (first axis); always shaped (B,)."""
     batch = z.shape[0] if batched else 1
-    d, g = xp.reshape(gz - z, (batch, -1)), xp.reshape(gz, (batch, -1))
-    return (xp.linalg.vector_norm(d, axis=-1)   # each norm one pass over its array
-            / xp.clip(xp.linalg.vector_norm(g, axis=-1), 1e-300, None))
+    g, zz = xp.reshape(gz, (batch, -1)), xp.reshape(z, (batch, -1))
+    if _fused_norms(g, zz):
+        from . import triton_norms
+
+        diff, size = triton_norms.pair_norms(g, zz)
+    else:
+        diff = xp.linalg.vector_norm(g - zz, axis=-1)   # each norm one pass over its array
+        size = xp.linalg.vector_norm(g, axis=-1)
+    return diff / xp.clip(size, 1e-300, None)
+
+
+def _fused_norms(a: Array, b: Array) -> bool:
+    """Whether the two norms of a relative change run as one Triton pass: both contiguous
+    CUDA tensors of one dtype and shape, large, Triton installed."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return False
+    if a.device.type != "cuda" or a.shape[-1] < FUSED_NORMS_FROM:
+        return False
+    from .fdm.kernels import _triton_installed
+
+    return (b.device == a.device and b.dtype == a.dtype and b.shape == a.shape
+            and a.is_contiguous() and b.is_contiguous() and _triton_installed())
 
 
 def _where(mask: Array, a: Array, b: Array, xp: Any, batched: bool) -> Array:
