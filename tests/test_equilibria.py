@@ -25,7 +25,9 @@ def test_converged_implies_residual_below_tol_and_check_agrees(threshold, sigma,
         warnings.simplefilter("ignore", mw.ConvergenceWarning)
         res = mw.solve(problem, nx=25, nt=24, tol=tol, max_iter=60, progress=False)
     r = independent_residual(problem, res.M)
-    assert r == pytest.approx(res.residual, rel=1e-5, abs=1e-12)
+    # two best responses agree to Newton's tolerance, 64 ε (1 + max|u|), which the map
+    # amplifies by up to about 1/eps (10³ here): residuals agree to about 1e-11 absolute
+    assert r == pytest.approx(res.residual, rel=1e-5, abs=1e-10)
     if res.converged:
         assert res.residual <= tol and r <= tol * (1 + 1e-5)
     else:
