@@ -471,9 +471,10 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
                                   "finer time step or a smaller eps)")
         # the kept iterates, row by row: the best certified one from the previous iterate (or
         # the lowest one it rechecked), then the lowest
-        better_rows = changes[6] > 0
-        best.take(better_rows & ~rechecked, U, M, xp)
-        best.take(better_rows & rechecked, lowest.U, lowest.M, xp, shared=lowest.owned)
+        if k > 1:
+            better_rows = changes[6] > 0
+            best.take(better_rows & ~rechecked, U, M, xp)
+            best.take(better_rows & rechecked, lowest.U, lowest.M, xp, shared=lowest.owned)
         lowest.take(changes[7] > 0, U_new, M_new, xp)
         done = changes[3] <= tol
         settled = changes[8] > 0
@@ -537,13 +538,14 @@ class _Iterate:
 
     def take(self, rows: np.ndarray, U: Array, M: Array, xp: Any, shared: bool = False
              ) -> None:
-        """U and M of the problems ``rows`` (host booleans, (B,)) from another iterate;
-        ``shared``: U, M are another slot's own arrays (copied, never referenced)."""
-        if not rows.any():
-            return
-        if self.U is None or rows.all():  # the first take fills every row
+        """U and M of the problems ``rows`` (host booleans, (B,)) from another iterate (the
+        first take fills every row: the others keep an infinite residual); ``shared``: U, M
+        are another slot's own arrays (copied, never referenced)."""
+        if self.U is None or rows.all():
             self.U, self.M = (_copy(U, xp), _copy(M, xp)) if shared else (U, M)
             self.owned = shared
+            return
+        if not rows.any():
             return
         if not self.owned:
             self.U, self.M, self.owned = _copy(self.U, xp), _copy(self.M, xp), True
@@ -583,9 +585,10 @@ class _State:
                 ) -> Array:
         """Where the current state is Φ of the previous one (``picard``), ``res`` certifies
         the previous iterate: the best certified residual is updated, a refused certificate
-        lowers the trigger by the observed amplification. Returns the rows improved."""
+        lowers the trigger by the observed amplification. Returns the rows improved (none
+        at the ``first`` iteration, which has no previous iterate)."""
         if first:
-            return self.picard
+            return _xp(res).zeros_like(self.picard)
         xp = _xp(res)
         cert = xp.where(self.picard, res, inf)
         better = cert < best.res
