@@ -438,7 +438,7 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
         t0 = backend.stamp()
         F, U_new, M_new, gz, (t1, t2, t3) = evaluate(z, U)
         res = relative_residual(gz, z, xp, batched)
-        better = state.certify(res, best, inf, tol, first=k == 1)
+        better = state.certify(res, best, inf, tol)
         state.track(res)
         improved = res < lowest.res
         lowest.res = xp.where(improved, res, lowest.res)
@@ -581,15 +581,14 @@ class _State:
     def __post_init__(self) -> None:
         self.recheck_next = self.recheck
 
-    def certify(self, res: Array, best: _Iterate, inf: Array, tol: float, first: bool
-                ) -> Array:
+    def certify(self, res: Array, best: _Iterate, inf: Array, tol: float) -> Array:
         """Where the current state is Φ of the previous one (``picard``), ``res`` certifies
         the previous iterate: the best certified residual is updated, a refused certificate
         lowers the trigger by the observed amplification. Returns the rows improved (none
-        at the ``first`` iteration, which has no previous iterate)."""
-        if first:
-            return _xp(res).zeros_like(self.picard)
+        before a step was taken: no previous iterate)."""
         xp = _xp(res)
+        if self.prev_res is None:
+            return xp.zeros_like(self.picard)
         cert = xp.where(self.picard, res, inf)
         better = cert < best.res
         amplification = xp.clip(xp.where(self.picard, cert, 1.0), 1e-300, None) / xp.clip(
@@ -632,6 +631,7 @@ class _State:
         return _where(settled, z, z_next, xp, batched)
 
     def commit(self) -> None:
+        """The step prepared by :meth:`advance` is taken."""
         self.picard, self.recheck = self.picard_next, self.recheck_next
         self.prev_res = self.prev_res_next
 
