@@ -26,7 +26,6 @@ iterates are recorded for the history only; they never stop the iteration.
 from __future__ import annotations
 
 import math
-import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -279,8 +278,11 @@ def _solve(a: Array, b: Array, xp: Any) -> Array:
     that no system is singular (a wait for the device on CUDA), ``solve_ex`` does not (the
     regularized systems of the mixing are positive definite; a non-finite one gives
     non-finite values, which the stopping test reports)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(a, torch.Tensor):
+    import array_api_compat
+
+    if array_api_compat.is_torch_array(a):
+        import torch
+
         return torch.linalg.solve_ex(a, b)[0]
     return xp.linalg.solve(a, b)
 
@@ -365,8 +367,9 @@ def relative_residual(gz: Array, z: Array, xp: Any, batched: bool) -> Array:
 def _fused_norms(a: Array, b: Array) -> bool:
     """Whether the two norms of a relative change run as one Triton pass: both contiguous
     CUDA tensors of one dtype and shape, large, Triton installed."""
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+    import array_api_compat
+
+    if not (array_api_compat.is_torch_array(a) and array_api_compat.is_torch_array(b)):
         return False
     if a.device.type != "cuda" or a.shape[-1] < FUSED_NORMS_FROM:
         return False
@@ -438,8 +441,8 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
         t0 = backend.stamp()
         F, U_new, M_new, gz, (t1, t2, t3) = evaluate(z, U)
         res = relative_residual(gz, z, xp, batched)
-        better = state.certify(res, best, inf, tol)
-        state.track(res)
+        better = state.certify(res, best, inf, tol, xp)
+        state.track(res, xp)
         improved = res < lowest.res
         lowest.res = xp.where(improved, res, lowest.res)
         lowest.z = gz if k == 1 else _where(improved, gz, lowest.z, xp, batched)
@@ -500,11 +503,11 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     _record_times(history, stamps, backend)
     residual = changes[3]
     if stalled:
-        residual = _continue(fallback, best, lowest, evaluate, coupling, history,
+        residual = _continue(fallback, best, lowest, evaluate, history,
                              max_iter - k, progress)
         k = len(history.residual)
     elif not np.all(np.isfinite(residual)):  # max_iter = 1: nothing certified yet
-        residual = _certify_fallback(best, lowest, evaluate, coupling, xp, batched)
+        residual = _certify_fallback(best, lowest, evaluate, xp, batched)
     converged = residual <= tol
     done_at[done_at == 0] = k
     gave_up = ~converged & settled if not stalled else np.zeros(n_problems, dtype=bool)
@@ -581,12 +584,11 @@ class _State:
     def __post_init__(self) -> None:
         self.recheck_next = self.recheck
 
-    def certify(self, res: Array, best: _Iterate, inf: Array, tol: float) -> Array:
+    def certify(self, res: Array, best: _Iterate, inf: Array, tol: float, xp: Any) -> Array:
         """Where the current state is Φ of the previous one (``picard``), ``res`` certifies
         the previous iterate: the best certified residual is updated, a refused certificate
         lowers the trigger by the observed amplification. Returns the rows improved (none
         before a step was taken: no previous iterate)."""
-        xp = _xp(res)
         if self.prev_res is None:
             return xp.zeros_like(self.picard)
         cert = xp.where(self.picard, res, inf)
@@ -600,9 +602,8 @@ class _State:
         self.tries = self.tries + xp.astype(self.recheck & (cert > tol), self.tries.dtype)
         return better
 
-    def track(self, res: Array) -> None:
+    def track(self, res: Array, xp: Any) -> None:
         """Progress: the residual halved since the last time."""
-        xp = _xp(res)
         halved = res < 0.5 * self.anchor
         self.anchor = xp.where(halved, res, self.anchor)
         self.stale = xp.where(halved, 0.0 * self.stale, self.stale + 1.0)
@@ -634,12 +635,6 @@ class _State:
         """The step prepared by :meth:`advance` is taken."""
         self.picard, self.recheck = self.picard_next, self.recheck_next
         self.prev_res = self.prev_res_next
-
-
-def _xp(a: Array) -> Any:
-    import array_api_compat
-
-    return array_api_compat.array_namespace(a)
 
 
 def _evaluator(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, U_T: Array, m0: Array,
@@ -677,13 +672,12 @@ def _record_times(history: History, stamps: list[tuple], backend: Backend) -> No
         history.time_coupling.append(seconds(t0, t1) + seconds(t3, t4))
 
 
-def _certify_fallback(best: _Iterate, lowest: _Iterate, evaluate: Any,
-                      coupling: CouplingMap, xp: Any, batched: bool) -> np.ndarray:
+def _certify_fallback(best: _Iterate, lowest: _Iterate, evaluate: Any, xp: Any,
+                      batched: bool) -> np.ndarray:
     """One more evaluation gives the residual of the best uncertified iterate; per problem,
     the better of it and the best certified one is kept. Returns the residuals (host)."""
-    z = coupling.state(lowest.M)
-    gz = evaluate(z, lowest.U)[3]
-    cert = relative_residual(gz, z, xp, batched)
+    gz = evaluate(lowest.z, lowest.U)[3]
+    cert = relative_residual(gz, lowest.z, xp, batched)
     better = cert < best.res
     best.res = xp.where(better, cert, best.res)
     best.take(to_numpy(better), lowest.U, lowest.M, xp, shared=lowest.owned)
@@ -691,8 +685,7 @@ def _certify_fallback(best: _Iterate, lowest: _Iterate, evaluate: Any,
 
 
 def _continue(fallback: Fallback, best: _Iterate, lowest: _Iterate, evaluate: Any,
-              coupling: CouplingMap, history: History, budget: int, progress: Any
-              ) -> np.ndarray:
+              history: History, budget: int, progress: Any) -> np.ndarray:
     """Run ``fallback`` from the lowest-residual iterate with ``budget`` iterations, record its
     steps in ``history`` (the whole step time as coupling time), and keep the better certified
     solution. Returns the residual (host, shape (1,))."""
