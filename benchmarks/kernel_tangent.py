@@ -55,9 +55,9 @@ def modelled_bytes(B: int, nx: int, nt: int, itemsize: int,
     """Memory traffic of the fused kernels with their scratch in L2 and a problem's bands read
     from memory once: δu written to the history by the backward sweep and read by the
     forward sweep (the active directions of each level, block granularity; the program
-    layout stores whole direction blocks of P·2^LOG_C rows), bands (4 planes) written and
-    read, D written; then the thread layout's factors (8 planes) written and read once, or
-    the program layout's 7 chunk-major planes written and read once."""
+    layout stores whole direction blocks of P·2^LOG_C rows) and D written; then the thread
+    layout's bands (4 planes) and factors (8 planes) written and read once, or the program
+    layout's U and μ read and its 7 chunk-major planes written and read once."""
     if layout == "thread":
         rows, blocks, planes = nx, [min(nt, k + directions) - k for k in range(0, nt,
                                                                                 directions)], 8
@@ -69,7 +69,8 @@ def modelled_bytes(B: int, nx: int, nt: int, itemsize: int,
         items += 2 * rows * sum(width for k, width in zip(range(0, nt, directions), blocks,
                                                           strict=True)
                                 if min(nt, k + directions) - 1 >= n)
-    items += 8 * nx * nt + 2 * planes * rows * nt + nt * nt
+    items += (8 * nx * nt if layout == "thread" else 2 * nx * (nt + 1)) \
+        + 2 * planes * rows * nt + nt * nt
     return B * items * itemsize
 
 
@@ -180,7 +181,7 @@ def phase_row(U: object, mu: object, chi: object, nu: object, grid: object, dtyp
               args: argparse.Namespace, layout: str) -> dict:
     """The two parts of a fused path (default directions) timed apart, on one chunk of the
     batch. Thread layout: bands and factors (torch ops and the factor kernel), then the sweep
-    kernel; program layout: bands and chunk-major planes (torch ops), then the kernel."""
+    kernel; program layout: the planes launch, then the sweep launch."""
     import torch
 
     per_member = triton_tangent.workspace_items(grid.nx, grid.nt, layout=layout) \
@@ -200,9 +201,8 @@ def phase_row(U: object, mu: object, chi: object, nu: object, grid: object, dtyp
         P, log_c = triton_tangent.chunking(grid.nx)
 
         def prepare():
-            return triton_tangent.chunk_planes(
-                triton_tangent.tangent_bands(Uc, muc, nuc, grid.h, grid.dt, inv_hw), chi, P,
-                log_c)
+            return (triton_tangent.chunk_planes(Uc, muc, nuc, grid.h, grid.dt, inv_hw, P,
+                                                log_c), triton_tangent.chunk_rows(chi, P, log_c))
 
         def sweep(planes, chi_rows):
             return triton_tangent.program_kernel(planes, chi_rows, grid.dt, chunk, P, log_c)

@@ -90,3 +90,41 @@ def test_an_unknown_layout_or_a_bad_block_is_refused_before_any_work():
     with pytest.raises(ValueError, match="directions=6"):
         triton_tangent.program_kernel(torch.zeros((5, 7, 9)), torch.zeros(9), 0.1, 1, 3, 1,
                                       directions=6)
+
+
+@pytest.mark.parametrize("nx, nt", [(17, 4), (9, 3)])
+def test_the_planes_launch_matches_the_bands_of_the_torch_path(device, nx, nt):
+    """The one-launch planes (program layout) equal the bands of ``tangent_bands`` in
+    chunk-major order, with flat stretches (q = 0: no transport weight) and walls."""
+    grid = mw.SantaFeBar().grid(nx, nt)
+    rng = np.random.default_rng(3)
+    B = 2
+    U = rng.normal(size=(B, nt + 1, nx))
+    U[:, :, 2:5] = 0.25                     # q = 0 on two edges
+    mu = rng.uniform(0.1, 1.0, (B, nt + 1, nx))
+    nu = np.array([0.3, 0.7])
+    inv_hw = 1.0 / (grid.h * grid.weights)
+
+    def T(a):
+        return torch.as_tensor(np.asarray(a), dtype=torch.float64, device=device)
+
+    P, log_c = triton_tangent.chunking(nx)
+    planes = triton_tangent.chunk_planes(T(U), T(mu), T(nu), grid.h, grid.dt, T(inv_hw), P,
+                                         log_c).cpu().numpy()
+    lower, diag, upper, c = torch.unbind(triton_tangent.tangent_bands(
+        T(U).cpu(), T(mu).cpu(), T(nu).cpu(), grid.h, grid.dt, T(inv_hw).cpu()), 1)
+    lower, diag, upper, c = (a.numpy() for a in (lower, diag, upper, c))
+    rows = P << log_c
+    zero = np.zeros((B * nt, 1))
+    ref = np.zeros((B * nt, 7, rows))
+    ref[:, 1] = 1.0
+    for k, plane in enumerate([np.hstack([zero, lower[:, 1:]]), diag,
+                               np.hstack([upper[:, :-1], zero]), np.hstack([zero, upper[:, :-1]]),
+                               np.hstack([lower[:, 1:], zero]), np.hstack([zero, c[:, :-1]]),
+                               np.hstack([c[:, :-1], zero])]):
+        ref[:, k, :nx] = plane
+    i = np.arange(rows)
+    expected = np.empty_like(ref)
+    expected[..., (i % P) * (1 << log_c) + i // P] = ref
+    assert np.abs(c).max() > 0 and (c[:, 2:4] == 0).all()
+    np.testing.assert_allclose(planes, expected, rtol=1e-14, atol=1e-14 * np.abs(ref).max())

@@ -66,7 +66,8 @@ def _kernels() -> dict[str, Any]:
                         fp_program=triton_coop.fp_coop_kernel,
                         factor=triton_kernels.thomas_factor_kernel,
                         tangent=triton_kernels.tangent_sweep_kernel,
-                        tangent_program=triton_tangent_coop.tangent_coop_kernel)
+                        tangent_program=triton_tangent_coop.tangent_coop_kernel,
+                        tangent_planes=triton_tangent_coop.planes_kernel)
     return _KERNELS
 
 

@@ -22,7 +22,8 @@ its backward sweep at its last direction's level. Memory per problem: :func:`wor
 
 That is the ``"thread"`` layout, whose chain is the serial Thomas substitution of one work
 item (2 nx dependent rows a level). The ``"program"`` layout
-(:mod:`.triton_tangent_coop`, one launch, no factors) gives a program one problem and a block
+(:mod:`.triton_tangent_coop`: one launch writes each level's bands chunk-major, one
+runs the sweeps, no factors) gives a program one problem and a block
 of directions, its lanes the chunks of x: each level is solved by a serial elimination inside
 the chunks (P rows) and parallel cyclic reduction across them (log₂ of the chunks), the matrix
 part once per level for all directions of the block. :data:`LAYOUT` is the default of both
@@ -43,7 +44,8 @@ PROGRAMS_PER_SM = 16  # sweep programs per multiprocessor (measured on an H100: 
 LAYOUTS = ("thread", "program")
 #: the layout when a call names none: measured on an H100, 1024 problems at 201² with all
 #: 201 directions (benchmarks/kernel_tangent.py), the program layout took 77 ms in float64
-#: and 36 ms in float32 against 222 ms and 109 ms for the thread layout (same errors)
+#: and 36 ms in float32 against 222 ms and 109 ms for the thread layout (same errors); with
+#: its planes in one launch and the packed history, 50 ms and 23 ms
 LAYOUT = "program"
 # the "program" layout: directions per program (their right-hand sides share each level's
 # matrix work) and chunks of x per level (at most one warp's lanes: a neighbour is a shuffle);
@@ -78,14 +80,12 @@ def chunking(nx: int) -> tuple[int, int]:
 def workspace_items(nx: int, nt: int, directions: int | None = None,
                     layout: str | None = None) -> int:
     """Array elements the kernels hold per problem (history, D, bands and the factors of the
-    ``"thread"`` layout or the chunk-major planes of the ``"program"`` layout, with the copy
-    that :func:`chunk_planes` permutes)."""
+    ``"thread"`` layout or the chunk-major planes of the ``"program"`` layout)."""
     if _layout(layout) == "thread":
         return nt * nx * _padded(nt, directions or DIRECTIONS) + nt * nt + 12 * nt * nx
     P, log_c = chunking(nx)
     rows = P << log_c
-    return nt * rows * _padded(nt, directions or PROGRAM_DIRECTIONS) + nt * nt \
-        + 4 * nt * nx + 14 * nt * rows
+    return history_items(nt, rows, directions or PROGRAM_DIRECTIONS) + nt * nt + 7 * nt * rows
 
 
 def _programs(device: Any) -> int:
@@ -143,60 +143,72 @@ def sweeps(bands: Any, factors: Any, chi: Any, dt: float, B: int, directions: in
     return D
 
 
-def chunk_planes(bands: Any, chi: Any, P: int, log_c: int) -> tuple[Any, Any]:
-    """The planes (S, 7, P·2^log_c) that the ``"program"`` kernel reads per level: lower,
+def chunk_planes(U: Any, mu: Any, nu: Any, h: float, dt: float, inv_hw: Any, P: int,
+                 log_c: int) -> Any:
+    """The planes (B·nt, 7, P·2^log_c) that the ``"program"`` kernel reads per level, from
+    U (B, nt+1, nx), the cell masses mu (B, nt+1, nx), ν (B,) and 1/(h w) (nx,): lower,
     diag, upper of J(u^n), lower (upper_{i−1}) and upper (lower_{i+1}) of J(u^n)ᵀ, c_{i−1}
-    and c_i (bands outside the grid 0), and χ; rows past nx diagonal with 0 elsewhere, and
-    every row vector stored chunk-major (row k·P + p at p·2^log_c + k), so that the loads of
-    a chunk row are contiguous across the lanes."""
+    and c_i (the bands of :func:`tangent_bands`, 0 outside the grid), rows past nx diagonal
+    with 0 elsewhere, and every row vector stored chunk-major (row k·P + p at p·2^log_c + k),
+    so that the loads of a chunk row are contiguous across the lanes; one launch
+    (:func:`.triton_tangent_coop.planes_kernel`) that reads U and mu once."""
     import torch
 
-    S, _, nx = bands.shape
+    B, levels, nx = U.shape
     rows = P << log_c
-    lower, diag, upper, c = bands.unbind(1)
-    zero = bands.new_zeros((S, 1))
+    planes = torch.empty((B * (levels - 1), 7, rows), dtype=U.dtype, device=U.device)
+    launch("tangent_planes", (B * (levels - 1),), U.contiguous(), mu.contiguous(),
+           nu.contiguous(), inv_hw.contiguous(), _params((h, dt), U), planes, levels - 1, nx,
+           P=P, LOG_C=log_c, BLOCK=1 << (rows - 1).bit_length(), num_warps=4)
+    return planes
 
-    def padded(a: Any, value: float = 0.0) -> Any:
-        return torch.nn.functional.pad(a, (0, rows - nx), value=value)
 
-    planes = torch.stack([padded(torch.cat([zero, lower[:, 1:]], 1)), padded(diag, 1.0),
-                          padded(torch.cat([upper[:, :-1], zero], 1)),
-                          padded(torch.cat([zero, upper[:, :-1]], 1)),
-                          padded(torch.cat([lower[:, 1:], zero], 1)),
-                          padded(torch.cat([zero, c[:, :-1]], 1)),
-                          padded(torch.cat([c[:, :-1], zero], 1))], 1)
-    order = torch.arange(rows, device=bands.device).view(1 << log_c, P).T.reshape(-1)
-    return planes[..., order].contiguous(), padded(chi)[order].contiguous()
+def chunk_rows(v: Any, P: int, log_c: int) -> Any:
+    """The vector v (nx,) padded with zeros to P·2^log_c rows, chunk-major."""
+    import torch
+
+    rows = P << log_c
+    order = torch.arange(rows, device=v.device).view(1 << log_c, P).T.reshape(-1)
+    return torch.nn.functional.pad(v, (0, rows - v.shape[-1]))[order].contiguous()
+
+
+def history_items(nt: int, rows: int, directions: int) -> int:
+    """Elements of one problem's δu history in the ``"program"`` layout: block k of the
+    directions keeps levels 0..directions·(k+1)−1 only (direction j vanishes above level j),
+    block after block."""
+    blocks = -(-nt // directions)
+    return directions * blocks * (blocks + 1) // 2 * directions * rows
 
 
 def program_kernel(planes: Any, chi: Any, dt: float, B: int, P: int, log_c: int,
                    directions: int = PROGRAM_DIRECTIONS, warps: int | None = None) -> Any:
-    """D (B, nt, nt) from :func:`chunk_planes` of B problems (the ``"program"`` layout's one
-    launch): a program per problem and block of ``directions`` (a power of 2) directions, of
-    ``warps`` warps (default: one per 8 directions)."""
+    """D (B, nt, nt) from :func:`chunk_planes` of B problems and χ by :func:`chunk_rows` (the
+    ``"program"`` layout's sweep launch): a program per problem and block of ``directions``
+    (a power of 2) directions, of ``warps`` warps (default: one per 8 directions)."""
     if directions < 1 or directions & (directions - 1):
         raise ValueError(f"directions={directions} is not a power of 2")
     import torch
 
     nt = planes.shape[0] // B
     blocks = (nt + directions - 1) // directions
-    history = torch.empty((B, nt, blocks * directions, P << log_c), dtype=planes.dtype,
-                          device=planes.device)
+    per_problem = history_items(nt, P << log_c, directions)
+    history = torch.empty((B, per_problem), dtype=planes.dtype, device=planes.device)
     D = torch.empty((B, nt, nt), dtype=planes.dtype, device=planes.device)
     launch("tangent_program", (B * blocks,),
-           planes, chi, history, D, _params((dt,), planes), nt, blocks * directions, blocks,
+           planes, chi, history, D, _params((dt,), planes), nt, per_problem, blocks,
            LOG_D=directions.bit_length() - 1, P=P, LOG_C=log_c,
            num_warps=warps or max(1, directions // 8))
     return D
 
 
-def program_sweeps(bands: Any, chi: Any, dt: float, B: int,
+def program_sweeps(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: float, inv_hw: Any,
                    directions: int = PROGRAM_DIRECTIONS, warps: int | None = None) -> Any:
-    """D (B, nt, nt) from the bands of :func:`tangent_bands` of B problems by the
-    ``"program"`` layout (:func:`chunk_planes`, then :func:`program_kernel`)."""
-    P, log_c = chunking(bands.shape[-1])
-    planes, chi_rows = chunk_planes(bands, chi, P, log_c)
-    return program_kernel(planes, chi_rows, dt, B, P, log_c, directions, warps)
+    """D (B, nt, nt) by the ``"program"`` layout (the arguments of
+    :func:`tangent_jacobian_triton`): :func:`chunk_planes`, then :func:`program_kernel`."""
+    P, log_c = chunking(U.shape[-1])
+    return program_kernel(chunk_planes(U, mu, nu, h, dt, inv_hw, P, log_c),
+                          chunk_rows(chi, P, log_c), dt, U.shape[0], P, log_c, directions,
+                          warps)
 
 
 def tangent_jacobian_triton(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: float,
@@ -211,8 +223,8 @@ def tangent_jacobian_triton(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: fl
     per direction; one warp per 8 directions); in the ``"thread"`` layout at most
     ``programs`` programs (default: ``PROGRAMS_PER_SM`` per multiprocessor)."""
     if _layout(layout) == "program":
-        return program_sweeps(tangent_bands(U, mu, nu, h, dt, inv_hw), chi, dt, U.shape[0],
-                              directions or PROGRAM_DIRECTIONS, warps)
+        return program_sweeps(U, mu, chi, nu, h, dt, inv_hw, directions or PROGRAM_DIRECTIONS,
+                              warps)
     bands, factors = factorisations(U, mu, nu, h, dt, inv_hw)
     return sweeps(bands, factors, chi, dt, U.shape[0], directions or DIRECTIONS, programs,
                   warps)

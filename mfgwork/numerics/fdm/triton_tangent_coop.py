@@ -25,12 +25,18 @@ on [1, NCH] tensors once per level and broadcast over the directions; only the r
 sides are [DIRS, NCH]. Rows past the grid are diagonal with a zero right-hand side, the first
 row's lower and the last row's upper band are 0, so no chunk couples to the padding.
 
+Every update of a right-hand side takes the pivot's reciprocal off its dependency chain,
+d_p = f_p r_p − (lo_p r_p) d_{p−1} (one fused multiply-add on the chain of a row; so for the
+end rows and each PCR step): measured on an H100 at 201², 256 members, float64, the kernel
+went 14.5 → 14.1 ms.
+
 The backward sweep runs J_n δu^n = δu^{n+1}/Δt − [j = n] χ for n = jmax, …, 0 (jmax the
 block's last direction: δu^n vanishes for n > j), δu^n going to a history [level, direction,
 p, chunk] of the problem (each store one row of lanes); the forward sweep
 J_nᵀ δμ^{n+1} = δμ^n/Δt − K_n δu^n reads it back for n ≤ jmax (K_n δu needs δu at i ± 1:
 the chunk's own rows, and the neighbour chunks' end rows by gather) and stores
-D[n, j] = χ·δμ^{n+1}. δμ and δu^{n+1} stay in registers from level to level.
+D[n, j] = χ·δμ^{n+1}. δμ and δu^{n+1} stay in registers from level to level. The planes come from
+:func:`planes_kernel` (one launch before, reading u^n and μ^{n+1} once).
 """
 
 import triton
@@ -62,7 +68,7 @@ def solve(lo, dg, up, f, lane, P: tl.constexpr, LOG_C: tl.constexpr):
         r = 1.0 / (dg[p] - lo[p] * c[p - 1])
         a = a + (-lo[p] * a[p - 1] * r,)
         c = c + (up[p] * r,)
-        d = d + ((f[p] - lo[p] * d[p - 1]) * r,)
+        d = d + (f[p] * r - (lo[p] * r) * d[p - 1],)
     # upwards: rows P−2..1 as x_p = d_p − a_p x_0 − c_p x_{P−1} (built from the bottom)
     ai = (a[P - 2],)
     ci = (c[P - 2],)
@@ -75,7 +81,7 @@ def solve(lo, dg, up, f, lane, P: tl.constexpr, LOG_C: tl.constexpr):
     r = 1.0 / (1.0 - c[0] * ai[0])
     alpha = a[0] * r
     beta = -c[0] * ci[0] * r
-    delta = (d[0] - c[0] * di[0]) * r
+    delta = d[0] * r - (c[0] * r) * di[0]
     gamma = a[P - 1]
     eps = c[P - 1]
     # 2. the first rows eliminated: A y_{k−1} + M y_k + C y_{k+1} = R, scaled by 1/M, by PCR
@@ -83,14 +89,15 @@ def solve(lo, dg, up, f, lane, P: tl.constexpr, LOG_C: tl.constexpr):
     r = 1.0 / (1.0 - gamma * beta - eps * alpha_r)
     ak = -gamma * alpha * r
     ck = -eps * shifted(beta, lane, 1, NCH) * r
-    y = (d[P - 1] - gamma * delta - eps * shifted(delta, lane, 1, NCH)) * r
+    y = d[P - 1] * r - (gamma * r) * delta - (eps * r) * shifted(delta, lane, 1, NCH)
     for k in tl.static_range(LOG_C):
         a_l = shifted(ak, lane, -(1 << k), NCH)
         a_r = shifted(ak, lane, 1 << k, NCH)
         c_l = shifted(ck, lane, -(1 << k), NCH)
         c_r = shifted(ck, lane, 1 << k, NCH)
         r = 1.0 / (1.0 - ak * c_l - ck * a_r)
-        y = (y - ak * shifted(y, lane, -(1 << k), NCH) - ck * shifted(y, lane, 1 << k, NCH)) * r
+        y = y * r - (ak * r) * shifted(y, lane, -(1 << k), NCH) \
+            - (ck * r) * shifted(y, lane, 1 << k, NCH)
         ak = -ak * a_l * r
         ck = -ck * c_r * r
     # 3. the first rows, then the interior
@@ -182,8 +189,8 @@ def tangent_coop_kernel(plane_ptr, chi_ptr, hist_ptr, D_ptr, params_ptr, NT, HS,
                         LOG_D: tl.constexpr, P: tl.constexpr, LOG_C: tl.constexpr):
     """D[b, n, j] = χ·δμ^{n+1}_j for the problem b and the direction block of this program
     (planes [b·nt + n, 7, p, chunk]: lower, diag, upper of J(u^n), lower, upper of J(u^n)ᵀ,
-    c_{i−1}/h², c_i/h², see :func:`.triton_tangent.chunk_planes`; χ [p, chunk]; history
-    [b, n, direction, p, chunk])."""
+    c_{i−1}/h², c_i/h², from :func:`planes_kernel`; χ [p, chunk]; history of problem b at
+    b·HS: block k's levels 0..DIRS·(k+1)−1 [n, direction, p, chunk], block after block)."""
     NCH: tl.constexpr = 1 << LOG_C
     NXP: tl.constexpr = P * NCH
     DIRS: tl.constexpr = 1 << LOG_D
@@ -197,8 +204,9 @@ def tangent_coop_kernel(plane_ptr, chi_ptr, hist_ptr, D_ptr, params_ptr, NT, HS,
     jmax = tl.minimum(block * DIRS + DIRS - 1, NT - 1)
     chi = load_rows(chi_ptr + lane, P, NCH)
     planes = plane_ptr + (b * NT).to(tl.int64) * 7 * NXP + lane
-    level = HS * NXP
-    hist = hist_ptr + (b * NT).to(tl.int64) * level + j * NXP + lane
+    level = DIRS * NXP
+    hist = hist_ptr + b.to(tl.int64) * HS + (block * (block + 1) // 2 * DIRS).to(tl.int64) \
+        * level + (j - block * DIRS) * NXP + lane
     zero = tl.zeros([DIRS, NCH], tl.float32).to(hist_ptr.dtype.element_ty)
     zeros = (zero,) * P
     x = zeros
@@ -224,3 +232,53 @@ def tangent_coop_kernel(plane_ptr, chi_ptr, hist_ptr, D_ptr, params_ptr, NT, HS,
         m, z = forward_level(planes + n * 7 * NXP, hist, m, chi, lane, inv_dt, False, P,
                              LOG_C)
         store_totals(D_b + n * NT, z, lane, block * DIRS, NT, LOG_D, LOG_C)
+
+
+@triton.jit(do_not_specialize=["NT", "NX"])
+def planes_kernel(U_ptr, mu_ptr, nu_ptr, inv_hw_ptr, params_ptr, planes_ptr, NT, NX,
+                  P: tl.constexpr, LOG_C: tl.constexpr, BLOCK: tl.constexpr):
+    """The 7 planes of :func:`tangent_coop_kernel` for level n of problem b (program b·nt + n)
+    from u = U[b, n] and μ = mu[b, n + 1] (½|p|², ``params`` h, Δt): with q_i = (u_{i+1} −
+    u_i)/h on the edges and the diffusion −ν/(h w_i), J(u^n) has lower_i = −ν/(h w_i) −
+    (q_{i−1})_+/h, upper_i = −ν/(h w_i) + (q_i)_−/h (no band across a wall), diag_i = 1/Δt −
+    lower_i − upper_i; the planes are lower, diag, upper, upper_{i−1}, lower_{i+1} (the bands
+    of J(u^n)ᵀ), c_{i−1}, c_i with c_e = μ_{e+1} if q_e > 0, μ_e if q_e < 0, else 0, over h²
+    (the ``c / h²`` of :func:`.operators.tangent_weights`), rows chunk-major (row k·P + p at
+    p·2^LOG_C + k) and rows past NX diagonal with 0 elsewhere."""
+    NCH: tl.constexpr = 1 << LOG_C
+    NXP: tl.constexpr = P * NCH
+    s = tl.program_id(0)
+    b = s // NT
+    i = tl.arange(0, BLOCK)
+    h = tl.load(params_ptr)
+    dt = tl.load(params_ptr + 1)
+    nu = tl.load(nu_ptr + b)
+    u = U_ptr + (s + b).to(tl.int64) * NX            # U[b, n]: row b·(nt + 1) + n
+    mu = mu_ptr + (s + b + 1).to(tl.int64) * NX      # mu[b, n + 1]
+    inside = i < NX
+    left = (i >= 1) & inside      # edge i − 1 exists
+    right = i < NX - 1            # edge i exists
+    u_i = tl.load(u + i, mask=inside, other=0.0)
+    q_l = tl.where(left, (u_i - tl.load(u + i - 1, mask=left, other=0.0)) / h, 0.0)
+    q_r = tl.where(right, (tl.load(u + i + 1, mask=right, other=0.0) - u_i) / h, 0.0)
+    diffusion = -nu * tl.load(inv_hw_ptr + i, mask=inside, other=0.0)
+    lower = tl.where(left, diffusion, 0.0) - tl.maximum(q_l, 0.0) / h
+    upper = tl.where(right, diffusion, 0.0) + tl.minimum(q_r, 0.0) / h
+    upper_l = -nu * tl.load(inv_hw_ptr + i - 1, mask=left, other=0.0) + tl.minimum(q_l, 0.0) / h
+    lower_r = -nu * tl.load(inv_hw_ptr + i + 1, mask=right, other=0.0) \
+        - tl.maximum(q_r, 0.0) / h
+    m_i = tl.load(mu + i, mask=inside, other=0.0)
+    m_l = tl.load(mu + i - 1, mask=left, other=0.0)
+    m_r = tl.load(mu + i + 1, mask=right, other=0.0)
+    hh = h * h
+    c_l = tl.where(q_l > 0, m_i, tl.where(q_l < 0, m_l, 0.0)) / hh
+    c_r = tl.where(q_r > 0, m_r, tl.where(q_r < 0, m_i, 0.0)) / hh
+    out = planes_ptr + s.to(tl.int64) * 7 * NXP + (i % P) * NCH + i // P
+    rows = i < NXP
+    tl.store(out, tl.where(left, lower, 0.0), mask=rows)
+    tl.store(out + NXP, tl.where(inside, 1.0 / dt - lower - upper, 1.0), mask=rows)
+    tl.store(out + 2 * NXP, tl.where(right, upper, 0.0), mask=rows)
+    tl.store(out + 3 * NXP, tl.where(left, upper_l, 0.0), mask=rows)
+    tl.store(out + 4 * NXP, tl.where(right, lower_r, 0.0), mask=rows)
+    tl.store(out + 5 * NXP, tl.where(left, c_l, 0.0), mask=rows)
+    tl.store(out + 6 * NXP, tl.where(right, c_r, 0.0), mask=rows)
