@@ -35,7 +35,8 @@ def independent_residual(problem: mw.SantaFeBar, M: object) -> float:
 
 
 #: the modules of Triton kernels of the finite differences (jitted when imported)
-TRITON_KERNEL_MODULES = ("triton_kernels", "triton_coop", "triton_tangent_coop")
+TRITON_KERNEL_MODULES = ("fdm.triton_kernels", "fdm.triton_coop", "fdm.triton_tangent_coop",
+                         "fdm2d.triton_krylov")
 
 
 def triton_device(monkeypatch: pytest.MonkeyPatch) -> str:
@@ -53,7 +54,7 @@ def triton_device(monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setattr(triton_sweeps, "_KERNELS", {})
     for module in TRITON_KERNEL_MODULES:
-        monkeypatch.delitem(sys.modules, f"mfgwork.numerics.fdm.{module}", raising=False)
+        monkeypatch.delitem(sys.modules, f"mfgwork.numerics.{module}", raising=False)
     return "cpu"
 
 

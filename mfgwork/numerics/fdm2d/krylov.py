@@ -83,3 +83,49 @@ def bicgstab(apply: Callable[[Any], Any], b: Any, inv_diag: Any, xp: Any, *, rto
         return x, k
     raise SolverError(f"BiCGStab did not converge in {max_iter} iterations (relative "
                       f"residual {worst:.3g} > {fail:.3g})")
+
+
+#: Nodes per program of the fused iterations (:mod:`.triton_krylov`).
+FUSED_BLOCK = 512
+
+
+def iterate_fused(coefficients: tuple[Any, ...], inv_diag: Any, r_hat: Any, state: State,
+                  steps: int, transpose: bool) -> State:
+    """:func:`iterate` for the stencil J (``transpose``: Jᵀ) with ``coefficients`` (diag, W,
+    E, S, N) of :class:`.stencil.Coefficients`, as three Triton launches per iteration
+    (:mod:`.triton_krylov`; torch tensors (..., ny, nx) on CUDA, or on CPU under Triton's
+    interpreter). The same state in and out."""
+    import torch
+
+    from ...core.compiling import announce_compilation
+    from . import triton_krylov as tk
+
+    x, r, p, v, rho, alpha, omega = state
+    shape = x.shape
+    ny, nx = shape[-2:]
+    B = x.numel() // (ny * nx)
+    full = [a.expand(shape).contiguous() for a in (*coefficients, inv_diag, r_hat)]
+    diag, W, E, S, N, inv, r_hat = full
+    scalars = torch.stack([a.reshape(B) for a in (rho, alpha, omega)], 1)
+    rr = (r_hat * r).sum(-1).sum(-1).reshape(B, 1)
+    tiles = -(-ny * nx // FUSED_BLOCK)
+    block = {"BLOCK": FUSED_BLOCK, "PB": max(2, 1 << (tiles - 1).bit_length())}
+    if x.is_cuda:
+        announce_compilation([k.fn.__name__ for k in (tk.direction_kernel, tk.step_kernel,
+                                                      tk.update_kernel)])
+    x, r, p, v = (a.contiguous() for a in (x, r, p, v))
+    for _ in range(steps):
+        new = torch.empty((B, 3), dtype=x.dtype, device=x.device)
+        p_out, y, v_out, t, x_out, r_out = (torch.empty_like(x) for _ in range(6))
+        rv, ts, tt, rr_out = (torch.empty((B, tiles), dtype=x.dtype, device=x.device)
+                              for _ in range(4))
+        tk.direction_kernel[(B, tiles)](r, p, v, inv, diag, W, E, S, N, r_hat, rr,
+                                        rr.shape[1], scalars, p_out, y, v_out, rv, new, ny, nx,
+                                        TRANSPOSE=transpose, **block)
+        tk.step_kernel[(B, tiles)](r, v_out, inv, diag, W, E, S, N, rv, new, t, ts, tt, ny, nx,
+                                   TRANSPOSE=transpose, **block)
+        tk.update_kernel[(B, tiles)](x, r, v_out, y, t, inv, r_hat, ts, tt, new, x_out, r_out,
+                                     rr_out, ny, nx, **block)
+        x, r, p, v, scalars, rr = x_out, r_out, p_out, v_out, new, rr_out
+    rho, alpha, omega = (scalars[:, i].reshape((*shape[:-2], 1, 1)) for i in range(3))
+    return x, r, p, v, rho, alpha, omega

@@ -11,8 +11,10 @@
   M-matrix); the FP step solves with the same factors transposed.
 - ``"krylov"`` (torch on any device, and NumPy on request): the matrix-free stencil with the
   batched Jacobi-preconditioned BiCGStab of :mod:`.krylov`; batches of problems share every
-  array operation; on CUDA the iterations between two convergence tests are recorded once
-  as a CUDA graph and replayed (:mod:`mfgwork.core.cuda_graphs`).
+  array operation; on CUDA an iteration is three fused Triton launches
+  (:mod:`.triton_krylov`, when Triton is installed) and the iterations between two
+  convergence tests are recorded once as a CUDA graph and replayed
+  (:mod:`mfgwork.core.cuda_graphs`).
 
 The FP solves are converged to a relative residual 1e-13 (float64: the mass balance), the
 Newton updates inexactly (Newton's stopping test is on the exact residual): to the relative
@@ -32,7 +34,8 @@ import numpy as np
 
 from ...core.backend import to_numpy
 from ...core.errors import ParameterError, SolverError
-from .krylov import bicgstab, iterate
+from ..fdm.kernels import _triton_installed
+from .krylov import bicgstab, iterate, iterate_fused
 from .stencil import Coefficients, Stencil
 
 MAX_NEWTON = 50
@@ -114,6 +117,8 @@ class Scheme2D:
         #: of that same U reuses instead of assembling J again
         self._jacobians: tuple[Any, Any, list[Any]] | None = None
         self.use_cuda_graphs = self.backend.kind == "cuda" and solver == "krylov"
+        #: BiCGStab's iterations as three Triton launches each (:func:`.krylov.iterate_fused`)
+        self.fused_krylov = solver == "krylov" and fused_krylov(self.backend)
         self._graphs: dict[tuple, Any] = {}
         self.newton_iterations = 0
         self.krylov_iterations = 0
@@ -172,20 +177,25 @@ class Scheme2D:
         st = self.stencil
         op = (lambda v: st.apply_transpose(c, v)) if transpose else (lambda v: st.apply(c, v))
         inv_diag = 1.0 / c.diag
-        chunk = self._graphed_chunk(c, inv_diag, transpose) if self.use_cuda_graphs else None
+        chunk = (self._chunk(c, inv_diag, transpose)
+                 if self.use_cuda_graphs or self.fused_krylov else None)
         x, k = bicgstab(op, rhs, inv_diag, self.xp, rtol=rtol, max_iter=self.max_krylov,
                         fail=KRYLOV_FAIL * rtol, check_every=CHECK_EVERY, chunk=chunk)
         self.krylov_iterations += k
         return x
 
-    def _graphed_chunk(self, c: Coefficients, inv_diag: Any, transpose: bool) -> Any:
-        """BiCGStab's iterations between two tests as a CUDA graph (recorded at the first
-        call per shape and direction, checked bitwise against the eager call), or None."""
+    def _chunk(self, c: Coefficients, inv_diag: Any, transpose: bool) -> Any:
+        """BiCGStab's iterations between two tests: fused (:attr:`fused_krylov`) or array
+        operations, as a CUDA graph (:attr:`use_cuda_graphs`: recorded at the first call per
+        shape and direction, checked bitwise against the eager call)."""
         st, xp = self.stencil, self.xp
         coefs = (c.diag, c.W, c.E, c.S, c.N, inv_diag)
 
         def fn(diag: Any, W: Any, E: Any, S: Any, N: Any, inv: Any, r_hat: Any,
                *state: Any) -> Any:
+            if self.fused_krylov:
+                return iterate_fused((diag, W, E, S, N), inv, r_hat, state, CHECK_EVERY,
+                                     transpose)
             cc = Coefficients(diag, W, E, S, N, None)
             op = ((lambda v: st.apply_transpose(cc, v)) if transpose
                   else (lambda v: st.apply(cc, v)))
@@ -195,6 +205,8 @@ class Scheme2D:
 
         def chunk(state: Any, r_hat: Any) -> Any:
             args = (*coefs, r_hat, *state)
+            if not self.use_cuda_graphs:
+                return fn(*args)
             if key in self._graphs:
                 return self._graphs[key].run(*args)
             eager = fn(*args)
@@ -303,6 +315,12 @@ class Scheme2D:
             vx.append(a)
             vy.append(b)
         return xp.stack(vx, axis=-3), xp.stack(vy, axis=-3)
+
+
+def fused_krylov(backend: Any) -> bool:
+    """Whether BiCGStab runs as fused Triton launches on ``backend``: torch on CUDA with
+    Triton installed."""
+    return backend.name == "torch" and backend.kind == "cuda" and _triton_installed()
 
 
 def _max2(a: Any, xp: Any) -> Any:
