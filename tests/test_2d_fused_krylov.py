@@ -1,5 +1,5 @@
-"""BiCGStab of the 2-D scheme as fused Triton launches (:func:`.krylov.iterate_fused`)
-against the array-operation iterations, and a whole fused 2-D solve against the eager one.
+"""BiCGStab of the 2-D scheme as fused Triton launches (:mod:`.fused_krylov`) against the
+array-operation iterations, and a whole fused 2-D solve against the eager one.
 
 On CUDA when there is one, else under Triton's CPU interpreter at tiny sizes, else skipped.
 """
@@ -11,7 +11,9 @@ import pytest
 from helpers import triton_device
 
 import mfgwork as mw
+from mfgwork.core.errors import SolverError
 from mfgwork.numerics.fdm2d import krylov, sweeps
+from mfgwork.numerics.fdm2d.fused_krylov import FusedBiCGStab
 from mfgwork.numerics.fdm2d.stencil import Coefficients, Stencil
 
 torch = pytest.importorskip("torch")
@@ -35,29 +37,57 @@ def _system(shape: tuple[int, ...], device: str, seed: int) -> tuple[Coefficient
     return Coefficients(*(a.to(device) for a in (diag, W, E, S, N)), None), b.to(device)
 
 
+def _apply(c: Coefficients, transpose: bool):
+    return ((lambda v: Stencil.apply_transpose(None, c, v)) if transpose
+            else (lambda v: Stencil.apply(None, c, v)))
+
+
+def _relative_residuals(c, b, x, transpose):
+    r = b - _apply(c, transpose)(x)
+    return (torch.linalg.vector_norm(r, dim=(-2, -1))
+            / torch.linalg.vector_norm(b, dim=(-2, -1)).clamp(min=1e-300))
+
+
 @pytest.mark.parametrize("shape", [(7, 9), (3, 6, 5)])
 @pytest.mark.parametrize("transpose", [False, True])
-def test_fused_iterations_follow_the_array_iterations(device, shape, transpose):
+def test_fused_chunks_follow_the_array_iterations(device, shape, transpose):
     c, b = _system(shape, device, seed=len(shape) + transpose)
     if len(shape) == 3:
         b[1] = 0.0   # a problem already solved: every division by 0 is by 1 instead
-    apply = ((lambda v: Stencil.apply_transpose(None, c, v)) if transpose
-             else (lambda v: Stencil.apply(None, c, v)))
-    inv = 1.0 / c.diag
     one = 1.0 + 0.0 * krylov._dot(b, b, xp)
     state = (0.0 * b, b, 0.0 * b, 0.0 * b, one, one, one)
-    for steps in (1, 6):
-        eager = krylov.iterate(apply, inv, b, state, steps, xp)
-        fused = krylov.iterate_fused(c[:5], inv, b, state, steps, transpose)
+    for steps in (2, 6):
+        solver = FusedBiCGStab(b.shape, b, transpose, steps, graphs=False)
+        solver.start(c[:5], b, None, _apply(c, transpose))
+        solver.run_chunk()
+        eager = krylov.iterate(_apply(c, transpose), 1.0 / c.diag, b, state, steps, xp)
+        s = solver.sets[0]
+        fused = (s["x"], s["r"], s["p"], s["v"],
+                 *(s["scalars"][:, i].reshape(eager[4].shape) for i in range(3)))
         for a, f in zip(eager, fused, strict=True):
-            assert f.shape == a.shape and bool(torch.isfinite(f).all())
+            assert bool(torch.isfinite(f).all())
             assert float((a - f).abs().max()) <= 1e-12 * (1.0 + float(a.abs().max()))
-    x = fused[0]
-    rel = torch.linalg.vector_norm(b - apply(x), dim=(-2, -1)) / torch.linalg.vector_norm(
-        b, dim=(-2, -1)).clamp(min=1e-300)
-    assert float(rel.max()) < 1e-3   # 6 iterations made progress on every problem
+        worst = _relative_residuals(c, b, s["x"], transpose).max()
+        assert float(solver.worst[0]) == pytest.approx(float(worst), rel=1e-6, abs=1e-14)
     if len(shape) == 3:
-        assert float(x[1].abs().max()) == 0.0
+        assert float(s["x"][1].abs().max()) == 0.0
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_a_fused_solve_reaches_its_tolerance_from_zero_or_a_guess(device, transpose):
+    c, b = _system((2, 8, 7), device, seed=5)
+    solver = FusedBiCGStab(b.shape, b, transpose, 4, graphs=False)
+    apply = _apply(c, transpose)
+    x, k = solver.solve(c[:5], b, None, apply, rtol=1e-12, max_iter=200, fail=1e-9)
+    assert float(_relative_residuals(c, b, x, transpose).max()) <= 1e-11 and k % 4 == 0
+    guess = x * (1.0 + 1e-6)
+    y, k_guess = solver.solve(c[:5], b, guess, apply, rtol=1e-12, max_iter=200, fail=1e-9)
+    assert float(_relative_residuals(c, b, y, transpose).max()) <= 1e-11 and k_guess < k
+    assert x.data_ptr() != y.data_ptr() != solver.x.data_ptr()   # results are not buffers
+    with pytest.raises(SolverError, match="did not converge in 4 iterations"):
+        solver.solve(c[:5], b, None, apply, rtol=1e-14, max_iter=4, fail=1e-13)
+    with pytest.raises(ValueError, match="steps=3"):
+        FusedBiCGStab(b.shape, b, transpose, 3, graphs=False)
 
 
 def test_a_fused_room_solve_matches_the_eager_one(device, monkeypatch):

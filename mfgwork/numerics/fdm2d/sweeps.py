@@ -11,10 +11,10 @@
   M-matrix); the FP step solves with the same factors transposed.
 - ``"krylov"`` (torch on any device, and NumPy on request): the matrix-free stencil with the
   batched Jacobi-preconditioned BiCGStab of :mod:`.krylov`; batches of problems share every
-  array operation; on CUDA an iteration is three fused Triton launches
-  (:mod:`.triton_krylov`, when Triton is installed) and the iterations between two
-  convergence tests are recorded once as a CUDA graph and replayed
-  (:mod:`mfgwork.core.cuda_graphs`).
+  array operation; on CUDA the iterations between two convergence tests are recorded once
+  as a CUDA graph and replayed (:mod:`mfgwork.core.cuda_graphs`). With Triton on CUDA the
+  same BiCGStab runs as three fused launches an iteration in fixed buffers
+  (:mod:`.fused_krylov`), and the FP solves start from the step of the previous sweep.
 
 The FP solves are converged to a relative residual 1e-13 (float64: the mass balance), the
 Newton updates inexactly (Newton's stopping test is on the exact residual): to the relative
@@ -35,7 +35,7 @@ import numpy as np
 from ...core.backend import to_numpy
 from ...core.errors import ParameterError, SolverError
 from ..fdm.kernels import _triton_installed
-from .krylov import bicgstab, iterate, iterate_fused
+from .krylov import bicgstab, iterate
 from .stencil import Coefficients, Stencil
 
 MAX_NEWTON = 50
@@ -111,14 +111,16 @@ class Scheme2D:
         self.newton_rtol = 1e-10 if self.backend.dtype == "float64" else 1e-6
         self.max_krylov = 20 * (g.nx + g.ny)
         self.density: Any = None
-        #: the cell masses of the last FP sweep (the "ilu" solver starts its solves there)
+        #: the cell masses of the last FP sweep (the "ilu" and the fused Krylov solves start
+        #: there)
         self._last_masses: list[Any] | None = None
         #: (U, density, J per level) of the last HJB sweep (NumPy solvers), which the FP sweep
         #: of that same U reuses instead of assembling J again
         self._jacobians: tuple[Any, Any, list[Any]] | None = None
         self.use_cuda_graphs = self.backend.kind == "cuda" and solver == "krylov"
-        #: BiCGStab's iterations as three Triton launches each (:func:`.krylov.iterate_fused`)
+        #: BiCGStab by the fused launches of :mod:`.fused_krylov` (one per shape and direction)
         self.fused_krylov = solver == "krylov" and fused_krylov(self.backend)
+        self._fused: dict[tuple, Any] = {}
         self._graphs: dict[tuple, Any] = {}
         self.newton_iterations = 0
         self.krylov_iterations = 0
@@ -176,26 +178,38 @@ class Scheme2D:
             return out
         st = self.stencil
         op = (lambda v: st.apply_transpose(c, v)) if transpose else (lambda v: st.apply(c, v))
+        if self.fused_krylov:
+            return self._solve_fused(c, rhs, transpose, guess, rtol, op)
         inv_diag = 1.0 / c.diag
-        chunk = (self._chunk(c, inv_diag, transpose)
-                 if self.use_cuda_graphs or self.fused_krylov else None)
+        chunk = self._graphed_chunk(c, inv_diag, transpose) if self.use_cuda_graphs else None
         x, k = bicgstab(op, rhs, inv_diag, self.xp, rtol=rtol, max_iter=self.max_krylov,
                         fail=KRYLOV_FAIL * rtol, check_every=CHECK_EVERY, chunk=chunk)
         self.krylov_iterations += k
         return x
 
-    def _chunk(self, c: Coefficients, inv_diag: Any, transpose: bool) -> Any:
-        """BiCGStab's iterations between two tests: fused (:attr:`fused_krylov`) or array
-        operations, as a CUDA graph (:attr:`use_cuda_graphs`: recorded at the first call per
-        shape and direction, checked bitwise against the eager call)."""
+    def _solve_fused(self, c: Coefficients, rhs: Any, transpose: bool, guess: Any,
+                     rtol: float, op: Any) -> Any:
+        """The Krylov solve by :class:`.fused_krylov.FusedBiCGStab`, from ``guess``."""
+        from .fused_krylov import FusedBiCGStab
+
+        key = (transpose, tuple(rhs.shape))
+        if key not in self._fused:
+            self._fused[key] = FusedBiCGStab(rhs.shape, rhs, transpose, CHECK_EVERY,
+                                             self.use_cuda_graphs)
+        x, k = self._fused[key].solve((c.diag, c.W, c.E, c.S, c.N), rhs, guess, op,
+                                      rtol=rtol, max_iter=self.max_krylov,
+                                      fail=KRYLOV_FAIL * rtol)
+        self.krylov_iterations += k
+        return x
+
+    def _graphed_chunk(self, c: Coefficients, inv_diag: Any, transpose: bool) -> Any:
+        """BiCGStab's iterations between two tests as a CUDA graph (recorded at the first
+        call per shape and direction, checked bitwise against the eager call), or None."""
         st, xp = self.stencil, self.xp
         coefs = (c.diag, c.W, c.E, c.S, c.N, inv_diag)
 
         def fn(diag: Any, W: Any, E: Any, S: Any, N: Any, inv: Any, r_hat: Any,
                *state: Any) -> Any:
-            if self.fused_krylov:
-                return iterate_fused((diag, W, E, S, N), inv, r_hat, state, CHECK_EVERY,
-                                     transpose)
             cc = Coefficients(diag, W, E, S, N, None)
             op = ((lambda v: st.apply_transpose(cc, v)) if transpose
                   else (lambda v: st.apply(cc, v)))
@@ -205,8 +219,6 @@ class Scheme2D:
 
         def chunk(state: Any, r_hat: Any) -> Any:
             args = (*coefs, r_hat, *state)
-            if not self.use_cuda_graphs:
-                return fn(*args)
             if key in self._graphs:
                 return self._graphs[key].run(*args)
             eager = fn(*args)
@@ -289,7 +301,7 @@ class Scheme2D:
             guess = masses[n] if last is None else masses[n] + (last[n + 1] - last[n])
             masses.append(self._solve(c, masses[n] * st.inv_dt, transpose=True,
                                       guess=guess))
-        if self.solver == "ilu":
+        if self.solver == "ilu" or self.fused_krylov:
             self._last_masses = masses
         return xp.stack(masses, axis=-3) / st.volumes
 
@@ -318,8 +330,8 @@ class Scheme2D:
 
 
 def fused_krylov(backend: Any) -> bool:
-    """Whether BiCGStab runs as fused Triton launches on ``backend``: torch on CUDA with
-    Triton installed."""
+    """Whether the Krylov solves run fused (:mod:`.fused_krylov`) on ``backend``: torch on
+    CUDA with Triton installed."""
     return backend.name == "torch" and backend.kind == "cuda" and _triton_installed()
 
 

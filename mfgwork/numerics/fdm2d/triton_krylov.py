@@ -13,9 +13,11 @@ instead of one more pass over memory):
 1. ρ' = (r̂, r) (the partial sums of the previous launch 3), β = (ρ'/ρ)(α/ω),
    p ← r + β (p − ω v), y = D⁻¹ p, v ← J y, partial sums of (r̂, v);
 2. α = ρ'/(r̂, v), s = r − α v, t = J D⁻¹ s, partial sums of (t, s) and (t, t);
-3. ω = (t, s)/(t, t), x ← x + α y + ω D⁻¹ s, r ← s − ω t, partial sums of (r̂, r).
+3. ω = (t, s)/(t, t), x ← x + α y + ω D⁻¹ s, r ← s − ω t, partial sums of (r̂, r) and
+   (r, r).
 
-Per iteration that is three launches instead of about thirty array operations.
+Per iteration that is three launches instead of about thirty array operations
+(:class:`.fused_krylov.FusedBiCGStab` drives them).
 """
 
 import triton
@@ -143,9 +145,10 @@ def step_kernel(r, v, inv, diag, W, E, S, N, rv, new_scalars, t_out, ts, tt, NY,
 
 
 @triton.jit(do_not_specialize=["NY", "NX"])
-def update_kernel(x, r, v, y, t, inv, r_hat, ts, tt, new_scalars, x_out, r_out, rr, NY, NX,
-                  BLOCK: tl.constexpr, PB: tl.constexpr):
-    """Launch 3: ω to ``new_scalars``[b, 2], x and r updated, partial sums of (r̂, r)."""
+def update_kernel(x, r, v, y, t, inv, r_hat, ts, tt, new_scalars, x_out, r_out, rr, r2, NY,
+                  NX, BLOCK: tl.constexpr, PB: tl.constexpr):
+    """Launch 3: ω to ``new_scalars``[b, 2], x and r updated, partial sums of (r̂, r) and of
+    (r, r) (the convergence test)."""
     base, k, inside, mw, me, ms, mn = _nodes(NY, NX, BLOCK)
     b = tl.program_id(0)
     tile = tl.program_id(1)
@@ -163,5 +166,6 @@ def update_kernel(x, r, v, y, t, inv, r_hat, ts, tt, new_scalars, x_out, r_out, 
     tl.store(r_out + k, r_k, mask=inside)
     tl.store(rr + b * tiles + tile,
              tl.sum(tl.load(r_hat + k, mask=inside, other=0.0) * r_k, axis=0))
+    tl.store(r2 + b * tiles + tile, tl.sum(r_k * r_k, axis=0))
     if tile == 0:
         tl.store(new_scalars + 3 * b + 2, omega)
