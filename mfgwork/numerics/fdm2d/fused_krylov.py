@@ -159,6 +159,12 @@ class FusedBiCGStab:
         iterations done; past ``max_iter`` the iterate is accepted if its true relative
         residual is ≤ ``fail``, else :class:`SolverError` (as :func:`.krylov.bicgstab`)."""
         self.start(coefficients, b, x0, apply)
+        return self.finish(b, apply, rtol=rtol, max_iter=max_iter, fail=fail)
+
+    def finish(self, b: Any, apply: Callable[[Any], Any], *, rtol: float, max_iter: int,
+               fail: float) -> tuple[Any, int]:
+        """:meth:`solve` after its :meth:`start` (made elsewhere, e.g. inside a recorded
+        step that assembled J and b)."""
         k = 0
         while k < max_iter:
             self.run_chunk()

@@ -179,10 +179,10 @@ class Stencil:
         R = ((u - u_next) * self.inv_dt - diffusion + value - F_n) * self.active
         return self.coefficients(d_back, d_fwd, exits=False), R
 
-    def jacobian(self, u: Any, m: Any) -> Coefficients:
-        """J(u) alone (the FP step's matrix, transposed there)."""
+    def jacobian(self, u: Any, m: Any, exits: bool = True) -> Coefficients:
+        """J(u) alone (the FP step's matrix, transposed there; ``out`` only with ``exits``)."""
         _, d_back, d_fwd, _ = self.hamiltonian_terms(u, m)
-        return self.coefficients(d_back, d_fwd)
+        return self.coefficients(d_back, d_fwd, exits)
 
     def velocity(self, u: Any, m: Any) -> tuple[Any, Any]:
         """The optimal velocity α* = −∂p Ĥ per axis: −(∂Ĥ/∂q_b + ∂Ĥ/∂q_f), 0 off the

@@ -14,7 +14,8 @@
   array operation; on CUDA the iterations between two convergence tests are recorded once
   as a CUDA graph and replayed (:mod:`mfgwork.core.cuda_graphs`). With Triton on CUDA the
   same BiCGStab runs as three fused launches an iteration in fixed buffers
-  (:mod:`.fused_krylov`), and the FP solves start from the step of the previous sweep.
+  (:mod:`.fused_krylov`), each Newton or FP step's assembly is one recorded graph
+  (:mod:`.fused_steps`), and the FP solves start from the step of the previous sweep.
 
 The FP solves are converged to a relative residual 1e-13 (float64: the mass balance), the
 Newton updates inexactly (Newton's stopping test is on the exact residual): to the relative
@@ -35,6 +36,7 @@ import numpy as np
 from ...core.backend import to_numpy
 from ...core.errors import ParameterError, SolverError
 from ..fdm.kernels import _triton_installed
+from .fused_steps import FusedSteps
 from .krylov import bicgstab, iterate
 from .stencil import Coefficients, Stencil
 
@@ -118,9 +120,9 @@ class Scheme2D:
         #: of that same U reuses instead of assembling J again
         self._jacobians: tuple[Any, Any, list[Any]] | None = None
         self.use_cuda_graphs = self.backend.kind == "cuda" and solver == "krylov"
-        #: BiCGStab by the fused launches of :mod:`.fused_krylov` (one per shape and direction)
+        #: the Newton and FP steps by :mod:`.fused_steps` (fused BiCGStab, recorded assembly)
         self.fused_krylov = solver == "krylov" and fused_krylov(self.backend)
-        self._fused: dict[tuple, Any] = {}
+        self._fused: FusedSteps | None = None
         self._graphs: dict[tuple, Any] = {}
         self.newton_iterations = 0
         self.krylov_iterations = 0
@@ -178,8 +180,6 @@ class Scheme2D:
             return out
         st = self.stencil
         op = (lambda v: st.apply_transpose(c, v)) if transpose else (lambda v: st.apply(c, v))
-        if self.fused_krylov:
-            return self._solve_fused(c, rhs, transpose, guess, rtol, op)
         inv_diag = 1.0 / c.diag
         chunk = self._graphed_chunk(c, inv_diag, transpose) if self.use_cuda_graphs else None
         x, k = bicgstab(op, rhs, inv_diag, self.xp, rtol=rtol, max_iter=self.max_krylov,
@@ -187,20 +187,10 @@ class Scheme2D:
         self.krylov_iterations += k
         return x
 
-    def _solve_fused(self, c: Coefficients, rhs: Any, transpose: bool, guess: Any,
-                     rtol: float, op: Any) -> Any:
-        """The Krylov solve by :class:`.fused_krylov.FusedBiCGStab`, from ``guess``."""
-        from .fused_krylov import FusedBiCGStab
-
-        key = (transpose, tuple(rhs.shape))
-        if key not in self._fused:
-            self._fused[key] = FusedBiCGStab(rhs.shape, rhs, transpose, CHECK_EVERY,
-                                             self.use_cuda_graphs)
-        x, k = self._fused[key].solve((c.diag, c.W, c.E, c.S, c.N), rhs, guess, op,
-                                      rtol=rtol, max_iter=self.max_krylov,
-                                      fail=KRYLOV_FAIL * rtol)
-        self.krylov_iterations += k
-        return x
+    def _fused_steps(self) -> FusedSteps:
+        if self._fused is None:
+            self._fused = FusedSteps(self, CHECK_EVERY, KRYLOV_FAIL)
+        return self._fused
 
     def _graphed_chunk(self, c: Coefficients, inv_diag: Any, transpose: bool) -> Any:
         """BiCGStab's iterations between two tests as a CUDA graph (recorded at the first
@@ -268,6 +258,10 @@ class Scheme2D:
                 guess[..., n, :, :] + u_next - guess[..., n + 1, :, :]) * st.active + (
                 u_next * exit_mask)
             F_n, m = F[..., n, :, :], self._m(n)
+            if self.fused_krylov:
+                levels[n] = self._fused_steps().newton_level(
+                    u, u_next, F_n, m, MAX_NEWTON, f"time step n={n} (t={g.t[n]:.6g})")
+                continue
             previous = None
             for _ in range(MAX_NEWTON + 1):
                 c, R = st.system(u, u_next, F_n, m)
@@ -296,9 +290,13 @@ class Scheme2D:
         kept = self._jacobians
         same = kept is not None and kept[0] is U and kept[1] is self.density
         for n in range(g.nt):
-            c = kept[2][n] if same else st.jacobian(U[..., n, :, :], self._m(n))
             # the previous sweep's step μ^{n+1} − μ^n from this sweep's μ^n
             guess = masses[n] if last is None else masses[n] + (last[n + 1] - last[n])
+            if self.fused_krylov:
+                masses.append(self._fused_steps().fp_level(U[..., n, :, :], self._m(n),
+                                                           masses[n], guess))
+                continue
+            c = kept[2][n] if same else st.jacobian(U[..., n, :, :], self._m(n))
             masses.append(self._solve(c, masses[n] * st.inv_dt, transpose=True,
                                       guess=guess))
         if self.solver == "ilu" or self.fused_krylov:
