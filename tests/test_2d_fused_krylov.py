@@ -92,9 +92,9 @@ def test_a_fused_solve_reaches_its_tolerance_from_zero_or_a_guess(device, transp
 
 def test_a_fused_room_solve_matches_the_eager_one(device, monkeypatch):
     room = mw.Room(congestion=1.0)
-    size = {"nx": 7, "nt": 3} if device == "cpu" else {"nx": 31, "nt": 20}
+    size = {"nx": 7, "nt": 2} if device == "cpu" else {"nx": 31, "nt": 20}
     common = dict(**size, tol=1e-10, backend="torch", device=device, dtype="float64",
-                  progress=False, max_iter=3)
+                  progress=False, max_iter=2)
     out = {}
     for fused in (False, True):
         monkeypatch.setattr(sweeps, "fused_krylov", lambda backend, fused=fused: fused)
@@ -106,3 +106,24 @@ def test_a_fused_room_solve_matches_the_eager_one(device, monkeypatch):
         ref = getattr(a, k)
         assert np.max(np.abs(ref - getattr(b, k))) <= 1e-10 * (1 + np.max(np.abs(ref)))
     assert b.mass_error <= 1e-12
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA graphs")
+def test_without_cuda_graphs_the_recordings_fall_back_to_eager_calls(device):
+    """Asked for CUDA graphs where none can be recorded, the solver's chunks and the
+    recorded steps say so once and give the eager results."""
+    from mfgwork.numerics.fdm2d.fused_steps import _Recorded
+
+    c, b = _system((2, 5, 6), device, seed=9)
+    apply = _apply(c, False)
+    with pytest.warns(RuntimeWarning, match="CUDA graph of the fused BiCGStab"):
+        x, k = FusedBiCGStab(b.shape, b, False, 4, graphs=True).solve(
+            c[:5], b, None, apply, rtol=1e-12, max_iter=200, fail=1e-9)
+    y, k_eager = FusedBiCGStab(b.shape, b, False, 4, graphs=False).solve(
+        c[:5], b, None, apply, rtol=1e-12, max_iter=200, fail=1e-9)
+    assert k == k_eager and bool((x == y).all())
+    with pytest.warns(RuntimeWarning, match="CUDA graph of the 2-D test step disabled"):
+        step = _Recorded(lambda a: a * 2.0, [b], graphs=True, what="2-D test step")
+    step.load(b + 1.0)
+    step()
+    assert bool((step.outputs == 2.0 * (b + 1.0)).all())

@@ -125,8 +125,8 @@ class FusedBiCGStab:
         kept = [{k: v.clone() for k, v in s.items()} for s in self.sets]
         self._chunk()   # eagerly (this also compiles the kernels before the recording)
         eager = [self.worst.clone()] + [v.clone() for v in self.sets[0].values()]
-        graph = torch.cuda.CUDAGraph()
         try:
+            graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 self._chunk()
         except Exception as exc:  # the eager chunks are always correct; fall back to them
@@ -139,8 +139,10 @@ class FusedBiCGStab:
         replay = [self.worst] + list(self.sets[0].values())
         if all(bool((a == b).all()) for a, b in zip(replay, eager, strict=True)):
             self.graph = graph
-        else:
-            self._give_up("its result differs from the eager chunk")
+            return
+        self._give_up("its result differs from the eager chunk")
+        for buffer, value in zip(replay, eager, strict=True):   # go on from the eager chunk
+            buffer.copy_(value)
 
     def _restore(self, kept: list[dict[str, Any]]) -> None:
         for s, k in zip(self.sets, kept, strict=True):
