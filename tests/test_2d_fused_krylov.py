@@ -97,7 +97,7 @@ def test_a_fused_room_solve_matches_the_eager_one(device, monkeypatch):
                   progress=False, max_iter=2)
     out = {}
     for fused in (False, True):
-        monkeypatch.setattr(sweeps, "fused_krylov", lambda backend, fused=fused: fused)
+        monkeypatch.setattr(sweeps, "fused_available", lambda backend, fused=fused: fused)
         with pytest.warns(mw.ConvergenceWarning):
             out[fused] = mw.solve_2d(room, **common)
     a, b = out[False], out[True]

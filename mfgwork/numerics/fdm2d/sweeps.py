@@ -35,7 +35,7 @@ import numpy as np
 
 from ...core.backend import to_numpy
 from ...core.errors import ParameterError, SolverError
-from ..fdm.kernels import _triton_installed
+from ..particles.triton_kernels import fused_available
 from .fused_steps import FusedSteps
 from .krylov import bicgstab, iterate
 from .stencil import Coefficients, Stencil
@@ -120,8 +120,9 @@ class Scheme2D:
         #: of that same U reuses instead of assembling J again
         self._jacobians: tuple[Any, Any, list[Any]] | None = None
         self.use_cuda_graphs = self.backend.kind == "cuda" and solver == "krylov"
-        #: the Newton and FP steps by :mod:`.fused_steps` (fused BiCGStab, recorded assembly)
-        self.fused_krylov = solver == "krylov" and fused_krylov(self.backend)
+        #: the Newton and FP steps by :mod:`.fused_steps` (fused BiCGStab, recorded assembly):
+        #: torch on CUDA with Triton installed
+        self.fused_krylov = solver == "krylov" and fused_available(self.backend)
         self._fused: FusedSteps | None = None
         self._graphs: dict[tuple, Any] = {}
         self.newton_iterations = 0
@@ -325,12 +326,6 @@ class Scheme2D:
             vx.append(a)
             vy.append(b)
         return xp.stack(vx, axis=-3), xp.stack(vy, axis=-3)
-
-
-def fused_krylov(backend: Any) -> bool:
-    """Whether the Krylov solves run fused (:mod:`.fused_krylov`) on ``backend``: torch on
-    CUDA with Triton installed."""
-    return backend.name == "torch" and backend.kind == "cuda" and _triton_installed()
 
 
 def _max2(a: Any, xp: Any) -> Any:
