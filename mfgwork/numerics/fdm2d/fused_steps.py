@@ -79,10 +79,8 @@ class FusedSteps:
 
     def _finish(self, solver: FusedBiCGStab, coefs: tuple[Any, ...], b: Any, transpose: bool,
                 rtol: float) -> Any:
-        st = self.stencil
-        c = Coefficients(*coefs, None)
-        op = (lambda v: st.apply_transpose(c, v)) if transpose else (lambda v: st.apply(c, v))
-        x, k = solver.finish(b, op, rtol=rtol, max_iter=self.scheme.max_krylov,
+        x, k = solver.finish(b, self.stencil.operator(Coefficients(*coefs, None), transpose),
+                             rtol=rtol, max_iter=self.scheme.max_krylov,
                              fail=self.fail * rtol)
         self.scheme.krylov_iterations += k
         return x
@@ -93,15 +91,12 @@ class FusedSteps:
         :meth:`.sweeps.Scheme2D.solve_hjb`)."""
         scheme, st, xp = self.scheme, self.stencil, self.xp
         solver = self.solver(False, u)
-        dt = st.grid.dt
 
         def assemble(u: Any, u_next: Any, F_n: Any, *m: Any) -> tuple[Any, ...]:
             c, R = st.system(u, u_next, F_n, m[0] if m else None)
             solver.start(c[:5], R, None, None)
-            scale = 1.0 + xp.max(xp.max(xp.abs(u), axis=-1), axis=-1)
-            size = dt * xp.max(xp.max(xp.abs(R), axis=-1), axis=-1) / scale
-            norm = xp.sqrt(xp.sum(xp.sum(R * R, axis=-1), axis=-1))
-            return (*c[:5], R, xp.stack([xp.reshape(a, (-1,)) for a in (size, scale, norm)]))
+            return (*c[:5], R, xp.stack([xp.reshape(a, (-1,))
+                                         for a in scheme.newton_measures(u, R)]))
 
         step = self._step("Newton", assemble, [u, u_next, F_n] + ([] if m is None else [m]))
         previous = None
@@ -125,8 +120,7 @@ class FusedSteps:
         def assemble(u_n: Any, mass: Any, guess: Any, *m: Any) -> tuple[Any, ...]:
             c = st.jacobian(u_n, m[0] if m else None, exits=False)
             b = mass * st.inv_dt
-            cc = Coefficients(*c[:5], None)
-            solver.start(c[:5], b, guess, lambda v: st.apply_transpose(cc, v))
+            solver.start(c[:5], b, guess, st.operator(c, transpose=True))
             return (*c[:5], b)
 
         step = self._step("FP", assemble, [u_n, mass, guess] + ([] if m is None else [m]))

@@ -83,4 +83,3 @@ def bicgstab(apply: Callable[[Any], Any], b: Any, inv_diag: Any, xp: Any, *, rto
         return x, k
     raise SolverError(f"BiCGStab did not converge in {max_iter} iterations (relative "
                       f"residual {worst:.3g} > {fail:.3g})")
-

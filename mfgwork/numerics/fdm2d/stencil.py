@@ -200,6 +200,11 @@ class Stencil:
         out[..., :-1, :] += c.N[..., :-1, :] * v[..., 1:, :]
         return out
 
+    def operator(self, c: Coefficients, transpose: bool = False) -> Any:
+        """v ↦ J v (Jᵀ v with ``transpose``) for the coefficients ``c``."""
+        return ((lambda v: self.apply_transpose(c, v)) if transpose
+                else (lambda v: self.apply(c, v)))
+
     def apply_transpose(self, c: Coefficients, v: Any) -> Any:
         """Jᵀ v: (Jᵀ v)_l = Σ_k J_kl v_k."""
         out = c.diag * v

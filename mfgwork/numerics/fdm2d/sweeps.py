@@ -151,17 +151,22 @@ class Scheme2D:
     def _newton_measures(self, u: Any, R: Any) -> tuple[np.ndarray, ...]:
         """Per problem (host float64 arrays): Δt·max|R|/(1 + max|u|) (Newton's stopping
         test), 1 + max|u| and ‖R‖₂."""
-        xp, dt = self.xp, self.stencil.grid.dt
+        dt = self.stencil.grid.dt
         if self.solver == "ilu" and R.dtype == np.float64:  # one compiled pass
             from .assembly_kernels import residual_norms
 
             r_max, u_max, sq = residual_norms(u, R)
             scale = np.array([1.0 + u_max])
             return np.array([dt * r_max]) / scale, scale, np.array([np.sqrt(sq)])
-        scale = 1.0 + _max2(xp.abs(u), xp)
         return tuple(np.asarray(to_numpy(a), dtype=np.float64).reshape(-1)
-                     for a in (dt * _max2(xp.abs(R), xp) / scale, scale,
-                               xp.sqrt(_sum2(R * R, xp))))
+                     for a in self.newton_measures(u, R))
+
+    def newton_measures(self, u: Any, R: Any) -> tuple[Any, Any, Any]:
+        """The measures of :meth:`_newton_measures` as backend arrays (no host transfer)."""
+        xp = self.xp
+        scale = 1.0 + _max2(xp.abs(u), xp)
+        return (self.stencil.grid.dt * _max2(xp.abs(R), xp) / scale, scale,
+                xp.sqrt(_sum2(R * R, xp)))
 
     def _solve(self, c: Coefficients, rhs: Any, transpose: bool = False,
                guess: Any = None, rtol: float | None = None) -> Any:
@@ -180,7 +185,7 @@ class Scheme2D:
                                       trans="T" if transpose else "N")
             return out
         st = self.stencil
-        op = (lambda v: st.apply_transpose(c, v)) if transpose else (lambda v: st.apply(c, v))
+        op = st.operator(c, transpose)
         inv_diag = 1.0 / c.diag
         chunk = self._graphed_chunk(c, inv_diag, transpose) if self.use_cuda_graphs else None
         x, k = bicgstab(op, rhs, inv_diag, self.xp, rtol=rtol, max_iter=self.max_krylov,
@@ -202,8 +207,7 @@ class Scheme2D:
         def fn(diag: Any, W: Any, E: Any, S: Any, N: Any, inv: Any, r_hat: Any,
                *state: Any) -> Any:
             cc = Coefficients(diag, W, E, S, N, None)
-            op = ((lambda v: st.apply_transpose(cc, v)) if transpose
-                  else (lambda v: st.apply(cc, v)))
+            op = st.operator(cc, transpose)
             return iterate(op, inv, r_hat, state, CHECK_EVERY, xp)
 
         key = (transpose, tuple(c.diag.shape))
