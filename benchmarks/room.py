@@ -21,12 +21,14 @@ BRs: the best responses evaluated (Newton: its steps' line searches, certificate
 finite-difference products, each with the HJB sweep seeded by the last best response).
 ``--max-iter`` caps the iterations of every case (Newton's steps for Newton; the table then
 gives the time per iteration too, and ``converged`` says whether the cap was hit);
-``--nx``/``--nt`` scale every case down for a quick local run. ``--one-core`` runs the
-process on one CPU core with one thread (OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 and the BLAS
-threads set before NumPy is imported: the script restarts itself; CPU affinity pinned to one
-core).
+``--nx``/``--nt`` scale every case down for a quick local run; ``--krylov chunks`` runs the
+fused CUDA BiCGStab in chunks of three launches an iteration instead of one launch a solve.
+``--one-core`` runs the process on one CPU core with one thread (OMP_NUM_THREADS=1
+NUMBA_NUM_THREADS=1 and the BLAS threads set before NumPy is imported: the script restarts
+itself; CPU affinity pinned to one core).
 
     python benchmarks/room.py [--device cuda] [--cases room-101,batch-64] [--one-core]
+                              [--krylov one-launch|chunks]
                               [--out F.json]
 """
 
@@ -50,6 +52,7 @@ import numpy as np  # noqa: E402  (after the thread settings above)
 
 import mfgwork as mw  # noqa: E402
 from mfgwork.core.storage import provenance  # noqa: E402
+from mfgwork.numerics.fdm2d import fused_krylov  # noqa: E402
 
 CASES = {"room-101": (101, 100, 1), "batch-64": (101, 100, 64), "room-201": (201, 200, 1),
          "two-bars": (101, 100, 1), "two-bars-hard": (101, 100, 1),
@@ -139,7 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="benchmarks/results/room.json")
     parser.add_argument("--one-core", action="store_true",
                         help="one CPU core, one thread (see the module docstring)")
+    parser.add_argument("--krylov", choices=("one-launch", "chunks"), default="one-launch",
+                        help="how the fused CUDA BiCGStab runs: each solve in one launch, or "
+                        "in chunks of three launches an iteration (the earlier way)")
     args = parser.parse_args(argv)
+    fused_krylov.ONE_LAUNCH = args.krylov == "one-launch"
     if args.one_core and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     cpu = {"numpy": ("numpy", "cpu", None, "ilu"), "numpy-direct": ("numpy", "cpu", None, "direct"),
@@ -190,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rows": rows, "dense_jacobian": dense, "devices": devices,
-                               "provenance": provenance()}, indent=1, default=str))
+                               "krylov": args.krylov, "provenance": provenance()}, indent=1,
+                              default=str))
     print(f"wrote {out}; devices: {devices}")
     return 0
 

@@ -36,7 +36,7 @@ def independent_residual(problem: mw.SantaFeBar, M: object) -> float:
 
 #: the modules of Triton kernels of the finite differences (jitted when imported)
 TRITON_KERNEL_MODULES = ("fdm.triton_kernels", "fdm.triton_coop", "fdm.triton_tangent_coop",
-                         "fdm2d.triton_krylov")
+                         "fdm2d.triton_krylov", "fdm2d.triton_assembly")
 
 
 def triton_device(monkeypatch: pytest.MonkeyPatch) -> str:

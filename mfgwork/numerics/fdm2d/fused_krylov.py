@@ -1,18 +1,27 @@
-"""BiCGStab of the 2-D scheme in fixed device buffers, by the fused launches of
+"""BiCGStab of the 2-D scheme in fixed device buffers, by the fused kernels of
 :mod:`.triton_krylov` (torch tensors on CUDA; on CPU under Triton's interpreter in tests).
 
 The recurrence, the preconditioner and the stopping rule of :func:`.krylov.bicgstab`, with
-the state held between calls: a chunk of ``steps`` iterations (an even number) goes back and
-forth between two sets of state buffers, so it ends where it started, and leaves the worst
-relative residual ‖r‖₂/‖b‖₂ of the batch in a one-value buffer. On CUDA the first chunk of a
-solver is recorded as a CUDA graph (checked bitwise against the same chunk run eagerly), and
-every later chunk is one replay and one read of that value: the host's work per chunk no
-longer grows with the iterations.
+the state held between calls. Two ways to run it:
+
+- **one launch per solve** (:func:`.triton_krylov.solve_kernel`): P programs per problem
+  (:func:`one_launch_layout`) iterate to the tolerance, tested after every iteration, and
+  leave the iterations and the residual in a small status buffer; the tolerance is read on
+  the device, so a recorded step can hold the solve (:mod:`.fused_steps`). The default where
+  a problem gets at least :data:`MIN_PROGRAMS` programs (single problems, small batches);
+- **chunks** (``persistent=False``, the default for large batches): ``steps`` iterations
+  (an even number) of three launches each go back and forth between two sets of state
+  buffers, so a chunk ends where it started, and leave the worst relative residual
+  ‖r‖₂/‖b‖₂ of the batch in a one-value buffer read after each chunk.
+
+On CUDA the first launch of each kind is recorded as a CUDA graph (checked bitwise against
+the same call run eagerly); every later one is a replay.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -21,14 +30,47 @@ from ...core.errors import SolverError
 
 #: Nodes per program of the fused launches.
 BLOCK = 512
+#: Whether solvers may run each solve in one launch (else in chunks of three launches an
+#: iteration; benchmarks compare the two).
+ONE_LAUNCH = True
+#: The fewest programs per problem for which one launch per solve is the default: with
+#: fewer, each program walks many tiles between barriers, and the chunks were measured
+#: faster (64 rooms of 101² on an H100, two programs each: 119 against 80 µs an iteration).
+MIN_PROGRAMS = 8
+#: The tile sizes (nodes) the one-launch solve chooses from (:func:`one_launch_layout`).
+SOLVE_BLOCKS = (256, 512, 1024)
+#: Polls of a barrier of :func:`.triton_krylov.solve_kernel` before it gives up (seconds of
+#: waiting: only programs that do not run at once wait that long).
+BARRIER_POLLS = 1 << 24
+
+
+def one_launch_layout(batch: int, nodes: int, device: Any) -> tuple[int, int]:
+    """(nodes per tile, programs per problem) of the one-launch solve: the smallest tile of
+    :data:`SOLVE_BLOCKS` whose tiles, one program each, leave every program of the batch its
+    own SM (so all run at once and meet at their barriers), else the largest tile and as many
+    programs as fit; one program under Triton's interpreter (it runs programs one after the
+    other) and off CUDA. Measured on an H100 (GPU time per iteration, 101² nodes): 256-node
+    tiles and 40 programs 4.5 µs, 512 and 20 7.0 µs, 1024 and 10 10.8 µs."""
+    import torch
+
+    if os.environ.get("TRITON_INTERPRET") == "1" or torch.device(device).type != "cuda":
+        return SOLVE_BLOCKS[-1], 1
+    room = max(1, torch.cuda.get_device_properties(device).multi_processor_count // batch)
+    for block in SOLVE_BLOCKS:
+        tiles = -(-nodes // block)
+        if tiles <= room:
+            return block, tiles
+    return SOLVE_BLOCKS[-1], room
 
 
 class FusedBiCGStab:
     """BiCGStab for J (``transpose``: Jᵀ) of the stencil on arrays of ``shape`` (..., ny, nx)
-    like ``like`` (dtype and device), ``steps`` iterations between two convergence tests."""
+    like ``like`` (dtype and device): in one launch per solve (``persistent``; default
+    :data:`ONE_LAUNCH`), or in chunks of ``steps`` iterations between two convergence
+    tests."""
 
     def __init__(self, shape: tuple[int, ...], like: Any, transpose: bool, steps: int,
-                 graphs: bool) -> None:
+                 graphs: bool, persistent: bool | None = None) -> None:
         import torch
 
         if steps < 2 or steps % 2:
@@ -39,33 +81,48 @@ class FusedBiCGStab:
         self.tiles = -(-ny * nx // BLOCK)
         self.launch = {"BLOCK": BLOCK, "PB": max(2, 1 << (self.tiles - 1).bit_length())}
 
-        def zeros(*size: int) -> Any:
-            return torch.zeros(size, dtype=like.dtype, device=like.device)
+        def zeros(*size: int, dtype: Any = like.dtype) -> Any:
+            return torch.zeros(size, dtype=dtype, device=like.device)
 
         self.coefs = zeros(6, *self.shape)   # diag, W, E, S, N and 1/diag
-        self.r_hat, self.y, self.t = (zeros(*self.shape) for _ in range(3))
+        self.r_hat, self.t = zeros(*self.shape), zeros(*self.shape)
         self.b_norm, self.worst = zeros(self.B), zeros(1)
-        self.sets = [{"x": zeros(*self.shape), "r": zeros(*self.shape),
-                      "p": zeros(*self.shape), "v": zeros(*self.shape),
-                      "scalars": zeros(self.B, 3), "rr": zeros(self.B, self.tiles)}
-                     for _ in range(2)]
+        self.p, self.v = zeros(2, *self.shape), zeros(2, *self.shape)
+        self.sets = [{"x": zeros(*self.shape), "r": zeros(*self.shape), "p": self.p[i],
+                      "v": self.v[i], "scalars": zeros(self.B, 3),
+                      "rr": zeros(self.B, self.tiles)} for i in range(2)]
         self.rv, self.ts, self.tt, self.r2 = (zeros(self.B, self.tiles) for _ in range(4))
-        self.graphs, self.graph = graphs, None
+        block, self.programs = one_launch_layout(self.B, ny * nx, like.device)
+        if persistent is None:
+            persistent = ONE_LAUNCH and (self.programs >= MIN_PROGRAMS
+                                         or os.environ.get("TRITON_INTERPRET") == "1")
+        self.persistent = persistent
+        self.one_launch = {"BLOCK": block, "LIMIT": BARRIER_POLLS,
+                           "PB": max(2, 1 << (self.programs - 1).bit_length()),
+                           "num_warps": 8 if block > 512 else 4}
+        self.ctl, self.status = zeros(2), zeros(self.B, 3)
+        self.ctl_host = torch.zeros(2, dtype=like.dtype, pin_memory=self.ctl.is_cuda)
+        self.part = zeros(self.B, 5, self.programs)
+        self.sync = zeros(self.B, dtype=torch.int32)
+        self.graphs = graphs
+        self.recorded: dict[tuple, Any] = {}
 
     @property
     def x(self) -> Any:
         """The current iterate (a buffer: the next :meth:`start` overwrites it)."""
         return self.sets[0]["x"]
 
-    def start(self, coefficients: tuple[Any, ...], b: Any, x0: Any | None,
+    def start(self, coefficients: tuple[Any, ...] | None, b: Any, x0: Any | None,
               apply: Callable[[Any], Any]) -> None:
-        """Load J's (diag, W, E, S, N) and b, and start from x0 (0 when None; ``apply`` is
-        J x, or Jᵀ x, for the first residual)."""
+        """Load J's (diag, W, E, S, N) (None: they and 1/diag are in ``coefs`` already) and
+        b, and start from x0 (0 when None; ``apply`` is J x, or Jᵀ x, for the first
+        residual)."""
         import torch
 
-        for buffer, a in zip(self.coefs[:5], coefficients, strict=True):
-            buffer.copy_(a)
-        torch.reciprocal(self.coefs[0], out=self.coefs[5])
+        if coefficients is not None:
+            for buffer, a in zip(self.coefs[:5], coefficients, strict=True):
+                buffer.copy_(a)
+            torch.reciprocal(self.coefs[0], out=self.coefs[5])
         s = self.sets[0]
         if x0 is None:
             s["x"].zero_()
@@ -95,53 +152,76 @@ class FusedBiCGStab:
             a, z = self.sets[i % 2], self.sets[(i + 1) % 2]
             tk.direction_kernel[grid](a["r"], a["p"], a["v"], inv, diag, W, E, S, N,
                                       self.r_hat, a["rr"], self.tiles, a["scalars"], z["p"],
-                                      self.y, z["v"], self.rv, z["scalars"], ny, nx,
+                                      z["v"], self.rv, z["scalars"], ny, nx,
                                       TRANSPOSE=self.transpose, **self.launch)
             tk.step_kernel[grid](a["r"], z["v"], inv, diag, W, E, S, N, self.rv, z["scalars"],
                                  self.t, self.ts, self.tt, ny, nx, TRANSPOSE=self.transpose,
                                  **self.launch)
-            tk.update_kernel[grid](a["x"], a["r"], z["v"], self.y, self.t, inv, self.r_hat,
+            tk.update_kernel[grid](a["x"], a["r"], z["v"], z["p"], self.t, inv, self.r_hat,
                                    self.ts, self.tt, z["scalars"], z["x"], z["r"], z["rr"],
                                    self.r2, ny, nx, **self.launch)
         norm = self.r2.sum(-1).sqrt()
         self.worst.copy_((norm / torch.where(self.b_norm == 0.0, 1.0, self.b_norm)).max())
 
+    def set_control(self, rtol: float, max_iter: int) -> None:
+        """The tolerance and the iteration cap of the next one-launch solves."""
+        self.ctl_host[0], self.ctl_host[1] = rtol, max_iter
+        self.ctl.copy_(self.ctl_host, non_blocking=True)
+
+    def launch_solve(self) -> None:
+        """The solve from the state of :meth:`start` to the tolerance and cap in ``ctl``, in
+        one launch (iterations, relative residual and the barriers' flag in ``status``)."""
+        from . import triton_krylov as tk
+
+        diag, W, E, S, N, inv = self.coefs
+        s = self.sets[0]
+        self.sync.zero_()
+        tk.solve_kernel[(self.B, self.programs)](
+            s["x"], s["r"], self.p, self.v, self.t, self.r_hat, inv, diag, W, E, S, N,
+            self.b_norm, self.ctl, self.part, self.sync, self.status, *self.shape[-2:],
+            TRANSPOSE=self.transpose, **self.one_launch)
+
     def run_chunk(self) -> None:
         """One chunk: eagerly, or by a replay of its CUDA graph (recorded at the first call
         with ``graphs``)."""
-        if self.graph is not None:
-            self.graph.replay()
-            return
-        if not self.graphs:
-            self._chunk()
-            return
-        self._record()
+        self._run(("chunk",), self._chunk, [self.worst])
 
-    def _record(self) -> None:
-        """Run one chunk eagerly from a copy of the state, record the chunk, replay it from
-        that state and keep the recording only if it gives the same buffers bitwise."""
+    def _run(self, key: tuple, fn: Callable[[], None], outputs: list[Any]) -> None:
+        """``fn()`` (it changes the state buffers and ``outputs``): a replay of its
+        recording, else eagerly (recorded first when ``graphs``)."""
+        graph = self.recorded.get(key)
+        if graph is not None:
+            graph.replay()
+        elif not self.graphs:
+            fn()
+        else:
+            self._record(key, fn, outputs)
+
+    def _record(self, key: tuple, fn: Callable[[], None], outputs: list[Any]) -> None:
+        """Run ``fn`` eagerly from a copy of the state, record it, replay it from that state
+        and keep the recording only if it gives the same buffers bitwise."""
         import torch
 
         kept = [{k: v.clone() for k, v in s.items()} for s in self.sets]
-        self._chunk()   # eagerly (this also compiles the kernels before the recording)
-        eager = [self.worst.clone()] + [v.clone() for v in self.sets[0].values()]
+        fn()   # eagerly (this also compiles the kernels before the recording)
+        state = outputs + [v for s in self.sets for v in s.values()]
+        eager = [a.clone() for a in state]
         try:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                self._chunk()
-        except Exception as exc:  # the eager chunks are always correct; fall back to them
+                fn()
+        except Exception as exc:  # the eager calls are always correct; fall back to them
             self._give_up(f"{type(exc).__name__}: {exc}")
             self._restore(kept)
-            self._chunk()
+            fn()
             return
         self._restore(kept)
         graph.replay()
-        replay = [self.worst] + list(self.sets[0].values())
-        if all(bool((a == b).all()) for a, b in zip(replay, eager, strict=True)):
-            self.graph = graph
+        if all(bool((a == b).all()) for a, b in zip(state, eager, strict=True)):
+            self.recorded[key] = graph
             return
-        self._give_up("its result differs from the eager chunk")
-        for buffer, value in zip(replay, eager, strict=True):   # go on from the eager chunk
+        self._give_up("its result differs from the eager call")
+        for buffer, value in zip(state, eager, strict=True):   # go on from the eager call
             buffer.copy_(value)
 
     def _restore(self, kept: list[dict[str, Any]]) -> None:
@@ -152,27 +232,44 @@ class FusedBiCGStab:
     def _give_up(self, reason: str) -> None:
         self.graphs = False
         warnings.warn(f"CUDA graph of the fused BiCGStab iterations disabled ({reason}); "
-                      "running eagerly", RuntimeWarning, stacklevel=4)
+                      "running eagerly", RuntimeWarning, stacklevel=5)
 
     def solve(self, coefficients: tuple[Any, ...], b: Any, x0: Any | None,
               apply: Callable[[Any], Any], *, rtol: float, max_iter: int,
               fail: float) -> tuple[Any, int]:
         """x (a new array) with ‖b − J x‖₂ ≤ ``rtol`` ‖b‖₂ for every problem, and the
-        iterations done; past ``max_iter`` the iterate is accepted if its true relative
-        residual is ≤ ``fail``, else :class:`SolverError` (as :func:`.krylov.bicgstab`)."""
+        iterations done (the most of any problem); past ``max_iter`` the iterate is accepted
+        if its true relative residual is ≤ ``fail``, else :class:`SolverError` (as
+        :func:`.krylov.bicgstab`)."""
         self.start(coefficients, b, x0, apply)
-        return self.finish(b, apply, rtol=rtol, max_iter=max_iter, fail=fail)
+        return self.finish(b, x0, apply, rtol=rtol, max_iter=max_iter, fail=fail)
 
-    def finish(self, b: Any, apply: Callable[[Any], Any], *, rtol: float, max_iter: int,
-               fail: float) -> tuple[Any, int]:
-        """:meth:`solve` after its :meth:`start` (made elsewhere, e.g. inside a recorded
-        step that assembled J and b)."""
-        k = 0
-        while k < max_iter:
-            self.run_chunk()
-            k += self.steps
-            if float(self.worst.item()) <= rtol:
-                return self.x.clone(), k
+    def finish(self, b: Any, x0: Any | None, apply: Callable[[Any], Any], *, rtol: float,
+               max_iter: int, fail: float) -> tuple[Any, int]:
+        """:meth:`solve` after its :meth:`start` from ``x0`` (made elsewhere, e.g. inside a
+        recorded step that assembled J and b)."""
+        if self.persistent:
+            self.set_control(rtol, max_iter)
+            self._run(("solve",), self.launch_solve, [self.status])
+            status = self.status.cpu()
+            iterations, residual = (float(a) for a in status[:, :2].max(0).values)
+            if float(status[:, 2].min()) < 1.0:
+                self.persistent = False
+                warnings.warn(f"the {self.programs} programs per problem of the one-launch "
+                              "BiCGStab did not run at once; solving in chunks from now on",
+                              RuntimeWarning, stacklevel=3)
+                self.start(tuple(self.coefs[:5]), b, x0, apply)
+                return self.finish(b, x0, apply, rtol=rtol, max_iter=max_iter, fail=fail)
+            if residual <= rtol:
+                return self.x.clone(), int(iterations)
+            k = int(iterations)
+        else:
+            k = 0
+            while k < max_iter:
+                self.run_chunk()
+                k += self.steps
+                if float(self.worst.item()) <= rtol:
+                    return self.x.clone(), k
         x = self.x.clone()
         r = b - apply(x)
         norm = (r * r).sum(-1).sum(-1).sqrt().reshape(self.B)

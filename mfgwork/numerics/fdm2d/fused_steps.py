@@ -1,17 +1,31 @@
 """The HJB Newton steps and the FP steps of :class:`.sweeps.Scheme2D` on the fused Krylov
 path (:mod:`.fused_krylov`), each step's host work a few calls.
 
-A step's assembly (J and R, or J and the FP right-hand side), its measures and the start of
-its BiCGStab solve form one function of fixed buffers: on CUDA it is recorded once per shape
-as a CUDA graph (checked bitwise against the eager call, :func:`mfgwork.core.cuda_graphs.
-record_checked`) and replayed, so a Newton update costs one replay, one read of the
-measures, the solver's chunks and one subtraction, whatever the Hamiltonian's array code.
-The arithmetic is that of the unfused path: only the solver's start (the FP solves from the
-previous sweep's step) and the Krylov iterates differ.
+A step is a function of fixed buffers: on CUDA it is recorded once per shape as a CUDA graph
+(checked bitwise against the eager call, :func:`mfgwork.core.cuda_graphs.record_checked`)
+and replayed, whatever the Hamiltonian's array code. Where the solver runs a solve in one
+launch (:attr:`.fused_krylov.FusedBiCGStab.persistent`) the solves are inside the recording:
+
+- **Newton**: one replay makes up to :data:`UPDATES` Newton updates of a time level on the
+  device: assembly of J and R, the stopping test, the tolerance of the inexact update (the
+  rule of :meth:`.sweeps.Scheme2D._newton_rtol`, evaluated on the device), the solve and
+  u ← u − δ; an update whose test already passes is skipped (a solve of zero iterations).
+  Each replay leaves a small report (the test, the updates and Krylov iterations made, the
+  worst solve). A sweep (:meth:`FusedSteps.sweep`) replays :data:`LEVELS_PER_READ` levels
+  without waiting, then reads their reports; a level whose test did not pass is replayed
+  again from where it stopped until it passes, and the levels after it are made again;
+- **FP**: one replay assembles J and the right-hand side and solves from the guess; the
+  solve's report is kept on the device and read once per sweep (:meth:`FusedSteps.fp_report`).
+
+Otherwise (chunks) a step's recording holds the assembly, the measures and the solver's
+start, and the host drives the solver's chunks. The arithmetic is that of the unfused path:
+only the solver's start (the FP solves from the previous sweep's step) and the Krylov
+iterates differ.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -19,8 +33,18 @@ import numpy as np
 
 from ...core.cuda_graphs import record_checked
 from ...core.errors import SolverError
+from .fused_assembly import FusedAssembly, fused_assembly_serves
 from .fused_krylov import FusedBiCGStab
 from .stencil import Coefficients
+
+#: Newton updates per replay of a recorded Newton step: a level of the room takes 2.6 on
+#: average, 3.3 in early sweeps, and an update whose test already passes costs about 10 µs
+#: (no Krylov iteration), while a level that needs more than a replay makes the rest of its
+#: group again (measured on an H100, a warm sweep of the 101² room: 3 updates 213 ms, 4
+#: updates 71.5 ms, 6 updates 74.0 ms).
+UPDATES = 6
+#: Levels of an HJB sweep replayed between two reads of their reports.
+LEVELS_PER_READ = 10
 
 
 class _Recorded:
@@ -57,6 +81,11 @@ class FusedSteps:
         self.steps, self.fail = steps, fail
         self.solvers: dict[tuple, FusedBiCGStab] = {}
         self.recorded: dict[tuple, _Recorded] = {}
+        self.assemblies: dict[int, FusedAssembly] = {}
+        self.updates: dict[int, Callable[..., tuple]] = {}
+        #: the reports (iterations, relative residual, barriers met) of this FP sweep's
+        #: one-launch solves, per level
+        self._fp_reports: list[Any] = []
 
     def solver(self, transpose: bool, like: Any) -> FusedBiCGStab:
         key = (transpose, tuple(like.shape))
@@ -77,20 +106,181 @@ class FusedSteps:
         step()
         return step
 
-    def _finish(self, solver: FusedBiCGStab, coefs: tuple[Any, ...], b: Any, transpose: bool,
-                rtol: float) -> Any:
-        x, k = solver.finish(b, self.stencil.operator(Coefficients(*coefs, None), transpose),
-                             rtol=rtol, max_iter=self.scheme.max_krylov,
+    def _finish(self, solver: FusedBiCGStab, coefs: tuple[Any, ...], b: Any, x0: Any | None,
+                transpose: bool, rtol: float) -> Any:
+        apply = self.stencil.operator(Coefficients(*coefs, None), transpose)
+        x, k = solver.finish(b, x0, apply, rtol=rtol, max_iter=self.scheme.max_krylov,
                              fail=self.fail * rtol)
         self.scheme.krylov_iterations += k
         return x
 
+    # -- HJB ---------------------------------------------------------------------------------
     def newton_level(self, u: Any, u_next: Any, F_n: Any, m: Any | None, max_newton: int,
                      where: str) -> Any:
         """u^n by Newton from ``u`` (the test and the inexact updates of
         :meth:`.sweeps.Scheme2D.solve_hjb`)."""
-        scheme, st, xp = self.scheme, self.stencil, self.xp
         solver = self.solver(False, u)
+        if solver.persistent:
+            out = self._device_newton(solver, u, u_next, F_n, m, max_newton, where)
+            if out is not None:
+                return out
+        return self._host_newton(solver, u, u_next, F_n, m, max_newton, where)
+
+    def _updates(self, solver: FusedBiCGStab, like: Any) -> Callable[..., tuple]:
+        """The recorded function of :data:`UPDATES` Newton updates for this solver:
+        (u, u^{n+1}, F^n, the last updates' ‖R‖₂ per problem (0: none yet), [m]) ↦ (u, that
+        ‖R‖₂, report: test, updates made, Krylov iterations, worst solve residual over its
+        tolerance, barriers met); the Triton assembly for ½|p|², else the array code."""
+        key = id(solver)
+        if key in self.updates:
+            return self.updates[key]
+        import torch
+
+        scheme, st = self.scheme, self.stencil
+        dt, tol = st.grid.dt, scheme.newton_tol
+        eta_max, gamma = scheme.forcing_constants()
+
+        def generic(u: Any, u_next: Any, F_n: Any, previous: Any, *m: Any) -> tuple:
+            u = u.clone()
+            c, R = st.system(u, u_next, F_n, m[0] if m else None)
+            size, scale, norm = (a.reshape(-1) for a in scheme.newton_measures(u, R))
+            made = krylov = worst = size.new_zeros(())
+            met = size.new_ones(())
+            for _ in range(UPDATES):
+                done = size.max() <= tol
+                eta = (tol * scale / (4.0 * dt * norm.clamp(min=1e-300))).min()
+                ew = torch.where(previous.max() == 0.0, eta_max,
+                                 (gamma * (norm / previous.clamp(min=1e-300)) ** 2).max())
+                rtol = torch.clamp(torch.maximum(eta.clamp(min=scheme.newton_rtol), ew),
+                                   max=eta_max)
+                solver.ctl.copy_(torch.stack([rtol, torch.where(done, 0.0,
+                                                                float(scheme.max_krylov))]))
+                solver.start(c[:5], R, None, None)
+                solver.launch_solve()
+                report = solver.status.max(0).values
+                u.sub_(solver.x)
+                made = made + (~done).to(made.dtype)
+                krylov = krylov + report[0]
+                worst = torch.maximum(worst, torch.where(done, 0.0, report[1] / rtol))
+                met = torch.minimum(met, solver.status[:, 2].min())
+                previous = torch.where(done, previous, norm)
+                c, R = st.system(u, u_next, F_n, m[0] if m else None)
+                size, scale, norm = (a.reshape(-1) for a in scheme.newton_measures(u, R))
+            return u, previous, torch.stack([size.max(), made, krylov, worst, met])
+
+        assembly = self._assembly(solver, like)
+        if assembly is None:
+            self.updates[key] = generic
+        else:
+            self.updates[key] = lambda u, u_next, F_n, previous, *m: assembly.updates(
+                u, u_next, F_n, previous, scheme, UPDATES)
+        return self.updates[key]
+
+    def _newton_replay(self, solver: FusedBiCGStab, u: Any, u_next: Any, F_n: Any,
+                       m: Any | None, previous: Any = None) -> _Recorded:
+        """The recording of :meth:`_updates`, loaded with a level's start (no update made
+        yet where ``previous`` is None) and run."""
+        import torch
+
+        if previous is None:
+            previous = torch.zeros(solver.B, dtype=u.dtype, device=u.device)
+        return self._step("Newton updates", self._updates(solver, u),
+                          [u, u_next, F_n, previous] + ([] if m is None else [m]))
+
+    def _unmet(self, solver: FusedBiCGStab) -> None:
+        solver.persistent = False
+        warnings.warn(f"the {solver.programs} programs per problem of the one-launch BiCGStab "
+                      "did not run at once; solving in chunks from now on", RuntimeWarning,
+                      stacklevel=4)
+
+    def _check(self, worst: float, where: str) -> None:
+        if worst > self.fail:
+            raise SolverError(f"BiCGStab did not converge in {self.scheme.max_krylov} "
+                              f"iterations at {where} (relative residual {worst:.3g} × its "
+                              "tolerance)")
+
+    def sweep(self, levels: list[Any], F: Any, initial: Callable[[int], Any],
+              m_of: Callable[[int], Any], max_newton: int, where: Callable[[int], str]) -> int:
+        """The HJB sweep's levels nt−1..0 into ``levels`` (levels[nt] given) by one-launch
+        solves: :data:`LEVELS_PER_READ` levels at a time, each by one replay of
+        :data:`UPDATES` Newton updates from ``initial(n)`` with no wait between them, then
+        one read of their reports; a level whose test did not pass goes on from where its
+        replay ended, replaying until it passes, and the levels after it in that group are
+        made again. Returns −1 when done, else the level from which the caller solves level
+        by level in chunks (one-launch solves cannot run here)."""
+        import torch
+
+        nt = len(levels) - 1
+        solver = self.solver(False, levels[nt])
+        n = nt - 1
+        while n >= 0 and solver.persistent:
+            group = range(n, max(n - LEVELS_PER_READ, -1), -1)
+            outputs = []
+            for k in group:
+                step = self._newton_replay(solver, initial(k), levels[k + 1],
+                                           F[..., k, :, :], m_of(k))
+                levels[k] = step.outputs[0].clone()
+                outputs.append((step.outputs[1].clone(), step.outputs[2].clone()))
+            rows = torch.stack([report for _, report in outputs]).cpu().tolist()
+            if min(row[4] for row in rows) < 1.0:
+                self._unmet(solver)
+                return n
+            n = group[-1] - 1
+            for k, (size, made, krylov, worst, _), (previous, _) in zip(group, rows, outputs,
+                                                                       strict=True):
+                self.scheme.newton_iterations += int(made)
+                self.scheme.krylov_iterations += int(krylov)
+                self._check(worst, where(k))
+                if size > self.scheme.newton_tol:
+                    out = self._device_newton(solver, levels[k], levels[k + 1],
+                                              F[..., k, :, :], m_of(k), max_newton, where(k),
+                                              previous, int(made))
+                    if out is None:
+                        return k
+                    levels[k] = out
+                    n = k - 1
+                    break
+        return n
+
+    def _device_newton(self, solver: FusedBiCGStab, u: Any, u_next: Any, F_n: Any,
+                       m: Any | None, max_newton: int, where: str, previous: Any = None,
+                       made: int = 0) -> Any | None:
+        """Newton in replays of :data:`UPDATES` updates each (module docstring), from u and
+        the last update's ‖R‖₂ ``previous`` after ``made`` updates; None when the solver's
+        programs did not run at once (it then solves in chunks, and the caller starts again
+        from ``u``)."""
+        step = self._newton_replay(solver, u, u_next, F_n, m, previous)
+        while True:
+            size, new, krylov, worst, met = step.outputs[2].tolist()
+            if met < 1.0:
+                self._unmet(solver)
+                return None
+            self.scheme.newton_iterations += int(new)
+            self.scheme.krylov_iterations += int(krylov)
+            made += int(new)
+            self._check(worst, where)
+            if size <= self.scheme.newton_tol:
+                return step.outputs[0].clone()
+            if made >= max_newton:
+                raise SolverError(f"HJB Newton did not converge at {where} in {max_newton} "
+                                  "iterations")
+            step.inputs[0].copy_(step.outputs[0])
+            step.inputs[3].copy_(step.outputs[1])
+            step()
+
+    def _assembly(self, solver: FusedBiCGStab, like: Any) -> FusedAssembly | None:
+        """The Triton assembly of H = ½|p|² for this solver's problems, or None."""
+        if not fused_assembly_serves(self.stencil):
+            return None
+        key = id(solver)
+        if key not in self.assemblies:
+            self.assemblies[key] = FusedAssembly(self.stencil, tuple(like.shape), solver)
+        return self.assemblies[key]
+
+    def _host_newton(self, solver: FusedBiCGStab, u: Any, u_next: Any, F_n: Any,
+                     m: Any | None, max_newton: int, where: str) -> Any:
+        """Newton with the host's test and the solver's chunks between replays."""
+        scheme, st, xp = self.scheme, self.stencil, self.xp
 
         def assemble(u: Any, u_next: Any, F_n: Any, *m: Any) -> tuple[Any, ...]:
             c, R = st.system(u, u_next, F_n, m[0] if m else None)
@@ -104,7 +294,7 @@ class FusedSteps:
             size, scale, norm = np.asarray(step.outputs[-1].cpu().numpy(), dtype=np.float64)
             if float(np.max(size)) <= scheme.newton_tol:
                 return step.inputs[0].clone()
-            x = self._finish(solver, step.outputs[:5], step.outputs[5], False,
+            x = self._finish(solver, step.outputs[:5], step.outputs[5], None, False,
                              scheme._newton_rtol(scale, norm, previous))
             previous = norm
             scheme.newton_iterations += 1
@@ -112,10 +302,35 @@ class FusedSteps:
             step()
         raise SolverError(f"HJB Newton did not converge at {where} in {max_newton} iterations")
 
+    # -- FP ----------------------------------------------------------------------------------
     def fp_level(self, u_n: Any, m: Any | None, mass: Any, guess: Any) -> Any:
-        """μ^{n+1} from J(u^n)ᵀ μ^{n+1} = μ^n/Δt, the solve started from ``guess``."""
-        st = self.stencil
+        """μ^{n+1} from J(u^n)ᵀ μ^{n+1} = μ^n/Δt, the solve started from ``guess``; with a
+        one-launch solver its report waits for :meth:`fp_report`."""
+        st, scheme = self.stencil, self.scheme
         solver = self.solver(True, mass)
+        inputs = [u_n, mass, guess] + ([] if m is None else [m])
+        if solver.persistent:
+            if not self._fp_reports:
+                solver.set_control(scheme.krylov_rtol, scheme.max_krylov)
+
+            assembly = self._assembly(solver, mass)
+
+            def solve(u_n: Any, mass: Any, guess: Any, *m: Any) -> tuple[Any, ...]:
+                if assembly is None:
+                    c = st.jacobian(u_n, m[0] if m else None, exits=False)
+                    solver.start(c[:5], mass * st.inv_dt, guess,
+                                 st.operator(c, transpose=True))
+                else:
+                    assembly.jacobian(u_n)
+                    coefs = Coefficients(*solver.coefs[:5], None)
+                    solver.start(None, mass * st.inv_dt, guess,
+                                 st.operator(coefs, transpose=True))
+                solver.launch_solve()
+                return solver.x.clone(), solver.status.clone()
+
+            step = self._step("FP solve", solve, inputs)
+            self._fp_reports.append(step.outputs[1].clone())
+            return step.outputs[0].clone()
 
         def assemble(u_n: Any, mass: Any, guess: Any, *m: Any) -> tuple[Any, ...]:
             c = st.jacobian(u_n, m[0] if m else None, exits=False)
@@ -123,6 +338,31 @@ class FusedSteps:
             solver.start(c[:5], b, guess, st.operator(c, transpose=True))
             return (*c[:5], b)
 
-        step = self._step("FP", assemble, [u_n, mass, guess] + ([] if m is None else [m]))
-        return self._finish(solver, step.outputs[:5], step.outputs[5], True,
-                            self.scheme.krylov_rtol)
+        step = self._step("FP", assemble, inputs)
+        return self._finish(solver, step.outputs[:5], step.outputs[5], step.inputs[2], True,
+                            scheme.krylov_rtol)
+
+    def fp_report(self) -> bool:
+        """After an FP sweep: count the one-launch solves' iterations; False (and chunks
+        from now on) if a solve's programs did not run at once: the sweep is to be made
+        again. :class:`SolverError` if a solve stopped above ``fail`` × its tolerance."""
+        if not self._fp_reports:
+            return True
+        import torch
+
+        reports = torch.stack(self._fp_reports).cpu()   # (levels, B, 3)
+        self._fp_reports = []
+        if float(reports[..., 2].min()) < 1.0:
+            for solver in self.solvers.values():
+                solver.persistent = False
+            warnings.warn("the programs of the one-launch BiCGStab did not run at once; "
+                          "solving in chunks from now on", RuntimeWarning, stacklevel=3)
+            return False
+        self.scheme.krylov_iterations += int(reports[..., 0].max(-1).values.sum())
+        worst = float(reports[..., 1].max())
+        rtol = self.scheme.krylov_rtol
+        if worst > self.fail * rtol:
+            raise SolverError(f"BiCGStab did not converge in {self.scheme.max_krylov} "
+                              f"iterations in an FP step (relative residual {worst:.3g} > "
+                              f"{self.fail * rtol:.3g})")
+        return True

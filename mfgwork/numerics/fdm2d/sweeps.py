@@ -15,7 +15,10 @@
   as a CUDA graph and replayed (:mod:`mfgwork.core.cuda_graphs`). With Triton on CUDA the
   same BiCGStab runs as three fused launches an iteration in fixed buffers
   (:mod:`.fused_krylov`), each Newton or FP step's assembly is one recorded graph
-  (:mod:`.fused_steps`), and the FP solves start from the step of the previous sweep.
+  (:mod:`.fused_steps`), and the FP solves start from the step of the previous sweep; for a
+  single problem or a small batch each solve is one launch, Newton's updates run on the
+  device (for ½|p|² with a Triton assembly) and a sweep's levels follow one another without
+  waiting for the host.
 
 The FP solves are converged to a relative residual 1e-13 (float64: the mass balance), the
 Newton updates inexactly (Newton's stopping test is on the exact residual): to the relative
@@ -148,6 +151,12 @@ class Scheme2D:
             np.max(EW_GAMMA * (norm / np.maximum(previous, 1e-300)) ** 2))
         return min(NEWTON_ETA_MAX, max(self.newton_rtol, eta, ew))
 
+    @staticmethod
+    def forcing_constants() -> tuple[float, float]:
+        """(``NEWTON_ETA_MAX``, ``EW_GAMMA``) of :meth:`_newton_rtol`, for the rule's copy on
+        the device (:mod:`.fused_steps`)."""
+        return NEWTON_ETA_MAX, EW_GAMMA
+
     def _newton_measures(self, u: Any, R: Any) -> tuple[np.ndarray, ...]:
         """Per problem (host float64 arrays): Δt·max|R|/(1 + max|u|) (Newton's stopping
         test), 1 + max|u| and ‖R‖₂."""
@@ -256,16 +265,27 @@ class Scheme2D:
         levels[g.nt] = U_T + 0.0 * F[..., 0, :, :]
         keep = self.solver in ("ilu", "direct")
         jacobians: list[Any] = [None] * g.nt
-        for n in range(g.nt - 1, -1, -1):
+
+        def initial(n: int) -> Any:
+            """Newton's start at level n: the guess moved by the change the sweep has
+            already made at the level above."""
             u_next = levels[n + 1]
-            # the guess moved by the change the sweep has already made at the level above
-            u = u_next if guess is None else (
+            return u_next if guess is None else (
                 guess[..., n, :, :] + u_next - guess[..., n + 1, :, :]) * st.active + (
                 u_next * exit_mask)
+
+        def where(n: int) -> str:
+            return f"time step n={n} (t={g.t[n]:.6g})"
+
+        first = g.nt - 1
+        if self.fused_krylov:   # levels in groups without waiting (one-launch solves)
+            first = self._fused_steps().sweep(levels, F, initial, self._m, MAX_NEWTON, where)
+        for n in range(first, -1, -1):
+            u_next, u = levels[n + 1], initial(n)
             F_n, m = F[..., n, :, :], self._m(n)
             if self.fused_krylov:
-                levels[n] = self._fused_steps().newton_level(
-                    u, u_next, F_n, m, MAX_NEWTON, f"time step n={n} (t={g.t[n]:.6g})")
+                levels[n] = self._fused_steps().newton_level(u, u_next, F_n, m, MAX_NEWTON,
+                                                             where(n))
                 continue
             previous = None
             for _ in range(MAX_NEWTON + 1):
@@ -277,8 +297,8 @@ class Scheme2D:
                 previous = norm
                 self.newton_iterations += 1
             else:
-                raise SolverError(f"HJB Newton did not converge at time step n={n} "
-                                  f"(t={g.t[n]:.6g}) in {MAX_NEWTON} iterations")
+                raise SolverError(f"HJB Newton did not converge at {where(n)} in {MAX_NEWTON} "
+                                  "iterations")
             levels[n] = u
             if keep:
                 jacobians[n] = c  # J(U^n, m^{n+1}): the FP step's matrix, exactly
@@ -290,20 +310,24 @@ class Scheme2D:
     def solve_fp(self, U: Any, m0: Any) -> Any:
         """Densities M (levels 0..nt) from m0 (0 off the active nodes), transported by U."""
         xp, st, g = self.xp, self.stencil, self.stencil.grid
-        masses = [m0 * st.volumes * st.active]
         last = self._last_masses
         kept = self._jacobians
         same = kept is not None and kept[0] is U and kept[1] is self.density
-        for n in range(g.nt):
-            # the previous sweep's step μ^{n+1} − μ^n from this sweep's μ^n
-            guess = masses[n] if last is None else masses[n] + (last[n + 1] - last[n])
-            if self.fused_krylov:
-                masses.append(self._fused_steps().fp_level(U[..., n, :, :], self._m(n),
-                                                           masses[n], guess))
-                continue
-            c = kept[2][n] if same else st.jacobian(U[..., n, :, :], self._m(n))
-            masses.append(self._solve(c, masses[n] * st.inv_dt, transpose=True,
-                                      guess=guess))
+        while True:
+            masses = [m0 * st.volumes * st.active]
+            for n in range(g.nt):
+                # the previous sweep's step μ^{n+1} − μ^n from this sweep's μ^n
+                guess = masses[n] if last is None else masses[n] + (last[n + 1] - last[n])
+                if self.fused_krylov:
+                    masses.append(self._fused_steps().fp_level(U[..., n, :, :], self._m(n),
+                                                               masses[n], guess))
+                    continue
+                c = kept[2][n] if same else st.jacobian(U[..., n, :, :], self._m(n))
+                masses.append(self._solve(c, masses[n] * st.inv_dt, transpose=True,
+                                          guess=guess))
+            # a fused sweep whose one-launch solves could not run is made again in chunks
+            if not self.fused_krylov or self._fused_steps().fp_report():
+                break
         if self.solver == "ilu" or self.fused_krylov:
             self._last_masses = masses
         return xp.stack(masses, axis=-3) / st.volumes

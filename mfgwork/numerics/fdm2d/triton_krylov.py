@@ -1,23 +1,30 @@
-"""BiCGStab iterations of :mod:`.krylov` as three fused Triton launches (CUDA; the
-interpreter on CPU tensors in the tests).
+"""BiCGStab iterations of :mod:`.krylov` as fused Triton kernels (CUDA; the interpreter on
+CPU tensors in the tests).
 
 The same recurrence, preconditioner (the inverse diagonal, on the right) and zero-division
 rule as :func:`.krylov.iterate`, for the 5-point stencil J (``transpose``: Jᵀ) of
-:class:`.stencil.Coefficients` on arrays (B, ny, nx). A launch covers every problem and tile
-of ``BLOCK`` nodes; the inner products are sums of per-tile partial sums (one value per
-program, summed in a fixed order by the next launch: the result does not depend on
-scheduling, so a CUDA graph replays it bitwise). The preconditioned vectors are never
+:class:`.stencil.Coefficients` on arrays (B, ny, nx). The preconditioned vectors are never
 stored: a stencil application recomputes them at the neighbours (a few loads from cache
-instead of one more pass over memory):
+instead of one more pass over memory). An iteration has three phases over tiles of
+``BLOCK`` nodes:
 
-1. ρ' = (r̂, r) (the partial sums of the previous launch 3), β = (ρ'/ρ)(α/ω),
-   p ← r + β (p − ω v), y = D⁻¹ p, v ← J y, partial sums of (r̂, v);
+1. ρ' = (r̂, r), β = (ρ'/ρ)(α/ω), p ← r + β (p − ω v), v ← J D⁻¹ p, partial sums of (r̂, v);
 2. α = ρ'/(r̂, v), s = r − α v, t = J D⁻¹ s, partial sums of (t, s) and (t, t);
-3. ω = (t, s)/(t, t), x ← x + α y + ω D⁻¹ s, r ← s − ω t, partial sums of (r̂, r) and
+3. ω = (t, s)/(t, t), x ← x + α D⁻¹ p + ω D⁻¹ s, r ← s − ω t, partial sums of (r̂, r) and
    (r, r).
 
-Per iteration that is three launches instead of about thirty array operations
-(:class:`.fused_krylov.FusedBiCGStab` drives them).
+Inner products are sums of partial sums (one value per program, summed in a fixed order):
+the results do not depend on scheduling, so a CUDA graph replays them bitwise. Two drivers:
+
+- three launches an iteration (:func:`direction_kernel`, :func:`step_kernel`,
+  :func:`update_kernel`), one program per tile; the next launch sums the partial sums;
+- the whole solve in one launch (:func:`solve_kernel`): P programs per problem share its
+  tiles and meet at a barrier in global memory after each phase (an arrival counter per
+  problem, release/acquire atomics; vectors other programs write are read past L1). Every
+  program sums the same partial sums in the same order, so all take the same convergence
+  decision, tested after every iteration. The barrier needs the P programs of a problem to
+  run at once (P·B at most the number of SMs, :mod:`.fused_krylov`); a wait longer than
+  ``LIMIT`` polls ends the solve with its ``ok`` flag down instead of hanging.
 """
 
 import triton
@@ -25,10 +32,10 @@ import triton.language as tl
 
 
 @triton.jit
-def _total(ptr, n, PB: tl.constexpr):
+def _total(ptr, n, PB: tl.constexpr, CACHE: tl.constexpr):
     """The sum of the n ≤ PB partial sums at ptr."""
     k = tl.arange(0, PB)
-    return tl.sum(tl.load(ptr + k, mask=k < n, other=0.0), axis=0)
+    return tl.sum(tl.load(ptr + k, mask=k < n, other=0.0, cache_modifier=CACHE), axis=0)
 
 
 @triton.jit
@@ -38,16 +45,20 @@ def _div(a, b):
 
 
 @triton.jit
-def _nodes(NY, NX, BLOCK: tl.constexpr):
-    """This program's problem offset, node indices and the masks of the node and of its W,
-    E, S, N neighbours."""
-    b = tl.program_id(0)
-    k = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+def _ld(ptr, mask, CACHE: tl.constexpr):
+    return tl.load(ptr, mask=mask, other=0.0, cache_modifier=CACHE)
+
+
+@triton.jit
+def _tile(tile, NY, NX, BLOCK: tl.constexpr):
+    """The node indices of a tile and the masks of the node and of its W, E, S, N
+    neighbours."""
+    k = tile * BLOCK + tl.arange(0, BLOCK)
     i = k % NX
     j = k // NX
     inside = k < NY * NX
-    return (b.to(tl.int64) * NY * NX, k, inside, inside & (i >= 1), inside & (i < NX - 1),
-            inside & (j >= 1), inside & (j < NY - 1))
+    return (k, inside, inside & (i >= 1), inside & (i < NX - 1), inside & (j >= 1),
+            inside & (j < NY - 1))
 
 
 @triton.jit
@@ -70,50 +81,91 @@ def _apply(at_c, at_w, at_e, at_s, at_n, diag, W, E, S, N, k, inside, mw, me, ms
 
 
 @triton.jit
-def _preconditioned_p(r, p, v, inv, k, mask, beta, omega):
+def _preconditioned_p(r, p, v, inv, k, mask, beta, omega, CACHE: tl.constexpr):
     """D⁻¹ (r + β (p − ω v)) at the nodes k."""
     return tl.load(inv + k, mask=mask, other=0.0) * (
-        tl.load(r + k, mask=mask, other=0.0)
-        + beta * (tl.load(p + k, mask=mask, other=0.0) - omega * tl.load(v + k, mask=mask,
-                                                                          other=0.0)))
+        _ld(r + k, mask, CACHE) + beta * (_ld(p + k, mask, CACHE)
+                                          - omega * _ld(v + k, mask, CACHE)))
 
 
 @triton.jit
-def _preconditioned_s(r, v, inv, k, mask, alpha):
+def _preconditioned_s(r, v, inv, k, mask, alpha, CACHE: tl.constexpr):
     """D⁻¹ (r − α v) at the nodes k."""
     return tl.load(inv + k, mask=mask, other=0.0) * (
-        tl.load(r + k, mask=mask, other=0.0) - alpha * tl.load(v + k, mask=mask, other=0.0))
+        _ld(r + k, mask, CACHE) - alpha * _ld(v + k, mask, CACHE))
 
+
+@triton.jit
+def _direction_tile(r, p, v, inv, diag, W, E, S, N, r_hat, p_out, v_out, tile, NY, NX, beta,
+                    omega, TRANSPOSE: tl.constexpr, BLOCK: tl.constexpr,
+                    CACHE: tl.constexpr):
+    """Phase 1 on one tile: p and v = J D⁻¹ p written; returns the tile's sum of r̂ v."""
+    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    p_k = _ld(r + k, inside, CACHE) + beta * (_ld(p + k, inside, CACHE)
+                                              - omega * _ld(v + k, inside, CACHE))
+    v_k = _apply(tl.load(inv + k, mask=inside, other=0.0) * p_k,
+                 _preconditioned_p(r, p, v, inv, k - 1, mw, beta, omega, CACHE),
+                 _preconditioned_p(r, p, v, inv, k + 1, me, beta, omega, CACHE),
+                 _preconditioned_p(r, p, v, inv, k - NX, ms, beta, omega, CACHE),
+                 _preconditioned_p(r, p, v, inv, k + NX, mn, beta, omega, CACHE),
+                 diag, W, E, S, N, k, inside, mw, me, ms, mn, NX, TRANSPOSE)
+    tl.store(p_out + k, p_k, mask=inside)
+    tl.store(v_out + k, v_k, mask=inside)
+    return tl.sum(tl.load(r_hat + k, mask=inside, other=0.0) * v_k, axis=0)
+
+
+@triton.jit
+def _step_tile(r, v, inv, diag, W, E, S, N, t_out, tile, NY, NX, alpha,
+               TRANSPOSE: tl.constexpr, BLOCK: tl.constexpr, CACHE: tl.constexpr):
+    """Phase 2 on one tile: t = J D⁻¹ s written; returns the tile's sums of t s and t t."""
+    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    s_k = _ld(r + k, inside, CACHE) - alpha * _ld(v + k, inside, CACHE)
+    t_k = _apply(tl.load(inv + k, mask=inside, other=0.0) * s_k,
+                 _preconditioned_s(r, v, inv, k - 1, mw, alpha, CACHE),
+                 _preconditioned_s(r, v, inv, k + 1, me, alpha, CACHE),
+                 _preconditioned_s(r, v, inv, k - NX, ms, alpha, CACHE),
+                 _preconditioned_s(r, v, inv, k + NX, mn, alpha, CACHE),
+                 diag, W, E, S, N, k, inside, mw, me, ms, mn, NX, TRANSPOSE)
+    tl.store(t_out + k, t_k, mask=inside)
+    return tl.sum(t_k * s_k, axis=0), tl.sum(t_k * t_k, axis=0)
+
+
+@triton.jit
+def _update_tile(x, r, v, p, t, inv, r_hat, x_out, r_out, tile, NY, NX, alpha, omega,
+                 BLOCK: tl.constexpr, CACHE: tl.constexpr):
+    """Phase 3 on one tile: x and r written; returns the tile's sums of r̂ r and r r."""
+    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    inv_k = tl.load(inv + k, mask=inside, other=0.0)
+    s_k = _ld(r + k, inside, CACHE) - alpha * _ld(v + k, inside, CACHE)
+    x_k = (_ld(x + k, inside, CACHE) + alpha * (inv_k * _ld(p + k, inside, CACHE))
+           + omega * (inv_k * s_k))
+    r_k = s_k - omega * _ld(t + k, inside, CACHE)
+    tl.store(x_out + k, x_k, mask=inside)
+    tl.store(r_out + k, r_k, mask=inside)
+    return tl.sum(tl.load(r_hat + k, mask=inside, other=0.0) * r_k, axis=0), tl.sum(
+        r_k * r_k, axis=0)
+
+
+# -- three launches an iteration ----------------------------------------------------------
 
 @triton.jit(do_not_specialize=["NY", "NX", "NRR"])
-def direction_kernel(r, p, v, inv, diag, W, E, S, N, r_hat, rr, NRR, scalars, p_out, y_out,
-                     v_out, rv, new_scalars, NY, NX, TRANSPOSE: tl.constexpr,
-                     BLOCK: tl.constexpr, PB: tl.constexpr):
-    """Launch 1 (module docstring): ``scalars`` (B, 3) hold ρ, α, ω of the last iteration,
-    ``rr`` (B, NRR) the partial sums of (r̂, r); ρ' goes to ``new_scalars``[b, 0]."""
-    base, k, inside, mw, me, ms, mn = _nodes(NY, NX, BLOCK)
+def direction_kernel(r, p, v, inv, diag, W, E, S, N, r_hat, rr, NRR, scalars, p_out, v_out,
+                     rv, new_scalars, NY, NX, TRANSPOSE: tl.constexpr, BLOCK: tl.constexpr,
+                     PB: tl.constexpr):
+    """Launch 1: ``scalars`` (B, 3) hold ρ, α, ω of the last iteration, ``rr`` (B, NRR) the
+    partial sums of (r̂, r); ρ' goes to ``new_scalars``[b, 0]."""
     b = tl.program_id(0)
     tile = tl.program_id(1)
-    rho_new = _total(rr + b * NRR, NRR, PB)
+    base = b.to(tl.int64) * NY * NX
+    rho_new = _total(rr + b * NRR, NRR, PB, "")
     rho = tl.load(scalars + 3 * b)
     alpha = tl.load(scalars + 3 * b + 1)
     omega = tl.load(scalars + 3 * b + 2)
     beta = _div(rho_new, rho) * _div(alpha, omega)
-    r, p, v, inv = r + base, p + base, v + base, inv + base
-    p_k = tl.load(r + k, mask=inside, other=0.0) + beta * (
-        tl.load(p + k, mask=inside, other=0.0) - omega * tl.load(v + k, mask=inside, other=0.0))
-    y_k = tl.load(inv + k, mask=inside, other=0.0) * p_k
-    v_k = _apply(y_k, _preconditioned_p(r, p, v, inv, k - 1, mw, beta, omega),
-                 _preconditioned_p(r, p, v, inv, k + 1, me, beta, omega),
-                 _preconditioned_p(r, p, v, inv, k - NX, ms, beta, omega),
-                 _preconditioned_p(r, p, v, inv, k + NX, mn, beta, omega),
-                 diag + base, W + base, E + base, S + base, N + base, k, inside, mw, me, ms,
-                 mn, NX, TRANSPOSE)
-    tl.store(p_out + base + k, p_k, mask=inside)
-    tl.store(y_out + base + k, y_k, mask=inside)
-    tl.store(v_out + base + k, v_k, mask=inside)
-    tl.store(rv + b * tl.num_programs(1) + tile,
-             tl.sum(tl.load(r_hat + base + k, mask=inside, other=0.0) * v_k, axis=0))
+    part = _direction_tile(r + base, p + base, v + base, inv + base, diag + base, W + base,
+                           E + base, S + base, N + base, r_hat + base, p_out + base,
+                           v_out + base, tile, NY, NX, beta, omega, TRANSPOSE, BLOCK, "")
+    tl.store(rv + b * tl.num_programs(1) + tile, part)
     if tile == 0:
         tl.store(new_scalars + 3 * b, rho_new)
 
@@ -122,50 +174,140 @@ def direction_kernel(r, p, v, inv, diag, W, E, S, N, r_hat, rr, NRR, scalars, p_
 def step_kernel(r, v, inv, diag, W, E, S, N, rv, new_scalars, t_out, ts, tt, NY, NX,
                 TRANSPOSE: tl.constexpr, BLOCK: tl.constexpr, PB: tl.constexpr):
     """Launch 2: α to ``new_scalars``[b, 1], t = J D⁻¹ s, partial sums of (t, s), (t, t)."""
-    base, k, inside, mw, me, ms, mn = _nodes(NY, NX, BLOCK)
     b = tl.program_id(0)
     tile = tl.program_id(1)
     tiles = tl.num_programs(1)
-    alpha = _div(tl.load(new_scalars + 3 * b), _total(rv + b * tiles, tiles, PB))
-    r, v, inv = r + base, v + base, inv + base
-    s_k = tl.load(r + k, mask=inside, other=0.0) - alpha * tl.load(v + k, mask=inside,
-                                                                   other=0.0)
-    z_k = tl.load(inv + k, mask=inside, other=0.0) * s_k
-    t_k = _apply(z_k, _preconditioned_s(r, v, inv, k - 1, mw, alpha),
-                 _preconditioned_s(r, v, inv, k + 1, me, alpha),
-                 _preconditioned_s(r, v, inv, k - NX, ms, alpha),
-                 _preconditioned_s(r, v, inv, k + NX, mn, alpha),
-                 diag + base, W + base, E + base, S + base, N + base, k, inside, mw, me, ms,
-                 mn, NX, TRANSPOSE)
-    tl.store(t_out + base + k, t_k, mask=inside)
-    tl.store(ts + b * tiles + tile, tl.sum(t_k * s_k, axis=0))
-    tl.store(tt + b * tiles + tile, tl.sum(t_k * t_k, axis=0))
+    base = b.to(tl.int64) * NY * NX
+    alpha = _div(tl.load(new_scalars + 3 * b), _total(rv + b * tiles, tiles, PB, ""))
+    a, c = _step_tile(r + base, v + base, inv + base, diag + base, W + base, E + base,
+                      S + base, N + base, t_out + base, tile, NY, NX, alpha, TRANSPOSE,
+                      BLOCK, "")
+    tl.store(ts + b * tiles + tile, a)
+    tl.store(tt + b * tiles + tile, c)
     if tile == 0:
         tl.store(new_scalars + 3 * b + 1, alpha)
 
 
 @triton.jit(do_not_specialize=["NY", "NX"])
-def update_kernel(x, r, v, y, t, inv, r_hat, ts, tt, new_scalars, x_out, r_out, rr, r2, NY,
+def update_kernel(x, r, v, p, t, inv, r_hat, ts, tt, new_scalars, x_out, r_out, rr, r2, NY,
                   NX, BLOCK: tl.constexpr, PB: tl.constexpr):
     """Launch 3: ω to ``new_scalars``[b, 2], x and r updated, partial sums of (r̂, r) and of
     (r, r) (the convergence test)."""
-    base, k, inside, mw, me, ms, mn = _nodes(NY, NX, BLOCK)
     b = tl.program_id(0)
     tile = tl.program_id(1)
     tiles = tl.num_programs(1)
+    base = b.to(tl.int64) * NY * NX
     alpha = tl.load(new_scalars + 3 * b + 1)
-    omega = _div(_total(ts + b * tiles, tiles, PB), _total(tt + b * tiles, tiles, PB))
-    k = base + k
-    s_k = tl.load(r + k, mask=inside, other=0.0) - alpha * tl.load(v + k, mask=inside,
-                                                                   other=0.0)
-    z_k = tl.load(inv + k, mask=inside, other=0.0) * s_k
-    x_k = tl.load(x + k, mask=inside, other=0.0) + alpha * tl.load(y + k, mask=inside,
-                                                                   other=0.0) + omega * z_k
-    r_k = s_k - omega * tl.load(t + k, mask=inside, other=0.0)
-    tl.store(x_out + k, x_k, mask=inside)
-    tl.store(r_out + k, r_k, mask=inside)
-    tl.store(rr + b * tiles + tile,
-             tl.sum(tl.load(r_hat + k, mask=inside, other=0.0) * r_k, axis=0))
-    tl.store(r2 + b * tiles + tile, tl.sum(r_k * r_k, axis=0))
+    omega = _div(_total(ts + b * tiles, tiles, PB, ""), _total(tt + b * tiles, tiles, PB, ""))
+    a, c = _update_tile(x + base, r + base, v + base, p + base, t + base, inv + base,
+                        r_hat + base, x_out + base, r_out + base, tile, NY, NX, alpha, omega,
+                        BLOCK, "")
+    tl.store(rr + b * tiles + tile, a)
+    tl.store(r2 + b * tiles + tile, c)
     if tile == 0:
         tl.store(new_scalars + 3 * b + 2, omega)
+
+
+# -- the whole solve in one launch --------------------------------------------------------
+
+@triton.jit
+def _sync(counter, target, LIMIT: tl.constexpr):
+    """Arrive at ``counter`` and wait until it reaches ``target``: the barrier of one
+    problem's programs. False if the wait passed ``LIMIT`` polls."""
+    tl.debug_barrier()   # the whole program's stores before the release
+    tl.atomic_add(counter, 1, sem="release", scope="gpu")
+    seen = tl.atomic_add(counter, 0, sem="acquire", scope="gpu")
+    polls = 0
+    while (seen < target) & (polls < LIMIT):
+        seen = tl.atomic_add(counter, 0, sem="acquire", scope="gpu")
+        polls += 1
+    tl.debug_barrier()
+    return seen >= target
+
+
+@triton.jit(do_not_specialize=["NY", "NX"])
+def solve_kernel(x, r, p, v, t, r_hat, inv, diag, W, E, S, N, b_norm, ctl, part, sync,
+                 status, NY, NX, TRANSPOSE: tl.constexpr, BLOCK: tl.constexpr,
+                 PB: tl.constexpr, LIMIT: tl.constexpr):
+    """BiCGStab from (x, r = b − J x, r̂ = r, p = v = 0 in the first of the two (2, B, NY,
+    NX) buffers p and v) until ‖r‖₂ ≤ rtol ‖b‖₂ (‖b‖₂ = ``b_norm``[b]) or a number of
+    iterations (``ctl`` = (rtol, that number), on the device so that a recording of the
+    launch serves every tolerance); grid (B, P). ``part`` (B, 5, P): partial sums of (r̂, v),
+    (t, s), (t, t), (r̂, r), (r, r); ``sync`` (B,) int32 counters at 0; ``status`` (B, 3):
+    iterations, ‖r‖₂/‖b‖₂ and whether every barrier was met."""
+    b = tl.program_id(0)
+    q = tl.program_id(1)
+    P = tl.num_programs(1)
+    base = b.to(tl.int64) * NY * NX
+    second = tl.num_programs(0).to(tl.int64) * NY * NX   # offset of the second p, v
+    tiles = tl.cdiv(NY * NX, BLOCK)
+    x, r, t, r_hat, inv = x + base, r + base, t + base, r_hat + base, inv + base
+    diag, W, E, S, N, p, v = (diag + base, W + base, E + base, S + base, N + base, p + base,
+                              v + base)
+    part = part + b * 5 * P
+    counter = sync + b
+    rtol = tl.load(ctl)
+    max_iter = tl.load(ctl + 1).to(tl.int32)
+    bn = tl.load(b_norm + b)
+    scale = tl.where(bn == 0.0, 1.0, bn)
+    zero = bn * 0.0
+    rr = zero
+    r2 = zero
+    for tile in tl.range(q, tiles, P):
+        k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+        r_k = _ld(r + k, inside, ".cg")
+        rr += tl.sum(tl.load(r_hat + k, mask=inside, other=0.0) * r_k, axis=0)
+        r2 += tl.sum(r_k * r_k, axis=0)
+    tl.store(part + 3 * P + q, rr)
+    tl.store(part + 4 * P + q, r2)
+    arrivals = P
+    ok = _sync(counter, arrivals, LIMIT)
+    rho_new = _total(part + 3 * P, P, PB, ".cg")
+    norm = tl.sqrt(_total(part + 4 * P, P, PB, ".cg"))
+    rho = zero + 1.0
+    alpha = zero + 1.0
+    omega = zero + 1.0
+    it = 0
+    while (it < max_iter) & (norm > rtol * scale) & ok:
+        beta = _div(rho_new, rho) * _div(alpha, omega)
+        src = (it % 2) * second
+        dst = second - src
+        rv = zero
+        for tile in tl.range(q, tiles, P):
+            rv += _direction_tile(r, p + src, v + src, inv, diag, W, E, S, N, r_hat, p + dst,
+                                  v + dst, tile, NY, NX, beta, omega, TRANSPOSE, BLOCK, ".cg")
+        tl.store(part + q, rv)
+        arrivals += P
+        ok = ok & _sync(counter, arrivals, LIMIT)
+        alpha = _div(rho_new, _total(part, P, PB, ".cg"))
+        ts = zero
+        tt = zero
+        for tile in tl.range(q, tiles, P):
+            a, c = _step_tile(r, v + dst, inv, diag, W, E, S, N, t, tile, NY, NX, alpha,
+                              TRANSPOSE, BLOCK, ".cg")
+            ts += a
+            tt += c
+        tl.store(part + P + q, ts)
+        tl.store(part + 2 * P + q, tt)
+        arrivals += P
+        ok = ok & _sync(counter, arrivals, LIMIT)
+        omega = _div(_total(part + P, P, PB, ".cg"), _total(part + 2 * P, P, PB, ".cg"))
+        rr = zero
+        r2 = zero
+        for tile in tl.range(q, tiles, P):
+            a, c = _update_tile(x, r, v + dst, p + dst, t, inv, r_hat, x, r, tile, NY, NX,
+                                alpha, omega, BLOCK, ".cg")
+            rr += a
+            r2 += c
+        tl.store(part + 3 * P + q, rr)
+        tl.store(part + 4 * P + q, r2)
+        arrivals += P
+        ok = ok & _sync(counter, arrivals, LIMIT)
+        rho = rho_new
+        rho_new = _total(part + 3 * P, P, PB, ".cg")
+        norm = tl.sqrt(_total(part + 4 * P, P, PB, ".cg"))
+        it += 1
+    if q == 0:
+        tl.store(status + 3 * b, it.to(status.dtype.element_ty))
+        tl.store(status + 3 * b + 1, norm / scale)
+        tl.store(status + 3 * b + 2, ok.to(status.dtype.element_ty))

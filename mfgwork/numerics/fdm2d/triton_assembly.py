@@ -1,0 +1,162 @@
+"""The HJB step's system for H = ½|p|² and Newton's control, as Triton kernels (CUDA; the
+interpreter on CPU tensors in the tests), for the Newton updates on the device of
+:mod:`.fused_newton`.
+
+:func:`system_kernel` is :func:`.assembly_kernels.quadratic_system` (the closed form of the
+stencil's Ĥ = ½ Σ_axes (q_b)_+² + (q_f)_−², ∂Ĥ/∂q_b = (q_b)_+, ∂Ĥ/∂q_f = (q_f)_−) on
+arrays (B, ny, nx), tiles of ``BLOCK`` nodes: from u − δ (``SUBTRACT``: the last Newton
+update applied on the fly, the result written to ``u_out``) it writes J's coefficients and
+1/diag into the solver's buffers, R as the solver's residual and shadow residual (the solve
+starts from x = 0), zeroes the solver's first p and v, and leaves per tile max|R|, max|u|
+and Σ R² (Newton's measures).
+
+:func:`control_kernel` (one program) reads those partial sums and makes Newton's decisions
+of :meth:`.sweeps.Scheme2D.solve_hjb`: the stopping test Δt·max|R| ≤ tol·(1 + max|u|), the
+relative tolerance of the next inexact update (:meth:`.sweeps.Scheme2D._newton_rtol`: the
+bound that keeps the update's linear error below the test, and the Eisenstat–Walker forcing
+term against the previous update's ‖R‖₂, within [``RTOL_MIN``, ``ETA_MAX``]) and the
+solve's iteration cap (0 once the test passes: the update is skipped); it adds the last
+solve's status to the report (test, updates made, Krylov iterations, worst residual over
+tolerance, barriers met).
+"""
+
+import triton
+import triton.language as tl
+
+from .triton_krylov import _tile
+
+
+@triton.jit
+def _u(u, x, k, mask, SUBTRACT: tl.constexpr):
+    """u − x at the nodes k (u alone without SUBTRACT)."""
+    out = tl.load(u + k, mask=mask, other=0.0)
+    if SUBTRACT:
+        out -= tl.load(x + k, mask=mask, other=0.0)
+    return out
+
+
+@triton.jit(do_not_specialize=["NY", "NX"])
+def system_kernel(u, x, u_out, u_next, F, ox, oy, inv_wx, inv_wy, nu, dW, dE, dS, dN, to_W,
+                  to_E, to_S, to_N, active, coefs, r, r_hat, p, v, part, consts, NY, NX,
+                  SUBTRACT: tl.constexpr, BLOCK: tl.constexpr):
+    """Grid (B, tiles): the module docstring's assembly. ``consts``: 1/hx, 1/hy, 1/Δt (in
+    the arrays' dtype: a float argument would be float32); ``coefs`` (6, B, NY, NX): diag,
+    W, E, S, N, 1/diag; ``part`` (B, 3, tiles): max|R|, max|u|, Σ R² per tile."""
+    inv_hx = tl.load(consts)
+    inv_hy = tl.load(consts + 1)
+    inv_dt = tl.load(consts + 2)
+    b = tl.program_id(0)
+    tile = tl.program_id(1)
+    tiles = tl.num_programs(1)
+    size = NY * NX
+    base = b.to(tl.int64) * size
+    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    i = k % NX
+    j = k // NX
+    u, x = u + base, x + base
+    c = _u(u, x, k, inside, SUBTRACT)
+    ex = base // NX * (NX - 1) + j * (NX - 1) + i     # x-edge (j, i) of problem b
+    ey = base // NY * (NY - 1) + j * NX + i           # y-edge (j, i)
+    gxb = (c - _u(u, x, k - 1, mw, SUBTRACT)) * tl.load(ox + ex - 1, mask=mw, other=0.0)
+    gxf = (_u(u, x, k + 1, me, SUBTRACT) - c) * tl.load(ox + ex, mask=me, other=0.0)
+    gyb = (c - _u(u, x, k - NX, ms, SUBTRACT)) * tl.load(oy + ey - NX, mask=ms, other=0.0)
+    gyf = (_u(u, x, k + NX, mn, SUBTRACT) - c) * tl.load(oy + ey, mask=mn, other=0.0)
+    gxb, gxf, gyb, gyf = gxb * inv_hx, gxf * inv_hx, gyb * inv_hy, gyf * inv_hy
+    ax = tl.maximum(gxb, 0.0)
+    ay = tl.maximum(gyb, 0.0)
+    bx = tl.minimum(gxf, 0.0)
+    by = tl.minimum(gyf, 0.0)
+    value = 0.5 * ((ax * ax + ay * ay) + (bx * bx + by * by))
+    lap = (gxf - gxb) * tl.load(inv_wx + i, mask=inside, other=0.0) + (gyf - gyb) * tl.load(
+        inv_wy + j, mask=inside, other=0.0)
+    k = base + k
+    act = tl.load(active + k, mask=inside, other=0.0)
+    R = ((c - tl.load(u_next + k, mask=inside, other=0.0)) * inv_dt
+         - tl.load(nu + b) * lap + value - tl.load(F + k, mask=inside, other=0.0)) * act
+    w = tl.load(dW + k, mask=inside, other=0.0) - ax * inv_hx
+    e = tl.load(dE + k, mask=inside, other=0.0) + bx * inv_hx
+    s = tl.load(dS + k, mask=inside, other=0.0) - ay * inv_hy
+    n = tl.load(dN + k, mask=inside, other=0.0) + by * inv_hy
+    diag = act * (inv_dt - (w + e + s + n)) + (1.0 - act)
+    plane = tl.num_programs(0).to(tl.int64) * size
+    tl.store(coefs + k, diag, mask=inside)
+    tl.store(coefs + plane + k, w * tl.load(to_W + k, mask=inside, other=0.0), mask=inside)
+    tl.store(coefs + 2 * plane + k, e * tl.load(to_E + k, mask=inside, other=0.0),
+             mask=inside)
+    tl.store(coefs + 3 * plane + k, s * tl.load(to_S + k, mask=inside, other=0.0),
+             mask=inside)
+    tl.store(coefs + 4 * plane + k, n * tl.load(to_N + k, mask=inside, other=0.0),
+             mask=inside)
+    tl.store(coefs + 5 * plane + k, 1.0 / diag, mask=inside)
+    tl.store(r + k, R, mask=inside)
+    tl.store(r_hat + k, R, mask=inside)
+    tl.store(p + k, tl.zeros_like(R), mask=inside)
+    tl.store(v + k, tl.zeros_like(R), mask=inside)
+    tl.store(u_out + k, c, mask=inside)
+    part = part + b * 3 * tiles + tile
+    tl.store(part, tl.max(tl.where(inside, tl.abs(R), 0.0), axis=0))
+    tl.store(part + tiles, tl.max(tl.where(inside, tl.abs(c), 0.0), axis=0))
+    tl.store(part + 2 * tiles, tl.sum(R * R, axis=0))
+
+
+@triton.jit(do_not_specialize=["B", "T"])
+def control_kernel(part, previous, status, ctl, b_norm, report, consts, B, T,
+                   FIRST: tl.constexpr, LAST: tl.constexpr, PB: tl.constexpr,
+                   PT: tl.constexpr):
+    """One program: the module docstring's decisions for B problems with T tiles each.
+    ``consts``: the test's tol, Δt, the iteration cap, the tolerance bounds RTOL_MIN and
+    ETA_MAX and the forcing factor γ. ``report`` (6,): test, updates made, Krylov
+    iterations, worst solve residual over its tolerance, barriers met (1/0), and whether
+    the last update was skipped."""
+    tol = tl.load(consts)
+    dt = tl.load(consts + 1)
+    bi = tl.arange(0, PB)
+    ti = tl.arange(0, PT)
+    valid = bi < B
+    cell = (bi[:, None] < B) & (ti[None, :] < T)
+    at = part + bi[:, None] * 3 * T + ti[None, :]
+    r_max = tl.max(tl.load(at, mask=cell, other=0.0), axis=1)
+    u_max = tl.max(tl.load(at + T, mask=cell, other=0.0), axis=1)
+    norm = tl.sqrt(tl.sum(tl.load(at + 2 * T, mask=cell, other=0.0), axis=1))
+    scale = 1.0 + u_max
+    size = tl.max(tl.where(valid, dt * r_max / scale, 0.0), axis=0)
+    done = size <= tol
+    if FIRST:
+        made = size * 0.0
+        krylov = size * 0.0
+        worst = size * 0.0
+        met = size * 0.0 + 1.0
+    else:
+        skipped = tl.load(report + 5) > 0.0
+        made = tl.load(report + 1) + tl.where(skipped, 0.0, 1.0)
+        krylov = tl.load(report + 2) + tl.max(tl.load(status + 3 * bi, mask=valid, other=0.0),
+                                              axis=0)
+        residual = tl.max(tl.load(status + 3 * bi + 1, mask=valid, other=0.0), axis=0)
+        worst = tl.maximum(tl.load(report + 3),
+                           tl.where(skipped, 0.0, residual / tl.load(ctl)))
+        met = tl.minimum(tl.load(report + 4),
+                         tl.min(tl.load(status + 3 * bi + 2, mask=valid, other=1.0), axis=0))
+    tl.store(report, size)
+    tl.store(report + 1, made)
+    tl.store(report + 2, krylov)
+    tl.store(report + 3, worst)
+    tl.store(report + 4, met)
+    if not LAST:
+        eta_max = tl.load(consts + 4)
+        prev = tl.load(previous + bi, mask=valid, other=0.0)
+        live = valid & (norm > 0.0)
+        # 1/max(‖R‖₂, 1e-300) of the host's rule, without the float32 constant: a zero norm
+        # gives an infinite bound, as the host's huge one ends at ETA_MAX
+        eta = tl.min(tl.where(live, tol * scale / (4.0 * dt * tl.where(live, norm, 1.0)),
+                              float("inf")), axis=0)
+        first = tl.max(prev, axis=0) == 0.0   # the level's first update
+        ratio = tl.where(prev > 0.0, norm / tl.where(prev > 0.0, prev, 1.0),
+                         tl.where(norm > 0.0, float("inf"), 0.0))
+        ew = tl.where(first, eta_max, tl.max(tl.where(valid, tl.load(consts + 5) * ratio
+                                                       * ratio, 0.0), axis=0))
+        rtol = tl.minimum(eta_max, tl.maximum(tl.maximum(tl.load(consts + 3), eta), ew))
+        tl.store(ctl, rtol)
+        tl.store(ctl + 1, tl.where(done, 0.0, tl.load(consts + 2)))
+        tl.store(b_norm + bi, norm, mask=valid)
+        tl.store(previous + bi, tl.where(done, prev, norm), mask=valid)
+        tl.store(report + 5, tl.where(done, 1.0, 0.0))

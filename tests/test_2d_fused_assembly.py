@@ -1,0 +1,106 @@
+"""The Triton assembly of the HJB step for H = ½|p|² and Newton's control on the device
+(:mod:`mfgwork.numerics.fdm2d.triton_assembly`) against the stencil's array code and the
+host's rule. On CUDA when there is one, else under Triton's CPU interpreter, else skipped."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import triton_device
+
+import mfgwork as mw
+from mfgwork.numerics.fdm2d import sweeps
+from mfgwork.numerics.fdm2d.fused_assembly import FusedAssembly, fused_assembly_serves
+from mfgwork.numerics.fdm2d.fused_krylov import FusedBiCGStab
+from mfgwork.numerics.fdm2d.stencil import Stencil
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture
+def device(monkeypatch) -> str:
+    return triton_device(monkeypatch)
+
+
+def _rooms(device: str, nx: int = 9) -> tuple[Stencil, list]:
+    """Two rooms of one size with their own doors, obstacle and ν, as a batch."""
+    be = mw.get_backend("torch", device, "float64")
+    rooms = [mw.Room(door_widths=(0.2, 0.3)), mw.Room(sigma=0.5, door_widths=(0.4, 0.2))]
+    grids = [r.grid(nx, nx, 4) for r in rooms]
+    return Stencil(grids, [r.nu for r in rooms], rooms[0].hamiltonian, be), grids
+
+
+def test_the_assembly_is_the_stencils_system(device):
+    st, grids = _rooms(device)
+    g = torch.Generator().manual_seed(2)
+    shape = (2, *grids[0].active.shape)
+    u, u_next, F = (torch.rand(shape, generator=g, dtype=torch.float64).to(device)
+                    for _ in range(3))
+    u = u * 3.0 - 1.0   # gradients of both signs
+    x = 0.1 * torch.rand(shape, generator=g, dtype=torch.float64).to(device)
+    solver = FusedBiCGStab(shape, u, False, 2, graphs=False, persistent=True)
+    assembly = FusedAssembly(st, shape, solver)
+    out = torch.zeros_like(u)
+    solver.sets[0]["x"].copy_(x)
+    assembly.system(u, out, u_next, F, subtract=True)
+    assert bool((out == u - x).all())
+    c, R = st.system(u - x, u_next, F, None)
+    for got, ref in zip(solver.coefs[:5], c[:5], strict=True):
+        assert float((got - ref).abs().max()) <= 1e-12 * float(ref.abs().max())
+    assert float((solver.coefs[5] - 1.0 / c.diag).abs().max()) <= 1e-14 * float(
+        (1.0 / c.diag).abs().max())
+    for got in (solver.sets[0]["r"], solver.r_hat):
+        assert float((got - R).abs().max()) <= 1e-12 * float(R.abs().max())
+    assert float(solver.p[0].abs().max()) == 0.0 == float(solver.v[0].abs().max())
+    part = assembly.part
+    r_max, u_max, sq = part[:, 0].max(-1).values, part[:, 1].max(-1).values, part[:, 2].sum(-1)
+    assert torch.allclose(r_max, R.abs().amax((-2, -1)), rtol=1e-12)
+    assert bool((u_max == (u - x).abs().amax((-2, -1))).all())
+    assert torch.allclose(sq, (R * R).sum((-2, -1)), rtol=1e-12)
+    assert fused_assembly_serves(st)
+    assert not fused_assembly_serves(Stencil(grids[0], 0.1, mw.Power(q=2.0), st.backend))
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_the_control_is_the_hosts_newton_rule(device, first):
+    """Newton's test, the inexact update's tolerance and the skipped update, as
+    :meth:`Scheme2D._newton_measures` and :meth:`Scheme2D._newton_rtol` decide them."""
+    st, grids = _rooms(device)
+    scheme = sweeps.Scheme2D(st, solver="krylov")
+    shape = (2, *grids[0].active.shape)
+    g = torch.Generator().manual_seed(4)
+    u, u_next, F = (torch.rand(shape, generator=g, dtype=torch.float64).to(device)
+                    for _ in range(3))
+    solver = FusedBiCGStab(shape, u, False, 2, graphs=False, persistent=True)
+    assembly = FusedAssembly(st, shape, solver)
+    assembly.system(u, torch.zeros_like(u), u_next, F, subtract=False)
+    c, R = st.system(u, u_next, F, None)
+    size, scale, norm = scheme._newton_measures(u, R)
+    previous_host = None if first else 3.0 * norm
+    previous = torch.zeros(2, dtype=torch.float64, device=device)
+    if not first:
+        previous.copy_(torch.as_tensor(previous_host))
+        # the level's first update was made and its solve is reported
+        assembly.report.copy_(torch.tensor([0.0, 1.0, 5.0, 1e-4, 1.0, 0.0]))
+        solver.status.copy_(torch.tensor([[7.0, 1e-9, 1.0], [9.0, 2e-9, 1.0]],
+                                         dtype=torch.float64))
+        solver.ctl[0] = 1e-6
+    assembly.decide(previous, scheme, first, False)
+    report = assembly.report.cpu().numpy()
+    assert report[0] == pytest.approx(float(np.max(size)), rel=1e-12)
+    rtol = scheme._newton_rtol(scale, norm, previous_host)
+    assert float(solver.ctl[0]) == pytest.approx(rtol, rel=1e-12)
+    assert float(solver.ctl[1]) == scheme.max_krylov   # the test fails: an update follows
+    assert torch.allclose(solver.b_norm.cpu(), torch.as_tensor(norm), rtol=1e-12)
+    assert torch.allclose(previous.cpu(), torch.as_tensor(norm), rtol=1e-12)
+    if first:
+        assert list(report[1:5]) == [0.0, 0.0, 0.0, 1.0]
+    else:
+        assert list(report[1:3]) == [2.0, 14.0]
+        assert report[3] == pytest.approx(2e-3, rel=1e-12) and report[4] == 1.0
+    # once the test passes, the next solve is skipped and ‖R‖₂ of the last update stays
+    before = previous.clone()
+    scheme.newton_tol = 2.0 * float(np.max(size))
+    assembly.decide(previous, scheme, True, False)
+    assert float(solver.ctl[1]) == 0.0 and float(assembly.report[5]) == 1.0
+    assert bool((previous == before).all())
