@@ -338,22 +338,50 @@ class Scheme2D:
         μ^n to μ^{n+1} of these (U, M) loses mass (module docstring of :mod:`.stencil`)."""
         xp, st, g = self.xp, self.stencil, self.stencil.grid
         flows = []
-        for n in range(g.nt):
-            c = st.jacobian(U[..., n, :, :], self._m(n))
-            mu = M[..., n + 1, :, :] * st.volumes
+        for levels in self._level_groups(g.nt):
+            c = st.jacobian(_time_first(U[..., levels, :, :], xp), self._m_levels(levels))
+            mu = _time_first(M[..., levels.start + 1:levels.stop + 1, :, :], xp) * st.volumes
             flows.append(g.dt * _sum2(c.out * mu[..., None, :, :], xp))
-        return xp.stack([0.0 * flows[0], *flows], axis=-2)
+        flows = xp.concat(flows, axis=0)           # (nt, ..., doors)
+        return xp.moveaxis(xp.concat([0.0 * flows[:1], flows], axis=0), 0, -2)
 
     def velocity(self, U: Any) -> tuple[Any, Any]:
         """(α_x, α_y) = −∂p Ĥ at levels 0..nt (..., nt+1, ny, nx): level n from U^n and
         m^{n+1} (level nt from U_T and m^nt)."""
         xp, st, g = self.xp, self.stencil, self.stencil.grid
         vx, vy = [], []
-        for n in range(g.nt + 1):
-            a, b = st.velocity(U[..., n, :, :], self._m(min(n, g.nt - 1)))
+        for levels in self._level_groups(g.nt + 1):
+            a, b = st.velocity(_time_first(U[..., levels, :, :], xp), self._m_levels(levels))
             vx.append(a)
             vy.append(b)
-        return xp.stack(vx, axis=-3), xp.stack(vy, axis=-3)
+        return tuple(xp.moveaxis(xp.concat(v, axis=0), 0, -3) for v in (vx, vy))
+
+    def _level_groups(self, count: int) -> list[slice]:
+        """Slices of the levels 0..count−1 whose arrays, time first, hold about
+        :data:`LEVEL_GROUP` values each (the post-processing's array operations on several
+        levels at once)."""
+        size = max(1, LEVEL_GROUP // int(np.prod(self.stencil.active.shape)))
+        return [slice(n, min(n + size, count)) for n in range(0, count, size)]
+
+    def _m_levels(self, levels: slice) -> Any:
+        """m^{n+1} for the steps n in ``levels``, time first (None when H does not depend on
+        m); the level nt past the last step takes m^nt, as the last step."""
+        if self.density is None:
+            return None
+        xp, nt = self.xp, self.stencil.grid.nt
+        m = self.density[..., levels.start:min(levels.stop, nt), :, :]
+        if levels.stop > nt:
+            m = xp.concat([m, self.density[..., nt - 1:nt, :, :]], axis=-3)
+        return _time_first(m, xp)
+
+
+#: Values per array of the post-processing's groups of levels (:meth:`Scheme2D._level_groups`).
+LEVEL_GROUP = 1 << 22
+
+
+def _time_first(a: Any, xp: Any) -> Any:
+    """Levels (..., L, ny, nx) as (L, ..., ny, nx): the stencil's arrays then broadcast."""
+    return xp.moveaxis(a, -3, 0)
 
 
 def _max2(a: Any, xp: Any) -> Any:
