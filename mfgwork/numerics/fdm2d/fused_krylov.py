@@ -8,10 +8,11 @@ the state held between calls. Two ways to run it:
   (:func:`one_launch_layout`) iterate to the tolerance, tested after every iteration, and
   leave the iterations and the residual in a small status buffer; the tolerance is read on
   the device, so a recorded step can hold the solve (:mod:`.fused_steps`). The default where
-  a problem gets at least :data:`MIN_PROGRAMS` programs (single problems, small batches);
-- **chunks** (``persistent=False``, the default for large batches): ``steps`` iterations
-  (an even number) of three launches each go back and forth between two sets of state
-  buffers, so a chunk ends where it started, and leave the worst relative residual
+  a program has at most :data:`MAX_TILES_PER_PROGRAM` tiles (single problems, small
+  batches), in float64;
+- **chunks** (``persistent=False``, the default for large batches and float32): ``steps``
+  iterations (an even number) of three launches each go back and forth between two sets of
+  state buffers, so a chunk ends where it started, and leave the worst relative residual
   ‖r‖₂/‖b‖₂ of the batch in a one-value buffer read after each chunk.
 
 On CUDA the first launch of each kind is recorded as a CUDA graph (checked bitwise against
@@ -33,10 +34,11 @@ BLOCK = 512
 #: Whether solvers may run each solve in one launch (else in chunks of three launches an
 #: iteration; benchmarks compare the two).
 ONE_LAUNCH = True
-#: The fewest programs per problem for which one launch per solve is the default: with
-#: fewer, each program walks many tiles between barriers, and the chunks were measured
-#: faster (64 rooms of 101² on an H100, two programs each: 119 against 80 µs an iteration).
-MIN_PROGRAMS = 8
+#: The most tiles per program for which one launch per solve is the default: with more,
+#: each program walks many tiles between barriers, and the chunks were measured faster
+#: (64 rooms of 101² on an H100, two programs of five 1024-node tiles each: 119 against
+#: 80 µs an iteration).
+MAX_TILES_PER_PROGRAM = 2
 #: The tile sizes (nodes) the one-launch solve chooses from (:func:`one_launch_layout`).
 SOLVE_BLOCKS = (256, 512, 1024)
 #: Polls of a barrier of :func:`.triton_krylov.solve_kernel` before it gives up (seconds of
@@ -94,8 +96,13 @@ class FusedBiCGStab:
         self.rv, self.ts, self.tt, self.r2 = (zeros(self.B, self.tiles) for _ in range(4))
         block, self.programs = one_launch_layout(self.B, ny * nx, like.device)
         if persistent is None:
-            persistent = ONE_LAUNCH and (self.programs >= MIN_PROGRAMS
-                                         or os.environ.get("TRITON_INTERPRET") == "1")
+            # float32 keeps the chunks: stopped at the first iterate below its tolerance,
+            # the float32 recurrence left the room's fixed point a floor five times higher
+            # (41² room on an H100: residual 2.7e-4 against 5.1e-5 with chunks)
+            tiles = -(-ny * nx // block)
+            persistent = ONE_LAUNCH and like.dtype == torch.float64 and (
+                tiles <= MAX_TILES_PER_PROGRAM * self.programs
+                or os.environ.get("TRITON_INTERPRET") == "1")
         self.persistent = persistent
         self.one_launch = {"BLOCK": block, "LIMIT": BARRIER_POLLS,
                            "PB": max(2, 1 << (self.programs - 1).bit_length()),
