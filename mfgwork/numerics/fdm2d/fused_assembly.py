@@ -1,6 +1,10 @@
-"""The stencil's constants on the device and the launches of :mod:`.triton_assembly`: the
-HJB step's system for H = ½|p|² in one launch and Newton's control in another
-(:mod:`.fused_steps` records them with the one-launch solves)."""
+"""Newton's updates of an HJB level on the device (:mod:`.fused_steps` records them with the
+one-launch solves): the step's system into the solver's buffers, then Newton's control
+(:func:`.triton_assembly.control_kernel`), the solve and the next system.
+
+For H = ½|p|² the system is one launch of :func:`.triton_assembly.system_kernel` (the
+stencil's constants kept on the device); for any other H it is the stencil's array code,
+with Newton's measures per problem written where the control reads them."""
 
 from __future__ import annotations
 
@@ -13,19 +17,21 @@ from .fused_krylov import BLOCK, FusedBiCGStab
 
 
 def fused_assembly_serves(stencil: Any) -> bool:
-    """Whether :class:`FusedAssembly` serves the stencil: H = ½|p|² itself (a subclass may
-    redefine H) and a problem's arrays on the last two axes."""
+    """Whether the Triton system serves the stencil: H = ½|p|² itself (a subclass may
+    redefine H)."""
     return type(stencil.hamiltonian) is Quadratic
 
 
 class FusedAssembly:
-    """The launches for a stencil's problems of shape ``shape`` (..., ny, nx), their solver
-    ``solver`` (the HJB systems, J not transposed) and scalars of Newton's control."""
+    """The systems and Newton's control for a stencil's problems of shape ``shape``
+    (..., ny, nx) and their solver ``solver`` (the HJB systems, J not transposed; with
+    ``solver.transpose``, only :meth:`jacobian` for the FP steps)."""
 
     def __init__(self, stencil: Any, shape: tuple[int, ...], solver: FusedBiCGStab) -> None:
         import torch
 
         self.stencil, self.solver = stencil, solver
+        self.triton = fused_assembly_serves(stencil)
         ny, nx = shape[-2:]
         self.B, self.shape = solver.B, (solver.B, ny, nx)
         like = solver.coefs
@@ -34,35 +40,49 @@ class FusedAssembly:
             t = torch.as_tensor(a, dtype=like.dtype, device=like.device)
             return torch.broadcast_to(t, (self.B, *size)).contiguous()
 
+        def zeros(*size: int) -> Any:
+            return torch.zeros(size, dtype=like.dtype, device=like.device)
+
         st = stencil
-        self.ox, self.oy = full(st.ox, ny, nx - 1), full(st.oy, ny - 1, nx)
-        self.inv_wx = full(st.inv_wx, nx)[0].contiguous()
-        self.inv_wy = full(st.inv_wy.reshape(-1), ny)[0].contiguous()
-        nu = np.broadcast_to(np.asarray(st.nu, dtype=np.float64).reshape(-1), (self.B,))
-        self.nu = torch.as_tensor(nu.copy(), dtype=like.dtype, device=like.device)
-        self.diffusion = tuple(full(d, ny, nx) for d in st.diffusion)
-        self.to_active = tuple(full(a, ny, nx) for a in st.to_active)
-        self.active = full(st.active, ny, nx)
-        self.tiles = solver.tiles
-        self.part = torch.zeros(self.B, 3, self.tiles, dtype=like.dtype, device=like.device)
-        self.zero_F = torch.zeros(self.shape, dtype=like.dtype, device=like.device)
-        self.buffers = [torch.zeros(self.shape, dtype=like.dtype, device=like.device)
-                        for _ in range(2)]
-        self.report = torch.zeros(6, dtype=like.dtype, device=like.device)
-        self.grid_params = torch.tensor([st.inv_hx, st.inv_hy, st.inv_dt], dtype=like.dtype,
-                                        device=like.device)
+        if self.triton:
+            self.ox, self.oy = full(st.ox, ny, nx - 1), full(st.oy, ny - 1, nx)
+            self.inv_wx = full(st.inv_wx, nx)[0].contiguous()
+            self.inv_wy = full(st.inv_wy.reshape(-1), ny)[0].contiguous()
+            nu = np.broadcast_to(np.asarray(st.nu, dtype=np.float64).reshape(-1), (self.B,))
+            self.nu = torch.as_tensor(nu.copy(), dtype=like.dtype, device=like.device)
+            self.diffusion = tuple(full(d, ny, nx) for d in st.diffusion)
+            self.to_active = tuple(full(a, ny, nx) for a in st.to_active)
+            self.active = full(st.active, ny, nx)
+            self.grid_params = torch.tensor([st.inv_hx, st.inv_hy, st.inv_dt],
+                                            dtype=like.dtype, device=like.device)
+            self.zero_F = zeros(*solver.shape)
+        #: Newton's measures max|R|, max|u|, Σ R² per problem: per tile of the Triton
+        #: system, in one column from the array code
+        self.tiles = solver.tiles if self.triton else 1
+        self.part = zeros(self.B, 3, self.tiles)
+        self.buffers = [zeros(*solver.shape) for _ in range(2)]
+        self.report = zeros(6)
         self.newton_params: tuple[Any, Any] | None = None
         self.control = {"PB": max(2, 1 << (self.B - 1).bit_length()),
                         "PT": max(2, 1 << (self.tiles - 1).bit_length())}
 
-    def system(self, u: Any, u_out: Any, u_next: Any, F: Any, subtract: bool) -> None:
+    def system(self, u: Any, u_out: Any, u_next: Any, F: Any, subtract: bool,
+               m: Any = None) -> None:
         """J(u') and R(u') into the solver (the solve then starts from 0) and Newton's
-        partial measures, u' = u − x (the solver's solution) with ``subtract``, else u;
-        u' to ``u_out``."""
-        from . import triton_assembly as ta
-
+        measures, u' = u − x (the solver's solution) with ``subtract``, else u; u' to
+        ``u_out``; ``m`` the densities where H depends on them."""
         s = self.solver
         s0 = s.sets[0]
+        if not self.triton:
+            u_out.copy_(u - s0["x"] if subtract else u)
+            c, R = self.stencil.system(u_out, u_next, F, m)
+            s.start(c[:5], R, None, None)
+            for i, a in enumerate((R.abs().amax((-2, -1)), u_out.abs().amax((-2, -1)),
+                                   (R * R).sum((-2, -1)))):
+                self.part[:, i, 0] = a.reshape(self.B)
+            return
+        from . import triton_assembly as ta
+
         ta.system_kernel[(self.B, self.tiles)](
             u, s0["x"], u_out, u_next, F, self.ox, self.oy, self.inv_wx, self.inv_wy,
             self.nu, *self.diffusion, *self.to_active, self.active, s.coefs, s0["r"],
@@ -70,11 +90,12 @@ class FusedAssembly:
             SUBTRACT=subtract, BLOCK=BLOCK)
 
     def jacobian(self, u: Any) -> None:
-        """J(u) and 1/diag into the solver's coefficients (the FP step's matrix)."""
+        """J(u) and 1/diag into the solver's coefficients (the FP step's matrix; the Triton
+        system only)."""
         self.system(u, self.buffers[0], u, self.zero_F, False)
 
     def decide(self, previous: Any, scheme: Any, first: bool, last: bool) -> None:
-        """Newton's control after an assembly (module docstring of :mod:`.triton_assembly`)."""
+        """Newton's control after a system (module docstring of :mod:`.triton_assembly`)."""
         import torch
 
         from . import triton_assembly as ta
@@ -90,18 +111,18 @@ class FusedAssembly:
             self.part, previous, s.status, s.ctl, s.b_norm, self.report,
             self.newton_params[1], self.B, self.tiles, FIRST=first, LAST=last, **self.control)
 
-    def updates(self, u: Any, u_next: Any, F: Any, previous: Any, scheme: Any,
+    def updates(self, u: Any, u_next: Any, F: Any, previous: Any, m: Any, scheme: Any,
                 count: int) -> tuple[Any, Any, Any]:
         """``count`` Newton updates from u (module docstring of :mod:`.fused_steps`): (the
         last u, the last updates' ‖R‖₂ per problem, the report)."""
         previous = previous.clone()
         a, b = self.buffers
-        self.system(u, a, u_next, F, False)
+        self.system(u, a, u_next, F, False, m)
         self.decide(previous, scheme, True, count == 0)
         for i in range(count):
             self.solver.sets[0]["x"].zero_()
             self.solver.launch_solve()
-            self.system(a, b, u_next, F, True)
+            self.system(a, b, u_next, F, True, m)
             self.decide(previous, scheme, False, i == count - 1)
             a, b = b, a
-        return a.reshape(u.shape).clone(), previous, self.report[:5].clone()
+        return a.clone(), previous, self.report[:5].clone()

@@ -33,7 +33,7 @@ import numpy as np
 
 from ...core.cuda_graphs import record_checked
 from ...core.errors import SolverError
-from .fused_assembly import FusedAssembly, fused_assembly_serves
+from .fused_assembly import FusedAssembly
 from .fused_krylov import FusedBiCGStab
 from .stencil import Coefficients
 
@@ -82,7 +82,6 @@ class FusedSteps:
         self.solvers: dict[tuple, FusedBiCGStab] = {}
         self.recorded: dict[tuple, _Recorded] = {}
         self.assemblies: dict[int, FusedAssembly] = {}
-        self.updates: dict[int, Callable[..., tuple]] = {}
         #: the reports (iterations, relative residual, barriers met) of this FP sweep's
         #: one-launch solves, per level
         self._fp_reports: list[Any] = []
@@ -117,74 +116,28 @@ class FusedSteps:
     # -- HJB ---------------------------------------------------------------------------------
     def newton_level(self, u: Any, u_next: Any, F_n: Any, m: Any | None, max_newton: int,
                      where: str) -> Any:
-        """u^n by Newton from ``u`` (the test and the inexact updates of
-        :meth:`.sweeps.Scheme2D.solve_hjb`)."""
-        solver = self.solver(False, u)
-        if solver.persistent:
-            out = self._device_newton(solver, u, u_next, F_n, m, max_newton, where)
-            if out is not None:
-                return out
-        return self._host_newton(solver, u, u_next, F_n, m, max_newton, where)
-
-    def _updates(self, solver: FusedBiCGStab, like: Any) -> Callable[..., tuple]:
-        """The recorded function of :data:`UPDATES` Newton updates for this solver:
-        (u, u^{n+1}, F^n, the last updates' ‖R‖₂ per problem (0: none yet), [m]) ↦ (u, that
-        ‖R‖₂, report: test, updates made, Krylov iterations, worst solve residual over its
-        tolerance, barriers met); the Triton assembly for ½|p|², else the array code."""
-        key = id(solver)
-        if key in self.updates:
-            return self.updates[key]
-        import torch
-
-        scheme, st = self.scheme, self.stencil
-        dt, tol = st.grid.dt, scheme.newton_tol
-        eta_max, gamma = scheme.forcing_constants()
-
-        def generic(u: Any, u_next: Any, F_n: Any, previous: Any, *m: Any) -> tuple:
-            u = u.clone()
-            c, R = st.system(u, u_next, F_n, m[0] if m else None)
-            size, scale, norm = (a.reshape(-1) for a in scheme.newton_measures(u, R))
-            made = krylov = worst = size.new_zeros(())
-            met = size.new_ones(())
-            for _ in range(UPDATES):
-                done = size.max() <= tol
-                eta = (tol * scale / (4.0 * dt * norm.clamp(min=1e-300))).min()
-                ew = torch.where(previous.max() == 0.0, eta_max,
-                                 (gamma * (norm / previous.clamp(min=1e-300)) ** 2).max())
-                rtol = torch.clamp(torch.maximum(eta.clamp(min=scheme.newton_rtol), ew),
-                                   max=eta_max)
-                solver.ctl.copy_(torch.stack([rtol, torch.where(done, 0.0,
-                                                                float(scheme.max_krylov))]))
-                solver.start(c[:5], R, None, None)
-                solver.launch_solve()
-                report = solver.status.max(0).values
-                u.sub_(solver.x)
-                made = made + (~done).to(made.dtype)
-                krylov = krylov + report[0]
-                worst = torch.maximum(worst, torch.where(done, 0.0, report[1] / rtol))
-                met = torch.minimum(met, solver.status[:, 2].min())
-                previous = torch.where(done, previous, norm)
-                c, R = st.system(u, u_next, F_n, m[0] if m else None)
-                size, scale, norm = (a.reshape(-1) for a in scheme.newton_measures(u, R))
-            return u, previous, torch.stack([size.max(), made, krylov, worst, met])
-
-        assembly = self._assembly(solver, like)
-        if assembly is None:
-            self.updates[key] = generic
-        else:
-            self.updates[key] = lambda u, u_next, F_n, previous, *m: assembly.updates(
-                u, u_next, F_n, previous, scheme, UPDATES)
-        return self.updates[key]
+        """u^n by Newton from ``u`` with the host's test between the solver's chunks (the
+        test and the inexact updates of :meth:`.sweeps.Scheme2D.solve_hjb`): where
+        :meth:`sweep` leaves levels to the caller."""
+        return self._host_newton(self.solver(False, u), u, u_next, F_n, m, max_newton, where)
 
     def _newton_replay(self, solver: FusedBiCGStab, u: Any, u_next: Any, F_n: Any,
                        m: Any | None, previous: Any = None) -> _Recorded:
-        """The recording of :meth:`_updates`, loaded with a level's start (no update made
-        yet where ``previous`` is None) and run."""
+        """The recording of :data:`UPDATES` Newton updates (:meth:`.fused_assembly.
+        FusedAssembly.updates`: (u, u^{n+1}, F^n, the last update's ‖R‖₂ per problem (0: none
+        yet), [m]) ↦ (u, that ‖R‖₂, report: test, updates made, Krylov iterations, worst solve
+        residual over its tolerance, barriers met)), loaded with a level's start and run."""
         import torch
 
         if previous is None:
             previous = torch.zeros(solver.B, dtype=u.dtype, device=u.device)
-        return self._step("Newton updates", self._updates(solver, u),
+        assembly = self._assembly(solver, u)
+
+        def updates(u: Any, u_next: Any, F_n: Any, previous: Any, *m: Any) -> tuple:
+            return assembly.updates(u, u_next, F_n, previous, m[0] if m else None,
+                                    self.scheme, UPDATES)
+
+        return self._step("Newton updates", updates,
                           [u, u_next, F_n, previous] + ([] if m is None else [m]))
 
     def _unmet(self, solver: FusedBiCGStab) -> None:
@@ -268,10 +221,8 @@ class FusedSteps:
             step.inputs[3].copy_(step.outputs[1])
             step()
 
-    def _assembly(self, solver: FusedBiCGStab, like: Any) -> FusedAssembly | None:
-        """The Triton assembly of H = ½|p|² for this solver's problems, or None."""
-        if not fused_assembly_serves(self.stencil):
-            return None
+    def _assembly(self, solver: FusedBiCGStab, like: Any) -> FusedAssembly:
+        """The device systems and Newton's control for this solver's problems."""
         key = id(solver)
         if key not in self.assemblies:
             self.assemblies[key] = FusedAssembly(self.stencil, tuple(like.shape), solver)
@@ -316,7 +267,7 @@ class FusedSteps:
             assembly = self._assembly(solver, mass)
 
             def solve(u_n: Any, mass: Any, guess: Any, *m: Any) -> tuple[Any, ...]:
-                if assembly is None:
+                if not assembly.triton:
                     c = st.jacobian(u_n, m[0] if m else None, exits=False)
                     solver.start(c[:5], mass * st.inv_dt, guess,
                                  st.operator(c, transpose=True))

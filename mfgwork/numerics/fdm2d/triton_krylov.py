@@ -148,15 +148,21 @@ def _update_tile(x, r, v, p, t, inv, r_hat, x_out, r_out, tile, NY, NX, alpha, o
 
 # -- three launches an iteration ----------------------------------------------------------
 
+@triton.jit
+def _program(NY, NX):
+    """This program's problem b and tile, the tiles per problem and b's offset: grid (B,
+    tiles)."""
+    b = tl.program_id(0)
+    return b, tl.program_id(1), tl.num_programs(1), b.to(tl.int64) * NY * NX
+
+
 @triton.jit(do_not_specialize=["NY", "NX", "NRR"])
 def direction_kernel(r, p, v, inv, diag, W, E, S, N, r_hat, rr, NRR, scalars, p_out, v_out,
                      rv, new_scalars, NY, NX, TRANSPOSE: tl.constexpr, BLOCK: tl.constexpr,
                      PB: tl.constexpr):
     """Launch 1: ``scalars`` (B, 3) hold ρ, α, ω of the last iteration, ``rr`` (B, NRR) the
     partial sums of (r̂, r); ρ' goes to ``new_scalars``[b, 0]."""
-    b = tl.program_id(0)
-    tile = tl.program_id(1)
-    base = b.to(tl.int64) * NY * NX
+    b, tile, tiles, base = _program(NY, NX)
     rho_new = _total(rr + b * NRR, NRR, PB, "")
     rho = tl.load(scalars + 3 * b)
     alpha = tl.load(scalars + 3 * b + 1)
@@ -165,7 +171,7 @@ def direction_kernel(r, p, v, inv, diag, W, E, S, N, r_hat, rr, NRR, scalars, p_
     part = _direction_tile(r + base, p + base, v + base, inv + base, diag + base, W + base,
                            E + base, S + base, N + base, r_hat + base, p_out + base,
                            v_out + base, tile, NY, NX, beta, omega, TRANSPOSE, BLOCK, "")
-    tl.store(rv + b * tl.num_programs(1) + tile, part)
+    tl.store(rv + b * tiles + tile, part)
     if tile == 0:
         tl.store(new_scalars + 3 * b, rho_new)
 
@@ -174,10 +180,7 @@ def direction_kernel(r, p, v, inv, diag, W, E, S, N, r_hat, rr, NRR, scalars, p_
 def step_kernel(r, v, inv, diag, W, E, S, N, rv, new_scalars, t_out, ts, tt, NY, NX,
                 TRANSPOSE: tl.constexpr, BLOCK: tl.constexpr, PB: tl.constexpr):
     """Launch 2: α to ``new_scalars``[b, 1], t = J D⁻¹ s, partial sums of (t, s), (t, t)."""
-    b = tl.program_id(0)
-    tile = tl.program_id(1)
-    tiles = tl.num_programs(1)
-    base = b.to(tl.int64) * NY * NX
+    b, tile, tiles, base = _program(NY, NX)
     alpha = _div(tl.load(new_scalars + 3 * b), _total(rv + b * tiles, tiles, PB, ""))
     a, c = _step_tile(r + base, v + base, inv + base, diag + base, W + base, E + base,
                       S + base, N + base, t_out + base, tile, NY, NX, alpha, TRANSPOSE,
@@ -193,10 +196,7 @@ def update_kernel(x, r, v, p, t, inv, r_hat, ts, tt, new_scalars, x_out, r_out, 
                   NX, BLOCK: tl.constexpr, PB: tl.constexpr):
     """Launch 3: ω to ``new_scalars``[b, 2], x and r updated, partial sums of (r̂, r) and of
     (r, r) (the convergence test)."""
-    b = tl.program_id(0)
-    tile = tl.program_id(1)
-    tiles = tl.num_programs(1)
-    base = b.to(tl.int64) * NY * NX
+    b, tile, tiles, base = _program(NY, NX)
     alpha = tl.load(new_scalars + 3 * b + 1)
     omega = _div(_total(ts + b * tiles, tiles, PB, ""), _total(tt + b * tiles, tiles, PB, ""))
     a, c = _update_tile(x + base, r + base, v + base, p + base, t + base, inv + base,
