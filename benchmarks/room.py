@@ -17,15 +17,18 @@ After the two-bars case, one dense finite-difference Jacobian of the best-respon
 (2 nt products, what each step of a dense Newton would cost) is timed, against the whole
 Newton–Krylov solve.
 
-BRs: the best responses evaluated (Newton: its steps' line searches, certificates and
+BRs: the best responses evaluated (the fixed point's iterations and the evaluations inexact
+Picard made again at a finer accuracy; Newton: its steps' line searches, certificates and
 finite-difference products, each with the HJB sweep seeded by the last best response).
 ``--max-iter`` caps the iterations of every case (Newton's steps for Newton; the table then
 gives the time per iteration too, and ``converged`` says whether the cap was hit);
 ``--nx``/``--nt`` scale every case down for a quick local run; ``--krylov chunks`` runs the
 fused CUDA BiCGStab in chunks of three launches an iteration instead of one launch a solve.
-``--one-core`` runs the process on one CPU core with one thread (OMP_NUM_THREADS=1
-NUMBA_NUM_THREADS=1 and the BLAS threads set before NumPy is imported: the script restarts
-itself; CPU affinity pinned to one core).
+``--repeat N`` solves each case N times in one process (the first solve in a process pays
+the device's first use: CUDA context, loading the compiled kernels; the table's ``run``
+column counts them). ``--one-core`` runs the process on one CPU core with one thread
+(OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 and the BLAS threads set before NumPy is imported:
+the script restarts itself; CPU affinity pinned to one core).
 
     python benchmarks/room.py [--device cuda] [--cases room-101,batch-64] [--one-core]
                               [--krylov one-launch|chunks]
@@ -96,7 +99,8 @@ def measure(case: str, target: tuple[str, str, str | None, str | None], nx: int,
             "solver": r.extra["solver"], "iteration": iteration, "nx": nx, "nt": nt,
             "batch": batch, "tol": tol, "wall_s": wall, "per_iteration_s": wall / max(its, 1),
             "iterations": its,
-            "best_responses": fixed + (newton["evaluations"] if newton else 0),
+            "best_responses": fixed + r.extra["reevaluations"] + (newton["evaluations"]
+                                                                   if newton else 0),
             "coupling_newton": newton,
             "converged": all(o.converged for o in out),
             "residual": max(o.residual for o in out),
@@ -142,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="benchmarks/results/room.json")
     parser.add_argument("--one-core", action="store_true",
                         help="one CPU core, one thread (see the module docstring)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="solve each case this many times in the process: the first "
+                        "pays the process's first use of the device (CUDA context, loading "
+                        "the compiled kernels), the later ones are the warm solves")
     parser.add_argument("--krylov", choices=("one-launch", "chunks"), default="one-launch",
                         help="how the fused CUDA BiCGStab runs: each solve in one launch, or "
                         "in chunks of three launches an iteration (the earlier way)")
@@ -165,10 +173,15 @@ def main(argv: list[str] | None = None) -> int:
             targets.append(("torch", args.device, None, None))
         plan += [(case, t, nx, nt, batch, "default") for t in targets]
     rows = []
-    print(f"{'case':13} {'target':28} {'iteration':11} {'grid':>14} {'batch':>5} {'its':>4} "
+    print(f"{'case':13} {'target':28} {'iteration':11} {'grid':>14} {'batch':>5} {'run':>3} "
+          f"{'its':>4} "
           f"{'BRs':>4} {'wall s':>8} {'ratio':>6} {'residual':>9} {'mass err':>9} conv")
-    for case, target, nx, nt, batch, iteration in plan:
+    for case, target, nx, nt, batch, iteration in (p for p in plan
+                                                    for _ in range(args.repeat)):
         row = measure(case, target, nx, nt, batch, args.tol, args.max_iter, iteration)
+        row["run_in_process"] = 1 + sum(r["case"] == case and r["device"] == row["device"]
+                                        and r["solver"] == row["solver"]
+                                        and r["iteration"] == iteration for r in rows)
         if case.startswith("two-bars"):
             base = rows[-1] if iteration == "newton" else row  # the fixed point just before
             row["time_ratio_to_fixed_point"] = row["wall_s"] / base["wall_s"]
@@ -176,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         name = f"{row['backend']}-{row['device']}-{row['dtype']}-{row['solver']}"
         print(f"{case:13} {name:28} {iteration:11} {f'{nx}x{nx}x{nt}':>14} {batch:>5} "
-              f"{row['iterations']:>4} {row['best_responses']:>4} {row['wall_s']:8.2f} "
+              f"{row['run_in_process']:>3} {row['iterations']:>4} {row['best_responses']:>4} "
+              f"{row['wall_s']:8.2f} "
               f"{'' if ratio is None else f'{ratio:.2f}':>6} {row['residual']:9.2e} "
               f"{row['mass_error']:9.1e} {row['converged']}", flush=True)
     dense = []

@@ -184,7 +184,7 @@ def _solve_one(problems: Any, batch: bool, nx: int, ny: int, nt: int, be: Backen
     extra = {"solver": solver, "iteration": scheme.describe(),
              "newton_iterations": sch.newton_iterations,
              "krylov_iterations": sch.krylov_iterations, "factorizations": sch.factorizations,
-             "coupling_newton": setup.newton}
+             "reevaluations": out.reevaluations, "coupling_newton": setup.newton}
     results = []
     for b, (p, g) in enumerate(zip(setup.problems, setup.grids, strict=True)):
         pick = (lambda a, b=b: a[b]) if batch else (lambda a: a)

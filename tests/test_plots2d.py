@@ -128,7 +128,8 @@ def test_door_outflow_is_the_flux_across_the_edges_into_each_door(room):
 
 
 def test_symmetric_doors_take_equal_shares():
-    r = mw.solve_2d(mw.Room(), nx=11, nt=6, progress=False)
+    # to a tolerance whose (inexact) sweeps resolve the mirror symmetry below 1e-9
+    r = mw.solve_2d(mw.Room(), nx=11, nt=6, tol=1e-10, progress=False)
     np.testing.assert_allclose(r.door_outflow[:, 0], r.door_outflow[:, 1], rtol=1e-9,
                                atol=1e-15)
     assert r.door_outflow[1:].min() > 0

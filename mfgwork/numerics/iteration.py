@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -343,7 +344,14 @@ class FixedPointResult:
     iterations: np.ndarray
     history: History
     status: np.ndarray | None = None
+    #: evaluations of Φ made again at a finer accuracy (inexact Picard, see
+    #: :func:`fixed_point`'s ``accuracy``), beyond one per iteration
+    reevaluations: int = 0
 
+
+#: Inexact Picard (:func:`fixed_point`'s ``accuracy``): an evaluation made for the residual s
+#: that finds a residual below RESOLVED · s is made again at the accuracy of what it found.
+RESOLVED = 1e-2
 
 #: Values per problem from which a relative change on CUDA is one fused Triton pass
 #: (:mod:`.triton_norms`): the U and M of a solve, not the coupling states.
@@ -391,7 +399,8 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
                 max_iter: int, progress: Any = None, batched: bool = False,
                 M_init: Array | None = None, U_init: Array | None = None,
                 z_init: Array | None = None, fallback: Fallback | None = None, stall: int = 25,
-                patience: int = 10, give_up: int = 5) -> FixedPointResult:
+                patience: int = 10, give_up: int = 5,
+                accuracy: Callable[[float | None], None] | None = None) -> FixedPointResult:
     """Iterate z ← scheme(z, Φ(z)) until the returned densities have residual ≤ ``tol``.
 
     The first state is that of agents who do not move (m(t) = m0), or ``M_init``/``U_init`` (a
@@ -414,6 +423,15 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     of it passes without convergence (slow progress), the fallback continues from the best
     iterate with the remaining iterations, and the better certified solution of the two is
     returned.
+
+    ``accuracy`` (inexact Picard): called before each evaluation with the residual s that
+    evaluation is to resolve, max(tol, the lowest iterate residual of the problems still
+    iterating; 1 before the first), so that the solvers need not resolve far below it. An
+    evaluation that finds a residual below :data:`RESOLVED` · s (it fell faster than its
+    accuracy followed: the value and Anderson's history would carry the evaluation's error)
+    is made again at s = that residual, before anything uses it. An evaluation that
+    certifies follows a residual ≤ tol, so it is made at the accuracy of ``tol``. Called
+    with None (the solvers' exact accuracy) when the iteration ends.
     """
     xp = backend.xp
     mixer = scheme.start(batched)
@@ -437,10 +455,24 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     use_fallback = fallback is not None and not batched
     stalled = False
     stamps: list[tuple] = []  # per iteration (start, HJB start, FP start, FP end, end)
+    resolve = accuracy if accuracy is not None else (lambda residual: None)
+    lowest_host = np.ones(n_problems)   # the lowest iterate residuals, on the host
+    iterating = np.ones(n_problems, dtype=bool)
+    reevaluations = 0
     for k in range(1, max_iter + 1):
         t0 = backend.stamp()
-        F, U_new, M_new, gz, (t1, t2, t3) = evaluate(z, U)
-        res = relative_residual(gz, z, xp, batched)
+        scale = max(tol, float(np.min(lowest_host[iterating])))
+        while True:
+            resolve(scale)
+            F, U_new, M_new, gz, (t1, t2, t3) = evaluate(z, U)
+            res = relative_residual(gz, z, xp, batched)
+            if accuracy is None or scale <= tol:
+                break
+            found = float(np.min(to_numpy(res)[iterating]))
+            if not found < RESOLVED * scale:
+                break
+            scale = max(tol, found)  # the time of the evaluation dropped counts as coupling
+            reevaluations += 1
         better = state.certify(res, best, inf, tol, xp)
         state.track(res, xp)
         improved = res < lowest.res
@@ -481,6 +513,8 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
         lowest.take(changes[7] > 0, U_new, M_new, xp)
         done = changes[3] <= tol
         settled = changes[8] > 0
+        lowest_host = np.minimum(lowest_host, changes[2])
+        iterating = ~settled if not settled.all() else iterating
         active = ~settled | (done_at == 0)
         done_at[(done_at == 0) & done] = k
         history.change_U.append(float(np.max(changes[0][active])))
@@ -502,12 +536,14 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
             break
     _record_times(history, stamps, backend)
     residual = changes[3]
+    resolve(tol)    # the evaluations after the loop certify
     if stalled:
         residual = _continue(fallback, best, lowest, evaluate, history,
                              max_iter - k, progress)
         k = len(history.residual)
     elif not np.all(np.isfinite(residual)):  # max_iter = 1: nothing certified yet
         residual = _certify_fallback(best, lowest, evaluate, xp, batched)
+    resolve(None)
     converged = residual <= tol
     done_at[done_at == 0] = k
     gave_up = ~converged & settled if not stalled else np.zeros(n_problems, dtype=bool)
@@ -523,7 +559,7 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
                       "found with converged=False", ConvergenceWarning, stacklevel=3)
     return FixedPointResult(U=best.U, M=best.M, converged=converged,
                             residual=residual, iterations=np.where(converged, done_at, k),
-                            history=history, status=status)
+                            history=history, status=status, reevaluations=reevaluations)
 
 
 class _Iterate:

@@ -143,11 +143,14 @@ def equilibrium(setup: Setup, iteration: IterationScheme, tol: float, max_iter: 
         budget = max_iter - len(newton.records)
     # in NumPy float32 the iteration's floor of 1e-300 under a ratio of residuals rounds to 0,
     # and an exactly certified iterate (residual 0) divides by it: a harmless inf
-    with np.errstate(divide="ignore"):
-        out = fixed_point(setup.coupling, setup.scheme.solve_hjb, setup.scheme.solve_fp,
-                          m0=setup.m0, U_T=setup.U_T, nt=nt, backend=setup.backend,
-                          scheme=iteration, tol=tol, max_iter=budget, progress=progress,
-                          batched=setup.batched, **start)
+    try:
+        with np.errstate(divide="ignore"):
+            out = fixed_point(setup.coupling, setup.scheme.solve_hjb, setup.scheme.solve_fp,
+                              m0=setup.m0, U_T=setup.U_T, nt=nt, backend=setup.backend,
+                              scheme=iteration, tol=tol, max_iter=budget, progress=progress,
+                              batched=setup.batched, accuracy=setup.scheme.resolve, **start)
+    finally:
+        setup.scheme.resolve(None)
     if newton is None:
         return out
     if newton.residual < float(out.residual[0]):

@@ -62,7 +62,8 @@ class FusedAssembly:
         self.part = zeros(self.B, 3, self.tiles)
         self.buffers = [zeros(*solver.shape) for _ in range(2)]
         self.report = zeros(6)
-        self.newton_params: tuple[Any, Any] | None = None
+        #: the control kernel's constants (:meth:`constants`) and their host values
+        self.newton_params: tuple[tuple[float, ...], Any] | None = None
         self.control = {"PB": max(2, 1 << (self.B - 1).bit_length()),
                         "PT": max(2, 1 << (self.tiles - 1).bit_length())}
 
@@ -94,22 +95,33 @@ class FusedAssembly:
         system only)."""
         self.system(u, self.buffers[0], u, self.zero_F, False)
 
-    def decide(self, previous: Any, scheme: Any, first: bool, last: bool) -> None:
-        """Newton's control after a system (module docstring of :mod:`.triton_assembly`)."""
+    def constants(self, scheme: Any) -> Any:
+        """The control kernel's constants from the scheme's current tolerances (Newton's
+        test, Δt, the iteration cap, the update's tolerance bounds, γ): one device buffer,
+        written in place when they change, so recorded replays read the current values
+        (called before replays, outside a recording)."""
         import torch
 
-        from . import triton_assembly as ta
         eta_max, gamma = scheme.forcing_constants()
-
         values = (scheme.newton_tol, self.stencil.grid.dt, float(scheme.max_krylov),
                   scheme.newton_rtol, eta_max, gamma)
-        if self.newton_params is None or self.newton_params[0] != values:
-            self.newton_params = (values, torch.tensor(values, dtype=self.part.dtype,
-                                                       device=self.part.device))
+        host = torch.tensor(values, dtype=self.part.dtype)
+        if self.newton_params is None:
+            self.newton_params = (values, host.to(self.part.device))
+        elif self.newton_params[0] != values:
+            self.newton_params[1].copy_(host)
+            self.newton_params = (values, self.newton_params[1])
+        return self.newton_params[1]
+
+    def decide(self, previous: Any, scheme: Any, first: bool, last: bool) -> None:
+        """Newton's control after a system (module docstring of :mod:`.triton_assembly`)."""
+        from . import triton_assembly as ta
+
         s = self.solver
         ta.control_kernel[(1,)](
             self.part, previous, s.status, s.ctl, s.b_norm, self.report,
-            self.newton_params[1], self.B, self.tiles, FIRST=first, LAST=last, **self.control)
+            self.constants(scheme), self.B, self.tiles, FIRST=first, LAST=last,
+            **self.control)
 
     def updates(self, u: Any, u_next: Any, F: Any, previous: Any, m: Any, scheme: Any,
                 count: int) -> tuple[Any, Any, Any]:

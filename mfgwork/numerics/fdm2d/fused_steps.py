@@ -6,16 +6,23 @@ A step is a function of fixed buffers: on CUDA it is recorded once per shape as 
 and replayed, whatever the Hamiltonian's array code. Where the solver runs a solve in one
 launch (:attr:`.fused_krylov.FusedBiCGStab.persistent`) the solves are inside the recording:
 
-- **Newton**: one replay makes up to :data:`UPDATES` Newton updates of a time level on the
-  device: assembly of J and R, the stopping test, the tolerance of the inexact update (the
-  rule of :meth:`.sweeps.Scheme2D._newton_rtol`, evaluated on the device), the solve and
-  u ← u − δ; an update whose test already passes is skipped (a solve of zero iterations).
-  Each replay leaves a small report (the test, the updates and Krylov iterations made, the
-  worst solve). A sweep (:meth:`FusedSteps.sweep`) replays :data:`LEVELS_PER_READ` levels
-  without waiting, then reads their reports; a level whose test did not pass is replayed
-  again from where it stopped until it passes, and the levels after it are made again;
-- **FP**: one replay assembles J and the right-hand side and solves from the guess; the
-  solve's report is kept on the device and read once per sweep (:meth:`FusedSteps.fp_report`).
+- **Newton**: a level is up to :data:`UPDATES` Newton updates on the device: assembly of
+  J and R, the stopping test, the tolerance of the inexact update (the rule of
+  :meth:`.sweeps.Scheme2D._newton_rtol`, evaluated on the device), the solve and u ← u − δ;
+  an update whose test already passes is skipped (a solve of zero iterations), and each
+  level leaves a small report (the test, the updates and Krylov iterations made, the worst
+  solve). A sweep (:meth:`FusedSteps.sweep`) makes :data:`LEVELS_PER_READ` levels, one after
+  the other, by one replay, then reads their reports; a level whose test did not pass is
+  replayed alone from where it stopped until it passes, and the levels after it are made
+  again;
+- **FP**: a level assembles J and the right-hand side and solves from the guess; a sweep
+  (:meth:`FusedSteps.fp_sweep`) makes :data:`LEVELS_PER_READ` levels by one replay, and the
+  solves' reports are kept on the device and read once per sweep (:meth:`FusedSteps.
+  fp_report`).
+
+One replay for many levels keeps the host's work (a replay, the copies of its inputs) off
+the critical path: per level it cost about as much as the device's work (measured on an
+H100, the 101² room, about 120 µs of host time per level and replay).
 
 Otherwise (chunks) a step's recording holds the assembly, the measures and the solver's
 start, and the host drives the solver's chunks. The arithmetic is that of the unfused path:
@@ -37,13 +44,13 @@ from .fused_assembly import FusedAssembly
 from .fused_krylov import FusedBiCGStab
 from .stencil import Coefficients
 
-#: Newton updates per replay of a recorded Newton step: a level of the room takes 2.6 on
-#: average, 3.3 in early sweeps, and an update whose test already passes costs about 10 µs
-#: (no Krylov iteration), while a level that needs more than a replay makes the rest of its
-#: group again (measured on an H100, a warm sweep of the 101² room: 3 updates 213 ms, 4
-#: updates 71.5 ms, 6 updates 74.0 ms).
-UPDATES = 6
-#: Levels of an HJB sweep replayed between two reads of their reports.
+#: Newton updates per replay of a recorded Newton step: inside the fixed point (inexact
+#: sweeps from the previous iterate) a level of the room takes one update, and an update whose
+#: test already passes costs about 10 µs (no Krylov iteration), while a level that needs more
+#: than a replay makes the rest of its group again (measured on an H100, the 101² room solved
+#: twice in one process, the second: 3 updates 0.93 s, 6 updates 0.99 s).
+UPDATES = 3
+#: Levels of an HJB or FP sweep made by one replay (and read at once).
 LEVELS_PER_READ = 10
 
 
@@ -152,48 +159,76 @@ class FusedSteps:
                               f"iterations at {where} (relative residual {worst:.3g} × its "
                               "tolerance)")
 
-    def sweep(self, levels: list[Any], F: Any, initial: Callable[[int], Any],
+    def sweep(self, levels: list[Any], F: Any, guess: Any | None,
               m_of: Callable[[int], Any], max_newton: int, where: Callable[[int], str]) -> int:
         """The HJB sweep's levels nt−1..0 into ``levels`` (levels[nt] given) by one-launch
-        solves: :data:`LEVELS_PER_READ` levels at a time, each by one replay of
-        :data:`UPDATES` Newton updates from ``initial(n)`` with no wait between them, then
-        one read of their reports; a level whose test did not pass goes on from where its
-        replay ended, replaying until it passes, and the levels after it in that group are
-        made again. Returns −1 when done, else the level from which the caller solves level
-        by level in chunks (one-launch solves cannot run here)."""
-        import torch
-
+        solves: :data:`LEVELS_PER_READ` levels at a time by one replay (each level
+        :data:`UPDATES` Newton updates from its start, :meth:`.sweeps.Scheme2D.newton_start`
+        of ``guess``, or the level above without one), then one read of their reports; a
+        level whose test did not pass goes on from where its replay ended, replaying until
+        it passes, and the levels after it in that group are made again. Returns −1 when
+        done, else the level from which the caller solves level by level in chunks
+        (one-launch solves cannot run here)."""
         nt = len(levels) - 1
         solver = self.solver(False, levels[nt])
+        self._assembly(solver, levels[nt]).constants(self.scheme)
+        if guess is None:   # a zero guess starts each level from the level above, bitwise
+            guess = self.xp.zeros((*levels[nt].shape[:-2], nt + 1, *levels[nt].shape[-2:]),
+                                  dtype=levels[nt].dtype, device=levels[nt].device)
         n = nt - 1
         while n >= 0 and solver.persistent:
-            group = range(n, max(n - LEVELS_PER_READ, -1), -1)
-            outputs = []
-            for k in group:
-                step = self._newton_replay(solver, initial(k), levels[k + 1],
-                                           F[..., k, :, :], m_of(k))
-                levels[k] = step.outputs[0].clone()
-                outputs.append((step.outputs[1].clone(), step.outputs[2].clone()))
-            rows = torch.stack([report for _, report in outputs]).cpu().tolist()
+            low = max(n - LEVELS_PER_READ + 1, 0)
+            step = self._newton_group(solver, levels[n + 1], F, guess, low, n + 1)
+            group = step.outputs[0].clone()
+            rows = step.outputs[2].cpu().tolist()
             if min(row[4] for row in rows) < 1.0:
                 self._unmet(solver)
                 return n
-            n = group[-1] - 1
-            for k, (size, made, krylov, worst, _), (previous, _) in zip(group, rows, outputs,
-                                                                       strict=True):
+            for k in range(n, low - 1, -1):
+                size, made, krylov, worst, _ = rows[k - low]
+                levels[k] = group[k - low]
                 self.scheme.newton_iterations += int(made)
                 self.scheme.krylov_iterations += int(krylov)
                 self._check(worst, where(k))
                 if size > self.scheme.newton_tol:
                     out = self._device_newton(solver, levels[k], levels[k + 1],
                                               F[..., k, :, :], m_of(k), max_newton, where(k),
-                                              previous, int(made))
+                                              step.outputs[1][k - low].clone(), int(made))
                     if out is None:
                         return k
                     levels[k] = out
                     n = k - 1
                     break
+            else:
+                n = low - 1
         return n
+
+    def _newton_group(self, solver: FusedBiCGStab, u_top: Any, F: Any, guess: Any,
+                      low: int, high: int) -> _Recorded:
+        """The recording of the levels high−1..low, one after the other, each by
+        :data:`UPDATES` Newton updates (:meth:`.fused_assembly.FusedAssembly.updates`) from
+        its start: (u^high, F^low..high−1, guess^low..high, [m^low+1..high]) ↦ (u of the
+        levels low..high−1, the last updates' ‖R‖₂ per level and problem, the levels'
+        reports), loaded and run."""
+        import torch
+
+        scheme, density = self.scheme, self.scheme.density
+        assembly = self._assembly(solver, u_top)
+        zero = torch.zeros(solver.B, dtype=u_top.dtype, device=u_top.device)
+
+        def group(u_top: Any, F: Any, g: Any, *m: Any) -> tuple[Any, Any, Any]:
+            u_next, out = u_top, []
+            for i in range(F.shape[-3] - 1, -1, -1):
+                u = scheme.newton_start(u_next, g[..., i, :, :], g[..., i + 1, :, :])
+                out.append(assembly.updates(u, u_next, F[..., i, :, :], zero,
+                                            m[0][..., i, :, :] if m else None, scheme,
+                                            UPDATES))
+                u_next = out[-1][0]
+            return tuple(torch.stack([o[j] for o in out[::-1]]) for j in range(3))
+
+        inputs = [u_top, F[..., low:high, :, :], guess[..., low:high + 1, :, :]]
+        inputs += [] if density is None else [density[..., low:high, :, :]]
+        return self._step("Newton group", group, inputs)
 
     def _device_newton(self, solver: FusedBiCGStab, u: Any, u_next: Any, F_n: Any,
                        m: Any | None, max_newton: int, where: str, previous: Any = None,
@@ -255,33 +290,11 @@ class FusedSteps:
 
     # -- FP ----------------------------------------------------------------------------------
     def fp_level(self, u_n: Any, m: Any | None, mass: Any, guess: Any) -> Any:
-        """μ^{n+1} from J(u^n)ᵀ μ^{n+1} = μ^n/Δt, the solve started from ``guess``; with a
-        one-launch solver its report waits for :meth:`fp_report`."""
+        """μ^{n+1} from J(u^n)ᵀ μ^{n+1} = μ^n/Δt by the solver's chunks, the solve started
+        from ``guess`` (where :meth:`fp_sweep` leaves the levels to the caller)."""
         st, scheme = self.stencil, self.scheme
         solver = self.solver(True, mass)
         inputs = [u_n, mass, guess] + ([] if m is None else [m])
-        if solver.persistent:
-            if not self._fp_reports:
-                solver.set_control(scheme.krylov_rtol, scheme.max_krylov)
-
-            assembly = self._assembly(solver, mass)
-
-            def solve(u_n: Any, mass: Any, guess: Any, *m: Any) -> tuple[Any, ...]:
-                if not assembly.triton:
-                    c = st.jacobian(u_n, m[0] if m else None, exits=False)
-                    solver.start(c[:5], mass * st.inv_dt, guess,
-                                 st.operator(c, transpose=True))
-                else:
-                    assembly.jacobian(u_n)
-                    coefs = Coefficients(*solver.coefs[:5], None)
-                    solver.start(None, mass * st.inv_dt, guess,
-                                 st.operator(coefs, transpose=True))
-                solver.launch_solve()
-                return solver.x.clone(), solver.status.clone()
-
-            step = self._step("FP solve", solve, inputs)
-            self._fp_reports.append(step.outputs[1].clone())
-            return step.outputs[0].clone()
 
         def assemble(u_n: Any, mass: Any, guess: Any, *m: Any) -> tuple[Any, ...]:
             c = st.jacobian(u_n, m[0] if m else None, exits=False)
@@ -290,8 +303,69 @@ class FusedSteps:
             return (*c[:5], b)
 
         step = self._step("FP", assemble, inputs)
-        return self._finish(solver, step.outputs[:5], step.outputs[5], step.inputs[2], True,
-                            scheme.krylov_rtol)
+        x = self._finish(solver, step.outputs[:5], step.outputs[5], step.inputs[2], True,
+                         scheme.krylov_rtol)
+        return scheme._conserved(Coefficients(*step.outputs[:5], None), x, step.outputs[5])
+
+    def fp_sweep(self, U: Any, density: Any | None, masses: list[Any],
+                 last: list[Any] | None) -> bool:
+        """An FP sweep by one-launch solves into ``masses`` (masses[0] given), in groups of
+        :data:`LEVELS_PER_READ` levels by one replay each, every solve started from
+        ``last``'s step (the previous sweep's masses) added to the masses of this sweep; the
+        reports wait for :meth:`fp_report`. False (nothing done) where the solves run in
+        chunks: the caller solves level by level."""
+        import torch
+
+        xp = self.xp
+        solver = self.solver(True, masses[0])
+        if not solver.persistent:
+            return False
+        nt = U.shape[-3] - 1
+        solver.set_control(self.scheme.krylov_rtol, self.scheme.max_krylov)
+        # without a last sweep, zero steps: each solve starts from the masses before
+        previous = xp.zeros_like(U) if last is None else xp.stack(last, axis=-3)
+        solve = self._fp_solve(solver, masses[0])
+
+        def group(U: Any, mass: Any, last: Any, *m: Any) -> tuple[Any, Any]:
+            out, status = [], []
+            for i in range(U.shape[-3]):
+                guess = mass + (last[..., i + 1, :, :] - last[..., i, :, :])
+                mass, report = solve(U[..., i, :, :], mass, guess,
+                                     *(mi[..., i, :, :] for mi in m))
+                out.append(mass)
+                status.append(report)
+            return torch.stack(out), torch.stack(status)
+
+        for low in range(0, nt, LEVELS_PER_READ):
+            high = min(low + LEVELS_PER_READ, nt)
+            inputs = [U[..., low:high, :, :], masses[-1], previous[..., low:high + 1, :, :]]
+            inputs += [] if density is None else [density[..., low:high, :, :]]
+            step = self._step("FP group", group, inputs)
+            masses.extend(step.outputs[0].clone().unbind(0))
+            self._fp_reports.extend(step.outputs[1].clone().unbind(0))
+        return True
+
+    def _fp_solve(self, solver: FusedBiCGStab, like: Any) -> Callable[..., tuple[Any, Any]]:
+        """(u^n, μ^n, guess, [m]) ↦ (μ^{n+1}, the solve's status): the FP step's
+        assembly, start and one-launch solve, its masses kept in balance
+        (:meth:`.sweeps.Scheme2D._conserved`)."""
+        st, scheme = self.stencil, self.scheme
+        assembly = self._assembly(solver, like)
+
+        def solve(u_n: Any, mass: Any, guess: Any, *m: Any) -> tuple[Any, Any]:
+            if not assembly.triton:
+                c = st.jacobian(u_n, m[0] if m else None, exits=False)
+                solver.start(c[:5], mass * st.inv_dt, guess, st.operator(c, transpose=True))
+            else:
+                assembly.jacobian(u_n)
+                coefs = Coefficients(*solver.coefs[:5], None)
+                solver.start(None, mass * st.inv_dt, guess,
+                             st.operator(coefs, transpose=True))
+            solver.launch_solve()
+            return (scheme._conserved(Coefficients(*solver.coefs[:5], None), solver.x,
+                                      mass * st.inv_dt), solver.status.clone())
+
+        return solve
 
     def fp_report(self) -> bool:
         """After an FP sweep: count the one-launch solves' iterations; False (and chunks
