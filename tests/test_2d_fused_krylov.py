@@ -145,13 +145,14 @@ def test_a_one_launch_solve_whose_programs_cannot_meet_ends_and_solves_in_chunks
     assert float(_relative_residuals(c, b, x, False).max()) <= 1e-11
 
 
-@pytest.mark.parametrize("launch", ["one", "one-power", "chunks", "unmet"])
+@pytest.mark.parametrize("launch", ["one", "one-power", "chunks", "unmet", "batch"])
 def test_a_fused_room_solve_matches_the_eager_one(device, monkeypatch, launch):
     """The fused steps (Newton's updates on the device with one-launch solves, with the
     Triton assembly of ½|p|² or the array code of another H; the host's Newton with chunks;
-    one-launch solves whose programs cannot meet, which fall back to chunks) give the eager
-    solve (at the exact solves' accuracy: two iterations of inexact Picard would compare
-    solvers at their tolerance)."""
+    one-launch solves whose programs cannot meet, which fall back to chunks; a batch of two
+    rooms, whose levels the recordings hold as contiguous blocks) give the eager solve (at
+    the exact solves' accuracy: two iterations of inexact Picard would compare solvers at
+    their tolerance)."""
     from mfgwork.numerics.fdm2d import fused_krylov
 
     if launch == "unmet" and not _unmet_barriers(monkeypatch):
@@ -163,22 +164,25 @@ def test_a_fused_room_solve_matches_the_eager_one(device, monkeypatch, launch):
     size = {"nx": 7, "nt": 2} if device == "cpu" else {"nx": 31, "nt": 20}
     common = dict(**size, tol=1e-10, backend="torch", device=device, dtype="float64",
                   progress=False, max_iter=2)
+    rooms = [room, mw.Room(congestion=3.0, door_widths=(0.3, 0.15), sigma=0.2)]
     out = {}
     for fused in (False, True):
         monkeypatch.setattr(sweeps, "fused_available", lambda backend, fused=fused: fused)
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            out[fused] = mw.solve_2d(room, **common)
+            out[fused] = (mw.solve_2d_batch(rooms, **common) if launch == "batch"
+                          else [mw.solve_2d(room, **common)])
         assert any(issubclass(x.category, mw.ConvergenceWarning) for x in w)
         unmet = [x for x in w if "did not run at once" in str(x.message)]
         assert bool(unmet) == (fused and launch == "unmet")
-    a, b = out[False], out[True]
-    assert b.extra["krylov_iterations"] > 0
-    assert b.extra["newton_iterations"] == pytest.approx(a.extra["newton_iterations"], rel=0.1)
-    for k in ("U", "M", "outflow"):
-        ref = getattr(a, k)
-        assert np.max(np.abs(ref - getattr(b, k))) <= 1e-10 * (1 + np.max(np.abs(ref)))
-    assert b.mass_error <= 1e-12
+    for a, b in zip(out[False], out[True], strict=True):
+        assert b.extra["krylov_iterations"] > 0
+        assert b.extra["newton_iterations"] == pytest.approx(a.extra["newton_iterations"],
+                                                             rel=0.1)
+        for k in ("U", "M", "outflow"):
+            ref = getattr(a, k)
+            assert np.max(np.abs(ref - getattr(b, k))) <= 1e-10 * (1 + np.max(np.abs(ref)))
+        assert b.mass_error <= 1e-12
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA graphs")

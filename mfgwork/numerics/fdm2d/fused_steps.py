@@ -61,7 +61,11 @@ class _Recorded:
 
     def __init__(self, fn: Callable[..., Any], inputs: list[Any], graphs: bool,
                  what: str) -> None:
-        self.fn, self.inputs, self.graph = fn, [a.clone() for a in inputs], None
+        import torch
+
+        # contiguous buffers: the kernels take a level's arrays as contiguous blocks
+        self.fn, self.graph = fn, None
+        self.inputs = [a.clone(memory_format=torch.contiguous_format) for a in inputs]
         self.outputs = fn(*self.inputs)   # eagerly first: compiles the kernels it launches
         if graphs:
             self.graph = record_checked(fn, self.outputs, *self.inputs, what=what)
@@ -218,16 +222,16 @@ class FusedSteps:
 
         def group(u_top: Any, F: Any, g: Any, *m: Any) -> tuple[Any, Any, Any]:
             u_next, out = u_top, []
-            for i in range(F.shape[-3] - 1, -1, -1):
-                u = scheme.newton_start(u_next, g[..., i, :, :], g[..., i + 1, :, :])
-                out.append(assembly.updates(u, u_next, F[..., i, :, :], zero,
-                                            m[0][..., i, :, :] if m else None, scheme,
+            for i in range(F.shape[0] - 1, -1, -1):
+                u = scheme.newton_start(u_next, g[i], g[i + 1])
+                out.append(assembly.updates(u, u_next, F[i], zero, m[0][i] if m else None,
+                                            scheme,
                                             UPDATES))
                 u_next = out[-1][0]
             return tuple(torch.stack([o[j] for o in out[::-1]]) for j in range(3))
 
-        inputs = [u_top, F[..., low:high, :, :], guess[..., low:high + 1, :, :]]
-        inputs += [] if density is None else [density[..., low:high, :, :]]
+        inputs = [u_top, _levels_first(F, low, high), _levels_first(guess, low, high + 1)]
+        inputs += [] if density is None else [_levels_first(density, low, high)]
         return self._step("Newton group", group, inputs)
 
     def _device_newton(self, solver: FusedBiCGStab, u: Any, u_next: Any, F_n: Any,
@@ -328,18 +332,18 @@ class FusedSteps:
 
         def group(U: Any, mass: Any, last: Any, *m: Any) -> tuple[Any, Any]:
             out, status = [], []
-            for i in range(U.shape[-3]):
-                guess = mass + (last[..., i + 1, :, :] - last[..., i, :, :])
-                mass, report = solve(U[..., i, :, :], mass, guess,
-                                     *(mi[..., i, :, :] for mi in m))
+            for i in range(U.shape[0]):
+                guess = mass + (last[i + 1] - last[i])
+                mass, report = solve(U[i], mass, guess, *(mi[i] for mi in m))
                 out.append(mass)
                 status.append(report)
             return torch.stack(out), torch.stack(status)
 
         for low in range(0, nt, LEVELS_PER_READ):
             high = min(low + LEVELS_PER_READ, nt)
-            inputs = [U[..., low:high, :, :], masses[-1], previous[..., low:high + 1, :, :]]
-            inputs += [] if density is None else [density[..., low:high, :, :]]
+            inputs = [_levels_first(U, low, high), masses[-1],
+                      _levels_first(previous, low, high + 1)]
+            inputs += [] if density is None else [_levels_first(density, low, high)]
             step = self._step("FP group", group, inputs)
             masses.extend(step.outputs[0].clone().unbind(0))
             self._fp_reports.extend(step.outputs[1].clone().unbind(0))
@@ -391,3 +395,9 @@ class FusedSteps:
                               f"iterations in an FP step (relative residual {worst:.3g} > "
                               f"{self.fail * rtol:.3g})")
         return True
+
+
+def _levels_first(a: Any, low: int, high: int) -> Any:
+    """The levels low..high−1 of a (..., levels, ny, nx) path as (levels, ..., ny, nx), so
+    that in a recording's (contiguous) input buffer each level is a contiguous block."""
+    return a[..., low:high, :, :].movedim(-3, 0)
