@@ -8,8 +8,8 @@ the state held between calls. Two ways to run it:
   (:func:`one_launch_layout`) iterate to the tolerance, tested after every iteration, and
   leave the iterations and the residual in a small status buffer; the tolerance is read on
   the device, so a recorded step can hold the solve (:mod:`.fused_steps`). The default where
-  a program has at most :data:`MAX_TILES_PER_PROGRAM` tiles (single problems, small
-  batches), in float64;
+  a program has at most :data:`MAX_TILES_PER_PROGRAM` tiles (single problems, batches of
+  up to about a hundred rooms of 101²), in float64;
 - **chunks** (``persistent=False``, the default for large batches and float32): ``steps``
   iterations (an even number) of three launches each go back and forth between two sets of
   state buffers, so a chunk ends where it started, and leave the worst relative residual
@@ -35,10 +35,11 @@ BLOCK = 512
 #: iteration; benchmarks compare the two).
 ONE_LAUNCH = True
 #: The most tiles per program for which one launch per solve is the default: with more,
-#: each program walks many tiles between barriers, and the chunks were measured faster
-#: (64 rooms of 101² on an H100, two programs of five 1024-node tiles each: 119 against
-#: 80 µs an iteration).
-MAX_TILES_PER_PROGRAM = 2
+#: each program walks many tiles between barriers (64 rooms of 101² on an H100, two
+#: programs of five 1024-node tiles each: 61 µs an iteration against 67 µs for the chunks,
+#: and the batch's equilibrium 19.1 s against 31 s, with Newton on the device and every
+#: problem stopping at its own iteration).
+MAX_TILES_PER_PROGRAM = 5
 #: The tile sizes (nodes) the one-launch solve chooses from (:func:`one_launch_layout`).
 SOLVE_BLOCKS = (256, 512, 1024)
 #: Polls of a barrier of :func:`.triton_krylov.solve_kernel` before it gives up (seconds of

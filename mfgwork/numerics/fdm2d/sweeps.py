@@ -15,10 +15,10 @@
   as a CUDA graph and replayed (:mod:`mfgwork.core.cuda_graphs`). With Triton on CUDA the
   same BiCGStab runs as three fused launches an iteration in fixed buffers
   (:mod:`.fused_krylov`), each Newton or FP step's assembly is one recorded graph
-  (:mod:`.fused_steps`), and the FP solves start from the step of the previous sweep; for a
-  single problem or a small batch each solve is one launch, Newton's updates run on the
-  device (for ½|p|² with a Triton assembly) and a sweep's levels follow one another without
-  waiting for the host.
+  (:mod:`.fused_steps`), and the FP solves start from the step of the previous sweep; in
+  float64, for a single problem or a batch of up to about a hundred rooms of 101², each
+  solve is one launch, Newton's updates run on the device (for ½|p|² with a Triton
+  assembly) and a sweep makes ten levels per replay, without waiting for the host.
 
 Newton stops at a time step when Δt·max|R(u)| ≤ tol·(1 + max|u|): since ‖J⁻¹‖_∞ ≤ Δt that
 bounds the next Newton update, so no extra solve is spent on the test. Its updates are
