@@ -6,9 +6,10 @@ A step is a function of fixed buffers: on CUDA it is recorded once per shape as 
 and replayed, whatever the Hamiltonian's array code. Where the solver runs a solve in one
 launch (:attr:`.fused_krylov.FusedBiCGStab.persistent`) the solves are inside the recording:
 
-- **Newton**: a level is up to :data:`UPDATES` Newton updates on the device: assembly of
-  J and R, the stopping test, the tolerance of the inexact update (the rule of
-  :meth:`.sweeps.Scheme2D._newton_rtol`, evaluated on the device), the solve and u ← u − δ;
+- **Newton**: a level is up to three Newton updates (four in a batch: :data:`UPDATES`) on
+  the device: assembly of J and R, the stopping test, the tolerance of the inexact update
+  (the rule of :meth:`.sweeps.Scheme2D._newton_rtol`, evaluated on the device), the solve
+  and u ← u − δ;
   an update whose test already passes is skipped (a solve of zero iterations), and each
   level leaves a small report (the test, the updates and Krylov iterations made, the worst
   solve). A sweep (:meth:`FusedSteps.sweep`) makes :data:`LEVELS_PER_READ` levels, one after
@@ -44,12 +45,14 @@ from .fused_assembly import FusedAssembly
 from .fused_krylov import FusedBiCGStab
 from .stencil import Coefficients
 
-#: Newton updates per replay of a recorded Newton step: inside the fixed point (inexact
-#: sweeps from the previous iterate) a level of the room takes one update, and an update whose
+#: Newton updates per level in a replay, for a single problem and for a batch: inside the
+#: fixed point (inexact sweeps from the previous iterate) a level of the room takes one
+#: update, a batch's levels about two (the test waits for all its problems); an update whose
 #: test already passes costs about 10 µs (no Krylov iteration), while a level that needs more
-#: than a replay makes the rest of its group again (measured on an H100, the 101² room solved
-#: twice in one process, the second: 3 updates 0.93 s, 6 updates 0.99 s).
-UPDATES = 3
+#: than a replay makes the rest of its group again (measured on an H100, warm: the 101² room
+#: 0.83-0.87 s with 3 updates, 0.96-0.99 s with 4; 64 rooms 29.5 s with 2, 19.3 s with 3,
+#: 14.9-15.4 s with 4, 15.7 s with 6).
+UPDATES = (3, 4)
 #: Levels of an HJB or FP sweep made by one replay (and read at once).
 LEVELS_PER_READ = 10
 
@@ -146,7 +149,7 @@ class FusedSteps:
 
         def updates(u: Any, u_next: Any, F_n: Any, previous: Any, *m: Any) -> tuple:
             return assembly.updates(u, u_next, F_n, previous, m[0] if m else None,
-                                    self.scheme, UPDATES)
+                                    self.scheme, _updates(solver))
 
         return self._step("Newton updates", updates,
                           [u, u_next, F_n, previous] + ([] if m is None else [m]))
@@ -226,7 +229,7 @@ class FusedSteps:
                 u = scheme.newton_start(u_next, g[i], g[i + 1])
                 out.append(assembly.updates(u, u_next, F[i], zero, m[0][i] if m else None,
                                             scheme,
-                                            UPDATES))
+                                            _updates(solver)))
                 u_next = out[-1][0]
             return tuple(torch.stack([o[j] for o in out[::-1]]) for j in range(3))
 
@@ -401,3 +404,8 @@ def _levels_first(a: Any, low: int, high: int) -> Any:
     """The levels low..high−1 of a (..., levels, ny, nx) path as (levels, ..., ny, nx), so
     that in a recording's (contiguous) input buffer each level is a contiguous block."""
     return a[..., low:high, :, :].movedim(-3, 0)
+
+
+def _updates(solver: FusedBiCGStab) -> int:
+    """The Newton updates per level of a replay for this solver's problems (:data:`UPDATES`)."""
+    return UPDATES[solver.B > 1]
