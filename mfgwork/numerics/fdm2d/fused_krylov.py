@@ -37,7 +37,7 @@ ONE_LAUNCH = True
 #: The most tiles per program for which one launch per solve is the default: with more,
 #: each program walks many tiles between barriers (64 rooms of 101² on an H100, two
 #: programs of five 1024-node tiles each: 61 µs an iteration against 67 µs for the chunks,
-#: and the batch's equilibrium 19.1 s against 31 s, with Newton on the device and every
+#: and the batch's equilibrium, warm, 19.3 s against 30.9 s, with Newton on the device and every
 #: problem stopping at its own iteration).
 MAX_TILES_PER_PROGRAM = 5
 #: The tile sizes (nodes) the one-launch solve chooses from (:func:`one_launch_layout`).
