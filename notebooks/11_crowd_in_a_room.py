@@ -123,10 +123,12 @@ if not res.converged:
 #   densities reproduces them to that relative accuracy;
 # - `res.check()` computes one best response again from scratch, in NumPy float64 with
 #   another linear solver (SuperLU's sparse LU), and returns its residual: the same number
-#   up to the accuracy of the linear solves;
+#   up to the accuracy of the sweeps that certified it (a thousandth of `tol`: inside the
+#   fixed point each sweep is solved only about a thousand times finer than the residual
+#   it is to reduce);
 # - `res.mass_error` is the largest deviation of mass in the room plus cumulative outflow
 #   from the initial mass $1$: round-off, since the Fokker–Planck step is the adjoint of the
-#   HJB linearization.
+#   HJB linearization and keeps the balance exactly whatever the tolerance of its solve.
 
 # %%
 check = res.check()
