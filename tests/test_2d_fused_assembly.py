@@ -104,3 +104,41 @@ def test_the_control_is_the_hosts_newton_rule(device, first):
     assembly.decide(previous, scheme, True, False)
     assert float(solver.ctl[1]) == 0.0 and float(assembly.report[5]) == 1.0
     assert bool((previous == before).all())
+
+
+def test_the_fp_start_and_the_balance_are_the_array_codes(device):
+    """The FP step's start from a guess (x, r = r̂ = b − Jᵀx, p = v = 0, ‖b‖₂) and its mass
+    balance, by the Triton kernels, against the solver's array start and
+    :meth:`.sweeps.Scheme2D._conserved`."""
+    from mfgwork.numerics.fdm2d.stencil import Coefficients
+
+    st, grids = _rooms(device)
+    g = torch.Generator().manual_seed(4)
+    shape = (2, *grids[0].active.shape)
+    u = (torch.rand(shape, generator=g, dtype=torch.float64) * 3.0 - 1.0).to(device)
+    mass, guess, x = (torch.rand(shape, generator=g, dtype=torch.float64).to(device)
+                      * st.active for _ in range(3))
+    solver = FusedBiCGStab(shape, u, True, 2, graphs=False, persistent=True)
+    assembly = FusedAssembly(st, shape, solver)
+    assembly.jacobian(u)
+    solver.p.fill_(1.0)
+    solver.v.fill_(1.0)
+    assembly.fp_start(mass, guess)
+    c = Coefficients(*solver.coefs[:5], None)
+    ref = FusedBiCGStab(shape, u, True, 2, graphs=False, persistent=True)
+    ref.start(c[:5], mass * st.inv_dt, guess, st.operator(c, transpose=True))
+    assert bool((solver.x == ref.x).all())
+    scale = float((mass * st.inv_dt).abs().max())
+    for got, want in ((solver.sets[0]["r"], ref.sets[0]["r"]), (solver.r_hat, ref.r_hat)):
+        # the same operations (on CUDA the compilers may fuse multiply-adds differently)
+        assert float((got - want).abs().max()) <= 1e-14 * scale
+    assert torch.allclose(solver.b_norm, ref.b_norm, rtol=1e-14, atol=0.0)
+    assert float(solver.p[0].abs().max()) == 0.0 == float(solver.v[0].abs().max())
+    scheme = sweeps.Scheme2D(st, solver="krylov")
+    balanced = assembly.balanced(x, mass)
+    want = scheme._conserved(c, x, mass * st.inv_dt)
+    assert float((balanced - want).abs().max()) <= 1e-14 * float(want.abs().max())
+    rows = c.diag + c.W + c.E + c.S + c.N
+    kept = (balanced * rows).sum((-2, -1))
+    assert torch.allclose(kept, (mass * st.inv_dt).sum((-2, -1)), rtol=1e-14, atol=0.0)
+    assert not torch.allclose((x * rows).sum((-2, -1)), kept, rtol=1e-3)

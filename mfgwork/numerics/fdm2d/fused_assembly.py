@@ -56,6 +56,7 @@ class FusedAssembly:
             self.grid_params = torch.tensor([st.inv_hx, st.inv_hy, st.inv_dt],
                                             dtype=like.dtype, device=like.device)
             self.zero_F = zeros(*solver.shape)
+            self.part_b = zeros(self.B, solver.tiles)   # Σ b² per tile of an FP start
         #: Newton's measures max|R|, max|u|, Σ R² per problem: per tile of the Triton
         #: system, in one column from the array code
         self.tiles = solver.tiles if self.triton else 1
@@ -94,6 +95,31 @@ class FusedAssembly:
         """J(u) and 1/diag into the solver's coefficients (the FP step's matrix; the Triton
         system only)."""
         self.system(u, self.buffers[0], u, self.zero_F, False)
+
+    def fp_start(self, mass: Any, guess: Any) -> None:
+        """The solver's start for Jᵀμ = ``mass``/Δt from ``guess`` (J from :meth:`jacobian`):
+        x, r, r̂, the first p and v, and ‖b‖₂ (the Triton system only)."""
+        import torch
+
+        from . import triton_assembly as ta
+
+        s = self.solver
+        ta.fp_start_kernel[(self.B, self.tiles)](
+            mass, guess, s.coefs, s.sets[0]["x"], s.sets[0]["r"], s.r_hat, s.p, s.v,
+            self.part_b, self.grid_params, *self.shape[-2:], BLOCK=BLOCK)
+        torch.sqrt(self.part_b.sum(-1), out=s.b_norm)
+
+    def balanced(self, x: Any, mass: Any) -> Any:
+        """The FP step's masses x scaled to keep the balance with ``mass`` (the masses
+        before the step), as :meth:`.sweeps.Scheme2D._conserved` (the Triton system only)."""
+        import torch
+
+        from . import triton_assembly as ta
+
+        out = torch.empty_like(x)
+        ta.balance_kernel[(self.B,)](x, mass, self.solver.coefs, out, self.grid_params,
+                                     *self.shape[-2:], BLOCK=1024)
+        return out
 
     def constants(self, scheme: Any) -> Any:
         """The control kernel's constants from the scheme's current tolerances (Newton's

@@ -363,14 +363,13 @@ class FusedSteps:
             if not assembly.triton:
                 c = st.jacobian(u_n, m[0] if m else None, exits=False)
                 solver.start(c[:5], mass * st.inv_dt, guess, st.operator(c, transpose=True))
-            else:
-                assembly.jacobian(u_n)
-                coefs = Coefficients(*solver.coefs[:5], None)
-                solver.start(None, mass * st.inv_dt, guess,
-                             st.operator(coefs, transpose=True))
+                solver.launch_solve()
+                return (scheme._conserved(Coefficients(*solver.coefs[:5], None), solver.x,
+                                          mass * st.inv_dt), solver.status.clone())
+            assembly.jacobian(u_n)
+            assembly.fp_start(mass, guess)
             solver.launch_solve()
-            return (scheme._conserved(Coefficients(*solver.coefs[:5], None), solver.x,
-                                      mass * st.inv_dt), solver.status.clone())
+            return assembly.balanced(solver.x, mass), solver.status.clone()
 
         return solve
 

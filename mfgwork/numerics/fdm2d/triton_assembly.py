@@ -1,6 +1,6 @@
 """The HJB step's system for H = ½|p|² and Newton's control, as Triton kernels (CUDA; the
 interpreter on CPU tensors in the tests), for the Newton updates on the device of
-:mod:`.fused_newton`.
+:mod:`.fused_steps`, and the FP step's start and mass balance.
 
 :func:`system_kernel` is :func:`.assembly_kernels.quadratic_system` (the closed form of the
 stencil's Ĥ = ½ Σ_axes (q_b)_+² + (q_f)_−², ∂Ĥ/∂q_b = (q_b)_+, ∂Ĥ/∂q_f = (q_f)_−) on
@@ -18,12 +18,17 @@ term against the previous update's ‖R‖₂, within [``RTOL_MIN``, ``ETA_MAX``
 solve's iteration cap (0 once the test passes: the update is skipped); it adds the last
 solve's status to the report (test, updates made, Krylov iterations, worst residual over
 tolerance, barriers met).
+
+:func:`fp_start_kernel` starts the FP step's solve Jᵀμ = μⁿ/Δt from a guess (J from the
+system kernel), and :func:`balance_kernel` scales its solution so that the step keeps the
+mass balance (:meth:`.sweeps.Scheme2D._conserved`): each replaces about a dozen array
+operations of a few µs each.
 """
 
 import triton
 import triton.language as tl
 
-from .triton_krylov import _tile
+from .triton_krylov import _apply, _tile
 
 
 @triton.jit
@@ -160,3 +165,66 @@ def control_kernel(part, previous, status, ctl, b_norm, report, consts, B, T,
         tl.store(b_norm + bi, norm, mask=valid)
         tl.store(previous + bi, tl.where(done, prev, norm), mask=valid)
         tl.store(report + 5, tl.where(done, 1.0, 0.0))
+
+
+@triton.jit(do_not_specialize=["NY", "NX"])
+def fp_start_kernel(mass, guess, coefs, x, r, r_hat, p, v, part, consts, NY, NX,
+                    BLOCK: tl.constexpr):
+    """Grid (B, tiles): the FP step's solve from x = ``guess``: b = μⁿ/Δt (``mass`` μⁿ,
+    1/Δt = ``consts``[2]), r = r̂ = b − Jᵀ x (in the order of :meth:`.stencil.Stencil.
+    apply_transpose`), the first p and v zero; ``part`` (B, tiles): Σ b² per tile. ``coefs``
+    (6, B, NY, NX) as in :func:`system_kernel`."""
+    inv_dt = tl.load(consts + 2)
+    b = tl.program_id(0)
+    tile = tl.program_id(1)
+    size = NY * NX
+    base = b.to(tl.int64) * size
+    plane = tl.num_programs(0).to(tl.int64) * size
+    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    g = guess + base
+    at = tl.load(g + k, mask=inside, other=0.0)
+    c = coefs + base
+    jt = _apply(at, tl.load(g + k - 1, mask=mw, other=0.0),
+                tl.load(g + k + 1, mask=me, other=0.0), tl.load(g + k - NX, mask=ms, other=0.0),
+                tl.load(g + k + NX, mask=mn, other=0.0), c, c + plane, c + 2 * plane,
+                c + 3 * plane, c + 4 * plane, k, inside, mw, me, ms, mn, NX, True)
+    rhs = tl.load(mass + base + k, mask=inside, other=0.0) * inv_dt
+    res = rhs - jt
+    k = base + k
+    tl.store(x + k, at, mask=inside)
+    tl.store(r + k, res, mask=inside)
+    tl.store(r_hat + k, res, mask=inside)
+    tl.store(p + k, tl.zeros_like(res), mask=inside)
+    tl.store(v + k, tl.zeros_like(res), mask=inside)
+    tl.store(part + b * tl.num_programs(1) + tile, tl.sum(rhs * rhs, axis=0))
+
+
+@triton.jit(do_not_specialize=["NY", "NX"])
+def balance_kernel(x, mass, coefs, out, consts, NY, NX, BLOCK: tl.constexpr):
+    """Grid (B,): out = x · Σ b / Σ_k x_k (diag + W + E + S + N)_k, b = μⁿ/Δt (1 where the
+    denominator vanishes): :meth:`.sweeps.Scheme2D._conserved` of the FP step's solution x."""
+    inv_dt = tl.load(consts + 2)
+    b = tl.program_id(0)
+    size = NY * NX
+    base = b.to(tl.int64) * size
+    plane = tl.num_programs(0).to(tl.int64) * size
+    c = coefs + base
+    rate = tl.zeros([BLOCK], dtype=inv_dt.dtype)
+    total = tl.zeros([BLOCK], dtype=inv_dt.dtype)
+    for start in range(0, size, BLOCK):
+        k = start + tl.arange(0, BLOCK)
+        inside = k < size
+        rows = (tl.load(c + k, mask=inside, other=0.0)
+                + tl.load(c + plane + k, mask=inside, other=0.0)
+                + tl.load(c + 2 * plane + k, mask=inside, other=0.0)
+                + tl.load(c + 3 * plane + k, mask=inside, other=0.0)
+                + tl.load(c + 4 * plane + k, mask=inside, other=0.0))
+        rate += tl.load(x + base + k, mask=inside, other=0.0) * rows
+        total += tl.load(mass + base + k, mask=inside, other=0.0) * inv_dt
+    rate_sum = tl.sum(rate, axis=0)
+    ratio = tl.where(rate_sum > 0.0, tl.sum(total, axis=0) / tl.where(rate_sum > 0.0, rate_sum,
+                                                                      1.0), 1.0)
+    for start in range(0, size, BLOCK):
+        k = base + start + tl.arange(0, BLOCK)
+        inside = start + tl.arange(0, BLOCK) < size
+        tl.store(out + k, tl.load(x + k, mask=inside, other=0.0) * ratio, mask=inside)
