@@ -135,8 +135,9 @@ class FusedAssembly:
         if self.newton_params is None:
             self.newton_params = (values, host.to(self.part.device))
         elif self.newton_params[0] != values:
-            self.newton_params[1].copy_(host)
-            self.newton_params = (values, self.newton_params[1])
+            buffer = self.newton_params[1]
+            buffer.copy_(host)
+            self.newton_params = (values, buffer)
         return self.newton_params[1]
 
     def decide(self, previous: Any, scheme: Any, first: bool, last: bool) -> None:

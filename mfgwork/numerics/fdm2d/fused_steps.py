@@ -9,13 +9,12 @@ launch (:attr:`.fused_krylov.FusedBiCGStab.persistent`) the solves are inside th
 - **Newton**: a level is up to three Newton updates (four in a batch: :data:`UPDATES`) on
   the device: assembly of J and R, the stopping test, the tolerance of the inexact update
   (the rule of :meth:`.sweeps.Scheme2D._newton_rtol`, evaluated on the device), the solve
-  and u ← u − δ;
-  an update whose test already passes is skipped (a solve of zero iterations), and each
-  level leaves a small report (the test, the updates and Krylov iterations made, the worst
-  solve). A sweep (:meth:`FusedSteps.sweep`) makes :data:`LEVELS_PER_READ` levels, one after
-  the other, by one replay, then reads their reports; a level whose test did not pass is
-  replayed alone from where it stopped until it passes, and the levels after it are made
-  again;
+  and u ← u − δ; an update whose test already passes is skipped (a solve of zero
+  iterations), and each level leaves a small report (the test, the updates and Krylov
+  iterations made, the worst solve). A sweep (:meth:`FusedSteps.sweep`) makes
+  :data:`LEVELS_PER_READ` levels, one after the other, by one replay, then reads their
+  reports; a level whose test did not pass is replayed alone from where it stopped until it
+  passes, and the levels after it are made again;
 - **FP**: a level assembles J and the right-hand side and solves from the guess; a sweep
   (:meth:`FusedSteps.fp_sweep`) makes :data:`LEVELS_PER_READ` levels by one replay, and the
   solves' reports are kept on the device and read once per sweep (:meth:`FusedSteps.
@@ -360,16 +359,16 @@ class FusedSteps:
         assembly = self._assembly(solver, like)
 
         def solve(u_n: Any, mass: Any, guess: Any, *m: Any) -> tuple[Any, Any]:
-            if not assembly.triton:
+            if assembly.triton:
+                assembly.jacobian(u_n)
+                assembly.fp_start(mass, guess)
+            else:
                 c = st.jacobian(u_n, m[0] if m else None, exits=False)
                 solver.start(c[:5], mass * st.inv_dt, guess, st.operator(c, transpose=True))
-                solver.launch_solve()
-                return (scheme._conserved(Coefficients(*solver.coefs[:5], None), solver.x,
-                                          mass * st.inv_dt), solver.status.clone())
-            assembly.jacobian(u_n)
-            assembly.fp_start(mass, guess)
             solver.launch_solve()
-            return assembly.balanced(solver.x, mass), solver.status.clone()
+            out = (assembly.balanced(solver.x, mass) if assembly.triton else scheme._conserved(
+                Coefficients(*solver.coefs[:5], None), solver.x, mass * st.inv_dt))
+            return out, solver.status.clone()
 
         return solve
 
