@@ -410,9 +410,10 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     multiple of ``patience`` iterations, its lowest iterate is certified by the next evaluation
     (so a certificate does not wait for a residual below the rounding floor); after ``give_up``
     refused certificates without halving (and no fallback) the problem stops iterating, not
-    converged. One host synchronisation per iteration (the stopping test). Returns the best
-    certified iterate per problem; a problem that does not converge in ``max_iter`` gets the
-    best iterate found, its residual computed by one more evaluation, ``converged=False`` and a
+    converged. One host synchronisation per iteration (the stopping test; with ``accuracy``, a
+    second one reads the evaluation's residual). Returns the best certified iterate per
+    problem; a problem that does not converge in ``max_iter`` gets the best iterate found, its
+    residual computed by one more evaluation, ``converged=False`` and a
     :class:`~mfgwork.ConvergenceWarning`.
 
     ``z_init``: a coupling state to start the mixing from, instead of state(M_init).
