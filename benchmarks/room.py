@@ -31,7 +31,7 @@ column counts them). ``--one-core`` runs the process on one CPU core with one th
 the script restarts itself; CPU affinity pinned to one core).
 
     python benchmarks/room.py [--device cuda] [--cases room-101,batch-64] [--one-core]
-                              [--krylov one-launch|chunks]
+                              [--krylov one-launch|chunks] [--repeat N]
                               [--out F.json]
 """
 
@@ -176,14 +176,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'case':13} {'target':28} {'iteration':11} {'grid':>14} {'batch':>5} {'run':>3} "
           f"{'its':>4} "
           f"{'BRs':>4} {'wall s':>8} {'ratio':>6} {'residual':>9} {'mass err':>9} conv")
-    for case, target, nx, nt, batch, iteration in (p for p in plan
-                                                    for _ in range(args.repeat)):
+    for (case, target, nx, nt, batch, iteration), run in (
+            (p, i + 1) for p in plan for i in range(args.repeat)):
         row = measure(case, target, nx, nt, batch, args.tol, args.max_iter, iteration)
-        row["run_in_process"] = 1 + sum(r["case"] == case and r["device"] == row["device"]
-                                        and r["solver"] == row["solver"]
-                                        and r["iteration"] == iteration for r in rows)
-        if case.startswith("two-bars"):
-            base = rows[-1] if iteration == "newton" else row  # the fixed point just before
+        row["run_in_process"] = run
+        if case.startswith("two-bars"):   # against the fixed point's run of the same number
+            base = next(r for r in rows if r["case"] == case and r["run_in_process"] == run
+                        and r["iteration"] == "fixed-point") if iteration == "newton" else row
             row["time_ratio_to_fixed_point"] = row["wall_s"] / base["wall_s"]
         ratio = row.get("time_ratio_to_fixed_point")
         rows.append(row)
