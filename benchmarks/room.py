@@ -26,12 +26,15 @@ gives the time per iteration too, and ``converged`` says whether the cap was hit
 fused CUDA BiCGStab in chunks of three launches an iteration instead of one launch a solve.
 ``--repeat N`` solves each case N times in one process (the first solve in a process pays
 the device's first use: CUDA context, loading the compiled kernels; the table's ``run``
-column counts them). ``--one-core`` runs the process on one CPU core with one thread
-(OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 and the BLAS threads set before NumPy is imported:
-the script restarts itself; CPU affinity pinned to one core).
+column counts them). ``--tail K1,K2`` follows each batch case by the K rooms that took the
+most iterations in its last run, solved as a batch of their own (cases ``batch-64-tailK``):
+an iteration's cost once only they iterate, against the whole batch's (whose rows record
+every room's iteration count and every iteration's seconds). ``--one-core`` runs the process
+on one CPU core with one thread (OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 and the BLAS threads
+set before NumPy is imported: the script restarts itself; CPU affinity pinned to one core).
 
     python benchmarks/room.py [--device cuda] [--cases room-101,batch-64] [--one-core]
-                              [--krylov one-launch|chunks] [--repeat N]
+                              [--krylov one-launch|chunks] [--repeat N] [--tail 16,4,1]
                               [--out F.json]
 """
 
@@ -76,23 +79,26 @@ def rooms(n: int) -> list[mw.Room]:
 
 
 def measure(case: str, target: tuple[str, str, str | None, str | None], nx: int, nt: int,
-            batch: int, tol: float, max_iter: int, iteration: str = "default") -> dict:
+            batch: int, tol: float, max_iter: int, iteration: str = "default",
+            problems: list[mw.Room] | None = None) -> dict:
+    """One solve of ``case`` (``problems``: the batch's rooms instead of :func:`rooms`)."""
     backend, device, dtype, solver = target
     be = mw.get_backend(backend, device, dtype)
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", mw.ConvergenceWarning)
-        if batch == 1:
+        if batch == 1 and problems is None:
             out = [mw.solve_2d(PROBLEMS[case](), nx=nx, nt=nt, backend=be, tol=tol,
                                max_iter=max_iter, solver=solver, progress=False,
                                iteration=ITERATIONS.get(iteration))]
         else:
-            out = mw.solve_2d_batch(rooms(batch), nx=nx, nt=nt, backend=be, tol=tol,
-                                    max_iter=max_iter, solver=solver, progress=False)
+            out = mw.solve_2d_batch(problems or rooms(batch), nx=nx, nt=nt, backend=be,
+                                    tol=tol, max_iter=max_iter, solver=solver, progress=False)
     be.synchronize()
     wall = time.perf_counter() - start
     r = out[0]
     its = max(o.iterations for o in out)
+    phases = zip(*(r.history[f"time_{p}"] for p in ("hjb", "fp", "coupling")), strict=True)
     newton = r.extra["coupling_newton"]
     fixed = len(r.history["residual"]) - (newton["steps"] if newton else 0)
     return {"case": case, "backend": backend, "device": device, "dtype": be.dtype,
@@ -108,7 +114,10 @@ def measure(case: str, target: tuple[str, str, str | None, str | None], nx: int,
             "newton_iterations": r.extra["newton_iterations"],
             "krylov_iterations": r.extra["krylov_iterations"],
             "factorizations": r.extra["factorizations"],
-            "timings": r.timings, "load_average": os.getloadavg()}
+            "timings": r.timings, "load_average": os.getloadavg(),
+            # per problem, the iteration at which it settled; per iteration, its seconds
+            "iterations_per_problem": [o.iterations for o in out],
+            "iteration_s": [sum(t) for t in phases]}
 
 
 def dense_jacobian(case: str, nx: int, nt: int) -> dict:
@@ -150,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="solve each case this many times in the process: the first "
                         "pays the process's first use of the device (CUDA context, loading "
                         "the compiled kernels), the later ones are the warm solves")
+    parser.add_argument("--tail", default="",
+                        help="comma-separated K: after a batch case, the K rooms that took the "
+                        "most iterations solved as a batch of their own (--repeat times): "
+                        "what an iteration costs once only the slowest rooms still iterate")
     parser.add_argument("--krylov", choices=("one-launch", "chunks"), default="one-launch",
                         help="how the fused CUDA BiCGStab runs: each solve in one launch, or "
                         "in chunks of three launches an iteration (the earlier way)")
@@ -172,13 +185,23 @@ def main(argv: list[str] | None = None) -> int:
         if args.device:
             targets.append(("torch", args.device, None, None))
         plan += [(case, t, nx, nt, batch, "default") for t in targets]
+        if batch > 1:
+            plan += [(f"{case}-tail{k}", t, nx, nt, int(k), "default")
+                     for t in targets for k in args.tail.split(",") if k]
     rows = []
     print(f"{'case':13} {'target':28} {'iteration':11} {'grid':>14} {'batch':>5} {'run':>3} "
           f"{'its':>4} "
           f"{'BRs':>4} {'wall s':>8} {'ratio':>6} {'residual':>9} {'mass err':>9} conv")
     for (case, target, nx, nt, batch, iteration), run in (
             (p, i + 1) for p in plan for i in range(args.repeat)):
-        row = measure(case, target, nx, nt, batch, args.tol, args.max_iter, iteration)
+        problems = None
+        if "-tail" in case:   # the slowest rooms of the batch case's last run
+            full = next(r for r in reversed(rows) if r["case"] == case.split("-tail")[0])
+            slowest = np.argsort(full["iterations_per_problem"], kind="stable")[::-1]
+            every = rooms(full["batch"])
+            problems = [every[i] for i in slowest[:batch]]
+        row = measure(case, target, nx, nt, batch, args.tol, args.max_iter, iteration,
+                      problems)
         row["run_in_process"] = run
         if case.startswith("two-bars"):   # against the fixed point's run of the same number
             base = next(r for r in rows if r["case"] == case and r["run_in_process"] == run
