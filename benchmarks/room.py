@@ -29,12 +29,15 @@ the device's first use: CUDA context, loading the compiled kernels; the table's 
 column counts them). ``--tail K1,K2`` follows each batch case by the K rooms that took the
 most iterations in its last run, solved as a batch of their own (cases ``batch-64-tailK``):
 an iteration's cost once only they iterate, against the whole batch's (whose rows record
-every room's iteration count and every iteration's seconds). ``--one-core`` runs the process
-on one CPU core with one thread (OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 and the BLAS threads
-set before NumPy is imported: the script restarts itself; CPU affinity pinned to one core).
+every room's iteration count and every iteration's seconds). ``--narrow-fused``: a batch on
+the fused CUDA path evaluates only the rooms still iterating once a quarter have settled
+(the default elsewhere). ``--one-core`` runs the process on one CPU core with one thread
+(OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 and the BLAS threads set before NumPy is imported:
+the script restarts itself; CPU affinity pinned to one core).
 
     python benchmarks/room.py [--device cuda] [--cases room-101,batch-64] [--one-core]
                               [--krylov one-launch|chunks] [--repeat N] [--tail 16,4,1]
+                              [--narrow-fused]
                               [--out F.json]
 """
 
@@ -58,7 +61,7 @@ import numpy as np  # noqa: E402  (after the thread settings above)
 
 import mfgwork as mw  # noqa: E402
 from mfgwork.core.storage import provenance  # noqa: E402
-from mfgwork.numerics.fdm2d import fused_krylov  # noqa: E402
+from mfgwork.numerics.fdm2d import equilibrium, fused_krylov  # noqa: E402
 
 CASES = {"room-101": (101, 100, 1), "batch-64": (101, 100, 64), "room-201": (201, 200, 1),
          "two-bars": (101, 100, 1), "two-bars-hard": (101, 100, 1),
@@ -163,11 +166,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated K: after a batch case, the K rooms that took the "
                         "most iterations solved as a batch of their own (--repeat times): "
                         "what an iteration costs once only the slowest rooms still iterate")
+    parser.add_argument("--narrow-fused", action="store_true",
+                        help="a batch on the fused CUDA path narrows its evaluations to the "
+                        "rooms still iterating, as batches elsewhere do (off by default there: "
+                        "each new batch size records its own graphs)")
     parser.add_argument("--krylov", choices=("one-launch", "chunks"), default="one-launch",
                         help="how the fused CUDA BiCGStab runs: each solve in one launch, or "
                         "in chunks of three launches an iteration (the earlier way)")
     args = parser.parse_args(argv)
     fused_krylov.ONE_LAUNCH = args.krylov == "one-launch"
+    equilibrium.NARROW_FUSED = args.narrow_fused
     if args.one_core and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     cpu = {"numpy": ("numpy", "cpu", None, "ilu"), "numpy-direct": ("numpy", "cpu", None, "direct"),
@@ -233,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rows": rows, "dense_jacobian": dense, "devices": devices,
-                               "krylov": args.krylov, "provenance": provenance()}, indent=1,
+                               "krylov": args.krylov, "narrow_fused": args.narrow_fused,
+                               "provenance": provenance()}, indent=1,
                               default=str))
     print(f"wrote {out}; devices: {devices}")
     return 0

@@ -81,6 +81,13 @@ class Fallback(Protocol):
     def __call__(self, evaluate: Any, z: Array, U: Array, M: Array, budget: int) -> Any: ...
 
 
+class Narrowing(Protocol):
+    """The best response ``evaluate(z, guess) -> (F, U, M, state(M), times)`` and the accuracy
+    hook (see :func:`fixed_point`'s ``accuracy``) of the problems at ``rows`` of a batch."""
+
+    def __call__(self, rows: np.ndarray) -> tuple[Any, Callable[[float | None], None]]: ...
+
+
 class Mixer(Protocol):
     """The running state of one solve's mixing: the next coupling state from the current one
     and its image."""
@@ -353,6 +360,10 @@ class FixedPointResult:
 #: that finds a residual below RESOLVED · s is made again at the accuracy of what it found.
 RESOLVED = 1e-2
 
+#: A batch with ``narrow`` (:func:`fixed_point`) evaluates only the problems still iterating
+#: once they are at most this fraction of the problems it evaluates.
+NARROW = 0.75
+
 #: Values per problem from which a relative change on CUDA is one fused Triton pass
 #: (:mod:`.triton_norms`): the U and M of a solve, not the coupling states.
 FUSED_NORMS_FROM = 1 << 14
@@ -400,7 +411,8 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
                 M_init: Array | None = None, U_init: Array | None = None,
                 z_init: Array | None = None, fallback: Fallback | None = None, stall: int = 25,
                 patience: int = 10, give_up: int = 5,
-                accuracy: Callable[[float | None], None] | None = None) -> FixedPointResult:
+                accuracy: Callable[[float | None], None] | None = None,
+                narrow: Narrowing | None = None) -> FixedPointResult:
     """Iterate z ← scheme(z, Φ(z)) until the returned densities have residual ≤ ``tol``.
 
     The first state is that of agents who do not move (m(t) = m0), or ``M_init``/``U_init`` (a
@@ -433,6 +445,11 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     is made again at s = that residual, before anything uses it. An evaluation that
     certifies follows a residual ≤ tol, so it is made at the accuracy of ``tol``. Called
     with None (the solvers' exact accuracy) when the iteration ends.
+
+    ``narrow`` (batches): ``narrow(rows)`` gives the evaluation Φ and the accuracy hook of the
+    problems at ``rows`` (host indices) alone. Once the problems still iterating are at most
+    :data:`NARROW` of those evaluated, only they are evaluated: a settled problem's state no
+    longer changes, so its rows keep the arrays of its last evaluation.
     """
     xp = backend.xp
     mixer = scheme.start(batched)
@@ -460,12 +477,20 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     lowest_host = np.ones(n_problems)   # the lowest iterate residuals, on the host
     iterating = np.ones(n_problems, dtype=bool)
     reevaluations = 0
+    rows = np.arange(n_problems)  # the problems evaluated
+    step_eval, step_resolve = _narrowed(evaluate, None, xp, None), resolve
+    gz = None
     for k in range(1, max_iter + 1):
         t0 = backend.stamp()
         scale = max(tol, float(np.min(lowest_host[iterating])))
+        still = int(iterating.sum())
+        if narrow is not None and batched and still < rows.size and still <= NARROW * rows.size:
+            rows = np.flatnonzero(iterating)
+            part, step_resolve = narrow(rows)
+            step_eval = _narrowed(part, rows, xp, _device(z))
         while True:
-            resolve(scale)
-            F, U_new, M_new, gz, (t1, t2, t3) = evaluate(z, U)
+            step_resolve(scale)
+            F, U_new, M_new, gz, (t1, t2, t3) = step_eval(z, U, (U, M, gz))
             res = relative_residual(gz, z, xp, batched)
             if accuracy is None or scale <= tol:
                 break
@@ -672,6 +697,29 @@ class _State:
         """The step prepared by :meth:`advance` is taken."""
         self.picard, self.recheck = self.picard_next, self.recheck_next
         self.prev_res = self.prev_res_next
+
+
+def _narrowed(evaluate: Any, rows: np.ndarray | None, xp: Any, device: Any) -> Any:
+    """Φ as ``(z, guess, last) ↦ (F, U, M, state(M), stamps)``: ``evaluate`` itself where
+    ``rows`` is None, else ``evaluate`` of the problems at ``rows`` alone (F theirs), the other
+    rows of U, M and the state copied from ``last`` (the previous evaluation's)."""
+    if rows is None:
+        return lambda z, guess, last: evaluate(z, guess)
+    idx = xp.asarray(rows, device=device)
+
+    def step(z: Array, guess: Array, last: tuple) -> tuple:
+        F, U, M, gz, stamps = evaluate(z[idx, ...],
+                                       None if guess is None else guess[idx, ...])
+        return (F, *(_put(a, idx, b, xp) for a, b in zip(last, (U, M, gz), strict=True)),
+                stamps)
+    return step
+
+
+def _put(full: Array, idx: Array, part: Array, xp: Any) -> Array:
+    """A copy of ``full`` with the rows ``idx`` replaced by ``part``."""
+    out = _copy(full, xp)
+    out[idx, ...] = part
+    return out
 
 
 def _evaluator(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, U_T: Array, m0: Array,

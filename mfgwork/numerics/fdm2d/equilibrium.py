@@ -8,6 +8,8 @@ and certifies: converged means ‖z' − z‖ ≤ tol ‖z'‖ for the returned 
 coupling state is a path of a few scalars (the attendance pair of the two bars), Newton–Krylov
 on it comes first (:func:`uses_newton`, :mod:`mfgwork.numerics.coupling_newton`) with the
 same certificate, and the fixed point continues where it stalls.
+A batch narrows its evaluations to the problems still iterating once a quarter of those it
+evaluates have settled (:class:`_Narrowing`, :data:`NARROW_FUSED`).
 :func:`best_response_residual` recomputes that residual of a given (U, M).
 """
 
@@ -38,6 +40,10 @@ from .sweeps import Scheme2D
 #: Newton–Krylov on the coupling state (:func:`uses_newton`) where it has at most this many
 #: values per time level.
 NEWTON_SCALARS = 8
+#: Whether a batch on the fused CUDA path narrows its evaluations to the problems still
+#: iterating (:class:`_Narrowing`), as batches elsewhere do: each new batch size there records
+#: its own graphs and launches its own kernel layout, a first use that is not measured yet.
+NARROW_FUSED = False
 
 
 class _Feeding:
@@ -143,14 +149,19 @@ def equilibrium(setup: Setup, iteration: IterationScheme, tol: float, max_iter: 
         budget = max_iter - len(newton.records)
     # in NumPy float32 the iteration's floor of 1e-300 under a ratio of residuals rounds to 0,
     # and an exactly certified iterate (residual 0) divides by it: a harmless inf
+    narrow = (_Narrowing(setup) if setup.batched
+              and (NARROW_FUSED or not setup.scheme.fused_krylov) else None)
     try:
         with np.errstate(divide="ignore"):
             out = fixed_point(setup.coupling, setup.scheme.solve_hjb, setup.scheme.solve_fp,
                               m0=setup.m0, U_T=setup.U_T, nt=nt, backend=setup.backend,
                               scheme=iteration, tol=tol, max_iter=budget, progress=progress,
-                              batched=setup.batched, accuracy=setup.scheme.resolve, **start)
+                              batched=setup.batched, accuracy=setup.scheme.resolve,
+                              narrow=narrow, **start)
     finally:
         setup.scheme.resolve(None)
+        if narrow is not None:
+            narrow.count()
     if newton is None:
         return out
     if newton.residual < float(out.residual[0]):
@@ -158,6 +169,32 @@ def equilibrium(setup: Setup, iteration: IterationScheme, tol: float, max_iter: 
     out.iterations = out.iterations + len(newton.records)
     out.history = _joined(newton, out.history)
     return out
+
+
+class _Narrowing:
+    """The evaluations of a batch's rows alone (:func:`fixed_point`'s ``narrow``): the setup of
+    those problems, built as the batch's own was. :meth:`count` adds their solver counts to
+    the batch's scheme."""
+
+    COUNTS = ("newton_iterations", "krylov_iterations", "factorizations")
+
+    def __init__(self, setup: Setup) -> None:
+        self.setup, self.schemes = setup, []
+
+    def __call__(self, rows: np.ndarray) -> tuple[Any, Any]:
+        s, g = self.setup, self.setup.grids[0]
+        part = build([s.problems[i] for i in rows], g.nx, g.ny, g.nt, s.backend,
+                     s.scheme.solver)
+        self.schemes.append(part.scheme)
+        return (_evaluator(part.coupling, part.scheme.solve_hjb, part.scheme.solve_fp,
+                           part.U_T, part.m0, s.backend), part.scheme.resolve)
+
+    def count(self) -> None:
+        for name in self.COUNTS:
+            total = getattr(self.setup.scheme, name) + sum(getattr(p, name)
+                                                           for p in self.schemes)
+            setattr(self.setup.scheme, name, total)
+        self.schemes = []
 
 
 def _newton_result(newton: KrylovOutcome, after: History, status: str) -> FixedPointResult:
