@@ -173,28 +173,31 @@ def equilibrium(setup: Setup, iteration: IterationScheme, tol: float, max_iter: 
 
 class _Narrowing:
     """The evaluations of a batch's rows alone (:func:`fixed_point`'s ``narrow``): the setup of
-    those problems, built as the batch's own was. :meth:`count` adds their solver counts to
-    the batch's scheme."""
+    those problems, built as the batch's own was (each replaces the one before). :meth:`count`
+    adds the solver counts of the last one to the batch's scheme, as each new setup does for
+    the one it replaces."""
 
     COUNTS = ("newton_iterations", "krylov_iterations", "factorizations")
 
     def __init__(self, setup: Setup) -> None:
-        self.setup, self.schemes = setup, []
+        self.setup: Setup = setup
+        self.part: Scheme2D | None = None
 
     def __call__(self, rows: np.ndarray) -> tuple[Any, Any]:
+        self.count()
         s, g = self.setup, self.setup.grids[0]
         part = build([s.problems[i] for i in rows], g.nx, g.ny, g.nt, s.backend,
                      s.scheme.solver)
-        self.schemes.append(part.scheme)
+        self.part = part.scheme
         return (_evaluator(part.coupling, part.scheme.solve_hjb, part.scheme.solve_fp,
                            part.U_T, part.m0, s.backend), part.scheme.resolve)
 
     def count(self) -> None:
-        for name in self.COUNTS:
-            total = getattr(self.setup.scheme, name) + sum(getattr(p, name)
-                                                           for p in self.schemes)
-            setattr(self.setup.scheme, name, total)
-        self.schemes = []
+        if self.part is not None:
+            for name in self.COUNTS:
+                setattr(self.setup.scheme, name,
+                        getattr(self.setup.scheme, name) + getattr(self.part, name))
+        self.part = None
 
 
 def _newton_result(newton: KrylovOutcome, after: History, status: str) -> FixedPointResult:
