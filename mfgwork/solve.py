@@ -573,16 +573,23 @@ def _check_size(problems: Sequence[MFGProblem], grid: Any, be: Backend,
         grid.check_scales(p.sigma, be.dtype)
 
 
+def raised_tol(tol: float, floor: float, below: str, *, hint: str = "",
+               stacklevel: int = 2) -> float:
+    """``tol``, or ``floor`` when ``tol`` is below it, with the warning "tol=… is below
+    ``below``; iterating to tol=floor instead``hint``" (``stacklevel`` as the caller's own)."""
+    if tol < floor:
+        warnings.warn(f"tol={tol:g} is below {below}; iterating to tol={floor:.1e} instead{hint}",
+                      UserWarning, stacklevel=stacklevel + 1)
+        return floor
+    return tol
+
+
 def _reachable_tol(tol: float, be: Backend) -> float:
     """``tol``, or the residual floor of the working dtype when ``tol`` is below it (with a
     warning): 100 ε in float64; 3e-4 in float32, where the rounding of the attendance path
     (about 1e-7) is amplified by the steep payoff in the residual of one best response."""
     floor = 100 * be.eps if be.eps < 1e-10 else 3e-4
-    if tol < floor:
-        warnings.warn(f"tol={tol:g} is below what {be.dtype} resolves; iterating to "
-                      f"tol={floor:.1e} instead", UserWarning, stacklevel=3)
-        return floor
-    return tol
+    return raised_tol(tol, floor, f"what {be.dtype} resolves", stacklevel=3)
 
 
 def _above_noise_floor(tol: float, n_particles: int) -> float:
@@ -590,13 +597,9 @@ def _above_noise_floor(tol: float, n_particles: int) -> float:
     (with a warning): the densities of N particles resolve the continuum equilibrium only to
     relative errors of that order, so a smaller residual certifies nothing more."""
     floor = 1.0 / math.sqrt(n_particles)
-    if tol < floor:
-        warnings.warn(f"tol={tol:g} is below the Monte Carlo noise floor 1/sqrt(n_particles) "
-                      f"= {floor:.1e} of n_particles={n_particles}; iterating to tol={floor:.1e}"
-                      " instead (use more particles for a smaller tol)", UserWarning,
-                      stacklevel=3)
-        return floor
-    return tol
+    return raised_tol(tol, floor, "the Monte Carlo noise floor 1/sqrt(n_particles) = "
+                      f"{floor:.1e} of n_particles={n_particles}",
+                      hint=" (use more particles for a smaller tol)", stacklevel=3)
 
 
 def _check_batch(problems: Sequence[MFGProblem]) -> list[MFGProblem]:

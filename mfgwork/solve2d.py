@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,6 +37,7 @@ from .numerics.iteration import Anderson, IterationScheme, check_stopping, make_
 from .problems.two_d import MFGProblem2D
 from .results2d import Result2D
 from .solve import SOLVERS as FRONT_DOOR
+from .solve import raised_tol
 
 #: Arrays of (nt+1) × ny × nx floats a solve holds besides the coupling states: U, M, their
 #: next iterates, the running cost, the best and lowest iterates of the iteration, the
@@ -219,13 +219,8 @@ def _resolvable_tol(tol: float, setup: eq.Setup) -> float:
     of the coupling no finer than that test, and one below it can return its HJB guess
     unchanged, a residual of 0 that certifies nothing."""
     newton = setup.scheme.exact[0]
-    floor = RESOLVABLE * newton
-    if tol < floor:
-        warnings.warn(f"tol={tol:g} is below what {setup.backend.dtype} resolves on this grid "
-                      f"(Newton's test at {newton:.1e}); iterating to tol={floor:.1e} instead",
-                      UserWarning, stacklevel=5)
-        return floor
-    return tol
+    return raised_tol(tol, RESOLVABLE * newton, f"what {setup.backend.dtype} resolves on this "
+                      f"grid (Newton's test at {newton:.1e})", stacklevel=5)
 
 
 def _observable_axes(problem: MFGProblem2D, observables: dict[str, Any]

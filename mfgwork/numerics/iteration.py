@@ -477,15 +477,15 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     lowest_host = np.ones(n_problems)   # the lowest iterate residuals, on the host
     iterating = np.ones(n_problems, dtype=bool)
     reevaluations = 0
-    rows = np.arange(n_problems)  # the problems evaluated
+    evaluated = n_problems  # how many problems each evaluation takes
     step_eval, step_resolve = _narrowed(evaluate, None, xp, None), resolve
     gz = None
     for k in range(1, max_iter + 1):
         t0 = backend.stamp()
         scale = max(tol, float(np.min(lowest_host[iterating])))
         still = int(iterating.sum())
-        if narrow is not None and batched and still < rows.size and still <= NARROW * rows.size:
-            rows = np.flatnonzero(iterating)
+        if narrow is not None and batched and still < evaluated and still <= NARROW * evaluated:
+            rows, evaluated = np.flatnonzero(iterating), still
             part, step_resolve = narrow(rows)
             step_eval = _narrowed(part, rows, xp, _device(z))
         while True:
