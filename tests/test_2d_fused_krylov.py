@@ -120,6 +120,28 @@ def test_one_launch_follows_the_array_iterations_per_problem(device, transpose):
         assert float(_relative_residuals(ci, b[i], shorter, transpose)) > 1e-10
 
 
+@pytest.mark.parametrize("transpose", [False, True])
+def test_one_launch_layouts_of_several_programs_agree(device, transpose):
+    """Programs that each own a contiguous run of a problem's tiles (their neighbours' values
+    read from L2, their own through L1) solve as one program does: the iterations differ
+    only in the order of the inner products' partial sums (CUDA: under the interpreter the
+    programs of a launch run one after the other and cannot meet at a barrier)."""
+    if not torch.cuda.is_available():
+        pytest.skip("several programs per problem meet at barriers on CUDA only")
+    c, b = _system((3, 41, 43), device, seed=5)
+    solutions = []
+    for layout in [(256, 1, 4), (256, 3, 4), (256, 7, 4), (512, 4, 8)]:
+        solver = FusedBiCGStab(b.shape, b, transpose, 2, graphs=False, persistent=True,
+                               layout=layout)
+        x, _ = solver.solve(c[:5], b, None, _apply(c, transpose), rtol=1e-11, max_iter=400,
+                            fail=1e-10)
+        assert solver.persistent and bool((solver.status[:, 2] == 1.0).all())
+        assert float(_relative_residuals(c, b, x, transpose).max()) <= 1e-11
+        solutions.append(x)
+    for x in solutions[1:]:
+        assert float((x - solutions[0]).abs().max()) <= 1e-9 * float(solutions[0].abs().max())
+
+
 def _unmet_barriers(monkeypatch):
     """Two programs per problem that give up waiting at once: under the interpreter they
     run one after the other, as programs that do not run at once would."""

@@ -53,7 +53,10 @@ def one_launch_layout(batch: int, nodes: int, device: Any) -> tuple[int, int]:
     own SM (so all run at once and meet at their barriers), else the largest tile and as many
     programs as fit; one program under Triton's interpreter (it runs programs one after the
     other) and off CUDA. Measured on an H100 (GPU time per iteration, 101² nodes): 256-node
-    tiles and 40 programs 4.5 µs, 512 and 20 7.0 µs, 1024 and 10 10.8 µs."""
+    tiles and 40 programs 4.5 µs, 512 and 20 7.0 µs, 1024 and 10 10.8 µs; 64 rooms: 1024-node
+    tiles, two programs of eight warps each, 61 µs, the fastest of ten layouts
+    (``benchmarks/krylov_layout.py``), moving 140 MB an iteration through DRAM (two thirds of
+    the H100's bandwidth)."""
     import torch
 
     if os.environ.get("TRITON_INTERPRET") == "1" or torch.device(device).type != "cuda":
@@ -70,10 +73,12 @@ class FusedBiCGStab:
     """BiCGStab for J (``transpose``: Jᵀ) of the stencil on arrays of ``shape`` (..., ny, nx)
     like ``like`` (dtype and device): in one launch per solve (``persistent``; default
     :data:`ONE_LAUNCH`), or in chunks of ``steps`` iterations between two convergence
-    tests."""
+    tests. ``layout``: (nodes per tile, programs per problem, warps per program) of the
+    one-launch solve, instead of :func:`one_launch_layout`'s (benchmarks compare them)."""
 
     def __init__(self, shape: tuple[int, ...], like: Any, transpose: bool, steps: int,
-                 graphs: bool, persistent: bool | None = None) -> None:
+                 graphs: bool, persistent: bool | None = None,
+                 layout: tuple[int, int, int] | None = None) -> None:
         import torch
 
         if steps < 2 or steps % 2:
@@ -95,7 +100,11 @@ class FusedBiCGStab:
                       "v": self.v[i], "scalars": zeros(self.B, 3),
                       "rr": zeros(self.B, self.tiles)} for i in range(2)]
         self.rv, self.ts, self.tt, self.r2 = (zeros(self.B, self.tiles) for _ in range(4))
-        block, self.programs = one_launch_layout(self.B, ny * nx, like.device)
+        if layout is None:
+            block, self.programs = one_launch_layout(self.B, ny * nx, like.device)
+            warps = 8 if block > 512 else 4
+        else:
+            block, self.programs, warps = layout
         if persistent is None:
             # float32 keeps the chunks: stopped at the first iterate below its tolerance,
             # the float32 recurrence left the room's fixed point a floor five times higher
@@ -107,7 +116,7 @@ class FusedBiCGStab:
         self.persistent = persistent
         self.one_launch = {"BLOCK": block, "LIMIT": BARRIER_POLLS,
                            "PB": max(2, 1 << (self.programs - 1).bit_length()),
-                           "num_warps": 8 if block > 512 else 4}
+                           "num_warps": warps}
         self.ctl, self.status = zeros(2), zeros(self.B, 3)
         self.ctl_host = torch.zeros(2, dtype=like.dtype, pin_memory=self.ctl.is_cuda)
         self.part = zeros(self.B, 5, self.programs)
