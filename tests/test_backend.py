@@ -99,6 +99,34 @@ def test_round_trip_keeps_values_dtype_device(dtype):
     assert mw.get_backend("torch", "cpu", dtype).asarray(t).data_ptr() == t.data_ptr()
 
 
+@pytest.mark.parametrize("shape", [(1,), (3,), (7, 11, 13)])
+@pytest.mark.parametrize("threads", [1, 4, 64])
+def test_a_copy_in_threads_is_whole_and_contiguous(monkeypatch, shape, threads):
+    """Every element once, in order, whatever the split (more threads than elements too),
+    from a strided view as from a contiguous array."""
+    from mfgwork.core import backend
+
+    monkeypatch.setattr(backend, "HOST_COPY_THREADS", threads)
+    a = np.random.default_rng(1).standard_normal(shape)
+    for source in (a, a.T):
+        out = backend.copy_in_threads(source)
+        assert out.flags.c_contiguous and out.shape == source.shape
+        assert np.array_equal(out, source) and not np.shares_memory(out, a)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_large_cuda_tensor_comes_to_the_host_whole(monkeypatch):
+    """Through page-locked memory and threads: equal to ``.cpu()``, strided views too, and
+    the array owns its memory (not the page-locked buffer, which goes back to torch)."""
+    from mfgwork.core import backend
+
+    monkeypatch.setattr(backend, "STAGED_FROM", 1 << 10)
+    t = torch.randn(5, 37, 41, dtype=torch.float64, device="cuda")
+    for view in (t, t[:, 3:, ::2].transpose(0, 2)):
+        out = mw.to_numpy(view)
+        assert out.flags.owndata and np.array_equal(out, view.cpu().numpy())
+
+
 def test_mps_emulation_is_float32_without_host_round_trips(mps_emulation):
     assert mps_emulation.dtype == "float32" and mps_emulation.is_accelerator
     assert mps_emulation.zeros(3).dtype == torch.float32

