@@ -41,8 +41,11 @@ from .sweeps import Scheme2D
 #: values per time level.
 NEWTON_SCALARS = 8
 #: Whether a batch on the fused CUDA path narrows its evaluations to the problems still
-#: iterating (:class:`_Narrowing`), as batches elsewhere do: each new batch size there records
-#: its own graphs and launches its own kernel layout, a first use that is not measured yet.
+#: iterating (:class:`_Narrowing`), as batches elsewhere do. Off: on an H100 the 64 rooms of
+#: ``benchmarks/room.py`` took 14.6 s warm with it, 14.4–15.1 s without (other runs): an
+#: iteration of the few rooms left is bound by the sequence of their solves, not by the
+#: rooms beside them; and the first batch in a process took 36–43 s against 21–24 s (each
+#: new batch size compiles and records its own graphs).
 NARROW_FUSED = False
 
 
