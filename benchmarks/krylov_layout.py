@@ -36,7 +36,6 @@ from room import rooms
 import mfgwork as mw
 from mfgwork.apps.doctor import versions
 from mfgwork.numerics.fdm2d import fused_krylov
-from mfgwork.numerics.fdm2d import triton_krylov as tk
 from mfgwork.numerics.fdm2d.equilibrium import build
 from mfgwork.numerics.fdm2d.fused_krylov import FusedBiCGStab
 from mfgwork.numerics.fdm2d.stencil import Coefficients
@@ -92,11 +91,10 @@ def run(solver: FusedBiCGStab, coefs: tuple, b, apply, iterations: int) -> tuple
     for _ in range(6):
         solver.start(coefs, b, None, apply)
         solver.set_control(0.0, iterations)
-        solver.sync.zero_()
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         begin.record()
         torch.cuda.nvtx.range_push("layout")   # for profilers: ncu --nvtx-include layout/
-        kernel = launch(solver)
+        kernel = solver.launch_solve()
         torch.cuda.nvtx.range_pop()
         end.record()
         torch.cuda.synchronize()
@@ -105,15 +103,6 @@ def run(solver: FusedBiCGStab, coefs: tuple, b, apply, iterations: int) -> tuple
     r = b - apply(solver.x)
     rel = float(((r * r).sum((-2, -1)).sqrt() / (b * b).sum((-2, -1)).sqrt()).max())
     return statistics.median(times[1:]), kernel, ok, rel
-
-
-def launch(solver: FusedBiCGStab):
-    diag, W, E, S, N, inv = solver.coefs
-    s = solver.sets[0]
-    return tk.solve_kernel[(solver.B, solver.programs)](
-        s["x"], s["r"], solver.p, solver.v, solver.t, solver.r_hat, inv, diag, W, E, S, N,
-        solver.b_norm, solver.ctl, solver.part, solver.sync, solver.status,
-        *solver.shape[-2:], TRANSPOSE=solver.transpose, **solver.one_launch)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -196,8 +196,7 @@ def _solve_one(problems: Any, batch: bool, nx: int, ny: int, nt: int, be: Backen
         pick = (lambda a, b=b: a[b]) if batch else (lambda a: a)
         Mb = pick(M)
         flows = pick(outflow)[:, :len(g.exits)]  # (nt+1, the doors of this problem)
-        M_device = out.M[b] if batch else out.M
-        obs = {k: to_numpy(v) for k, v in p.observables(g, M_device, be).items()}
+        obs = {k: to_numpy(v) for k, v in p.observables(g, pick(out.M), be).items()}
         labels, axes = _observable_axes(p, obs)
         results.append(Result2D(
             x=g.x, t=g.t, U=pick(U), M=Mb, converged=bool(out.converged[b]),

@@ -185,15 +185,16 @@ class FusedBiCGStab:
         self.ctl_host[0], self.ctl_host[1] = rtol, max_iter
         self.ctl.copy_(self.ctl_host, non_blocking=True)
 
-    def launch_solve(self) -> None:
+    def launch_solve(self) -> Any:
         """The solve from the state of :meth:`start` to the tolerance and cap in ``ctl``, in
-        one launch (iterations, relative residual and the barriers' flag in ``status``)."""
+        one launch (iterations, relative residual and the barriers' flag in ``status``);
+        returns Triton's compiled kernel (its registers, for benchmarks)."""
         from . import triton_krylov as tk
 
         diag, W, E, S, N, inv = self.coefs
         s = self.sets[0]
         self.sync.zero_()
-        tk.solve_kernel[(self.B, self.programs)](
+        return tk.solve_kernel[(self.B, self.programs)](
             s["x"], s["r"], self.p, self.v, self.t, self.r_hat, inv, diag, W, E, S, N,
             self.b_norm, self.ctl, self.part, self.sync, self.status, *self.shape[-2:],
             TRANSPOSE=self.transpose, **self.one_launch)
