@@ -31,13 +31,16 @@ most iterations in its last run, solved as a batch of their own (cases ``batch-6
 an iteration's cost once only they iterate, against the whole batch's (whose rows record
 every room's iteration count and every iteration's seconds). ``--narrow-fused``: a batch on
 the fused CUDA path evaluates only the rooms still iterating once a quarter have settled
-(the default elsewhere). ``--one-core`` runs the process on one CPU core with one thread
-(OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 and the BLAS threads set before NumPy is imported:
-the script restarts itself; CPU affinity pinned to one core).
+(the default elsewhere). ``--precision float64``: the fused CUDA BiCGStab iterates in
+float64 instead of float32 inside float64 Newton updates and refinement rounds (mixed, the
+default for batches; the problems and the results are float64 either way). ``--one-core``
+runs the process on one CPU core with one thread (OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 and
+the BLAS threads set before NumPy is imported: the script restarts itself; CPU affinity
+pinned to one core).
 
     python benchmarks/room.py [--device cuda] [--cases room-101,batch-64] [--one-core]
                               [--krylov one-launch|chunks] [--repeat N] [--tail 16,4,1]
-                              [--narrow-fused]
+                              [--narrow-fused] [--precision mixed|float64]
                               [--out F.json]
 """
 
@@ -61,7 +64,7 @@ import numpy as np  # noqa: E402  (after the thread settings above)
 
 import mfgwork as mw  # noqa: E402
 from mfgwork.core.storage import provenance  # noqa: E402
-from mfgwork.numerics.fdm2d import equilibrium, fused_krylov  # noqa: E402
+from mfgwork.numerics.fdm2d import equilibrium, fused_krylov, fused_steps  # noqa: E402
 
 CASES = {"room-101": (101, 100, 1), "batch-64": (101, 100, 64), "room-201": (201, 200, 1),
          "two-bars": (101, 100, 1), "two-bars-hard": (101, 100, 1),
@@ -173,8 +176,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--krylov", choices=("one-launch", "chunks"), default="one-launch",
                         help="how the fused CUDA BiCGStab runs: each solve in one launch, or "
                         "in chunks of three launches an iteration (the earlier way)")
+    parser.add_argument("--precision", choices=("mixed", "float64"), default="mixed",
+                        help="the fused CUDA BiCGStab's iterations for float64 problems: "
+                        "float32 inside float64 Newton updates and refinement rounds (the "
+                        "default), or float64")
     args = parser.parse_args(argv)
     fused_krylov.ONE_LAUNCH = args.krylov == "one-launch"
+    fused_steps.MIXED = args.precision == "mixed"
     equilibrium.NARROW_FUSED = args.narrow_fused
     if args.one_core and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
@@ -242,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rows": rows, "dense_jacobian": dense, "devices": devices,
                                "krylov": args.krylov, "narrow_fused": args.narrow_fused,
+                               "precision": args.precision,
                                "provenance": provenance()}, indent=1,
                               default=str))
     print(f"wrote {out}; devices: {devices}")

@@ -142,3 +142,82 @@ def test_the_fp_start_and_the_balance_are_the_array_codes(device):
     kept = (balanced * rows).sum((-2, -1))
     assert torch.allclose(kept, (mass * st.inv_dt).sum((-2, -1)), rtol=1e-14, atol=0.0)
     assert not torch.allclose((x * rows).sum((-2, -1)), kept, rtol=1e-3)
+
+
+def test_a_mixed_precision_fp_step_reaches_float64_accuracy(device):
+    """A float32 solver for float64 problems: the FP step's refinement rounds reach the
+    exact solves' tolerance (far below float32's), the float64 solve's solution, and report
+    the float64 residual; the mass balance uses J in float64; a step that starts at its
+    solution costs no iteration."""
+    from mfgwork.numerics.fdm2d.fused_assembly import MIXED_RTOL, ROUNDS
+    from mfgwork.numerics.fdm2d.stencil import Coefficients
+
+    st, grids = _rooms(device, nx=13)
+    g = torch.Generator().manual_seed(5)
+    shape = (2, *grids[0].active.shape)
+    u = (torch.rand(shape, generator=g, dtype=torch.float64) * 3.0 - 1.0).to(device)
+    mass = torch.rand(shape, generator=g, dtype=torch.float64).to(device) * st.active
+    solver = FusedBiCGStab(shape, u, True, 2, graphs=False, persistent=True,
+                           dtype=torch.float32)
+    assembly = FusedAssembly(st, shape, solver)
+    assert assembly.mixed and ROUNDS >= 2
+    assembly.jacobian(u)
+    c = Coefficients(*assembly.coefs[:5], None)
+    assert float((solver.coefs.double() - assembly.coefs).abs().max()) <= 1e-6 * float(
+        assembly.coefs.abs().max())
+    rtol = 1e-13
+    solver.set_control(rtol, 400)
+    x, report = assembly.fp_solve(mass, mass)
+    b = mass * st.inv_dt
+    residual = b - st.operator(c, transpose=True)(x)
+    relative = (residual * residual).sum((-2, -1)).sqrt() / (b * b).sum((-2, -1)).sqrt()
+    assert float(relative.max()) <= 10 * rtol < 1e-3 * MIXED_RTOL
+    # the same residual up to its own rounding (about ε‖b‖; on CUDA with fused
+    # multiply-adds)
+    assert torch.allclose(report[:, 1], relative, rtol=1e-6, atol=1e-15)
+    assert bool((report[:, 0] > 0).all()) and bool((report[:, 2] == 1.0).all())
+    ref = FusedBiCGStab(shape, u, True, 2, graphs=False, persistent=True)
+    want, _ = ref.solve(c[:5], b, None, st.operator(c, transpose=True), rtol=1e-14,
+                        max_iter=400, fail=1e-12)
+    assert float((x - want).abs().max()) <= 1e-11 * float(want.abs().max())
+    balanced = assembly.balanced(x, mass)
+    rows = c.diag + c.W + c.E + c.S + c.N
+    assert torch.allclose((balanced * rows).sum((-2, -1)), b.sum((-2, -1)), rtol=1e-14,
+                          atol=0.0)
+    solver.set_control(float(report[:, 1].max()) * 1.01, 400)
+    again, report = assembly.fp_solve(mass, x.clone())
+    assert float(report[:, 0].max()) == 0.0 and bool((again == x).all())
+
+
+def test_mixed_precision_newton_updates_ask_float32_accuracy_at_most(device):
+    """The control's tightest update tolerance is MIXED_RTOL with a float32 solver, and a
+    system after a skipped update (x = 0) leaves J, R and the measures as they were."""
+    from mfgwork.numerics.fdm2d.fused_assembly import MIXED_RTOL
+
+    st, grids = _rooms(device)
+    shape = (2, *grids[0].active.shape)
+    g = torch.Generator().manual_seed(6)
+    u, u_next, F = (torch.rand(shape, generator=g, dtype=torch.float64).to(device)
+                    for _ in range(3))
+    scheme = sweeps.Scheme2D(st, solver="krylov")
+    solver = FusedBiCGStab(shape, u, False, 2, graphs=False, persistent=True,
+                           dtype=torch.float32)
+    mixed = FusedAssembly(st, shape, solver)
+    assert float(mixed.constants(scheme)[3]) == max(scheme.newton_rtol, MIXED_RTOL)
+    plain = FusedAssembly(st, shape, FusedBiCGStab(shape, u, False, 2, graphs=False,
+                                                   persistent=True))
+    assert float(plain.constants(scheme)[3]) == scheme.newton_rtol
+    out = torch.zeros_like(u)
+    mixed.system(u, out, u_next, F, subtract=False)
+    assert solver.coefs.dtype == torch.float32 and mixed.part.dtype == torch.float64
+    kept = [a.clone() for a in (solver.coefs, solver.sets[0]["r"], mixed.part)]
+    scheme.newton_tol = 1e300   # every test passes: the next update is skipped
+    mixed.decide(torch.zeros(2, dtype=torch.float64, device=device), scheme, True, False)
+    assert float(mixed.report[5]) == 1.0
+    solver.coefs.fill_(7.0)   # would be overwritten by an assembly
+    kept[0].fill_(7.0)
+    later = u + 1.0
+    mixed.system(later, out, u_next, F, subtract=True)
+    assert bool((out == later).all())
+    for a, b in zip(kept, (solver.coefs, solver.sets[0]["r"], mixed.part), strict=True):
+        assert bool((a == b).all())

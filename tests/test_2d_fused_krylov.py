@@ -167,18 +167,31 @@ def test_a_one_launch_solve_whose_programs_cannot_meet_ends_and_solves_in_chunks
     assert float(_relative_residuals(c, b, x, False).max()) <= 1e-11
 
 
-@pytest.mark.parametrize("launch", ["one", "one-power", "chunks", "unmet", "batch"])
+@pytest.mark.parametrize("launch", ["one", "one-power", "chunks", "unmet", "batch",
+                                    "batch-mixed", "unmet-mixed"])
 def test_a_fused_room_solve_matches_the_eager_one(device, monkeypatch, launch):
     """The fused steps (Newton's updates on the device with one-launch solves, with the
     Triton assembly of ½|p|² or the array code of another H; the host's Newton with chunks;
     one-launch solves whose programs cannot meet, which fall back to chunks; a batch of two
-    rooms, whose levels the recordings hold as contiguous blocks) give the eager solve (at
-    the exact solves' accuracy: two iterations of inexact Picard would compare solvers at
-    their tolerance)."""
-    from mfgwork.numerics.fdm2d import fused_krylov
+    rooms, whose levels the recordings hold as contiguous blocks; float32 iterations in
+    float64 Newton updates and refinement rounds, falling back to float64 chunks) give the
+    eager solve (at the exact solves' accuracy: two iterations of inexact Picard would
+    compare solvers at their tolerance)."""
+    from mfgwork.numerics.fdm2d import fused_krylov, fused_steps
 
-    if launch == "unmet" and not _unmet_barriers(monkeypatch):
+    if launch.startswith("unmet") and not _unmet_barriers(monkeypatch):
         pytest.skip("programs that do not run at once are simulated under the interpreter")
+    mixed = launch.endswith("-mixed")
+    monkeypatch.setattr(fused_steps, "MIXED_NODES", 0 if mixed else 10**12)
+    made = []
+
+    class Spy(FusedBiCGStab):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append((self.dtype, self.persistent))
+
+    monkeypatch.setattr(fused_steps, "FusedBiCGStab", Spy)
+    launch = launch.removesuffix("-mixed")
     monkeypatch.setattr(fused_krylov, "ONE_LAUNCH", launch != "chunks")
     monkeypatch.setattr(sweeps, "INEXACT", 0.0)
     room = mw.Room(congestion=1.0, hamiltonian=mw.Power(q=1.5) if launch == "one-power"
@@ -197,6 +210,9 @@ def test_a_fused_room_solve_matches_the_eager_one(device, monkeypatch, launch):
         assert any(issubclass(x.category, mw.ConvergenceWarning) for x in w)
         unmet = [x for x in w if "did not run at once" in str(x.message)]
         assert bool(unmet) == (fused and launch == "unmet")
+    assert ((torch.float32, True) in made) == mixed
+    if launch == "unmet":   # in chunks, in float64
+        assert (torch.float64, False) in made
     for a, b in zip(out[False], out[True], strict=True):
         assert b.extra["krylov_iterations"] > 0
         assert b.extra["newton_iterations"] == pytest.approx(a.extra["newton_iterations"],

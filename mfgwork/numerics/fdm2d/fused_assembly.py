@@ -4,7 +4,17 @@ one-launch solves): the step's system into the solver's buffers, then Newton's c
 
 For H = ½|p|² the system is one launch of :func:`.triton_assembly.system_kernel` (the
 stencil's constants kept on the device); for any other H it is the stencil's array code,
-with Newton's measures per problem written where the control reads them."""
+with Newton's measures per problem written where the control reads them.
+
+**Mixed precision** (a float32 solver for float64 problems, H = ½|p|²): the systems, the
+measures and Newton's test stay in float64 and the solver iterates on J and R rounded to
+float32, so an update is accurate to :data:`MIXED_RTOL` at best (J's rounding alone leaves
+about κ(J)·6e-8) and Newton takes the updates it needs to pass its test on the exact R. An
+FP step is float64 iterative refinement: x ← x + d, J d = b − Jᵀx solved in float32 to the
+larger of the step's tolerance and :data:`MIXED_RTOL` × the round's residual,
+:data:`ROUNDS` rounds (a round whose residual already meets the tolerance costs no
+iteration), then the float64 residual of x is the step's report and float64 J keeps the
+mass balance."""
 
 from __future__ import annotations
 
@@ -14,6 +24,13 @@ import numpy as np
 
 from ...problems.hamiltonians import Quadratic
 from .fused_krylov import BLOCK, FusedBiCGStab
+
+#: The tightest relative residual asked of a float32 solve (mixed precision: Newton's
+#: updates and the FP steps' refinement rounds).
+MIXED_RTOL = 1e-5
+#: Refinement rounds of a mixed-precision FP step: three rounds reach 1e-13 (the exact
+#: solves' tolerance) from a start as far as the right-hand side itself.
+ROUNDS = 3
 
 
 def fused_assembly_serves(stencil: Any) -> bool:
@@ -25,7 +42,8 @@ def fused_assembly_serves(stencil: Any) -> bool:
 class FusedAssembly:
     """The systems and Newton's control for a stencil's problems of shape ``shape``
     (..., ny, nx) and their solver ``solver`` (the HJB systems, J not transposed; with
-    ``solver.transpose``, only :meth:`jacobian` for the FP steps)."""
+    ``solver.transpose``, only :meth:`jacobian` and the FP steps). A solver in mixed
+    precision (:attr:`.FusedBiCGStab.mixed`) is the module docstring's (H = ½|p|² only)."""
 
     def __init__(self, stencil: Any, shape: tuple[int, ...], solver: FusedBiCGStab) -> None:
         import torch
@@ -34,14 +52,18 @@ class FusedAssembly:
         self.triton = fused_assembly_serves(stencil)
         ny, nx = shape[-2:]
         self.B, self.shape = solver.B, (solver.B, ny, nx)
-        like = solver.coefs
+        dtype, device = solver.problem_dtype, solver.coefs.device
+        self.mixed = solver.mixed
+        if self.mixed and not self.triton:
+            raise ValueError("a solver of another precision serves only the Triton system "
+                             "(H = ½|p|²)")
 
         def full(a: Any, *size: int) -> Any:
-            t = torch.as_tensor(a, dtype=like.dtype, device=like.device)
+            t = torch.as_tensor(a, dtype=dtype, device=device)
             return torch.broadcast_to(t, (self.B, *size)).contiguous()
 
         def zeros(*size: int) -> Any:
-            return torch.zeros(size, dtype=like.dtype, device=like.device)
+            return torch.zeros(size, dtype=dtype, device=device)
 
         st = stencil
         if self.triton:
@@ -49,30 +71,43 @@ class FusedAssembly:
             self.inv_wx = full(st.inv_wx, nx)[0].contiguous()
             self.inv_wy = full(st.inv_wy.reshape(-1), ny)[0].contiguous()
             nu = np.broadcast_to(np.asarray(st.nu, dtype=np.float64).reshape(-1), (self.B,))
-            self.nu = torch.as_tensor(nu.copy(), dtype=like.dtype, device=like.device)
+            self.nu = torch.as_tensor(nu.copy(), dtype=dtype, device=device)
             self.diffusion = tuple(full(d, ny, nx) for d in st.diffusion)
             self.to_active = tuple(full(a, ny, nx) for a in st.to_active)
             self.active = full(st.active, ny, nx)
             self.grid_params = torch.tensor([st.inv_hx, st.inv_hy, st.inv_dt],
-                                            dtype=like.dtype, device=like.device)
+                                            dtype=dtype, device=device)
             self.zero_F = zeros(*solver.shape)
-            self.part_b = zeros(self.B, solver.tiles)   # Σ b² per tile of an FP start
+            self.part_b = zeros(self.B, 2, solver.tiles)   # Σ b², Σ r² per tile, FP start
+        #: mixed precision: J in float64 (the solver holds it rounded) and the FP step's x
+        fp_mixed = self.mixed and solver.transpose
+        self.coefs = zeros(6, *solver.shape) if fp_mixed else solver.coefs
+        #: the FP step's x: the solver's, or (mixed) two float64 buffers that the
+        #: refinement rounds go back and forth between, and the step's report
+        self.xs = [zeros(*solver.shape) for _ in range(2)] if fp_mixed else [
+            solver.sets[0]["x"]]
+        self.fp_report = zeros(self.B, 3)
+        self.refine = {"PB": max(2, 1 << (self.B - 1).bit_length()),
+                       "PT": max(2, 1 << (solver.tiles - 1).bit_length())}
         #: Newton's measures max|R|, max|u|, Σ R² per problem: per tile of the Triton
         #: system, in one column from the array code
         self.tiles = solver.tiles if self.triton else 1
         self.part = zeros(self.B, 3, self.tiles)
         self.buffers = [zeros(*solver.shape) for _ in range(2)]
         self.report = zeros(6)
+        self.never = zeros(1)   # the system kernel's flag of a skipped update, never set
         #: the control kernel's constants (:meth:`constants`) and their host values
         self.newton_params: tuple[tuple[float, ...], Any] | None = None
         self.control = {"PB": max(2, 1 << (self.B - 1).bit_length()),
                         "PT": max(2, 1 << (self.tiles - 1).bit_length())}
 
     def system(self, u: Any, u_out: Any, u_next: Any, F: Any, subtract: bool,
-               m: Any = None) -> None:
+               m: Any = None, coefs: Any = None) -> None:
         """J(u') and R(u') into the solver (the solve then starts from 0) and Newton's
         measures, u' = u − x (the solver's solution) with ``subtract``, else u; u' to
-        ``u_out``; ``m`` the densities where H depends on them."""
+        ``u_out``; ``m`` the densities where H depends on them; J to ``coefs`` instead of
+        the solver's (the Triton system). The Triton system after a skipped update (the
+        control's flag: x = 0) only copies u to ``u_out``: J, R and the measures stand."""
         s = self.solver
         s0 = s.sets[0]
         if not self.triton:
@@ -87,27 +122,61 @@ class FusedAssembly:
 
         ta.system_kernel[(self.B, self.tiles)](
             u, s0["x"], u_out, u_next, F, self.ox, self.oy, self.inv_wx, self.inv_wy,
-            self.nu, *self.diffusion, *self.to_active, self.active, s.coefs, s0["r"],
-            s.r_hat, s.p, s.v, self.part, self.grid_params, *self.shape[-2:],
-            SUBTRACT=subtract, BLOCK=BLOCK)
+            self.nu, *self.diffusion, *self.to_active, self.active,
+            s.coefs if coefs is None else coefs, s0["r"], s.r_hat, s.p, s.v, self.part,
+            self.grid_params, self.report[5:] if subtract else self.never,
+            *self.shape[-2:], SUBTRACT=subtract, BLOCK=BLOCK)
 
     def jacobian(self, u: Any) -> None:
         """J(u) and 1/diag into the solver's coefficients (the FP step's matrix; the Triton
-        system only)."""
-        self.system(u, self.buffers[0], u, self.zero_F, False)
+        system only; mixed precision: into :attr:`coefs`, and rounded into the solver's)."""
+        self.system(u, self.buffers[0], u, self.zero_F, False, coefs=self.coefs)
+        if self.coefs is not self.solver.coefs:
+            self.solver.coefs.copy_(self.coefs)
 
-    def fp_start(self, mass: Any, guess: Any) -> None:
-        """The solver's start for Jᵀμ = ``mass``/Δt from ``guess`` (J from :meth:`jacobian`):
-        x, r, r̂, the first p and v, and ‖b‖₂ (the Triton system only)."""
+    def fp_start(self, mass: Any, guess: Any, correction: Any = None, out: int = 0) -> None:
+        """The solver's start for Jᵀμ = ``mass``/Δt from x = ``guess`` (+ ``correction``, a
+        refinement round's) into ``xs[out]`` (J from :meth:`jacobian`): r, r̂, the first p and
+        v, and ‖b‖₂ (the Triton system only; with mixed precision the solver's x is 0: it
+        solves for the correction of x)."""
         import torch
 
         from . import triton_assembly as ta
 
         s = self.solver
         ta.fp_start_kernel[(self.B, self.tiles)](
-            mass, guess, s.coefs, s.sets[0]["x"], s.sets[0]["r"], s.r_hat, s.p, s.v,
-            self.part_b, self.grid_params, *self.shape[-2:], BLOCK=BLOCK)
-        torch.sqrt(self.part_b.sum(-1), out=s.b_norm)
+            mass, guess, guess if correction is None else correction, self.coefs,
+            self.xs[out], s.sets[0]["r"], s.r_hat, s.p, s.v, self.part_b, self.grid_params,
+            *self.shape[-2:], ADD=correction is not None, BLOCK=BLOCK)
+        if self.mixed:
+            s.sets[0]["x"].zero_()
+        else:
+            torch.sqrt(self.part_b[:, 0].sum(-1), out=s.b_norm)
+
+    def fp_solve(self, mass: Any, guess: Any) -> tuple[Any, Any]:
+        """The FP step's solve Jᵀμ = ``mass``/Δt from ``guess`` (J from :meth:`jacobian`) to
+        the solver's tolerance: (x, status: iterations, relative residual ‖b − Jᵀx‖₂/‖b‖₂,
+        barriers met, per problem); with mixed precision by :data:`ROUNDS` refinement
+        rounds (module docstring), the residual that of x in float64."""
+        from . import triton_assembly as ta
+
+        s = self.solver
+        self.fp_start(mass, guess)
+        if not self.mixed:
+            s.launch_solve()
+            return s.x, s.status.clone()
+
+        def refine(first: bool, last: bool) -> None:
+            ta.refine_kernel[(1,)](self.part_b, s.status, s.ctl, s.b_norm, self.fp_report,
+                                   self.B, s.tiles, RTOL=MIXED_RTOL, FIRST=first, LAST=last,
+                                   **self.refine)
+
+        refine(True, False)
+        for i in range(ROUNDS):
+            s.launch_solve()
+            self.fp_start(mass, self.xs[i % 2], s.sets[0]["x"], out=(i + 1) % 2)
+            refine(False, i == ROUNDS - 1)
+        return self.xs[ROUNDS % 2], self.fp_report.clone()
 
     def balanced(self, x: Any, mass: Any) -> Any:
         """The FP step's masses x scaled to keep the balance with ``mass`` (the masses
@@ -117,20 +186,22 @@ class FusedAssembly:
         from . import triton_assembly as ta
 
         out = torch.empty_like(x)
-        ta.balance_kernel[(self.B,)](x, mass, self.solver.coefs, out, self.grid_params,
+        ta.balance_kernel[(self.B,)](x, mass, self.coefs, out, self.grid_params,
                                      *self.shape[-2:], BLOCK=1024)
         return out
 
     def constants(self, scheme: Any) -> Any:
         """The control kernel's constants from the scheme's current tolerances (Newton's
-        test, Δt, the iteration cap, the update's tolerance bounds, γ): one device buffer,
+        test, Δt, the iteration cap, the update's tolerance bounds (the lower one at least
+        :data:`MIXED_RTOL` with mixed precision), γ): one device buffer,
         written in place when they change, so recorded replays read the current values
         (called before replays, outside a recording)."""
         import torch
 
         eta_max, gamma = scheme.forcing_constants()
+        rtol_min = max(scheme.newton_rtol, MIXED_RTOL) if self.mixed else scheme.newton_rtol
         values = (scheme.newton_tol, self.stencil.grid.dt, float(scheme.max_krylov),
-                  scheme.newton_rtol, eta_max, gamma)
+                  rtol_min, eta_max, gamma)
         host = torch.tensor(values, dtype=self.part.dtype)
         if self.newton_params is None:
             self.newton_params = (values, host.to(self.part.device))

@@ -74,11 +74,14 @@ class FusedBiCGStab:
     like ``like`` (dtype and device): in one launch per solve (``persistent``; default
     :data:`ONE_LAUNCH`), or in chunks of ``steps`` iterations between two convergence
     tests. ``layout``: (nodes per tile, programs per problem, warps per program) of the
-    one-launch solve, instead of :func:`one_launch_layout`'s (benchmarks compare them)."""
+    one-launch solve, instead of :func:`one_launch_layout`'s (benchmarks compare them).
+    ``dtype``: the iterations' precision, if not ``like``'s (float32 for float64 problems:
+    the mixed precision of :mod:`.fused_steps`, whose float64 Newton updates and refinement
+    rounds make up the accuracy; J, b and x0 are rounded to it in :meth:`start`)."""
 
     def __init__(self, shape: tuple[int, ...], like: Any, transpose: bool, steps: int,
                  graphs: bool, persistent: bool | None = None,
-                 layout: tuple[int, int, int] | None = None) -> None:
+                 layout: tuple[int, int, int] | None = None, dtype: Any = None) -> None:
         import torch
 
         if steps < 2 or steps % 2:
@@ -89,7 +92,11 @@ class FusedBiCGStab:
         self.tiles = -(-ny * nx // BLOCK)
         self.launch = {"BLOCK": BLOCK, "PB": max(2, 1 << (self.tiles - 1).bit_length())}
 
-        def zeros(*size: int, dtype: Any = like.dtype) -> Any:
+        #: the iterations' precision and the problems' (they differ: mixed precision)
+        self.dtype, self.problem_dtype = (like.dtype if dtype is None else dtype), like.dtype
+        self.mixed = self.dtype != self.problem_dtype
+
+        def zeros(*size: int, dtype: Any = self.dtype) -> Any:
             return torch.zeros(size, dtype=dtype, device=like.device)
 
         self.coefs = zeros(6, *self.shape)   # diag, W, E, S, N and 1/diag
@@ -118,7 +125,7 @@ class FusedBiCGStab:
                            "PB": max(2, 1 << (self.programs - 1).bit_length()),
                            "num_warps": warps}
         self.ctl, self.status = zeros(2), zeros(self.B, 3)
-        self.ctl_host = torch.zeros(2, dtype=like.dtype, pin_memory=self.ctl.is_cuda)
+        self.ctl_host = torch.zeros(2, dtype=self.dtype, pin_memory=self.ctl.is_cuda)
         self.part = zeros(self.B, 5, self.programs)
         self.sync = zeros(self.B, dtype=torch.int32)
         self.graphs = graphs

@@ -32,6 +32,7 @@ iterates differ.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -40,7 +41,7 @@ import numpy as np
 
 from ...core.cuda_graphs import record_checked
 from ...core.errors import SolverError
-from .fused_assembly import FusedAssembly
+from .fused_assembly import FusedAssembly, fused_assembly_serves
 from .fused_krylov import FusedBiCGStab
 from .stencil import Coefficients
 
@@ -54,6 +55,17 @@ from .stencil import Coefficients
 UPDATES = (3, 4)
 #: Levels of an HJB or FP sweep made by one replay (and read at once).
 LEVELS_PER_READ = 10
+#: Whether float64 problems with H = ½|p|² solve in mixed precision where the solves run in
+#: one launch and a batch has at least :data:`MIXED_NODES` nodes: float32 iterations inside
+#: float64 Newton updates and FP refinement rounds (:mod:`.fused_assembly`). Measured on an
+#: H100 (one-launch BiCGStab, 101² rooms, µs an iteration in float64 / float32): 16 rooms
+#: 18.4 / 7.6, 32 rooms 26.3 / 10.3, 64 rooms 61.5 / 16.0 (their float32 state fits in the
+#: 50 MB L2 cache); 64 rooms' equilibrium, warm, 13.9 s in float64 against 10.5 s mixed.
+#: A single room's iteration is bound by latency, not bandwidth: mixed, its equilibrium
+#: took 0.93 s against 0.71 s (the refinement rounds' launches).
+MIXED = True
+#: The fewest nodes of a batch (problems × ny × nx) solved in mixed precision.
+MIXED_NODES = 16 * 101 * 101
 
 
 class _Recorded:
@@ -98,13 +110,43 @@ class FusedSteps:
         #: the reports (iterations, relative residual, barriers met) of this FP sweep's
         #: one-launch solves, per level
         self._fp_reports: list[Any] = []
+        #: whether new solvers may solve in one launch (:meth:`_drop_one_launch`)
+        self.one_launch = True
 
     def solver(self, transpose: bool, like: Any) -> FusedBiCGStab:
+        """The solver of J (``transpose``: Jᵀ) for problems like ``like``: float32
+        iterations for float64 problems where :data:`MIXED` applies (a batch of at least
+        :data:`MIXED_NODES` nodes, H = ½|p|²) and the solves run in one launch, else in
+        ``like``'s precision; in chunks once one-launch solves could not run
+        (:meth:`_drop_one_launch`)."""
+        import torch
+
         key = (transpose, tuple(like.shape))
         if key not in self.solvers:
-            self.solvers[key] = FusedBiCGStab(like.shape, like, transpose, self.steps,
-                                              self.scheme.use_cuda_graphs)
+            mixed = (MIXED and self.one_launch and like.dtype == torch.float64
+                     and math.prod(like.shape) >= MIXED_NODES
+                     and fused_assembly_serves(self.stencil))
+            for dtype in ([torch.float32] if mixed else []) + [like.dtype]:
+                solver = FusedBiCGStab(like.shape, like, transpose, self.steps,
+                                       self.scheme.use_cuda_graphs,
+                                       persistent=None if self.one_launch else False,
+                                       dtype=dtype)
+                if solver.persistent or not solver.mixed:   # mixed: one launch a solve only
+                    break
+            self.solvers[key] = solver
         return self.solvers[key]
+
+    def _drop_one_launch(self, solvers: list[FusedBiCGStab]) -> None:
+        """Solve in chunks from now on: ``solvers`` no longer run one launch per solve, and
+        those in mixed precision are dropped (with their assemblies), so that the next
+        :meth:`solver` call makes them again in the problems' precision."""
+        self.one_launch = False
+        for key, solver in list(self.solvers.items()):
+            if any(solver is s for s in solvers):
+                solver.persistent = False
+                if solver.mixed:
+                    del self.solvers[key]
+                    self.assemblies.pop(id(solver), None)
 
     def _step(self, name: str, fn: Callable[..., Any], inputs: list[Any]) -> _Recorded:
         """The recording of ``fn`` for these inputs' shapes, loaded with them and run."""
@@ -154,7 +196,7 @@ class FusedSteps:
                           [u, u_next, F_n, previous] + ([] if m is None else [m]))
 
     def _unmet(self, solver: FusedBiCGStab) -> None:
-        solver.persistent = False
+        self._drop_one_launch([solver])
         warnings.warn(f"the {solver.programs} programs per problem of the one-launch BiCGStab "
                       "did not run at once; solving in chunks from now on", RuntimeWarning,
                       stacklevel=4)
@@ -361,14 +403,13 @@ class FusedSteps:
         def solve(u_n: Any, mass: Any, guess: Any, *m: Any) -> tuple[Any, Any]:
             if assembly.triton:
                 assembly.jacobian(u_n)
-                assembly.fp_start(mass, guess)
-            else:
-                c = st.jacobian(u_n, m[0] if m else None, exits=False)
-                solver.start(c[:5], mass * st.inv_dt, guess, st.operator(c, transpose=True))
+                x, status = assembly.fp_solve(mass, guess)
+                return assembly.balanced(x, mass), status
+            c = st.jacobian(u_n, m[0] if m else None, exits=False)
+            solver.start(c[:5], mass * st.inv_dt, guess, st.operator(c, transpose=True))
             solver.launch_solve()
-            out = (assembly.balanced(solver.x, mass) if assembly.triton else scheme._conserved(
-                Coefficients(*solver.coefs[:5], None), solver.x, mass * st.inv_dt))
-            return out, solver.status.clone()
+            return scheme._conserved(Coefficients(*solver.coefs[:5], None), solver.x,
+                                     mass * st.inv_dt), solver.status.clone()
 
         return solve
 
@@ -383,8 +424,7 @@ class FusedSteps:
         reports = torch.stack(self._fp_reports).cpu()   # (levels, B, 3)
         self._fp_reports = []
         if float(reports[..., 2].min()) < 1.0:
-            for solver in self.solvers.values():
-                solver.persistent = False
+            self._drop_one_launch(list(self.solvers.values()))
             warnings.warn("the programs of the one-launch BiCGStab did not run at once; "
                           "solving in chunks from now on", RuntimeWarning, stacklevel=3)
             return False

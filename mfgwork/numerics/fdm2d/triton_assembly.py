@@ -22,7 +22,9 @@ tolerance, barriers met).
 :func:`fp_start_kernel` starts the FP step's solve Jᵀμ = μⁿ/Δt from a guess (J from the
 system kernel), and :func:`balance_kernel` scales its solution so that the step keeps the
 mass balance (:meth:`.sweeps.Scheme2D._conserved`): each replaces about a dozen array
-operations of a few µs each.
+operations of a few µs each. With mixed precision (:mod:`.fused_assembly`) the start also
+adds a refinement round's correction, and :func:`refine_kernel` sets the next round's
+tolerance and keeps the step's report.
 """
 
 import triton
@@ -42,11 +44,13 @@ def _u(u, x, k, mask, SUBTRACT: tl.constexpr):
 
 @triton.jit(do_not_specialize=["NY", "NX"])
 def system_kernel(u, x, u_out, u_next, F, ox, oy, inv_wx, inv_wy, nu, dW, dE, dS, dN, to_W,
-                  to_E, to_S, to_N, active, coefs, r, r_hat, p, v, part, consts, NY, NX,
-                  SUBTRACT: tl.constexpr, BLOCK: tl.constexpr):
+                  to_E, to_S, to_N, active, coefs, r, r_hat, p, v, part, consts, skipped, NY,
+                  NX, SUBTRACT: tl.constexpr, BLOCK: tl.constexpr):
     """Grid (B, tiles): the module docstring's assembly. ``consts``: 1/hx, 1/hy, 1/Δt (in
     the arrays' dtype: a float argument would be float32); ``coefs`` (6, B, NY, NX): diag,
-    W, E, S, N, 1/diag; ``part`` (B, 3, tiles): max|R|, max|u|, Σ R² per tile."""
+    W, E, S, N, 1/diag; ``part`` (B, 3, tiles): max|R|, max|u|, Σ R² per tile. Where
+    ``skipped``[0] ≠ 0 (the Newton update before was skipped: x = 0, the system and its
+    measures stand) only u_out = u is written."""
     inv_hx = tl.load(consts)
     inv_hy = tl.load(consts + 1)
     inv_dt = tl.load(consts + 2)
@@ -55,11 +59,15 @@ def system_kernel(u, x, u_out, u_next, F, ox, oy, inv_wx, inv_wy, nu, dW, dE, dS
     tiles = tl.num_programs(1)
     size = NY * NX
     base = b.to(tl.int64) * size
-    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    k, whole, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    flag = tl.load(skipped) == 0.0
+    go = tl.zeros([BLOCK], dtype=tl.int32) + flag.to(tl.int32) > 0
+    inside = whole & go
+    mw, me, ms, mn = mw & go, me & go, ms & go, mn & go
     i = k % NX
     j = k // NX
     u, x = u + base, x + base
-    c = _u(u, x, k, inside, SUBTRACT)
+    c = _u(u, x, k, whole, SUBTRACT)
     ex = base // NX * (NX - 1) + j * (NX - 1) + i     # x-edge (j, i) of problem b
     ey = base // NY * (NY - 1) + j * NX + i           # y-edge (j, i)
     gxb = (c - _u(u, x, k - 1, mw, SUBTRACT)) * tl.load(ox + ex - 1, mask=mw, other=0.0)
@@ -97,11 +105,11 @@ def system_kernel(u, x, u_out, u_next, F, ox, oy, inv_wx, inv_wy, nu, dW, dE, dS
     tl.store(r_hat + k, R, mask=inside)
     tl.store(p + k, tl.zeros_like(R), mask=inside)
     tl.store(v + k, tl.zeros_like(R), mask=inside)
-    tl.store(u_out + k, c, mask=inside)
+    tl.store(u_out + k, c, mask=whole)
     part = part + b * 3 * tiles + tile
-    tl.store(part, tl.max(tl.where(inside, tl.abs(R), 0.0), axis=0))
-    tl.store(part + tiles, tl.max(tl.where(inside, tl.abs(c), 0.0), axis=0))
-    tl.store(part + 2 * tiles, tl.sum(R * R, axis=0))
+    tl.store(part, tl.max(tl.where(inside, tl.abs(R), 0.0), axis=0), mask=flag)
+    tl.store(part + tiles, tl.max(tl.where(inside, tl.abs(c), 0.0), axis=0), mask=flag)
+    tl.store(part + 2 * tiles, tl.sum(R * R, axis=0), mask=flag)
 
 
 @triton.jit(do_not_specialize=["B", "T"])
@@ -167,13 +175,25 @@ def control_kernel(part, previous, status, ctl, b_norm, report, consts, B, T,
         tl.store(report + 5, tl.where(done, 1.0, 0.0))
 
 
+@triton.jit
+def _guess(guess, d, k, mask, ADD: tl.constexpr):
+    """guess + d at the nodes k (the guess alone without ADD)."""
+    out = tl.load(guess + k, mask=mask, other=0.0)
+    if ADD:
+        out += tl.load(d + k, mask=mask, other=0.0)
+    return out
+
+
 @triton.jit(do_not_specialize=["NY", "NX"])
-def fp_start_kernel(mass, guess, coefs, x, r, r_hat, p, v, part, consts, NY, NX,
-                    BLOCK: tl.constexpr):
-    """Grid (B, tiles): the FP step's solve from x = ``guess``: b = μⁿ/Δt (``mass`` μⁿ,
-    1/Δt = ``consts``[2]), r = r̂ = b − Jᵀ x (in the order of :meth:`.stencil.Stencil.
-    apply_transpose`), the first p and v zero; ``part`` (B, tiles): Σ b² per tile. ``coefs``
-    (6, B, NY, NX) as in :func:`system_kernel`."""
+def fp_start_kernel(mass, guess, d, coefs, x, r, r_hat, p, v, part, consts, NY, NX,
+                    ADD: tl.constexpr, BLOCK: tl.constexpr):
+    """Grid (B, tiles): the FP step's solve from x = ``guess`` (+ ``d`` with ``ADD``: a
+    refinement round's correction; x then another buffer than the guess, which other
+    programs read): b = μⁿ/Δt (``mass`` μⁿ, 1/Δt = ``consts``[2]), r = r̂ = b − Jᵀ x (in the
+    order of :meth:`.stencil.Stencil.apply_transpose`), the first p and v zero; ``part``
+    (B, 2, tiles): Σ b² and Σ r² per tile. ``coefs`` (6, B, NY, NX) as in
+    :func:`system_kernel`; d, r and r̂ may be of another precision than the other arrays
+    (r and r̂ stored rounded)."""
     inv_dt = tl.load(consts + 2)
     b = tl.program_id(0)
     tile = tl.program_id(1)
@@ -182,12 +202,13 @@ def fp_start_kernel(mass, guess, coefs, x, r, r_hat, p, v, part, consts, NY, NX,
     plane = tl.num_programs(0).to(tl.int64) * size
     k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
     g = guess + base
-    at = tl.load(g + k, mask=inside, other=0.0)
+    d = d + base
+    at = _guess(g, d, k, inside, ADD)
     c = coefs + base
-    jt = _apply(at, tl.load(g + k - 1, mask=mw, other=0.0),
-                tl.load(g + k + 1, mask=me, other=0.0), tl.load(g + k - NX, mask=ms, other=0.0),
-                tl.load(g + k + NX, mask=mn, other=0.0), c, c + plane, c + 2 * plane,
-                c + 3 * plane, c + 4 * plane, k, inside, mw, me, ms, mn, NX, True)
+    jt = _apply(at, _guess(g, d, k - 1, mw, ADD), _guess(g, d, k + 1, me, ADD),
+                _guess(g, d, k - NX, ms, ADD), _guess(g, d, k + NX, mn, ADD), c, c + plane,
+                c + 2 * plane, c + 3 * plane, c + 4 * plane, k, inside, mw, me, ms, mn, NX,
+                True)
     rhs = tl.load(mass + base + k, mask=inside, other=0.0) * inv_dt
     res = rhs - jt
     k = base + k
@@ -196,7 +217,44 @@ def fp_start_kernel(mass, guess, coefs, x, r, r_hat, p, v, part, consts, NY, NX,
     tl.store(r_hat + k, res, mask=inside)
     tl.store(p + k, tl.zeros_like(res), mask=inside)
     tl.store(v + k, tl.zeros_like(res), mask=inside)
-    tl.store(part + b * tl.num_programs(1) + tile, tl.sum(rhs * rhs, axis=0))
+    part = part + b * 2 * tl.num_programs(1) + tile
+    tl.store(part, tl.sum(rhs * rhs, axis=0))
+    tl.store(part + tl.num_programs(1), tl.sum(res * res, axis=0))
+
+
+@triton.jit(do_not_specialize=["B", "T"])
+def refine_kernel(part, status, ctl, b_norm, report, B, T, RTOL: tl.constexpr,
+                  FIRST: tl.constexpr, LAST: tl.constexpr, PB: tl.constexpr,
+                  PT: tl.constexpr):
+    """One program, after an FP refinement round's start (:func:`fp_start_kernel`; ``part``
+    (B, 2, T): Σ b², Σ r² per tile): ``report`` (B, 3) counts the round's solve before it
+    (``status`` (B, 3); none with FIRST): iterations summed, barriers met; without LAST
+    the next solve's ``b_norm`` = max(‖b‖₂, ``RTOL``·‖r‖₂/rtol) (rtol = ``ctl``[0]: the
+    solve stops at ‖r‖₂ ≤ max(rtol·‖b‖₂, RTOL·‖r‖₂)); with LAST the report's residual is
+    ‖r‖₂/‖b‖₂."""
+    bi = tl.arange(0, PB)
+    ti = tl.arange(0, PT)
+    valid = bi < B
+    cell = (bi[:, None] < B) & (ti[None, :] < T)
+    at = part + bi[:, None] * 2 * T + ti[None, :]
+    bn = tl.sqrt(tl.sum(tl.load(at, mask=cell, other=0.0), axis=1))
+    rn = tl.sqrt(tl.sum(tl.load(at + T, mask=cell, other=0.0), axis=1))
+    if FIRST:
+        iterations = bn * 0.0
+        met = bn * 0.0 + 1.0
+    else:
+        iterations = tl.load(report + 3 * bi, mask=valid, other=0.0) + tl.load(
+            status + 3 * bi, mask=valid, other=0.0)
+        met = tl.minimum(tl.load(report + 3 * bi + 2, mask=valid, other=1.0),
+                         tl.load(status + 3 * bi + 2, mask=valid, other=1.0))
+    tl.store(report + 3 * bi, iterations, mask=valid)
+    tl.store(report + 3 * bi + 2, met, mask=valid)
+    if LAST:
+        tl.store(report + 3 * bi + 1, rn / tl.where(bn > 0.0, bn, 1.0), mask=valid)
+    else:
+        rtol = tl.load(ctl)
+        floor = tl.where(rtol > 0.0, rn * (RTOL / tl.where(rtol > 0.0, rtol, 1.0)), 0.0)
+        tl.store(b_norm + bi, tl.maximum(bn, floor), mask=valid)
 
 
 @triton.jit(do_not_specialize=["NY", "NX"])
