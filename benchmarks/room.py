@@ -4,6 +4,8 @@ to a certified tolerance.
 Cases
   room-101      101 × 101 nodes, 100 time steps, to tol 1e-6 (NumPy + SuperLU on one core;
                 torch matrix-free Jacobi-BiCGStab on the CPU and, with --device cuda, the GPU)
+  batch-16      16 rooms (4 door widths × 4 congestion strengths) in one batch, 101 × 101 × 100
+                (the smallest batch solved in mixed precision by default; --device only)
   batch-64      64 rooms (8 door widths × 8 congestion strengths) in one batch, 101 × 101 × 100
                 (torch on --device only)
   room-201      201 × 201 nodes, 200 time steps (torch on --device only)
@@ -66,7 +68,8 @@ import mfgwork as mw  # noqa: E402
 from mfgwork.core.storage import provenance  # noqa: E402
 from mfgwork.numerics.fdm2d import equilibrium, fused_krylov, fused_steps  # noqa: E402
 
-CASES = {"room-101": (101, 100, 1), "batch-64": (101, 100, 64), "room-201": (201, 200, 1),
+CASES = {"room-101": (101, 100, 1), "batch-16": (101, 100, 16),
+         "batch-64": (101, 100, 64), "room-201": (201, 200, 1),
          "two-bars": (101, 100, 1), "two-bars-hard": (101, 100, 1),
          "two-bars-easy": (101, 100, 1)}
 #: The problem of each single case (the batch builds its rooms with :func:`rooms`).
