@@ -15,6 +15,10 @@ kernel's registers and shared memory (:func:`fits_per_sm`), and a short launch c
 Every layout's final relative residual ‖b − J x‖₂/‖b‖₂ is printed beside the default's:
 the layouts differ only in the order of the inner products' partial sums.
 
+A second table times the default layout's launches against their iterations (1, 5, 18, 50),
+the L2 cache flushed before each, in float64 and in float32 (the fused steps' mixed
+precision): the slope is the seconds per iteration of every problem iterating.
+
 ``GB/s``: the memory traffic an iteration needs at least, over its time. Each iteration
 passes over :data:`PASSES` arrays of the batch (phase 1 reads r, p, v, D⁻¹, the five
 coefficients and r̂ and writes p and v; phase 2 reads r, v, D⁻¹ and the coefficients and
@@ -42,6 +46,10 @@ from mfgwork.numerics.fdm2d.stencil import Coefficients
 
 #: Arrays of the batch one BiCGStab iteration reads or writes (module docstring).
 PASSES = 30
+#: Iterations per launch of the precision series (:func:`precision_series`).
+LENGTHS = (1, 5, 18, 50)
+#: Bytes written between a solve's start and its launch: more than the L2 cache holds.
+FLUSH_BYTES = 256 * 2**20
 
 
 #: 32-bit registers of an SM (every NVIDIA GPU since Maxwell), allocated per warp in units
@@ -105,6 +113,49 @@ def run(solver: FusedBiCGStab, coefs: tuple, b, apply, iterations: int) -> tuple
     return statistics.median(times[1:]), kernel, ok, rel
 
 
+def precision_series(stencil: Any, coefs: tuple, b: Any) -> list[dict]:
+    """Seconds of one launch of the default layout against its iterations (:data:`LENGTHS`),
+    in float64 and in float32 (the mixed precision of the fused steps: float32 iterations on
+    the float64 systems), the L2 cache flushed before each launch as an assembly would; the
+    seconds per iteration are the slope between the shortest launches where every problem
+    iterates and the longest (a float32 problem at its rounding floor may break down and
+    stop early: a long launch alone would time fewer problems)."""
+    import torch
+
+    apply = stencil.operator(Coefficients(*coefs, None))
+    flush = torch.empty(FLUSH_BYTES // 8, dtype=torch.float64, device=b.device)
+    rows = []
+    for dtype in (torch.float64, torch.float32):
+        solver = FusedBiCGStab(b.shape, b, False, 2, False, persistent=True, dtype=dtype)
+        times, everyone = [], True
+        for its in LENGTHS:
+            launches = []
+            for _ in range(6):
+                solver.start(coefs, b, None, apply)
+                solver.set_control(0.0, its)
+                flush.add_(1.0)
+                begin = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                begin.record()
+                solver.launch_solve()
+                end.record()
+                torch.cuda.synchronize()
+                launches.append(begin.elapsed_time(end) / 1e3)
+                everyone &= bool((solver.status[:, 0] == its).all())
+            times.append(statistics.median(launches[1:]))
+        rows.append({"dtype": str(dtype).removeprefix("torch."), "iterations": list(LENGTHS),
+                     "s_per_launch": times, "every_problem_iterated": everyone,
+                     "s_per_iteration": (times[-1] - times[1]) / (LENGTHS[-1] - LENGTHS[1])})
+    print(f"\n{'dtype':8} " + " ".join(f"{f'{k} its':>9}" for k in LENGTHS)
+          + f" {'us/it':>7} {'x_f64':>6}")
+    for row in rows:
+        print(f"{row['dtype']:8} " + " ".join(f"{1e6 * t:9.1f}" for t in row["s_per_launch"])
+              + f" {1e6 * row['s_per_iteration']:7.2f} "
+              f"{rows[0]['s_per_iteration'] / row['s_per_iteration']:6.2f}"
+              + ("" if row["every_problem_iterated"] else "  (some problems stopped early)"))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batch", type=int, default=64)
@@ -161,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         argv if argv is not None else sys.argv[1:])]), "device": torch.cuda.get_device_name(),
         "versions": versions(), "batch": args.batch, "nx": args.nx,
         "iterations": args.iterations, "max_tiles_per_program":
-        fused_krylov.MAX_TILES_PER_PROGRAM, "rows": rows}, indent=1))
+        fused_krylov.MAX_TILES_PER_PROGRAM, "rows": rows,
+        "precision": precision_series(stencil, coefs, b)}, indent=1))
     print(f"wrote {out}")
     return 0
 

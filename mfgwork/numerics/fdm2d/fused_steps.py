@@ -58,11 +58,11 @@ LEVELS_PER_READ = 10
 #: Whether float64 problems with H = ½|p|² solve in mixed precision where the solves run in
 #: one launch and a batch has at least :data:`MIXED_NODES` nodes: float32 iterations inside
 #: float64 Newton updates and FP refinement rounds (:mod:`.fused_assembly`). Measured on an
-#: H100 (one-launch BiCGStab, 101² rooms, µs an iteration in float64 / float32): 16 rooms
-#: 18.4 / 7.6, 32 rooms 26.3 / 10.3, 64 rooms 61.5 / 16.0 (their float32 state fits in the
-#: 50 MB L2 cache); the equilibrium, warm, in float64 / mixed: 64 rooms 12.8 / 9.3 s, 16
-#: rooms 4.7 / 4.0 s. A single room's iteration is bound by latency, not bandwidth: mixed,
-#: its equilibrium took 0.93 s against 0.71 s (the refinement rounds' launches).
+#: H100: an iteration of 64 rooms of 101², bound by memory bandwidth, 27 µs in float32
+#: against 60 µs in float64 (``benchmarks/krylov_layout.py``); the equilibrium, warm, in
+#: float64 / mixed: 64 rooms 12.8 / 9.3 s, 16 rooms 4.7 / 4.0 s. A single room's iteration
+#: is bound by latency, not bandwidth: mixed, its equilibrium took 0.93 s against 0.71 s
+#: (the refinement rounds' launches).
 MIXED = True
 #: The fewest nodes of a batch (problems × ny × nx) solved in mixed precision.
 MIXED_NODES = 16 * 101 * 101
