@@ -41,3 +41,30 @@ def test_anderson_matches_the_textbook_formula_past_its_depth():
         z = mixer.update(k, z, phi(z), np)
         assert np.max(np.abs(z - want)) <= 1e-12 * (1 + np.max(np.abs(want))), k
     assert np.linalg.norm(phi(z) - z) < 0.05 * np.linalg.norm(b)
+
+
+def test_the_kept_gram_matrix_is_the_historys_through_restarts_and_wraparound():
+    """Batched (torch) mixing past its depth, with restarts (a problem whose residual jumps):
+    the Gram matrix kept a row and a column at a time is ΔRᵀΔR of the history held."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    xp = pytest.importorskip("array_api_compat.torch")
+    rng = np.random.default_rng(3)
+    n, depth = 30, 3
+    A = torch.as_tensor(0.7 * rng.standard_normal((2, n, n)) / np.sqrt(n))
+    b = torch.as_tensor(rng.standard_normal((2, n)))
+    mixer = Anderson(depth=depth, mixing=0.5, restart=1.5).start(True)
+    z = torch.zeros(2, n, dtype=torch.float64)
+    restarts = 0
+    for k in range(12):
+        gz = (A @ z[..., None])[..., 0] + b
+        if k in (4, 8):
+            gz = gz + 10.0   # a jump: both problems restart from their best iterate
+        z = mixer.update(k, z, gz, xp)
+        s = mixer._state
+        restarts += int((s["age"] == 0).sum()) if k > 0 else 0
+        if "dR" in s:
+            want = s["dR"] @ s["dR"].transpose(1, 2)
+            assert torch.allclose(s["gram"], want, rtol=1e-12, atol=1e-12 * float(want.abs().max()))
+    assert restarts >= 2 and len(mixer._state["order"]) == depth
