@@ -10,7 +10,7 @@ with Newton's measures per problem written where the control reads them.
 measures and Newton's test stay in float64 and the solver iterates on J and R rounded to
 float32, so an update is accurate to :data:`MIXED_RTOL` at best (J's rounding alone leaves
 about κ(J)·6e-8) and Newton takes the updates it needs to pass its test on the exact R. An
-FP step is float64 iterative refinement: x ← x + d, J d = b − Jᵀx solved in float32 to the
+FP step is float64 iterative refinement: x ← x + d, Jᵀd = b − Jᵀx solved in float32 to the
 larger of the step's tolerance and :data:`MIXED_RTOL` × the round's residual,
 :data:`ROUNDS` rounds (a round whose residual already meets the tolerance costs no
 iteration), then the float64 residual of x is the step's report and float64 J keeps the
@@ -137,8 +137,9 @@ class FusedAssembly:
     def fp_start(self, mass: Any, guess: Any, correction: Any = None, out: int = 0) -> None:
         """The solver's start for Jᵀμ = ``mass``/Δt from x = ``guess`` (+ ``correction``, a
         refinement round's) into ``xs[out]`` (J from :meth:`jacobian`): r, r̂, the first p and
-        v, and ‖b‖₂ (the Triton system only; with mixed precision the solver's x is 0: it
-        solves for the correction of x)."""
+        v, Σ b² and Σ r² per tile, and the solver's ‖b‖₂ (the Triton system only; with mixed
+        precision the solver's x is 0, to solve for the correction of x, and its norm is
+        the refinement's, :meth:`fp_solve`)."""
         import torch
 
         from . import triton_assembly as ta
