@@ -90,15 +90,19 @@ def systems(batch: int, nx: int) -> tuple:
     return stencil, tuple(a.contiguous() for a in c[:5]), b.contiguous()
 
 
-def run(solver: FusedBiCGStab, coefs: tuple, b, apply, iterations: int) -> tuple:
+def run(solver: FusedBiCGStab, coefs: tuple, b, apply, iterations: int,
+        flush: Any = None) -> tuple:
     """(median seconds of one launch of ``iterations`` iterations, its CompiledKernel,
-    barriers met, final relative residual)."""
+    barriers met, final relative residual); ``flush``: an array rewritten before each launch
+    (larger than the L2 cache: the launch starts cold, as after an assembly)."""
     import torch
 
     times, kernel = [], None
     for _ in range(6):
         solver.start(coefs, b, None, apply)
         solver.set_control(0.0, iterations)
+        if flush is not None:
+            flush.add_(1.0)
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         begin.record()
         torch.cuda.nvtx.range_push("layout")   # for profilers: ncu --nvtx-include layout/
@@ -129,20 +133,8 @@ def precision_series(stencil: Any, coefs: tuple, b: Any) -> list[dict]:
         solver = FusedBiCGStab(b.shape, b, False, 2, False, persistent=True, dtype=dtype)
         times, everyone = [], True
         for its in LENGTHS:
-            launches = []
-            for _ in range(6):
-                solver.start(coefs, b, None, apply)
-                solver.set_control(0.0, its)
-                flush.add_(1.0)
-                begin = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                begin.record()
-                solver.launch_solve()
-                end.record()
-                torch.cuda.synchronize()
-                launches.append(begin.elapsed_time(end) / 1e3)
-                everyone &= bool((solver.status[:, 0] == its).all())
-            times.append(statistics.median(launches[1:]))
+            times.append(run(solver, coefs, b, apply, its, flush)[0])
+            everyone &= bool((solver.status[:, 0] == its).all())
         rows.append({"dtype": str(dtype).removeprefix("torch."), "iterations": list(LENGTHS),
                      "s_per_launch": times, "every_problem_iterated": everyone,
                      "s_per_iteration": (times[-1] - times[1]) / (LENGTHS[-1] - LENGTHS[1])})

@@ -87,8 +87,6 @@ class FusedAssembly:
         self.xs = [zeros(*solver.shape) for _ in range(2)] if fp_mixed else [
             solver.sets[0]["x"]]
         self.fp_report = zeros(self.B, 3)
-        self.refine = {"PB": max(2, 1 << (self.B - 1).bit_length()),
-                       "PT": max(2, 1 << (solver.tiles - 1).bit_length())}
         #: Newton's measures max|R|, max|u|, Σ R² per problem: per tile of the Triton
         #: system, in one column from the array code
         self.tiles = solver.tiles if self.triton else 1
@@ -169,8 +167,8 @@ class FusedAssembly:
 
         def refine(first: bool, last: bool) -> None:
             ta.refine_kernel[(1,)](self.part_b, s.status, s.ctl, s.b_norm, self.fp_report,
-                                   self.B, s.tiles, RTOL=MIXED_RTOL, FIRST=first, LAST=last,
-                                   **self.refine)
+                                   self.B, self.tiles, RTOL=MIXED_RTOL, FIRST=first,
+                                   LAST=last, **self.control)
 
         refine(True, False)
         for i in range(ROUNDS):
