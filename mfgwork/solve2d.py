@@ -55,10 +55,19 @@ LU_BYTES = 48
 RESOLVABLE = 10.0
 
 
-def default_iteration() -> IterationScheme:
-    """Anderson mixing (depth 5) with β = 0.5: monotone couplings of the 2-D models converge
-    in a few tens of best responses."""
-    return Anderson(depth=5, mixing=0.5)
+#: The default mixing's regularization λ (:class:`~mfgwork.Anderson`) per dtype: light in
+#: float64, where it lets the mixing follow the slow modes of strong congestion (101² room,
+#: congestion 4, NumPy: 48 best responses with λ = 1e-4 at depth 5 or 10, 33–35 with λ from
+#: 1e-10 to 1e-6 at depth 8–10; 64 rooms on an H100: 38 → 34), and the mixing's own default
+#: in float32, whose normal equations λ = 1e-8 would leave unregularized.
+REGULARIZATION = {"float64": 1e-8, "float32": 1e-4}
+
+
+def default_iteration(dtype: str = "float64") -> IterationScheme:
+    """Anderson mixing (depth 8) with β = 0.5 and the λ of :data:`REGULARIZATION` for
+    ``dtype``: monotone couplings of the 2-D models converge in a few tens of best
+    responses."""
+    return Anderson(depth=8, mixing=0.5, regularization=REGULARIZATION[dtype])
 
 
 def _check_args(problems: list[Any], nx: Any, ny: Any, nt: Any, backend: Any, device: Any,
@@ -78,7 +87,7 @@ def _check_args(problems: list[Any], nx: Any, ny: Any, nt: Any, backend: Any, de
     if solver in ("direct", "ilu") and be.name != "numpy":
         raise ParameterError(f"solver={solver!r} is invalid with backend={be.name!r}: it runs "
                              "on NumPy (the CPU); use solver='krylov'")
-    scheme = default_iteration() if iteration is None else make_scheme(iteration)
+    scheme = default_iteration(be.dtype) if iteration is None else make_scheme(iteration)
     return nx, ny, nt, be, tol, max_iter, solver, scheme
 
 
@@ -113,11 +122,12 @@ def solve_2d(problem: MFGProblem2D, nx: int = 101, ny: int | None = None, nt: in
 
     ``backend``/``device``/``dtype`` as :func:`mfgwork.get_backend`; ``solver``: "ilu"
     (NumPy default), "direct" (NumPy) or "krylov" (torch default, also on NumPy);
-    ``iteration``: as :func:`mfgwork.solve` (default: Anderson depth 5, β = 0.5); where the
-    coupling state is a path of a few scalars (the two bars' attendance pair) and float64,
-    Newton–Krylov on it comes first, continued by the fixed point if it stalls
-    (:func:`mfgwork.numerics.fdm2d.equilibrium.uses_newton`; ``extra["coupling_newton"]``
-    tells its steps; ``mw.Anderson(newton=False)`` iterates the fixed point alone). Arguments
+    ``iteration``: as :func:`mfgwork.solve` (default: :func:`default_iteration`, Anderson
+    depth 8, β = 0.5); where the coupling state is a path of a few scalars (the two bars'
+    attendance pair) and float64, Newton–Krylov on it comes first, continued by the fixed
+    point if it stalls (:func:`mfgwork.numerics.fdm2d.equilibrium.uses_newton`;
+    ``extra["coupling_newton"]`` tells its steps; ``mw.Anderson(newton=False)`` iterates
+    the fixed point alone). Arguments
     are checked and the memory estimated (``max_memory``) before any work. A solve that does
     not reach ``tol`` in ``max_iter`` best responses returns its best iterate with
     ``converged=False`` and a :class:`~mfgwork.ConvergenceWarning`.

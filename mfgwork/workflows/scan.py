@@ -172,7 +172,7 @@ def _attributes(plan: ScanPlan, first: Any, be: Backend) -> dict[str, Any]:
                              "state_name": ", ".join(states)}
     attrs |= {k: _attr(v) for k, v in fixed.items()}
     attrs |= {"nx": opts["nx"]} | ({"ny": opts["ny"]} if plan.two_d else {})
-    default = as_json_value(default_iteration()) if plan.two_d else "anderson"
+    default = as_json_value(default_iteration(be.dtype)) if plan.two_d else "anderson"
     attrs |= {"nt": opts["nt"], "tol": opts["tol"], "max_iter": opts["max_iter"],
               "method": "fdm", "backend": be.name, "dtype": be.dtype,
               "iteration": _attr(as_json_value(opts["iteration"]) or default)}

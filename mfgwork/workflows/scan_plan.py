@@ -174,7 +174,7 @@ def check_size(plan: ScanPlan, be: Backend, in_memory: bool) -> None:
     if plan.two_d:
         from ..solve2d import _check_size, default_iteration
 
-        scheme = default_iteration() if opts["iteration"] is None \
+        scheme = default_iteration(be.dtype) if opts["iteration"] is None \
             else make_scheme(opts["iteration"])
         _check_size([first], nx, ny, nt, be, "ilu" if be.name == "numpy" else "krylov",
                     scheme, None)
