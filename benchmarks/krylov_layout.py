@@ -155,15 +155,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iterations", type=int, default=200)
     ap.add_argument("--blocks", default="256,512,1024")
     ap.add_argument("--warps", default="4,8,16,32")
+    ap.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                    help="the iterations' precision of the layout table (float32: the mixed "
+                         "precision of the fused steps, on the float64 systems)")
     ap.add_argument("--out", default="benchmarks/results/krylov_layout.json")
     args = ap.parse_args(argv)
     import torch
+
+    dtype = getattr(torch, args.dtype)
 
     stencil, coefs, b = systems(args.batch, args.nx)
     apply = stencil.operator(Coefficients(*coefs, None))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     nodes = args.nx * args.nx
-    default = FusedBiCGStab(b.shape, b, False, 2, False, persistent=True)
+    default = FusedBiCGStab(b.shape, b, False, 2, False, persistent=True, dtype=dtype)
     layouts = [("default", default.one_launch["BLOCK"], default.programs,
                 default.one_launch["num_warps"])]
     for block in (int(v) for v in args.blocks.split(",")):
@@ -176,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, block, programs, warps in layouts:
         if name == "probe":   # the compiled kernel's resources decide how many programs fit
             probe = FusedBiCGStab(b.shape, b, False, 2, False, persistent=True,
-                                  layout=(block, 1, warps))
+                                  layout=(block, 1, warps), dtype=dtype)
             _, kernel, _, _ = run(probe, coefs, b, apply, 1)
             per_sm = fits_per_sm(kernel, warps)
             tiles = -(-nodes // block)
@@ -184,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
             if programs < 1:
                 continue
         solver = FusedBiCGStab(b.shape, b, False, 2, False, persistent=True,
-                               layout=(block, programs, warps))
+                               layout=(block, programs, warps), dtype=dtype)
         seconds, kernel, ok, rel = run(solver, coefs, b, apply, args.iterations)
         row = {"layout": name, "block": block, "programs": programs, "warps": warps,
                "regs": kernel.n_regs, "spills": kernel.n_spills,
@@ -192,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                "s_per_iteration": seconds / args.iterations, "residual": rel}
         base = base or row["s_per_iteration"]
         row["x_default"] = base / row["s_per_iteration"]
-        row["GB_per_s"] = PASSES * b.numel() * b.element_size() / row["s_per_iteration"] / 1e9
+        row["GB_per_s"] = (PASSES * b.numel() * solver.coefs.element_size()
+                           / row["s_per_iteration"] / 1e9)
         rows.append(row)
         print(f"{name:8} {block:5} {programs:3} {warps:5} {row['regs']:4} {row['spills']:5} "
               f"{row['per_sm']:6} {1e6 * row['s_per_iteration']:8.2f} {row['x_default']:9.2f} "
@@ -202,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"command": " ".join(["benchmarks/krylov_layout.py", *(
         argv if argv is not None else sys.argv[1:])]), "device": torch.cuda.get_device_name(),
-        "versions": versions(), "batch": args.batch, "nx": args.nx,
+        "dtype": args.dtype, "versions": versions(), "batch": args.batch, "nx": args.nx,
         "iterations": args.iterations, "max_tiles_per_program":
         fused_krylov.MAX_TILES_PER_PROGRAM, "rows": rows,
         "precision": precision_series(stencil, coefs, b)}, indent=1))
