@@ -4,6 +4,8 @@ host's rule. On CUDA when there is one, else under Triton's CPU interpreter, els
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from helpers import triton_device
@@ -62,9 +64,10 @@ def test_the_assembly_is_the_stencils_system(device):
 
 
 @pytest.mark.parametrize("first", [True, False])
-def test_the_control_is_the_hosts_newton_rule(device, first):
+def test_the_control_is_the_hosts_newton_rule_per_problem(device, first):
     """Newton's test, the inexact update's tolerance and the skipped update, as
-    :meth:`Scheme2D._newton_measures` and :meth:`Scheme2D._newton_rtol` decide them."""
+    :meth:`Scheme2D._newton_measures` and :meth:`Scheme2D._newton_rtol` decide them for each
+    problem alone: a problem whose test passes makes no iteration while another updates."""
     st, grids = _rooms(device)
     scheme = sweeps.Scheme2D(st, solver="krylov")
     shape = (2, *grids[0].active.shape)
@@ -88,17 +91,31 @@ def test_the_control_is_the_hosts_newton_rule(device, first):
     assembly.decide(previous, scheme, first, False)
     report = assembly.report.cpu().numpy()
     assert report[0] == pytest.approx(float(np.max(size)), rel=1e-12)
-    rtol = scheme._newton_rtol(scale, norm, previous_host)
-    assert float(solver.ctl[0]) == pytest.approx(rtol, rel=1e-12)
-    assert float(solver.ctl[1]) == scheme.max_krylov   # the test fails: an update follows
-    assert torch.allclose(solver.b_norm.cpu(), torch.as_tensor(norm), rtol=1e-12)
+    rtol = np.array([scheme._newton_rtol(scale[[i]], norm[[i]], None if first
+                                         else previous_host[[i]]) for i in range(2)])
+    # the solve stops at ‖r‖₂ ≤ ctl[0]·b_norm: each problem's tolerance is in its b_norm
+    assert float(solver.ctl[0]) == 1.0
+    assert float(solver.ctl[1]) == scheme.max_krylov   # the tests fail: updates follow
+    assert torch.allclose(solver.b_norm.cpu(), torch.as_tensor(rtol * norm), rtol=1e-12)
     assert torch.allclose(previous.cpu(), torch.as_tensor(norm), rtol=1e-12)
     if first:
         assert list(report[1:5]) == [0.0, 0.0, 0.0, 1.0]
     else:
         assert list(report[1:3]) == [2.0, 14.0]
         assert report[3] == pytest.approx(2e-3, rel=1e-12) and report[4] == 1.0
-    # once the test passes, the next solve is skipped and ‖R‖₂ of the last update stays
+    # once one test passes, that problem makes no iteration and keeps ‖R‖₂ of its last
+    # update; once both pass, the next solve is skipped
+    low, high = int(np.argmin(size)), int(np.argmax(size))
+    before = previous.clone()
+    previous[high] = 5.0 * float(norm[high])
+    scheme.newton_tol = float(np.sqrt(size[low] * size[high]))
+    assembly.decide(previous, scheme, False, False)
+    assert float(solver.ctl[1]) == scheme.max_krylov and float(assembly.report[5]) == 0.0
+    assert float(solver.b_norm[low]) == math.inf
+    want = scheme._newton_rtol(scale[[high]], norm[[high]], 5.0 * norm[[high]]) * norm[high]
+    assert float(solver.b_norm[high]) == pytest.approx(want, rel=1e-12)
+    assert float(previous[low]) == float(before[low])
+    assert float(previous[high]) == pytest.approx(float(norm[high]), rel=1e-12)
     before = previous.clone()
     scheme.newton_tol = 2.0 * float(np.max(size))
     assembly.decide(previous, scheme, True, False)
