@@ -39,6 +39,23 @@ def fused_assembly_serves(stencil: Any) -> bool:
     return type(stencil.hamiltonian) is Quadratic
 
 
+def geometry_flags(stencil: Any) -> Any:
+    """The stencil's geometry for :func:`.triton_assembly.system_kernel`: an int16 array
+    (..., ny, nx) whose bits (:data:`.triton_assembly.FLAG_BITS`) say which of the node's W,
+    E, S, N edges are open, which of its W, E, S, N neighbours are active with it, and
+    whether it is active (one pass of two bytes a node, where eleven arrays of floats held
+    the same)."""
+    import torch
+
+    st = stencil
+    pad = torch.nn.functional.pad
+    ox, oy = st.ox, st.oy
+    bits = (pad(ox, (1, 0)), pad(ox, (0, 1)), pad(oy, (0, 0, 1, 0)), pad(oy, (0, 0, 0, 1)),
+            *st.to_active, st.active)
+    flags = sum((b != 0).to(torch.int32) << n for n, b in enumerate(bits))
+    return flags.to(torch.int16)
+
+
 class FusedAssembly:
     """The systems and Newton's control for a stencil's problems of shape ``shape``
     (..., ny, nx) and their solver ``solver`` (the HJB systems, J not transposed; with
@@ -67,14 +84,16 @@ class FusedAssembly:
 
         st = stencil
         if self.triton:
-            self.ox, self.oy = full(st.ox, ny, nx - 1), full(st.oy, ny - 1, nx)
-            self.inv_wx = full(st.inv_wx, nx)[0].contiguous()
-            self.inv_wy = full(st.inv_wy.reshape(-1), ny)[0].contiguous()
+            g = st.grid
+
+            def line(a: Any) -> Any:
+                return torch.as_tensor(np.ascontiguousarray(a), dtype=dtype, device=device)
+
+            self.flags = torch.broadcast_to(geometry_flags(st), (self.B, ny, nx)).contiguous()
+            self.inv_wx, self.inv_wy = line(1.0 / g.wx), line(1.0 / g.wy)
+            self.inv_hwx, self.inv_hwy = line(1.0 / (g.hx * g.wx)), line(1.0 / (g.hy * g.wy))
             nu = np.broadcast_to(np.asarray(st.nu, dtype=np.float64).reshape(-1), (self.B,))
             self.nu = torch.as_tensor(nu.copy(), dtype=dtype, device=device)
-            self.diffusion = tuple(full(d, ny, nx) for d in st.diffusion)
-            self.to_active = tuple(full(a, ny, nx) for a in st.to_active)
-            self.active = full(st.active, ny, nx)
             self.grid_params = torch.tensor([st.inv_hx, st.inv_hy, st.inv_dt],
                                             dtype=dtype, device=device)
             self.zero_F = zeros(*solver.shape)
@@ -100,12 +119,13 @@ class FusedAssembly:
                         "PT": max(2, 1 << (self.tiles - 1).bit_length())}
 
     def system(self, u: Any, u_out: Any, u_next: Any, F: Any, subtract: bool,
-               m: Any = None, coefs: Any = None) -> None:
+               m: Any = None, coefs: Any = None, jacobian: bool = False) -> None:
         """J(u') and R(u') into the solver (the solve then starts from 0) and Newton's
         measures, u' = u − x (the solver's solution) with ``subtract``, else u; u' to
         ``u_out``; ``m`` the densities where H depends on them; J to ``coefs`` instead of
-        the solver's (the Triton system). The Triton system after a skipped update (the
-        control's flag: x = 0) only copies u to ``u_out``: J, R and the measures stand."""
+        the solver's (the Triton system; with ``jacobian``, J alone, and rounded into the
+        solver's too). The Triton system after a skipped update (the control's flag: x = 0)
+        only copies u to ``u_out``: J, R and the measures stand."""
         s = self.solver
         s0 = s.sets[0]
         if not self.triton:
@@ -118,19 +138,20 @@ class FusedAssembly:
             return
         from . import triton_assembly as ta
 
+        target = s.coefs if coefs is None else coefs
         ta.system_kernel[(self.B, self.tiles)](
-            u, s0["x"], u_out, u_next, F, self.ox, self.oy, self.inv_wx, self.inv_wy,
-            self.nu, *self.diffusion, *self.to_active, self.active,
-            s.coefs if coefs is None else coefs, s0["r"], s.r_hat, s.p, s.v, self.part,
-            self.grid_params, self.report[5:] if subtract else self.never,
-            *self.shape[-2:], SUBTRACT=subtract, BLOCK=BLOCK)
+            u, s0["x"], u_out, u_next, F, self.flags, self.inv_wx, self.inv_wy, self.inv_hwx,
+            self.inv_hwy, self.nu, target, s.coefs, s0["r"], s.r_hat, s.p, s.v, self.part,
+            self.grid_params, self.report[5:] if subtract else self.never, *self.shape[-2:],
+            SUBTRACT=subtract, JACOBIAN=jacobian, LOW=jacobian and target is not s.coefs,
+            BLOCK=BLOCK)
 
     def jacobian(self, u: Any) -> None:
         """J(u) and 1/diag into the solver's coefficients (the FP step's matrix; the Triton
-        system only; mixed precision: into :attr:`coefs`, and rounded into the solver's)."""
-        self.system(u, self.buffers[0], u, self.zero_F, False, coefs=self.coefs)
-        if self.coefs is not self.solver.coefs:
-            self.solver.coefs.copy_(self.coefs)
+        system only; mixed precision: into :attr:`coefs`, and rounded into the solver's by
+        the same launch)."""
+        self.system(u, self.buffers[0], u, self.zero_F, False, coefs=self.coefs,
+                    jacobian=True)
 
     def fp_start(self, mass: Any, guess: Any, correction: Any = None, out: int = 0) -> None:
         """The solver's start for Jᵀμ = ``mass``/Δt from x = ``guess`` (+ ``correction``, a

@@ -45,15 +45,33 @@ def _u(u, x, k, mask, SUBTRACT: tl.constexpr):
     return out
 
 
+#: The bits of :func:`system_kernel`'s ``flags``, in order
+#: (:func:`.fused_assembly.geometry_flags`).
+FLAG_BITS = ("open W", "open E", "open S", "open N", "to W", "to E", "to S", "to N",
+             "active")
+
+
+@triton.jit
+def _bit(flags, n: tl.constexpr, like):
+    """Bit n of ``flags`` as 0.0 or 1.0 in the dtype of ``like``."""
+    return ((flags >> n) & 1).to(like.dtype)
+
+
 @triton.jit(do_not_specialize=["NY", "NX"])
-def system_kernel(u, x, u_out, u_next, F, ox, oy, inv_wx, inv_wy, nu, dW, dE, dS, dN, to_W,
-                  to_E, to_S, to_N, active, coefs, r, r_hat, p, v, part, consts, skipped, NY,
-                  NX, SUBTRACT: tl.constexpr, BLOCK: tl.constexpr):
-    """Grid (B, tiles): the module docstring's assembly. ``consts``: 1/hx, 1/hy, 1/Δt (in
-    the arrays' dtype: a float argument would be float32); ``coefs`` (6, B, NY, NX): diag,
-    W, E, S, N, 1/diag; ``part`` (B, 3, tiles): max|R|, max|u|, Σ R² per tile. Where
-    ``skipped``[0] ≠ 0 (the Newton update before was skipped: x = 0, the system and its
-    measures stand) only u_out = u is written."""
+def system_kernel(u, x, u_out, u_next, F, flags, inv_wx, inv_wy, inv_hwx, inv_hwy, nu, coefs,
+                  low, r, r_hat, p, v, part, consts, skipped, NY, NX, SUBTRACT: tl.constexpr,
+                  JACOBIAN: tl.constexpr, LOW: tl.constexpr, BLOCK: tl.constexpr):
+    """Grid (B, tiles): the module docstring's assembly. The geometry is ``flags`` (B, NY,
+    NX) int16, bits (:data:`FLAG_BITS`): the node's W, E, S, N edges open, its W, E, S, N
+    neighbours active (with it), the node active; ``inv_wx``, ``inv_wy``: 1/w of the
+    control volumes, ``inv_hwx``, ``inv_hwy``: 1/(h w) (the diffusion's −ν/(h w) on open
+    edges), ``nu`` (B,). ``consts``: 1/hx, 1/hy, 1/Δt (in the arrays' dtype: a float
+    argument would be float32); ``coefs`` (6, B, NY, NX): diag, W, E, S, N, 1/diag;
+    ``part`` (B, 3, tiles): max|R|, max|u|, Σ R² per tile. Where ``skipped``[0] ≠ 0 (the
+    Newton update before was skipped: x = 0, the system and its measures stand) only
+    u_out = u is written. ``JACOBIAN``: J alone (the FP step's matrix: no R, no solver
+    start, no measures, no u_out); ``LOW``: J also into ``low``, rounded to its dtype (the
+    float32 solver's copy of mixed precision)."""
     inv_hx = tl.load(consts)
     inv_hy = tl.load(consts + 1)
     inv_dt = tl.load(consts + 2)
@@ -71,12 +89,11 @@ def system_kernel(u, x, u_out, u_next, F, ox, oy, inv_wx, inv_wy, nu, dW, dE, dS
     j = k // NX
     u, x = u + base, x + base
     c = _u(u, x, k, whole, SUBTRACT)
-    ex = base // NX * (NX - 1) + j * (NX - 1) + i     # x-edge (j, i) of problem b
-    ey = base // NY * (NY - 1) + j * NX + i           # y-edge (j, i)
-    gxb = (c - _u(u, x, k - 1, mw, SUBTRACT)) * tl.load(ox + ex - 1, mask=mw, other=0.0)
-    gxf = (_u(u, x, k + 1, me, SUBTRACT) - c) * tl.load(ox + ex, mask=me, other=0.0)
-    gyb = (c - _u(u, x, k - NX, ms, SUBTRACT)) * tl.load(oy + ey - NX, mask=ms, other=0.0)
-    gyf = (_u(u, x, k + NX, mn, SUBTRACT) - c) * tl.load(oy + ey, mask=mn, other=0.0)
+    f = tl.load(flags + base + k, mask=inside, other=0).to(tl.int32)
+    gxb = (c - _u(u, x, k - 1, mw, SUBTRACT)) * _bit(f, 0, c)
+    gxf = (_u(u, x, k + 1, me, SUBTRACT) - c) * _bit(f, 1, c)
+    gyb = (c - _u(u, x, k - NX, ms, SUBTRACT)) * _bit(f, 2, c)
+    gyf = (_u(u, x, k + NX, mn, SUBTRACT) - c) * _bit(f, 3, c)
     gxb, gxf, gyb, gyf = gxb * inv_hx, gxf * inv_hx, gyb * inv_hy, gyf * inv_hy
     ax = tl.maximum(gxb, 0.0)
     ay = tl.maximum(gyb, 0.0)
@@ -86,33 +103,46 @@ def system_kernel(u, x, u_out, u_next, F, ox, oy, inv_wx, inv_wy, nu, dW, dE, dS
     lap = (gxf - gxb) * tl.load(inv_wx + i, mask=inside, other=0.0) + (gyf - gyb) * tl.load(
         inv_wy + j, mask=inside, other=0.0)
     k = base + k
-    act = tl.load(active + k, mask=inside, other=0.0)
-    R = ((c - tl.load(u_next + k, mask=inside, other=0.0)) * inv_dt
-         - tl.load(nu + b) * lap + value - tl.load(F + k, mask=inside, other=0.0)) * act
-    w = tl.load(dW + k, mask=inside, other=0.0) - ax * inv_hx
-    e = tl.load(dE + k, mask=inside, other=0.0) + bx * inv_hx
-    s = tl.load(dS + k, mask=inside, other=0.0) - ay * inv_hy
-    n = tl.load(dN + k, mask=inside, other=0.0) + by * inv_hy
+    act = _bit(f, 8, c)
+    nu_b = tl.load(nu + b)
+    # the diffusion parts −ν/(h w) on open edges, as the stencil's dW, dE, dS, dN
+    dx = -nu_b * tl.load(inv_hwx + i, mask=inside, other=0.0)
+    dy = -nu_b * tl.load(inv_hwy + j, mask=inside, other=0.0)
+    w = dx * _bit(f, 0, c) - ax * inv_hx
+    e = dx * _bit(f, 1, c) + bx * inv_hx
+    s = dy * _bit(f, 2, c) - ay * inv_hy
+    n = dy * _bit(f, 3, c) + by * inv_hy
     diag = act * (inv_dt - (w + e + s + n)) + (1.0 - act)
     plane = tl.num_programs(0).to(tl.int64) * size
-    tl.store(coefs + k, diag, mask=inside)
-    tl.store(coefs + plane + k, w * tl.load(to_W + k, mask=inside, other=0.0), mask=inside)
-    tl.store(coefs + 2 * plane + k, e * tl.load(to_E + k, mask=inside, other=0.0),
-             mask=inside)
-    tl.store(coefs + 3 * plane + k, s * tl.load(to_S + k, mask=inside, other=0.0),
-             mask=inside)
-    tl.store(coefs + 4 * plane + k, n * tl.load(to_N + k, mask=inside, other=0.0),
-             mask=inside)
-    tl.store(coefs + 5 * plane + k, 1.0 / diag, mask=inside)
-    tl.store(r + k, R, mask=inside)
-    tl.store(r_hat + k, R, mask=inside)
-    tl.store(p + k, tl.zeros_like(R), mask=inside)
-    tl.store(v + k, tl.zeros_like(R), mask=inside)
-    tl.store(u_out + k, c, mask=whole)
-    part = part + b * 3 * tiles + tile
-    tl.store(part, tl.max(tl.where(inside, tl.abs(R), 0.0), axis=0), mask=flag)
-    tl.store(part + tiles, tl.max(tl.where(inside, tl.abs(c), 0.0), axis=0), mask=flag)
-    tl.store(part + 2 * tiles, tl.sum(R * R, axis=0), mask=flag)
+    w, e, s, n = w * _bit(f, 4, c), e * _bit(f, 5, c), s * _bit(f, 6, c), n * _bit(f, 7, c)
+    _store_coefficients(coefs, plane, k, inside, diag, w, e, s, n)
+    if LOW:
+        _store_coefficients(low, plane, k, inside, diag, w, e, s, n)
+    if not JACOBIAN:
+        R = ((c - tl.load(u_next + k, mask=inside, other=0.0)) * inv_dt
+             - nu_b * lap + value - tl.load(F + k, mask=inside, other=0.0)) * act
+        tl.store(r + k, R, mask=inside)
+        tl.store(r_hat + k, R, mask=inside)
+        tl.store(p + k, tl.zeros_like(R), mask=inside)
+        tl.store(v + k, tl.zeros_like(R), mask=inside)
+        tl.store(u_out + k, c, mask=whole)
+        part = part + b * 3 * tiles + tile
+        tl.store(part, tl.max(tl.where(inside, tl.abs(R), 0.0), axis=0), mask=flag)
+        tl.store(part + tiles, tl.max(tl.where(inside, tl.abs(c), 0.0), axis=0), mask=flag)
+        tl.store(part + 2 * tiles, tl.sum(R * R, axis=0), mask=flag)
+
+
+@triton.jit
+def _store_coefficients(coefs, plane, k, mask, diag, w, e, s, n):
+    """diag, W, E, S, N and 1/diag at the nodes k of the six planes at ``coefs`` (rounded to
+    their dtype)."""
+    ty = coefs.dtype.element_ty
+    tl.store(coefs + k, diag.to(ty), mask=mask)
+    tl.store(coefs + plane + k, w.to(ty), mask=mask)
+    tl.store(coefs + 2 * plane + k, e.to(ty), mask=mask)
+    tl.store(coefs + 3 * plane + k, s.to(ty), mask=mask)
+    tl.store(coefs + 4 * plane + k, n.to(ty), mask=mask)
+    tl.store(coefs + 5 * plane + k, (1.0 / diag).to(ty), mask=mask)
 
 
 @triton.jit(do_not_specialize=["B", "T"])
