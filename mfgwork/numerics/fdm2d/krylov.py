@@ -57,14 +57,19 @@ def iterate(apply: Callable[[Any], Any], inv_diag: Any, r_hat: Any, state: State
 
 def bicgstab(apply: Callable[[Any], Any], b: Any, inv_diag: Any, xp: Any, *, rtol: float,
              max_iter: int, fail: float, check_every: int = 8,
-             chunk: Callable[[State, Any], State] | None = None) -> tuple[Any, int]:
+             chunk: Callable[[State, Any], State] | None = None,
+             x0: Any = None) -> tuple[Any, int]:
     """x with ‖b − A x‖₂ ≤ ``rtol`` ‖b‖₂ per problem (or, after ``max_iter`` iterations, the
     iterate if its relative residual is ≤ ``fail``: the rounding floor of float32; otherwise
-    :class:`SolverError`). Returns x and the iterations done. ``chunk(state, r_hat)``: the
+    :class:`SolverError`), from ``x0`` (default 0; a start that already meets ``rtol`` costs
+    no iteration). Returns x and the iterations done. ``chunk(state, r_hat)``: the
     ``check_every`` iterations between two tests (default :func:`iterate`)."""
-    x, r = 0.0 * b, b  # from x = 0
+    x, r = (0.0 * b, b) if x0 is None else (x0, b - apply(x0))
     r_hat = r
     b_norm = xp.sqrt(_dot(b, b, xp))
+    if x0 is not None and float(to_numpy(xp.max(_div(xp.sqrt(_dot(r, r, xp)), b_norm,
+                                                     xp)))) <= rtol:
+        return x, 0
     one = 1.0 + 0.0 * b_norm
     state = (x, r, 0.0 * b, 0.0 * b, one, one, one)
     k = 0

@@ -127,8 +127,7 @@ class Scheme2D:
         self.newton_rtol = 1e-10 if self.backend.dtype == "float64" else 1e-6
         self.max_krylov = 20 * (g.nx + g.ny)
         self.density: Any = None
-        #: the cell masses of the last FP sweep (the "ilu" and the fused Krylov solves start
-        #: there)
+        #: the cell masses of the last FP sweep (the iterative solves start from its steps)
         self._last_masses: list[Any] | None = None
         #: (U, density, J per level) of the last HJB sweep (NumPy solvers), which the FP sweep
         #: of that same U reuses instead of assembling J again
@@ -237,7 +236,8 @@ class Scheme2D:
         inv_diag = 1.0 / c.diag
         chunk = self._graphed_chunk(c, inv_diag, transpose) if self.use_cuda_graphs else None
         x, k = bicgstab(op, rhs, inv_diag, self.xp, rtol=rtol, max_iter=self.max_krylov,
-                        fail=KRYLOV_FAIL * rtol, check_every=CHECK_EVERY, chunk=chunk)
+                        fail=KRYLOV_FAIL * rtol, check_every=CHECK_EVERY, chunk=chunk,
+                        x0=guess)
         self.krylov_iterations += k
         return x
 
@@ -366,7 +366,7 @@ class Scheme2D:
             # a fused sweep whose one-launch solves could not run is made again in chunks
             if not self.fused_krylov or self._fused_steps().fp_report():
                 break
-        if self.solver == "ilu" or self.fused_krylov:
+        if self.solver != "direct":
             self._last_masses = masses
         return xp.stack(masses, axis=-3) / st.volumes
 
