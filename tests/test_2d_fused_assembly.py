@@ -63,6 +63,36 @@ def test_the_assembly_is_the_stencils_system(device):
     assert not fused_assembly_serves(Stencil(grids[0], 0.1, mw.Power(q=2.0), st.backend))
 
 
+def test_the_assembly_from_newtons_start_is_the_stencils_system(device):
+    """The system at Newton's start of an HJB level, formed by the kernel from the guess's
+    levels n and n+1 and u^{n+1} (:meth:`Scheme2D.newton_start`: exits keep their cost),
+    and the FP step's Jacobian alone, rounded into a float32 solver by the same launch."""
+    st, grids = _rooms(device)
+    scheme = sweeps.Scheme2D(st, solver="krylov")
+    g = torch.Generator().manual_seed(3)
+    shape = (2, *grids[0].active.shape)
+    g_n, g_next, u_next, F = (torch.rand(shape, generator=g, dtype=torch.float64).to(device)
+                              * 3.0 - 1.0 for _ in range(4))
+    solver = FusedBiCGStab(shape, u_next, False, 2, graphs=False, persistent=True)
+    assembly = FusedAssembly(st, shape, solver)
+    out = torch.zeros_like(u_next)
+    assembly.system(g_n, out, u_next, F, subtract=False, start=g_next)
+    start = scheme.newton_start(u_next, g_n, g_next)
+    assert float((out - start).abs().max()) <= 1e-15 * float(start.abs().max())
+    assert bool((out != g_n).any()) and bool((out != u_next).any())
+    c, R = st.system(start, u_next, F, None)
+    for got, ref in zip((*solver.coefs[:5], solver.sets[0]["r"]), (*c[:5], R), strict=True):
+        assert float((got - ref).abs().max()) <= 1e-12 * float(ref.abs().max())
+    low = FusedBiCGStab(shape, u_next, True, 2, graphs=False, persistent=True,
+                        dtype=torch.float32)
+    fp = FusedAssembly(st, shape, low)
+    fp.jacobian(start)
+    c = st.jacobian(start, None, exits=False)
+    for got, rounded, ref in zip(fp.coefs[:5], low.coefs[:5], c[:5], strict=True):
+        assert float((got - ref).abs().max()) <= 1e-12 * float(ref.abs().max())
+        assert bool((rounded == got.to(torch.float32)).all())
+
+
 @pytest.mark.parametrize("first", [True, False])
 def test_the_control_is_the_hosts_newton_rule_per_problem(device, first):
     """Newton's test, the inexact update's tolerance and the skipped update, as

@@ -119,13 +119,16 @@ class FusedAssembly:
                         "PT": max(2, 1 << (self.tiles - 1).bit_length())}
 
     def system(self, u: Any, u_out: Any, u_next: Any, F: Any, subtract: bool,
-               m: Any = None, coefs: Any = None, jacobian: bool = False) -> None:
+               m: Any = None, coefs: Any = None, jacobian: bool = False,
+               start: Any = None) -> None:
         """J(u') and R(u') into the solver (the solve then starts from 0) and Newton's
         measures, u' = u − x (the solver's solution) with ``subtract``, else u; u' to
         ``u_out``; ``m`` the densities where H depends on them; J to ``coefs`` instead of
         the solver's (the Triton system; with ``jacobian``, J alone, and rounded into the
-        solver's too). The Triton system after a skipped update (the control's flag: x = 0)
-        only copies u to ``u_out``: J, R and the measures stand."""
+        solver's too). ``start`` (the Triton system): u' is Newton's start from the guess's
+        levels n (``u``) and n+1 (``start``), :meth:`.sweeps.Scheme2D.newton_start`. The
+        Triton system after a skipped update (the control's flag: x = 0) only copies u to
+        ``u_out``: J, R and the measures stand."""
         s = self.solver
         s0 = s.sets[0]
         if not self.triton:
@@ -140,11 +143,12 @@ class FusedAssembly:
 
         target = s.coefs if coefs is None else coefs
         ta.system_kernel[(self.B, self.tiles)](
-            u, s0["x"], u_out, u_next, F, self.flags, self.inv_wx, self.inv_wy, self.inv_hwx,
-            self.inv_hwy, self.nu, target, s.coefs, s0["r"], s.r_hat, s.p, s.v, self.part,
-            self.grid_params, self.report[5:] if subtract else self.never, *self.shape[-2:],
-            SUBTRACT=subtract, JACOBIAN=jacobian, LOW=jacobian and target is not s.coefs,
-            BLOCK=BLOCK)
+            u, s0["x"] if start is None else start, u_out, u_next, F, self.flags,
+            self.inv_wx, self.inv_wy, self.inv_hwx, self.inv_hwy, self.nu, target, s.coefs,
+            s0["r"], s.r_hat, s.p, s.v, self.part, self.grid_params,
+            self.report[5:] if subtract else self.never, *self.shape[-2:], SUBTRACT=subtract,
+            START=start is not None, JACOBIAN=jacobian,
+            LOW=jacobian and target is not s.coefs, BLOCK=BLOCK)
 
     def jacobian(self, u: Any) -> None:
         """J(u) and 1/diag into the solver's coefficients (the FP step's matrix; the Triton
@@ -242,12 +246,16 @@ class FusedAssembly:
             **self.control)
 
     def updates(self, u: Any, u_next: Any, F: Any, previous: Any, m: Any, scheme: Any,
-                count: int) -> tuple[Any, Any, Any]:
-        """``count`` Newton updates from u (module docstring of :mod:`.fused_steps`): (the
-        last u, the last updates' ‖R‖₂ per problem, the report)."""
+                count: int, start: Any = None) -> tuple[Any, Any, Any]:
+        """``count`` Newton updates from u, or from Newton's start of the guess's levels n
+        (``u``) and n+1 (``start``), :meth:`.sweeps.Scheme2D.newton_start`, formed by the
+        Triton system on the fly (module docstring of :mod:`.fused_steps`): (the last u, the
+        last updates' ‖R‖₂ per problem, the report)."""
         previous = previous.clone()
         a, b = self.buffers
-        self.system(u, a, u_next, F, False, m)
+        if start is not None and not self.triton:
+            u, start = scheme.newton_start(u_next, u, start), None
+        self.system(u, a, u_next, F, False, m, start=start)
         self.decide(previous, scheme, True, count == 0)
         for i in range(count):
             self.solver.sets[0]["x"].zero_()

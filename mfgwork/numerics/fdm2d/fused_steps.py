@@ -267,10 +267,8 @@ class FusedSteps:
         def group(u_top: Any, F: Any, g: Any, *m: Any) -> tuple[Any, Any, Any]:
             u_next, out = u_top, []
             for i in range(F.shape[0] - 1, -1, -1):
-                u = scheme.newton_start(u_next, g[i], g[i + 1])
-                out.append(assembly.updates(u, u_next, F[i], zero, m[0][i] if m else None,
-                                            scheme,
-                                            _updates(solver)))
+                out.append(assembly.updates(g[i], u_next, F[i], zero, m[0][i] if m else None,
+                                            scheme, _updates(solver), start=g[i + 1]))
                 u_next = out[-1][0]
             return tuple(torch.stack([o[j] for o in out[::-1]]) for j in range(3))
 

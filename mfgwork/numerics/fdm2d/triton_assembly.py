@@ -37,11 +37,17 @@ from .triton_krylov import _apply, _tile
 
 
 @triton.jit
-def _u(u, x, k, mask, SUBTRACT: tl.constexpr):
-    """u − x at the nodes k (u alone without SUBTRACT)."""
+def _u(u, x, u_next, k, mask, act, SUBTRACT: tl.constexpr, START: tl.constexpr):
+    """u at the nodes k: u − x with SUBTRACT; with START, Newton's start
+    (:meth:`.sweeps.Scheme2D.newton_start`) from the guess's levels n (``u``) and n+1
+    (``x``): (u + uⁿ⁺¹ − x)·act + uⁿ⁺¹·(1 − act), ``act`` 1 where the node is active; u
+    alone otherwise."""
     out = tl.load(u + k, mask=mask, other=0.0)
     if SUBTRACT:
         out -= tl.load(x + k, mask=mask, other=0.0)
+    if START:
+        above = tl.load(u_next + k, mask=mask, other=0.0)
+        out = (out + above - tl.load(x + k, mask=mask, other=0.0)) * act + above * (1.0 - act)
     return out
 
 
@@ -60,7 +66,8 @@ def _bit(flags, n: tl.constexpr, like):
 @triton.jit(do_not_specialize=["NY", "NX"])
 def system_kernel(u, x, u_out, u_next, F, flags, inv_wx, inv_wy, inv_hwx, inv_hwy, nu, coefs,
                   low, r, r_hat, p, v, part, consts, skipped, NY, NX, SUBTRACT: tl.constexpr,
-                  JACOBIAN: tl.constexpr, LOW: tl.constexpr, BLOCK: tl.constexpr):
+                  START: tl.constexpr, JACOBIAN: tl.constexpr, LOW: tl.constexpr,
+                  BLOCK: tl.constexpr):
     """Grid (B, tiles): the module docstring's assembly. The geometry is ``flags`` (B, NY,
     NX) int16, bits (:data:`FLAG_BITS`): the node's W, E, S, N edges open, its W, E, S, N
     neighbours active (with it), the node active; ``inv_wx``, ``inv_wy``: 1/w of the
@@ -69,9 +76,11 @@ def system_kernel(u, x, u_out, u_next, F, flags, inv_wx, inv_wy, inv_hwx, inv_hw
     argument would be float32); ``coefs`` (6, B, NY, NX): diag, W, E, S, N, 1/diag;
     ``part`` (B, 3, tiles): max|R|, max|u|, Σ R² per tile. Where ``skipped``[0] ≠ 0 (the
     Newton update before was skipped: x = 0, the system and its measures stand) only
-    u_out = u is written. ``JACOBIAN``: J alone (the FP step's matrix: no R, no solver
-    start, no measures, no u_out); ``LOW``: J also into ``low``, rounded to its dtype (the
-    float32 solver's copy of mixed precision)."""
+    u_out = u is written. ``START``: u is Newton's start from the guess's levels n (``u``)
+    and n+1 (``x``) and uⁿ⁺¹ (a neighbour's activity from the node's flags: an inactive
+    node's neighbours do not enter its row). ``JACOBIAN``: J alone (the FP step's matrix:
+    no R, no solver start, no measures, no u_out); ``LOW``: J also into ``low``, rounded to
+    its dtype (the float32 solver's copy of mixed precision)."""
     inv_hx = tl.load(consts)
     inv_hy = tl.load(consts + 1)
     inv_dt = tl.load(consts + 2)
@@ -87,13 +96,17 @@ def system_kernel(u, x, u_out, u_next, F, flags, inv_wx, inv_wy, inv_hwx, inv_hw
     mw, me, ms, mn = mw & go, me & go, ms & go, mn & go
     i = k % NX
     j = k // NX
-    u, x = u + base, x + base
-    c = _u(u, x, k, whole, SUBTRACT)
-    f = tl.load(flags + base + k, mask=inside, other=0).to(tl.int32)
-    gxb = (c - _u(u, x, k - 1, mw, SUBTRACT)) * _bit(f, 0, c)
-    gxf = (_u(u, x, k + 1, me, SUBTRACT) - c) * _bit(f, 1, c)
-    gyb = (c - _u(u, x, k - NX, ms, SUBTRACT)) * _bit(f, 2, c)
-    gyf = (_u(u, x, k + NX, mn, SUBTRACT) - c) * _bit(f, 3, c)
+    u, x, above = u + base, x + base, u_next + base
+    if START:   # (never after a skipped update)
+        f = tl.load(flags + base + k, mask=whole, other=0).to(tl.int32)
+    else:
+        f = tl.load(flags + base + k, mask=inside, other=0).to(tl.int32)
+    c = _u(u, x, above, k, whole, ((f >> 8) & 1).to(u.dtype.element_ty), SUBTRACT, START)
+    # u at the neighbours (their activity: bits 4-7 of the node's flags)
+    gxb = (c - _u(u, x, above, k - 1, mw, _bit(f, 4, c), SUBTRACT, START)) * _bit(f, 0, c)
+    gxf = (_u(u, x, above, k + 1, me, _bit(f, 5, c), SUBTRACT, START) - c) * _bit(f, 1, c)
+    gyb = (c - _u(u, x, above, k - NX, ms, _bit(f, 6, c), SUBTRACT, START)) * _bit(f, 2, c)
+    gyf = (_u(u, x, above, k + NX, mn, _bit(f, 7, c), SUBTRACT, START) - c) * _bit(f, 3, c)
     gxb, gxf, gyb, gyf = gxb * inv_hx, gxf * inv_hx, gyb * inv_hy, gyf * inv_hy
     ax = tl.maximum(gxb, 0.0)
     ay = tl.maximum(gyb, 0.0)
