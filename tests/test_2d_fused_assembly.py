@@ -181,6 +181,12 @@ def test_the_fp_start_and_the_balance_are_the_array_codes(device):
         assert float((got - want).abs().max()) <= 1e-14 * scale
     assert torch.allclose(solver.b_norm, ref.b_norm, rtol=1e-14, atol=0.0)
     assert float(solver.p[0].abs().max()) == 0.0 == float(solver.v[0].abs().max())
+    # from the masses plus the previous sweep's step, formed by the kernel
+    r = solver.sets[0]["r"].clone()
+    step = (guess + x, mass + x)   # its difference is guess − mass
+    assembly.fp_start(mass, mass, step=step)
+    assert float((solver.x - guess).abs().max()) <= 1e-15 * float(guess.abs().max())
+    assert float((solver.sets[0]["r"] - r).abs().max()) <= 1e-13 * scale
     scheme = sweeps.Scheme2D(st, solver="krylov")
     balanced = assembly.balanced(x, mass)
     want = scheme._conserved(c, x, mass * st.inv_dt)

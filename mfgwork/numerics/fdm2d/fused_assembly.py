@@ -98,6 +98,7 @@ class FusedAssembly:
                                             dtype=dtype, device=device)
             self.zero_F = zeros(*solver.shape)
             self.part_b = zeros(self.B, 2, solver.tiles)   # Σ b², Σ r² per tile, FP start
+            self.part_balance = zeros(self.B, 2, solver.tiles)   # the balance's sums
         #: mixed precision: J in float64 (the solver holds it rounded) and the FP step's x
         fp_mixed = self.mixed and solver.transpose
         self.coefs = zeros(6, *solver.shape) if fp_mixed else solver.coefs
@@ -157,9 +158,11 @@ class FusedAssembly:
         self.system(u, self.buffers[0], u, self.zero_F, False, coefs=self.coefs,
                     jacobian=True)
 
-    def fp_start(self, mass: Any, guess: Any, correction: Any = None, out: int = 0) -> None:
+    def fp_start(self, mass: Any, guess: Any, correction: Any = None, out: int = 0,
+                 step: tuple[Any, Any] | None = None) -> None:
         """The solver's start for Jᵀμ = ``mass``/Δt from x = ``guess`` (+ ``correction``, a
-        refinement round's) into ``xs[out]`` (J from :meth:`jacobian`): r, r̂, the first p and
+        refinement round's; + step[0] − step[1], the previous sweep's step) into
+        ``xs[out]`` (J from :meth:`jacobian`): r, r̂, the first p and
         v, Σ b² and Σ r² per tile, and the solver's ‖b‖₂ (the Triton system only; with mixed
         precision the solver's x is 0, to solve for the correction of x, and its norm is
         the refinement's, :meth:`fp_solve`)."""
@@ -168,24 +171,27 @@ class FusedAssembly:
         from . import triton_assembly as ta
 
         s = self.solver
+        d, d0 = (guess if correction is None else correction, guess) if step is None else step
         ta.fp_start_kernel[(self.B, self.tiles)](
-            mass, guess, guess if correction is None else correction, self.coefs,
-            self.xs[out], s.sets[0]["r"], s.r_hat, s.p, s.v, self.part_b, self.grid_params,
-            *self.shape[-2:], ADD=correction is not None, BLOCK=BLOCK)
+            mass, guess, d, d0, self.coefs, self.xs[out], s.sets[0]["r"], s.r_hat, s.p, s.v,
+            self.part_b, self.grid_params, *self.shape[-2:], ADD=correction is not None,
+            STEP=step is not None, BLOCK=BLOCK)
         if self.mixed:
             s.sets[0]["x"].zero_()
         else:
             torch.sqrt(self.part_b[:, 0].sum(-1), out=s.b_norm)
 
-    def fp_solve(self, mass: Any, guess: Any) -> tuple[Any, Any]:
-        """The FP step's solve Jᵀμ = ``mass``/Δt from ``guess`` (J from :meth:`jacobian`) to
-        the solver's tolerance: (x, status: iterations, relative residual ‖b − Jᵀx‖₂/‖b‖₂,
+    def fp_solve(self, mass: Any, guess: Any, step: tuple[Any, Any] | None = None
+                 ) -> tuple[Any, Any]:
+        """The FP step's solve Jᵀμ = ``mass``/Δt from ``guess`` (+ step[0] − step[1]: the
+        previous sweep's step, added by the start's kernel; J from :meth:`jacobian`) to the
+        solver's tolerance: (x, status: iterations, relative residual ‖b − Jᵀx‖₂/‖b‖₂,
         barriers met, per problem); with mixed precision by :data:`ROUNDS` refinement
         rounds (module docstring), the residual that of x in float64."""
         from . import triton_assembly as ta
 
         s = self.solver
-        self.fp_start(mass, guess)
+        self.fp_start(mass, guess, step=step)
         if not self.mixed:
             s.launch_solve()
             return s.x, s.status.clone()
@@ -210,8 +216,11 @@ class FusedAssembly:
         from . import triton_assembly as ta
 
         out = torch.empty_like(x)
-        ta.balance_kernel[(self.B,)](x, mass, self.coefs, out, self.grid_params,
-                                     *self.shape[-2:], BLOCK=1024)
+        grid = (self.B, self.tiles)
+        ta.balance_sums_kernel[grid](x, mass, self.coefs, self.part_balance,
+                                     self.grid_params, *self.shape[-2:], BLOCK=BLOCK)
+        ta.balance_scale_kernel[grid](x, self.part_balance, out, *self.shape[-2:],
+                                      BLOCK=BLOCK, PT=self.control["PT"])
         return out
 
     def constants(self, scheme: Any) -> Any:

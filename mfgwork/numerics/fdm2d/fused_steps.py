@@ -375,8 +375,8 @@ class FusedSteps:
         def group(U: Any, mass: Any, last: Any, *m: Any) -> tuple[Any, Any]:
             out, status = [], []
             for i in range(U.shape[0]):
-                guess = mass + (last[i + 1] - last[i])
-                mass, report = solve(U[i], mass, guess, *(mi[i] for mi in m))
+                mass, report = solve(U[i], mass, (last[i + 1], last[i]),
+                                     *(mi[i] for mi in m))
                 out.append(mass)
                 status.append(report)
             return torch.stack(out), torch.stack(status)
@@ -392,17 +392,18 @@ class FusedSteps:
         return True
 
     def _fp_solve(self, solver: FusedBiCGStab, like: Any) -> Callable[..., tuple[Any, Any]]:
-        """(u^n, μ^n, guess, [m]) ↦ (μ^{n+1}, the solve's status): the FP step's
-        assembly, start and one-launch solve, its masses kept in balance
-        (:meth:`.sweeps.Scheme2D._conserved`)."""
+        """(u^n, μ^n, the previous sweep's (μ^{n+1}, μ^n), [m]) ↦ (μ^{n+1}, the solve's
+        status): the FP step's assembly, start (from μ^n plus the previous sweep's step) and
+        one-launch solve, its masses kept in balance (:meth:`.sweeps.Scheme2D._conserved`)."""
         st, scheme = self.stencil, self.scheme
         assembly = self._assembly(solver, like)
 
-        def solve(u_n: Any, mass: Any, guess: Any, *m: Any) -> tuple[Any, Any]:
+        def solve(u_n: Any, mass: Any, step: tuple[Any, Any], *m: Any) -> tuple[Any, Any]:
             if assembly.triton:
                 assembly.jacobian(u_n)
-                x, status = assembly.fp_solve(mass, guess)
+                x, status = assembly.fp_solve(mass, mass, step=step)
                 return assembly.balanced(x, mass), status
+            guess = mass + (step[0] - step[1])
             c = st.jacobian(u_n, m[0] if m else None, exits=False)
             solver.start(c[:5], mass * st.inv_dt, guess, st.operator(c, transpose=True))
             solver.launch_solve()
