@@ -158,6 +158,11 @@ class Anderson(IterationScheme):
 
     With residuals r_k = Φ(z_k) − z_k and the last ``depth`` differences ΔZ, ΔR:
     γ = argmin ‖r_k − ΔR γ‖₂² + λ tr(ΔRᵀΔR) ‖γ‖₂², then z_{k+1} = z_k + β r_k − (ΔZ + β ΔR) γ.
+    ``column_scaling``: the regularization λ Σ_j ‖ΔR_j‖₂² γ_j² instead, each difference
+    against its own size (the least-squares problem of the columns scaled to unit norm), so
+    that the large differences of a solve's first steps do not drown the small recent ones
+    in a regularization scaled by the whole history (101² room without congestion: 14 best
+    responses with the trace, 7 with the columns; strong congestion the same).
 
     Safeguard (per problem of a batch): when ‖r_k‖ exceeds ``restart`` times the smallest
     residual seen so far, the step is rejected: the mixing restarts from the best iterate with
@@ -178,6 +183,7 @@ class Anderson(IterationScheme):
     restart: float = 2.0
     min_mixing: float = 1e-3
     newton: bool = True
+    column_scaling: bool = False
 
     def __post_init__(self) -> None:
         checked = {
@@ -189,6 +195,7 @@ class Anderson(IterationScheme):
         checked["min_mixing"] = check_real("min_mixing", self.min_mixing, low=0.0,
                                            high=checked["mixing"], high_open=False)
         check_flag("newton", self.newton)
+        check_flag("column_scaling", self.column_scaling)
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 
@@ -201,7 +208,9 @@ class Anderson(IterationScheme):
 
     def describe(self) -> dict[str, Any]:
         return {"scheme": "anderson", "depth": self.depth, "mixing": self.mixing,
-                "restart": self.restart, "newton": self.newton}
+                "restart": self.restart, "newton": self.newton} | (
+                    {"regularization": self.regularization, "column_scaling": True}
+                    if self.column_scaling else {})
 
 
 class AndersonMixer:
@@ -276,9 +285,18 @@ class AndersonMixer:
         gram = s["gram"] * (valid[:, :, None] * valid[:, None, :])
         rhs = (dR @ r[..., None]) * valid[..., None]
         eye = xp.eye(depth, dtype=r.dtype, device=dev)
-        scale = xp.sum(xp.sum(gram * eye, axis=-1), axis=-1)
-        shift = self.scheme.regularization * scale + xp.astype(scale == 0.0, r.dtype)
-        gamma = _solve(gram + shift[:, None, None] * eye, rhs, xp)  # (B, depth, 1)
+        if self.scheme.column_scaling:   # columns of unit norm; empty ones held at γ = 0
+            norms = xp.sum(gram * eye, axis=-1)   # (B, depth): ‖ΔR_j‖₂²
+            held = norms > 0.0
+            inv = xp.where(held, 1.0 / xp.sqrt(xp.where(held, norms, 1.0)), 0.0 * norms)
+            unit = gram * inv[:, :, None] * inv[:, None, :]
+            diagonal = self.scheme.regularization + xp.astype(~held, r.dtype)
+            gamma = _solve(unit + diagonal[:, :, None] * eye, rhs * inv[..., None], xp)
+            gamma = gamma * inv[..., None]   # (B, depth, 1)
+        else:
+            scale = xp.sum(xp.sum(gram * eye, axis=-1), axis=-1)
+            shift = self.scheme.regularization * scale + xp.astype(scale == 0.0, r.dtype)
+            gamma = _solve(gram + shift[:, None, None] * eye, rhs, xp)  # (B, depth, 1)
         weights = xp.permute_dims(gamma, (0, 2, 1))  # (B, 1, depth): γᵀ ΔZ + β γᵀ ΔR
         return (weights @ dZ + beta[:, None, None] * (weights @ dR))[:, 0, :]
 
