@@ -75,10 +75,6 @@ class FusedAssembly:
             raise ValueError("a solver of another precision serves only the Triton system "
                              "(H = ½|p|²)")
 
-        def full(a: Any, *size: int) -> Any:
-            t = torch.as_tensor(a, dtype=dtype, device=device)
-            return torch.broadcast_to(t, (self.B, *size)).contiguous()
-
         def zeros(*size: int) -> Any:
             return torch.zeros(size, dtype=dtype, device=device)
 
@@ -87,7 +83,7 @@ class FusedAssembly:
             g = st.grid
 
             def line(a: Any) -> Any:
-                return torch.as_tensor(np.ascontiguousarray(a), dtype=dtype, device=device)
+                return torch.as_tensor(a, dtype=dtype, device=device)
 
             self.flags = torch.broadcast_to(geometry_flags(st), (self.B, ny, nx)).contiguous()
             self.inv_wx, self.inv_wy = line(1.0 / g.wx), line(1.0 / g.wy)
