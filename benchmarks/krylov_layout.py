@@ -20,10 +20,13 @@ the L2 cache flushed before each, in float64 and in float32 (the fused steps' mi
 precision): the slope is the seconds per iteration of every problem iterating.
 
 ``GB/s``: the memory traffic an iteration needs at least, over its time. Each iteration
-passes over :data:`PASSES` arrays of the batch (phase 1 reads r, p, v, D⁻¹, the five
-coefficients and r̂ and writes p and v; phase 2 reads r, v, D⁻¹ and the coefficients and
-writes t; phase 3 reads x, r, v, p, t, D⁻¹ and r̂ and writes x and r), a neighbour's value
-counted once; what L2 keeps between phases lowers the traffic to DRAM below this.
+passes over :data:`PASSES` arrays of the batch, a neighbour's value counted once; what L2
+keeps between phases lowers the traffic to DRAM below this. With the inverse diagonal
+(``--preconditioner jacobi``): phase 1 reads r, p, v, D⁻¹, the five coefficients and r̂ and
+writes p and v; phase 2 reads r, v, D⁻¹ and the coefficients and writes t; phase 3 reads x,
+r, v, p, t, D⁻¹ and r̂ and writes x and r. With the Neumann series (the default), each
+product J M⁻¹ a is two phases (w = D⁻¹ Ō D⁻¹ a, then a − Ō w: D⁻¹, the four off-diagonal
+coefficients, and w written and read) and phase 3 updates z (x = x₀ + M⁻¹ z) without D⁻¹.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from mfgwork.numerics.fdm2d.fused_krylov import FusedBiCGStab
 from mfgwork.numerics.fdm2d.stencil import Coefficients
 
 #: Arrays of the batch one BiCGStab iteration reads or writes (module docstring).
-PASSES = 30
+PASSES = {"jacobi": 30, "neumann": 42}
 #: Iterations per launch of the precision series (:func:`precision_series`).
 LENGTHS = (1, 5, 18, 50)
 #: Bytes written between a solve's start and its launch: more than the L2 cache holds.
@@ -158,10 +161,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                     help="the iterations' precision of the layout table (float32: the mixed "
                          "precision of the fused steps, on the float64 systems)")
+    ap.add_argument("--preconditioner", choices=("neumann", "jacobi"), default="neumann",
+                    help="the one-launch solve's preconditioner (:data:`.fused_krylov."
+                    "NEUMANN`)")
     ap.add_argument("--out", default="benchmarks/results/krylov_layout.json")
     args = ap.parse_args(argv)
     import torch
 
+    fused_krylov.NEUMANN = args.preconditioner == "neumann"
     dtype = getattr(torch, args.dtype)
 
     stencil, coefs, b = systems(args.batch, args.nx)
@@ -197,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                "s_per_iteration": seconds / args.iterations, "residual": rel}
         base = base or row["s_per_iteration"]
         row["x_default"] = base / row["s_per_iteration"]
-        row["GB_per_s"] = (PASSES * b.numel() * solver.coefs.element_size()
+        row["GB_per_s"] = (PASSES[args.preconditioner] * b.numel() * solver.coefs.element_size()
                            / row["s_per_iteration"] / 1e9)
         rows.append(row)
         print(f"{name:8} {block:5} {programs:3} {warps:5} {row['regs']:4} {row['spills']:5} "
@@ -208,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"command": " ".join(["benchmarks/krylov_layout.py", *(
         argv if argv is not None else sys.argv[1:])]), "device": torch.cuda.get_device_name(),
-        "dtype": args.dtype, "versions": versions(), "batch": args.batch, "nx": args.nx,
+        "dtype": args.dtype, "preconditioner": args.preconditioner, "versions": versions(),
+        "batch": args.batch, "nx": args.nx,
         "iterations": args.iterations, "max_tiles_per_program":
         fused_krylov.MAX_TILES_PER_PROGRAM, "rows": rows,
         "precision": precision_series(stencil, coefs, b)}, indent=1))

@@ -35,7 +35,9 @@ every room's iteration count and every iteration's seconds). ``--narrow-fused``:
 the fused CUDA path evaluates only the rooms still iterating once a quarter have settled
 (the default elsewhere). ``--precision float64``: the fused CUDA BiCGStab iterates in
 float64 instead of float32 inside float64 Newton updates and refinement rounds (mixed, the
-default for batches; the problems and the results are float64 either way). ``--one-core``
+default for batches; the problems and the results are float64 either way).
+``--preconditioner jacobi``: the one-launch solves precondition by the inverse diagonal
+instead of the two-term Neumann series (:data:`.fused_krylov.NEUMANN`). ``--one-core``
 runs the process on one CPU core with one thread (OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 and
 the BLAS threads set before NumPy is imported: the script restarts itself; CPU affinity
 pinned to one core).
@@ -43,7 +45,7 @@ pinned to one core).
     python benchmarks/room.py [--device cuda] [--cases room-101,batch-64] [--one-core]
                               [--krylov one-launch|chunks] [--repeat N] [--tail 16,4,1]
                               [--narrow-fused] [--precision mixed|float64]
-                              [--out F.json]
+                              [--preconditioner neumann|jacobi] [--out F.json]
 """
 
 from __future__ import annotations
@@ -183,8 +185,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="the fused CUDA BiCGStab's iterations for float64 problems: "
                         "float32 inside float64 Newton updates and refinement rounds (the "
                         "default), or float64")
+    parser.add_argument("--preconditioner", choices=("neumann", "jacobi"), default="neumann",
+                        help="the one-launch solves' preconditioner: the two-term Neumann "
+                        "series (the default) or the inverse diagonal")
     args = parser.parse_args(argv)
     fused_krylov.ONE_LAUNCH = args.krylov == "one-launch"
+    fused_krylov.NEUMANN = args.preconditioner == "neumann"
     fused_steps.MIXED = args.precision == "mixed"
     equilibrium.NARROW_FUSED = args.narrow_fused
     if args.one_core and hasattr(os, "sched_setaffinity"):
@@ -254,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps({"rows": rows, "dense_jacobian": dense, "devices": devices,
                                "krylov": args.krylov, "narrow_fused": args.narrow_fused,
                                "precision": args.precision,
+                               "preconditioner": args.preconditioner,
                                "provenance": provenance()}, indent=1,
                               default=str))
     print(f"wrote {out}; devices: {devices}")

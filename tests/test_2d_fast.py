@@ -179,3 +179,38 @@ def test_bicgstab_starts_from_a_guess():
     assert 0 < k_near < k_cold
     assert np.linalg.norm(b - op(y)) <= 1e-12 * np.linalg.norm(b)
     assert np.max(np.abs(y - x)) <= 1e-9 * np.max(np.abs(x))
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_the_neumann_preconditioner_halves_the_iterations_to_the_same_solution(transpose):
+    """M⁻¹ = D⁻¹ − D⁻¹ Ō D⁻¹ (the one-launch solves' preconditioner) on a congested room's
+    HJB J and FP Jᵀ: J M⁻¹ = I − Ō D⁻¹ Ō D⁻¹ on a random vector, and the matrix-free
+    BiCGStab reaches the sparse direct solution in at most 0.6× the iterations of the
+    inverse diagonal."""
+    from mfgwork.numerics.fdm2d.krylov import bicgstab
+
+    setup = eq.build(mw.Room(congestion=4.0, door_widths=(0.1, 0.1)), 41, 41, 40,
+                     mw.get_backend("numpy"), "krylov")
+    nt = setup.grids[0].nt
+    M = np.stack([setup.m0] * (nt + 1), axis=-3)
+    U = setup.scheme.solve_hjb(setup.U_T, setup.coupling.running_cost(M))
+    st = setup.scheme.stencil
+    c = st.jacobian(U[nt // 2], None, exits=False)
+    op = st.operator(c, transpose)
+    neumann = st.neumann(c, transpose)
+    v = np.random.default_rng(3).standard_normal(c.diag.shape)
+
+    def off(a):
+        return op(a) - c.diag * a
+
+    assert np.allclose(op(neumann(v)), v - off(off(v / c.diag) / c.diag), rtol=0, atol=1e-12)
+    b = st.active * np.cos(np.arange(v.size).reshape(v.shape))
+    A = stencil_matrix(41, *(np.ravel(a) for a in c[:5]))
+    exact = sla.spsolve(A.T.tocsc() if transpose else A, np.ravel(b)).reshape(b.shape)
+    counts = []
+    for precondition in (1.0 / c.diag, neumann):
+        x, k = bicgstab(op, b, precondition, np, rtol=1e-10, max_iter=2000, fail=1e-9,
+                        check_every=1)
+        assert np.max(np.abs(x - exact)) <= 1e-7 * np.max(np.abs(exact))
+        counts.append(k)
+    assert counts[1] <= 0.6 * counts[0]

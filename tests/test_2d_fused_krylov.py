@@ -44,6 +44,14 @@ def _apply(c: Coefficients, transpose: bool):
             else (lambda v: Stencil.apply(None, c, v)))
 
 
+def _preconditioner(c: Coefficients, transpose: bool):
+    """The one-launch solve's M⁻¹ (:data:`.fused_krylov.NEUMANN`) as array code."""
+    from mfgwork.numerics.fdm2d import fused_krylov
+
+    return Stencil.neumann(Stencil.__new__(Stencil), c, transpose) if fused_krylov.NEUMANN \
+        else 1.0 / c.diag
+
+
 def _relative_residuals(c, b, x, transpose):
     r = b - _apply(c, transpose)(x)
     return (torch.linalg.vector_norm(r, dim=(-2, -1))
@@ -111,11 +119,12 @@ def test_one_launch_follows_the_array_iterations_per_problem(device, transpose):
         one = 1.0 + 0.0 * krylov._dot(b[i], b[i], xp)
         state = (0.0 * b[i], b[i], 0.0 * b[i], 0.0 * b[i], one, one, one)
         ci = Coefficients(*(a[i] for a in c[:5]), None)
-        ref = krylov.iterate(_apply(ci, transpose), 1.0 / ci.diag, b[i], state, counts[i],
+        precondition = _preconditioner(ci, transpose)
+        ref = krylov.iterate(_apply(ci, transpose), precondition, b[i], state, counts[i],
                              xp)[0]
         assert float((ref - x[i]).abs().max()) <= 1e-12 * float(ref.abs().max())
         assert float(_relative_residuals(ci, b[i], x[i], transpose)) <= 1e-10
-        shorter = krylov.iterate(_apply(ci, transpose), 1.0 / ci.diag, b[i], state,
+        shorter = krylov.iterate(_apply(ci, transpose), precondition, b[i], state,
                                  counts[i] - 1, xp)[0]
         assert float(_relative_residuals(ci, b[i], shorter, transpose)) > 1e-10
 
@@ -140,6 +149,31 @@ def test_one_launch_layouts_of_several_programs_agree(device, transpose):
         solutions.append(x)
     for x in solutions[1:]:
         assert float((x - solutions[0]).abs().max()) <= 1e-9 * float(solutions[0].abs().max())
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_the_problems_left_iterating_share_the_launchs_programs(device, transpose):
+    """A problem left alone in a batch's launch takes the programs of the problems that
+    take no iteration (all its tiles: CUDA; under the interpreter the layout's one), and
+    solves as it does beside the others (the inner products' partial sums in another
+    order)."""
+    c, b = _system((100, 41, 43) if device == "cuda" else (5, 6, 9), device, seed=7)
+    apply = _apply(c, transpose)
+    solver = FusedBiCGStab(b.shape, b, transpose, 2, graphs=False, persistent=True)
+    together, _ = solver.solve(c[:5], b, None, apply, rtol=1e-11, max_iter=400, fail=1e-10)
+    counts = solver.status[:, 0].clone()
+    alone = torch.zeros_like(b)
+    alone[3] = b[3]
+    x, k = solver.solve(c[:5], alone, None, apply, rtol=1e-11, max_iter=400, fail=1e-10)
+    assert solver.status[:, 0].tolist() == [0.0] * 3 + [k] + [0.0] * (b.shape[0] - 4)
+    assert float(x[torch.arange(b.shape[0]) != 3].abs().max()) == 0.0
+    assert abs(k - int(counts[3])) <= 1 and bool((solver.status[:, 2] == 1.0).all())
+    one = Coefficients(*(a[3:4] for a in c[:5]), None)
+    assert float(_relative_residuals(one, b[3:4], x[3:4], transpose)[0]) <= 1e-11
+    ref = together[3]
+    assert float((x[3] - ref).abs().max()) <= 1e-9 * float(ref.abs().max())
+    if device == "cuda":
+        assert solver.most == -(-41 * 43 // solver.one_launch["BLOCK"]) > solver.programs
 
 
 def _unmet_barriers(monkeypatch):

@@ -176,6 +176,7 @@ class FusedAssembly:
             s.sets[0]["x"].zero_()
         else:
             torch.sqrt(self.part_b[:, 0].sum(-1), out=s.b_norm)
+            torch.sum(self.part_b[:, 1], -1, out=s.initial)
 
     def fp_solve(self, mass: Any, guess: Any, step: tuple[Any, Any] | None = None
                  ) -> tuple[Any, Any]:
@@ -193,9 +194,9 @@ class FusedAssembly:
             return s.x, s.status.clone()
 
         def refine(first: bool, last: bool) -> None:
-            ta.refine_kernel[(1,)](self.part_b, s.status, s.ctl, s.b_norm, self.fp_report,
-                                   self.B, self.tiles, RTOL=MIXED_RTOL, FIRST=first,
-                                   LAST=last, **self.control)
+            ta.refine_kernel[(1,)](self.part_b, s.status, s.ctl, s.b_norm, s.initial,
+                                   self.fp_report, self.B, self.tiles, RTOL=MIXED_RTOL,
+                                   FIRST=first, LAST=last, **self.control)
 
         refine(True, False)
         for i in range(ROUNDS):
@@ -246,7 +247,7 @@ class FusedAssembly:
 
         s = self.solver
         ta.control_kernel[(1,)](
-            self.part, previous, s.status, s.ctl, s.b_norm, self.report,
+            self.part, previous, s.status, s.ctl, s.b_norm, s.initial, self.report,
             self.constants(scheme), self.B, self.tiles, FIRST=first, LAST=last,
             **self.control)
 

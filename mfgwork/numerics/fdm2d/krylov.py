@@ -1,13 +1,13 @@
-"""Batched, Jacobi-preconditioned BiCGStab on arrays (..., ny, nx) (array-API code).
+"""Batched, right-preconditioned BiCGStab on arrays (..., ny, nx) (array-API code).
 
 Solves A x = b for every leading index at once, A given as a function (the matrix-free
 5-point stencil). Inner products reduce over the last two axes; the scalars of the
 recurrence are (..., 1, 1) arrays, so nothing leaves the device inside the loop except the
 convergence test, read every ``check_every`` iterations (one host synchronisation each).
-Right preconditioning by the inverse diagonal (van der Vorst 1992):
+Right preconditioning by M⁻¹, the inverse diagonal D⁻¹ or a function (van der Vorst 1992):
 
-    p ← r + β (p − ω v),  y = D⁻¹ p,  v = A y,  α = ρ / (r̂, v),  s = r − α v,
-    z = D⁻¹ s,  t = A z,  ω = (t, s)/(t, t),  x ← x + α y + ω z,  r ← s − ω t.
+    p ← r + β (p − ω v),  y = M⁻¹ p,  v = A y,  α = ρ / (r̂, v),  s = r − α v,
+    z = M⁻¹ s,  t = A z,  ω = (t, s)/(t, t),  x ← x + α y + ω z,  r ← s − ω t.
 
 Divisions by an exact zero (a problem whose residual vanished) are replaced by divisions by
 one, which leaves that problem's iterate unchanged.
@@ -33,20 +33,27 @@ def _div(a: Any, b: Any, xp: Any) -> Any:
 State = tuple  # (x, r, p, v, rho, alpha, omega)
 
 
-def iterate(apply: Callable[[Any], Any], inv_diag: Any, r_hat: Any, state: State, steps: int,
-            xp: Any) -> State:
+def iterate(apply: Callable[[Any], Any], precondition: Any, r_hat: Any, state: State,
+            steps: int, xp: Any) -> State:
     """``steps`` BiCGStab iterations from ``state`` (a pure function of its arrays: on CUDA
-    it is recorded once as a graph and replayed, see :class:`mfgwork.core.cuda_graphs`)."""
+    it is recorded once as a graph and replayed, see :class:`mfgwork.core.cuda_graphs`);
+    ``precondition``: the inverse diagonal, or a function v ↦ M⁻¹ v."""
+    if not callable(precondition):
+        inv_diag = precondition
+
+        def precondition(v: Any) -> Any:
+            return inv_diag * v
+
     x, r, p, v, rho, alpha, omega = state
     for _ in range(steps):
         rho_new = _dot(r_hat, r, xp)
         beta = _div(rho_new, rho, xp) * _div(alpha, omega, xp)
         p = r + beta * (p - omega * v)
-        y = inv_diag * p
+        y = precondition(p)
         v = apply(y)
         alpha = _div(rho_new, _dot(r_hat, v, xp), xp)
         s = r - alpha * v
-        z = inv_diag * s
+        z = precondition(s)
         t = apply(z)
         omega = _div(_dot(t, s, xp), _dot(t, t, xp), xp)
         x = x + alpha * y + omega * z
@@ -55,7 +62,7 @@ def iterate(apply: Callable[[Any], Any], inv_diag: Any, r_hat: Any, state: State
     return x, r, p, v, rho, alpha, omega
 
 
-def bicgstab(apply: Callable[[Any], Any], b: Any, inv_diag: Any, xp: Any, *, rtol: float,
+def bicgstab(apply: Callable[[Any], Any], b: Any, precondition: Any, xp: Any, *, rtol: float,
              max_iter: int, fail: float, check_every: int = 8,
              chunk: Callable[[State, Any], State] | None = None,
              x0: Any = None) -> tuple[Any, int]:
@@ -74,7 +81,7 @@ def bicgstab(apply: Callable[[Any], Any], b: Any, inv_diag: Any, xp: Any, *, rto
     state = (x, r, 0.0 * b, 0.0 * b, one, one, one)
     k = 0
     while k < max_iter:
-        state = (iterate(apply, inv_diag, r_hat, state, check_every, xp) if chunk is None
+        state = (iterate(apply, precondition, r_hat, state, check_every, xp) if chunk is None
                  else chunk(state, r_hat))
         k += check_every
         r = state[1]

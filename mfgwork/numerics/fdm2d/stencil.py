@@ -205,6 +205,17 @@ class Stencil:
         return ((lambda v: self.apply_transpose(c, v)) if transpose
                 else (lambda v: self.apply(c, v)))
 
+    def neumann(self, c: Coefficients, transpose: bool = False) -> Any:
+        """v ↦ M⁻¹ v, M⁻¹ = D⁻¹ − D⁻¹ Ō D⁻¹: the first two terms of the Neumann series of
+        J⁻¹ (Jᵀ⁻¹ with ``transpose``), J = D + Ō with Ō its off-diagonal part (the
+        preconditioner of the one-launch solves, :data:`.fused_krylov.NEUMANN`)."""
+        op, inv = self.operator(c, transpose), 1.0 / c.diag
+
+        def precondition(v: Any) -> Any:
+            y = inv * v
+            return y - inv * (op(y) - c.diag * y)
+        return precondition
+
     def apply_transpose(self, c: Coefficients, v: Any) -> Any:
         """Jᵀ v: (Jᵀ v)_l = Σ_k J_kl v_k."""
         out = c.diag * v

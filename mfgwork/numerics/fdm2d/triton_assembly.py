@@ -160,14 +160,14 @@ def _store_coefficients(coefs, plane, k, mask, diag, w, e, s, n):
 
 
 @triton.jit(do_not_specialize=["B", "T"])
-def control_kernel(part, previous, status, ctl, b_norm, report, consts, B, T,
+def control_kernel(part, previous, status, ctl, b_norm, initial, report, consts, B, T,
                    FIRST: tl.constexpr, LAST: tl.constexpr, PB: tl.constexpr,
                    PT: tl.constexpr):
     """One program: the module docstring's decisions for B problems with T tiles each.
     ``consts``: the test's tol, Δt, the iteration cap, the tolerance bounds RTOL_MIN and
     ETA_MAX and the forcing factor γ. ``report`` (6,): test, updates made, Krylov
     iterations, worst solve residual over its tolerance, barriers met (1/0), and whether
-    the last update was skipped."""
+    the last update was skipped; ``initial`` (B,): the solve's ‖r‖₂² at its start, ‖R‖₂²."""
     tol = tl.load(consts)
     dt = tl.load(consts + 1)
     bi = tl.arange(0, PB)
@@ -220,6 +220,7 @@ def control_kernel(part, previous, status, ctl, b_norm, report, consts, B, T,
         tl.store(ctl, 1.0 + 0.0 * tol)
         tl.store(ctl + 1, tl.where(done, 0.0, tl.load(consts + 2)))
         tl.store(b_norm + bi, tl.where(passed, float("inf"), rtol * norm), mask=valid)
+        tl.store(initial + bi, norm * norm, mask=valid)
         tl.store(previous + bi, tl.where(passed, prev, norm), mask=valid)
         tl.store(report + 5, tl.where(done, 1.0, 0.0))
 
@@ -274,15 +275,15 @@ def fp_start_kernel(mass, guess, d, d0, coefs, x, r, r_hat, p, v, part, consts, 
 
 
 @triton.jit(do_not_specialize=["B", "T"])
-def refine_kernel(part, status, ctl, b_norm, report, B, T, RTOL: tl.constexpr,
+def refine_kernel(part, status, ctl, b_norm, initial, report, B, T, RTOL: tl.constexpr,
                   FIRST: tl.constexpr, LAST: tl.constexpr, PB: tl.constexpr,
                   PT: tl.constexpr):
     """One program, after an FP refinement round's start (:func:`fp_start_kernel`; ``part``
     (B, 2, T): Σ b², Σ r² per tile): ``report`` (B, 3) counts the round's solve before it
     (``status`` (B, 3); none with FIRST): iterations summed, barriers met; without LAST
     the next solve's ``b_norm`` = max(‖b‖₂, ``RTOL``·‖r‖₂/rtol) (rtol = ``ctl``[0]: the
-    solve stops at ‖r‖₂ ≤ max(rtol·‖b‖₂, RTOL·‖r‖₂)); with LAST the report's residual is
-    ‖r‖₂/‖b‖₂."""
+    solve stops at ‖r‖₂ ≤ max(rtol·‖b‖₂, RTOL·‖r‖₂)) and its ``initial`` ‖r‖₂²; with LAST
+    the report's residual is ‖r‖₂/‖b‖₂."""
     bi = tl.arange(0, PB)
     ti = tl.arange(0, PT)
     valid = bi < B
@@ -306,6 +307,7 @@ def refine_kernel(part, status, ctl, b_norm, report, B, T, RTOL: tl.constexpr,
         rtol = tl.load(ctl)
         floor = tl.where(rtol > 0.0, rn * (RTOL / tl.where(rtol > 0.0, rtol, 1.0)), 0.0)
         tl.store(b_norm + bi, tl.maximum(bn, floor), mask=valid)
+        tl.store(initial + bi, rn * rn, mask=valid)
 
 
 @triton.jit(do_not_specialize=["NY", "NX"])

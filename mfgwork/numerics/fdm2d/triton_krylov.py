@@ -13,18 +13,26 @@ instead of one more pass over memory). An iteration has three phases over tiles 
 3. ω = (t, s)/(t, t), x ← x + α D⁻¹ p + ω D⁻¹ s, r ← s − ω t, partial sums of (r̂, r) and
    (r, r).
 
+With the Neumann preconditioner M⁻¹ = D⁻¹ − D⁻¹ Ō D⁻¹ (Ō the off-diagonal part of J,
+:data:`.fused_krylov.NEUMANN`), J M⁻¹ a = a − Ō w with w = D⁻¹ Ō D⁻¹ a: each product is
+two phases (w from a's values at the neighbours, recomputed there; then a − Ō w from w at
+the neighbours), and x = x₀ + M⁻¹ z where phase 3 updates z ← z + α p + ω s (no D⁻¹), M⁻¹ z
+formed once after the last iteration.
+
 Inner products are sums of partial sums (one value per program, summed in a fixed order):
 the results do not depend on scheduling, so a CUDA graph replays them bitwise. Two drivers:
 
 - three launches an iteration (:func:`direction_kernel`, :func:`step_kernel`,
   :func:`update_kernel`), one program per tile; the next launch sums the partial sums;
-- the whole solve in one launch (:func:`solve_kernel`): P programs per problem share its
-  tiles and meet at a barrier in global memory after each phase (an arrival counter per
-  problem, release/acquire atomics; vectors other programs write are read past L1). Every
-  program sums the same partial sums in the same order, so all take the same convergence
-  decision, tested after every iteration. The barrier needs the P programs of a problem to
-  run at once (P·B at most the number of SMs, :mod:`.fused_krylov`); a wait longer than
-  ``LIMIT`` polls ends the solve with its ``ok`` flag down instead of hanging.
+- the whole solve in one launch (:func:`solve_kernel`, the chunks' inverse diagonal or the
+  Neumann series): the problems whose start is above their tolerance share the launch's
+  programs, P each, which share the problem's tiles and meet at a barrier in global memory
+  after each phase (an arrival counter per problem, release/acquire atomics; vectors other
+  programs write are read past L1). Every program sums the same partial sums in the same
+  order, so all take the same convergence decision, tested after every iteration. The
+  barrier needs a launch's programs to run at once (at most one per SM, or the batch's
+  layout, :mod:`.fused_krylov`); a wait longer than ``LIMIT`` polls ends the solve with its
+  ``ok`` flag down instead of hanging.
 """
 
 import triton
@@ -66,7 +74,15 @@ def _apply(at_c, at_w, at_e, at_s, at_n, diag, W, E, S, N, k, inside, mw, me, ms
            TRANSPOSE: tl.constexpr):
     """(J v)_k (Jᵀ v with TRANSPOSE) from v at k and at its W, E, S, N neighbours, in the
     order of :meth:`.stencil.Stencil.apply` (``apply_transpose``)."""
-    out = tl.load(diag + k, mask=inside, other=1.0) * at_c
+    return _off(tl.load(diag + k, mask=inside, other=1.0) * at_c, at_w, at_e, at_s, at_n, W,
+                E, S, N, k, mw, me, ms, mn, NX, TRANSPOSE)
+
+
+@triton.jit
+def _off(out, at_w, at_e, at_s, at_n, W, E, S, N, k, mw, me, ms, mn, NX,
+         TRANSPOSE: tl.constexpr):
+    """``out`` plus the off-diagonal part of (J v)_k (of (Jᵀ v)_k with TRANSPOSE) from v at
+    the W, E, S, N neighbours of the nodes k."""
     if TRANSPOSE:
         out += tl.load(W + k + 1, mask=me, other=0.0) * at_e
         out += tl.load(E + k - 1, mask=mw, other=0.0) * at_w
@@ -144,6 +160,109 @@ def _update_tile(x, r, v, p, t, inv, r_hat, x_out, r_out, tile, NY, NX, alpha, o
     tl.store(r_out + k, r_k, mask=inside)
     return tl.sum(tl.load(r_hat + k, mask=inside, other=0.0) * r_k, axis=0), tl.sum(
         r_k * r_k, axis=0)
+
+
+# -- the one-launch solve's Neumann preconditioner ---------------------------------------
+
+@triton.jit
+def _inv_off(inv, y_w, y_e, y_s, y_n, W, E, S, N, k, inside, mw, me, ms, mn, NX,
+             TRANSPOSE: tl.constexpr):
+    """(D⁻¹ Ō y)_k, Ō the off-diagonal part of J (Jᵀ with TRANSPOSE), from y at the W, E,
+    S, N neighbours of the nodes k."""
+    return tl.load(inv + k, mask=inside, other=0.0) * _off(
+        tl.zeros_like(y_w), y_w, y_e, y_s, y_n, W, E, S, N, k, mw, me, ms, mn, NX, TRANSPOSE)
+
+
+@triton.jit
+def _minus_off(at_k, w, W, E, S, N, k, mw, me, ms, mn, NX, TRANSPOSE: tl.constexpr,
+               CACHE: tl.constexpr):
+    """at_k − (Ō w)_k: with w = D⁻¹ Ō D⁻¹ a and at_k = a_k, (J M⁻¹ a)_k."""
+    return at_k - _off(tl.zeros_like(at_k), _ld(w + k - 1, mw, CACHE), _ld(w + k + 1, me, CACHE),
+                       _ld(w + k - NX, ms, CACHE), _ld(w + k + NX, mn, CACHE), W, E, S, N, k,
+                       mw, me, ms, mn, NX, TRANSPOSE)
+
+
+@triton.jit
+def _neumann_direction_tile(r, p, v, inv, W, E, S, N, p_out, w_out, tile, NY, NX, beta,
+                            omega, TRANSPOSE: tl.constexpr, BLOCK: tl.constexpr,
+                            CACHE: tl.constexpr):
+    """Phase 1a on one tile: p ← r + β (p − ω v) and w = D⁻¹ Ō D⁻¹ p written."""
+    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    p_k = _ld(r + k, inside, CACHE) + beta * (_ld(p + k, inside, CACHE)
+                                              - omega * _ld(v + k, inside, CACHE))
+    w_k = _inv_off(inv, _preconditioned_p(r, p, v, inv, k - 1, mw, beta, omega, CACHE),
+                   _preconditioned_p(r, p, v, inv, k + 1, me, beta, omega, CACHE),
+                   _preconditioned_p(r, p, v, inv, k - NX, ms, beta, omega, CACHE),
+                   _preconditioned_p(r, p, v, inv, k + NX, mn, beta, omega, CACHE),
+                   W, E, S, N, k, inside, mw, me, ms, mn, NX, TRANSPOSE)
+    tl.store(p_out + k, p_k, mask=inside)
+    tl.store(w_out + k, w_k, mask=inside)
+
+
+@triton.jit
+def _neumann_v_tile(p, w, W, E, S, N, r_hat, v_out, tile, NY, NX, TRANSPOSE: tl.constexpr,
+                    BLOCK: tl.constexpr, CACHE: tl.constexpr):
+    """Phase 1b on one tile: v = J M⁻¹ p = p − Ō w written; returns the tile's sum of r̂ v."""
+    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    v_k = _minus_off(_ld(p + k, inside, CACHE), w, W, E, S, N, k, mw, me, ms, mn, NX,
+                     TRANSPOSE, CACHE)
+    tl.store(v_out + k, v_k, mask=inside)
+    return tl.sum(tl.load(r_hat + k, mask=inside, other=0.0) * v_k, axis=0)
+
+
+@triton.jit
+def _neumann_s_tile(r, v, inv, W, E, S, N, w_out, tile, NY, NX, alpha,
+                    TRANSPOSE: tl.constexpr, BLOCK: tl.constexpr, CACHE: tl.constexpr):
+    """Phase 2a on one tile: w = D⁻¹ Ō D⁻¹ s written, s = r − α v."""
+    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    w_k = _inv_off(inv, _preconditioned_s(r, v, inv, k - 1, mw, alpha, CACHE),
+                   _preconditioned_s(r, v, inv, k + 1, me, alpha, CACHE),
+                   _preconditioned_s(r, v, inv, k - NX, ms, alpha, CACHE),
+                   _preconditioned_s(r, v, inv, k + NX, mn, alpha, CACHE),
+                   W, E, S, N, k, inside, mw, me, ms, mn, NX, TRANSPOSE)
+    tl.store(w_out + k, w_k, mask=inside)
+
+
+@triton.jit
+def _neumann_t_tile(r, v, w, W, E, S, N, t_out, tile, NY, NX, alpha, TRANSPOSE: tl.constexpr,
+                    BLOCK: tl.constexpr, CACHE: tl.constexpr):
+    """Phase 2b on one tile: t = J M⁻¹ s = s − Ō w written; returns the tile's sums of t s
+    and t t."""
+    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    s_k = _ld(r + k, inside, CACHE) - alpha * _ld(v + k, inside, CACHE)
+    t_k = _minus_off(s_k, w, W, E, S, N, k, mw, me, ms, mn, NX, TRANSPOSE, CACHE)
+    tl.store(t_out + k, t_k, mask=inside)
+    return tl.sum(t_k * s_k, axis=0), tl.sum(t_k * t_k, axis=0)
+
+
+@triton.jit
+def _neumann_update_tile(z, r, v, p, t, r_hat, tile, NY, NX, alpha, omega,
+                         BLOCK: tl.constexpr, CACHE: tl.constexpr):
+    """Phase 3 on one tile: z ← z + α p + ω s (x = x₀ + M⁻¹ z), r ← s − ω t; returns the
+    tile's sums of r̂ r and r r."""
+    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    s_k = _ld(r + k, inside, CACHE) - alpha * _ld(v + k, inside, CACHE)
+    z_k = _ld(z + k, inside, CACHE) + alpha * _ld(p + k, inside, CACHE) + omega * s_k
+    r_k = s_k - omega * _ld(t + k, inside, CACHE)
+    tl.store(z + k, z_k, mask=inside)
+    tl.store(r + k, r_k, mask=inside)
+    return tl.sum(tl.load(r_hat + k, mask=inside, other=0.0) * r_k, axis=0), tl.sum(
+        r_k * r_k, axis=0)
+
+
+@triton.jit
+def _neumann_finish_tile(x, z, inv, W, E, S, N, tile, NY, NX, TRANSPOSE: tl.constexpr,
+                         BLOCK: tl.constexpr, CACHE: tl.constexpr):
+    """x ← x + M⁻¹ z = x + D⁻¹ (z − Ō D⁻¹ z) on one tile."""
+    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    y = _inv_off(inv, tl.load(inv + k - 1, mask=mw, other=0.0) * _ld(z + k - 1, mw, CACHE),
+                 tl.load(inv + k + 1, mask=me, other=0.0) * _ld(z + k + 1, me, CACHE),
+                 tl.load(inv + k - NX, mask=ms, other=0.0) * _ld(z + k - NX, ms, CACHE),
+                 tl.load(inv + k + NX, mask=mn, other=0.0) * _ld(z + k + NX, mn, CACHE),
+                 W, E, S, N, k, inside, mw, me, ms, mn, NX, TRANSPOSE)
+    x_k = _ld(x + k, inside, CACHE) + tl.load(inv + k, mask=inside, other=0.0) * _ld(
+        z + k, inside, CACHE) - y
+    tl.store(x + k, x_k, mask=inside)
 
 
 # -- three launches an iteration ----------------------------------------------------------
@@ -225,29 +344,61 @@ def _sync(counter, target, LIMIT: tl.constexpr):
     return seen >= target
 
 
-@triton.jit(do_not_specialize=["NY", "NX"])
-def solve_kernel(x, r, p, v, t, r_hat, inv, diag, W, E, S, N, b_norm, ctl, part, sync,
-                 status, NY, NX, TRANSPOSE: tl.constexpr, BLOCK: tl.constexpr,
-                 PB: tl.constexpr, LIMIT: tl.constexpr):
+@triton.jit(do_not_specialize=["NY", "NX", "B", "MOST"])
+def solve_kernel(x, r, p, v, t, w, z, r_hat, inv, diag, W, E, S, N, b_norm, initial, ctl,
+                 part, sync, status, B, MOST, NY, NX, TRANSPOSE: tl.constexpr,
+                 NEUMANN: tl.constexpr, BLOCK: tl.constexpr, PB: tl.constexpr,
+                 PBATCH: tl.constexpr, LIMIT: tl.constexpr):
     """BiCGStab from (x, r = b − J x, r̂ = r, p = v = 0 in the first of the two (2, B, NY,
     NX) buffers p and v) until ‖r‖₂ ≤ rtol ‖b‖₂ (‖b‖₂ = ``b_norm``[b]) or a number of
     iterations (``ctl`` = (rtol, that number), on the device so that a recording of the
-    launch serves every tolerance); grid (B, P). ``part`` (B, 5, P): partial sums of (r̂, v),
-    (t, s), (t, t), (r̂, r), (r, r); ``sync`` (B,) int32 counters at 0; ``status`` (B, 3):
-    iterations, ‖r‖₂/‖b‖₂ and whether every barrier was met."""
-    b = tl.program_id(0)
-    q = tl.program_id(1)
-    P = tl.num_programs(1)
-    base = b.to(tl.int64) * NY * NX
-    second = tl.num_programs(0).to(tl.int64) * NY * NX   # offset of the second p, v
-    tiles = tl.cdiv(NY * NX, BLOCK)
-    x, r, t, r_hat, inv = x + base, r + base, t + base, r_hat + base, inv + base
-    diag, W, E, S, N, p, v = (diag + base, W + base, E + base, S + base, N + base, p + base,
-                              v + base)
-    part = part + b * 5 * P
-    counter = sync + b
+    launch serves every tolerance), for the B problems; grid (G,). ``initial`` (B,): ‖r‖₂²
+    at the start, from the start's own sums: the problems it leaves above their tolerance
+    share the G programs, ⌊G/n⌋ each (at most ``MOST``, the tiles of a problem), so that a
+    few problems left iterating run on the whole device; the others take no iteration.
+    ``part`` (B, 5, MOST): partial sums of (r̂, v), (t, s), (t, t), (r̂, r), (r, r);
+    ``sync`` (B,) int32 counters at 0; ``status`` (B, 3): iterations, ‖r‖₂/‖b‖₂ and whether
+    every barrier was met."""
+    g = tl.program_id(0)
     rtol = tl.load(ctl)
     max_iter = tl.load(ctl + 1).to(tl.int32)
+    bi = tl.arange(0, PBATCH)
+    valid = bi < B
+    b_all = tl.load(b_norm + bi, mask=valid, other=1.0)
+    scale_all = tl.where(b_all == 0.0, 1.0, b_all)
+    start_all = tl.sqrt(tl.load(initial + bi, mask=valid, other=0.0))
+    live = valid & (start_all > rtol * scale_all) & (max_iter > 0)
+    n = tl.sum(live.to(tl.int32), axis=0)
+    if g == 0:   # the problems that take no iteration
+        quiet = valid & ~live
+        tl.store(status + 3 * bi, tl.zeros_like(start_all), mask=quiet)
+        tl.store(status + 3 * bi + 1, start_all / scale_all, mask=quiet)
+        tl.store(status + 3 * bi + 2, tl.zeros_like(start_all) + 1.0, mask=quiet)
+    P = tl.minimum(MOST, tl.num_programs(0) // tl.maximum(n, 1))
+    slot = g // P
+    if slot < n:
+        rank = tl.cumsum(live.to(tl.int32), axis=0) - 1
+        b = tl.sum(tl.where(live & (rank == slot), bi, 0), axis=0)
+        _solve(x, r, p, v, t, w, z, r_hat, inv, diag, W, E, S, N, b_norm, part, sync, status,
+               b, g - slot * P, P, B, MOST, rtol, max_iter, NY, NX, TRANSPOSE, NEUMANN, BLOCK,
+               PB, LIMIT)
+
+
+@triton.jit
+def _solve(x, r, p, v, t, w, z, r_hat, inv, diag, W, E, S, N, b_norm, part, sync, status, b,
+           q, P, B, MOST, rtol, max_iter, NY, NX, TRANSPOSE: tl.constexpr,
+           NEUMANN: tl.constexpr, BLOCK: tl.constexpr, PB: tl.constexpr,
+           LIMIT: tl.constexpr):
+    """Problem b's solve by its program q of P (:func:`solve_kernel`)."""
+    base = b.to(tl.int64) * NY * NX
+    second = B.to(tl.int64) * NY * NX   # offset of the second p, v
+    tiles = tl.cdiv(NY * NX, BLOCK)
+    x, r, t, r_hat, inv = x + base, r + base, t + base, r_hat + base, inv + base
+    w, z = w + base, z + base
+    diag, W, E, S, N, p, v = (diag + base, W + base, E + base, S + base, N + base, p + base,
+                              v + base)
+    part = part + b * 5 * MOST
+    counter = sync + b
     bn = tl.load(b_norm + b)
     scale = tl.where(bn == 0.0, 1.0, bn)
     zero = bn * 0.0
@@ -258,6 +409,8 @@ def solve_kernel(x, r, p, v, t, r_hat, inv, diag, W, E, S, N, b_norm, ctl, part,
         r_k = _ld(r + k, inside, ".cg")
         rr += tl.sum(tl.load(r_hat + k, mask=inside, other=0.0) * r_k, axis=0)
         r2 += tl.sum(r_k * r_k, axis=0)
+        if NEUMANN:
+            tl.store(z + k, tl.zeros_like(r_k), mask=inside)
     tl.store(part + 3 * P + q, rr)
     tl.store(part + 4 * P + q, r2)
     arrivals = P
@@ -273,20 +426,43 @@ def solve_kernel(x, r, p, v, t, r_hat, inv, diag, W, E, S, N, b_norm, ctl, part,
         src = (it % 2) * second
         dst = second - src
         rv = zero
-        for tile in tl.range(q, tiles, P):
-            rv += _direction_tile(r, p + src, v + src, inv, diag, W, E, S, N, r_hat, p + dst,
-                                  v + dst, tile, NY, NX, beta, omega, TRANSPOSE, BLOCK, ".cg")
+        if NEUMANN:
+            for tile in tl.range(q, tiles, P):
+                _neumann_direction_tile(r, p + src, v + src, inv, W, E, S, N, p + dst, w,
+                                        tile, NY, NX, beta, omega, TRANSPOSE, BLOCK, ".cg")
+            arrivals += P
+            ok = ok & _sync(counter, arrivals, LIMIT)
+            for tile in tl.range(q, tiles, P):
+                rv += _neumann_v_tile(p + dst, w, W, E, S, N, r_hat, v + dst, tile, NY, NX,
+                                      TRANSPOSE, BLOCK, ".cg")
+        else:
+            for tile in tl.range(q, tiles, P):
+                rv += _direction_tile(r, p + src, v + src, inv, diag, W, E, S, N, r_hat,
+                                      p + dst, v + dst, tile, NY, NX, beta, omega, TRANSPOSE,
+                                      BLOCK, ".cg")
         tl.store(part + q, rv)
         arrivals += P
         ok = ok & _sync(counter, arrivals, LIMIT)
         alpha = _div(rho_new, _total(part, P, PB, ".cg"))
         ts = zero
         tt = zero
-        for tile in tl.range(q, tiles, P):
-            a, c = _step_tile(r, v + dst, inv, diag, W, E, S, N, t, tile, NY, NX, alpha,
-                              TRANSPOSE, BLOCK, ".cg")
-            ts += a
-            tt += c
+        if NEUMANN:
+            for tile in tl.range(q, tiles, P):
+                _neumann_s_tile(r, v + dst, inv, W, E, S, N, w, tile, NY, NX, alpha, TRANSPOSE,
+                                BLOCK, ".cg")
+            arrivals += P
+            ok = ok & _sync(counter, arrivals, LIMIT)
+            for tile in tl.range(q, tiles, P):
+                a, c = _neumann_t_tile(r, v + dst, w, W, E, S, N, t, tile, NY, NX, alpha,
+                                       TRANSPOSE, BLOCK, ".cg")
+                ts += a
+                tt += c
+        else:
+            for tile in tl.range(q, tiles, P):
+                a, c = _step_tile(r, v + dst, inv, diag, W, E, S, N, t, tile, NY, NX, alpha,
+                                  TRANSPOSE, BLOCK, ".cg")
+                ts += a
+                tt += c
         tl.store(part + P + q, ts)
         tl.store(part + 2 * P + q, tt)
         arrivals += P
@@ -295,8 +471,12 @@ def solve_kernel(x, r, p, v, t, r_hat, inv, diag, W, E, S, N, b_norm, ctl, part,
         rr = zero
         r2 = zero
         for tile in tl.range(q, tiles, P):
-            a, c = _update_tile(x, r, v + dst, p + dst, t, inv, r_hat, x, r, tile, NY, NX,
-                                alpha, omega, BLOCK, ".cg")
+            if NEUMANN:
+                a, c = _neumann_update_tile(z, r, v + dst, p + dst, t, r_hat, tile, NY, NX,
+                                            alpha, omega, BLOCK, ".cg")
+            else:
+                a, c = _update_tile(x, r, v + dst, p + dst, t, inv, r_hat, x, r, tile, NY, NX,
+                                    alpha, omega, BLOCK, ".cg")
             rr += a
             r2 += c
         tl.store(part + 3 * P + q, rr)
@@ -307,6 +487,11 @@ def solve_kernel(x, r, p, v, t, r_hat, inv, diag, W, E, S, N, b_norm, ctl, part,
         rho_new = _total(part + 3 * P, P, PB, ".cg")
         norm = tl.sqrt(_total(part + 4 * P, P, PB, ".cg"))
         it += 1
+    if NEUMANN:   # x from z after the last barrier: z at the neighbours is final
+        if it > 0:
+            for tile in tl.range(q, tiles, P):
+                _neumann_finish_tile(x, z, inv, W, E, S, N, tile, NY, NX, TRANSPOSE, BLOCK,
+                                     ".cg")
     if q == 0:
         tl.store(status + 3 * b, it.to(status.dtype.element_ty))
         tl.store(status + 3 * b + 1, norm / scale)
