@@ -119,6 +119,16 @@ def test_cuda_graph_recording_falls_back_to_eager_when_it_fails(mps_emulation):
     assert np.array_equal(mw.to_numpy(U), mw.to_numpy(eager.solve_hjb(U_T, F)))
 
 
+def test_a_cuda_graph_refuses_work_on_other_devices():
+    """Work on CPU tensors records nothing: its replays would return the recording's
+    result, so the recording refuses it before it starts."""
+    torch = pytest.importorskip("torch")
+    from mfgwork.core.cuda_graphs import capture
+
+    with pytest.raises(RuntimeError, match="CUDA tensors only, not on cpu"):
+        capture(None, lambda a: a + 1.0, torch.ones(3))
+
+
 def test_first_solve_reports_compile_time_apart_from_its_phases():
     """A fresh process: the first NumPy solve compiles (or loads) the kernels in its
     ``compile`` phase, so its first HJB sweep takes no longer than later ones; the next solve

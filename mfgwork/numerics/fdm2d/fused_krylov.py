@@ -27,6 +27,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from ...core.cuda_graphs import capture
 from ...core.errors import SolverError
 
 #: Nodes per program of the fused launches.
@@ -275,8 +276,7 @@ class FusedBiCGStab:
         eager = [a.clone() for a in state]
         try:
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                fn()
+            capture(graph, lambda coefs: fn(), self.coefs)
         except Exception as exc:  # the eager calls are always correct; fall back to them
             self._give_up(f"{type(exc).__name__}: {exc}")
             self._restore(kept)

@@ -167,12 +167,19 @@ def control_kernel(part, previous, status, ctl, b_norm, initial, report, consts,
     ``consts``: the test's tol, Δt, the iteration cap, the tolerance bounds RTOL_MIN and
     ETA_MAX and the forcing factor γ. ``report`` (6,): test, updates made, Krylov
     iterations, worst solve residual over its tolerance, barriers met (1/0), and whether
-    the last update was skipped; ``initial`` (B,): the solve's ‖r‖₂² at its start, ‖R‖₂²."""
+    the last update was skipped; ``initial`` (B,): the solve's ‖r‖₂² at its start, ‖R‖₂².
+    Every load comes before the first store (loads after a store wait for another round
+    trip: the kernel is one program's latency)."""
     tol = tl.load(consts)
     dt = tl.load(consts + 1)
+    cap = tl.load(consts + 2)
+    rtol_min = tl.load(consts + 3)
+    eta_max = tl.load(consts + 4)
+    gamma = tl.load(consts + 5)
     bi = tl.arange(0, PB)
     ti = tl.arange(0, PT)
     valid = bi < B
+    prev = tl.load(previous + bi, mask=valid, other=0.0)
     cell = (bi[:, None] < B) & (ti[None, :] < T)
     at = part + bi[:, None] * 3 * T + ti[None, :]
     r_max = tl.max(tl.load(at, mask=cell, other=0.0), axis=1)
@@ -202,8 +209,6 @@ def control_kernel(part, previous, status, ctl, b_norm, initial, report, consts,
     tl.store(report + 3, worst)
     tl.store(report + 4, met)
     if not LAST:
-        eta_max = tl.load(consts + 4)
-        prev = tl.load(previous + bi, mask=valid, other=0.0)
         passed = (dt * r_max / scale <= tol) | (bi >= B)   # per problem
         live = norm > 0.0
         # 1/max(‖R‖₂, 1e-300) of the host's rule, without the float32 constant: a zero norm
@@ -213,12 +218,12 @@ def control_kernel(part, previous, status, ctl, b_norm, initial, report, consts,
         ratio = tl.where(prev > 0.0, norm / tl.where(prev > 0.0, prev, 1.0),
                          tl.where(live, float("inf"), 0.0))
         # prev = 0: the problem's first update of the level
-        ew = tl.where(prev == 0.0, eta_max, tl.load(consts + 5) * ratio * ratio)
-        rtol = tl.minimum(eta_max, tl.maximum(tl.maximum(tl.load(consts + 3), eta), ew))
+        ew = tl.where(prev == 0.0, eta_max, gamma * ratio * ratio)
+        rtol = tl.minimum(eta_max, tl.maximum(tl.maximum(rtol_min, eta), ew))
         # the solve stops at ‖r‖₂ ≤ ctl[0]·b_norm: each problem's own tolerance in its
         # b_norm, and an infinite one where its test passed (no iteration: x stays 0)
         tl.store(ctl, 1.0 + 0.0 * tol)
-        tl.store(ctl + 1, tl.where(done, 0.0, tl.load(consts + 2)))
+        tl.store(ctl + 1, tl.where(done, 0.0, cap))
         tl.store(b_norm + bi, tl.where(passed, float("inf"), rtol * norm), mask=valid)
         tl.store(initial + bi, norm * norm, mask=valid)
         tl.store(previous + bi, tl.where(passed, prev, norm), mask=valid)
