@@ -6,7 +6,8 @@ and returns a :class:`~mfgwork.results2d.Result2D` (a :class:`~mfgwork.Result` w
 ("t", "y", "x")). Linear systems (see
 :mod:`mfgwork.numerics.fdm2d.sweeps`): ``solver="ilu"`` (numba ILU(0)-BiCGStab, the default
 with NumPy), ``"direct"`` (SuperLU) or ``"krylov"`` (matrix-free stencil + batched
-Jacobi-BiCGStab, the default and only choice with torch on any device; CUDA graphs on CUDA).
+Jacobi-BiCGStab, the default and only choice with torch on any device; CUDA graphs on CUDA,
+and with Triton one launch a solve preconditioned by two terms of the Neumann series).
 
 API (stable):
 

@@ -52,7 +52,8 @@
 # On NumPy each linear system is solved by BiCGStab preconditioned by an incomplete LU
 # factorization (ILU(0), compiled with numba; `mw.solve_2d(room, solver="direct")` takes
 # SuperLU's sparse LU instead); with PyTorch by a matrix-free BiCGStab with a Jacobi
-# preconditioner. The coupling is
+# preconditioner (on CUDA with Triton, each solve one kernel launch, preconditioned by the
+# first two terms of the Neumann series of $J^{-1}$: half the iterations). The coupling is
 # iterated with Anderson mixing, and the solve stops when the **certified fixed-point
 # residual** is at most `tol`: one best response to the returned density path (an HJB sweep
 # against it, then a Fokker–Planck sweep) reproduces that path to a relative accuracy `tol`.

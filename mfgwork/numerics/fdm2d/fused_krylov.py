@@ -1,18 +1,21 @@
 """BiCGStab of the 2-D scheme in fixed device buffers, by the fused kernels of
 :mod:`.triton_krylov` (torch tensors on CUDA; on CPU under Triton's interpreter in tests).
 
-The recurrence, the preconditioner and the stopping rule of :func:`.krylov.bicgstab`, with
-the state held between calls. Two ways to run it:
+The recurrence and the stopping rule of :func:`.krylov.bicgstab`, with the state held
+between calls. Two ways to run it:
 
-- **one launch per solve** (:func:`.triton_krylov.solve_kernel`): P programs per problem
-  (:func:`one_launch_layout`) iterate to the tolerance, tested after every iteration, and
-  leave the iterations and the residual in a small status buffer; the tolerance is read on
-  the device, so a recorded step can hold the solve (:mod:`.fused_steps`). The default where
-  a program has at most :data:`MAX_TILES_PER_PROGRAM` tiles (single problems, batches of
-  up to about a hundred rooms of 101²), in float64;
+- **one launch per solve** (:func:`.triton_krylov.solve_kernel`): the problems whose start
+  is above their tolerance share the launch's programs (one per SM; :func:`one_launch_layout`
+  gives each problem's share when all iterate) and iterate to the tolerance, tested after
+  every iteration, leaving the iterations and the residual in a small status buffer; the
+  tolerance is read on the device, so a recorded step can hold the solve
+  (:mod:`.fused_steps`). Preconditioned by the two-term Neumann series (:data:`NEUMANN`).
+  The default where a program has at most :data:`MAX_TILES_PER_PROGRAM` tiles (single
+  problems, batches of up to about a hundred rooms of 101²), in float64;
 - **chunks** (``persistent=False``, the default for large batches and float32): ``steps``
-  iterations (an even number) of three launches each go back and forth between two sets of
-  state buffers, so a chunk ends where it started, and leave the worst relative residual
+  iterations (an even number) of three launches each, preconditioned by the inverse
+  diagonal as :func:`.krylov.bicgstab` is, go back and forth between two sets of state
+  buffers, so a chunk ends where it started, and leave the worst relative residual
   ‖r‖₂/‖b‖₂ of the batch in a one-value buffer read after each chunk.
 
 On CUDA the first launch of each kind is recorded as a CUDA graph (checked bitwise against
