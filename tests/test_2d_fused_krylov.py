@@ -103,10 +103,16 @@ def test_a_fused_solve_reaches_its_tolerance_from_zero_or_a_guess(device, transp
         FusedBiCGStab(b.shape, b, transpose, 3, graphs=False)
 
 
+@pytest.mark.parametrize("spread", [True, False])
 @pytest.mark.parametrize("transpose", [False, True])
-def test_one_launch_follows_the_array_iterations_per_problem(device, transpose):
+def test_one_launch_follows_the_array_iterations_per_problem(device, monkeypatch, transpose,
+                                                              spread):
     """Each problem of a one-launch solve stops at its own iteration, where its iterate is
-    that of the array recurrence after as many iterations; a solved problem takes none."""
+    that of the array recurrence after as many iterations; a solved problem takes none
+    (its programs shared by the others, or, in batches too large to share, idle)."""
+    from mfgwork.numerics.fdm2d import fused_krylov
+
+    monkeypatch.setattr(fused_krylov, "SPREAD_BATCH", 1024 if spread else 2)
     c, b = _system((3, 6, 9), device, seed=11)
     b[1] = 0.0
     b[2] *= torch.linspace(0.0, 1.0, 9, dtype=b.dtype, device=b.device) ** 4

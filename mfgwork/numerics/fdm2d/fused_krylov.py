@@ -49,6 +49,9 @@ SOLVE_BLOCKS = (256, 512, 1024)
 #: Polls of a barrier of :func:`.triton_krylov.solve_kernel` before it gives up (seconds of
 #: waiting: only programs that do not run at once wait that long).
 BARRIER_POLLS = 1 << 24
+#: The most problems whose launch the problems left iterating share
+#: (:func:`.triton_krylov.solve_kernel`: each program reads every problem's start).
+SPREAD_BATCH = 1024
 #: Whether the one-launch solve is preconditioned by the first two terms of the Neumann
 #: series of J⁻¹, J = D + Ō (Ō the off-diagonal part): M⁻¹ = D⁻¹ − D⁻¹ Ō D⁻¹, so that
 #: J M⁻¹ = I − Ō D⁻¹ Ō D⁻¹ (:meth:`.stencil.Stencil.neumann`), instead of the inverse
@@ -84,17 +87,22 @@ def one_launch_layout(batch: int, nodes: int, device: Any) -> tuple[int, int]:
 
 
 def _spread(batch: int, programs: int, block: int, nodes: int, device: Any
-            ) -> tuple[int, int]:
-    """(programs of a one-launch solve, the most a problem takes) for ``programs`` per
-    problem of :func:`one_launch_layout`: on CUDA one per SM (at least as many as the
-    batch's full layout), a problem taking up to its tiles; under Triton's interpreter
-    (programs one after the other) and off CUDA the layout itself."""
+            ) -> tuple[int, int, bool]:
+    """(programs of a one-launch solve, the most a problem takes, whether the problems left
+    iterating share them) for ``programs`` per problem of :func:`one_launch_layout`: on CUDA
+    one per SM, a problem taking up to its tiles, where the batch's layout leaves SMs free;
+    otherwise (every SM busy, or Triton's interpreter, which runs programs one after the
+    other, or off CUDA) the layout itself, shared only by batches of at most
+    :data:`SPREAD_BATCH` problems."""
     import torch
 
+    fixed = (batch * programs, programs, batch <= SPREAD_BATCH)
     if os.environ.get("TRITON_INTERPRET") == "1" or torch.device(device).type != "cuda":
-        return batch * programs, programs
+        return fixed
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return max(sms, batch * programs), -(-nodes // block)
+    if batch * programs >= sms or batch > SPREAD_BATCH:
+        return batch * programs, programs, False
+    return sms, -(-nodes // block), True
 
 
 def _power_of_two(n: int) -> int:
@@ -149,11 +157,12 @@ class FusedBiCGStab:
             #: the launch's programs and the most a problem takes (its tiles): where the
             #: programs of a batch run at once, every SM takes one, and the problems left
             #: iterating share them (:func:`.triton_krylov.solve_kernel`)
-            self.grid, self.most = _spread(self.B, self.programs, block, ny * nx,
-                                           like.device)
+            self.grid, self.most, spread = _spread(self.B, self.programs, block, ny * nx,
+                                                   like.device)
         else:
             block, self.programs, warps = layout
             self.grid, self.most = self.B * self.programs, self.programs
+            spread = self.B <= SPREAD_BATCH
         if persistent is None:
             # float32 keeps the chunks: stopped at the first iterate below its tolerance,
             # the float32 recurrence left the room's fixed point a floor five times higher
@@ -164,7 +173,8 @@ class FusedBiCGStab:
                 or os.environ.get("TRITON_INTERPRET") == "1")
         self.persistent = persistent
         self.one_launch = {"BLOCK": block, "LIMIT": BARRIER_POLLS, "NEUMANN": NEUMANN,
-                           "PB": _power_of_two(self.most), "PBATCH": _power_of_two(self.B),
+                           "PB": _power_of_two(self.most), "SPREAD": spread,
+                           "PBATCH": _power_of_two(self.B) if spread else 2,
                            "num_warps": warps}
         self.ctl, self.status = zeros(2), zeros(self.B, 3)
         #: ‖r‖₂² per problem at the start (:meth:`start`, or the kernels that start the

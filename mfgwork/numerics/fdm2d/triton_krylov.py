@@ -347,41 +347,48 @@ def _sync(counter, target, LIMIT: tl.constexpr):
 @triton.jit(do_not_specialize=["NY", "NX", "B", "MOST"])
 def solve_kernel(x, r, p, v, t, w, z, r_hat, inv, diag, W, E, S, N, b_norm, initial, ctl,
                  part, sync, status, B, MOST, NY, NX, TRANSPOSE: tl.constexpr,
-                 NEUMANN: tl.constexpr, BLOCK: tl.constexpr, PB: tl.constexpr,
-                 PBATCH: tl.constexpr, LIMIT: tl.constexpr):
+                 NEUMANN: tl.constexpr, SPREAD: tl.constexpr, BLOCK: tl.constexpr,
+                 PB: tl.constexpr, PBATCH: tl.constexpr, LIMIT: tl.constexpr):
     """BiCGStab from (x, r = b − J x, r̂ = r, p = v = 0 in the first of the two (2, B, NY,
     NX) buffers p and v) until ‖r‖₂ ≤ rtol ‖b‖₂ (‖b‖₂ = ``b_norm``[b]) or a number of
     iterations (``ctl`` = (rtol, that number), on the device so that a recording of the
-    launch serves every tolerance), for the B problems; grid (G,). ``initial`` (B,): ‖r‖₂²
-    at the start, from the start's own sums: the problems it leaves above their tolerance
-    share the G programs, ⌊G/n⌋ each (at most ``MOST``, the tiles of a problem), so that a
-    few problems left iterating run on the whole device; the others take no iteration.
+    launch serves every tolerance), for the B problems; grid (G,). With SPREAD,
+    ``initial`` (B,) (‖r‖₂² at the start, from the start's own sums) decides: the n problems
+    it leaves above their tolerance share the G programs, ⌊G/n⌋ each (at most ``MOST``, the
+    tiles of a problem), so that a few problems left iterating run on the whole device, and
+    the others take no iteration; without, problem b has the programs b·MOST..(b+1)·MOST−1.
     ``part`` (B, 5, MOST): partial sums of (r̂, v), (t, s), (t, t), (r̂, r), (r, r);
     ``sync`` (B,) int32 counters at 0; ``status`` (B, 3): iterations, ‖r‖₂/‖b‖₂ and whether
     every barrier was met."""
     g = tl.program_id(0)
     rtol = tl.load(ctl)
     max_iter = tl.load(ctl + 1).to(tl.int32)
-    bi = tl.arange(0, PBATCH)
-    valid = bi < B
-    b_all = tl.load(b_norm + bi, mask=valid, other=1.0)
-    scale_all = tl.where(b_all == 0.0, 1.0, b_all)
-    start_all = tl.sqrt(tl.load(initial + bi, mask=valid, other=0.0))
-    live = valid & (start_all > rtol * scale_all) & (max_iter > 0)
-    n = tl.sum(live.to(tl.int32), axis=0)
-    if g == 0:   # the problems that take no iteration
-        quiet = valid & ~live
-        tl.store(status + 3 * bi, tl.zeros_like(start_all), mask=quiet)
-        tl.store(status + 3 * bi + 1, start_all / scale_all, mask=quiet)
-        tl.store(status + 3 * bi + 2, tl.zeros_like(start_all) + 1.0, mask=quiet)
-    P = tl.minimum(MOST, tl.num_programs(0) // tl.maximum(n, 1))
-    slot = g // P
-    if slot < n:
-        rank = tl.cumsum(live.to(tl.int32), axis=0) - 1
-        b = tl.sum(tl.where(live & (rank == slot), bi, 0), axis=0)
+    if not SPREAD:
+        b = g // MOST
         _solve(x, r, p, v, t, w, z, r_hat, inv, diag, W, E, S, N, b_norm, part, sync, status,
-               b, g - slot * P, P, B, MOST, rtol, max_iter, NY, NX, TRANSPOSE, NEUMANN, BLOCK,
-               PB, LIMIT)
+               b, g - b * MOST, MOST, B, MOST, rtol, max_iter, NY, NX, TRANSPOSE, NEUMANN,
+               BLOCK, PB, LIMIT)
+    else:
+        bi = tl.arange(0, PBATCH)
+        valid = bi < B
+        b_all = tl.load(b_norm + bi, mask=valid, other=1.0)
+        scale_all = tl.where(b_all == 0.0, 1.0, b_all)
+        start_all = tl.sqrt(tl.load(initial + bi, mask=valid, other=0.0))
+        live = valid & (start_all > rtol * scale_all) & (max_iter > 0)
+        n = tl.sum(live.to(tl.int32), axis=0)
+        if g == 0:   # the problems that take no iteration
+            quiet = valid & ~live
+            tl.store(status + 3 * bi, tl.zeros_like(start_all), mask=quiet)
+            tl.store(status + 3 * bi + 1, start_all / scale_all, mask=quiet)
+            tl.store(status + 3 * bi + 2, tl.zeros_like(start_all) + 1.0, mask=quiet)
+        P = tl.minimum(MOST, tl.num_programs(0) // tl.maximum(n, 1))
+        slot = g // P
+        if slot < n:
+            rank = tl.cumsum(live.to(tl.int32), axis=0) - 1
+            b = tl.sum(tl.where(live & (rank == slot), bi, 0), axis=0)
+            _solve(x, r, p, v, t, w, z, r_hat, inv, diag, W, E, S, N, b_norm, part, sync,
+                   status, b, g - slot * P, P, B, MOST, rtol, max_iter, NY, NX, TRANSPOSE,
+                   NEUMANN, BLOCK, PB, LIMIT)
 
 
 @triton.jit
