@@ -148,10 +148,15 @@ def _step_tile(r, v, inv, diag, W, E, S, N, t_out, tile, NY, NX, alpha,
 
 @triton.jit
 def _update_tile(x, r, v, p, t, inv, r_hat, x_out, r_out, tile, NY, NX, alpha, omega,
-                 BLOCK: tl.constexpr, CACHE: tl.constexpr):
-    """Phase 3 on one tile: x and r written; returns the tile's sums of r̂ r and r r."""
+                 BLOCK: tl.constexpr, CACHE: tl.constexpr, JACOBI: tl.constexpr = True):
+    """Phase 3 on one tile: x ← x + α D⁻¹ p + ω D⁻¹ s (without JACOBI: the Neumann solve's
+    z ← z + α p + ω s, x = x₀ + M⁻¹ z) and r ← s − ω t written; returns the tile's sums of
+    r̂ r and r r."""
     k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
-    inv_k = tl.load(inv + k, mask=inside, other=0.0)
+    if JACOBI:
+        inv_k = tl.load(inv + k, mask=inside, other=0.0)
+    else:
+        inv_k = 1.0
     s_k = _ld(r + k, inside, CACHE) - alpha * _ld(v + k, inside, CACHE)
     x_k = (_ld(x + k, inside, CACHE) + alpha * (inv_k * _ld(p + k, inside, CACHE))
            + omega * (inv_k * s_k))
@@ -233,21 +238,6 @@ def _neumann_t_tile(r, v, w, W, E, S, N, t_out, tile, NY, NX, alpha, TRANSPOSE: 
     t_k = _minus_off(s_k, w, W, E, S, N, k, mw, me, ms, mn, NX, TRANSPOSE, CACHE)
     tl.store(t_out + k, t_k, mask=inside)
     return tl.sum(t_k * s_k, axis=0), tl.sum(t_k * t_k, axis=0)
-
-
-@triton.jit
-def _neumann_update_tile(z, r, v, p, t, r_hat, tile, NY, NX, alpha, omega,
-                         BLOCK: tl.constexpr, CACHE: tl.constexpr):
-    """Phase 3 on one tile: z ← z + α p + ω s (x = x₀ + M⁻¹ z), r ← s − ω t; returns the
-    tile's sums of r̂ r and r r."""
-    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
-    s_k = _ld(r + k, inside, CACHE) - alpha * _ld(v + k, inside, CACHE)
-    z_k = _ld(z + k, inside, CACHE) + alpha * _ld(p + k, inside, CACHE) + omega * s_k
-    r_k = s_k - omega * _ld(t + k, inside, CACHE)
-    tl.store(z + k, z_k, mask=inside)
-    tl.store(r + k, r_k, mask=inside)
-    return tl.sum(tl.load(r_hat + k, mask=inside, other=0.0) * r_k, axis=0), tl.sum(
-        r_k * r_k, axis=0)
 
 
 @triton.jit
@@ -479,8 +469,8 @@ def _solve(x, r, p, v, t, w, z, r_hat, inv, diag, W, E, S, N, b_norm, part, sync
         r2 = zero
         for tile in tl.range(q, tiles, P):
             if NEUMANN:
-                a, c = _neumann_update_tile(z, r, v + dst, p + dst, t, r_hat, tile, NY, NX,
-                                            alpha, omega, BLOCK, ".cg")
+                a, c = _update_tile(z, r, v + dst, p + dst, t, inv, r_hat, z, r, tile, NY, NX,
+                                    alpha, omega, BLOCK, ".cg", False)
             else:
                 a, c = _update_tile(x, r, v + dst, p + dst, t, inv, r_hat, x, r, tile, NY, NX,
                                     alpha, omega, BLOCK, ".cg")
