@@ -97,20 +97,25 @@ def rooms(n: int) -> list[mw.Room]:
 
 def measure(case: str, target: tuple[str, str, str | None, str | None], nx: int, nt: int,
             batch: int, tol: float, max_iter: int, iteration: str = "default",
-            problems: list[mw.Room] | None = None) -> dict:
-    """One solve of ``case`` (``problems``: the batch's rooms instead of :func:`rooms`)."""
+            problems: list[mw.Room] | None = None, mixing: float | None = None) -> dict:
+    """One solve of ``case`` (``problems``: the batch's rooms instead of :func:`rooms`;
+    ``mixing``: the default iteration's β instead of the library's)."""
     backend, device, dtype, solver = target
     be = mw.get_backend(backend, device, dtype)
+    scheme = ITERATIONS.get(iteration)
+    if scheme is None and mixing is not None:
+        scheme = dataclasses.replace(solve2d.default_iteration(be.dtype), mixing=mixing)
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", mw.ConvergenceWarning)
         if batch == 1 and problems is None:
             out = [mw.solve_2d(PROBLEMS[case](), nx=nx, nt=nt, backend=be, tol=tol,
                                max_iter=max_iter, solver=solver, progress=False,
-                               iteration=ITERATIONS.get(iteration))]
+                               iteration=scheme)]
         else:
             out = mw.solve_2d_batch(problems or rooms(batch), nx=nx, nt=nt, backend=be,
-                                    tol=tol, max_iter=max_iter, solver=solver, progress=False)
+                                    tol=tol, max_iter=max_iter, solver=solver, progress=False,
+                                    iteration=scheme)
     be.synchronize()
     wall = time.perf_counter() - start
     r = out[0]
@@ -197,10 +202,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mixing", type=float, default=None,
                         help="the 2-D default Anderson mixing's β (default: the library's)")
     args = parser.parse_args(argv)
-    if args.mixing is not None:
-        default = solve2d.default_iteration
-        solve2d.default_iteration = lambda dtype="float64": dataclasses.replace(
-            default(dtype), mixing=args.mixing)
     fused_krylov.ONE_LAUNCH = args.krylov == "one-launch"
     fused_krylov.NEUMANN = args.preconditioner == "neumann"
     fused_steps.MIXED = args.precision == "mixed"
@@ -238,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             every = rooms(full["batch"])
             problems = [every[i] for i in slowest[:batch]]
         row = measure(case, target, nx, nt, batch, args.tol, args.max_iter, iteration,
-                      problems)
+                      problems, args.mixing)
         row["run_in_process"] = run
         if case.startswith("two-bars"):   # against the fixed point's run of the same number
             base = next(r for r in rows if r["case"] == case and r["run_in_process"] == run
