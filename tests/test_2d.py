@@ -146,6 +146,34 @@ def test_batch_on_torch_matches_single_solves():
             one.door_outflow)
 
 
+def test_a_batch_of_rooms_computes_its_coupling_on_the_whole_batch_as_each_room_would():
+    from mfgwork.problems.base import BatchCoupling, batch_coupling
+    from mfgwork.problems.two_d import StackedDensityCoupling2D
+
+    be = mw.get_backend("numpy")
+
+    class OwnCosts(mw.Room):
+        def running_costs(self, z, grid, backend, X, Y):
+            return 2.0 + self.congestion * z
+
+    def coupling(rooms):
+        return batch_coupling([r.coupling(r.grid(9, 9, 4), be) for r in rooms], be)
+
+    rooms = [mw.Room(congestion=0.0), mw.Room(congestion=3.5, door_widths=(0.2, 0.1))]
+    stacked, each = coupling(rooms), BatchCoupling(coupling(rooms).couplings, be)
+    assert isinstance(stacked, StackedDensityCoupling2D)
+    M = np.random.default_rng(0).normal(size=(2, 5, 9, 9))
+    z = stacked.state(M)
+    np.testing.assert_array_equal(z, each.state(M))
+    np.testing.assert_array_equal(stacked.running_cost(z), each.running_cost(z))
+    np.testing.assert_array_equal(stacked.project(z), each.project(z))
+    assert (stacked.project(z) >= 0).all() and (stacked.running_cost(z)[0] == 1.0).all()
+    # a type with its own costs, or a mixed batch: one problem after the other
+    for other in ([OwnCosts(), OwnCosts(congestion=2.0)], [rooms[0], OwnCosts()]):
+        assert type(coupling(other)) is BatchCoupling
+    assert (coupling([OwnCosts()] * 2).running_cost(abs(z)) >= 2.0).all()
+
+
 def test_a_batch_splits_the_outflow_by_each_problem_s_own_doors():
     pytest.importorskip("torch")
     doors = [(mw.Exit("top", 0.5, 0.3),), (mw.Exit("right", 0.3, 0.2), mw.Exit("top", 0.7, 0.2))]

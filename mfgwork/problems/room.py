@@ -13,7 +13,10 @@ Since f increases in m, the coupling is monotone (the equilibrium is unique).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from ..core.backend import Backend
 from ..core.errors import ParameterError, check_real
@@ -87,6 +90,17 @@ class Room(MFGProblem2D):
     def running_costs(self, z: Any, grid: Grid2D, backend: Backend, X: Any, Y: Any) -> Any:
         """F = 1 + κ z on the whole path at once."""
         return 1.0 + self.congestion * z
+
+    @classmethod
+    def stacked_running_costs(cls, problems: list[MFGProblem2D], backend: Backend
+                              ) -> Callable[[Any], Any] | None:
+        """F = 1 + κ_b z for the batch (κ per problem), unless this type gives its own
+        ``running_costs`` (a subclass's costs are its own, one problem after the other)."""
+        if cls.running_costs is not Room.running_costs:
+            return None
+        kappa = backend.asarray(np.array([p.congestion for p in problems], dtype=np.float64))
+        kappa = backend.xp.reshape(kappa, (-1, 1, 1, 1))
+        return lambda z: 1.0 + kappa * z
 
 
 def _pair(name: str, value: object, low: float, high: float) -> tuple[float, float]:
