@@ -120,7 +120,8 @@ def test_the_control_is_the_hosts_newton_rule_per_problem(device, first):
         solver.ctl[0] = 1e-6
     assembly.decide(previous, scheme, first, False)
     report = assembly.report.cpu().numpy()
-    assert report[0] == pytest.approx(float(np.max(size)), rel=1e-12)
+    # the report's test is each problem's over its own tolerance
+    assert report[0] == pytest.approx(float(np.max(size)) / scheme.newton_tol, rel=1e-12)
     rtol = np.array([scheme._newton_rtol(scale[[i]], norm[[i]], None if first
                                          else previous_host[[i]]) for i in range(2)])
     # the solve stops at ‖r‖₂ ≤ ctl[0]·b_norm: each problem's tolerance is in its b_norm
@@ -151,6 +152,15 @@ def test_the_control_is_the_hosts_newton_rule_per_problem(device, first):
     assembly.decide(previous, scheme, True, False)
     assert float(solver.ctl[1]) == 0.0 and float(assembly.report[5]) == 1.0
     assert bool((previous == before).all())
+    # a tolerance per problem (inexact Picard of a batch): the problem of the larger test
+    # passes its loose one, the other updates against its tight one
+    tols = np.empty(2)
+    tols[high], tols[low] = 2.0 * size[high], 0.5 * size[low]
+    scheme.newton_tol = tols
+    assembly.decide(previous, scheme, True, False)
+    assert float(solver.ctl[1]) == scheme.max_krylov and float(assembly.report[5]) == 0.0
+    assert float(solver.b_norm[high]) == math.inf and math.isfinite(float(solver.b_norm[low]))
+    assert float(assembly.report[0]) == pytest.approx(2.0, rel=1e-12)
 
 
 def test_the_fp_start_and_the_balance_are_the_array_codes(device):
@@ -240,6 +250,43 @@ def test_a_mixed_precision_fp_step_reaches_float64_accuracy(device):
     solver.set_control(float(report[:, 1].max()) * 1.01, 400)
     again, report = assembly.fp_solve(mass, x.clone())
     assert float(report[:, 0].max()) == 0.0 and bool((again == x).all())
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_an_fp_step_solves_each_problem_to_its_own_tolerance(device, mixed):
+    """FP tolerances per problem (a batch's inexact Picard, ``set_tolerances``): each
+    problem's solve stops at its own relative residual, the loose one in fewer iterations,
+    also through the refinement rounds of a float32 solver."""
+    from mfgwork.numerics.fdm2d.stencil import Coefficients
+
+    st, grids = _rooms(device, nx=13)
+    g = torch.Generator().manual_seed(7)
+    shape = (2, *grids[0].active.shape)
+    u = (torch.rand(shape, generator=g, dtype=torch.float64) * 3.0 - 1.0).to(device)
+    mass = torch.rand(shape, generator=g, dtype=torch.float64).to(device) * st.active
+    solver = FusedBiCGStab(shape, u, True, 2, graphs=False, persistent=True,
+                           dtype=torch.float32 if mixed else torch.float64)
+    assembly = FusedAssembly(st, shape, solver)
+    assert assembly.mixed == mixed
+    assembly.jacobian(u)
+    c = Coefficients(*assembly.coefs[:5], None)
+    rtols = np.array([1e-2, 1e-11])
+    solver.set_tolerances(rtols, 400)
+    assert float(solver.ctl[0]) == pytest.approx(1e-11, rel=1e-6)   # (the solver's dtype)
+    x, report = assembly.fp_solve(mass, mass)
+    b = mass * st.inv_dt
+    residual = b - st.operator(c, transpose=True)(x)
+    relative = ((residual * residual).sum((-2, -1)).sqrt()
+                / (b * b).sum((-2, -1)).sqrt()).cpu().numpy()
+    assert relative[0] <= rtols[0] and relative[1] <= rtols[1]
+    assert relative[0] > 1e3 * rtols[1]    # the loose problem is not solved further
+    assert float(report[0, 0]) < float(report[1, 0])
+    assert bool((report[:, 2] == 1.0).all())
+    # the report's residuals are over l·‖b‖₂: within the tightest tolerance (the FP sweep's
+    # check against it)
+    assert float(report[:, 1].max()) <= 1.01e-11
+    solver.set_tolerances(1e-11, 400)   # one tolerance again: no problem loosened
+    assert bool((solver.loosen == 1.0).all())
 
 
 def test_mixed_precision_newton_updates_ask_float32_accuracy_at_most(device):

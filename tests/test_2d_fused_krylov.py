@@ -263,6 +263,40 @@ def test_a_fused_room_solve_matches_the_eager_one(device, monkeypatch, launch):
         assert b.mass_error <= 1e-12
 
 
+@pytest.mark.parametrize("mixed", [False, True])
+def test_a_fused_batch_at_each_problem_s_accuracy_reaches_the_equilibria(device, monkeypatch,
+                                                                          mixed):
+    """Inexact Picard in a fused batch: the room without congestion asks accuracies far
+    below the congested one's (more than the FP check's factor), each problem's Newton
+    test and FP solves follow its own, and both reach the eager batch's equilibria."""
+    from mfgwork.numerics.fdm2d import fused_steps
+
+    monkeypatch.setattr(fused_steps, "MIXED_NODES", 0 if mixed else 10**12)
+    rooms = [mw.Room(congestion=0.0), mw.Room(congestion=3.0, door_widths=(0.3, 0.15))]
+    size = {"nx": 7, "nt": 3} if device == "cpu" else {"nx": 31, "nt": 20}
+    common = dict(**size, tol=1e-9, backend="torch", device=device, dtype="float64",
+                  progress=False)
+    asked = []
+    resolve = sweeps.Scheme2D.resolve
+
+    def recorded(self, residual):
+        asked.append(np.array(1.0 if residual is None else residual, ndmin=1))
+        resolve(self, residual)
+
+    monkeypatch.setattr(sweeps.Scheme2D, "resolve", recorded)
+    out = {}
+    for fused in (False, True):
+        monkeypatch.setattr(sweeps, "fused_available", lambda backend, fused=fused: fused)
+        asked.clear()
+        out[fused] = mw.solve_2d_batch(rooms, **common)
+        spread = max(float(a.max() / a.min()) for a in asked if a.size == 2)
+        assert spread > sweeps.KRYLOV_FAIL   # the loose problem's residual > fail · tight
+    for a, b in zip(out[False], out[True], strict=True):
+        assert a.converged and b.converged and b.residual <= 1e-9
+        assert np.max(np.abs(a.M - b.M)) <= 1e-7 * np.max(a.M)
+        assert b.mass_error <= 1e-12
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA graphs")
 def test_without_cuda_graphs_the_recordings_fall_back_to_eager_calls(device):
     """Asked for CUDA graphs where none can be recorded, the solver's chunks and the

@@ -69,3 +69,28 @@ def test_a_residual_that_falls_faster_than_the_accuracy_is_evaluated_again():
     r = mw.solve_2d(mw.Room(congestion=0.0), nx=17, nt=16, tol=1e-8, progress=False)
     assert r.converged and r.extra["reevaluations"] >= 1
     assert r.check() <= 1e-8
+
+
+def test_a_batch_resolves_each_problem_at_its_own_accuracy(monkeypatch):
+    """In a batch each problem's evaluations follow its own residual: the room without
+    congestion, whose residual falls fast, asks a finer accuracy than the congested one
+    (which is not solved to it), and both are certified by an independent best response."""
+    pytest.importorskip("torch")
+    rooms = [mw.Room(congestion=0.0), mw.Room(congestion=3.0, door_widths=(0.2, 0.2))]
+    calls = []
+    resolve = sweeps.Scheme2D.resolve
+
+    def recorded(self, residual):
+        calls.append(None if residual is None else np.array(residual, dtype=float, ndmin=1))
+        resolve(self, residual)
+
+    monkeypatch.setattr(sweeps.Scheme2D, "resolve", recorded)
+    batch = mw.solve_2d_batch(rooms, nx=21, nt=20, tol=1e-7, progress=False,
+                              backend="torch", dtype="float64")
+    asked = np.array([c for c in calls if c is not None and c.size == 2])
+    assert (asked >= 1e-7).all() and (asked[0] == 1.0).all()
+    assert (asked[:, 0] < 1e-2 * asked[:, 1]).any()   # each at its own accuracy
+    assert len(batch) == len(rooms)
+    for res in batch:
+        assert res.converged and res.residual <= 1e-7
+        assert res.check() <= 1e-7

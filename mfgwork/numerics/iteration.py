@@ -85,7 +85,8 @@ class Narrowing(Protocol):
     """The best response ``evaluate(z, guess) -> (F, U, M, state(M), times)`` and the accuracy
     hook (see :func:`fixed_point`'s ``accuracy``) of the problems at ``rows`` of a batch."""
 
-    def __call__(self, rows: np.ndarray) -> tuple[Any, Callable[[float | None], None]]: ...
+    def __call__(self, rows: np.ndarray
+                 ) -> tuple[Any, Callable[[float | np.ndarray | None], None]]: ...
 
 
 class Mixer(Protocol):
@@ -437,7 +438,7 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
                 M_init: Array | None = None, U_init: Array | None = None,
                 z_init: Array | None = None, fallback: Fallback | None = None, stall: int = 25,
                 patience: int = 10, give_up: int = 5,
-                accuracy: Callable[[float | None], None] | None = None,
+                accuracy: Callable[[float | np.ndarray | None], None] | None = None,
                 narrow: Narrowing | None = None) -> FixedPointResult:
     """Iterate z ← scheme(z, Φ(z)) until the returned densities have residual ≤ ``tol``.
 
@@ -464,13 +465,15 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     returned.
 
     ``accuracy`` (inexact Picard): called before each evaluation with the residual s that
-    evaluation is to resolve, max(tol, the lowest iterate residual of the problems still
-    iterating; 1 before the first), so that the solvers need not resolve far below it. An
+    evaluation is to resolve, max(tol, the problem's lowest iterate residual; 1 before the
+    first), so that the solvers need not resolve far below it: a float for a single
+    problem, per problem (host (B,)) in a batch, each problem at its own accuracy. An
     evaluation that finds a residual below :data:`RESOLVED` · s (it fell faster than its
     accuracy followed: the value and Anderson's history would carry the evaluation's error)
-    is made again at s = that residual, before anything uses it. An evaluation that
-    certifies follows a residual ≤ tol, so it is made at the accuracy of ``tol``. Called
-    with None (the solvers' exact accuracy) when the iteration ends.
+    is made again, before anything uses it, at s = that residual for the problems that found
+    one, from the U it found (the other problems' solves start at their end). An evaluation
+    that certifies follows a residual ≤ tol, so it is made at the accuracy of ``tol``.
+    Called with None (the solvers' exact accuracy) when the iteration ends.
 
     ``narrow`` (batches): ``narrow(rows)`` gives the evaluation Φ and the accuracy hook of the
     problems at ``rows`` (host indices) alone. Once the problems still iterating are at most
@@ -505,25 +508,31 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     reevaluations = 0
     evaluated = n_problems  # how many problems each evaluation takes
     step_eval, step_resolve = _narrowed(evaluate, None, xp, None), resolve
+    rows = None   # the rows evaluated (None: all)
     gz = None
     for k in range(1, max_iter + 1):
         t0 = backend.stamp()
-        scale = max(tol, float(np.min(lowest_host[iterating])))
+        scale = np.maximum(tol, lowest_host)   # each problem's accuracy
         still = int(iterating.sum())
         if narrow is not None and batched and still < evaluated and still <= NARROW * evaluated:
             rows, evaluated = np.flatnonzero(iterating), still
             part, step_resolve = narrow(rows)
             step_eval = _narrowed(part, rows, xp, _device(z))
+        guess = U
         while True:
-            step_resolve(scale)
-            F, U_new, M_new, gz, (t1, t2, t3) = step_eval(z, U, (U, M, gz))
+            step_resolve(_accuracy(scale, rows, batched))
+            F, U_new, M_new, gz, (t1, t2, t3) = step_eval(z, guess, (U, M, gz))
             res = relative_residual(gz, z, xp, batched)
-            if accuracy is None or scale <= tol:
+            if accuracy is None:
                 break
-            found = float(np.min(to_numpy(res)[iterating]))
-            if not found < RESOLVED * scale:
+            found = to_numpy(res)
+            finer = iterating & (scale > tol) & (found < RESOLVED * scale)
+            if not finer.any():
                 break
-            scale = max(tol, found)  # the time of the evaluation dropped counts as coupling
+            # made again, each problem that found a residual below its accuracy at that
+            # residual, from this evaluation's U (the others' solves start where they end)
+            scale = np.where(finer, np.maximum(tol, found), scale)
+            guess = U_new   # the time of the evaluation dropped counts as coupling
             reevaluations += 1
         better = state.certify(res, best, inf, tol, xp)
         state.track(res, xp)
@@ -723,6 +732,14 @@ class _State:
         """The step prepared by :meth:`advance` is taken."""
         self.picard, self.recheck = self.picard_next, self.recheck_next
         self.prev_res = self.prev_res_next
+
+
+def _accuracy(scale: np.ndarray, rows: np.ndarray | None, batched: bool) -> Any:
+    """The accuracy hook's argument: the residual per problem evaluated (host (B,), the rows
+    ``rows`` of a narrowed batch), a float for a single problem."""
+    if not batched:
+        return float(scale[0])
+    return scale if rows is None else scale[rows]
 
 
 def _narrowed(evaluate: Any, rows: np.ndarray | None, xp: Any, device: Any) -> Any:

@@ -176,6 +176,7 @@ class FusedAssembly:
             s.sets[0]["x"].zero_()
         else:
             torch.sqrt(self.part_b[:, 0].sum(-1), out=s.b_norm)
+            s.b_norm.mul_(s.loosen)   # each problem's own tolerance
             torch.sum(self.part_b[:, 1], -1, out=s.initial)
 
     def fp_solve(self, mass: Any, guess: Any, step: tuple[Any, Any] | None = None
@@ -194,7 +195,7 @@ class FusedAssembly:
             return s.x, s.status.clone()
 
         def refine(first: bool, last: bool) -> None:
-            ta.refine_kernel[(1,)](self.part_b, s.status, s.ctl, s.b_norm, s.initial,
+            ta.refine_kernel[(1,)](self.part_b, s.status, s.ctl, s.b_norm, s.loosen, s.initial,
                                    self.fp_report, self.B, self.tiles, RTOL=MIXED_RTOL,
                                    FIRST=first, LAST=last, **self.control)
 
@@ -222,16 +223,18 @@ class FusedAssembly:
 
     def constants(self, scheme: Any) -> Any:
         """The control kernel's constants from the scheme's current tolerances (Newton's
-        test, Δt, the iteration cap, the update's tolerance bounds (the lower one at least
-        :data:`MIXED_RTOL` with mixed precision), γ): one device buffer,
+        tightest test, Δt, the iteration cap, the update's tolerance bounds (the lower one at
+        least :data:`MIXED_RTOL` with mixed precision), γ, then each problem's test): one
+        device buffer,
         written in place when they change, so recorded replays read the current values
         (called before replays, outside a recording)."""
         import torch
 
         eta_max, gamma = scheme.forcing_constants()
         rtol_min = max(scheme.newton_rtol, MIXED_RTOL) if self.mixed else scheme.newton_rtol
-        values = (scheme.newton_tol, self.stencil.grid.dt, float(scheme.max_krylov),
-                  rtol_min, eta_max, gamma)
+        tols = np.broadcast_to(np.asarray(scheme.newton_tol, dtype=np.float64), (self.B,))
+        values = (float(tols.min()), self.stencil.grid.dt, float(scheme.max_krylov),
+                  rtol_min, eta_max, gamma, *map(float, tols))
         host = torch.tensor(values, dtype=self.part.dtype)
         if self.newton_params is None:
             self.newton_params = (values, host.to(self.part.device))

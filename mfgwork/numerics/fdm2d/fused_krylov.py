@@ -30,6 +30,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ...core.cuda_graphs import capture
 from ...core.errors import SolverError
 
@@ -181,6 +183,10 @@ class FusedBiCGStab:
         #: solver in its buffers)
         self.initial = zeros(self.B)
         self.ctl_host = torch.zeros(2, dtype=self.dtype, pin_memory=self.ctl.is_cuda)
+        #: per problem, its FP tolerance over the tightest (``ctl``[0]): the FP starts scale
+        #: ‖b‖₂ by it (:meth:`set_tolerances`)
+        self.loosen = torch.ones(self.B, dtype=self.dtype, device=like.device)
+        self._loosen_host: np.ndarray | None = None
         self.part = zeros(self.B, 5, self.most)
         self.sync = zeros(self.B, dtype=torch.int32)
         self.graphs = graphs
@@ -247,6 +253,23 @@ class FusedBiCGStab:
         """The tolerance and the iteration cap of the next one-launch solves."""
         self.ctl_host[0], self.ctl_host[1] = rtol, max_iter
         self.ctl.copy_(self.ctl_host, non_blocking=True)
+
+    def set_tolerances(self, rtol: float | np.ndarray, max_iter: int) -> None:
+        """The FP solves' tolerances, one or per problem (host (B,)): the control at the
+        tightest, each problem's own in ``loosen`` (its tolerance over the tightest), by
+        which the FP starts scale the problem's ‖b‖₂; the solve of a problem then stops at
+        ‖r‖₂ ≤ rtol_b ‖b‖₂, and its status's residual is over l·‖b‖₂."""
+        import torch
+
+        rtols = np.broadcast_to(np.asarray(rtol, dtype=np.float64), (self.B,))
+        tight = float(rtols.min())
+        self.set_control(tight, max_iter)
+        factors = rtols / tight if tight > 0.0 else np.ones(self.B)
+        if self._loosen_host is None or not np.array_equal(factors, self._loosen_host):
+            self._loosen_host = factors.copy()
+            host = torch.tensor(factors, dtype=self.dtype)
+            self.loosen.copy_(host.pin_memory() if self.loosen.is_cuda else host,
+                              non_blocking=True)
 
     def launch_solve(self) -> Any:
         """The solve from the state of :meth:`start` to the tolerance and cap in ``ctl``, in

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ...core.backend import to_numpy
 from ...core.errors import SolverError
 
@@ -62,20 +64,25 @@ def iterate(apply: Callable[[Any], Any], precondition: Any, r_hat: Any, state: S
     return x, r, p, v, rho, alpha, omega
 
 
-def bicgstab(apply: Callable[[Any], Any], b: Any, precondition: Any, xp: Any, *, rtol: float,
-             max_iter: int, fail: float, check_every: int = 8,
+def bicgstab(apply: Callable[[Any], Any], b: Any, precondition: Any, xp: Any, *,
+             rtol: float | np.ndarray, max_iter: int, fail: float | np.ndarray,
+             check_every: int = 8,
              chunk: Callable[[State, Any], State] | None = None,
              x0: Any = None) -> tuple[Any, int]:
     """x with ‖b − A x‖₂ ≤ ``rtol`` ‖b‖₂ per problem (or, after ``max_iter`` iterations, the
     iterate if its relative residual is ≤ ``fail``: the rounding floor of float32; otherwise
     :class:`SolverError`), from ``x0`` (default 0; a start that already meets ``rtol`` costs
-    no iteration). Returns x and the iterations done. ``chunk(state, r_hat)``: the
+    no iteration). ``rtol`` and ``fail``: one for all problems, or one per problem (host
+    arrays (B,)). Returns x and the iterations done. ``chunk(state, r_hat)``: the
     ``check_every`` iterations between two tests (default :func:`iterate`)."""
     x, r = (0.0 * b, b) if x0 is None else (x0, b - apply(x0))
     r_hat = r
     b_norm = xp.sqrt(_dot(b, b, xp))
-    if x0 is not None and float(to_numpy(xp.max(_div(xp.sqrt(_dot(r, r, xp)), b_norm,
-                                                     xp)))) <= rtol:
+
+    def relative(r: Any) -> np.ndarray:   # per problem, on the host
+        return np.reshape(to_numpy(_div(xp.sqrt(_dot(r, r, xp)), b_norm, xp)), (-1,))
+
+    if x0 is not None and np.all(relative(r) <= rtol):
         return x, 0
     one = 1.0 + 0.0 * b_norm
     state = (x, r, 0.0 * b, 0.0 * b, one, one, one)
@@ -84,14 +91,12 @@ def bicgstab(apply: Callable[[Any], Any], b: Any, precondition: Any, xp: Any, *,
         state = (iterate(apply, precondition, r_hat, state, check_every, xp) if chunk is None
                  else chunk(state, r_hat))
         k += check_every
-        r = state[1]
-        rel = to_numpy(xp.max(_div(xp.sqrt(_dot(r, r, xp)), b_norm, xp)))
-        if float(rel) <= rtol:
+        if np.all(relative(state[1]) <= rtol):
             return state[0], k
     x = state[0]
-    r = b - apply(x)
-    worst = float(to_numpy(xp.max(_div(xp.sqrt(_dot(r, r, xp)), b_norm, xp))))
-    if worst <= fail:
+    rel = relative(b - apply(x))
+    if np.all(rel <= fail):
         return x, k
+    worst = int(np.argmax(rel / fail))
     raise SolverError(f"BiCGStab did not converge in {max_iter} iterations (relative "
-                      f"residual {worst:.3g} > {fail:.3g})")
+                      f"residual {rel[worst]:.3g} > {np.broadcast_to(fail, rel.shape)[worst]:.3g})")

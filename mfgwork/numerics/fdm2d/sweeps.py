@@ -143,15 +143,20 @@ class Scheme2D:
         self.factorizations = 0
 
     # -- helpers -----------------------------------------------------------------------------
-    def resolve(self, residual: float | None) -> None:
+    def resolve(self, residual: float | np.ndarray | None) -> None:
         """The accuracy of the next sweeps, for a fixed-point iterate of relative residual
-        ``residual`` (None: the exact solves): Newton's test and the FP solves' relative
-        residual at :data:`INEXACT` × ``residual``, never tighter than the exact solves'
-        (inexact Picard: an evaluation of the fixed-point map need not be resolved far below
-        the residual it is to reduce; the FP steps keep their mass balance exactly whatever
-        the tolerance, :meth:`_conserved`)."""
-        scale = 0.0 if residual is None else INEXACT * residual
-        self.newton_tol, self.krylov_rtol = (max(e, scale) for e in self.exact)
+        ``residual`` (per problem of a batch: host (B,); None: the exact solves): Newton's
+        test and the FP solves' relative residual at :data:`INEXACT` × ``residual``, never
+        tighter than the exact solves' (inexact Picard: an evaluation of the fixed-point map
+        need not be resolved far below the residual it is to reduce; the FP steps keep their
+        mass balance exactly whatever the tolerance, :meth:`_conserved`). Per problem, the
+        tolerances are host arrays (B,)."""
+        if residual is None or np.ndim(residual) == 0:
+            scale = 0.0 if residual is None else INEXACT * float(residual)
+            self.newton_tol, self.krylov_rtol = (max(e, scale) for e in self.exact)
+            return
+        scale = INEXACT * np.asarray(residual, dtype=np.float64)
+        self.newton_tol, self.krylov_rtol = (np.maximum(e, scale) for e in self.exact)
 
     def _conserved(self, c: Coefficients, mass: Any, rhs: Any) -> Any:
         """The FP step's masses μ (a solve of Jᵀμ = b to a relative residual) scaled so that
@@ -326,7 +331,7 @@ class Scheme2D:
             for _ in range(MAX_NEWTON + 1):
                 c, R = st.system(u, u_next, F_n, m)
                 size, scale, norm = self._newton_measures(u, R)
-                if float(np.max(size)) <= self.newton_tol:
+                if bool(np.all(size <= self.newton_tol)):
                     break
                 u = u - self._solve(c, R, rtol=self._newton_rtol(scale, norm, previous))
                 previous = norm

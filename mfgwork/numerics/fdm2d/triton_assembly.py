@@ -12,16 +12,16 @@ and Σ R² (Newton's measures).
 
 :func:`control_kernel` (one program) reads those partial sums and makes Newton's decisions
 of :meth:`.sweeps.Scheme2D.solve_hjb` for each problem of a batch: the stopping test
-Δt·max|R| ≤ tol·(1 + max|u|), the relative tolerance of the next inexact update
-(:meth:`.sweeps.Scheme2D._newton_rtol`'s rule for the problem alone: the bound that keeps
-the update's linear error below the test, and the Eisenstat–Walker forcing term against the
-problem's previous ‖R‖₂, within [``RTOL_MIN``, ``ETA_MAX``]), no iteration for a problem
-whose test passes, and the solve's iteration cap (0 once every test passes: the update is
-skipped); it adds the last solve's status to the report (the worst test, updates made,
-Krylov iterations, worst residual over tolerance, barriers met). The host's rule for a
-batch (array code) takes one tolerance for all and updates all while one fails: for the 64
-rooms of ``benchmarks/room.py`` on an H100 that made 7046 updates (launches) against 5997
-per problem, 8.9 s against 8.3 s.
+Δt·max|R| ≤ tol·(1 + max|u|) (tol the problem's own), the relative tolerance of the next
+inexact update (:meth:`.sweeps.Scheme2D._newton_rtol`'s rule for the problem alone: the
+bound that keeps the update's linear error below the test, and the Eisenstat–Walker
+forcing term against the problem's previous ‖R‖₂, within [``RTOL_MIN``, ``ETA_MAX``]), no
+iteration for a problem whose test passes, and the solve's iteration cap (0 once every
+test passes: the update is skipped); it adds the last solve's status to the report (the
+worst test over its tolerance, updates made, Krylov iterations, worst residual over
+tolerance, barriers met). The host's rule for a batch (array code) takes each problem's
+tolerance and updates all while one fails: for the 64 rooms of ``benchmarks/room.py`` on
+an H100 that made 7046 updates (launches) against 5997 per problem, 8.9 s against 8.3 s.
 
 :func:`fp_start_kernel` starts the FP step's solve Jᵀμ = μⁿ/Δt from a guess (J from the
 system kernel), and :func:`balance_sums_kernel` and :func:`balance_scale_kernel` scale its
@@ -164,13 +164,13 @@ def control_kernel(part, previous, status, ctl, b_norm, initial, report, consts,
                    FIRST: tl.constexpr, LAST: tl.constexpr, PB: tl.constexpr,
                    PT: tl.constexpr):
     """One program: the module docstring's decisions for B problems with T tiles each.
-    ``consts``: the test's tol, Δt, the iteration cap, the tolerance bounds RTOL_MIN and
-    ETA_MAX and the forcing factor γ. ``report`` (6,): test, updates made, Krylov
+    ``consts``: the tightest test tolerance, Δt, the iteration cap, the tolerance bounds
+    RTOL_MIN and ETA_MAX, the forcing factor γ, then each problem's tolerance tol_b of the
+    test. ``report`` (6,): max_b test_b/tol_b (≤ 1: every test passed), updates made, Krylov
     iterations, worst solve residual over its tolerance, barriers met (1/0), and whether
     the last update was skipped; ``initial`` (B,): the solve's ‖r‖₂² at its start, ‖R‖₂².
     Every load comes before the first store (loads after a store wait for another round
     trip: the kernel is one program's latency)."""
-    tol = tl.load(consts)
     dt = tl.load(consts + 1)
     cap = tl.load(consts + 2)
     rtol_min = tl.load(consts + 3)
@@ -179,6 +179,7 @@ def control_kernel(part, previous, status, ctl, b_norm, initial, report, consts,
     bi = tl.arange(0, PB)
     ti = tl.arange(0, PT)
     valid = bi < B
+    tol = tl.load(consts + 6 + bi, mask=valid, other=1.0)
     prev = tl.load(previous + bi, mask=valid, other=0.0)
     cell = (bi[:, None] < B) & (ti[None, :] < T)
     at = part + bi[:, None] * 3 * T + ti[None, :]
@@ -186,8 +187,9 @@ def control_kernel(part, previous, status, ctl, b_norm, initial, report, consts,
     u_max = tl.max(tl.load(at + T, mask=cell, other=0.0), axis=1)
     norm = tl.sqrt(tl.sum(tl.load(at + 2 * T, mask=cell, other=0.0), axis=1))
     scale = 1.0 + u_max
-    size = tl.max(tl.where(valid, dt * r_max / scale, 0.0), axis=0)
-    done = size <= tol
+    test = (dt * r_max / scale) / tol   # per problem, over its tolerance
+    size = tl.max(tl.where(valid, test, 0.0), axis=0)
+    done = size <= 1.0
     if FIRST:
         made = size * 0.0
         krylov = size * 0.0
@@ -209,7 +211,7 @@ def control_kernel(part, previous, status, ctl, b_norm, initial, report, consts,
     tl.store(report + 3, worst)
     tl.store(report + 4, met)
     if not LAST:
-        passed = (dt * r_max / scale <= tol) | (bi >= B)   # per problem
+        passed = (test <= 1.0) | (bi >= B)   # per problem
         live = norm > 0.0
         # 1/max(‖R‖₂, 1e-300) of the host's rule, without the float32 constant: a zero norm
         # gives an infinite bound, as the host's huge one ends at ETA_MAX
@@ -222,7 +224,7 @@ def control_kernel(part, previous, status, ctl, b_norm, initial, report, consts,
         rtol = tl.minimum(eta_max, tl.maximum(tl.maximum(rtol_min, eta), ew))
         # the solve stops at ‖r‖₂ ≤ ctl[0]·b_norm: each problem's own tolerance in its
         # b_norm, and an infinite one where its test passed (no iteration: x stays 0)
-        tl.store(ctl, 1.0 + 0.0 * tol)
+        tl.store(ctl, 1.0 + 0.0 * size)
         tl.store(ctl + 1, tl.where(done, 0.0, cap))
         tl.store(b_norm + bi, tl.where(passed, float("inf"), rtol * norm), mask=valid)
         tl.store(initial + bi, norm * norm, mask=valid)
@@ -280,15 +282,16 @@ def fp_start_kernel(mass, guess, d, d0, coefs, x, r, r_hat, p, v, part, consts, 
 
 
 @triton.jit(do_not_specialize=["B", "T"])
-def refine_kernel(part, status, ctl, b_norm, initial, report, B, T, RTOL: tl.constexpr,
+def refine_kernel(part, status, ctl, b_norm, loosen, initial, report, B, T, RTOL: tl.constexpr,
                   FIRST: tl.constexpr, LAST: tl.constexpr, PB: tl.constexpr,
                   PT: tl.constexpr):
     """One program, after an FP refinement round's start (:func:`fp_start_kernel`; ``part``
     (B, 2, T): Σ b², Σ r² per tile): ``report`` (B, 3) counts the round's solve before it
     (``status`` (B, 3); none with FIRST): iterations summed, barriers met; without LAST
-    the next solve's ``b_norm`` = max(‖b‖₂, ``RTOL``·‖r‖₂/rtol) (rtol = ``ctl``[0]: the
-    solve stops at ‖r‖₂ ≤ max(rtol·‖b‖₂, RTOL·‖r‖₂)) and its ``initial`` ‖r‖₂²; with LAST
-    the report's residual is ‖r‖₂/‖b‖₂."""
+    the next solve's ``b_norm`` = max(l·‖b‖₂, ``RTOL``·‖r‖₂/rtol) (rtol = ``ctl``[0], l the
+    problem's ``loosen``: the solve stops at ‖r‖₂ ≤ max(l·rtol·‖b‖₂, RTOL·‖r‖₂)) and its
+    ``initial`` ‖r‖₂²; with LAST the report's residual is ‖r‖₂/(l·‖b‖₂) (≤ rtol: the
+    problem's own tolerance met)."""
     bi = tl.arange(0, PB)
     ti = tl.arange(0, PT)
     valid = bi < B
@@ -304,14 +307,16 @@ def refine_kernel(part, status, ctl, b_norm, initial, report, B, T, RTOL: tl.con
             status + 3 * bi, mask=valid, other=0.0)
         met = tl.minimum(tl.load(report + 3 * bi + 2, mask=valid, other=1.0),
                          tl.load(status + 3 * bi + 2, mask=valid, other=1.0))
+    loose = tl.load(loosen + bi, mask=valid, other=1.0)
     tl.store(report + 3 * bi, iterations, mask=valid)
     tl.store(report + 3 * bi + 2, met, mask=valid)
     if LAST:
-        tl.store(report + 3 * bi + 1, rn / tl.where(bn > 0.0, bn, 1.0), mask=valid)
+        scaled = bn * loose
+        tl.store(report + 3 * bi + 1, rn / tl.where(scaled > 0.0, scaled, 1.0), mask=valid)
     else:
         rtol = tl.load(ctl)
         floor = tl.where(rtol > 0.0, rn * (RTOL / tl.where(rtol > 0.0, rtol, 1.0)), 0.0)
-        tl.store(b_norm + bi, tl.maximum(bn, floor), mask=valid)
+        tl.store(b_norm + bi, tl.maximum(bn * loose, floor), mask=valid)
         tl.store(initial + bi, rn * rn, mask=valid)
 
 
