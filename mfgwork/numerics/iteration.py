@@ -523,7 +523,7 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
             step_resolve(_accuracy(scale, rows, batched))
             F, U_new, M_new, gz, (t1, t2, t3) = step_eval(z, guess, (U, M, gz))
             res = relative_residual(gz, z, xp, batched)
-            if accuracy is None:
+            if accuracy is None or not (scale > tol).any():
                 break
             found = to_numpy(res)
             finer = iterating & (scale > tol) & (found < RESOLVED * scale)

@@ -159,7 +159,8 @@ class FusedAssembly:
         """The solver's start for Jᵀμ = ``mass``/Δt from x = ``guess`` (+ ``correction``, a
         refinement round's; + step[0] − step[1], the previous sweep's step) into
         ``xs[out]`` (J from :meth:`jacobian`): r, r̂, the first p and
-        v, Σ b² and Σ r² per tile, and the solver's ‖b‖₂ (the Triton system only; with mixed
+        v, l² Σ b² and Σ r² per tile, and the solver's l·‖b‖₂ (l the problem's ``loosen``,
+        :meth:`.fused_krylov.FusedBiCGStab.set_tolerances`; the Triton system only; with mixed
         precision the solver's x is 0, to solve for the correction of x, and its norm is
         the refinement's, :meth:`fp_solve`)."""
         import torch
@@ -170,13 +171,12 @@ class FusedAssembly:
         d, d0 = (guess if correction is None else correction, guess) if step is None else step
         ta.fp_start_kernel[(self.B, self.tiles)](
             mass, guess, d, d0, self.coefs, self.xs[out], s.sets[0]["r"], s.r_hat, s.p, s.v,
-            self.part_b, self.grid_params, *self.shape[-2:], ADD=correction is not None,
-            STEP=step is not None, BLOCK=BLOCK)
+            self.part_b, s.loosen, self.grid_params, *self.shape[-2:],
+            ADD=correction is not None, STEP=step is not None, BLOCK=BLOCK)
         if self.mixed:
             s.sets[0]["x"].zero_()
         else:
-            torch.sqrt(self.part_b[:, 0].sum(-1), out=s.b_norm)
-            s.b_norm.mul_(s.loosen)   # each problem's own tolerance
+            torch.sqrt(self.part_b[:, 0].sum(-1), out=s.b_norm)   # l·‖b‖₂
             torch.sum(self.part_b[:, 1], -1, out=s.initial)
 
     def fp_solve(self, mass: Any, guess: Any, step: tuple[Any, Any] | None = None
@@ -195,7 +195,7 @@ class FusedAssembly:
             return s.x, s.status.clone()
 
         def refine(first: bool, last: bool) -> None:
-            ta.refine_kernel[(1,)](self.part_b, s.status, s.ctl, s.b_norm, s.loosen, s.initial,
+            ta.refine_kernel[(1,)](self.part_b, s.status, s.ctl, s.b_norm, s.initial,
                                    self.fp_report, self.B, self.tiles, RTOL=MIXED_RTOL,
                                    FIRST=first, LAST=last, **self.control)
 

@@ -186,7 +186,7 @@ class FusedBiCGStab:
         #: per problem, its FP tolerance over the tightest (``ctl``[0]): the FP starts scale
         #: ‖b‖₂ by it (:meth:`set_tolerances`)
         self.loosen = torch.ones(self.B, dtype=self.dtype, device=like.device)
-        self._loosen_host: np.ndarray | None = None
+        self._loosen_host = np.ones(self.B)
         self.part = zeros(self.B, 5, self.most)
         self.sync = zeros(self.B, dtype=torch.int32)
         self.graphs = graphs
@@ -265,7 +265,7 @@ class FusedBiCGStab:
         tight = float(rtols.min())
         self.set_control(tight, max_iter)
         factors = rtols / tight if tight > 0.0 else np.ones(self.B)
-        if self._loosen_host is None or not np.array_equal(factors, self._loosen_host):
+        if not np.array_equal(factors, self._loosen_host):
             self._loosen_host = factors.copy()
             host = torch.tensor(factors, dtype=self.dtype)
             self.loosen.copy_(host.pin_memory() if self.loosen.is_cuda else host,

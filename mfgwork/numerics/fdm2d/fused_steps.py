@@ -406,7 +406,8 @@ class FusedSteps:
             guess = mass + (step[0] - step[1])
             c = st.jacobian(u_n, m[0] if m else None, exits=False)
             solver.start(c[:5], mass * st.inv_dt, guess, st.operator(c, transpose=True))
-            solver.b_norm.mul_(solver.loosen)   # each problem's own tolerance
+            if solver.B > 1:   # each problem's own tolerance
+                solver.b_norm.mul_(solver.loosen)
             solver.launch_solve()
             return scheme._conserved(Coefficients(*solver.coefs[:5], None), solver.x,
                                      mass * st.inv_dt), solver.status.clone()

@@ -244,19 +244,21 @@ def _guess(guess, d, d0, k, mask, ADD: tl.constexpr, STEP: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["NY", "NX"])
-def fp_start_kernel(mass, guess, d, d0, coefs, x, r, r_hat, p, v, part, consts, NY, NX,
-                    ADD: tl.constexpr, STEP: tl.constexpr, BLOCK: tl.constexpr):
+def fp_start_kernel(mass, guess, d, d0, coefs, x, r, r_hat, p, v, part, loosen, consts, NY,
+                    NX, ADD: tl.constexpr, STEP: tl.constexpr, BLOCK: tl.constexpr):
     """Grid (B, tiles): the FP step's solve from x = ``guess`` (+ ``d`` with ``ADD``: a
     refinement round's correction; x then another buffer than the guess, which other
     programs read; + (``d`` − ``d0``) with ``STEP``: the previous sweep's step):
     b = μⁿ/Δt (``mass`` μⁿ, 1/Δt = ``consts``[2]), r = r̂ = b − Jᵀ x (in the order of
     :meth:`.stencil.Stencil.apply_transpose`), the first p and v zero; ``part`` (B, 2,
-    tiles): Σ b² and Σ r² per tile. ``coefs`` (6, B, NY, NX) as in :func:`system_kernel`;
-    d, r and r̂ may be of another precision than the other arrays (r and r̂ stored
-    rounded)."""
+    tiles): l² Σ b² and Σ r² per tile (l the problem's ``loosen``: the solve's ‖b‖₂ is
+    l·‖b‖₂, each problem at its own tolerance). ``coefs`` (6, B, NY, NX) as in
+    :func:`system_kernel`; d, r and r̂ may be of another precision than the other arrays
+    (r and r̂ stored rounded)."""
     inv_dt = tl.load(consts + 2)
     b = tl.program_id(0)
     tile = tl.program_id(1)
+    loose = tl.load(loosen + b)
     size = NY * NX
     base = b.to(tl.int64) * size
     plane = tl.num_programs(0).to(tl.int64) * size
@@ -277,19 +279,19 @@ def fp_start_kernel(mass, guess, d, d0, coefs, x, r, r_hat, p, v, part, consts, 
     tl.store(p + k, tl.zeros_like(res), mask=inside)
     tl.store(v + k, tl.zeros_like(res), mask=inside)
     part = part + b * 2 * tl.num_programs(1) + tile
-    tl.store(part, tl.sum(rhs * rhs, axis=0))
+    tl.store(part, tl.sum(rhs * rhs, axis=0) * (loose * loose))
     tl.store(part + tl.num_programs(1), tl.sum(res * res, axis=0))
 
 
 @triton.jit(do_not_specialize=["B", "T"])
-def refine_kernel(part, status, ctl, b_norm, loosen, initial, report, B, T, RTOL: tl.constexpr,
+def refine_kernel(part, status, ctl, b_norm, initial, report, B, T, RTOL: tl.constexpr,
                   FIRST: tl.constexpr, LAST: tl.constexpr, PB: tl.constexpr,
                   PT: tl.constexpr):
     """One program, after an FP refinement round's start (:func:`fp_start_kernel`; ``part``
     (B, 2, T): Σ b², Σ r² per tile): ``report`` (B, 3) counts the round's solve before it
     (``status`` (B, 3); none with FIRST): iterations summed, barriers met; without LAST
-    the next solve's ``b_norm`` = max(l·‖b‖₂, ``RTOL``·‖r‖₂/rtol) (rtol = ``ctl``[0], l the
-    problem's ``loosen``: the solve stops at ‖r‖₂ ≤ max(l·rtol·‖b‖₂, RTOL·‖r‖₂)) and its
+    the next solve's ``b_norm`` = max(l·‖b‖₂, ``RTOL``·‖r‖₂/rtol) (rtol = ``ctl``[0], l·‖b‖₂
+    from the start's sums: the solve stops at ‖r‖₂ ≤ max(l·rtol·‖b‖₂, RTOL·‖r‖₂)) and its
     ``initial`` ‖r‖₂²; with LAST the report's residual is ‖r‖₂/(l·‖b‖₂) (≤ rtol: the
     problem's own tolerance met)."""
     bi = tl.arange(0, PB)
@@ -307,16 +309,14 @@ def refine_kernel(part, status, ctl, b_norm, loosen, initial, report, B, T, RTOL
             status + 3 * bi, mask=valid, other=0.0)
         met = tl.minimum(tl.load(report + 3 * bi + 2, mask=valid, other=1.0),
                          tl.load(status + 3 * bi + 2, mask=valid, other=1.0))
-    loose = tl.load(loosen + bi, mask=valid, other=1.0)
     tl.store(report + 3 * bi, iterations, mask=valid)
     tl.store(report + 3 * bi + 2, met, mask=valid)
     if LAST:
-        scaled = bn * loose
-        tl.store(report + 3 * bi + 1, rn / tl.where(scaled > 0.0, scaled, 1.0), mask=valid)
+        tl.store(report + 3 * bi + 1, rn / tl.where(bn > 0.0, bn, 1.0), mask=valid)
     else:
         rtol = tl.load(ctl)
         floor = tl.where(rtol > 0.0, rn * (RTOL / tl.where(rtol > 0.0, rtol, 1.0)), 0.0)
-        tl.store(b_norm + bi, tl.maximum(bn * loose, floor), mask=valid)
+        tl.store(b_norm + bi, tl.maximum(bn, floor), mask=valid)
         tl.store(initial + bi, rn * rn, mask=valid)
 
 
