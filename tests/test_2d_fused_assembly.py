@@ -207,25 +207,32 @@ def test_the_fp_start_and_the_balance_are_the_array_codes(device):
     assert not torch.allclose((x * rows).sum((-2, -1)), kept, rtol=1e-3)
 
 
+def _fp_step(device: str, seed: int, dtype: torch.dtype) -> tuple:
+    """An FP step of two 13² rooms with a solver of ``dtype``, its Jacobian assembled:
+    (stencil, u, the masses μⁿ, solver, assembly, J's coefficients)."""
+    from mfgwork.numerics.fdm2d.stencil import Coefficients
+
+    st, grids = _rooms(device, nx=13)
+    g = torch.Generator().manual_seed(seed)
+    shape = (2, *grids[0].active.shape)
+    u = (torch.rand(shape, generator=g, dtype=torch.float64) * 3.0 - 1.0).to(device)
+    mass = torch.rand(shape, generator=g, dtype=torch.float64).to(device) * st.active
+    solver = FusedBiCGStab(shape, u, True, 2, graphs=False, persistent=True, dtype=dtype)
+    assembly = FusedAssembly(st, shape, solver)
+    assembly.jacobian(u)
+    return st, u, mass, solver, assembly, Coefficients(*assembly.coefs[:5], None)
+
+
 def test_a_mixed_precision_fp_step_reaches_float64_accuracy(device):
     """A float32 solver for float64 problems: the FP step's refinement rounds reach the
     exact solves' tolerance (far below float32's), the float64 solve's solution, and report
     the float64 residual; the mass balance uses J in float64; a step that starts at its
     solution costs no iteration."""
     from mfgwork.numerics.fdm2d.fused_assembly import MIXED_RTOL, ROUNDS
-    from mfgwork.numerics.fdm2d.stencil import Coefficients
 
-    st, grids = _rooms(device, nx=13)
-    g = torch.Generator().manual_seed(5)
-    shape = (2, *grids[0].active.shape)
-    u = (torch.rand(shape, generator=g, dtype=torch.float64) * 3.0 - 1.0).to(device)
-    mass = torch.rand(shape, generator=g, dtype=torch.float64).to(device) * st.active
-    solver = FusedBiCGStab(shape, u, True, 2, graphs=False, persistent=True,
-                           dtype=torch.float32)
-    assembly = FusedAssembly(st, shape, solver)
+    st, u, mass, solver, assembly, c = _fp_step(device, 5, torch.float32)
+    shape = tuple(u.shape)
     assert assembly.mixed and ROUNDS >= 2
-    assembly.jacobian(u)
-    c = Coefficients(*assembly.coefs[:5], None)
     assert float((solver.coefs.double() - assembly.coefs).abs().max()) <= 1e-6 * float(
         assembly.coefs.abs().max())
     rtol = 1e-13
@@ -257,19 +264,9 @@ def test_an_fp_step_solves_each_problem_to_its_own_tolerance(device, mixed):
     """FP tolerances per problem (a batch's inexact Picard, ``set_tolerances``): each
     problem's solve stops at its own relative residual, the loose one in fewer iterations,
     also through the refinement rounds of a float32 solver."""
-    from mfgwork.numerics.fdm2d.stencil import Coefficients
-
-    st, grids = _rooms(device, nx=13)
-    g = torch.Generator().manual_seed(7)
-    shape = (2, *grids[0].active.shape)
-    u = (torch.rand(shape, generator=g, dtype=torch.float64) * 3.0 - 1.0).to(device)
-    mass = torch.rand(shape, generator=g, dtype=torch.float64).to(device) * st.active
-    solver = FusedBiCGStab(shape, u, True, 2, graphs=False, persistent=True,
-                           dtype=torch.float32 if mixed else torch.float64)
-    assembly = FusedAssembly(st, shape, solver)
+    st, u, mass, solver, assembly, c = _fp_step(device, 7, torch.float32 if mixed
+                                                else torch.float64)
     assert assembly.mixed == mixed
-    assembly.jacobian(u)
-    c = Coefficients(*assembly.coefs[:5], None)
     rtols = np.array([1e-2, 1e-11])
     solver.set_tolerances(rtols, 400)
     assert float(solver.ctl[0]) == pytest.approx(1e-11, rel=1e-6)   # (the solver's dtype)
