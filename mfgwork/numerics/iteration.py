@@ -530,9 +530,10 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
             if not finer.any():
                 break
             # made again, each problem that found a residual below its accuracy at that
-            # residual, from this evaluation's U (the others' solves start where they end)
+            # residual, from this evaluation's U (the others' solves start where they end);
+            # the time of the evaluation dropped counts as coupling
             scale = np.where(finer, np.maximum(tol, found), scale)
-            guess = U_new   # the time of the evaluation dropped counts as coupling
+            guess = U_new
             reevaluations += 1
         better = state.certify(res, best, inf, tol, xp)
         state.track(res, xp)

@@ -288,7 +288,7 @@ def refine_kernel(part, status, ctl, b_norm, initial, report, B, T, RTOL: tl.con
                   FIRST: tl.constexpr, LAST: tl.constexpr, PB: tl.constexpr,
                   PT: tl.constexpr):
     """One program, after an FP refinement round's start (:func:`fp_start_kernel`; ``part``
-    (B, 2, T): Σ b², Σ r² per tile): ``report`` (B, 3) counts the round's solve before it
+    (B, 2, T): l² Σ b², Σ r² per tile): ``report`` (B, 3) counts the round's solve before it
     (``status`` (B, 3); none with FIRST): iterations summed, barriers met; without LAST
     the next solve's ``b_norm`` = max(l·‖b‖₂, ``RTOL``·‖r‖₂/rtol) (rtol = ``ctl``[0], l·‖b‖₂
     from the start's sums: the solve stops at ‖r‖₂ ≤ max(l·rtol·‖b‖₂, RTOL·‖r‖₂)) and its
