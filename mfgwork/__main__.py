@@ -42,8 +42,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kernel", default=None, help="Jupyter kernel name (default: the notebook's)")
     p.add_argument("--force", action="store_true",
                    help="replace OUT_DIR even if it is a non-empty folder without a marker "
-                        "(never one holding a notebook, a project root or a result; never a "
-                        "file, a link, the current directory, home or the notebook's folder)")
+                        "(never one holding a notebook, a project root, a repository or a "
+                        "result; never a folder inside a result, a file, a link, the current "
+                        "directory, home or the notebook's folder)")
     p.set_defaults(func=_run)
 
 

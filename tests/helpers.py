@@ -1,10 +1,12 @@
 """Helpers shared by several test modules: an equilibrium's residual computed independently of
 the solver that found it, small notebooks with parameters, and the book builder loaded from
-its file."""
+its file, and temporaries of a process that has ended."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -81,3 +83,28 @@ def load_book_builder(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+_MAKE_TEMPORARIES = """
+import importlib.util, json, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("temporaries", sys.argv[1])
+temporaries = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(temporaries)
+made = []
+for t, role, d, s in json.loads(sys.argv[2]):
+    target = made[int(t[1:])] if t.startswith("#") else Path(t)
+    made.append(temporaries.temporary_sibling(target, role, directory=d, suffix=s))
+print(json.dumps([str(p) for p in made]))
+"""
+
+
+def dead_temporaries(*specs: tuple[Path, str, bool, str]) -> list[Path]:
+    """Temporaries made, with their owner records, by a process that has ended (as a killed
+    writer leaves them): one per ``(target, role, directory, suffix)``; a target ``"#i"`` is
+    the i-th temporary of the list (a temporary of a temporary)."""
+    module = ROOT / "mfgwork" / "core" / "temporaries.py"
+    arg = json.dumps([[str(t), role, directory, suffix] for t, role, directory, suffix in specs])
+    out = subprocess.run([sys.executable, "-c", _MAKE_TEMPORARIES, str(module), arg],
+                         capture_output=True, text=True, check=True).stdout
+    return [Path(p) for p in json.loads(out)]

@@ -6,13 +6,10 @@ builds the real book."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 
 import pytest
-from helpers import load_book_builder
+from helpers import dead_temporaries, load_book_builder
 
 from mfgwork.core import storage
 from mfgwork.core.errors import ParameterError
@@ -87,18 +84,17 @@ def test_failed_build_leaves_the_book_and_keeps_the_partial_notebook(fake, snaps
     with pytest.raises(builder.BookError) as err:
         build(out)
     assert snapshot(out) == before
-    kept = [p for p in fake.tmp.iterdir() if p.name.startswith(".book.failed-")]
+    kept = [p for p in fake.tmp.iterdir() if p.name.startswith(".book.failed-") and p.is_dir()]
     assert len(kept) == 1 and str(kept[0]) in str(err.value)
     assert (kept[0] / "src" / "notebooks" / "02_b.ipynb").read_text() == "partial"
-    # once its process is gone, the next build removes it
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True).stdout.strip()
-    stale = fake.tmp / f".book.failed-{dead}-abcdefgh"
-    os.replace(kept[0], stale)
-    (fake.tmp / f".book.tmp-{dead}-ijklmnop").mkdir()
+    # the next build removes it, and the leftovers of builds whose process is gone (proven
+    # by their owner records), never a folder merely named like them
+    dead_temporaries((out, "failed", True, ""), (out, "tmp", True, ""))
+    backup = fake.tmp / ".book.old-2023-backup"
+    backup.mkdir()
     fake.fail.clear()
     build(out)
-    assert sorted(p.name for p in fake.tmp.iterdir() if p.name.startswith(".")) == []
+    assert sorted(p.name for p in fake.tmp.iterdir() if p.name.startswith(".")) == [backup.name]
 
 
 @pytest.mark.parametrize(("target", "force", "words"), [

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from helpers import write_notebook
+from helpers import dead_temporaries, write_notebook
 
 import mfgwork as mw
 from mfgwork.__main__ import main as cli
@@ -472,12 +472,8 @@ def test_a_file_named_like_a_partial_notebook_is_left_alone(env):
 
 def test_failed_write_leaves_nothing_and_stale_temporaries_go(env):
     target = env.tmp / "run"
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True).stdout.strip()
-    stale = env.tmp / f".run.tmp-{dead}-abc"
-    stale.mkdir()
-    mine = env.tmp / f".run.tmp-{os.getpid()}-abc"   # this process is alive: kept
-    mine.mkdir()
+    stale, = dead_temporaries((target, "tmp", True, ""))
+    mine = storage.temporary_sibling(target, "tmp")   # this process is alive: kept
 
     class Broken:
         def savefig(self, *args, **kwargs):
@@ -486,6 +482,8 @@ def test_failed_write_leaves_nothing_and_stale_temporaries_go(env):
     with pytest.raises(OSError, match="disk full"):
         mw.save_run(target, parameters={"a": 1}, figures={"f": Broken()})
     assert not target.exists() and not stale.exists() and mine.is_dir()
+    assert sorted(p.name for p in env.tmp.iterdir() if p.name.startswith(".run.")) == \
+        sorted([mine.name, mine.name + ".mfgwork-owner"])
 
 
 def test_sweep_index_is_appended_per_run(env):

@@ -190,23 +190,23 @@ def test_dask_local_cluster(tiny_notebook, tmp_path) -> None:
     assert all(mw.load(index.run_folder(r)).M.shape == (22, 21) for r in index)
 
 
-def test_stale_temporaries_removed_unless_their_run_is_locked(tmp_path) -> None:
-    from filelock import FileLock
+def test_stale_temporaries_removed_unless_their_process_still_runs(tmp_path) -> None:
+    from helpers import dead_temporaries
 
+    from mfgwork.core import storage
     from mfgwork.workflows.sweeps import _clean_stale
 
     for sub in ("runs", "locks", "failed"):
         (tmp_path / sub).mkdir()
-    for name in ("a-0123456789ab", "b-0123456789ab"):
-        (tmp_path / "runs" / f".{name}.tmp-{os.getpid()}-xyz").mkdir()
-        (tmp_path / "runs" / f".{name}.running-{os.getpid()}-xyz.ipynb").write_text("{}")
-        (tmp_path / "locks" / f"{name}.lock").touch()
-    (tmp_path / f".index.csv.tmp-{os.getpid()}-1").write_text("")
-    with FileLock(tmp_path / "locks" / "b-0123456789ab.lock"):  # b: a straggler still runs
-        _clean_stale(tmp_path)
-        left = _leftovers(tmp_path)
-    assert left == [f"runs/.b-0123456789ab.running-{os.getpid()}-xyz.ipynb",
-                    f"runs/.b-0123456789ab.tmp-{os.getpid()}-xyz"]
+    a, b = tmp_path / "runs" / "a-0123456789ab", tmp_path / "runs" / "b-0123456789ab"
+    dead_temporaries((a, "tmp", True, ""), (a, "running", False, ".ipynb"),
+                     (tmp_path / "index.csv", "tmp", False, ""))
+    # b: a straggler still running (this process) keeps its own
+    straggler = [storage.temporary_sibling(b, "tmp"),
+                 storage.temporary_sibling(b, "running", directory=False, suffix=".ipynb")]
+    _clean_stale(tmp_path)
+    assert _leftovers(tmp_path) == sorted(f"runs/{p.name}{end}" for p in straggler
+                                          for end in ("", ".mfgwork-owner"))
 
 
 def _descendants(pid: int) -> list:

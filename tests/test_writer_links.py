@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import write_notebook
+from helpers import dead_temporaries, write_notebook
 
 import mfgwork as mw
 from mfgwork.core import storage
@@ -139,28 +139,29 @@ def test_a_linked_pending_run_is_not_counted_done(sweep_folder, names, notebook,
 # -- sweeps: leftovers of killed runs ----------------------------------------------------------
 def test_sweep_resume_removes_stale_temporaries_nested_ones_included(sweep_folder, names,
                                                                      notebook, executed):
-    dead, other = dead_pid(), dead_pid()
+    dead = dead_pid()
     a, b = names
-    runs_dir = sweep_folder / "runs"
-    nested = runs_dir / f"..{a}.tmp-{dead}-abcdefgh.tmp-{other}-ijklmnop"
-    nested.mkdir()
-    (nested / "metrics.json").write_text("{}")
-    (runs_dir / f".{a}.tmp-{dead}-abcdefgh").mkdir()
-    (runs_dir / f".{b}.running-{dead}-qrstuvwx.ipynb").write_text("{}")
-    (runs_dir / f".{b}.kernel-{dead}-yzabcdef").mkdir()
-    stale_failed = sweep_folder / "failed" / f".{a}.json.tmp-{dead}-abcdefgh"
-    stale_failed.write_text("{}")
-    stale_index = sweep_folder / f".index.csv.tmp-{dead}-abcdefgh"
-    stale_index.write_text("")
-    # kept: a hidden file that is not a temporary, and a temporary of a live process
-    notes = sweep_folder / "failed" / ".notes"
+    runs_dir, failed = sweep_folder / "runs", sweep_folder / "failed"
+    made = dead_temporaries((runs_dir / a, "tmp", True, ""), ("#0", "tmp", True, ""),
+                            (runs_dir / b, "running", False, ".ipynb"),
+                            (runs_dir / b, "kernel", True, ""),
+                            (failed / f"{a}.json", "tmp", False, ""),
+                            (sweep_folder / "index.csv", "tmp", False, ""))
+    (made[1] / "metrics.json").write_text("{}")
+    # kept: a hidden file that is not a temporary, a temporary of a live process, and
+    # names of temporaries without an owner record (a user's own backups)
+    notes = failed / ".notes"
     notes.write_text("mine")
-    live = sweep_folder / "failed" / f".{b}.json.tmp-{os.getppid()}-abcdefgh"
-    live.write_text("{}")
+    live = storage.temporary_sibling(failed / f"{b}.json", "tmp", directory=False)
+    backups = [runs_dir / f".{a}.tmp-{dead}-abcdefgh", failed / f".{b}.json.tmp-{dead}-ijk",
+               runs_dir / f".{b}.old-2023-backup"]
+    for p in backups:
+        (p / "data").mkdir(parents=True)
     mw.sweep(notebook, SPEC, sweep_folder, workers=1, progress=False)
-    assert sorted(p.name for p in runs_dir.iterdir()) == []
-    assert not stale_failed.exists() and not stale_index.exists()
-    assert notes.read_text() == "mine" and live.exists()
+    assert not any(os.path.lexists(p) or os.path.lexists(f"{p}.mfgwork-owner") for p in made)
+    assert sorted(p.name for p in runs_dir.iterdir()) == sorted(p.name for p in backups
+                                                                if p.parent == runs_dir)
+    assert notes.read_text() == "mine" and live.exists() and all(p.is_dir() for p in backups)
     assert executed == [names]
 
 
@@ -170,25 +171,45 @@ def test_temporary_owner_reads_nested_names():
     assert owner("..run.tmp-12-abcdefgh.tmp-34-ijklmnop") == ("run", [34, 12])
     assert owner(".index.csv.tmp-5-a_b9") == ("index.csv", [5])
     assert owner(".run.running-7-abcdefgh.ipynb") == ("run", [7])
+    assert owner(".run.running-7-abcdefgh.ipynb.mfgwork-owner") == ("run", [7])
     assert owner("run") is None and owner(".run.tmp-x-abc") is None
     assert owner(".run.lock") is None and owner(".notes") is None
 
 
-def test_remove_stale_keeps_live_and_other_targets_and_never_follows_links(tmp_path, outside,
-                                                                          snapshot):
-    dead = dead_pid()
+def test_remove_stale_removes_only_what_an_owner_record_proves(tmp_path, outside, snapshot):
     target = tmp_path / "run"
-    stale = tmp_path / f"..run.tmp-{os.getpid()}-abcdefgh.tmp-{dead}-ijklmnop"
-    stale.mkdir()
-    live = tmp_path / f".run.tmp-{os.getpid()}-abcdefgh"
-    live.mkdir()
-    other = tmp_path / f".runs.tmp-{dead}-abcdefgh"
-    other.mkdir()
-    link = tmp_path / f".run.tmp-{dead}-linkabcd"
-    link.symlink_to(outside)
+    stale, nested, other, linked, forged, piped = dead_temporaries(
+        (target, "tmp", True, ""), ("#0", "tmp", True, ""), (tmp_path / "runs", "tmp", True, ""),
+        (target, "tmp", True, ""), (target, "old", True, ""), (target, "tmp", False, ""))
+    live = storage.temporary_sibling(target, "tmp")
+    linked.rmdir()
+    linked.symlink_to(outside)  # removed as a link, never followed
+    record = Path(f"{forged}.mfgwork-owner")  # a record naming another temporary: kept
+    record.write_text(record.read_text().replace(forged.name, stale.name))
+    Path(f"{piped}.mfgwork-owner").unlink()
+    os.mkfifo(f"{piped}.mfgwork-owner")  # a FIFO as record: kept, never waited on
+    dead = dead_pid()
+    named_only = [tmp_path / f".run.tmp-{dead}-abcdefgh", tmp_path / ".run.old-2023-backup",
+                  tmp_path / ".run.tmp-mybackup"]
+    for p in named_only:
+        p.mkdir()
     before = snapshot(outside)
-    assert sorted(storage.remove_stale(target)) == sorted([stale, link])
-    assert live.is_dir() and other.is_dir() and snapshot(outside) == before
+    assert sorted(storage.remove_stale(target)) == sorted([stale, nested, linked])
+    assert not any(os.path.lexists(f"{p}.mfgwork-owner") for p in (stale, nested, linked))
+    assert live.is_dir() and other.is_dir() and forged.is_dir() and piped.is_file()
+    assert all(p.is_dir() for p in named_only) and snapshot(outside) == before
+
+
+def test_a_reused_process_id_is_a_process_that_has_ended():
+    from mfgwork.core import temporaries
+
+    me = os.getpid()
+    assert not temporaries.has_ended(me, temporaries.process_start(me))
+    parent = os.getppid()
+    assert not temporaries.has_ended(parent, temporaries.process_start(parent))
+    assert temporaries.has_ended(parent, "another start") == \
+        (temporaries.process_start(parent) is not None)
+    assert temporaries.has_ended(dead_pid(), None)
 
 
 # -- scans -------------------------------------------------------------------------------------
@@ -200,19 +221,20 @@ def _scan(store: Path):
                    chunk_size=1, progress=False, **SCAN)
 
 
-def test_scan_removes_leftovers_of_killed_creations(tmp_path):
+def test_scan_removes_leftovers_of_killed_creations_only(tmp_path):
     pytest.importorskip("zarr")
     store = tmp_path / "s.zarr"
-    dead = dead_pid()
-    leftovers = [tmp_path / f".s.zarr.tmp-{dead}-abcdefgh", tmp_path / ".s.zarr.tmp-ijklmnop"]
-    for p in leftovers:
+    killed, = dead_temporaries((store, "tmp", True, ""))
+    backups = [tmp_path / ".s.zarr.tmp-mybackup", tmp_path / f".s.zarr.tmp-{dead_pid()}-abcdefgh"]
+    for p in [killed, *backups]:
         (p / "M").mkdir(parents=True)
         (p / "zarr.json").write_text("{}")
     mine = tmp_path / ".s.zarr.notes"
     mine.write_text("not a temporary")
     ds = _scan(store)
     assert bool(ds.done.all())
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".s.zarr.notes", "s.zarr"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [".s.zarr.notes", "s.zarr", *(p.name for p in backups)])
 
 
 @pytest.mark.parametrize("part", ["M", "M/c", "done", "attendance/c/1"])

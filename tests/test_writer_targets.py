@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from helpers import load_book_builder, write_notebook
 
@@ -254,6 +255,36 @@ def test_netcdf_replaces_its_own_export_only(place):
     assert (place.tmp / "other.h5").read_bytes() == before
     scan_module.to_netcdf(ds, place.tmp / "other.h5", force=True)
     assert [p.name for p in place.tmp.iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.mark.parametrize("change", ["a copy of the attributes", "a forged mark",
+                                    "a variable added", "an attribute changed"])
+def test_netcdf_replaces_only_a_file_it_can_prove_it_wrote(place, change):
+    pytest.importorskip("h5netcdf")
+    import h5py
+
+    ds = _dataset(place)
+    nc = scan_module.to_netcdf(ds, place.tmp / "out.nc")
+    with h5py.File(nc, "r") as f:
+        attrs = dict(f.attrs)
+    target = place.tmp / "theirs.h5"
+    if change in ("a copy of the attributes", "a forged mark"):
+        with h5py.File(target, "w") as f:  # someone else's file, with the scan's attributes
+            f["data"] = np.arange(3.0)
+            for key, value in attrs.items():
+                if key != scan_module.EXPORT_ATTR or change == "a forged mark":
+                    f.attrs[key] = value
+    else:
+        os.replace(nc, target)  # an export changed since
+        with h5py.File(target, "r+") as f:
+            if change == "a variable added":
+                f["mine"] = np.arange(3.0)
+            else:
+                f["v"].attrs["scale_factor"] = 3.0
+    before = target.read_bytes()
+    with pytest.raises(ParameterError, match="did not write"):
+        scan_module.to_netcdf(ds, target)
+    assert target.read_bytes() == before
 
 
 # -- the command line --------------------------------------------------------------------------

@@ -6,11 +6,12 @@
 The output folder (default ``build/book``) is a result folder of kind ``book`` (see "What a
 writer replaces" in the README and :func:`mfgwork.core.storage.check_target`): it may be new,
 empty or an earlier book, which is replaced whole; a non-empty folder without the book's marker
-needs ``--force`` (and is never replaced if it holds a notebook, a project root or another
-result); the current directory, home, the checkout, the notebooks folder, their ancestors, files
-and links are always refused, before any notebook runs. The book is built in a temporary folder
-beside the target (``.NAME.tmp-PID-…``) and renamed to it at the end. Steps, all under that
-folder:
+needs ``--force`` (and is never replaced if it holds a notebook, a project root, a repository
+or another result); a book is never built inside another result; the current directory, home,
+the checkout, the notebooks folder, their ancestors, files and links are always refused, before
+any notebook runs. The book is built in a temporary folder beside the target
+(``.NAME.tmp-PID-…``, with its owner record) and renamed to it at the end. Steps, all under
+that folder:
 
 1. ``work/notebooks/``: a copy of ``notebooks/``, the working directory of the executions, so
    that whatever a notebook writes next to itself (the demonstration sweep of the sweep
@@ -27,7 +28,7 @@ Small parameters are the values that a notebook's ``parameters`` cell gives nbma
 (``metadata.nbmake.mock``); a notebook that declares none runs at its defaults. A failing cell
 stops the build with the notebook and cell named; the target is left as it was and the
 unfinished build is kept beside it (``.NAME.failed-PID-…``, with the partial notebook in
-``src/notebooks/``) until the next build removes it.
+``src/notebooks/``) until the next build removes it (its owner record proves it a build's).
 """
 
 from __future__ import annotations
@@ -196,7 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="notebooks executed at a time (default: 1)")
     parser.add_argument("--force", action="store_true",
                         help="replace OUT even if it is a non-empty folder that is not a book "
-                             "(never one holding a notebook, a project root or a result)")
+                             "(never one holding a notebook, a project root, a repository or "
+                             "a result)")
     parser.add_argument("--executed", type=Path, metavar="DIR",
                         help="take the notebooks already executed in DIR (DIR/NAME.ipynb)")
     args = parser.parse_args(argv)

@@ -1,21 +1,29 @@
 """Every write and read of result files: atomic folders with a marker, JSON/CSV/NPZ, provenance.
 
 Writers never destroy what they did not make. A result folder (a run, a sweep, a figures
-folder, a book) holds a marker file, ``mfgwork.json`` (``{"kind": ..., "format": 1}``);
+folder, a book) holds a marker file, ``mfgwork.json`` (``{"kind": ..., "format": 1}``); a
+scan's zarr store is known by the plan in its root attributes (:data:`SCAN_ATTR`).
 :func:`check_target` allows a target only if it does not exist, is an empty folder, or is a
 folder whose marker names the same kind. A non-empty folder without a marker needs
-``force=True``, and is refused even then if it holds a notebook, a project or
-version-control root or a result folder; a folder of another kind, a file, a link, a FIFO,
-the current directory, the home folder, folders given as ``protect`` (e.g. the notebook's
-own folder), the ancestors of each, a path under a file and a target this process may not
-write are refused in every case. :func:`check_file` is the rule of single-file writers,
-:func:`check_links` refuses result folders whose parts are symbolic links.
+``force=True``, and is refused even then if it holds a notebook or a project root. Refused
+in every case: a folder that holds, at any depth, a repository (:data:`VCS_MARKERS`: a
+``.git`` folder or file, ``.hg``, ``.svn``, ...) or a result folder or zarr store that is not
+an own part of the target (:data:`OWN_PARTS`: a sweep's runs, a run's figures); a target
+inside a result folder or store that does not hold it as its own part (replacing the outer
+one would delete it); a folder of another kind, a store, a folder whose ``mfgwork.json`` is
+no marker (said what it is: a FIFO, a link, ...), a file, a link, a FIFO, the current
+directory, the home folder, folders given as ``protect`` (e.g. the notebook's own folder),
+the ancestors of each, a path under a file and a target this process may not write.
+:func:`check_file` is the rule of single-file writers, :func:`check_links` refuses result
+folders whose parts are symbolic links.
 
-:class:`atomic_folder` fills a temporary sibling ``.<name>.tmp-<pid>-<random>`` and renames
-it to the target at the end, so an interrupted write never leaves a half result; it first
-removes temporaries of earlier writes to the same target whose process is gone (nested
-ones too, :func:`temporary_owner`). :func:`atomic_file` and :func:`atomic_path` do the same
-for one file.
+:class:`atomic_folder` fills a temporary sibling ``.<name>.tmp-<pid>-<token>`` and renames
+it to the target at the end, so an interrupted write never leaves a half result;
+:func:`atomic_file` and :func:`atomic_path` do the same for one file, and
+:func:`replace_folder` renames the folder it replaces aside to a temporary of its own. Each
+temporary has an owner record beside it (:mod:`mfgwork.core.temporaries`), and a writer
+removes only the temporaries that such a record proves stale (their process has ended),
+never one recognised by its name alone.
 
 Readers (:func:`read_json`, :func:`read_npz`, :func:`load_table`) check that a file exists,
 is a regular file (opened without blocking, so a FIFO or a device is refused, not waited
@@ -33,11 +41,8 @@ import errno
 import json
 import os
 import platform
-import re
-import shutil
 import stat
 import sys
-import tempfile
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib import metadata
@@ -48,6 +53,11 @@ import numpy as np
 
 from . import memory
 from .errors import LoadError, ParameterError
+from .temporaries import discard_temporary, release_temporary
+from .temporaries import remove_path as remove_path  # (the writers' API, here)
+from .temporaries import remove_stale as remove_stale
+from .temporaries import temporary_owner as temporary_owner
+from .temporaries import temporary_sibling as temporary_sibling
 
 MARKER = "mfgwork.json"
 FORMAT = 1
@@ -60,9 +70,6 @@ MAX_MARKER_BYTES = 64 * 2**10
 #: Packages a result depends on (recorded with every result and benchmark).
 PACKAGES = ("mfgwork", "numpy", "scipy", "numba", "torch", "triton", "array-api-compat",
             "matplotlib", "papermill", "nbclient", "ipykernel", "xarray", "zarr", "dask")
-#: A temporary sibling: ``.<target>.<role>-<pid>-<random>[suffix]``.
-_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(tmp|old|running|kernel|failed)-(?P<pid>\d+)-"
-                        r"[a-z0-9_]+(\.[a-z]+)?")
 
 
 # -- targets ---------------------------------------------------------------------------------
@@ -136,35 +143,136 @@ def _check_parent(path: Path, target: Any, name: str, how: str) -> None:
 #: What ``force`` never replaces: a folder holding any of these, at any depth.
 NOTEBOOK_SUFFIX = ".ipynb"
 PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
-VCS_FOLDERS = (".git", ".hg", ".svn")
+#: Names that mark a repository of a version-control system, as a folder or as a file (a
+#: git worktree's or submodule's ``.git`` file): what holds one is never replaced.
+VCS_MARKERS = (".git", ".hg", ".svn", ".bzr", "_darcs", ".fslckout", "_FOSSIL_", ".jj",
+               ".pijul", ".sl", "CVS")
+#: The files of a zarr store (v3, v2); the root attribute that marks a scan's store.
+ZARR_FILES = ("zarr.json", ".zgroup", ".zarray")
+SCAN_ATTR = "mfgwork_scan_plan"
+#: Largest ``zarr.json`` read to tell a scan store (bytes); a larger one is another store.
+MAX_STORE_META_BYTES = 2**20
+#: The results a result of each kind holds as its own parts: (path below it, where ``*``
+#: is one name and ``**`` any path, and the part's kind, None for any).
+OWN_PARTS: dict[str, tuple[tuple[tuple[str, ...], str | None], ...]] = {
+    "run": ((("figures",), "figures"),),
+    "sweep": ((("runs", "*"), "run"),),
+    "book": ((("work", "**"), None),),   # what the notebooks write beside themselves
+    "scan": ((("**",), "zarr"),),        # its arrays
+}
 
 
-def _survey(path: Path, *, force: bool) -> tuple[str | None, str | None]:
+def _marker_problem(folder: Path) -> str | None:
+    """Why the folder's ``mfgwork.json`` is no marker (a link, a special file, too large,
+    not a JSON object naming a kind), or None if it is one or there is none."""
+    marker = folder / MARKER
+    try:
+        info = os.lstat(marker)
+    except OSError:
+        return None
+    if stat.S_ISLNK(info.st_mode):
+        return f"a symbolic link (to {os.readlink(marker)!r})"
+    if stat.S_ISDIR(info.st_mode):
+        return "a folder"
+    if not stat.S_ISREG(info.st_mode):
+        return _special(info.st_mode)
+    if info.st_size > MAX_MARKER_BYTES:
+        return f"a file of {info.st_size} bytes (a marker has at most {MAX_MARKER_BYTES})"
+    return None if marker_kind(folder) is not None else "not a JSON object naming a kind"
+
+
+def output_kind(folder: Path) -> tuple[str, str] | None:
+    """What mfgwork output (or data store) ``folder`` is, from its own entries: (kind, what it
+    is in words) with the kind its marker names; "damaged" for a marker that is none
+    (:func:`_marker_problem`); "scan" for a scan's zarr store, "zarr" for another zarr store
+    or array. None for any other folder."""
+    kind = marker_kind(folder)
+    if kind is not None:
+        return kind, f"a {kind} folder"
+    problem = _marker_problem(folder)
+    if problem is not None:
+        return "damaged", f"a folder whose {MARKER} is {problem}"
+    if not any(os.path.lexists(folder / f) for f in ZARR_FILES):
+        return None
+    try:
+        meta = read_json(folder / "zarr.json", max_bytes=MAX_STORE_META_BYTES, follow=False)
+    except LoadError:
+        meta = None
+    attrs = meta.get("attributes") if isinstance(meta, dict) else None
+    if isinstance(attrs, dict) and SCAN_ATTR in attrs:
+        return "scan", "a scan store"
+    return "zarr", "a zarr store"
+
+
+_OUTPUT_FILES = frozenset((MARKER, *ZARR_FILES))
+
+
+def _own_part(owner: str, part: tuple[str, ...], kind: str) -> bool:
+    """Whether a result of kind ``owner`` holds a result of ``kind`` at the relative path
+    ``part`` as its own (:data:`OWN_PARTS`)."""
+    for pattern, allowed in OWN_PARTS.get(owner, ()):
+        if allowed not in (None, kind):
+            continue
+        if pattern[-1] == "**":
+            if len(part) >= len(pattern) and part[:len(pattern) - 1] == pattern[:-1]:
+                return True
+        elif len(part) == len(pattern) and all(p in ("*", q) for p, q in zip(pattern, part,
+                                                                            strict=True)):
+            return True
+    return False
+
+
+def _check_ancestors(path: Path, kind: str, target: Any, name: str, how: str) -> None:
+    """Refuse a target inside a result folder or a zarr store, unless the nearest such
+    ancestor holds results of ``kind`` there as its own (a sweep's ``runs/NAME``): replacing
+    that result would delete this one."""
+    for parent in path.parents:
+        found = output_kind(parent) if parent.is_dir() else None
+        if found is None:
+            continue
+        if _own_part(found[0], path.relative_to(parent).parts, kind):
+            return
+        raise _refuse(name, target, f"it is inside {found[1]} ({parent}), and a result is "
+                      "never written inside another (replacing the outer one would delete "
+                      f"it)", f"choose a folder outside {parent}")
+
+
+def _nested(found: tuple[str, str], folder: Path) -> str:
+    """A result or store found inside a target, in words."""
+    if found[0] in ("scan", "zarr"):
+        return f"{found[1]} ({folder})"
+    return f"a result folder ({found[1]}: {folder})"
+
+
+def _survey(path: Path, kind: str | None, *, force: bool) -> tuple[str | None, str | None]:
     """Walk the folder ``path`` without following links: the first folder a replacement
-    could not remove (not readable and writable), and, with ``force``, the first entry
-    that makes the folder unforceable (a notebook, a project or version-control root, a
-    result folder inside it)."""
-    blocked = unforceable = None
-    stack = [path]
-    while stack and blocked is None and (unforceable is None or not force):
-        folder = stack.pop()
+    could not remove (not readable and writable), and the first entry that forbids the
+    replacement: a repository (:data:`VCS_MARKERS`) anywhere, a result or zarr store that
+    is not an own part (:data:`OWN_PARTS`) of the result of ``kind`` that ``path`` is (of
+    none: ``kind`` None), and, with ``force``, a notebook or a project root."""
+    stack = [(path, kind, path)]  # (folder, kind of the result it is in, that result's root)
+    while stack:
+        folder, owner, root = stack.pop()
         if not os.access(folder, os.R_OK | os.W_OK | os.X_OK):
-            blocked = str(folder)
-            break
-        with os.scandir(folder) as entries:
-            for e in entries:
-                is_dir = e.is_dir(follow_symlinks=False)
-                if force and unforceable is None:
-                    inner = folder != path
-                    if e.name.endswith(NOTEBOOK_SUFFIX) and not is_dir:
-                        unforceable = f"a notebook ({e.path})"
-                    elif e.name in PROJECT_FILES or (e.name in VCS_FOLDERS and is_dir):
-                        unforceable = f"a project or version-control root ({e.path})"
-                    elif inner and e.name == MARKER:
-                        unforceable = f"a result folder ({folder})"
-                if is_dir:
-                    stack.append(Path(e.path))
-    return blocked, unforceable
+            return str(folder), None
+        with os.scandir(folder) as it:
+            entries = list(it)
+        marked = folder != path and any(e.name in _OUTPUT_FILES for e in entries)
+        if marked and (found := output_kind(folder)) is not None:
+            if owner is None or not _own_part(owner, folder.relative_to(root).parts, found[0]):
+                return None, _nested(found, folder)
+            owner, root = found[0], folder
+        for e in entries:
+            is_dir = e.is_dir(follow_symlinks=False)
+            if e.name in VCS_MARKERS:
+                return None, f"a repository ({e.path})"
+            if force and e.name.endswith(NOTEBOOK_SUFFIX) and not is_dir:
+                return None, f"a notebook ({e.path})"
+            if force and e.name in PROJECT_FILES:
+                return None, f"a project root ({e.path})"
+            if is_dir:
+                stack.append((Path(e.path), owner, root))
+    return None, None
 
 
 def check_target(target: str | os.PathLike, kind: str, *, name: str = "out_dir",
@@ -177,15 +285,19 @@ def check_target(target: str | os.PathLike, kind: str, *, name: str = "out_dir",
     Allowed: a new path, an empty folder, a folder whose marker names ``kind`` (or that
     holds a ``legacy`` file, identifying a folder of this kind written before markers
     existed); with ``force``, also a non-empty folder without a marker, unless it holds,
-    at any depth, a notebook (``*.ipynb``), a project or version-control root
-    (:data:`PROJECT_FILES`, :data:`VCS_FOLDERS`) or a result folder. Refused in every
-    case: a folder of another kind, a file, a symbolic link, a FIFO or device, the current
-    directory, the home folder, the ``protect`` folders (each with what it is, such as
-    ``{notebook.parent: "the folder of the notebook run.ipynb"}``) and the ancestors of each
-    (``/`` among them), a path under a file, and a target this process could not write
-    (its parent, or a folder inside it that a replacement must remove, not writable).
-    ``what`` names such a folder in messages (default: "<kind> folder"); ``forceable``:
-    whether the writer takes ``force`` (else messages do not offer it).
+    at any depth, a notebook (``*.ipynb``) or a project root (:data:`PROJECT_FILES`).
+    Refused in every case: a folder holding, at any depth, a repository
+    (:data:`VCS_MARKERS`, a folder or a file) or a result folder or zarr store that is not
+    an own part of the target (:data:`OWN_PARTS`); a target inside a result folder or zarr
+    store that does not hold it as its own part; a folder of another kind, a scan or zarr
+    store (unless ``legacy`` names ``zarr.json``), a folder whose ``mfgwork.json`` is no
+    marker, a file, a symbolic link, a FIFO or device, the current directory, the home
+    folder, the ``protect`` folders (each with what it is, such as ``{notebook.parent: "the
+    folder of the notebook run.ipynb"}``) and the ancestors of each (``/`` among them), a
+    path under a file, and a target this process could not write (its parent, or a folder
+    inside it that a replacement must remove, not writable). ``what`` names such a folder
+    in messages (default: "<kind> folder"); ``forceable``: whether the writer takes
+    ``force`` (else messages do not offer it).
     """
     path = Path(os.path.abspath(os.fspath(target)))
     what = what or f"{kind} folder"
@@ -195,6 +307,7 @@ def check_target(target: str | os.PathLike, kind: str, *, name: str = "out_dir",
     if path.exists() and not path.is_dir():
         raise _refuse(name, target, f"it is an existing file, not a {what}", how)
     _check_parent(path, target, name, how)
+    _check_ancestors(path, kind, target, name, how)
     if not path.is_dir():
         return path
     if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
@@ -202,24 +315,43 @@ def check_target(target: str | os.PathLike, kind: str, *, name: str = "out_dir",
                       "(permission denied or a read-only file system)", how)
     ours = True
     if any(path.iterdir()):
-        found = marker_kind(path)
-        ours = found == kind or (found is None and any((path / f).is_file() for f in legacy))
-        if not ours and found is not None:
-            raise _refuse(name, target, f"it is a {found} folder, not a {what} (never "
-                          "replaced by another kind of result, even with force)", how)
-        if not ours and not force:
-            marks = " or ".join([MARKER, *legacy])
-            raise _refuse(name, target, f"it is not a {what}: a non-empty folder without "
-                          f"{marks} ({_listing(path)})",
-                          how + (" (or force it: --force / force=True)" if forceable else ""))
-    blocked, unforceable = _survey(path, force=not ours)
+        ours = _is_ours(path, kind, legacy, target, name, what, how, forceable, force)
+    blocked, forbidden = _survey(path, kind if ours else None, force=not ours)
     if blocked is not None:
         raise _refuse(name, target, f"the folder {blocked} could not be removed to replace it "
                       "(not writable: permission denied or a read-only file system)", how)
-    if unforceable is not None:
-        raise _refuse(name, target, f"it is not a {what} and holds {unforceable}, which "
-                      "force never replaces", how)
+    if forbidden is not None:
+        whose = f"it is a {what} that" if ours else f"it is not a {what} and"
+        raise _refuse(name, target, f"{whose} holds {forbidden}, which force never replaces "
+                      "and no writer deletes", how)
     return path
+
+
+def _is_ours(path: Path, kind: str, legacy: Iterable[str], target: Any, name: str,
+             what: str, how: str, forceable: bool, force: bool) -> bool:
+    """Whether the non-empty folder ``path`` is a result of ``kind``; refuses a result of
+    another kind, a damaged marker, a store, and (without ``force``) any other folder."""
+    found = output_kind(path)
+    legacy = list(legacy)
+    if found is not None and found[0] == kind:
+        return True
+    if (found is None or found[0] in ("damaged", "zarr")) and \
+            any((path / f).is_file() for f in legacy):
+        return True  # (a damaged marker is then the writer's to report)
+    if found is not None and found[0] == "damaged":
+        raise _refuse(name, target, f"it is not a {what}: a non-empty folder without "
+                      f"{MARKER} as a marker: its {MARKER} is {_marker_problem(path)} "
+                      f"({_listing(path)}); such a folder is never replaced, even with "
+                      "force", f"remove or repair {path / MARKER}, or " + how)
+    if found is not None:
+        raise _refuse(name, target, f"it is {found[1]}, not a {what} (never replaced by "
+                      "another kind of result, even with force)", how)
+    if not force:
+        marks = " or ".join([MARKER, *legacy])
+        raise _refuse(name, target, f"it is not a {what}: a non-empty folder without "
+                      f"{marks} ({_listing(path)})",
+                      how + (" (or force it: --force / force=True)" if forceable else ""))
+    return False
 
 
 def check_file(target: str | os.PathLike, *, name: str, force: bool = False,
@@ -270,87 +402,24 @@ def write_marker(folder: Path, kind: str) -> None:
     write_json(folder / MARKER, {"kind": kind, "format": FORMAT}, atomic=True)
 
 
-def _temporary(target: Path, role: str, directory: bool = True, suffix: str = "") -> Path:
-    prefix = f".{target.name}.{role}-{os.getpid()}-"
-    if directory:
-        return Path(tempfile.mkdtemp(prefix=prefix, suffix=suffix, dir=target.parent))
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=target.parent)
-    os.close(fd)
-    return Path(tmp)
-
-
-def temporary_sibling(target: Path, role: str, *, directory: bool = True,
-                      suffix: str = "") -> Path:
-    """A fresh temporary folder (or file) beside ``target`` (``role``: tmp, running,
-    kernel or failed), named so that :func:`remove_stale` recognises it once its process
-    is gone."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return _temporary(target, role, directory, suffix)
-
-
-def temporary_owner(name: str) -> tuple[str, list[int]] | None:
-    """The target name and the process ids of a temporary's file name, or None if it is
-    not one. A temporary of a temporary (``..NAME.tmp-1-ab.tmp-2-cd``: a notebook's
-    ``save_run`` into its run's temporary folder) belongs to NAME, with both ids."""
-    pids: list[int] = []
-    while m := _TEMPORARY.fullmatch(name):
-        pids.append(int(m["pid"]))
-        name = m["name"]
-    return (name, pids) if pids else None
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OverflowError:
-        return False
-    return True
-
-
-def remove_stale(target: Path, *, every: bool = False) -> list[Path]:
-    """Remove temporaries of earlier writes to ``target`` (nested ones included) of which a
-    process has ended (all of them with ``every=True``, for a caller holding a lock on the
-    target); links among them are removed, never followed. Returns them."""
-    removed = []
-    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-        for p in target.parent.iterdir():
-            owner = temporary_owner(p.name)
-            if owner is None or owner[0] != target.name:
-                continue
-            if every or not all(_alive(pid) for pid in owner[1]):
-                remove_path(p)
-                removed.append(p)
-    return removed
-
-
-def remove_path(p: Path) -> None:
-    """Remove a file, a link (itself) or a folder tree (``shutil.rmtree`` does not follow
-    the links inside it)."""
-    if p.is_dir() and not p.is_symlink():
-        shutil.rmtree(p, ignore_errors=True)
-    else:
-        p.unlink(missing_ok=True)
-
-
 def replace_folder(tmp: Path, target: Path) -> None:
-    """Rename the finished folder ``tmp`` to ``target``, replacing what is there."""
-    if target.exists():
-        old = _temporary(target, "old")
-        os.replace(target, old)
-        try:
-            os.replace(tmp, target)
-        except BaseException:
-            os.replace(old, target)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
-    else:
+    """Rename the finished folder ``tmp`` to ``target``, replacing what is there: the old
+    folder is first renamed aside to a temporary of role ``old`` made for it (with its owner
+    record), put back if the second rename fails, and removed after (its record stays
+    while anything of it is left, so that a later writer removes the rest once this
+    process has ended)."""
+    if not os.path.lexists(target):
         os.replace(tmp, target)
+        return
+    old = temporary_sibling(target, "old")
+    os.replace(target, old)
+    try:
+        os.replace(tmp, target)
+    except BaseException:
+        os.replace(old, target)
+        release_temporary(old)
+        raise
+    discard_temporary(old)
 
 
 class atomic_folder:  # noqa: N801 - used as a context manager
@@ -371,27 +440,24 @@ class atomic_folder:  # noqa: N801 - used as a context manager
     def __enter__(self) -> Path:
         remove_stale(self.target)
         self.tmp = temporary_sibling(self.target, "tmp")
-        os.chmod(self.tmp, 0o755)  # mkdtemp makes it private; a result folder is not
+        os.chmod(self.tmp, 0o755)  # made private; a result folder is not
         return self.tmp
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc_type is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            return
         try:
-            write_marker(self.tmp, self.kind)
-            check_target(self.target, **self.args)
-            replace_folder(self.tmp, self.target)
-        except BaseException:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            raise
+            if exc_type is None:
+                write_marker(self.tmp, self.kind)
+                check_target(self.target, **self.args)
+                replace_folder(self.tmp, self.target)
+        finally:
+            discard_temporary(self.tmp)  # (nothing there after the rename: the record goes)
 
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """``with atomic_path(path) as tmp:`` write the file ``tmp`` (a temporary sibling),
-    renamed to ``path`` on success (world-readable, like an ordinary file; a link at
-    ``path`` is replaced, never written through); removed on error."""
+    """``with atomic_path(path) as tmp:`` write the file ``tmp`` (a temporary sibling with its
+    owner record), renamed to ``path`` on success (world-readable, like an ordinary file; a
+    link at ``path`` is replaced, never written through); removed on error."""
     target = Path(os.path.abspath(os.fspath(path)))
     remove_stale(target)
     tmp = temporary_sibling(target, "tmp", directory=False)
@@ -399,9 +465,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    finally:
+        discard_temporary(tmp)
 
 
 @contextlib.contextmanager

@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import os
 import re
-import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -108,9 +107,10 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
     connection file lives in a temporary folder beside the target. On success the executed
     notebook is added and the folder renamed to ``out_dir``, replacing it only if it is a
     previous run folder (or an empty folder; a non-empty folder without a marker with
-    ``force=True``, unless it holds a notebook, a project root or a result); the current
-    directory, home, the notebook's folder, their ancestors, files, links and targets this
-    process could not write are refused before any work (see
+    ``force=True``, unless it holds a notebook or a project root); a folder holding a
+    repository or another result, a folder inside another result, the current directory,
+    home, the notebook's folder, their ancestors, files, links and targets this process
+    could not write are refused before any work (see
     :func:`mfgwork.core.storage.check_target`). A stale
     ``<out_dir>.failed.ipynb`` (a partial notebook of an earlier run; any other file of that
     name is left alone) is removed. On failure nothing is left at ``out_dir`` and
@@ -145,7 +145,7 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
         storage.replace_folder(tmp, target)
     finally:
         for p in made:
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+            storage.discard_temporary(p)
     if _is_partial_notebook(failed):
         failed.unlink(missing_ok=True)
     return target

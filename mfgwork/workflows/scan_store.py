@@ -22,10 +22,8 @@ own store and refuses any other existing path.
 from __future__ import annotations
 
 import contextlib
-import glob
 import itertools
 import os
-import shutil
 import stat
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -41,7 +39,7 @@ from .differences import plan_differences
 from .scan_check import DIGEST, DONE, StoreCheck, block_record, check_store
 
 #: Root attribute naming the plan a store was made for (its hash).
-PLAN_ATTR = "mfgwork_scan_plan"
+PLAN_ATTR = storage.SCAN_ATTR
 #: Attributes that record where and when a scan ran, not what it computes.
 PROVENANCE = {"platform", "machine", "host", "commit", "created"}
 #: Per-point metrics: name -> (dtype, fill value for points not solved); strings are stored
@@ -209,9 +207,8 @@ class ScanStore:
                                  encoding=encoding)
             os.chmod(tmp, 0o755)
             os.rename(tmp, self.path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        finally:
+            storage.discard_temporary(tmp)  # (after the rename: only its owner record)
 
     def _reopen(self) -> tuple[int, ...]:
         storage.check_links(self.path, name="store")
@@ -340,11 +337,8 @@ def store_lock(path: str | os.PathLike) -> Iterator[None]:
     except Timeout:
         raise ParameterError(f"store={str(path)!r} is being written by another scan") from None
     try:
-        # no other scan writes this store now: temporaries of earlier creations are stale
-        storage.remove_stale(path, every=True)
-        for p in path.parent.glob(f".{glob.escape(path.name)}.tmp-*"):
-            if storage.temporary_owner(p.name) is None:  # (named without a process id)
-                storage.remove_path(p)
+        # temporaries of creations killed earlier (their owner records prove it)
+        storage.remove_stale(path)
         yield
     finally:
         lock_file.unlink(missing_ok=True)  # (while held: no other scan can have taken it)

@@ -257,7 +257,7 @@ def execute_run(task: Mapping[str, Any]) -> dict[str, Any]:
     with FileLock(folder / "locks" / f"{name}.lock"):
         if run_dir.is_dir():
             return {"run": name, "status": "done", "error": None}
-        storage.remove_stale(run_dir, every=True)
+        storage.remove_stale(run_dir)
         try:
             run_notebook(task["notebook"], task["parameters"], run_dir,
                          kernel_name=task.get("kernel_name"), progress=False)
@@ -479,22 +479,16 @@ def _write_plan(folder: Path, plan: Mapping[str, Any], varying: Iterable[str],
 
 def _clean_stale(folder: Path) -> None:
     """Remove temporary files and folders of killed writes (nested temporaries of a
-    notebook's ``save_run`` included), except those of runs whose lock is still held (a
-    straggler of a killed sweep still finishing: it renames or removes its own). Called
-    under the sweep's lock, after :func:`mfgwork.core.storage.check_links`: nothing here
-    is a link, and removals never follow one."""
-    from filelock import FileLock, Timeout
-
+    notebook's ``save_run`` included) that their owner records prove stale (their process
+    has ended: a straggler of a killed sweep still finishing keeps its own; see
+    :func:`mfgwork.core.storage.remove_stale`). Called under the sweep's lock, after
+    :func:`mfgwork.core.storage.check_links`: nothing here is a link, and removals never
+    follow one."""
     for name in ("index.csv", "sweep.json", "spec.yaml", storage.MARKER):
-        storage.remove_stale(folder / name, every=True)
-    for record in {owner[0] for owner in _temporaries(folder / "failed")}:
-        storage.remove_stale(folder / "failed" / record)
-    for name in sorted({owner[0] for owner in _temporaries(folder / "runs")}):
-        try:
-            with FileLock(folder / "locks" / f"{name}.lock", timeout=0):
-                storage.remove_stale(folder / "runs" / name, every=True)
-        except Timeout:
-            continue
+        storage.remove_stale(folder / name)
+    for part in ("failed", "runs"):
+        for name in sorted({owner[0] for owner in _temporaries(folder / part)}):
+            storage.remove_stale(folder / part / name)
 
 
 def _temporaries(folder: Path) -> list[tuple[str, list[int]]]:
