@@ -49,9 +49,12 @@ this module builds the Dataset's layout and runs the blocks.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
 import os
 import platform
+import secrets
 import subprocess
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -97,10 +100,6 @@ from .scan_store import (
 __all__ = ["FIELDS", "PROBLEMS", "SOLVE_OPTIONS", "ScanPlan", "check_netcdf", "describe",
            "make_layout", "make_plan", "open_scan", "placement", "points_per_block",
            "resolve_problem", "scan", "solve_block", "split_parameters", "to_netcdf"]
-
-#: Attributes every scan Dataset has (see :func:`make_layout`), by which :func:`to_netcdf`
-#: recognises its own earlier exports.
-SCAN_ATTRS = ("scanned", "problem_factory")
 
 
 # -- the Dataset's layout ----------------------------------------------------------------------
@@ -414,16 +413,44 @@ def open_scan(path: str | os.PathLike, *, verify: bool = True) -> Any:
 
 
 def check_netcdf(path: str | os.PathLike, *, force: bool = False) -> Path:
-    """``path`` as an absolute path if :func:`to_netcdf` may write it: new, or a NetCDF
-    export of a scan (any other existing file only with ``force``; never a folder, a link
-    or a FIFO); else :class:`~mfgwork.ParameterError` (see
+    """``path`` as an absolute path if :func:`to_netcdf` may write it: new, or an export that
+    :func:`to_netcdf` wrote (any other existing file only with ``force``; never a folder, a
+    link or a FIFO); else :class:`~mfgwork.ParameterError` (see
     :func:`mfgwork.core.storage.check_file`)."""
     return storage.check_file(path, name="netcdf", force=force, ours=_is_scan_netcdf)
 
 
+#: Root attribute of an export by :func:`to_netcdf`: ``TOKEN:DIGEST``, a random token and the
+#: SHA-256 of it with the file's structure (:func:`_structure_digest`).
+EXPORT_ATTR = "mfgwork_export"
+
+
+def _structure_digest(f: Any, token: str) -> str:
+    """SHA-256 of ``token`` and the structure of the open HDF5 file ``f``: the name, shape
+    and dtype of each dataset, and the attributes of the file (but :data:`EXPORT_ATTR`) and
+    of each dataset. The data are not read: this proves who wrote the file, not its values."""
+    digest = hashlib.sha256(token.encode())
+
+    def attrs(name: str, obj: Any) -> None:
+        for key in sorted(obj.attrs):
+            if not (name == "/" and key == EXPORT_ATTR):
+                value = np.asarray(obj.attrs[key])
+                digest.update(f"{name}@{key}={value.dtype}{value.tolist()!r}\n".encode())
+
+    def visit(name: str, obj: Any) -> None:
+        shape = getattr(obj, "shape", None)
+        digest.update(f"{name}:{shape}:{getattr(obj, 'dtype', 'group')}\n".encode())
+        attrs(name, obj)
+
+    attrs("/", f)
+    f.visititems(visit)
+    return digest.hexdigest()
+
+
 def _is_scan_netcdf(path: Path) -> bool:
-    """True for a NetCDF-4 (HDF5) file with the attributes of a scan (:data:`SCAN_ATTRS`),
-    as :func:`to_netcdf` writes them."""
+    """True for an HDF5 file that :func:`to_netcdf` wrote: its :data:`EXPORT_ATTR` matches
+    the file's structure (a file that merely carries a scan's attributes, or an export
+    changed since, is not one)."""
     with open(path, "rb") as fh:
         if fh.read(8) != b"\x89HDF\r\n\x1a\n":
             return False
@@ -431,15 +458,20 @@ def _is_scan_netcdf(path: Path) -> bool:
 
     try:
         with h5py.File(path, "r") as f:
-            return all(name in f.attrs for name in SCAN_ATTRS)
-    except (OSError, ValueError, KeyError):
+            mark = f.attrs.get(EXPORT_ATTR)
+            mark = mark.decode() if isinstance(mark, bytes) else mark
+            if not isinstance(mark, str) or mark.count(":") != 1:
+                return False
+            token, digest = mark.split(":")
+            return hmac.compare_digest(digest, _structure_digest(f, token))
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return False
 
 
 def to_netcdf(scan_or_path: Any, path: str | os.PathLike, *, force: bool = False) -> Path:
     """Write a scan (a Dataset or a store path) as NetCDF-4 (h5netcdf), atomically.
     ``path`` is checked first (:func:`check_netcdf`): an existing file is replaced only if
-    it is an earlier export of a scan, or with ``force``."""
+    it is an earlier export (it carries :data:`EXPORT_ATTR`), or with ``force``."""
     target = check_netcdf(path, force=force)
     ds = open_scan(scan_or_path) if isinstance(scan_or_path, str | os.PathLike) \
         else scan_or_path
@@ -448,4 +480,15 @@ def to_netcdf(scan_or_path: Any, path: str | os.PathLike, *, force: bool = False
     ds = ds.assign({name: ds[name].compute() for name in strings})  # small; typed on load
     with storage.atomic_path(target) as tmp:
         ds.to_netcdf(tmp, engine="h5netcdf")
+        _sign_export(tmp)
     return target
+
+
+def _sign_export(path: Path) -> None:
+    """Add :data:`EXPORT_ATTR` to the export at ``path``, by which :func:`check_netcdf`
+    knows it as one of :func:`to_netcdf`'s."""
+    import h5py
+
+    token = secrets.token_hex(16)
+    with h5py.File(path, "r+") as f:
+        f.attrs[EXPORT_ATTR] = f"{token}:{_structure_digest(f, token)}"
