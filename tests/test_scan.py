@@ -163,6 +163,7 @@ def test_store_roundtrips_and_rerun_skips_finished_blocks(in_memory, tmp_path):
     nc = scan_module.to_netcdf(store, tmp_path / "scan.nc")
     back = xr.open_dataset(nc, engine="h5netcdf")
     assert "done" not in back and "digest" not in back   # the store's bookkeeping
+    assert back.attrs.pop(scan_module.EXPORT_ATTR)         # and the export's own mark
     xr.testing.assert_identical(back.load(), mw.open_scan(store).drop_vars("done").load())
     assert _leftovers(tmp_path) == []
 
