@@ -461,13 +461,16 @@ def test_writers_replace_only_their_own_kind(env):
 
 def test_a_file_named_like_a_partial_notebook_is_left_alone(env):
     notebook = make_notebook(env.tmp / "fails.ipynb", "raise ValueError('boom')")
-    mine = env.tmp / "out.failed.ipynb"
-    mine.write_text("my own notes")
+    mine = env.tmp / "out.failed.ipynb"  # a notebook of the user's that papermill executed
+    mine.write_text(json.dumps({"cells": [], "metadata": {"papermill": {}}, "nbformat": 4,
+                                "nbformat_minor": 5}))
+    before = mine.read_text()
     with pytest.raises(runs.NotebookError) as err:
         runs.run_notebook(notebook, {}, env.tmp / "out")
-    assert mine.read_text() == "my own notes"
-    assert err.value.failed_notebook == env.tmp / "out.failed-2.ipynb"
-    assert "boom" in err.value.failed_notebook.read_text()
+    assert mine.read_text() == before
+    kept = err.value.failed_notebook
+    assert kept == env.tmp / "out.failed-2.ipynb" and "boom" in kept.read_text()
+    assert json.loads(kept.read_text())["metadata"][runs.PARTIAL_KEY] == str(env.tmp / "out")
 
 
 def test_failed_write_leaves_nothing_and_stale_temporaries_go(env):

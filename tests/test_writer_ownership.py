@@ -234,3 +234,14 @@ def test_a_fifo_marker_is_named_for_what_it_is(tmp_path, snapshot, force):
         mw.save_run(target, parameters={"a": 1}, force=force)
     assert "its mfgwork.json is a named pipe (FIFO)" in str(err.value)
     assert snapshot(tmp_path) == before
+
+
+def test_a_partial_notebook_is_a_runs_own_only_by_its_mark(tmp_path):
+    nb = write_notebook(tmp_path / "out.failed.ipynb", "x = 1")
+    notebook = json.loads(nb.read_text())
+    notebook["metadata"]["papermill"] = {}  # executed by papermill, but not kept by a run
+    nb.write_text(json.dumps(notebook))
+    assert not runs._is_partial_notebook(nb, tmp_path / "out")
+    runs._mark_partial(nb, tmp_path / "out")
+    assert runs._is_partial_notebook(nb, tmp_path / "out")
+    assert not runs._is_partial_notebook(nb, tmp_path / "other")

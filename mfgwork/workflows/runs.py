@@ -112,9 +112,9 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
     home, the notebook's folder, their ancestors, files, links and targets this process
     could not write are refused before any work (see
     :func:`mfgwork.core.storage.check_target`). A stale
-    ``<out_dir>.failed.ipynb`` (a partial notebook of an earlier run; any other file of that
-    name is left alone) is removed. On failure nothing is left at ``out_dir`` and
-    :class:`NotebookError` is raised.
+    ``<out_dir>.failed.ipynb`` (a partial notebook that an earlier run into ``out_dir`` kept
+    and marked; any other file of that name is left alone) is removed. On failure nothing is
+    left at ``out_dir`` and :class:`NotebookError` is raised.
     """
     path = _existing_notebook(notebook)
     protect = {path.parent: f"the folder of the notebook {path.name}"}
@@ -146,7 +146,7 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
     finally:
         for p in made:
             storage.discard_temporary(p)
-    if _is_partial_notebook(failed):
+    if _is_partial_notebook(failed, target):
         failed.unlink(missing_ok=True)
     return target
 
@@ -216,26 +216,48 @@ def _language(path: Path) -> str | None:
 
 
 def _keep(output: Path, failed: Path) -> Path | None:
-    """Move the partial notebook to ``failed`` (if that name holds nothing but an earlier
-    partial notebook; else to a free name beside it)."""
+    """Move the partial notebook, marked as the partial notebook of its run folder
+    (:data:`PARTIAL_KEY`), to ``failed`` (if that name holds nothing but an earlier partial
+    notebook of the same run folder; else to a free name beside it)."""
     if not (output.exists() and output.stat().st_size > 0):
         return None
     stem, n = failed.name[: -len(FAILED_SUFFIX)], 1
-    while not _is_partial_notebook(failed):
+    target = failed.with_name(stem)
+    while not _is_partial_notebook(failed, target):
         n += 1
         failed = failed.with_name(f"{stem}.failed-{n}.ipynb")
+    _mark_partial(output, target)
     os.chmod(output, 0o644)
     os.replace(output, failed)
     return failed
 
 
-def _is_partial_notebook(path: Path) -> bool:
-    """True where nothing is, or a notebook executed by papermill (a partial run's)."""
-    if not path.exists():
+#: Notebook metadata entry of a partial notebook kept by a run: the run folder it was for.
+PARTIAL_KEY = "mfgwork_partial_run"
+
+
+def _mark_partial(path: Path, target: Path) -> None:
+    """Record ``target`` in the notebook's metadata (:data:`PARTIAL_KEY`); a notebook that
+    cannot be read as one stays unmarked (and is then never removed by a later run)."""
+    import nbformat
+
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except (OSError, ValueError):
+        return
+    nb.metadata[PARTIAL_KEY] = str(target)
+    nbformat.write(nb, path)
+
+
+def _is_partial_notebook(path: Path, target: Path) -> bool:
+    """True where nothing is, or a partial notebook that a run into ``target`` kept (its
+    mark, :data:`PARTIAL_KEY`, names ``target``; a name alone proves nothing)."""
+    if not os.path.lexists(path):
         return True
     try:
-        return path.is_file() and "papermill" in storage.read_json(path)["metadata"]
-    except (LoadError, KeyError, TypeError):
+        return path.is_file() and not path.is_symlink() and \
+            storage.read_json(path)["metadata"].get(PARTIAL_KEY) == str(target)
+    except (LoadError, KeyError, TypeError, AttributeError):
         return False
 
 
