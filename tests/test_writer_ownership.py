@@ -177,6 +177,24 @@ def test_own_parts_are_still_written(outer):
     assert storage.check_target(book, "book") == book  # what its notebooks wrote in work/
 
 
+def test_results_written_into_a_run_being_written_become_its_parts(tmp_path):
+    target = tmp_path / "run"
+    tmp = storage.temporary_sibling(target, "tmp")  # as run_notebook fills it
+    storage.write_marker(tmp, "run")
+    mw.save_run(tmp / "room", parameters={"a": 1})  # the notebook's own result, inside
+    storage.write_marker(tmp, "run", parts=True)
+    storage.replace_folder(tmp, target)
+    storage.release_temporary(tmp)
+    assert storage.marked_parts(target) == {("room",)}
+    assert mw.save_run(target, parameters={"a": 2}) == target  # replaced with its part
+    with pytest.raises(ParameterError, match="never written inside"):
+        mw.save_run(target / "room", parameters={"a": 3})  # finished: no more parts
+    killed, = dead_temporaries((tmp_path / "other", "tmp", True, ""))
+    storage.write_marker(killed, "run")
+    with pytest.raises(ParameterError, match="never written inside"):
+        mw.save_run(killed / "room", parameters={"a": 1})  # its writer is gone
+
+
 # -- temporaries -----------------------------------------------------------------------------------
 def test_a_run_replacement_leaves_hidden_siblings_named_like_temporaries(tmp_path):
     f = tmp_path / "f"

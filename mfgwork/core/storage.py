@@ -8,9 +8,11 @@ folder whose marker names the same kind. A non-empty folder without a marker nee
 ``force=True``, and is refused even then if it holds a notebook or a project root. Refused
 in every case: a folder that holds, at any depth, a repository (:data:`VCS_MARKERS`: a
 ``.git`` folder or file, ``.hg``, ``.svn``, ...) or a result folder or zarr store that is not
-an own part of the target (:data:`OWN_PARTS`: a sweep's runs, a run's figures); a target
-inside a result folder or store that does not hold it as its own part (replacing the outer
-one would delete it); a folder of another kind, a store, a folder whose ``mfgwork.json`` is
+an own part of the target (:data:`OWN_PARTS`: a sweep's runs, a run's figures; and the
+parts its marker records: the results written into it while it was being written, such as a
+notebook's own result in its run folder); a target inside a result folder or store that does
+not hold it as its own part and is no longer being written (replacing the outer one would
+delete it); a folder of another kind, a store, a folder whose ``mfgwork.json`` is
 no marker (said what it is: a FIFO, a link, ...), a file, a link, a FIFO, the current
 directory, the home folder, folders given as ``protect`` (e.g. the notebook's own folder),
 the ancestors of each, a path under a file and a target this process may not write.
@@ -53,7 +55,7 @@ import numpy as np
 
 from . import memory
 from .errors import LoadError, ParameterError
-from .temporaries import discard_temporary, release_temporary
+from .temporaries import discard_temporary, in_progress, release_temporary
 from .temporaries import remove_path as remove_path  # (the writers' API, here)
 from .temporaries import remove_stale as remove_stale
 from .temporaries import temporary_owner as temporary_owner
@@ -73,15 +75,31 @@ PACKAGES = ("mfgwork", "numpy", "scipy", "numba", "torch", "triton", "array-api-
 
 
 # -- targets ---------------------------------------------------------------------------------
-def marker_kind(folder: Path) -> str | None:
-    """The kind named by the folder's marker, or None (no marker; or one that is a link,
-    not a regular file, larger than :data:`MAX_MARKER_BYTES`, or not a JSON object)."""
+def _marker(folder: Path) -> dict[str, Any] | None:
+    """The folder's marker if it is one: a JSON object naming a kind, read from a regular
+    file (not a link) of at most :data:`MAX_MARKER_BYTES`."""
     try:
         value = read_json(Path(folder) / MARKER, max_bytes=MAX_MARKER_BYTES, follow=False)
     except LoadError:
         return None
-    kind = value.get("kind") if isinstance(value, dict) else None
-    return kind if isinstance(kind, str) else None
+    ok = isinstance(value, dict) and isinstance(value.get("kind"), str)
+    return value if ok else None
+
+
+def marker_kind(folder: Path) -> str | None:
+    """The kind named by the folder's marker, or None (no marker; or one that is a link,
+    not a regular file, larger than :data:`MAX_MARKER_BYTES`, or not a JSON object)."""
+    marker = _marker(folder)
+    return marker["kind"] if marker is not None else None
+
+
+def marked_parts(folder: Path) -> set[tuple[str, ...]]:
+    """The results that the result folder ``folder`` holds as its own parts by its marker
+    (``parts``: those written into it while it was being written), as relative paths."""
+    parts = (_marker(folder) or {}).get("parts", [])
+    if not isinstance(parts, list):
+        return set()
+    return {tuple(Path(p).parts) for p in parts if isinstance(p, str)}
 
 
 def _listing(folder: Path, limit: int = 4) -> str:
@@ -224,13 +242,14 @@ def _own_part(owner: str, part: tuple[str, ...], kind: str) -> bool:
 
 def _check_ancestors(path: Path, kind: str, target: Any, name: str, how: str) -> None:
     """Refuse a target inside a result folder or a zarr store, unless the nearest such
-    ancestor holds results of ``kind`` there as its own (a sweep's ``runs/NAME``): replacing
-    that result would delete this one."""
+    ancestor holds results of ``kind`` there as its own (a sweep's ``runs/NAME``), or is
+    still being written (a temporary whose writer runs: a notebook's results go into its
+    run folder, and become its parts): replacing that result would delete this one."""
     for parent in path.parents:
         found = output_kind(parent) if parent.is_dir() else None
         if found is None:
             continue
-        if _own_part(found[0], path.relative_to(parent).parts, kind):
+        if _own_part(found[0], path.relative_to(parent).parts, kind) or in_progress(parent):
             return
         raise _refuse(name, target, f"it is inside {found[1]} ({parent}), and a result is "
                       "never written inside another (replacing the outer one would delete "
@@ -250,18 +269,20 @@ def _survey(path: Path, kind: str | None, *, force: bool) -> tuple[str | None, s
     replacement: a repository (:data:`VCS_MARKERS`) anywhere, a result or zarr store that
     is not an own part (:data:`OWN_PARTS`) of the result of ``kind`` that ``path`` is (of
     none: ``kind`` None), and, with ``force``, a notebook or a project root."""
-    stack = [(path, kind, path)]  # (folder, kind of the result it is in, that result's root)
+    # (folder, kind of the result it is in, that result's root, its marked parts)
+    stack = [(path, kind, path, marked_parts(path) if kind else set())]
     while stack:
-        folder, owner, root = stack.pop()
+        folder, owner, root, parts = stack.pop()
         if not os.access(folder, os.R_OK | os.W_OK | os.X_OK):
             return str(folder), None
         with os.scandir(folder) as it:
             entries = list(it)
         marked = folder != path and any(e.name in _OUTPUT_FILES for e in entries)
         if marked and (found := output_kind(folder)) is not None:
-            if owner is None or not _own_part(owner, folder.relative_to(root).parts, found[0]):
+            part = folder.relative_to(root).parts
+            if owner is None or not (_own_part(owner, part, found[0]) or part in parts):
                 return None, _nested(found, folder)
-            owner, root = found[0], folder
+            owner, root, parts = found[0], folder, marked_parts(folder)
         for e in entries:
             is_dir = e.is_dir(follow_symlinks=False)
             if e.name in VCS_MARKERS:
@@ -271,7 +292,7 @@ def _survey(path: Path, kind: str | None, *, force: bool) -> tuple[str | None, s
             if force and e.name in PROJECT_FILES:
                 return None, f"a project root ({e.path})"
             if is_dir:
-                stack.append((Path(e.path), owner, root))
+                stack.append((Path(e.path), owner, root, parts))
     return None, None
 
 
@@ -396,10 +417,32 @@ def check_links(folder: Path, *, name: str, depth: int | None = None) -> None:
                     stack.append((Path(e.path), level + 1))
 
 
-def write_marker(folder: Path, kind: str) -> None:
+def write_marker(folder: Path, kind: str, *, parts: bool = False) -> None:
     """Mark ``folder`` as a result of ``kind`` (atomically: an existing marker, or a link
-    in its place, is replaced, never written through)."""
-    write_json(folder / MARKER, {"kind": kind, "format": FORMAT}, atomic=True)
+    in its place, is replaced, never written through). With ``parts`` (a writer finishing
+    ``folder``), the results and stores found in it are recorded as its own parts: they were
+    written into it while it was being written (:func:`check_target` refuses any later)."""
+    marker: dict[str, Any] = {"kind": kind, "format": FORMAT}
+    found = _results_inside(folder) if parts else []
+    if found:
+        marker["parts"] = found
+    write_json(folder / MARKER, marker, atomic=True)
+
+
+def _results_inside(folder: Path) -> list[str]:
+    """The outermost result folders and stores inside ``folder`` (relative paths; links
+    are not followed)."""
+    found, stack = [], [folder]
+    while stack:
+        here = stack.pop()
+        with os.scandir(here) as it:
+            entries = list(it)
+        if here != folder and any(e.name in _OUTPUT_FILES for e in entries) and \
+                output_kind(here) is not None:
+            found.append(here.relative_to(folder).as_posix())
+            continue
+        stack += [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+    return sorted(found)
 
 
 def replace_folder(tmp: Path, target: Path) -> None:
@@ -446,7 +489,7 @@ class atomic_folder:  # noqa: N801 - used as a context manager
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         try:
             if exc_type is None:
-                write_marker(self.tmp, self.kind)
+                write_marker(self.tmp, self.kind, parts=True)
                 check_target(self.target, **self.args)
                 replace_folder(self.tmp, self.target)
         finally:

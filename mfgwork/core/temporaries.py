@@ -138,6 +138,16 @@ def _record(tmp: Path) -> dict[str, Any] | None:
     return record
 
 
+def in_progress(tmp: Path) -> bool:
+    """Whether ``tmp`` is a temporary that a writer still fills: its owner record is valid
+    and its process, on this host, has not ended."""
+    record = _record(tmp)
+    if record is None or record.get("host") != socket.gethostname():
+        return False
+    started = record.get("started")
+    return not has_ended(record["pid"], started if isinstance(started, str) else None)
+
+
 def removable(tmp: Path) -> bool:
     """Whether a writer may remove the temporary ``tmp`` (see the module docstring)."""
     record = _record(tmp)

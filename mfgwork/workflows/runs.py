@@ -140,7 +140,7 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
         os.replace(running_nb, tmp / path.name)
         os.chmod(tmp / path.name, 0o644)
         os.chmod(tmp, 0o755)
-        storage.write_marker(tmp, "run")  # also when the notebook wrote files by itself
+        storage.write_marker(tmp, "run", parts=True)  # (also when the notebook wrote files)
         storage.check_target(target, "run", force=force, protect=protect)
         storage.replace_folder(tmp, target)
     finally:
