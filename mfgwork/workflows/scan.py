@@ -69,7 +69,8 @@ from ..problems import PROBLEMS
 from ..results import provenance
 from ..solve2d import default_iteration
 from .dask_client import dask_client
-from .scan_check import DIGEST, DONE, Damage, blocks, check_store
+from .scan_check import DIGEST, DONE, Damage, blocks, check_store, finished_points
+from .scan_inspect import RECORD_ATTR, check_metadata, inspect_store, read_record
 from .scan_plan import (
     FIELDS,
     MAX_POINTS,
@@ -372,14 +373,23 @@ def describe(ds: Any, where: Any = None) -> str:
 
 
 def open_scan(path: str | os.PathLike, *, verify: bool = True) -> Any:
-    """Open a scan store lazily (Dask arrays); points not yet solved have ``done`` False,
-    NaN values and the status ``pending``.
+    """Open a scan store lazily (Dask arrays); points not finished (``done`` False: not yet
+    solved, or their block's flag lost) have NaN values and the status ``pending``, whatever
+    their other chunks hold.
 
-    With ``verify`` (the default) the metadata and every finished block are first checked
-    against the record written with the block (:mod:`~mfgwork.workflows.scan_check`; this
-    reads the data once): a store with a missing, cut or changed chunk raises
-    :class:`~mfgwork.LoadError` naming the file and the block (running the same scan again
-    solves those blocks again)."""
+    The store is first inspected (:mod:`~mfgwork.workflows.scan_inspect`, from its folder
+    listing and metadata alone): a link, a FIFO or another special file anywhere in it,
+    metadata that is malformed, implausibly large or changes values on reading (such as
+    ``scale_factor``) raise :class:`~mfgwork.LoadError` naming the file before anything is
+    read. With ``verify`` (the default) the store is then checked against its records
+    (:mod:`~mfgwork.workflows.scan_check`; this reads the data once): its metadata, root
+    attributes and coordinates as created, every finished block as written. A store with a
+    changed coordinate, attribute or array metadata, or a missing, cut or changed chunk,
+    raises :class:`~mfgwork.LoadError` naming the file and what differs (running the same
+    scan again solves damaged blocks again). ``verify=False`` skips the reading of values,
+    and still refuses metadata that differs from the creation record; a store written
+    before creation records existed opens only this way, with a warning. Values are read as
+    stored (no CF time decoding)."""
     import xarray as xr
 
     from .scan_store import read_attrs
@@ -387,20 +397,25 @@ def open_scan(path: str | os.PathLike, *, verify: bool = True) -> Any:
     if read_attrs(path) is None:
         raise ParameterError(f"store={str(path)!r} is not a scan store (no zarr metadata "
                              "with a scan plan)")
+    path = Path(path)
     if verify:
-        damaged = check_store(Path(path)).damaged
-        if damaged:
-            d = damaged[0]
-            raise LoadError(d.file, f"{d.reason} (block {d.block}); {len(damaged)} block(s) "
-                            f"of the scan store "
-                            f"{str(path)!r} cannot be trusted (run the same scan again to "
-                            "solve them again)")
+        check = check_store(path)
+        if check.damaged:
+            d = check.damaged[0]
+            raise LoadError(d.file, f"{d.reason} (block {d.block}); {len(check.damaged)} "
+                            f"block(s) of the scan store {str(path)!r} cannot be trusted "
+                            "(run the same scan again to solve them again)")
+        finished = check.finished
+    else:
+        finished = _unverified(path)
     try:
-        ds = xr.open_zarr(str(path), consolidated=None)
+        ds = xr.open_zarr(str(path), consolidated=None, decode_times=False,
+                          decode_timedelta=False)
     except Exception as exc:  # noqa: BLE001 - damaged metadata not caught by the check
-        raise LoadError(Path(path), f"is not a readable zarr store ({type(exc).__name__}: "
+        raise LoadError(path, f"is not a readable zarr store ({type(exc).__name__}: "
                         f"{str(exc)[:200]})") from None
     ds = ds.drop_vars([DIGEST], errors="ignore")
+    ds.attrs.pop(RECORD_ATTR, None)
     metrics = list(METRICS)
 
     def order(name: str) -> tuple[Any, ...]:
@@ -410,7 +425,34 @@ def open_scan(path: str | os.PathLike, *, verify: bool = True) -> Any:
     ds = ds[sorted(ds.data_vars, key=order)]
     strings = {name: ds[name].astype(object) for name, (dtype, _) in METRICS.items()
                if dtype == "object" and name in ds}  # as in memory (zarr reads StringDType)
-    return ds.assign(strings)
+    return _finished_only(ds.assign(strings), finished)
+
+
+def _unverified(path: Path) -> np.ndarray:
+    """The ``done`` flags of a store opened without ``verify``: inspected, its metadata
+    against its creation record (a warning where it has none)."""
+    ins = inspect_store(path)
+    record = read_record(ins)
+    if record is None:
+        warnings.warn(f"store={str(path)!r} has no creation record (written by an earlier "
+                      "mfgwork): its metadata and coordinates are not verified",
+                      RuntimeWarning, stacklevel=3)
+    else:
+        check_metadata(ins, record)
+    return finished_points(ins)
+
+
+def _finished_only(ds: Any, finished: np.ndarray) -> Any:
+    """``ds`` with every variable at its fill value (NaN, ``pending``, False, 0, "") at the
+    points not finished."""
+    if finished.all():
+        return ds
+    import xarray as xr
+
+    mask = xr.DataArray(finished, dims=ds[DONE].dims)
+    fills = {name: fill for name, (_, fill) in METRICS.items()}
+    return ds.assign({name: var.where(mask, fills.get(name, np.nan)).astype(var.dtype)
+                      for name, var in ds.data_vars.items()})
 
 
 def check_netcdf(path: str | os.PathLike, *, force: bool = False) -> Path:
