@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import platform
 import subprocess
@@ -99,6 +100,8 @@ __all__ = ["FIELDS", "PROBLEMS", "SOLVE_OPTIONS", "ScanPlan", "check_netcdf", "d
            "make_layout", "make_plan", "open_scan", "placement", "points_per_block",
            "resolve_problem", "scan", "solve_block", "split_parameters", "to_netcdf"]
 
+#: Most Dask chunks along the scan axes of a Dataset opened from a store (blocks grouped).
+DASK_BLOCKS = 4096
 #: Attributes every scan Dataset has (see :func:`make_layout`), by which :func:`to_netcdf`
 #: recognises its own earlier exports.
 SCAN_ATTRS = ("scanned", "problem_factory")
@@ -405,12 +408,14 @@ def open_scan(path: str | os.PathLike, *, verify: bool = True) -> Any:
             raise LoadError(d.file, f"{d.reason} (block {d.block}); {len(check.damaged)} "
                             f"block(s) of the scan store {str(path)!r} cannot be trusted "
                             "(run the same scan again to solve them again)")
-        finished = check.finished
+        finished, block, dims = check.finished, check.block, check.dims
     else:
-        finished = _unverified(path)
+        finished, block, dims = _unverified(path)
+    grouped = _dask_chunks(dims, finished.shape, block)
     try:
         ds = xr.open_zarr(str(path), consolidated=None, decode_times=False,
-                          decode_timedelta=False)
+                          decode_timedelta=False, **({} if grouped is None else
+                                                     {"chunks": grouped}))
     except Exception as exc:  # noqa: BLE001 - damaged metadata not caught by the check
         raise LoadError(path, f"is not a readable zarr store ({type(exc).__name__}: "
                         f"{str(exc)[:200]})") from None
@@ -428,9 +433,9 @@ def open_scan(path: str | os.PathLike, *, verify: bool = True) -> Any:
     return _finished_only(ds.assign(strings), finished)
 
 
-def _unverified(path: Path) -> np.ndarray:
-    """The ``done`` flags of a store opened without ``verify``: inspected, its metadata
-    against its creation record (a warning where it has none)."""
+def _unverified(path: Path) -> tuple[np.ndarray, tuple[int, ...], tuple[str, ...]]:
+    """The ``done`` flags, block shape and scan dims of a store opened without ``verify``:
+    inspected, its metadata against its creation record (a warning where it has none)."""
     ins = inspect_store(path)
     record = read_record(ins)
     if record is None:
@@ -439,7 +444,27 @@ def _unverified(path: Path) -> np.ndarray:
                       RuntimeWarning, stacklevel=3)
     else:
         check_metadata(ins, record)
-    return finished_points(ins)
+    return finished_points(ins), ins.done.chunks, ins.done.dims
+
+
+def _dask_chunks(dims: tuple[str, ...], shape: tuple[int, ...], block: tuple[int, ...]
+                 ) -> dict[str, int] | None:
+    """Dask chunks of a store's arrays along the scan axes where it has more than
+    :data:`DASK_BLOCKS` blocks: groups of blocks, at most that many (each Dask chunk costs
+    the graph a task); else None (zarr's chunks, xarray's default)."""
+    chunks = list(block)
+
+    def count() -> int:
+        return math.prod(-(-n // c) for n, c in zip(shape, chunks, strict=True))
+
+    if count() <= DASK_BLOCKS:
+        return None
+    for axis in reversed(range(len(shape))):
+        groups = -(-shape[axis] // chunks[axis])
+        chunks[axis] *= min(groups, -(-count() // DASK_BLOCKS))
+        if count() <= DASK_BLOCKS:
+            break
+    return {dim: min(c, n) for dim, c, n in zip(dims, chunks, shape, strict=True)}
 
 
 def _finished_only(ds: Any, finished: np.ndarray) -> Any:
@@ -449,7 +474,7 @@ def _finished_only(ds: Any, finished: np.ndarray) -> Any:
         return ds
     import xarray as xr
 
-    mask = xr.DataArray(finished, dims=ds[DONE].dims)
+    mask = xr.DataArray(finished, dims=ds[DONE].dims).chunk(ds[DONE].chunksizes)
     fills = {name: fill for name, (_, fill) in METRICS.items()}
     return ds.assign({name: var.where(mask, fills.get(name, np.nan)).astype(var.dtype)
                       for name, var in ds.data_vars.items()})

@@ -55,8 +55,9 @@ from .scan_inspect import (
 __all__ = ["DIGEST", "DONE", "Damage", "StoreCheck", "block_record", "blocks", "check_store",
            "finished_points", "parse_record", "seal", "value_digest", "verified"]
 
-#: Variables read whole when checking (larger ones block by block), and the most blocks a
-#: whole read may span (each missing chunk costs zarr a look-up).
+#: Variables read whole when checking (larger ones block by block), if they span at most
+#: ``WHOLE_BLOCKS`` blocks or the blocks to read are a quarter of theirs at least (each
+#: missing chunk costs zarr a look-up; a whole read looks them up concurrently).
 WHOLE_BYTES, WHOLE_BLOCKS = 64 * 2**20, 4096
 
 
@@ -123,11 +124,12 @@ class Damage:
 @dataclass
 class StoreCheck:
     """The result of :func:`check_store`: the ``done`` flags of the blocks that passed,
-    the block shape, and the damaged blocks."""
+    the block shape, the damaged blocks and the scan's dimensions."""
 
     finished: np.ndarray
     block: tuple[int, ...]
     damaged: list[Damage]
+    dims: tuple[str, ...] = ()
 
 
 def _open(path: Path, name: str) -> Any:
@@ -245,18 +247,19 @@ def check_store(path: str | Path) -> StoreCheck:
     for index in records:
         if index not in damaged:
             finished[region_of(index, shape, block)] = True
-    return StoreCheck(finished, tuple(block), [damaged[i] for i in sorted(damaged)])
+    return StoreCheck(finished, tuple(block), [damaged[i] for i in sorted(damaged)], dims)
 
 
 def _chunks(arr: Any, ins: Inspection, which: list[tuple[int, ...]],
             fail: Callable[[tuple[int, ...], str], None]
             ) -> Iterator[tuple[tuple[int, ...], np.ndarray]]:
     """``(index, values)`` of each readable block ``index`` in ``which``: the array read
-    whole when it is small and spans few blocks (block by block when that fails, to find
-    the bad chunks), else block by block; unreadable blocks go to ``fail``."""
+    whole when it is small and most of its blocks are wanted or there are few (block by
+    block when that fails, to find the bad chunks), else block by block; unreadable blocks
+    go to ``fail``."""
     shape, block = ins.done.shape, ins.done.chunks
-    whole = None
-    if which and arr.nbytes <= WHOLE_BYTES and math.prod(ins.done.grid) <= WHOLE_BLOCKS:
+    whole, grid = None, math.prod(ins.done.grid)
+    if which and arr.nbytes <= WHOLE_BYTES and (grid <= WHOLE_BLOCKS or 4 * len(which) >= grid):
         try:
             whole = np.asarray(arr[...])
         except Exception:  # noqa: BLE001 - found block by block below

@@ -50,8 +50,9 @@ DIGEST, DONE = "digest", "done"
 RECORD_ATTR = "mfgwork_scan_record"
 #: Largest ``zarr.json`` of an array, and of the root (which holds the consolidated copies).
 ARRAY_META_BYTES, ROOT_META_BYTES = 2**20, 64 * 2**20
-#: Bytes a string element may take in a chunk (messages are cut at 400 characters).
-STRING_BYTES = 64 * 2**10
+#: Bytes a string element may take in a chunk file (messages are cut at 400 characters), and
+#: in memory (a reference and a short text).
+STRING_FILE_BYTES, STRING_MEMORY_BYTES = 64 * 2**10, 512
 #: Bytes per point the check keeps (the done flag, the finished mask, a record's reference).
 POINT_BYTES = 32
 #: Attributes by which xarray would change values on reading.
@@ -79,13 +80,21 @@ class Array:
 
     @property
     def itemsize(self) -> int:
-        """Bytes of one element in memory (strings: at most :data:`STRING_BYTES`)."""
-        return STRING_BYTES if self.dtype == "string" else np.dtype(self.dtype).itemsize
+        """Bytes of one element in memory (strings: about :data:`STRING_MEMORY_BYTES`)."""
+        return STRING_MEMORY_BYTES if self.dtype == "string" else np.dtype(self.dtype).itemsize
 
     @property
     def chunk_bytes(self) -> int:
         """Bytes of one chunk in memory."""
         return math.prod(self.chunks) * self.itemsize
+
+    @property
+    def chunk_file_bytes(self) -> int:
+        """Most bytes a chunk file may hold: the raw chunk (strings: at most
+        :data:`STRING_FILE_BYTES` each), a compressor's worst case and a margin."""
+        raw = math.prod(self.chunks) * (STRING_FILE_BYTES if self.dtype == "string"
+                                        else self.itemsize)
+        return raw + raw // 64 + 64 * 2**10
 
     @property
     def grid(self) -> tuple[int, ...]:
@@ -134,7 +143,8 @@ def walk(path: Path) -> tuple[set[str], dict[str, dict[tuple[int, ...], tuple[Pa
                 parts = Path(e.path).relative_to(path).parts
                 if len(parts) == 2 and parts[1] == "zarr.json":
                     metas.add(parts[0])
-                elif len(parts) >= 3 and parts[1] == "c" and all(p.isdigit() for p in parts[2:]):
+                elif len(parts) >= 3 and parts[1] == "c" and all(
+                        p.isascii() and p.isdigit() and len(p) < 19 for p in parts[2:]):
                     chunks.setdefault(parts[0], {})[tuple(int(p) for p in parts[2:])] = \
                         (Path(e.path), info.st_size)
     return metas, chunks
@@ -146,10 +156,10 @@ def _regular_or_folder(path: Path, mode: int, *, folder: bool = False) -> None:
                         "is read only from its own files, never through a link")
     if stat.S_ISDIR(mode) or (stat.S_ISREG(mode) and not folder):
         return
-    what = "a file" if stat.S_ISREG(mode) else storage._special(mode)
-    raise LoadError(path, f"is {what}, not " + ("a folder" if folder else
-                                                "a regular file or a folder")
-                    + ": refused before anything is read (reading it could block forever)")
+    if stat.S_ISREG(mode):
+        raise LoadError(path, "is a file, not a scan store (a folder)")
+    raise LoadError(path, f"is {storage._special(mode)}, not a regular file or a folder: "
+                    "refused before anything is read (reading it could block forever)")
 
 
 # -- the metadata ------------------------------------------------------------------------------
@@ -325,12 +335,13 @@ def _check_sizes(ins: Inspection,
                         f"checking them needs {memory.format_bytes(points * POINT_BYTES)}, "
                         f"more than the {memory.format_bytes(budget)} available")
     for name, arr in ins.arrays.items():
-        if arr.chunk_bytes > budget:
-            raise LoadError(arr.file, f"declares chunks {arr.chunks} of {arr.dtype} for "
-                            f"{name}: one is {memory.format_bytes(arr.chunk_bytes)}, more "
-                            f"than the {memory.format_bytes(budget)} available")
-        bound = arr.chunk_bytes + arr.chunk_bytes // 64 + 64 * 2**10
-        grid = arr.grid
+        need = math.prod(arr.shape) * arr.itemsize if name in ins.coords \
+            else arr.chunk_bytes  # (a coordinate is read whole, data a block at a time)
+        if need > budget:
+            raise LoadError(arr.file, f"declares {name} {arr.shape} in chunks {arr.chunks} "
+                            f"of {arr.dtype}: reading it needs {memory.format_bytes(need)} "
+                            f"at once, more than the {memory.format_bytes(budget)} available")
+        bound, grid = arr.chunk_file_bytes, arr.grid
         ins.chunks[name] = set()
         for index, (file, size) in files.get(name, {}).items():
             if len(index) != len(grid) or any(i >= n for i, n in zip(index, grid, strict=True)):
