@@ -1,13 +1,17 @@
 """The result of a solve, its observables, and saving/loading (NPZ + JSON, no pickle).
 
 Arrays stay on the backend that computed them (``mw.to_numpy`` converts any of them);
-observables and saving work on NumPy copies, at this boundary only.
+observables and saving work on NumPy copies, at this boundary only. A saved run records the
+SHA-256 of each of its arrays in ``metrics.json`` (:data:`DIGESTS`), which :func:`load`
+checks.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -22,8 +26,8 @@ from .core.figures import save_figure
 from .core.grid import trapezoid_weights
 from .core.storage import load_table, provenance
 
-__all__ = ["FIELDS", "RESULT_CLASSES", "STATUSES", "Result", "derive_status", "load",
-           "load_table", "provenance", "save_run"]
+__all__ = ["DIGESTS", "FIELDS", "RESULT_CLASSES", "STATUSES", "Result", "array_digest",
+           "derive_status", "load", "load_table", "provenance", "save_run"]
 
 FIELDS = ("x", "t", "U", "M")
 #: How a solve ended: its certificate held (``converged``), the iteration budget ran out
@@ -175,6 +179,12 @@ class Result(ObservablesByName):
         """max_t |∫ m(t) − 1|."""
         return float(np.max(np.abs(self.mass - 1.0)))
 
+    @property
+    def density_mass_error(self) -> float:
+        """max_t |∫ m(t) dx − the mass the result holds| computed from ``M`` itself (1-D:
+        the mass 1, so :attr:`mass_error`); what :func:`load` bounds."""
+        return self.mass_error
+
     def check(self, problem: Any = None) -> float:
         """Recompute one best response to this solution and return its relative fixed-point
         residual (what ``residual`` reports; ≤ ``tol`` when converged). The best response
@@ -237,8 +247,8 @@ class Result(ObservablesByName):
         """Write ``arrays.npz``, ``parameters.json`` (``params`` updated by ``parameters``) and
         ``metrics.json`` (:meth:`metrics`, history, provenance, updated by ``metrics``) into
         the existing folder ``folder``, non-atomically (see :func:`save_run`)."""
-        arrays = {k: to_numpy(getattr(self, k)) for k in FIELDS}
-        arrays |= {k: to_numpy(v) for k, v in (self.observables | self.arrays).items()}
+        arrays = {k: np.asarray(to_numpy(getattr(self, k))) for k in FIELDS}
+        arrays |= {k: np.asarray(to_numpy(v)) for k, v in (self.observables | self.arrays).items()}
         storage.write_npz(folder / "arrays.npz", arrays)
         storage.write_json(folder / "parameters.json", self.params | (parameters or {}))
         storage.write_json(folder / "metrics.json", self.metrics() | {
@@ -249,7 +259,24 @@ class Result(ObservablesByName):
             "result": type(self).__name__, "summary": self.summary,
             "state_name": self.state_name, "dims": list(self.dims),
             "labels": {k: list(v) for k, v in self.labels.items()}, "extra": self.extra,
-            "provenance": provenance()} | (metrics or {}))
+            "provenance": provenance()} | (metrics or {})
+            | {DIGESTS: {k: array_digest(a) for k, a in arrays.items()}})
+
+
+#: Entry of ``metrics.json`` holding the SHA-256 of each array of ``arrays.npz``.
+DIGESTS = "array_sha256"
+#: A density may dip below zero by this fraction of its largest value (round-off).
+DENSITY_ROUND_OFF = 1e-6
+#: Largest deviation of a density's mass from the mass the result holds (1 in 1-D).
+MASS_TOLERANCE = 1e-3
+
+
+def array_digest(a: np.ndarray) -> str:
+    """SHA-256 (hex) of an array's dtype, shape and values in C order."""
+    a = np.asarray(a)
+    h = hashlib.sha256(f"{a.dtype.str}{a.shape}".encode())
+    h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
 
 
 #: The result classes by name (each subclass of :class:`Result` adds itself), which
@@ -271,7 +298,7 @@ METRICS_OPTIONAL = {"history": dict, "timings": dict, "backend": str, "device": 
                     "dtype": str, "method": str, "observables": list, "summary": dict,
                     "state_name": str, "extra": dict, "status": str, "dims": list,
                     "labels": dict, "arrays": list, "observable_dims": dict,
-                    "array_dims": dict, "result": str}
+                    "array_dims": dict, "result": str, DIGESTS: dict}
 
 
 def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
@@ -288,6 +315,14 @@ def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
     result class checks what it needs (2-D: the velocity, outflows and geometry). Anything
     wrong raises :class:`~mfgwork.LoadError` naming the file. Runs saved without a
     ``status`` get the one :func:`derive_status` gives.
+
+    Then the values: each array must have the SHA-256 that ``metrics.json`` recorded when the
+    run was saved (:data:`DIGESTS`; a LoadError names the array that differs, is missing or
+    was added), and, as a second line, ``M`` must be a density: ≥ 0 up to round-off, of mass
+    1 at every time level (2-D: the mass path), giving the ``mass_error`` recorded. A run
+    saved before digests were recorded is read with a :class:`RuntimeWarning` that its
+    arrays are unverified (not refused: such runs are only checked by the second line,
+    which a scaled or negated ``M`` does not pass, so they stay readable).
     """
     folder = Path(path)
     if not folder.is_dir():
@@ -337,7 +372,7 @@ def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
         raise LoadError(folder / "arrays.npz", f"has no array for the observables {missing} "
                         "listed in metrics.json")
     try:
-        return cls(x=arrays["x"], t=arrays["t"], U=arrays["U"], M=arrays["M"],
+        result = cls(x=arrays["x"], t=arrays["t"], U=arrays["U"], M=arrays["M"],
                    converged=metrics["converged"], iterations=metrics["iterations"],
                    history=metrics.get("history", {}), params=params,
                    timings=metrics.get("timings", {}), backend=metrics.get("backend", "numpy"),
@@ -350,6 +385,49 @@ def load(path: str | os.PathLike, *, max_bytes: int | None = None) -> Result:
                    arrays={k: arrays[k] for k in others}, axes=axes)
     except ParameterError as exc:
         raise LoadError(folder, f"does not hold a {cls.__name__}: {exc}") from None
+    _check_digests(folder, metrics.get(DIGESTS), arrays)
+    _check_density(folder, result, metrics.get("mass_error"))
+    return result
+
+
+def _check_digests(folder: Path, recorded: dict[str, Any] | None,
+                   arrays: dict[str, np.ndarray]) -> None:
+    """Each array as its recorded SHA-256 says (a warning where none is recorded)."""
+    if recorded is None:
+        warnings.warn(f"{folder}: the run was saved without digests of its arrays (by an "
+                      "earlier mfgwork): its values are unverified (checked only for shape, "
+                      "finite values, M >= 0 and mass)", RuntimeWarning, stacklevel=3)
+        return
+    for name in sorted(set(recorded) | set(arrays)):
+        if name not in arrays:
+            raise LoadError(folder / "arrays.npz", f"has no array {name!r}, whose digest "
+                            "metrics.json records")
+        if name not in recorded:
+            raise LoadError(folder / "arrays.npz", f"holds the array {name!r}, of which "
+                            "metrics.json records no digest (added after saving)")
+        if recorded[name] != array_digest(arrays[name]):
+            raise LoadError(folder / "arrays.npz", f"array {name!r} differs from the SHA-256 "
+                            "that metrics.json recorded when the run was saved (changed "
+                            "after saving)")
+
+
+def _check_density(folder: Path, result: Result, recorded: Any) -> None:
+    """``M`` ≥ 0 up to round-off, of the mass the result holds, giving the recorded
+    ``mass_error``."""
+    m = np.asarray(to_numpy(result.M), dtype=np.float64)
+    floor = -DENSITY_ROUND_OFF * float(np.max(np.abs(m), initial=0.0))
+    if m.size and float(m.min()) < floor:
+        raise LoadError(folder / "arrays.npz", f"array 'M' has the value {m.min():.3g}: a "
+                        f"density is >= 0 (allowed round-off {floor:.3g})")
+    gap = result.density_mass_error
+    if not gap <= MASS_TOLERANCE:
+        raise LoadError(folder / "arrays.npz", f"array 'M' has a mass off by {gap:.3g} at "
+                        f"some time level (allowed {MASS_TOLERANCE:g}): a density's mass is 1 "
+                        "(2-D: the mass path)")
+    if _is_residual(recorded) and abs(result.mass_error - recorded) > 1e-9 + 1e-6 * recorded:
+        raise LoadError(folder / "arrays.npz", f"gives the mass error "
+                        f"{result.mass_error:.3g}, not the {recorded:.3g} that metrics.json "
+                        "recorded when the run was saved")
 
 
 def _axes(folder: Path, metrics: dict[str, Any], key: str, allowed: tuple[str, ...]

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from .core.backend import to_numpy
 from .core.errors import ParameterError
 from .core.grid import trapezoid_weights
 from .results import Result
@@ -106,6 +107,13 @@ class Result2D(Result):
         """max_n |mass_n + Σ_{k ≤ n} outflow_k − mass_0|: the balance of the scheme."""
         mass = np.asarray(self.mass)
         return float(np.max(np.abs(mass + np.cumsum(self.arrays["outflow"]) - mass[0])))
+
+    @property
+    def density_mass_error(self) -> float:
+        """max_n |Σ V m_n − mass_n|: the density against the mass path."""
+        m = to_numpy(self.M).astype(np.float64)
+        mass = to_numpy(self.mass).astype(np.float64)
+        return float(np.max(np.abs((m * self.weights).sum(axis=(-2, -1)) - mass)))
 
     def check(self, problem: Any = None) -> float:
         """The residual of one best response to this solution, recomputed in NumPy float64

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -226,6 +227,70 @@ def test_check_with_damaged_parameters_is_a_parameter_error(change, word, run):
     with pytest.raises(ParameterError) as err:
         res.check()
     assert word in str(err.value)
+
+
+# -- values changed after saving: the digests, and M a density as a second line ------------------
+def _arrays(run: Path, change) -> None:
+    with np.load(run / "arrays.npz") as data:
+        arrays = {k: data[k] for k in data.files}
+    change(arrays)
+    np.savez_compressed(run / "arrays.npz", **arrays)
+
+
+def _drop_digests(run: Path) -> None:
+    _edit(run, "metrics.json", lambda d: d.pop("array_sha256"))
+
+
+CHANGED = {
+    "M times 3": (lambda a: a.update(M=3 * a["M"]), "'M' differs from the SHA-256"),
+    "M negated": (lambda a: a.update(M=-a["M"]), "'M' differs from the SHA-256"),
+    "U shifted by 1e-12": (lambda a: a.update(U=a["U"] + 1e-12), "'U' differs"),
+    "t rescaled": (lambda a: a.update(t=2 * a["t"]), "'t' differs"),
+    "attendance rewritten": (lambda a: a.update(attendance=a["attendance"][::-1].copy()),
+                             "'attendance' differs"),
+}
+
+
+@pytest.mark.parametrize("case", list(CHANGED))
+def test_array_changed_after_saving_is_a_load_error_naming_it(case, run):
+    change, message = CHANGED[case]
+    _arrays(run, change)
+    with pytest.raises(LoadError, match=message) as err:
+        mw.load(run)
+    assert str(run / "arrays.npz") in str(err.value)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda a: a.update(M=3 * a["M"]), "mass off by 2"),
+    (lambda a: a.update(M=-a["M"]), "'M' has the value -"),
+    (lambda a: a.update(M=1.0001 * a["M"]), "mass error 0.0001"),
+])
+def test_run_without_digests_is_checked_as_a_density(change, message, run):
+    _drop_digests(run)
+    with pytest.warns(RuntimeWarning, match="unverified"):
+        assert mw.load(run).converged   # an earlier run: read, with a warning
+    _arrays(run, change)
+    with pytest.raises(LoadError, match=message), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mw.load(run)
+
+
+def test_digests_name_arrays_added_or_removed(run):
+    _edit(run, "metrics.json", lambda d: d["array_sha256"].pop("mean_state"))
+    with pytest.raises(LoadError, match="'mean_state', of which metrics.json records no"):
+        mw.load(run)
+    _edit(run, "metrics.json", lambda d: d["array_sha256"].update(extra="0" * 64))
+    with pytest.raises(LoadError, match="no array 'extra', whose digest"):
+        mw.load(run)
+
+
+def test_every_array_of_a_saved_run_is_digested(saved):
+    metrics = json.loads((saved / "metrics.json").read_text())
+    with np.load(saved / "arrays.npz") as data:
+        assert set(metrics["array_sha256"]) == set(data.files) >= {"x", "t", "U", "M"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mw.load(saved)   # verified, quietly
 
 
 # -- the command line ----------------------------------------------------------------------------

@@ -4,8 +4,14 @@ again (and said so), damaged stores refused by ``open_scan`` naming the file."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import socket
+import stat
+import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -221,3 +227,296 @@ def test_an_array_added_beside_the_scan_is_left_alone(store):
         mw.open_scan(store)
         ds = mw.scan(mw.SantaFeBar, GRID, store=store, **KW)
     assert bool(ds.done.all())
+
+
+# -- hostile files and metadata: refused before zarr reads anything -----------------------------
+def within(seconds: float, call, fifo: Path | None = None):
+    """``call()`` in a thread, failing instead of hanging when it still runs after
+    ``seconds`` (a FIFO read blocks until a writer comes: ``fifo`` is then opened for
+    writing, to end the read)."""
+    outcome = {}
+
+    def target():
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the test
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        if fifo is not None and stat.S_ISFIFO(os.lstat(fifo).st_mode):
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail(f"{call} ran for more than {seconds} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+def _replace_by_fifo(path: Path) -> Path:
+    path.unlink()
+    os.mkfifo(path)
+    return path
+
+
+def _replace_by_socket(path: Path) -> Path:
+    path.unlink()
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(path))
+    except OSError as exc:  # (a path longer than a socket's name may be)
+        pytest.skip(f"cannot bind a socket there: {exc}")
+    finally:
+        sock.close()
+    return path
+
+
+def _replace_by_link(path: Path) -> Path:
+    copy = path.parent.parent / f"{path.name}-copy"
+    shutil.copyfile(path, copy)
+    path.unlink()
+    path.symlink_to(copy)
+    return path
+
+
+SPECIAL = {
+    "FIFO done chunk": (_replace_by_fifo, "done/" + KEY2, "FIFO"),
+    "FIFO M chunk": (_replace_by_fifo, "M/" + KEY4, "FIFO"),
+    "FIFO digest chunk": (_replace_by_fifo, "digest/" + KEY2, "FIFO"),
+    "FIFO coordinate zarr.json": (_replace_by_fifo, "threshold/zarr.json", "FIFO"),
+    "FIFO t chunk": (_replace_by_fifo, "t/c/0", "FIFO"),
+    "FIFO beside the arrays": (lambda p: (os.mkfifo(p), p)[1], "notes", "FIFO"),
+    "socket status chunk": (_replace_by_socket, "status/" + KEY2, "socket"),
+    "link as M chunk": (_replace_by_link, "M/" + KEY4, "symbolic link"),
+    "link as sigma zarr.json": (_replace_by_link, "sigma/zarr.json", "symbolic link"),
+}
+
+
+@pytest.mark.parametrize("case", list(SPECIAL))
+def test_special_file_anywhere_is_refused_without_blocking(case, store):
+    make, where, word = SPECIAL[case]
+    bad = make(store / where)
+    for verify in (True, False):
+        with pytest.raises(mw.LoadError, match=word) as err:
+            within(20, lambda verify=verify: mw.open_scan(store, verify=verify), bad)
+        assert str(bad) in str(err.value)
+    with pytest.raises((mw.LoadError, mw.ParameterError)) as err:  # the resume
+        within(20, lambda: mw.scan(mw.SantaFeBar, GRID, store=store, **KW), bad)
+    assert where.split("/")[0] in str(err.value)
+
+
+def _edit_all_meta(store: Path, change) -> None:
+    """``change(name, meta)`` applied to every array's zarr.json and to its consolidated
+    copy in the root zarr.json (a consistent edit)."""
+    root = json.loads((store / "zarr.json").read_text())
+    for name, meta in root["consolidated_metadata"]["metadata"].items():
+        change(name, meta)
+        _edit_meta(store / name / "zarr.json", lambda m, name=name: change(name, m))
+    (store / "zarr.json").write_text(json.dumps(root))
+
+
+def _inflate(points: int, whole_coordinate: bool = True):
+    """The first scanned axis grown to ``points`` points in every array's metadata."""
+    def change(name, meta):
+        if meta["dimension_names"][:1] == ["threshold"]:
+            meta["shape"][0] = points
+            if name == "threshold" and whole_coordinate:
+                meta["chunk_grid"]["configuration"]["chunk_shape"] = [points]
+    return lambda store: _edit_all_meta(store, change)
+
+
+def _inflate_grid(store: Path) -> None:
+    """t and x of 10^6 values each in every array's metadata, nt and nx to match."""
+    sizes = {"t": 10**6 + 1, "x": 10**6}
+
+    def change(name, meta):
+        grid = meta["chunk_grid"]["configuration"]
+        for key, values in (("shape", meta), ("chunk_shape", grid)):
+            values[key] = [sizes.get(d, n) for d, n in zip(meta["dimension_names"],
+                                                            values[key], strict=True)]
+
+    _edit_all_meta(store, change)
+    _edit_meta(store / "zarr.json", lambda m: m["attributes"].update(nt=10**6, nx=10**6))
+
+
+def _drop_record(store: Path) -> None:
+    _edit_meta(store / "zarr.json", lambda m: m["attributes"].pop("mfgwork_scan_record"))
+
+
+#: case -> (change, drop the record, message with verify, message without)
+INFLATED = {
+    "10^6 points": (_inflate(500_000), False, "zarr.json: differs .* in shape",
+                    "zarr.json: differs .* in shape"),
+    "10^6 points, no record": (_inflate(500_000), True, "no creation record",
+                               "not a readable zarr store .*reshape"),
+    "10^15 points": (_inflate(10**15), False, "declares 2000000000000000 points",
+                     "declares 2000000000000000 points"),
+    "10^6 coordinate chunks": (_inflate(10**6, whole_coordinate=False), True,
+                               "threshold/zarr.json: splits the coordinate",
+                               "threshold/zarr.json: splits the coordinate"),
+    "grid of 10^6 x 10^6": (_inflate_grid, True, "M/zarr.json: declares M .* needs",
+                            "M/zarr.json: declares M .* needs"),
+}
+
+
+@pytest.mark.parametrize("case", list(INFLATED))
+def test_inflated_metadata_is_refused_fast(case, store):
+    change, no_record, *messages = INFLATED[case]
+    change(store)
+    if no_record:
+        _drop_record(store)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (no record: "not verified")
+        for verify, message in zip((True, False), messages, strict=True):
+            start = time.perf_counter()
+            with pytest.raises(mw.LoadError, match=message):
+                within(20, lambda verify=verify: mw.open_scan(store, verify=verify))
+            assert time.perf_counter() - start < 1.0
+
+
+def test_store_of_a_million_points_opens_fast_reading_only_its_files(store):
+    """Metadata grown to 10^6 points and sealed again (a record that agrees): the check
+    reads only the chunk files on disk, the Dataset groups blocks for Dask, and the points
+    without files are pending (this hung for minutes)."""
+    from mfgwork.workflows.scan_check import seal
+
+    _inflate(500_000)(store)
+    zarr.open_array(str(store / "threshold"), mode="r+")[...] = np.linspace(0, 1, 500_000)
+    _drop_record(store)
+    seal(store)
+    start = time.perf_counter()
+    ds = within(60, lambda: mw.open_scan(store))
+    head = ds.isel(threshold=slice(0, 4)).load()
+    assert time.perf_counter() - start < 20
+    assert ds.sizes["threshold"] == 500_000 and len(ds.M.chunks[0]) <= 4096
+    assert list(head.status.values[:, 0]) == ["converged"] * 3 + ["pending"]
+
+
+def test_sparse_giant_chunk_is_refused_before_reading(store):
+    with open(store / "M" / KEY4, "r+b") as fh:
+        fh.truncate(8 * 2**30)
+    start = time.perf_counter()
+    with pytest.raises(mw.LoadError, match=r"M/c/1/0/0/0: is 8589934592 bytes, more than"):
+        within(20, lambda: mw.open_scan(store, verify=False))
+    assert time.perf_counter() - start < 1.0
+
+
+# -- coordinates and value-changing metadata: covered by the creation record ---------------------
+def _set_values(store: Path, name: str, change) -> None:
+    arr = zarr.open_array(str(store / name), mode="r+")
+    arr[...] = change(arr[...])
+
+
+COORDINATES = {
+    "threshold rewritten": (lambda s: _set_values(s, "threshold", lambda v: v + 0.05),
+                            "threshold"),
+    "threshold deleted": (lambda s: (s / "threshold" / "c" / "0").unlink(), "threshold"),
+    "sigma rewritten": (lambda s: _set_values(s, "sigma", lambda v: v[::-1]), "sigma"),
+    "t rescaled": (lambda s: _set_values(s, "t", lambda v: 2 * v), "t"),
+    "x deleted": (lambda s: (s / "x" / "c" / "0").unlink(), "x"),
+}
+
+
+@pytest.mark.parametrize("case", list(COORDINATES))
+def test_changed_coordinate_is_a_load_error_naming_it(case, store):
+    damage, name = COORDINATES[case]
+    damage(store)
+    with pytest.raises(mw.LoadError, match=f"coordinate {name} that differ") as err:
+        mw.open_scan(store)
+    assert str(store / name) in str(err.value)
+    with pytest.raises(mw.LoadError, match=f"coordinate {name}"):
+        mw.scan(mw.SantaFeBar, GRID, store=store, **KW)
+
+
+def _attr(name: str, key: str, value, consolidate: bool):
+    def change(store: Path) -> None:
+        zarr.open_array(str(store / name), mode="r+").attrs[key] = value
+        if consolidate:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                zarr.consolidate_metadata(str(store))
+    return change
+
+
+METADATA_CHANGES = {
+    "scale_factor on M": (_attr("M", "scale_factor", 3.0, False), "M/zarr.json"),
+    "scale_factor on residual, consolidated": (_attr("residual", "scale_factor", 3.0, True),
+                                               "scale_factor"),
+    "add_offset on M, consolidated": (_attr("M", "add_offset", 1.0, True), "add_offset"),
+    "_FillValue 0 on residual, consolidated": (
+        _attr("residual", "_FillValue", "AAAAAAAAAAA=", True), "_FillValue"),
+    "time units on t, consolidated": (_attr("t", "units", "days since 2000-01-01", True),
+                                      r"attribute 'units' \(added\)"),
+    "long_name of M changed, consolidated": (_attr("M", "long_name", "other", True),
+                                             r"attribute 'long_name' \(changed\)"),
+    "fill value of M": (lambda s: _edit_all_meta(s, lambda n, m: m.update(fill_value=0.0)
+                                                 if n == "M" else None), "fill_value"),
+    "M retyped float32": (lambda s: _edit_all_meta(s, lambda n, m: m.update(
+        data_type="float32") if n == "M" else None), "M/zarr.json: .*(data_type|_FillValue)"),
+    "codec of residual": (lambda s: _edit_all_meta(s, lambda n, m: m.update(codecs=[
+        {"name": "bytes", "configuration": {"endian": "big"}}]) if n == "residual"
+        else None), "residual/zarr.json: differs .* codecs"),
+    "root attribute tol": (lambda s: _edit_meta(s / "zarr.json", lambda m: m["attributes"]
+                                                .update(tol=1.0)), r"attribute 'tol'"),
+}
+
+
+@pytest.mark.parametrize("case", list(METADATA_CHANGES))
+def test_metadata_changed_after_creation_is_a_load_error_naming_it(case, store):
+    damage, message = METADATA_CHANGES[case]
+    damage(store)
+    for verify in (True, False):
+        with pytest.raises(mw.LoadError, match=message):
+            mw.open_scan(store, verify=verify)
+
+
+def test_lost_done_flag_makes_points_pending_whatever_the_data(store):
+    """The probe: a block's done chunk deleted and its M chunk altered read back as
+    converged. A point without its flag is pending: none of its stored values is served."""
+    m = zarr.open_array(str(store / "M"), mode="r+")
+    m[BLOCK] = 3 * m[BLOCK]
+    (store / "done" / KEY2).unlink()
+    for verify in (True, False):
+        ds = mw.open_scan(store, verify=verify).load()
+        block = ds.isel(threshold=BLOCK[0])
+        assert set(block.status.values.ravel()) == {"pending"}
+        assert not block.converged.any() and not block.done.any()
+        assert np.isnan(block.M.values).all() and np.isnan(block.residual.values).all()
+        assert set(ds.isel(threshold=[0, 2]).status.values.ravel()) == {"converged"}
+    again = mw.scan(mw.SantaFeBar, GRID, store=store, **KW)
+    assert bool(again.done.all()) and set(again.status.values.ravel()) == {"converged"}
+
+
+def test_record_without_an_array_is_not_a_record(store):
+    """A block record edited to leave out M (with M changed) does not vouch for the block."""
+    digest = zarr.open_array(str(store / "digest"), mode="r+")
+    text = str(digest[1, 0])
+    digest[BLOCK] = ";".join(p for p in text.split(";") if not p.startswith("M="))
+    m = zarr.open_array(str(store / "M"), mode="r+")
+    m[BLOCK] = -m[BLOCK]
+    with pytest.raises(mw.LoadError, match="without a complete record"):
+        mw.open_scan(store)
+
+
+def test_store_without_creation_record_opens_only_unverified(store):
+    _drop_record(store)
+    with pytest.raises(mw.LoadError, match="no creation record"):
+        mw.open_scan(store)
+    with pytest.warns(RuntimeWarning, match="not verified"):
+        ds = mw.open_scan(store, verify=False)
+    assert bool(ds.done.all())
+    with pytest.raises(mw.LoadError, match="no creation record"):
+        mw.scan(mw.SantaFeBar, GRID, store=store, **KW)
+
+
+def test_creation_record_covers_every_array_and_coordinate(pristine):
+    from mfgwork.workflows.scan_inspect import RECORD_ATTR
+
+    record = json.loads(json.loads((pristine / "zarr.json").read_text())
+                        ["attributes"][RECORD_ATTR])
+    arrays = {p.parent.name for p in pristine.glob("*/zarr.json")}
+    assert set(record["arrays"]) == arrays
+    assert set(record["values"]) == {"threshold", "sigma", "t", "x"}
+    assert RECORD_ATTR not in mw.open_scan(pristine).attrs

@@ -52,6 +52,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import math
 import os
 import platform
 import secrets
@@ -72,7 +73,8 @@ from ..problems import PROBLEMS
 from ..results import provenance
 from ..solve2d import default_iteration
 from .dask_client import dask_client
-from .scan_check import DIGEST, DONE, Damage, blocks, check_store
+from .scan_check import DIGEST, DONE, Damage, blocks, check_store, finished_points
+from .scan_inspect import RECORD_ATTR, check_metadata, inspect_store, read_record
 from .scan_plan import (
     FIELDS,
     MAX_POINTS,
@@ -101,6 +103,8 @@ __all__ = ["FIELDS", "PROBLEMS", "SOLVE_OPTIONS", "ScanPlan", "check_netcdf", "d
            "make_layout", "make_plan", "open_scan", "placement", "points_per_block",
            "resolve_problem", "scan", "solve_block", "split_parameters", "to_netcdf"]
 
+#: Most Dask chunks along the scan axes of a Dataset opened from a store (blocks grouped).
+DASK_BLOCKS = 4096
 
 # -- the Dataset's layout ----------------------------------------------------------------------
 def make_layout(plan: ScanPlan, be: Backend, chosen: Placement | None = None) -> Layout:
@@ -371,14 +375,23 @@ def describe(ds: Any, where: Any = None) -> str:
 
 
 def open_scan(path: str | os.PathLike, *, verify: bool = True) -> Any:
-    """Open a scan store lazily (Dask arrays); points not yet solved have ``done`` False,
-    NaN values and the status ``pending``.
+    """Open a scan store lazily (Dask arrays); points not finished (``done`` False: not yet
+    solved, or their block's flag lost) have NaN values and the status ``pending``, whatever
+    their other chunks hold.
 
-    With ``verify`` (the default) the metadata and every finished block are first checked
-    against the record written with the block (:mod:`~mfgwork.workflows.scan_check`; this
-    reads the data once): a store with a missing, cut or changed chunk raises
-    :class:`~mfgwork.LoadError` naming the file and the block (running the same scan again
-    solves those blocks again)."""
+    The store is first inspected (:mod:`~mfgwork.workflows.scan_inspect`, from its folder
+    listing and metadata alone): a link, a FIFO or another special file anywhere in it,
+    metadata that is malformed, implausibly large or changes values on reading (such as
+    ``scale_factor``) raise :class:`~mfgwork.LoadError` naming the file before anything is
+    read. With ``verify`` (the default) the store is then checked against its records
+    (:mod:`~mfgwork.workflows.scan_check`; this reads the data once): its metadata, root
+    attributes and coordinates as created, every finished block as written. A store with a
+    changed coordinate, attribute or array metadata, or a missing, cut or changed chunk,
+    raises :class:`~mfgwork.LoadError` naming the file and what differs (running the same
+    scan again solves damaged blocks again). ``verify=False`` skips the reading of values,
+    and still refuses metadata that differs from the creation record; a store written
+    before creation records existed opens only this way, with a warning. Values are read as
+    stored (no CF time decoding)."""
     import xarray as xr
 
     from .scan_store import read_attrs
@@ -386,20 +399,27 @@ def open_scan(path: str | os.PathLike, *, verify: bool = True) -> Any:
     if read_attrs(path) is None:
         raise ParameterError(f"store={str(path)!r} is not a scan store (no zarr metadata "
                              "with a scan plan)")
+    path = Path(path)
     if verify:
-        damaged = check_store(Path(path)).damaged
-        if damaged:
-            d = damaged[0]
-            raise LoadError(d.file, f"{d.reason} (block {d.block}); {len(damaged)} block(s) "
-                            f"of the scan store "
-                            f"{str(path)!r} cannot be trusted (run the same scan again to "
-                            "solve them again)")
+        check = check_store(path)
+        if check.damaged:
+            d = check.damaged[0]
+            raise LoadError(d.file, f"{d.reason} (block {d.block}); {len(check.damaged)} "
+                            f"block(s) of the scan store {str(path)!r} cannot be trusted "
+                            "(run the same scan again to solve them again)")
+        finished, block, dims = check.finished, check.block, check.dims
+    else:
+        finished, block, dims = _unverified(path)
+    grouped = _dask_chunks(dims, finished.shape, block)
     try:
-        ds = xr.open_zarr(str(path), consolidated=None)
+        ds = xr.open_zarr(str(path), consolidated=None, decode_times=False,
+                          decode_timedelta=False, **({} if grouped is None else
+                                                     {"chunks": grouped}))
     except Exception as exc:  # noqa: BLE001 - damaged metadata not caught by the check
-        raise LoadError(Path(path), f"is not a readable zarr store ({type(exc).__name__}: "
+        raise LoadError(path, f"is not a readable zarr store ({type(exc).__name__}: "
                         f"{str(exc)[:200]})") from None
     ds = ds.drop_vars([DIGEST], errors="ignore")
+    ds.attrs.pop(RECORD_ATTR, None)
     metrics = list(METRICS)
 
     def order(name: str) -> tuple[Any, ...]:
@@ -409,7 +429,54 @@ def open_scan(path: str | os.PathLike, *, verify: bool = True) -> Any:
     ds = ds[sorted(ds.data_vars, key=order)]
     strings = {name: ds[name].astype(object) for name, (dtype, _) in METRICS.items()
                if dtype == "object" and name in ds}  # as in memory (zarr reads StringDType)
-    return ds.assign(strings)
+    return _finished_only(ds.assign(strings), finished)
+
+
+def _unverified(path: Path) -> tuple[np.ndarray, tuple[int, ...], tuple[str, ...]]:
+    """The ``done`` flags, block shape and scan dims of a store opened without ``verify``:
+    inspected, its metadata against its creation record (a warning where it has none)."""
+    ins = inspect_store(path)
+    record = read_record(ins)
+    if record is None:
+        warnings.warn(f"store={str(path)!r} has no creation record (written by an earlier "
+                      "mfgwork): its metadata and coordinates are not verified",
+                      RuntimeWarning, stacklevel=3)
+    else:
+        check_metadata(ins, record)
+    return finished_points(ins), ins.done.chunks, ins.done.dims
+
+
+def _dask_chunks(dims: tuple[str, ...], shape: tuple[int, ...], block: tuple[int, ...]
+                 ) -> dict[str, int] | None:
+    """Dask chunks of a store's arrays along the scan axes where it has more than
+    :data:`DASK_BLOCKS` blocks: groups of blocks, at most that many (each Dask chunk costs
+    the graph a task); else None (zarr's chunks, xarray's default)."""
+    chunks = list(block)
+
+    def count() -> int:
+        return math.prod(-(-n // c) for n, c in zip(shape, chunks, strict=True))
+
+    if count() <= DASK_BLOCKS:
+        return None
+    for axis in reversed(range(len(shape))):
+        groups = -(-shape[axis] // chunks[axis])
+        chunks[axis] *= min(groups, -(-count() // DASK_BLOCKS))
+        if count() <= DASK_BLOCKS:
+            break
+    return {dim: min(c, n) for dim, c, n in zip(dims, chunks, shape, strict=True)}
+
+
+def _finished_only(ds: Any, finished: np.ndarray) -> Any:
+    """``ds`` with every variable at its fill value (NaN, ``pending``, False, 0, "") at the
+    points not finished."""
+    if finished.all():
+        return ds
+    import xarray as xr
+
+    mask = xr.DataArray(finished, dims=ds[DONE].dims).chunk(ds[DONE].chunksizes)
+    fills = {name: fill for name, (_, fill) in METRICS.items()}
+    return ds.assign({name: var.where(mask, fills.get(name, np.nan)).astype(var.dtype)
+                      for name, var in ds.data_vars.items()})
 
 
 def check_netcdf(path: str | os.PathLike, *, force: bool = False) -> Path:

@@ -1,32 +1,64 @@
-"""What each finished block of a scan store holds, and checking a store against it.
+"""What a scan store holds, and checking a store against it before its values are trusted.
 
-When a block is written (:func:`mfgwork.workflows.scan_store.write_region`), a digest of
-each variable's values in the block (BLAKE2b of its dtype, shape and bytes; strings as
-UTF-8) is recorded in the store's ``digest`` variable, after the data and before the
-``done`` flag. :func:`check_store` reads the store's metadata (every array's ``zarr.json``
-must be readable and agree with the ``done`` array on the scan's shape and blocks) and then
-every finished block's values, and reports each block whose chunks are missing, unreadable
-or differ from the record (or that is marked done without a record). A resumed scan solves
-those blocks again; :func:`mfgwork.open_scan` refuses such a store.
+Nothing is read by zarr before the store is inspected
+(:func:`~mfgwork.workflows.scan_inspect.inspect_store`: no link or special file anywhere,
+well formed and plausible metadata of bounded size, nothing that changes values on reading).
+
+Two records are kept, both checked by :func:`check_store`:
+
+- the *creation record* (root attribute ``mfgwork_scan_record``, written by :func:`seal` when
+  the store is created): digests of every array's metadata, of the root attributes and of the
+  values of every coordinate (the scanned parameters, ``t``, ``x``, ...), none of which
+  changes afterwards; a difference is a :class:`~mfgwork.LoadError` naming the array and what
+  differs. A store without one (written by an earlier mfgwork) is refused;
+- the *block records*: when a block is written
+  (:func:`mfgwork.workflows.scan_store.write_region`), a digest of each variable's values in
+  the block (BLAKE2b of its dtype, shape and bytes; strings as UTF-8) is recorded in the
+  store's ``digest`` variable, after the data and before the ``done`` flag. Every block whose
+  ``done`` chunk file exists is read back and compared (the work grows with the files on
+  disk, not with the shape the metadata declares); each block whose chunks are missing,
+  unreadable or differ from the record, or that is marked done without a record naming every
+  variable, is reported. A resumed scan solves those blocks again; :func:`mfgwork.open_scan`
+  refuses such a store.
+
+A point whose block is not finished (``done`` unset: never written, cut short, or its flag
+lost) is pending: :func:`mfgwork.open_scan` serves fill values for it whatever its other
+chunks hold (:func:`finished_points`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Mapping, Sequence
+import json
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..core import storage
 from ..core.errors import LoadError
+from .scan_inspect import (
+    DIGEST,
+    DONE,
+    RECORD_ATTR,
+    Inspection,
+    check_metadata,
+    inspect_store,
+    metadata_record,
+    read_record,
+)
 
-#: The variable holding each point's block record (``name=hex;...``), and the flag.
-DIGEST, DONE = "digest", "done"
-#: Variables read whole when checking (larger ones block by block).
-WHOLE_BYTES = 64 * 2**20
+__all__ = ["DIGEST", "DONE", "Damage", "StoreCheck", "block_record", "blocks", "check_store",
+           "finished_points", "parse_record", "seal", "value_digest", "verified"]
+
+#: Variables read whole when checking (larger ones block by block), if they span at most
+#: ``WHOLE_BLOCKS`` blocks or the blocks to read are a quarter of theirs at least (each
+#: missing chunk costs zarr a look-up; a whole read looks them up concurrently).
+WHOLE_BYTES, WHOLE_BLOCKS = 64 * 2**20, 4096
 
 
 def value_digest(values: Any) -> str:
@@ -66,6 +98,13 @@ def blocks(shape: Sequence[int], block: Sequence[int]) -> list[tuple[slice, ...]
             for combo in itertools.product(*starts)]
 
 
+def region_of(index: tuple[int, ...], shape: Sequence[int], block: Sequence[int]
+              ) -> tuple[slice, ...]:
+    """The region of the block at chunk index ``index``."""
+    return tuple(slice(i * b, min((i + 1) * b, n))
+                 for i, b, n in zip(index, block, shape, strict=True))
+
+
 @dataclass
 class Damage:
     """A finished block that cannot be trusted: its region, the file, and why."""
@@ -85,147 +124,154 @@ class Damage:
 @dataclass
 class StoreCheck:
     """The result of :func:`check_store`: the ``done`` flags of the blocks that passed,
-    the block shape, and the damaged blocks."""
+    the block shape, the damaged blocks and the scan's dimensions."""
 
     finished: np.ndarray
     block: tuple[int, ...]
     damaged: list[Damage]
+    dims: tuple[str, ...] = ()
 
 
 def _open(path: Path, name: str) -> Any:
     import zarr
 
-    meta = path / name / "zarr.json"
     try:
         return zarr.open_array(str(path / name), mode="r", zarr_format=3)
     except Exception as exc:  # noqa: BLE001 - any failure to read metadata is a LoadError
-        raise LoadError(meta, f"is not readable array metadata ({type(exc).__name__}: "
-                        f"{str(exc)[:200]})") from None
+        raise LoadError(path / name / "zarr.json", f"is not readable array metadata "
+                        f"({type(exc).__name__}: {str(exc)[:200]})") from None
 
 
-def arrays_of(path: Path) -> dict[str, Any]:
-    """The store's data arrays (those that are neither a dimension nor a coordinate named
-    by another array), each checked to agree with ``done`` on the scan's shape and blocks;
-    a LoadError names the ``zarr.json`` that does not."""
-    done = _open(path, DONE)
-    if done.dtype != np.bool_:
-        raise LoadError(path / DONE / "zarr.json", f"gives done the dtype {done.dtype}: "
-                        "must be bool")
-    found = {p.parent.name: _open(path, p.parent.name) for p in sorted(path.glob("*/zarr.json"))
-             if p.parent.name != DONE}
-    for dim, size in zip(done.metadata.dimension_names or (), done.shape, strict=False):
-        if dim in found and found[dim].shape != (size,):
-            raise LoadError(path / DONE / "zarr.json", f"gives done the shape {done.shape}, "
-                            f"which does not agree with the coordinate {dim} "
-                            f"({found[dim].shape[0]} values)")
-    coords: set[str] = set()
-    for arr in [done, *found.values()]:
-        coords |= set(arr.metadata.dimension_names or ())
-        coords |= set(str(arr.attrs.get("coordinates", "")).split())
-    out = {DONE: done}
-    lead = done.ndim
-    for name, arr in found.items():
-        if name in coords:
-            continue
-        if arr.shape[:lead] != done.shape or tuple(arr.chunks[:lead]) != tuple(done.chunks) \
-                or tuple(arr.chunks[lead:]) != tuple(arr.shape[lead:]):
-            raise LoadError(path / name / "zarr.json",
-                            f"gives {name} the shape {arr.shape} in chunks {arr.chunks}, "
-                            f"which does not agree with done ({done.shape} in blocks "
-                            f"{done.chunks})")
-        out[name] = arr
-    if DIGEST not in out:
-        raise LoadError(path / DIGEST, "is missing: the store has no record of its blocks "
-                        "to check them against (written by an earlier mfgwork?); run the "
-                        "scan into a new store")
+# -- the creation record -----------------------------------------------------------------------
+def coordinate_digests(ins: Inspection) -> dict[str, str]:
+    """A digest of each coordinate's values, as zarr reads them (no decoding)."""
+    out = {}
+    for name in ins.coords:
+        try:
+            out[name] = value_digest(_open(ins.path, name)[...])
+        except LoadError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a damaged chunk is a LoadError
+            raise LoadError(ins.path / name, f"holds the coordinate {name}, which cannot be "
+                            f"read ({type(exc).__name__}: {str(exc)[:120]})") from None
     return out
+
+
+def seal(path: str | Path) -> None:
+    """Write the creation record of the new store at ``path`` (module docstring) into its
+    root attributes: called once, when the store is created, before it is renamed into
+    place."""
+    path = Path(path)
+    ins = inspect_store(path)
+    record = metadata_record(ins) | {"values": coordinate_digests(ins)}
+    root = storage.read_json(path / "zarr.json", follow=False)
+    root["attributes"][RECORD_ATTR] = json.dumps(record, sort_keys=True)
+    storage.write_json(path / "zarr.json", root, atomic=True)
+
+
+def verified(path: str | Path) -> Inspection:
+    """The store at ``path`` inspected and checked against its creation record (metadata,
+    root attributes, coordinate values); a :class:`~mfgwork.LoadError` names what differs."""
+    path = Path(path)
+    ins = inspect_store(path)
+    record = read_record(ins)
+    if record is None:
+        raise LoadError(path / "zarr.json", f"has no creation record ({RECORD_ATTR}): the "
+                        "store was written by an earlier mfgwork, and its coordinates and "
+                        "metadata cannot be checked; run the scan into a new store (or open "
+                        "it unverified with open_scan(..., verify=False))")
+    check_metadata(ins, record)
+    values = coordinate_digests(ins)
+    for name, digest in record["values"].items():
+        if values.get(name) != digest:
+            raise LoadError(path / str(name), f"holds values of the coordinate {name} that "
+                            "differ from the store's creation record (rewritten, cut or "
+                            "deleted after the store was written)")
+    return ins
+
+
+# -- the blocks --------------------------------------------------------------------------------
+def finished_points(ins: Inspection) -> np.ndarray:
+    """The ``done`` flag of every point, reading only the ``done`` chunk files on disk (a
+    point without one, or with an unreadable one, is not finished)."""
+    flags = np.zeros(ins.done.shape, dtype=bool)
+    arr = _open(ins.path, DONE)
+    for index, values in _chunks(arr, ins, sorted(ins.chunks[DONE]), lambda i, e: None):
+        flags[region_of(index, ins.done.shape, ins.done.chunks)] = values
+    return flags
 
 
 def check_store(path: str | Path) -> StoreCheck:
-    """Check the store at ``path``: metadata (LoadError naming the file), then each block
-    (a chunk of ``done``) marked done against its record."""
+    """Check the store at ``path``: :func:`verified`, then each block (a chunk of ``done``)
+    marked done against its record."""
     path = Path(path)
-    arrays = arrays_of(path)
-    done_arr = arrays.pop(DONE)
-    block = tuple(int(c) for c in done_arr.chunks)
-    regions = blocks(done_arr.shape, block)
-    damaged: dict[int, Damage] = {}  # by the block's position in regions
+    ins = verified(path)
+    shape, block, dims = ins.done.shape, ins.done.chunks, ins.done.dims
+    recorded = set(read_record(ins)["arrays"])  # (not arrays added beside the scan)
+    arrays = {name: _open(path, name) for name in ins.data if name in recorded}
+    damaged: dict[tuple[int, ...], Damage] = {}
 
-    def fail(k: int, name: str, reason: str) -> None:
-        if k not in damaged:
-            region = regions[k]
-            key = tuple(s.start // b for s, b in zip(region, block, strict=True))
-            arr = done_arr if name == DONE else arrays[name]
-            key += (0,) * (arr.ndim - len(key))
-            damaged[k] = Damage(region, path / name / arr.metadata.encode_chunk_key(key),
-                                reason, tuple(done_arr.metadata.dimension_names or ()))
+    def fail(index: tuple[int, ...], name: str, reason: str) -> None:
+        if index not in damaged:
+            key = index + (0,) * (len(ins.arrays[name].shape) - len(index))
+            damaged[index] = Damage(region_of(index, shape, block),
+                                    path / name / "c" / "/".join(map(str, key)), reason, dims)
 
-    every = list(range(len(regions)))
-    done = _read(done_arr, regions, every,
-                 lambda k, exc: fail(k, DONE, f"has an unreadable done flag ({exc})"))
-    marked = [k for k in every if k not in damaged and done[regions[k]].any()]
-    records: dict[int, dict[str, str]] = {}
-    digests = _read(arrays[DIGEST], regions, marked,
-                    lambda k, exc: fail(k, DIGEST, f"has an unreadable record ({exc})"))
-    for k in marked:
-        if k in damaged:
+    done: dict[tuple[int, ...], np.ndarray] = dict(_chunks(
+        arrays[DONE], ins, sorted(ins.chunks[DONE]),
+        lambda i, exc: fail(i, DONE, f"has an unreadable done flag ({exc})")))
+    marked = [i for i, flags in done.items() if flags.any()]
+    expected = set(arrays) - {DONE, DIGEST}
+    records: dict[tuple[int, ...], dict[str, str]] = {}
+    for index, texts in _chunks(arrays[DIGEST], ins, marked, lambda i, exc: fail(
+            i, DIGEST, f"has an unreadable record ({exc})")):
+        distinct = {str(v) for v in np.asarray(texts).ravel()}
+        record = parse_record(distinct.pop()) if len(distinct) == 1 else None
+        if record is None or set(record) != expected or not done[index].all():
+            fail(index, DIGEST, "is marked done without a complete record of its data")
             continue
-        texts = {str(v) for v in np.asarray(digests[regions[k]]).ravel()}
-        record = parse_record(texts.pop()) if len(texts) == 1 else None
-        if record is None or not done[regions[k]].all():
-            fail(k, DIGEST, "is marked done without a complete record of its data")
-            continue
-        gone = sorted(set(record) - set(arrays))
-        if gone:
-            raise LoadError(path / gone[0], "is missing (no zarr.json): the store's blocks "
-                            f"hold values of {gone[0]}")
-        records[k] = record
+        records[index] = record
     for name, arr in arrays.items():
-        todo = [k for k in records if k not in damaged and name in records[k]]
-        if name == DIGEST or not todo:
+        if name in (DONE, DIGEST):
             continue
+        todo = [i for i in records if i not in damaged]
 
-        def unreadable(k: int, exc: str, name: str = name) -> None:
-            fail(k, name, f"has an unreadable chunk of {name} ({exc})")
+        def unreadable(i: tuple[int, ...], exc: str, name: str = name) -> None:
+            fail(i, name, f"has an unreadable chunk of {name} ({exc})")
 
-        for k, values in _blocks(arr, regions, todo, unreadable):
-            if value_digest(values) != records[k][name]:
-                fail(k, name, f"holds values of {name} that differ from its record "
-                              "(a chunk missing, cut or changed)")
-    finished = np.zeros(done_arr.shape, dtype=bool)
-    for k in records:
-        if k not in damaged:
-            finished[regions[k]] = True
-    return StoreCheck(finished, block, [damaged[k] for k in sorted(damaged)])
-
-
-def _read(arr: Any, regions: list[tuple[slice, ...]], which: list[int], fail: Any
-          ) -> np.ndarray:
-    """The blocks ``which`` of a small array (the rest empty), unreadable ones reported."""
-    out = np.empty(arr.shape, dtype=object if arr.dtype.kind in "OTU" else arr.dtype)
-    out[...] = "" if out.dtype == object else 0
-    for k, values in _blocks(arr, regions, which, fail):
-        out[regions[k]] = values
-    return out
+        for index, values in _chunks(arr, ins, todo, unreadable):
+            if value_digest(values) != records[index][name]:
+                fail(index, name, f"holds values of {name} that differ from its record "
+                                  "(a chunk missing, cut or changed)")
+    finished = np.zeros(shape, dtype=bool)
+    for index in records:
+        if index not in damaged:
+            finished[region_of(index, shape, block)] = True
+    return StoreCheck(finished, tuple(block), [damaged[i] for i in sorted(damaged)], dims)
 
 
-def _blocks(arr: Any, regions: list[tuple[slice, ...]], which: list[int], fail: Any) -> Any:
-    """``(k, values)`` of each readable block ``regions[k]`` for k in ``which``: the array
-    read whole when small (block by block when that fails, to find the bad chunks), else
-    block by block."""
-    whole = None
-    if arr.nbytes <= WHOLE_BYTES:
+def _chunks(arr: Any, ins: Inspection, which: list[tuple[int, ...]],
+            fail: Callable[[tuple[int, ...], str], None]
+            ) -> Iterator[tuple[tuple[int, ...], np.ndarray]]:
+    """``(index, values)`` of each readable block ``index`` in ``which``: the array read
+    whole when it is small and most of its blocks are wanted or there are few (block by
+    block when that fails, to find the bad chunks), else block by block; unreadable blocks
+    go to ``fail``."""
+    shape, block = ins.done.shape, ins.done.chunks
+    whole, grid = None, math.prod(ins.done.grid)
+    if which and arr.nbytes <= WHOLE_BYTES and (grid <= WHOLE_BLOCKS or 4 * len(which) >= grid):
         try:
             whole = np.asarray(arr[...])
         except Exception:  # noqa: BLE001 - found block by block below
             whole = None
-    for k in which:
+    for index in which:
+        region = region_of(index, shape, block)
         if whole is not None:
-            yield k, whole[regions[k]]
+            yield index, whole[region]
             continue
         try:
-            values = np.asarray(arr[regions[k]])
+            values = np.asarray(arr[region])
         except Exception as exc:  # noqa: BLE001 - a damaged chunk is reported, not raised
-            fail(k, f"{type(exc).__name__}: {str(exc)[:120]}")
+            fail(index, f"{type(exc).__name__}: {str(exc)[:120]}")
             continue
-        yield k, values
+        yield index, values

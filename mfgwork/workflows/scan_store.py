@@ -14,9 +14,10 @@ process killed at any moment leaves the block either finished (all its data on d
 finished (it is solved again on the next run, overwriting whatever part of it had been
 written). A rerun checks every finished block against its record and solves again those
 whose chunks are missing or damaged. The store is created whole (with consolidated
-metadata) under a temporary name beside its path and renamed into place; its root
-attributes carry the plan's hash (``mfgwork_scan_plan``), by which a rerun recognizes its
-own store and refuses any other existing path.
+metadata) under a temporary name beside its path, sealed with its creation record (digests
+of its metadata and coordinates, :func:`~mfgwork.workflows.scan_check.seal`) and renamed
+into place; its root attributes carry the plan's hash (``mfgwork_scan_plan``), by which a
+rerun recognizes its own store and refuses any other existing path.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ import numpy as np
 from ..core import storage
 from ..core.errors import LoadError, ParameterError
 from .differences import plan_differences
-from .scan_check import DIGEST, DONE, StoreCheck, block_record, check_store
+from .scan_check import DIGEST, DONE, StoreCheck, block_record, check_store, seal
+from .scan_inspect import inspect_store
 
 #: Root attribute naming the plan a store was made for (its hash).
 PLAN_ATTR = storage.SCAN_ATTR
@@ -205,6 +207,7 @@ class ScanStore:
                 warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
                 template.to_zarr(tmp, mode="w", compute=False, consolidated=True,
                                  encoding=encoding)
+            seal(tmp)
             os.chmod(tmp, 0o755)
             os.rename(tmp, self.path)
         finally:
@@ -216,6 +219,7 @@ class ScanStore:
         if attrs is None:
             raise ParameterError(f"store={str(self.path)!r} exists and is not a scan store: "
                                  "refusing to write into it (choose a new path)")
+        inspect_store(self.path)  # (no FIFO, link or implausible size before zarr reads)
         if attrs.get(PLAN_ATTR) != self.plan_hash:
             differences = self._differences(attrs) or \
                 "another problem, grid or solver settings"
