@@ -1,0 +1,102 @@
+"""Grids refused before any work: axis counts computed from their definitions (zip lengths,
+ranges that overflow), scan points checked as ``mw.solve`` checks them before a store is made,
+numbers read alike from grid YAML and ``-p``, grids too coarse for their model, and models
+that read m without declaring it.
+
+Every refusal is checked for its type, for what it names and for the absence of the work it
+guards (replaced by a function that fails)."""
+
+from __future__ import annotations
+
+import random
+
+import nbformat
+import pytest
+
+import mfgwork as mw
+from mfgwork.__main__ import main as cli
+from mfgwork.workflows import scan as scan_module
+from mfgwork.workflows import specs
+from mfgwork.workflows.specs import SpecError, count_points, parse_spec
+
+
+def _never(*args, **kwargs):
+    raise AssertionError("heavy work started although the request should have been refused")
+
+
+@pytest.fixture
+def no_expansion(monkeypatch):
+    """Building an axis's values, the scan's points or its layout fails the test."""
+    for target, name in ((specs, "_range"), (specs, "_linspace"),
+                         (scan_module, "check_points"), (scan_module, "make_layout"),
+                         (scan_module, "_run")):
+        monkeypatch.setattr(target, name, _never)
+
+
+@pytest.fixture
+def notebook(tmp_path):
+    """A notebook with a parameters cell (threshold, out_dir) that is never executed."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    cell = nbformat.v4.new_code_cell("threshold = 0.6\nout_dir = None")
+    cell.metadata["tags"] = ["parameters"]
+    nb.cells = [cell]
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+# -- item 7: axis counts from their definitions -------------------------------------------------
+HUGE_ZIP = {"threshold": [0.4, 0.6], "eps": {"range": [0.1, 1e8, 1e-1]},
+            "zip": [["threshold", "eps"]]}
+OVERFLOWING_RANGE = {"threshold": {"range": [0.1, 0.9, 1e-310]}}
+
+
+def test_a_zip_of_unequal_lengths_is_refused_before_building_the_longer(no_expansion):
+    with pytest.raises(SpecError, match=r"equal length, got threshold: 2, eps: 999999999$"):
+        parse_spec(HUGE_ZIP, max_points=1000)
+    with pytest.raises(SpecError, match=r"threshold: 2, eps: 999999999"):
+        mw.scan(mw.SantaFeBar, HUGE_ZIP, device="cpu", progress=False)
+
+
+@pytest.mark.parametrize("grid", [OVERFLOWING_RANGE, {"threshold": {"range": [-1e308, 1e308,
+                                                                              1.0]}},
+                                  {"nx": {"range": [3, 10**300, 1]}}],
+                         ids=["quotient-overflows", "difference-overflows", "huge-int"])
+def test_a_range_beyond_any_count_is_a_spec_error(grid, no_expansion):
+    name = next(iter(grid))
+    with pytest.raises(SpecError, match=rf"parameter '{name}': range .* has more than 2\*\*53"):
+        parse_spec(grid, max_points=1000)
+
+
+def test_an_overflowing_range_is_refused_by_scan_and_sweep_on_the_command_line(
+        tmp_path, notebook, capsys, no_expansion):
+    grid = "{threshold: {range: [0.1, 0.9, 1.0e-310]}}"
+    store, folder = tmp_path / "store.zarr", tmp_path / "sweep"
+    assert cli(["scan", "--problem", "santa_fe", "--grid", grid, "-o", str(store),
+                "--device", "cpu", "--no-progress"]) == 2
+    assert cli(["sweep", str(notebook), "--grid", grid, "-o", str(folder),
+                "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("'threshold': range [0.1, 0.9, 1e-310] has more than 2**53") == 2
+    assert not store.exists() and not folder.exists()
+
+
+def test_counts_match_the_expanded_grid():
+    """The count made without expanding is the number of points the spec builds, on random
+    ranges (integers and floats, both directions, ends reached up to round-off), linspaces
+    and zips; an integer range counts as Python's range."""
+    rng = random.Random(39)
+    for _ in range(200):
+        a = rng.choice([rng.randint(-20, 20), round(rng.uniform(-2, 2), rng.randint(0, 3))])
+        step = rng.choice([rng.randint(1, 5), round(rng.uniform(0.05, 1), 2)])
+        n = rng.randint(1, 12)
+        b = a + step * rng.choice([n, n - 0.5, n + 1e-12, n - 1e-12])
+        axis = {"range": [a, b, step]} if rng.random() < 0.5 else {"range": [b, a, -step]}
+        raw = {"x": axis, "y": {"linspace": [0.0, 1.0, rng.randint(1, 3)]}, "z": [1, 2, 3]}
+        if rng.random() < 0.5:
+            raw |= {"u": ["p", "q", "r"], "zip": [["z", "u"]]}
+        assert count_points(raw) == len(parse_spec(raw).runs()), raw
+        if all(isinstance(v, int) for v in axis["range"]):
+            assert count_points({"x": axis}) == len(range(*axis["range"]))
