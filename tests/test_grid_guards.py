@@ -100,3 +100,22 @@ def test_counts_match_the_expanded_grid():
         assert count_points(raw) == len(parse_spec(raw).runs()), raw
         if all(isinstance(v, int) for v in axis["range"]):
             assert count_points({"x": axis}) == len(range(*axis["range"]))
+
+
+# -- item 11: one reading of numbers -----------------------------------------------------------
+TOKENS = ["1e300", "1.0e5", "-2E-3", "+.5e1", "1e-310", "1_000", "0.5", "7", "true", "null",
+          "cpu", "1e", "e5", "1e3x", "\"1e3\"", "[1e2, 2.5e-1]", "{a: 1e2}"]
+
+
+@pytest.mark.parametrize("token", TOKENS)
+def test_grid_yaml_and_p_values_read_the_same(token):
+    from mfgwork.workflows.runs import parse_value
+
+    assert specs.read_spec(f"value: {token}")["value"] == parse_value(token)
+
+
+def test_exponent_numbers_in_a_grid_reach_the_problem_as_floats(no_expansion):
+    spec = parse_spec("T: [1e300, 2e1]\nsigma: 5e-1", declared={"T": 10.0, "sigma": 0.5})
+    assert spec.axes == ((("T",), ((1e300,), (20.0,))),) and spec.fixed == {"sigma": 0.5}
+    with pytest.raises(SpecError, match=r"sigma='5e-1x' \(str\) is invalid: .* expects a float"):
+        parse_spec("sigma: [5e-1x]", declared={"sigma": 0.5})

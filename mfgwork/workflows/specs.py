@@ -109,7 +109,7 @@ def read_spec(source: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
             or path.suffix.lower() in (".yaml", ".yml", ".json"))):
         text, where = _read_file(path), f"grid spec {str(path)!r}"
     try:
-        raw = yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader
+        raw = load_yaml(text)
     except yaml.YAMLError as exc:
         raise SpecError(f"{where} is not valid YAML/JSON: {exc}") from None
     except RecursionError:
@@ -133,9 +133,23 @@ def _read_file(path: Path) -> str:
         raise SpecError(f"grid spec file {str(path)!r} is not UTF-8 text") from None
 
 
+def load_yaml(text: str) -> Any:
+    """``text`` read by the safe loader of specs (:func:`_unique_key_loader`): the one reading
+    of grid specs and of command-line values (``-p NAME VALUE``)."""
+    import yaml
+
+    return yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader
+
+
+#: Numbers with an exponent that YAML 1.1 reads as strings (``1e300``, ``1.0e5``: its float
+#: needs a dot and a signed exponent), read as floats by specs and by ``-p`` values alike.
+EXPONENT_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def _unique_key_loader() -> type:
     """A ``yaml.SafeLoader`` that refuses a mapping with the same key twice (JSON too, which
-    it reads as YAML): the plain loader would keep the last value silently."""
+    it reads as YAML): the plain loader would keep the last value silently. A plain scalar
+    such as ``1e300`` (:data:`EXPONENT_NUMBER`) is a float, as YAML 1.2 and JSON read it."""
     import yaml
 
     class UniqueKeyLoader(yaml.SafeLoader):
@@ -152,6 +166,9 @@ def _unique_key_loader() -> type:
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
+    UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                          re.compile(f"^(?:{EXPONENT_NUMBER.pattern})$"),
+                                          list("-+0123456789."))
     return UniqueKeyLoader
 
 
