@@ -119,3 +119,62 @@ def test_exponent_numbers_in_a_grid_reach_the_problem_as_floats(no_expansion):
     assert spec.axes == ((("T",), ((1e300,), (20.0,))),) and spec.fixed == {"sigma": 0.5}
     with pytest.raises(SpecError, match=r"sigma='5e-1x' \(str\) is invalid: .* expects a float"):
         parse_spec("sigma: [5e-1x]", declared={"sigma": 0.5})
+
+
+# -- item 8: scan points checked as mw.solve checks them, before a store exists ----------------
+@pytest.fixture
+def no_scan_solve(monkeypatch):
+    """Making the layout (hence the store) or solving a block fails the test."""
+    for name in ("make_layout", "_run"):
+        monkeypatch.setattr(scan_module, name, _never)
+
+
+@pytest.mark.parametrize(("fixed", "options", "named"), [
+    ({"T": 1e18}, {}, r"diffusion number nu\*dt/h\*\*2 = 2\.49e\+17 is above"),
+    ({"sigma": 1e-300}, {}, r"nu = sigma\*\*2/2 = 0\.0 is out of the range of float64"),
+    ({}, {"nx": 10**6}, r"diffusion number .* nx=1000000"),
+    ({}, {"nx": 10**7, "nt": 20}, r"diffusion number .* nx=10000000, nt=20"),
+], ids=["T-1e18", "sigma-1e-300", "nx-1e6", "nx-1e7"])
+def test_scan_refuses_points_that_solve_refuses(fixed, options, named, tmp_path,
+                                                no_scan_solve):
+    with pytest.raises(mw.ParameterError, match=named) as by_solve:
+        mw.solve(mw.SantaFeBar(**fixed), **options, progress=False)
+    store = tmp_path / "store.zarr"
+    with pytest.raises(mw.ParameterError, match=named) as by_scan:
+        mw.scan(mw.SantaFeBar, {"threshold": [0.4, 0.6]}, fixed=fixed, **options,
+                store=store, device="cpu", progress=False)
+    assert str(by_scan.value).startswith(str(by_solve.value))
+    assert "at the scan point" in str(by_scan.value) and not store.exists()
+
+
+def test_cli_scan_exits_2_before_making_the_store(tmp_path, capsys, no_scan_solve):
+    store = tmp_path / "store.zarr"
+    code = cli(["scan", "--problem", "santa_fe", "--grid", "threshold: [0.4, 0.6]", "-p", "T",
+                "1e18", "-o", str(store), "--device", "cpu", "--no-progress"])
+    assert code == 2 and not store.exists() and not any(tmp_path.iterdir())
+    assert "T=1e+18" in capsys.readouterr().err
+
+
+def test_scan_checks_every_sigma_not_only_the_first_point(no_scan_solve):
+    with pytest.raises(mw.ParameterError, match=r"sigma=1e-300.*at the scan point "
+                                                r"\{'sigma': 1e-300\}"):
+        mw.scan(mw.SantaFeBar, {"sigma": [0.5, 0.3, 1e-300]}, nx=21, nt=20, device="cpu",
+                progress=False)
+
+
+def congested_or_not(threshold: float = 0.6, congested: bool = False) -> mw.SantaFeBar:
+    """Santa Fe whose coupling state is the attendance path, or with congestion (H depends
+    on m) the whole density path: nx times larger."""
+    return mw.SantaFeBar(threshold=threshold,
+                         hamiltonian=mw.Congestion() if congested else None)
+
+
+def test_scan_counts_the_memory_of_its_largest_point(monkeypatch, no_scan_solve):
+    monkeypatch.setenv("MFGWORK_MAX_MEMORY", "200 MiB")  # 46 MiB without congestion, 275 with
+    grid = {"threshold": [0.5, 0.6], "congested": [False, True]}
+    with pytest.raises(mw.ParameterError, match=r"^nx, nt too large: one point of the scan"):
+        mw.scan(congested_or_not, grid, nx=501, nt=2000, keep=(), device="cpu",
+                progress=False)
+    with pytest.raises(AssertionError, match="heavy work started"):   # the first point fits
+        mw.scan(congested_or_not, {"threshold": [0.5, 0.6]}, nx=501, nt=2000, keep=(),
+                device="cpu", progress=False)

@@ -272,7 +272,7 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
     be, chosen = placement(device, backend, dtype, plan.problem((0,) * len(plan.shape)),
                            n_points, plan.options["nx"], plan.options["nt"])
     check_size(plan, be, in_memory=store is None)
-    check_points(plan)
+    check_points(plan, be)  # every point as mw.solve checks it: before any store
     layout = make_layout(plan, be, chosen)
     if chunk_size is None:
         chunk_size = points_per_block(be, plan.options["nx"] * plan.options.get("ny", 1),
