@@ -41,7 +41,7 @@ from .numerics.potential import PotentialNewton
 from .placement import placement
 from .precision import certify_in_float64, finish_in_float64, has_float64
 from .problems import TwoStateElFarol
-from .problems.base import MFGProblem, batch_coupling, member_arrays
+from .problems.base import MFGProblem, batch_coupling, member_arrays, warn_unresolved
 from .results import Result, derive_status
 from .warm_start import density_on, initial_state, per_problem
 
@@ -571,6 +571,7 @@ def _check_size(problems: Sequence[MFGProblem], grid: Any, be: Backend,
                      getattr(scheme, "depth", 0), max_memory, batch)
     for p in problems:
         grid.check_scales(p.sigma, be.dtype)
+    warn_unresolved(problems, grid, stacklevel=5)
 
 
 def raised_tol(tol: float, floor: float, below: str, *, hint: str = "",

@@ -9,12 +9,14 @@ guards (replaced by a function that fails)."""
 from __future__ import annotations
 
 import random
+import warnings
 
 import nbformat
 import pytest
 
 import mfgwork as mw
 from mfgwork.__main__ import main as cli
+from mfgwork.core.errors import ResolutionWarning
 from mfgwork.workflows import scan as scan_module
 from mfgwork.workflows import specs
 from mfgwork.workflows.specs import SpecError, count_points, parse_spec
@@ -178,3 +180,51 @@ def test_scan_counts_the_memory_of_its_largest_point(monkeypatch, no_scan_solve)
     with pytest.raises(AssertionError, match="heavy work started"):   # the first point fits
         mw.scan(congested_or_not, {"threshold": [0.5, 0.6]}, nx=501, nt=2000, keep=(),
                 device="cpu", progress=False)
+
+
+# -- item 9: grids too coarse for their model; plots span the domain ----------------------------
+def test_santa_fe_on_a_grid_coarser_than_its_model_warns_what_it_resolves():
+    with pytest.warns(ResolutionWarning, match=r"nx=3 gives the θ step h = 5 on \[-5, 5\].*"
+                                               r"use nx >= 11 \(h <= 1\)"):
+        mw.solve(mw.SantaFeBar(), nx=3, nt=4, progress=False)
+    with pytest.warns(ResolutionWarning, match=r"use nx >= 5 \(h <= 0.25\)"):
+        mw.solve(mw.SantaFeBar(theta_max=0.5), nx=3, nt=4, progress=False)
+    with pytest.warns(ResolutionWarning, match=r"nx=9"):
+        mw.solve_batch([mw.SantaFeBar(), mw.SantaFeBar(threshold=0.5)], nx=9, nt=4,
+                       progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResolutionWarning)
+        mw.solve(mw.SantaFeBar(), nx=11, nt=4, progress=False)
+
+
+def test_a_room_on_a_grid_that_misses_its_doors_warns():
+    with pytest.warns(ResolutionWarning) as caught:
+        mw.solve_2d(mw.Room(), nx=3, nt=2, progress=False)
+    text = " | ".join(str(w.message) for w in caught)
+    assert "door on the right wall y=0.25, width 0.1 holds no node of the 3 x 3 grid" in text
+    assert "spread 0.1 of the initial crowd" in text and "nx, ny >= 11" in text
+    problem = mw.MFGProblem2D(0.0, 1.0, 0.0, 1.0, 1.0, 0.3, lambda X, Y: 1.0 + 0 * X,
+                              lambda X, Y: 0 * X, lambda t, X, Y, m: m,
+                              obstacles=(mw.Obstacle(0.3, 0.4, 0.3, 0.4),))
+    assert "holds no node" in " ".join(problem.unresolved(problem.grid(3, 3, 2)))
+    assert problem.unresolved(problem.grid(21, 21, 2)) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResolutionWarning)
+        mw.solve_2d(mw.Room(), nx=11, nt=2, progress=False)
+
+
+def test_the_heatmaps_span_the_domain_not_beyond():
+    import matplotlib
+
+    from mfgwork.analysis import plots, plots2d
+
+    matplotlib.use("Agg")
+    with pytest.warns(ResolutionWarning):
+        coarse = mw.solve(mw.SantaFeBar(), nx=3, nt=4, progress=False)
+    ax = plots.plot_density_heatmap(coarse).axes[0]
+    assert ax.get_ylim() == pytest.approx((-5.0, 5.0))
+    assert ax.get_xlim() == pytest.approx((0.0, 10.0))
+    with pytest.warns(ResolutionWarning):
+        room = mw.solve_2d(mw.Room(), nx=5, nt=2, progress=False)
+    ax = plots2d.plot_density_2d(room, times=[0.0]).axes[0]
+    assert ax.get_xlim() == pytest.approx((0.0, 1.0)) and ax.get_ylim() == pytest.approx((0, 1))
