@@ -228,3 +228,31 @@ def test_the_heatmaps_span_the_domain_not_beyond():
         room = mw.solve_2d(mw.Room(), nx=5, nt=2, progress=False)
     ax = plots2d.plot_density_2d(room, times=[0.0]).axes[0]
     assert ax.get_xlim() == pytest.approx((0.0, 1.0)) and ax.get_ylim() == pytest.approx((0, 1))
+
+
+class ReadsM(mw.Hamiltonian):
+    """H = ½|p|²/(1 + m), which reads m but does not declare depends_on_m."""
+
+    name = "reads_m"
+    isotropic = True
+
+    def value(self, x, p, m, xp):
+        return 0.5 * p**2 / (1 + m)
+
+    def dp(self, x, p, m, xp):
+        return p / (1 + m)
+
+    def dpp(self, x, p, m, xp):
+        return 1 / (1 + m) + 0 * p
+
+
+def test_a_model_reading_m_without_declaring_it_is_refused_when_the_problem_is_built():
+    declare = r"invalid: its value or dp failed with m=None.*declare depends_on_m = True"
+    with pytest.raises(mw.ParameterError, match=declare):
+        mw.SantaFeBar(hamiltonian=ReadsM())
+    with pytest.raises(mw.ParameterError, match=declare):
+        mw.Room(hamiltonian=ReadsM())
+    declared = type("Declared", (ReadsM,), {"depends_on_m": True,
+                                            "dm": lambda self, x, p, m, xp: -self.value(
+                                                x, p, m, xp) / (1 + m)})
+    assert mw.SantaFeBar(hamiltonian=declared()).hamiltonian.depends_on_m

@@ -75,6 +75,7 @@ class MFGProblem2D:
             raise ParameterError(f"hamiltonian={self.hamiltonian!r:.80} is invalid: must be an "
                                  "isotropic mfgwork Hamiltonian (a function of |p|: Quadratic(),"
                                  " Power(q), Congestion(c, alpha))")
+        self.hamiltonian.check(np.linspace(self.x_min, self.x_max, 201))  # as in 1-D
 
     @property
     def nu(self) -> float:
