@@ -9,9 +9,11 @@ guards (replaced by a function that fails)."""
 from __future__ import annotations
 
 import random
+import re
 import warnings
 
 import nbformat
+import numpy as np
 import pytest
 
 import mfgwork as mw
@@ -256,3 +258,21 @@ def test_a_model_reading_m_without_declaring_it_is_refused_when_the_problem_is_b
                                             "dm": lambda self, x, p, m, xp: -self.value(
                                                 x, p, m, xp) / (1 + m)})
     assert mw.SantaFeBar(hamiltonian=declared()).hamiltonian.depends_on_m
+
+
+# -- item 11: the accuracy a tol below round-off reaches, said honestly --------------------------
+def test_a_tol_below_round_off_states_an_approximate_floor_that_the_result_keeps():
+    """The warning's range holds: the solve ends converged at 100 ε or stalled with its
+    residual inside the stated range, saying so."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = mw.solve(mw.SantaFeBar(sigma=0.3, threshold=0.4), nx=21, nt=20, tol=1e-20,
+                       progress=False)
+    said = [str(w.message) for w in caught if str(w.message).startswith("tol=")]
+    assert len(said) == 1 and re.match(r"tol=1e-20 is below what float64 resolves; iterating to "
+                                       r"tol=2\.2e-14 instead \(approximate: .* measured 1e-16 "
+                                       r"to 8e-13.*status 'stalled'", said[0])
+    assert res.status in ("converged", "stalled") and res.residual <= 8e-13
+    assert (res.status == "stalled") == any(isinstance(w.message, mw.ConvergenceWarning)
+                                            for w in caught)
+    assert res.converged == (res.residual <= 100 * np.finfo(float).eps)
