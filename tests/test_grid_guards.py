@@ -215,6 +215,14 @@ def test_a_room_on_a_grid_that_misses_its_doors_warns():
         mw.solve_2d(mw.Room(), nx=11, nt=2, progress=False)
 
 
+def test_a_scan_warns_once_before_any_work_when_its_grid_is_too_coarse(no_scan_solve):
+    with pytest.warns(ResolutionWarning, match=r"nx=5 gives .* \(points of the scan\)") as caught, \
+            pytest.raises(AssertionError, match="heavy work started"):
+        mw.scan(mw.SantaFeBar, {"threshold": [0.4, 0.5, 0.6]}, nx=5, nt=4, device="cpu",
+                progress=False)
+    assert len([w for w in caught if issubclass(w.category, ResolutionWarning)]) == 1
+
+
 def test_the_heatmaps_span_the_domain_not_beyond():
     import matplotlib
 

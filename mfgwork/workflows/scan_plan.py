@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +15,7 @@ import numpy as np
 
 from ..core import memory
 from ..core.backend import Backend, get_backend
-from ..core.errors import ParameterError, check_int
+from ..core.errors import ParameterError, ResolutionWarning, check_int
 from ..core.grid import MAX_POINTS as MAX_GRID
 from ..numerics.iteration import check_stopping
 from ..problems import PROBLEMS, MFGProblem, problem_name
@@ -258,19 +259,24 @@ def check_points(plan: ScanPlan, be: Backend | None = None) -> None:
     With ``be``, check every point as :func:`mfgwork.solve` checks it before work, on the
     scan's grid: the memory of the largest point (by its coupling state) and, once per
     distinct σ (the domain and T are shared), the steps and diffusion numbers; a refusal
-    names the first point concerned."""
-    first = largest = None
+    names the first point concerned. What the grid is too coarse to resolve
+    (:meth:`mfgwork.MFGProblem.unresolved`) is warned once per reason."""
+    first = largest = grid = None
     most = 0                                        # the largest point's coupling state
     by_sigma: dict[float, tuple[int, ...]] = {}
+    unresolved: dict[str, None] = {}                # what the grid misses, once each
     for index in np.ndindex(*plan.shape):
         p = plan.problem(index)
         if first is None:
             first = p
+            grid = plan.grid(p) if be is not None else None
         else:
             _check_same_grid(plan, index, p, first)
         by_sigma.setdefault(p.sigma, index)
-        if be is not None and (size := _coupling_size(plan, p)) > most:
-            largest, most = p, size
+        if be is not None:
+            unresolved |= dict.fromkeys(p.unresolved(grid))
+            if (size := _coupling_size(plan, p)) > most:
+                largest, most = p, size
     if be is None:
         return
     _check_point_size(plan, be, largest)
@@ -280,6 +286,8 @@ def check_points(plan: ScanPlan, be: Backend | None = None) -> None:
         except ParameterError as exc:
             raise ParameterError(f"{exc} (at the scan point {plan.parameters(index)})") \
                 from None
+    for reason in unresolved:   # before any work: the solves (on Dask workers too) say it late
+        warnings.warn(f"{reason} (points of the scan)", ResolutionWarning, stacklevel=3)
 
 
 def _check_same_grid(plan: ScanPlan, index: tuple[int, ...], p: Problem, first: Problem
