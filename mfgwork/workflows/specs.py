@@ -37,6 +37,7 @@ from typing import Any
 
 from ..core import storage
 from ..core.errors import MAX_COUNT, LoadError, ParameterError
+from ..core.errors import _short as short_repr
 
 #: Parameters the sweep sets itself, one value per run; a spec may not set them.
 RESERVED = ("out_dir",)
@@ -346,7 +347,7 @@ def _range_count(name: str, a: float, b: float, step: float) -> int:
     point reached up to round-off stays excluded), at least 1; refused beyond
     :data:`MAX_COUNT` (a quotient that overflows float64 included)."""
     if step == 0 or b == a or (b > a) != (step > 0):
-        raise SpecError(f"parameter {name!r}: range [{a}, {b}, {step}] is empty "
+        raise SpecError(f"parameter {name!r}: range [{_listed(a, b, step)}] is empty "
                         f"(step must be non-zero and point from a to b)")
     quotient = (float(b) - float(a)) / float(step)  # inf when it overflows
     if all(isinstance(v, int) for v in (a, b, step)):
@@ -354,11 +355,16 @@ def _range_count(name: str, a: float, b: float, step: float) -> int:
     else:
         count = math.ceil(quotient - 1e-9) if quotient <= MAX_COUNT else MAX_COUNT + 1
     if count > MAX_COUNT:
-        raise SpecError(f"parameter {name!r}: range [{a}, {b}, {step}] has more than 2**53 "
+        raise SpecError(f"parameter {name!r}: range [{_listed(a, b, step)}] has more than 2**53 "
                         f"values ((b - a) / step = {quotient:.3g}): a range must have at most "
                         "2**53 values (and a grid at most the scan's or sweep's limit): make "
                         "the step larger")
     return max(1, count)
+
+
+def _listed(*values: float) -> str:
+    """Numbers as a spec lists them, a huge integer shortened."""
+    return ", ".join(short_repr(v) if isinstance(v, int) else str(v) for v in values)
 
 
 def _linspace(name: str, a: float, b: float, n: float) -> list[Scalar]:
