@@ -257,8 +257,11 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
     (default: sized to the device's memory; a resumed store keeps its own). ``scheduler`` /
     ``dask``/``workers``: solve blocks on a Dask cluster. Bad names, values and grids raise
     :class:`~mfgwork.ParameterError` before any solve, as do grids of more than
-    ``max_points`` points (counted before any axis is expanded) and scans whose point, or
-    whose Dataset when there is no store, does not fit in memory.
+    ``max_points`` points (counted before any axis is expanded) and scans whose largest
+    point, or whose Dataset when there is no store, does not fit in memory; every point is
+    checked as :func:`mfgwork.solve` checks it (steps and diffusion numbers) before a store
+    is made, and a grid too coarse for the points' model is warned once
+    (:class:`~mfgwork.core.errors.ResolutionWarning`).
     """
     options = {"nx": nx, "nt": nt, "tol": tol, "max_iter": max_iter, "dtype": dtype,
                "backend": backend, "iteration": iteration} | ({} if ny is None else {"ny": ny})
