@@ -37,7 +37,6 @@ from typing import Any
 
 from ..core import storage
 from ..core.errors import MAX_COUNT, LoadError, ParameterError
-from ..core.errors import _short as short_repr
 
 #: Parameters the sweep sets itself, one value per run; a spec may not set them.
 RESERVED = ("out_dir",)
@@ -363,8 +362,8 @@ def _range_count(name: str, a: float, b: float, step: float) -> int:
 
 
 def _listed(*values: float) -> str:
-    """Numbers as a spec lists them, a huge integer shortened."""
-    return ", ".join(short_repr(v) if isinstance(v, int) else str(v) for v in values)
+    """Finite numbers as a spec lists them, an integer of 16 digits or more as 1e+300."""
+    return ", ".join(f"{v:.6g}" if abs(v) >= 10**15 else str(v) for v in values)
 
 
 def _linspace(name: str, a: float, b: float, n: float) -> list[Scalar]:
