@@ -35,6 +35,7 @@ from .core.errors import ParameterError, check_choice, check_int
 from .numerics.fdm2d import equilibrium as eq
 from .numerics.fdm2d.sweeps import SOLVERS
 from .numerics.iteration import Anderson, IterationScheme, check_stopping, make_scheme
+from .problems.base import warn_unresolved
 from .problems.two_d import MFGProblem2D
 from .results2d import Result2D
 from .solve import SOLVERS as FRONT_DOOR
@@ -166,6 +167,7 @@ def _solve(problems: list[Any], batch: bool, nx: Any, ny: Any, nt: Any, backend:
     _check_size(problems, nx, ny, nt, be, solver, scheme, max_memory)
     for p in problems:   # (builds the grid: after the size guard)
         p.grid(nx, ny, nt).check_scales(p.sigma, be.dtype)
+    warn_unresolved(problems, problems[0].grid(nx, ny, nt), stacklevel=4)
     if batch and solver != "krylov":
         return [_solve_one(p, False, nx, ny, nt, be, tol, max_iter, solver, scheme, progress)[0]
                 for p in problems]

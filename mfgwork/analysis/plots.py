@@ -74,17 +74,25 @@ def _time_indices(result: Result, times: Sequence[float] | None) -> list[int]:
 
 @styled
 def plot_density_heatmap(result: Result, ax: Axes | None = None) -> Figure:
-    """m(t, θ) as a heatmap over (t, θ), with the θ = 0 line (attend above, stay home below)."""
+    """m(t, θ) as a heatmap over (t, θ), with the θ = 0 line (attend above, stay home below).
+    Each node fills its control volume, cut at the domain's walls and at 0 and T, so the
+    heatmap spans the domain exactly."""
     fig, ax = _axes(ax)
     x, t, M = _np(result.x), _np(result.t), _np(result.M)
     s = result.state_name
-    mesh = ax.pcolormesh(t, x, M.T, shading="nearest", cmap="viridis", rasterized=True)
+    mesh = ax.pcolormesh(_cell_edges(t), _cell_edges(x), M.T, shading="flat", cmap="viridis",
+                         rasterized=True)
     fig.colorbar(mesh, ax=ax, label=f"density m(t, {s})")
     if x[0] < 0.0 < x[-1]:
         ax.axhline(0.0, color="white", lw=1.0, ls="--", label=f"{s} = 0")
         ax.legend(loc="upper right")
     ax.set(xlabel=TIME, ylabel=_state_label(result), title=f"Density m(t, {s})")
     return fig
+
+
+def _cell_edges(nodes: np.ndarray) -> np.ndarray:
+    """The edges of the nodes' control volumes: midpoints inside, the end nodes at the ends."""
+    return np.concatenate([nodes[:1], (nodes[1:] + nodes[:-1]) / 2, nodes[-1:]])
 
 
 def equilibrium_attendance(params: Mapping[str, Any]) -> float | None:

@@ -67,6 +67,7 @@ def _density_image(ax: Axes, result: Any, n: int, vmax: float) -> Any:
     image = ax.imshow(_masked(result, n), origin="lower", cmap=cmap, vmin=0.0, vmax=vmax,
                       extent=(x[0] - hx, x[-1] + hx, y[0] - hy, y[-1] + hy),
                       interpolation="nearest", aspect="equal")
+    ax.set(xlim=(x[0], x[-1]), ylim=(y[0], y[-1]))   # the domain: wall nodes own half cells
     _draw_exits(ax, result)
     return image
 
@@ -80,7 +81,8 @@ def _draw_exits(ax: Axes, result: Any) -> None:
     exits = np.asarray(result.exit)
     if exits.any():
         X, Y = np.meshgrid(_np(result.x), _np(result.y))
-        ax.plot(X[exits], Y[exits], "s", color="tab:red", ms=4, ls="none", label="exit")
+        ax.plot(X[exits], Y[exits], "s", color="tab:red", ms=4, ls="none", label="exit",
+                clip_on=False)
 
 
 def _vmax(result: Any, idx: Sequence[int]) -> float:

@@ -35,6 +35,11 @@ class ConvergenceWarning(UserWarning):
     """The fixed-point iteration stopped at ``max_iter`` without reaching ``tol``."""
 
 
+class ResolutionWarning(UserWarning):
+    """The grid is too coarse for the problem's features (its initial density, threshold,
+    doors or obstacles): the solution is the equilibrium of the coarse scheme only."""
+
+
 def _describe(value: object) -> str:
     plain = isinstance(value, Real) and not isinstance(value, bool)
     return _short(value) if plain else f"{_short(value)} ({type(value).__name__})"

@@ -11,6 +11,7 @@ The optimal control is α* = −∂p H(x, ∂x u, m): for ½|p|², dX = −∂x 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..core.backend import Backend, to_numpy
-from ..core.errors import ParameterError, SolverError, check_real
+from ..core.errors import ParameterError, ResolutionWarning, SolverError, check_real
 from ..core.grid import Grid
 from .hamiltonians import Hamiltonian, Quadratic, check_hamiltonian
 
@@ -106,6 +107,12 @@ class MFGProblem:
         """g on the grid."""
         return _evaluate("g", self.g, grid, backend, backend.asarray(grid.x))
 
+    def unresolved(self, grid: Grid) -> list[str]:
+        """What ``grid`` is too coarse to resolve of the problem's features, one sentence
+        each that says what it resolves and the grid that would (none here: a generic
+        problem's features are its own to judge)."""
+        return []
+
     def coupling_size(self, nx: int, nt: int) -> int:
         """Number of values in the coupling state z (here the densities at levels 1..nt),
         for memory estimates before any work."""
@@ -130,6 +137,14 @@ class MFGProblem:
     def summary(self, grid: Grid, observables: dict[str, np.ndarray]) -> dict[str, float]:
         """Scalar headline numbers from NumPy ``observables`` of one solution (JSON-ready)."""
         return {"final_mean_state": float(observables["mean_state"][-1])}
+
+
+def warn_unresolved(problems: Sequence[Any], grid: Any, stacklevel: int = 3) -> None:
+    """One :class:`~mfgwork.core.errors.ResolutionWarning` per distinct reason the problems
+    give (:meth:`MFGProblem.unresolved`) why ``grid`` is too coarse for them."""
+    reasons = dict.fromkeys(r for p in problems for r in p.unresolved(grid))
+    for reason in reasons:
+        warnings.warn(reason, ResolutionWarning, stacklevel=stacklevel)
 
 
 def _evaluate(name: str, fn: ArrayFn, grid: Grid, backend: Backend, *args: Any,

@@ -107,17 +107,29 @@ class Hamiltonian:
     def check(self, x: np.ndarray, p_max: float = 1e3, m_max: float = 1e3) -> None:
         """Refuse (ParameterError) a Hamiltonian that is not finite, not convex in p, not
         smallest at p = 0, or whose ∂p H disagrees with the slope of H, on samples of x,
-        p ∈ [−p_max, p_max] and m ∈ [0, m_max] (NumPy float64; before any work)."""
+        p ∈ [−p_max, p_max] and m ∈ [0, m_max] (NumPy float64; before any work). Without
+        ``depends_on_m`` the samples pass m=None, as the solvers do: a model that reads m
+        without declaring it is refused here, saying so."""
         p = np.concatenate([-np.logspace(3, -3, 61), [0.0], np.logspace(-3, 3, 61)])
         p = p * (p_max / 1e3)
         xs = np.asarray(x, dtype=np.float64).reshape(-1)[:: max(1, x.size // 7)]
         ms = np.array([0.0, 1e-3, 0.1, 1.0, 10.0, m_max]) if self.depends_on_m else np.zeros(1)
         X, M, P = np.meshgrid(xs, ms, p, indexing="ij")
-        with np.errstate(all="ignore"):
-            values = [np.asarray(f(X, P, M, np), dtype=np.float64) * np.ones_like(P)
-                      for f in (self.value, self.dp)]
-        H, Hp = values
         where = f"{self!r}"
+        density = M if self.depends_on_m else None   # what the solvers pass without m
+        with np.errstate(all="ignore"):
+            try:
+                values = [np.asarray(f(X, P, density, np), dtype=np.float64) * np.ones_like(P)
+                          for f in (self.value, self.dp)]
+            except TypeError as exc:
+                if self.depends_on_m:
+                    raise
+                raise ParameterError(
+                    f"hamiltonian={where} is invalid: its value or dp failed with m=None, what "
+                    f"the solvers pass to a Hamiltonian that does not depend on m "
+                    f"({exc}): if H reads the density m, declare depends_on_m = True in its "
+                    "class (and define dm, ∂m H)") from None
+        H, Hp = values
         if not (np.isfinite(H).all() and np.isfinite(Hp).all()):
             raise ParameterError(f"hamiltonian={where} is invalid: H or ∂p H is not finite for "
                                  f"some |p| <= {p_max:g}, m in [0, {m_max:g}] on the domain")

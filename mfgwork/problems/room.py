@@ -13,6 +13,7 @@ Since f increases in m, the coupling is monotone (the equilibrium is unique).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -80,6 +81,18 @@ class Room(MFGProblem2D):
         xp = array_api_compat.array_namespace(X)
         r2 = (X - self.start[0]) ** 2 + (Y - self.start[1]) ** 2
         return xp.exp(-0.5 * r2 / self.spread**2)
+
+    def unresolved(self, grid: Grid2D) -> list[str]:
+        """The doors and the obstacle (:meth:`MFGProblem2D.unresolved`), and the initial
+        blob: its spread s0 must be at least the step (h <= s0)."""
+        out = super().unresolved(grid)
+        h = max(grid.hx, grid.hy)
+        if h > self.spread * (1 + 1e-12):
+            n = math.ceil(self.length / self.spread - 1e-9) + 1
+            out.append(f"the {grid.nx} x {grid.ny} grid has the step {h:.3g}, coarser than the "
+                       f"spread {self.spread:g} of the initial crowd: it does not resolve m0; "
+                       f"use nx, ny >= {n}")
+        return out
 
     def _g(self, X: Any, Y: Any) -> Any:
         return 0.0 * X + self.terminal

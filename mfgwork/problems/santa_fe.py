@@ -13,6 +13,7 @@ control volume with θ > 0 (½ at θ = 0 when 0 is a grid point), and A = Σ_i w
 
 from __future__ import annotations
 
+import math
 from functools import cached_property, lru_cache, partial
 from typing import Any
 
@@ -106,6 +107,21 @@ class SantaFeBar(MFGProblem):
         chi, chi_w = (xp.asarray(a, dtype=theta.dtype, device=array_api_compat.device(theta))
                       for a in (fraction, weights))
         return -self.payoff(xp.sum(chi_w * m), xp) * chi
+
+    def unresolved(self, grid: Grid) -> list[str]:
+        """The θ step h must resolve the initial density m0 ∝ exp(−θ²/2), whose standard
+        deviation is 1 (h ≤ 1: at least two nodes per unit on each side of its peak), and
+        the threshold θ = 0 (h ≤ θ_max/2: a node strictly between θ = 0 and each wall, so
+        that attendance and staying home each have one)."""
+        need = min(1.0, self.theta_max / 2)
+        if grid.h <= need * (1 + 1e-12):
+            return []
+        nx_min = math.ceil(2 * self.theta_max / need - 1e-9) + 1
+        return [f"nx={grid.nx} gives the θ step h = {grid.h:.3g} on [-{self.theta_max:g}, "
+                f"{self.theta_max:g}], coarser than {need:g}: the grid resolves neither the "
+                "initial density m0 ∝ exp(-θ²/2) (standard deviation 1) nor the attendance on "
+                "each side of the threshold θ = 0, so the solution is that of the coarse "
+                f"scheme only; use nx >= {nx_min} (h <= {need:g})"]
 
     def coupling_size(self, nx: int, nt: int) -> int:
         """The coupling state is the attendance path A(t) at levels 1..nt (the densities

@@ -75,6 +75,7 @@ class MFGProblem2D:
             raise ParameterError(f"hamiltonian={self.hamiltonian!r:.80} is invalid: must be an "
                                  "isotropic mfgwork Hamiltonian (a function of |p|: Quadratic(),"
                                  " Power(q), Congestion(c, alpha))")
+        self.hamiltonian.check(np.linspace(self.x_min, self.x_max, 201))  # as in 1-D
 
     @property
     def nu(self) -> float:
@@ -83,6 +84,28 @@ class MFGProblem2D:
     def grid(self, nx: int, ny: int, nt: int) -> Grid2D:
         return Grid2D(self.x_min, self.x_max, self.y_min, self.y_max, nx, ny, self.T, nt,
                       self.obstacles, self.exits)
+
+    def unresolved(self, grid: Grid2D) -> list[str]:
+        """What the node grid misses of the geometry: a door narrower than the step along
+        its wall (it has only its nearest node), two doors on the same nodes, an obstacle
+        that holds no node (see :meth:`mfgwork.MFGProblem.unresolved`)."""
+        steps = f"the {grid.nx} x {grid.ny} grid (hx = {grid.hx:.3g}, hy = {grid.hy:.3g})"
+        out, seen = [], np.zeros(grid.shape, dtype=bool)
+        for door in self.exits:
+            along = grid.y if door.side in ("left", "right") else grid.x
+            nodes = door.nodes(grid.x, grid.y)
+            if not np.any(np.abs(along - door.center) <= 0.5 * door.width * (1 + 1e-12)):
+                out.append(f"the door on the {door.label} holds no node of {steps}: it is "
+                           "represented by its nearest node only; use a step below its width")
+            elif np.any(nodes & seen):
+                out.append(f"the door on the {door.label} shares nodes with another door on "
+                           f"{steps}: they act as one door; use a finer grid")
+            seen |= nodes
+        for ob in self.obstacles:
+            if not ob.contains(*grid.mesh).any():
+                out.append(f"the obstacle {ob!r} holds no node of {steps}: the grid does not "
+                           "see it; use a step below its width and height")
+        return out
 
     def params(self) -> dict[str, Any]:
         out: dict[str, Any] = {"problem": self.name, "x_min": self.x_min, "x_max": self.x_max,

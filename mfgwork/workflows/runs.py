@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ast
 import os
-import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,11 +27,10 @@ from ..core.ansi import strip_ansi
 from ..core.backend import get_backend
 from ..core.errors import LoadError, ParameterError, check_choice, check_int
 from ..numerics.iteration import check_stopping
-from .specs import coerce_parameter
+from .specs import coerce_parameter, load_yaml
 
 FAILED_SUFFIX = ".failed.ipynb"
 KERNEL_STARTS = 3  # tries to start a kernel that dies before running a cell
-_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
 class NotebookError(RuntimeError):
@@ -294,16 +292,14 @@ def _existing_notebook(notebook: str | os.PathLike) -> Path:
 
 def parse_value(text: str) -> Any:
     """A command-line value as a YAML scalar (``0.6`` float, ``201`` int, ``true`` bool,
-    ``cpu`` str, ``[1, 2]`` list), with ``1e-8``-style numbers read as floats."""
+    ``cpu`` str, ``[1, 2]`` list), with ``1e-8``-style numbers read as floats: read as grid
+    specs are (:func:`mfgwork.workflows.specs.load_yaml`)."""
     import yaml
 
     try:
-        value = yaml.safe_load(text)
+        return load_yaml(text)
     except yaml.YAMLError:
         return text
-    if isinstance(value, str) and _EXPONENT.fullmatch(value.strip()):
-        return float(value)
-    return value
 
 
 def solve_options(*, nx: int, nt: int, method: str, backend: str, device: str, tol: float,

@@ -260,8 +260,11 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
     (default: sized to the device's memory; a resumed store keeps its own). ``scheduler`` /
     ``dask``/``workers``: solve blocks on a Dask cluster. Bad names, values and grids raise
     :class:`~mfgwork.ParameterError` before any solve, as do grids of more than
-    ``max_points`` points (counted before any axis is expanded) and scans whose point, or
-    whose Dataset when there is no store, does not fit in memory.
+    ``max_points`` points (counted before any axis is expanded) and scans whose largest
+    point, or whose Dataset when there is no store, does not fit in memory; every point is
+    checked as :func:`mfgwork.solve` checks it (steps and diffusion numbers) before a store
+    is made, and a grid too coarse for the points' model is warned once
+    (:class:`~mfgwork.core.errors.ResolutionWarning`).
     """
     options = {"nx": nx, "nt": nt, "tol": tol, "max_iter": max_iter, "dtype": dtype,
                "backend": backend, "iteration": iteration} | ({} if ny is None else {"ny": ny})
@@ -275,7 +278,7 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
     be, chosen = placement(device, backend, dtype, plan.problem((0,) * len(plan.shape)),
                            n_points, plan.options["nx"], plan.options["nt"])
     check_size(plan, be, in_memory=store is None)
-    check_points(plan)
+    check_points(plan, be)  # every point as mw.solve checks it: before any store
     layout = make_layout(plan, be, chosen)
     if chunk_size is None:
         chunk_size = points_per_block(be, plan.options["nx"] * plan.options.get("ny", 1),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +15,7 @@ import numpy as np
 
 from ..core import memory
 from ..core.backend import Backend, get_backend
-from ..core.errors import ParameterError, check_int
+from ..core.errors import ParameterError, ResolutionWarning, check_int
 from ..core.grid import MAX_POINTS as MAX_GRID
 from ..numerics.iteration import check_stopping
 from ..problems import PROBLEMS, MFGProblem, problem_name
@@ -161,36 +162,68 @@ def make_plan(problem: Callable[..., Problem] | str, grid: Any,
 
 
 def check_size(plan: ScanPlan, be: Backend, in_memory: bool) -> None:
-    """Refuse, before any solve (and before a grid is built), a scan whose single point does
+    """Refuse, before any solve (and before a grid is built), a scan whose first point does
     not fit on ``be`` (as :func:`mfgwork.solve` or :func:`mfgwork.solve_2d` refuses it) or,
     with ``in_memory`` (no store), whose fields and paths for every point do not fit in host
-    memory; see :mod:`mfgwork.core.memory`."""
-    from ..numerics.iteration import make_scheme
-
-    first = plan.problem((0,) * len(plan.shape))
-    opts = plan.options
-    nx, nt, ny = opts["nx"], opts["nt"], opts.get("ny", 1)
-    size = f"nx={nx} x ny={ny} x nt={nt}" if plan.two_d else f"nx={nx} x nt={nt}"
-    if plan.two_d:
-        from ..solve2d import _check_size, default_iteration
-
-        scheme = default_iteration(be.dtype) if opts["iteration"] is None \
-            else make_scheme(opts["iteration"])
-        _check_size([first], nx, ny, nt, be, "ilu" if be.name == "numpy" else "krylov",
-                    scheme, None)
-    else:
-        grid = first.grid(nx, nt)
-        memory.check_fdm(grid.nx, grid.nt, be, [first.coupling_size(grid.nx, grid.nt)],
-                         getattr(make_scheme(opts["iteration"]), "depth", 0),
-                         what=f"one point of the scan ({size})")
+    memory; see :mod:`mfgwork.core.memory`. (:func:`check_points` checks the largest point.)"""
+    _check_point_size(plan, be, plan.problem((0,) * len(plan.shape)))
     if not in_memory:
         return
+    opts = plan.options
+    nx, nt, ny = opts["nx"], opts["nt"], opts.get("ny", 1)
     points = math.prod(plan.shape)
     itemsize = 4 if be.dtype == "float32" else 8
     per_point = (len(plan.keep) * itemsize * nx * ny + 8 * PATH_VALUES) * (nt + 1)
     memory.check_parts({"the scan grid's points": points * per_point}, get_backend("numpy"),
                        what=f"the Dataset of {points} points with fields {plan.keep} on an "
-                            f"{size} grid (store=None keeps it in memory)")
+                            f"{_size_text(plan)} grid (store=None keeps it in memory)")
+
+
+def _size_text(plan: ScanPlan) -> str:
+    opts = plan.options
+    return (f"nx={opts['nx']} x ny={opts['ny']} x nt={opts['nt']}" if plan.two_d
+            else f"nx={opts['nx']} x nt={opts['nt']}")
+
+
+def _coupling_size(plan: ScanPlan, problem: Problem) -> int:
+    opts = plan.options
+    if plan.two_d:
+        return problem.coupling_size(opts["nx"], opts["ny"], opts["nt"])
+    return problem.coupling_size(opts["nx"], opts["nt"])
+
+
+def _check_point_size(plan: ScanPlan, be: Backend, problem: Problem) -> None:
+    """The memory estimate of :func:`mfgwork.solve` (:func:`mfgwork.solve_2d` in 2-D) for one
+    point's ``problem`` on the scan's grid, refused as they refuse it."""
+    from ..numerics.iteration import make_scheme
+
+    opts = plan.options
+    nx, nt = opts["nx"], opts["nt"]
+    if plan.two_d:
+        from ..solve2d import _check_size, default_iteration
+
+        scheme = default_iteration(be.dtype) if opts["iteration"] is None \
+            else make_scheme(opts["iteration"])
+        _check_size([problem], nx, opts["ny"], nt, be,
+                    "ilu" if be.name == "numpy" else "krylov", scheme, None)
+    else:
+        memory.check_fdm(nx, nt, be, [_coupling_size(plan, problem)],
+                         getattr(make_scheme(opts["iteration"]), "depth", 0),
+                         what=f"one point of the scan ({_size_text(plan)})")
+
+
+def _check_scales(plan: ScanPlan, be: Backend, problem: Problem) -> None:
+    """The steps h, Δt, ν and the diffusion numbers ν Δt / h² of one point, checked as
+    :func:`mfgwork.solve` checks them (:meth:`mfgwork.core.grid.Grid.check_scales`, per axis
+    in 2-D) on the scan's grid, without building the point's grid or its masks."""
+    from ..core.grid import Grid
+
+    opts = plan.options
+    axes = [(problem.x_min, problem.x_max, opts["nx"])]
+    if plan.two_d:
+        axes.append((problem.y_min, problem.y_max, opts["ny"]))
+    for low, high, n in axes:
+        Grid(low, high, n, problem.T, opts["nt"]).check_scales(problem.sigma, be.dtype)
 
 
 def resolve_problem(problem: Callable[..., MFGProblem] | str) -> Callable[..., MFGProblem]:
@@ -220,27 +253,59 @@ def resolve_problem(problem: Callable[..., MFGProblem] | str) -> Callable[..., M
     return problem
 
 
-def check_points(plan: ScanPlan) -> None:
+def check_points(plan: ScanPlan, be: Backend | None = None) -> None:
     """Construct every point's problem (cheap; validates the values) and check that they are
-    of one kind (1-D or 2-D) and share the domain and horizon, so the scan has one grid."""
-    first = None
-    shared = ("x_min", "x_max", "y_min", "y_max", "T") if plan.two_d else ("x_min", "x_max", "T")
+    of one kind (1-D or 2-D) and share the domain and horizon, so the scan has one grid.
+    With ``be``, check every point as :func:`mfgwork.solve` checks it before work, on the
+    scan's grid: the memory of the largest point (by its coupling state) and, once per
+    distinct σ (the domain and T are shared), the steps and diffusion numbers; a refusal
+    names the first point concerned. What the grid is too coarse to resolve
+    (:meth:`mfgwork.MFGProblem.unresolved`) is warned once per reason."""
+    first = largest = grid = None
+    most = 0                                        # the largest point's coupling state
+    by_sigma: dict[float, tuple[int, ...]] = {}
+    unresolved: dict[str, None] = {}                # what the grid misses, once each
     for index in np.ndindex(*plan.shape):
         p = plan.problem(index)
         if first is None:
             first = p
-            continue
-        if isinstance(p, MFGProblem2D) != plan.two_d:
-            raise ParameterError(f"the point {plan.parameters(index)} gives a "
-                                 f"{type(p).__name__}, unlike the first point: a scan's points "
-                                 "are all 1-D or all 2-D problems")
-        for name in shared:
-            if getattr(p, name) != getattr(first, name):
-                raise ParameterError(
-                    f"the point {plan.parameters(index)} has {name}={getattr(p, name)!r} but "
-                    f"the first point {name}={getattr(first, name)!r}: a scan shares one "
-                    "grid in t and the state, so scanned parameters may not change the "
-                    "domain or T")
+            grid = plan.grid(p) if be is not None else None
+        else:
+            _check_same_grid(plan, index, p, first)
+        by_sigma.setdefault(p.sigma, index)
+        if be is not None:
+            unresolved |= dict.fromkeys(p.unresolved(grid))
+            if (size := _coupling_size(plan, p)) > most:
+                largest, most = p, size
+    if be is None:
+        return
+    _check_point_size(plan, be, largest)
+    for index in by_sigma.values():
+        try:
+            _check_scales(plan, be, plan.problem(index))
+        except ParameterError as exc:
+            raise ParameterError(f"{exc} (at the scan point {plan.parameters(index)})") \
+                from None
+    for reason in unresolved:   # before any work: the solves (on Dask workers too) say it late
+        warnings.warn(f"{reason} (points of the scan)", ResolutionWarning, stacklevel=3)
+
+
+def _check_same_grid(plan: ScanPlan, index: tuple[int, ...], p: Problem, first: Problem
+                     ) -> None:
+    """The point at ``index`` is of the first point's kind (1-D or 2-D), on its domain and
+    horizon."""
+    if isinstance(p, MFGProblem2D) != plan.two_d:
+        raise ParameterError(f"the point {plan.parameters(index)} gives a "
+                             f"{type(p).__name__}, unlike the first point: a scan's points "
+                             "are all 1-D or all 2-D problems")
+    shared = ("x_min", "x_max", "y_min", "y_max", "T") if plan.two_d else ("x_min", "x_max", "T")
+    for name in shared:
+        if getattr(p, name) != getattr(first, name):
+            raise ParameterError(
+                f"the point {plan.parameters(index)} has {name}={getattr(p, name)!r} but "
+                f"the first point {name}={getattr(first, name)!r}: a scan shares one "
+                "grid in t and the state, so scanned parameters may not change the "
+                "domain or T")
 
 
 def split_parameters(problem: Callable[..., MFGProblem] | str, parameters: Mapping[str, Any]

@@ -10,9 +10,11 @@ from parameter names (a notebook's for sweeps, a problem's for scans) to values:
     zip: [[threshold, eps]]                 # optional: these axes advance together
 
 The runs are the cartesian product of the axes, in the order they appear, where each
-``zip`` group counts as one axis whose lists must have equal lengths. A run is named by
-the SHA-256 of its full parameter set (sorted JSON) behind a readable slug of the values
-that vary, so the same parameters always map to the same run folder.
+``zip`` group counts as one axis whose lists must have equal lengths. Every axis is counted
+from its definition (exact integers, before any list is built) and refused beyond 2**53
+values or the caller's limit. A run is named by the SHA-256 of its full parameter set
+(sorted JSON) behind a readable slug of the values that vary, so the same parameters always
+map to the same run folder.
 
 :func:`coerce_parameter` is the one type rule for parameters given against defaults
 (notebook runs, sweeps and scans): the value must have the default's type, except that an
@@ -21,7 +23,6 @@ int is accepted (and converted) for a float and an integral float for an int.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import inspect
 import itertools
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import storage
-from ..core.errors import LoadError, ParameterError
+from ..core.errors import MAX_COUNT, LoadError, ParameterError
 
 #: Parameters the sweep sets itself, one value per run; a spec may not set them.
 RESERVED = ("out_dir",)
@@ -108,7 +109,7 @@ def read_spec(source: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
             or path.suffix.lower() in (".yaml", ".yml", ".json"))):
         text, where = _read_file(path), f"grid spec {str(path)!r}"
     try:
-        raw = yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader
+        raw = load_yaml(text)
     except yaml.YAMLError as exc:
         raise SpecError(f"{where} is not valid YAML/JSON: {exc}") from None
     except RecursionError:
@@ -132,9 +133,23 @@ def _read_file(path: Path) -> str:
         raise SpecError(f"grid spec file {str(path)!r} is not UTF-8 text") from None
 
 
+def load_yaml(text: str) -> Any:
+    """``text`` read by the safe loader of specs (:func:`_unique_key_loader`): the one reading
+    of grid specs and of command-line values (``-p NAME VALUE``)."""
+    import yaml
+
+    return yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader
+
+
+#: Numbers with an exponent that YAML 1.1 reads as strings (``1e300``, ``1.0e5``: its float
+#: needs a dot and a signed exponent), read as floats by specs and by ``-p`` values alike.
+EXPONENT_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def _unique_key_loader() -> type:
     """A ``yaml.SafeLoader`` that refuses a mapping with the same key twice (JSON too, which
-    it reads as YAML): the plain loader would keep the last value silently."""
+    it reads as YAML): the plain loader would keep the last value silently. A plain scalar
+    such as ``1e300`` (:data:`EXPONENT_NUMBER`) is a float, as YAML 1.2 and JSON read it."""
     import yaml
 
     class UniqueKeyLoader(yaml.SafeLoader):
@@ -151,6 +166,9 @@ def _unique_key_loader() -> type:
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
+    UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                          re.compile(f"^(?:{EXPONENT_NUMBER.pattern})$"),
+                                          list("-+0123456789."))
     return UniqueKeyLoader
 
 
@@ -173,9 +191,10 @@ def parse_spec(source: str | os.PathLike | Mapping[str, Any],
     if fixed is not None and not isinstance(fixed, Mapping):
         raise SpecError(f"fixed={fixed!r:.80} ({type(fixed).__name__}) is invalid: must be a "
                         "mapping of parameter names to values, or None")
-    if max_points is not None:
-        check_count(count_points(raw), max_points, limit_name)
     zips = _zip_groups(raw.pop("zip", None), raw)
+    lengths = axis_lengths(raw, zips)
+    if max_points is not None:
+        check_count(math.prod(lengths.values()), max_points, limit_name)
     fixed = dict(fixed or {})
     for name in fixed:
         if name in raw:
@@ -204,11 +223,7 @@ def parse_spec(source: str | os.PathLike | Mapping[str, Any],
         if name in seen:
             continue
         group = next((g for g in zips if name in g), (name,))
-        lengths = {n: len(lists[n]) for n in group}
-        if len(set(lengths.values())) > 1:
-            raise SpecError(f"zipped parameters must have lists of equal length, got "
-                            f"{', '.join(f'{n}: {k}' for n, k in lengths.items())}")
-        values = tuple(zip(*(lists[n] for n in group), strict=True))
+        values = tuple(zip(*(lists[n] for n in group), strict=True))  # (lengths checked)
         _check_distinct(group, values)
         axes.append((group, values))
         seen.update(group)
@@ -237,27 +252,42 @@ def check_count(planned: int, max_points: int, limit_name: str = "max_points") -
 
 
 def count_points(raw: Mapping[str, Any]) -> int:
-    """The number of points a raw spec asks for, read from list lengths and linspace/range
-    arguments without expanding them (malformed entries count 1: the parser reports them);
-    a zip group counts as one axis."""
-    def length(spec: Any) -> int:
-        if isinstance(spec, list):
-            return len(spec)
-        with contextlib.suppress(AttributeError, TypeError, ValueError, ZeroDivisionError,
-                                 OverflowError):
-            (kind, (a, b, n)), = spec.items()
-            if kind == "linspace":
-                return max(1, int(n))
-            if kind == "range":
-                return max(1, math.ceil((b - a) / n))
-        return 1
+    """The exact number of points a raw spec asks for, computed from list lengths and
+    linspace/range arguments without expanding any axis; a zip group counts as one axis.
+    A malformed axis or zip group, or a zip of unequal lengths, raises :class:`SpecError`."""
+    raw = dict(raw)
+    zips = _zip_groups(raw.pop("zip", None), raw)
+    return math.prod(axis_lengths(raw, zips).values())
 
-    zipped = raw.get("zip") if isinstance(raw.get("zip"), list) else []
-    groups = [set(g) for g in zipped if isinstance(g, list)]
-    lengths = {n: length(v) for n, v in raw.items() if n != "zip"}
-    alone = [k for n, k in lengths.items() if not any(n in g for g in groups)]
-    return math.prod(alone) * math.prod(min((lengths.get(n, 1) for n in g), default=1)
-                                        for g in groups)
+
+def axis_lengths(raw: Mapping[str, Any], zips: Iterable[tuple[str, ...]]) -> dict[str, int]:
+    """Each axis's number of values (a zip group under its first name), counted from its
+    definition (:func:`axis_length`), before any list is built. The parameters of a zip group
+    must have the same length: else :class:`SpecError` naming each length."""
+    counts = {name: axis_length(name, spec) for name, spec in raw.items()}
+    for group in zips:
+        lengths = {n: counts.pop(n) for n in group}
+        if len(set(lengths.values())) > 1:
+            raise SpecError(f"zipped parameters must have lists of equal length, got "
+                            f"{', '.join(f'{n}: {k}' for n, k in lengths.items())}")
+        if group:
+            counts[group[0]] = lengths[group[0]]
+    return counts
+
+
+def axis_length(name: str, spec: Any) -> int:
+    """The exact number of values of one axis (1 for a scalar), from its definition: a
+    list's length, a linspace's n, a range's ceil((b - a) / step) (Python integers, never
+    overflowing); refuses what :func:`_values` would refuse, with the same messages."""
+    if isinstance(spec, list):
+        if not spec:
+            raise SpecError(f"parameter {name!r} has an empty list of values")
+        return len(spec)
+    if isinstance(spec, dict):
+        kind, args = _mapping_args(name, spec)
+        return _linspace_count(name, args[2]) if kind == "linspace" \
+            else _range_count(name, *args)
+    return 1
 
 
 def _zip_groups(spec: Any, raw: Mapping[str, Any]) -> list[tuple[str, ...]]:
@@ -285,34 +315,68 @@ def _values(name: str, spec: Any) -> list[Scalar]:
             raise SpecError(f"parameter {name!r} has an empty list of values")
         return [_scalar(name, v) for v in spec]
     if isinstance(spec, dict):
-        if len(spec) != 1 or next(iter(spec)) not in ("linspace", "range"):
-            raise SpecError(f"parameter {name!r}: a mapping must be {{linspace: [a, b, n]}} or "
-                            f"{{range: [a, b, step]}}, got {spec!r}")
-        kind, args = next(iter(spec.items()))
-        if (not isinstance(args, list) or len(args) != 3
-                or not all(_is_number(a) and math.isfinite(a) for a in args)):
-            raise SpecError(f"parameter {name!r}: {kind} takes three finite numbers, "
-                            f"got {args!r}")
+        kind, args = _mapping_args(name, spec)
         return _linspace(name, *args) if kind == "linspace" else _range(name, *args)
     return [_scalar(name, spec)]
 
 
-def _linspace(name: str, a: float, b: float, n: float) -> list[Scalar]:
-    if not float(n).is_integer() or n < 1:
+def _mapping_args(name: str, spec: dict[Any, Any]) -> tuple[str, list[int | float]]:
+    """``("linspace" | "range", [a, b, n | step])`` of an axis given as a mapping, checked:
+    three numbers, each finite in float64."""
+    if len(spec) != 1 or next(iter(spec)) not in ("linspace", "range"):
+        raise SpecError(f"parameter {name!r}: a mapping must be {{linspace: [a, b, n]}} or "
+                        f"{{range: [a, b, step]}}, got {spec!r:.200}")
+    kind, args = next(iter(spec.items()))
+    if not isinstance(args, list) or len(args) != 3 or not all(map(_is_finite, args)):
+        raise SpecError(f"parameter {name!r}: {kind} takes three finite numbers (within the "
+                        f"range of float64), got {args!r:.200}")
+    return kind, args
+
+
+def _linspace_count(name: str, n: int | float) -> int:
+    """A linspace's count ``n``: an integer >= 1 (an integral float is accepted)."""
+    if not (isinstance(n, int) or n.is_integer()) or n < 1:
         raise SpecError(f"parameter {name!r}: linspace count n={n!r} must be an integer >= 1")
-    n = int(n)
+    return int(n)
+
+
+def _range_count(name: str, a: float, b: float, step: float) -> int:
+    """The number of values a, a + step, ... before b: ``len(range(a, b, step))`` for
+    integers (by integer arithmetic: any size), else ceil((b - a) / step - 1e-9) (an end
+    point reached up to round-off stays excluded), at least 1; refused beyond
+    :data:`MAX_COUNT` (a quotient that overflows float64 included)."""
+    if step == 0 or b == a or (b > a) != (step > 0):
+        raise SpecError(f"parameter {name!r}: range [{_listed(a, b, step)}] is empty "
+                        f"(step must be non-zero and point from a to b)")
+    quotient = (float(b) - float(a)) / float(step)  # inf when it overflows
+    if all(isinstance(v, int) for v in (a, b, step)):
+        count = -((a - b) // step)                      # len(range(a, b, step)), exact
+    else:
+        count = math.ceil(quotient - 1e-9) if quotient <= MAX_COUNT else MAX_COUNT + 1
+    if count > MAX_COUNT:
+        raise SpecError(f"parameter {name!r}: range [{_listed(a, b, step)}] has more than 2**53 "
+                        f"values ((b - a) / step = {quotient:.3g}): a range must have at most "
+                        "2**53 values (and a grid at most the scan's or sweep's limit): make "
+                        "the step larger")
+    return max(1, count)
+
+
+def _listed(*values: float) -> str:
+    """Finite numbers as a spec lists them, an integer of 16 digits or more as 1e+300."""
+    return ", ".join(f"{v:.6g}" if abs(v) >= 10**15 else str(v) for v in values)
+
+
+def _linspace(name: str, a: float, b: float, n: float) -> list[Scalar]:
+    n = _linspace_count(name, n)
     if n == 1:
         return [_tidy(a)]
     return [_tidy(a + (b - a) * k / (n - 1)) for k in range(n)]
 
 
 def _range(name: str, a: float, b: float, step: float) -> list[Scalar]:
-    if step == 0 or (b - a) * step <= 0:
-        raise SpecError(f"parameter {name!r}: range [{a}, {b}, {step}] is empty "
-                        f"(step must be non-zero and point from a to b)")
+    count = _range_count(name, a, b, step)
     if all(isinstance(v, int) for v in (a, b, step)):
         return list(range(a, b, step))
-    count = math.ceil((b - a) / step - 1e-9)
     return [_tidy(a + k * step) for k in range(count)]
 
 
@@ -325,12 +389,23 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
+def _is_finite(v: Any) -> bool:
+    """A number within the range of float64 (an int of any size converts to a finite one)."""
+    if not _is_number(v):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
 def _scalar(name: str, v: Any) -> Scalar:
     if v is None or isinstance(v, str | bool):
         return v
     if _is_number(v):
-        if not math.isfinite(v):
-            raise SpecError(f"parameter {name!r}: value {v!r} is not finite")
+        if not _is_finite(v):
+            raise SpecError(f"parameter {name!r}: value {v!r:.60} is invalid: must be a finite "
+                            "number within the range of float64")
         return v
     raise SpecError(f"parameter {name!r}: value {v!r} ({type(v).__name__}) is not allowed: "
                     f"use numbers, strings, booleans or null")
