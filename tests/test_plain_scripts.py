@@ -14,9 +14,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("xarray")
-pytest.importorskip("torch")
-
 SCAN_SCRIPT = """\
 import json
 import threading
@@ -61,6 +58,9 @@ def run_script(folder: Path, source: str, timeout: float = 240) -> subprocess.Co
 
 
 def test_a_scan_from_a_plain_script_finishes_its_points_in_parallel_once(tmp_path):
+    """Two points a torch batch leaves open, finished together by two threads."""
+    pytest.importorskip("xarray")
+    pytest.importorskip("torch")
     done = run_script(tmp_path, SCAN_SCRIPT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "top-level.log").read_text() == "ran\n"
@@ -68,3 +68,49 @@ def test_a_scan_from_a_plain_script_finishes_its_points_in_parallel_once(tmp_pat
     assert out["threads"] == 2
     assert out["status"] == ["not_converged"] * 2            # max_iter=2: kept, not failed
     assert all(f in ("single", "single-warm", "batch") for f in out["finished_by"])
+
+
+SWEEP_SCRIPT = """\
+import nbformat
+
+import mfgwork as mw
+
+with open("top-level.log", "a") as log:     # one line each time this top level runs
+    log.write("ran\\n")
+
+nb = nbformat.v4.new_notebook()
+nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                             "language": "python"}
+parameters = nbformat.v4.new_code_cell("level = 0\\nout_dir = None")
+parameters.metadata["tags"] = ["parameters"]
+nb.cells = [parameters, nbformat.v4.new_code_cell(
+    "import pathlib\\npathlib.Path(out_dir).mkdir(exist_ok=True)\\n"
+    "(pathlib.Path(out_dir) / 'level.txt').write_text(str(level))")]
+nbformat.write(nb, "tiny.ipynb")
+index = mw.sweep("tiny.ipynb", {"level": [1]}, "sweep", workers=1, progress=False)
+print(index.counts(), index[0]["error"])
+"""
+
+
+@pytest.mark.slow
+def test_a_sweep_from_a_plain_script_runs_in_its_workers_once(tmp_path):
+    """One run in one local worker: the worker runs the notebook, not the script."""
+    pytest.importorskip("papermill")
+    done = run_script(tmp_path, SWEEP_SCRIPT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "top-level.log").read_text() == "ran\n"
+    assert done.stdout.strip().splitlines()[-1] == "{'done': 1, 'failed': 0, 'pending': 0} None"
+    runs = list((tmp_path / "sweep" / "runs").iterdir())
+    assert [(r / "level.txt").read_text() for r in runs] == ["1"]
+
+
+def test_a_sweep_worker_that_dies_is_an_error_of_its_run_only():
+    """A worker process that ends without answering: the run's error says so (the sweep
+    records it and goes on)."""
+    from mfgwork.workflows.sweeps import _ask
+
+    dead = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    dead.wait()
+    with pytest.raises(RuntimeError, match=r"ended \(exit status 3\) during run r1"):
+        _ask(dead, {"name": "r1"})
