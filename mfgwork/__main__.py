@@ -184,6 +184,13 @@ def _add_lab(sub: argparse._SubParsersAction) -> None:
 
 
 def _lab(args: argparse.Namespace) -> int:
+    from .core.extras import MissingExtraError, require
+
+    try:
+        require("jupyterlab", extra="notebooks", feature="python -m mfgwork lab")
+    except MissingExtraError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     from .apps.lab import main
 
     return main(args.root, args.ip, args.port, args.server_args, args.allow_root)

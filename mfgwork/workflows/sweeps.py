@@ -44,6 +44,7 @@ from typing import Any
 
 from ..core import storage
 from ..core.errors import LoadError, ParameterError, check_flag, check_int
+from ..core.extras import require
 from .dask_client import dask_client
 from .differences import plan_differences
 from .specs import Run, parse_spec, read_spec
@@ -368,6 +369,10 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
     """
     from .runs import notebook_parameters
 
+    require("papermill", "nbformat", "yaml", "filelock", "psutil", extra="run",
+            feature="mw.sweep")
+    if dask or scheduler:
+        require("distributed", extra="dask", feature="mw.sweep(dask=True or scheduler=...)")
     workers = check_int("workers", workers if workers is not None else _cores(), low=1)
     max_runs = check_int("max_runs", max_runs, low=1)
     _check_options(notebook, scheduler, kernel_name, dask=dask, retry_failed=retry_failed,
