@@ -1,10 +1,10 @@
-"""A worker process of a local sweep: ``python -m mfgwork.workflows.sweep_worker PARENT_PID``.
+"""A worker process of a local sweep (:func:`main`, started by the sweep with its own pid).
 
 It reads tasks from stdin (pickled dicts, one after another), runs each by
 :func:`~mfgwork.workflows.sweeps.execute_run` and writes back one pickled answer per task:
 ``{"result": ...}`` or ``{"error": (type name, message)}``. Whatever it or its kernels print
 goes to stderr, so stdout carries the answers alone. It ends at the end of its input, and as
-soon as the sweep process ``PARENT_PID`` dies (with the kernels it started).
+soon as the sweep process (its first argument, a pid) dies, with the kernels it started.
 
 A fresh interpreter rather than a ``multiprocessing`` child: a child started by spawn or
 forkserver imports the caller's ``__main__`` again, which re-ran a script that calls

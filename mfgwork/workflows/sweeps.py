@@ -306,13 +306,16 @@ def _local_pool(workers: int) -> Iterator[tuple[Callable[[dict], Future], Callab
             worker.wait()
 
 
+#: The worker's start: this very mfgwork (its folder put first on the path where the path
+#: lacks it; the environment, which its kernels inherit, is left alone).
+_WORKER = ("import sys; root = sys.argv[2]; root in sys.path or sys.path.insert(0, root); "
+           "from mfgwork.workflows.sweep_worker import main; sys.exit(main())")
+
+
 def _start_worker() -> subprocess.Popen:
-    """A worker process that imports this very mfgwork (its folder first on its path)."""
     root = str(Path(__file__).resolve().parents[2])
-    paths = [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return subprocess.Popen([sys.executable, "-m", "mfgwork.workflows.sweep_worker",
-                             str(os.getpid())], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            env=os.environ | {"PYTHONPATH": os.pathsep.join(paths)})
+    return subprocess.Popen([sys.executable, "-c", _WORKER, str(os.getpid()), root],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
 
 def _ask(worker: subprocess.Popen, task: dict) -> dict[str, Any]:
