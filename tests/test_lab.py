@@ -21,8 +21,9 @@ from mfgwork.apps.lab import LabError, check_options, lab, status  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 #: What a user's config may hold to switch the token off (jupyter_server 2.x and its
-#: deprecated 1.x name), in both formats Jupyter reads.
-NO_TOKEN_PY = "c.ServerApp.token = ''\nc.IdentityProvider.token = ''\n"
+#: deprecated 1.x name), in both formats Jupyter reads; and a base URL of its own.
+NO_TOKEN_PY = ("c.ServerApp.token = ''\nc.IdentityProvider.token = ''\n"
+               "c.ServerApp.base_url = '/u/'\n")
 NO_TOKEN_JSON = '{"ServerApp": {"token": ""}, "IdentityProvider": {"token": ""}}'
 
 

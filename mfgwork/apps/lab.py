@@ -67,11 +67,13 @@ class LabError(RuntimeError):
 
 def server_command(root: str | os.PathLike, ip: str, port: int,
                    extra: Sequence[str] = (), allow_root: bool = False) -> list[str]:
-    """The ``jupyter lab`` command line (no secret in it)."""
+    """The ``jupyter lab`` command line (no secret in it): the address, the port, the base URL
+    and the identity provider given here outrank any configuration file."""
     return [sys.executable, "-m", "jupyter", "lab", "--no-browser",
             *(["--allow-root"] if allow_root else []), *extra,
             f"--ServerApp.ip={ip}", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
             f"--ServerApp.root_dir={root}", "--ServerApp.answer_yes=True",
+            "--ServerApp.base_url=/",   # where the launcher checks it (a config may move it)
             f"--ServerApp.identity_provider_class={__name__}.PinnedTokenIdentityProvider"]
 
 
