@@ -114,3 +114,55 @@ def test_a_sweep_worker_that_dies_is_an_error_of_its_run_only():
     dead.wait()
     with pytest.raises(RuntimeError, match=r"ended \(exit status 3\) during run r1"):
         _ask(dead, {"name": "r1"})
+
+
+GUARD_SCRIPT = """\
+from mfgwork.core.processes import unguarded_script_line
+
+print(unguarded_script_line())
+if True:
+    print(unguarded_script_line())
+if "__main__" == __name__:
+    print(unguarded_script_line())
+
+
+def later():
+    return unguarded_script_line()
+
+
+if __name__ == "__main__":
+    print(later())
+print(later())
+"""
+
+
+def test_a_call_outside_the_main_guard_is_found_by_its_line(tmp_path):
+    done = run_script(tmp_path, GUARD_SCRIPT, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["3", "5", "None", "None", "16"]
+
+
+DASK_SCRIPT = """\
+import mfgwork as mw
+
+with open("top-level.log", "a") as log:
+    log.write("ran\\n")
+try:
+    mw.scan(mw.SantaFeBar, {"eps": [0.05, 0.1]}, store="scan.zarr", nx=21, nt=20,
+            device="cpu", dask=True, workers=2, progress=False)
+except mw.ParameterError as exc:
+    print(exc)
+"""
+
+
+def test_a_dask_scan_from_a_plain_script_is_refused_before_work(tmp_path):
+    """A LocalCluster's workers are spawned and would run the script again: refused, with the
+    line and the cure, before a store or a cluster exists."""
+    pytest.importorskip("xarray")
+    pytest.importorskip("distributed")
+    done = run_script(tmp_path, DASK_SCRIPT, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "mw.scan(dask=True) starts worker processes" in done.stdout
+    assert "(line 6 is outside if __name__" in done.stdout
+    assert (tmp_path / "top-level.log").read_text() == "ran\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["script.py", "top-level.log"]

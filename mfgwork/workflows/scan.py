@@ -65,6 +65,7 @@ from ..core import storage
 from ..core.backend import Backend, get_backend, to_numpy
 from ..core.errors import LoadError, ParameterError, check_flag, check_int
 from ..core.extras import require
+from ..core.processes import check_spawn_safe
 from ..placement import Placement
 from ..problems import PROBLEMS
 from ..results import provenance
@@ -325,6 +326,8 @@ def _require(grid: Any, store: Any, dask: Any, scheduler: Any, feature: str) -> 
             extra="scan", feature=feature)
     if dask or scheduler:
         require("distributed", extra="dask", feature=f"{feature}(dask=True or scheduler=...)")
+    if dask and scheduler is None:
+        check_spawn_safe(f"{feature}(dask=True)")
 
 
 def _check_options(store: Any, device: Any, scheduler: Any, dask: Any, workers: Any,

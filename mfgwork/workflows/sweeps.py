@@ -45,6 +45,7 @@ from typing import Any
 from ..core import storage
 from ..core.errors import LoadError, ParameterError, check_flag, check_int
 from ..core.extras import require
+from ..core.processes import check_spawn_safe
 from .dask_client import dask_client
 from .differences import plan_differences
 from .specs import Run, parse_spec, read_spec
@@ -376,6 +377,8 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
             feature="mw.sweep")
     if dask or scheduler:
         require("distributed", extra="dask", feature="mw.sweep(dask=True or scheduler=...)")
+    if dask and scheduler is None:
+        check_spawn_safe("mw.sweep(dask=True)")
     workers = check_int("workers", workers if workers is not None else _cores(), low=1)
     max_runs = check_int("max_runs", max_runs, low=1)
     _check_options(notebook, scheduler, kernel_name, dask=dask, retry_failed=retry_failed,
