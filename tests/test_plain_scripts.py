@@ -42,9 +42,14 @@ scan_solve._finish_one = finish_together
 ds = mw.scan(mw.SantaFeBar, {"eps": [0.001, 0.002]},
              fixed={"threshold": 0.6, "sigma": 0.3, "T": 5.0}, backend="torch", device="cpu",
              nx=21, nt=20, max_iter=2, progress=False)
+try:        # a Dask LocalCluster's workers are spawned: refused before a store exists
+    mw.scan(mw.SantaFeBar, {"eps": [0.05]}, store="scan.zarr", nx=21, nt=20, dask=True,
+            progress=False)
+except mw.ParameterError as exc:
+    refused = str(exc)
 print(json.dumps({"status": [str(s) for s in ds.status.values],
                   "finished_by": [str(s) for s in ds.finished_by.values],
-                  "threads": len(threads)}))
+                  "threads": len(threads), "refused": refused}))
 """
 
 
@@ -58,9 +63,12 @@ def run_script(folder: Path, source: str, timeout: float = 240) -> subprocess.Co
 
 
 def test_a_scan_from_a_plain_script_finishes_its_points_in_parallel_once(tmp_path):
-    """Two points a torch batch leaves open, finished together by two threads."""
+    """Two points a torch batch leaves open, finished together by two threads; a scan on a
+    Dask LocalCluster, whose workers would run the script again, refused with the line and
+    the cure before a store or a cluster exists."""
     pytest.importorskip("xarray")
     pytest.importorskip("torch")
+    pytest.importorskip("distributed")
     done = run_script(tmp_path, SCAN_SCRIPT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "top-level.log").read_text() == "ran\n"
@@ -68,6 +76,10 @@ def test_a_scan_from_a_plain_script_finishes_its_points_in_parallel_once(tmp_pat
     assert out["threads"] == 2
     assert out["status"] == ["not_converged"] * 2            # max_iter=2: kept, not failed
     assert all(f in ("single", "single-warm", "batch") for f in out["finished_by"])
+    line = 1 + next(i for i, text in enumerate(SCAN_SCRIPT.splitlines()) if "dask=True" in text)
+    assert out["refused"].startswith("mw.scan(dask=True) starts worker processes that would")
+    assert f"(line {line} is outside if __name__" in out["refused"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["script.py", "top-level.log"]
 
 
 SWEEP_SCRIPT = """\
@@ -140,29 +152,3 @@ def test_a_call_outside_the_main_guard_is_found_by_its_line(tmp_path):
     done = run_script(tmp_path, GUARD_SCRIPT, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["3", "5", "None", "None", "16"]
-
-
-DASK_SCRIPT = """\
-import mfgwork as mw
-
-with open("top-level.log", "a") as log:
-    log.write("ran\\n")
-try:
-    mw.scan(mw.SantaFeBar, {"eps": [0.05, 0.1]}, store="scan.zarr", nx=21, nt=20,
-            device="cpu", dask=True, workers=2, progress=False)
-except mw.ParameterError as exc:
-    print(exc)
-"""
-
-
-def test_a_dask_scan_from_a_plain_script_is_refused_before_work(tmp_path):
-    """A LocalCluster's workers are spawned and would run the script again: refused, with the
-    line and the cure, before a store or a cluster exists."""
-    pytest.importorskip("xarray")
-    pytest.importorskip("distributed")
-    done = run_script(tmp_path, DASK_SCRIPT, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "mw.scan(dask=True) starts worker processes" in done.stdout
-    assert "(line 6 is outside if __name__" in done.stdout
-    assert (tmp_path / "top-level.log").read_text() == "ran\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["script.py", "top-level.log"]
