@@ -55,24 +55,19 @@ doctor: $(VENV)/.installed-all
 bench: $(VENV)/.installed-run
 	$(PY) benchmarks/fdm.py
 
-# JupyterLab in notebooks/ on 127.0.0.1 (loopback only) with a fresh token (or $LAB_TOKEN); one
-# Ctrl-C stops it and its kernels. The token reaches the server through the environment
-# (JUPYTER_TOKEN), never the command line, which every local user can read. Another listening
-# address only through LAB_IP (e.g. make lab LAB_IP=0.0.0.0, reachable from the network).
-# As root (containers, CI) --allow-root is added, with a note: Jupyter refuses root otherwise.
-# Extra server options: make lab LAB_ARGS="..." (not the address or the token).
+# JupyterLab in notebooks/ on 127.0.0.1 (loopback only) with a fresh token (or $LAB_TOKEN), by
+# python -m mfgwork lab: the token reaches the server through the environment, never the command
+# line (which every local user can read), outranks the user's own Jupyter configuration, and is
+# checked once the server listens: a request without it must be refused, or the server is
+# stopped and make lab fails. One Ctrl-C stops it and its kernels. Another listening address
+# only through LAB_IP (e.g. make lab LAB_IP=0.0.0.0, reachable from the network). As root
+# (containers, CI) --allow-root is added, with a note: Jupyter refuses root otherwise.
+# Extra server options: make lab LAB_ARGS="..." (not the address or the authentication).
 LAB_IP ?= 127.0.0.1
 lab: $(VENV)/.installed-all
-	@case " $(LAB_ARGS) " in *[.-]ip[=\ ]*|*token*) \
-		echo "error: LAB_ARGS may not set the address or the token: use LAB_IP / LAB_TOKEN" >&2; \
-		exit 2;; esac; \
-	root=""; \
+	@root=""; \
 	if [ "$$(id -u)" -eq 0 ]; then \
 		root="--allow-root"; \
 		echo "note: running as root, so JupyterLab starts with --allow-root (its kernels run as root too)"; \
 	fi; \
-	token=$${LAB_TOKEN:-$$($(PY) -c 'import secrets; print(secrets.token_hex(24))')}; \
-	echo "JupyterLab: http://$(LAB_IP):$(LAB_PORT)/lab?token=$$token  (Ctrl-C stops it)"; \
-	JUPYTER_TOKEN=$$token exec $(PY) -m jupyter lab --no-browser $$root $(LAB_ARGS) \
-		--ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) --ServerApp.port_retries=0 \
-		--ServerApp.root_dir=notebooks --ServerApp.answer_yes=True
+	exec $(PY) -m mfgwork lab --root notebooks --ip "$(LAB_IP)" --port "$(LAB_PORT)" $$root -- $(LAB_ARGS)

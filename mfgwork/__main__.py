@@ -1,4 +1,4 @@
-"""Command line: ``python -m mfgwork {doctor,run,sweep,scan} ...``."""
+"""Command line: ``python -m mfgwork {doctor,run,sweep,scan,lab} ...``."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_sweep(sub)
     _add_scan(sub)
+    _add_lab(sub)
     return parser
 
 
@@ -168,6 +169,32 @@ def _scan(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
     return 0 if bool((ds["status"] == "converged").all()) else 1
+
+
+def _add_lab(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("lab", help="JupyterLab with a token in force (LAB_TOKEN or a fresh one)",
+                       epilog="Exit status: the server's; 2 when it could not start with the "
+                              "token in force (nothing is left running).")
+    p.add_argument("--root", default="notebooks", help="the folder it serves (default: notebooks)")
+    p.add_argument("--ip", default="127.0.0.1", help="listening address (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8888, help="port (default: 8888)")
+    p.add_argument("--allow-root", action="store_true", help="let it run as root")
+    p.add_argument("server_args", nargs="*", metavar="-- OPTION",
+                   help="further jupyter lab options (not the address or the authentication)")
+    p.set_defaults(func=_lab)
+
+
+def _lab(args: argparse.Namespace) -> int:
+    from .core.extras import MissingExtraError, require
+
+    try:
+        require("jupyterlab", extra="notebooks", feature="python -m mfgwork lab")
+    except MissingExtraError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from .apps.lab import main
+
+    return main(args.root, args.ip, args.port, args.server_args, args.allow_root)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,7 @@ from .best_response import best_response_residual
 from .core import storage
 from .core.backend import to_numpy
 from .core.errors import LoadError, ParameterError
+from .core.extras import require
 from .core.figures import save_figure
 from .core.grid import trapezoid_weights
 from .core.storage import load_table, provenance
@@ -216,6 +217,7 @@ class Result(ObservablesByName):
         the coordinates t, the state axis (``x``, or the names of the states), the labels of
         labelled axes and the arrays that are coordinates (2-D: ``y``); attributes
         ``converged``, ``status``, ``residual`` (NaN when unknown)."""
+        require("xarray", extra="scan", feature="Result.to_xarray")
         import xarray as xr
 
         host = self.to_numpy()

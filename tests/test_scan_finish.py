@@ -58,16 +58,49 @@ def test_a_point_neither_path_brings_in_stays_not_converged_where_mw_solve_does(
 
 
 def test_the_single_path_runs_over_the_cpu_cores(monkeypatch):
-    """Enough points to finish go to a pool of processes, one per core; one point, one
-    core, little work, or a daemon process (a Dask worker) stay in this process."""
-    import os
+    """Points to finish go to threads, one per core; one point, one core, a small grid or a
+    daemon process (a Dask worker, already one of several) stay in the calling thread."""
+    import threading
+
+    from mfgwork.workflows import scan_solve
+
+    here = threading.get_ident()
+    monkeypatch.setattr(scan_solve, "_cores", lambda: 2)
+    idents = scan_solve._map(threading.get_ident, [(), (), ()], parallel=True)
+    assert len(idents) == 3 and here not in idents
+    assert scan_solve._map(threading.get_ident, [()], parallel=True) == [here]
+    assert scan_solve._map(threading.get_ident, [(), ()], parallel=False) == [here] * 2
+    monkeypatch.setattr(scan_solve, "_cores", lambda: 1)
+    assert scan_solve._map(threading.get_ident, [(), ()], parallel=True) == [here] * 2
+
+
+def test_the_threads_leave_the_callers_warning_filters_as_they_were(monkeypatch):
+    """The solves enter ``warnings.catch_warnings`` from several threads at once, which is
+    not thread-safe; the filters the caller had are restored when the threads are done."""
+    import threading
+    import warnings
 
     from mfgwork.workflows import scan_solve
 
     monkeypatch.setattr(scan_solve, "_cores", lambda: 2)
-    pids = scan_solve._map(os.getpid, [(), (), ()], parallel=True)
-    assert len(pids) == 3 and os.getpid() not in pids
-    assert scan_solve._map(os.getpid, [()], parallel=True) == [os.getpid()]
-    assert scan_solve._map(os.getpid, [(), ()], parallel=False) == [os.getpid()] * 2
-    monkeypatch.setattr(scan_solve, "_cores", lambda: 1)
-    assert scan_solve._map(os.getpid, [(), ()], parallel=True) == [os.getpid()] * 2
+    entered = threading.Barrier(2, timeout=10)
+
+    def leaky() -> None:
+        """Thread _0 enters first and leaves first, the other enters second and leaves last:
+        it saved the first's filter and puts it back for good."""
+        first = threading.current_thread().name.endswith("_0")
+        context = warnings.catch_warnings()
+        for step in range(3):
+            if step == (0 if first else 1):
+                context.__enter__()
+                warnings.simplefilter("ignore", mw.ConvergenceWarning)
+            if first and step == 2:
+                context.__exit__(None, None, None)
+            entered.wait()
+        if not first:
+            context.__exit__(None, None, None)
+
+    with warnings.catch_warnings():
+        before = list(warnings.filters)
+        scan_solve._map(leaky, [(), ()], parallel=True)
+        assert warnings.filters == before

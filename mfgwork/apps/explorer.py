@@ -29,7 +29,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import ipywidgets as w
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -37,12 +36,16 @@ from matplotlib.figure import Figure
 from ..analysis import plots, plots2d
 from ..core.backend import available_backends
 from ..core.errors import ConvergenceWarning, ParameterError, check_choice, check_int, check_real
+from ..core.extras import require
 from ..problems.room import Room
 from ..problems.santa_fe import DEFAULTS, SantaFeBar
 from ..results import Result
 from ..results2d import Result2D
 from ..solve import METHODS, solve
 from ..solve2d import solve_2d
+
+require("ipywidgets", extra="notebooks", feature="the explorer (mw.widgets)")
+import ipywidgets as w  # noqa: E402
 
 #: name → (label, min, max, step) of each problem slider; defaults are Santa Fe's.
 SLIDERS: dict[str, tuple[str, float, float, float]] = {

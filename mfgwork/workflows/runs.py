@@ -26,6 +26,7 @@ from ..core import storage
 from ..core.ansi import strip_ansi
 from ..core.backend import get_backend
 from ..core.errors import LoadError, ParameterError, check_choice, check_int
+from ..core.extras import require
 from ..numerics.iteration import check_stopping
 from .specs import coerce_parameter, load_yaml
 
@@ -114,6 +115,7 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
     and marked; any other file of that name is left alone) is removed. On failure nothing is
     left at ``out_dir`` and :class:`NotebookError` is raised.
     """
+    require("papermill", "nbformat", extra="run", feature="running a notebook")
     path = _existing_notebook(notebook)
     protect = {path.parent: f"the folder of the notebook {path.name}"}
     target = storage.check_target(out_dir, "run", force=force, protect=protect)

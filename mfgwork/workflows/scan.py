@@ -68,6 +68,8 @@ import numpy as np
 from ..core import storage
 from ..core.backend import Backend, get_backend, to_numpy
 from ..core.errors import LoadError, ParameterError, check_flag, check_int
+from ..core.extras import require
+from ..core.processes import check_spawn_safe
 from ..placement import Placement
 from ..problems import PROBLEMS
 from ..results import provenance
@@ -268,6 +270,7 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
     """
     options = {"nx": nx, "nt": nt, "tol": tol, "max_iter": max_iter, "dtype": dtype,
                "backend": backend, "iteration": iteration} | ({} if ny is None else {"ny": ny})
+    _require(grid, store, dask, scheduler, "mw.scan")
     workers = _check_options(store, device, scheduler, dask, workers, progress)
     if store is not None:
         check_store_target(store)
@@ -320,6 +323,17 @@ def resolving(path: Path, layout: Layout, damaged: list[Damage]) -> str:
                       f"{d.reason}" for d in damaged[:3])
     return (f"store={str(path)!r}: solving {len(damaged)} finished block(s) again whose "
             f"stored data is missing or damaged: {shown}" + (" …" if len(damaged) > 3 else ""))
+
+
+def _require(grid: Any, store: Any, dask: Any, scheduler: Any, feature: str) -> None:
+    """The optional packages a scan with these options needs (before anything is made)."""
+    require("xarray", "psutil", *(() if isinstance(grid, Mapping) else ("yaml",)),
+            *(() if store is None else ("zarr", "dask.array", "filelock")),
+            extra="scan", feature=feature)
+    if dask or scheduler:
+        require("distributed", extra="dask", feature=f"{feature}(dask=True or scheduler=...)")
+    if dask and scheduler is None:
+        check_spawn_safe(f"{feature}(dask=True)")
 
 
 def _check_options(store: Any, device: Any, scheduler: Any, dask: Any, workers: Any,
@@ -395,6 +409,7 @@ def open_scan(path: str | os.PathLike, *, verify: bool = True) -> Any:
     and still refuses metadata that differs from the creation record; a store written
     before creation records existed opens only this way, with a warning. Values are read as
     stored (no CF time decoding)."""
+    require("xarray", "zarr", "dask.array", extra="scan", feature="mw.open_scan")
     import xarray as xr
 
     from .scan_store import read_attrs
@@ -487,6 +502,7 @@ def check_netcdf(path: str | os.PathLike, *, force: bool = False) -> Path:
     :func:`to_netcdf` wrote (any other existing file only with ``force``; never a folder, a
     link or a FIFO); else :class:`~mfgwork.ParameterError` (see
     :func:`mfgwork.core.storage.check_file`)."""
+    require("h5netcdf", "h5py", extra="scan", feature="a NetCDF export of a scan")
     return storage.check_file(path, name="netcdf", force=force, ours=_is_scan_netcdf)
 
 

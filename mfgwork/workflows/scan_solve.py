@@ -4,7 +4,6 @@ each point's entries in the Dataset, with failures and non-convergence kept as d
 from __future__ import annotations
 
 import os
-import pickle
 import time
 import warnings
 from collections.abc import Mapping
@@ -33,10 +32,11 @@ DEVICE_ARRAYS_PER_POINT = 32
 MEMORY_FRACTION = 0.5
 #: Longest message kept per point (the rest is cut).
 MESSAGE_CHARS = 400
-#: Grid cells (nx × nt, summed over the points) from which the single path finishes a batch's
-#: points over a pool of processes: about 5 s of work on one core, against 1–2 s to start
-#: the pool's processes (importing the library).
-POOL_MIN_CELLS = 100_000
+#: Grid cells (nx × nt) of a point from which the single path finishes a batch's points over
+#: threads, one per core: from about 101 × 100 on, half of a solve's time or more is spent in
+#: compiled loops that release the GIL (profiled on Santa Fe: 0.4 of it at 51², 0.5 at 101²,
+#: 0.8 at 201², 0.85 at 401²); below, the threads would mostly wait for one another.
+PARALLEL_MIN_CELLS = 10_000
 
 
 def placement(device: str, backend: str | None, dtype: Any, problem: Problem | None = None,
@@ -157,12 +157,12 @@ def finish(problems: list[MFGProblem], outcomes: list[dict[str, Any]], iterates:
     with NumPy in float64 on the CPU (where :func:`mfgwork.placement` puts a single solve;
     its Newton fallback rescues stalling Santa Fe points), warm-started from the coupling
     state of the batch's best iterate (``iterates``: its densities per point), and from the
-    start if the warm start does not converge; over the CPU cores in parallel (from
-    :data:`POOL_MIN_CELLS`). A finished point counts the batch's iterations and time too;
+    start if the warm start does not converge; over the CPU cores in parallel (threads, from
+    :data:`PARALLEL_MIN_CELLS`). A finished point counts the batch's iterations and time too;
     one that the single path cannot bring in either keeps the better of the two solutions."""
     hard = [k for k, o in enumerate(outcomes) if o["status"] == "not_converged"]
     jobs = [(problems[k], _state(problems[k], iterates[k], opts), dict(opts)) for k in hard]
-    parallel = len(jobs) * opts["nx"] * opts["nt"] >= POOL_MIN_CELLS
+    parallel = opts["nx"] * opts["nt"] >= PARALLEL_MIN_CELLS
     for k, single in zip(hard, _map(_finish_one, jobs, parallel), strict=True):
         batch = outcomes[k]
         single["iterations"] = single.get("iterations", 0) + batch["iterations"]
@@ -200,27 +200,30 @@ def _state(problem: MFGProblem, M: Any, opts: Mapping[str, Any]) -> np.ndarray:
 
 
 def _map(fn: Any, jobs: list[tuple[Any, ...]], parallel: bool) -> list[Any]:
-    """``[fn(*job) for job in jobs]``, over a pool of processes when ``parallel`` and there
-    are several jobs and cores (and this process may start them: not in a daemon such as a
-    Dask worker)."""
+    """``[fn(*job) for job in jobs]``, over threads, one per core, when ``parallel`` and there
+    are several jobs and cores (and this process is not a daemon such as a Dask worker, already
+    one of several in parallel).
+
+    Threads, not processes: the single path spends its time in compiled loops that release the
+    GIL (the Numba kernels are ``nogil``), a thread starts at once and needs nothing pickled,
+    and it never re-runs the user's script (a process started by spawn or forkserver imports
+    ``__main__`` again, so a script without ``if __name__ == "__main__":`` ran its scan again in
+    every worker and broke the pool). ``warnings.catch_warnings``, which the solves enter, is
+    not thread-safe: the caller's warning filters are restored when the threads are done."""
     import multiprocessing
 
     workers = min(len(jobs), _cores()) if parallel else 1
     if workers < 2 or multiprocessing.current_process().daemon:
         return [fn(*job) for job in jobs]
-    try:
-        pickle.dumps(jobs)
-    except Exception:  # noqa: BLE001 - e.g. a problem with a local function: here, in turn
-        return [fn(*job) for job in jobs]
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor
 
-    from .sweeps import _watch_parent
-
-    with ProcessPoolExecutor(max_workers=workers,
-                             mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_watch_parent, initargs=(os.getpid(),)) as pool:
-        futures = [pool.submit(fn, *job) for job in jobs]
-        return [f.result() for f in futures]
+    with warnings.catch_warnings():
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mfgwork-finish")
+        try:
+            futures = [pool.submit(fn, *job) for job in jobs]
+            return [f.result() for f in futures]
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _cores() -> int:

@@ -19,8 +19,9 @@ The status of a run is read from disk: done if ``runs/NAME`` exists, failed if
 A sweep goes only into a new or empty folder or a sweep folder; another spec in an existing
 sweep folder needs ``replan=True`` (the earlier runs stay listed). Plans of more than
 ``max_runs`` runs are refused before anything is written.
-Runs execute in worker processes (``ProcessPoolExecutor``, spawn) or on Dask workers, each
-in its own kernel through papermill; local workers exit when the sweep process dies.
+Runs execute in worker processes (fresh interpreters, :mod:`~mfgwork.workflows.sweep_worker`:
+a script calling :func:`sweep` needs no ``if __name__ == "__main__":``) or on Dask workers,
+each in its own kernel through papermill; local workers exit when the sweep process dies.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ import contextlib
 import csv
 import html
 import os
+import pickle
 import re
+import subprocess
+import sys
 import threading
-import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -41,6 +44,8 @@ from typing import Any
 
 from ..core import storage
 from ..core.errors import LoadError, ParameterError, check_flag, check_int
+from ..core.extras import require
+from ..core.processes import check_spawn_safe
 from .dask_client import dask_client
 from .differences import plan_differences
 from .specs import Run, parse_spec, read_spec
@@ -270,36 +275,68 @@ def execute_run(task: Mapping[str, Any]) -> dict[str, Any]:
         return {"run": name, "status": "done", "error": None}
 
 
-def _watch_parent(parent_pid: int) -> None:
-    """Pool initializer: when the sweep process dies (even by SIGKILL), kill this worker's
-    kernels and exit, so no run of a dead sweep keeps writing."""
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(0.2)
-        with contextlib.suppress(Exception):
-            import psutil
-
-            for child in psutil.Process().children(recursive=True):
-                child.kill()
-        os._exit(1)
-
-    threading.Thread(target=watch, name="mfgwork-watch-parent", daemon=True).start()
-
-
 # -- executors -----------------------------------------------------------------------------------
 @contextlib.contextmanager
 def _local_pool(workers: int) -> Iterator[tuple[Callable[[dict], Future], Callable]]:
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    """Threads, each handing its runs to a worker process of its own
+    (:mod:`~mfgwork.workflows.sweep_worker`: a fresh interpreter, so the caller's script is
+    not run again, with or without ``if __name__ == "__main__":``); a worker that died is
+    replaced for the next run. On the way out, pending runs are cancelled, running ones end
+    and the workers exit."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
 
-    pool = ProcessPoolExecutor(max_workers=workers,
-                               mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_watch_parent, initargs=(os.getpid(),))
+    started: list[subprocess.Popen] = []
+    mine = threading.local()
+
+    def run(task: dict) -> dict[str, Any]:
+        worker = getattr(mine, "worker", None)
+        if worker is None or worker.poll() is not None:
+            worker = mine.worker = _start_worker()
+            started.append(worker)
+        return _ask(worker, task)
+
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mfgwork-sweep")
     try:
-        yield (lambda task: pool.submit(execute_run, task)), as_completed
+        yield (lambda task: pool.submit(run, task)), as_completed
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        for worker in started:
+            with contextlib.suppress(OSError):
+                worker.stdin.close()
+        for worker in started:
+            worker.wait()
+
+
+#: The worker's start: this very mfgwork (its folder put first on the path where the path
+#: lacks it; the environment, which its kernels inherit, is left alone).
+_WORKER = ("import sys; root = sys.argv[2]; root in sys.path or sys.path.insert(0, root); "
+           "from mfgwork.workflows.sweep_worker import main; sys.exit(main())")
+
+
+def _start_worker() -> subprocess.Popen:
+    root = str(Path(__file__).resolve().parents[2])
+    return subprocess.Popen([sys.executable, "-c", _WORKER, str(os.getpid()), root],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+
+def _ask(worker: subprocess.Popen, task: dict) -> dict[str, Any]:
+    """Send ``task`` to ``worker`` and wait for its answer; a worker that dies meanwhile or
+    whose run raised is an error (:func:`_worker_error` records it)."""
+    try:
+        pickle.dump(task, worker.stdin)
+        worker.stdin.flush()
+        answer = pickle.load(worker.stdout)
+    except (OSError, EOFError, pickle.UnpicklingError):
+        status = worker.poll()
+        if status is None:   # alive but unreadable: it cannot serve another run
+            worker.kill()
+            worker.wait()
+        raise RuntimeError(f"the worker process {worker.pid} ended (exit status {status}) "
+                           f"during run {task['name']}") from None
+    if "error" in answer:
+        name, message = answer["error"]
+        raise RuntimeError(f"{name}: {message}")
+    return answer["result"]
 
 
 @contextlib.contextmanager
@@ -336,6 +373,12 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
     """
     from .runs import notebook_parameters
 
+    require("papermill", "nbformat", "yaml", "filelock", "psutil", extra="run",
+            feature="mw.sweep")
+    if dask or scheduler:
+        require("distributed", extra="dask", feature="mw.sweep(dask=True or scheduler=...)")
+    if dask and scheduler is None:
+        check_spawn_safe("mw.sweep(dask=True)")
     workers = check_int("workers", workers if workers is not None else _cores(), low=1)
     max_runs = check_int("max_runs", max_runs, low=1)
     _check_options(notebook, scheduler, kernel_name, dask=dask, retry_failed=retry_failed,
