@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import ParameterError, check_real
-from .symbolic import Traced, trace
+from .symbolic import Traced, is_half_square, trace
 
 
 def _positive(v: Any, xp: Any) -> Any:
@@ -54,6 +54,7 @@ def _negative(v: Any, xp: Any) -> Any:
 
 
 _NOTED: set[type] = set()
+_HALF_SQUARE: dict[str, bool] = {}
 
 
 class Hamiltonian:
@@ -235,6 +236,18 @@ class Quadratic(Hamiltonian):
 
     def value(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
         return 0.5 * p * p
+
+    @staticmethod
+    def same_model(hamiltonian: Hamiltonian) -> bool:
+        """Whether ``hamiltonian``'s traced expression is ½|p|² (whatever its class): the
+        array paths specialise that expression, not a type."""
+        traced = hamiltonian.traced()
+        if traced is None:
+            return False
+        key = traced.structure.key
+        if key not in _HALF_SQUARE:
+            _HALF_SQUARE[key] = is_half_square(traced.structure)
+        return _HALF_SQUARE[key]
 
 
 @dataclass(frozen=True)

@@ -217,7 +217,8 @@ def _clean(expr: Any, p: Any) -> Any:
 def _derive(value: Any, names: tuple[str, ...], symbols: tuple[Any, ...]) -> Structure:
     sp = _sympy()
     x, p, m = _xpm()
-    value = sp.powsimp(value, force=True)
+    fractions = {r: sp.Float(r) for r in value.atoms(sp.Rational) if not r.is_Integer}
+    value = sp.powsimp(value.xreplace(fractions), force=True)   # p*p/2 is 0.5*p**2
     dp = _clean(sp.diff(value, p), p)
     dpp = _clean(sp.diff(dp, p), p)
     dm = _clean(sp.diff(value, m), p)
@@ -228,6 +229,13 @@ def _derive(value: Any, names: tuple[str, ...], symbols: tuple[Any, ...]) -> Str
     for name in ("value", "dp", "dpp", "dm"):
         structure.array[name] = _array_function(getattr(structure, name), structure)
     return structure
+
+
+def is_half_square(structure: Structure) -> bool:
+    """Whether the expression of ``structure`` is ½ p² (exactly, fields absent)."""
+    sp = _sympy()
+    _, p, _ = _xpm()
+    return sp.expand(structure.value - sp.Rational(1, 2) * p**2) == 0
 
 
 # -- printing -------------------------------------------------------------------------------
