@@ -409,7 +409,8 @@ def scalar_source(structure: Structure) -> str:
     x, p, m = _xpm()
     scalar_cls, _ = _printers()
     params = {s: f"prm[{i}]" for i, s in enumerate(structure.symbols)}
-    hoisted, aux = _hoist([structure.value, structure.dp, structure.at_zero], p)
+    value = _share_powers(structure.value, structure.dp)
+    hoisted, aux = _hoist([value, structure.dp, structure.at_zero], p)
     aux_names = {sym: f"aux[{j}, i]" for j, (sym, _) in enumerate(aux)}
     plain, node = scalar_cls(params), scalar_cls(params | aux_names)
     jit = "@njit(cache=True, nogil=True)"
@@ -424,6 +425,17 @@ def scalar_source(structure: Structure) -> str:
         lines += ["", "", jit, f"def {name}(p, x, m, prm):",
                   f"    return {plain.doprint(sp.sympify(expr))}"]
     return "\n".join(lines) + "\n"
+
+
+def _share_powers(value: Any, dp: Any) -> Any:
+    """``value`` with each b^e whose b^(e − 1) is in ``dp`` written b · b^(e − 1) (kept
+    unevaluated), so that H and ∂p H computed together take one power (|p|^q / q and
+    sign(p) |p|^(q − 1): one square root for q = 1.5)."""
+    sp = _sympy()
+    powers = {(e.base, e.exp) for e in dp.atoms(sp.Pow)}
+    return value.replace(
+        lambda e: e.is_Pow and not e.exp.is_Number and (e.base, e.exp - 1) in powers,
+        lambda e: sp.Mul(e.base, sp.UnevaluatedExpr(e.base ** (e.exp - 1)), evaluate=False))
 
 
 def _hoist(exprs: list[Any], p: Any) -> tuple[list[Any], list[tuple[Any, Any]]]:

@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _pow(x, e):  # pragma: no cover - compiled
     """x^e for x ≥ 0, by square roots and products for the common exponents (``**`` costs
     as much as the rest of a Newton iteration's arithmetic)."""
@@ -39,15 +39,21 @@ def _pow(x, e):  # pragma: no cover - compiled
         return 1.0 / x
     if e == 0.0:
         return 1.0
-    return x ** e
+    return _general_pow(x, e)
 
 
 @njit(cache=True, nogil=True)
+def _general_pow(x, e):  # pragma: no cover - compiled
+    """x^e (a call of its own, so that the common exponents above do not pay for it)."""
+    return x ** e
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _sign(a):  # pragma: no cover - compiled
     return 1.0 if a > 0.0 else (-1.0 if a < 0.0 else 0.0)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _heaviside(a, h0):  # pragma: no cover - compiled
     return 1.0 if a > 0.0 else (0.0 if a < 0.0 else h0)
 
