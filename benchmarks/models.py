@@ -22,7 +22,8 @@ responses on the requested grid; those of the coarse stage of a coarse-to-fine s
 ``coarse_iterations``), whether it converged, the time per iteration (the median time over
 the requested grid's best responses, so it includes the coarse stage) and the ratio to the
 quadratic (numba) row of the same case, measured in the same run: of the total time
-(``× quad``) and of the time per iteration (``×/it``). Pin it to one core for the record:
+(``× quad``), of the time per iteration (``×/it``) and of the CPU time per iteration
+(``cpu ×/it``: what a shared machine's load does not change). Pin it to one core for the record:
 ``taskset -c 0 python benchmarks/models.py``.
 
 ``--compile``: the first solve of a new model (notebook 09's) in a fresh process, twice with
@@ -97,16 +98,18 @@ def measure(case: dict, model: mw.Hamiltonian | tuple, repeats: int) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", mw.ConvergenceWarning)
         for _ in range(repeats + 1):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             res = mw.solve(problem, progress=False,
                            iteration=None if iteration is None else iteration(), **case)
-            runs.append((time.perf_counter() - t0, res))
+            runs.append((time.perf_counter() - t0, time.process_time() - c0, res))
     runs = runs[1:]
-    med = statistics.median(t for t, _ in runs)
-    res = runs[0][1]
+    med = statistics.median(t for t, _, _ in runs)
+    cpu = statistics.median(c for _, c, _ in runs)
+    res = runs[0][2]
     its = len(res.history["residual"])
-    return {"time_s": med, "iterations": res.iterations, "evaluations": its,
-            "per_iteration_s": med / max(its, 1), "converged": res.converged,
+    return {"time_s": med, "cpu_s": cpu, "iterations": res.iterations, "evaluations": its,
+            "per_iteration_s": med / max(its, 1), "per_iteration_cpu_s": cpu / max(its, 1),
+            "converged": res.converged,
             "residual": res.residual, "mass_error": res.mass_error,
             "scheme": res.params["iteration"].get("scheme"),
             "kernels": res.extra["fdm_kernels"],
@@ -165,17 +168,21 @@ def main(argv: list[str] | None = None) -> int:
             base = base or row
             row["ratio_to_quadratic"] = row["time_s"] / base["time_s"]
             row["per_iteration_ratio"] = row["per_iteration_s"] / base["per_iteration_s"]
+            row["per_iteration_cpu_ratio"] = (row["per_iteration_cpu_s"]
+                                              / base["per_iteration_cpu_s"])
             rows.append(row)
             print(f"  measured {case} / {name}: {row['time_s']:.3f} s", file=sys.stderr)
     header = (f"{'case':<8} {'model':<20} {'median':>9} {'iters':>5} {'conv':>5} "
-              f"{'residual':>9} {'per it':>9} {'scheme':>9} {'× quad':>7} {'×/it':>6}")
+              f"{'residual':>9} {'per it':>9} {'scheme':>9} {'× quad':>7} {'×/it':>6} "
+              f"{'cpu ×/it':>8}")
     print(header)
     print("-" * len(header))
     for r in rows:
         print(f"{r['case']:<8} {r['model']:<20} {r['time_s']:8.3f}s {r['iterations']:>5} "
               f"{str(r['converged']):>5} {r['residual']:9.1e} "
               f"{1e3 * r['per_iteration_s']:7.1f}ms {r['scheme']:>9} "
-              f"{r['ratio_to_quadratic']:7.2f} {r['per_iteration_ratio']:6.2f}")
+              f"{r['ratio_to_quadratic']:7.2f} {r['per_iteration_ratio']:6.2f} "
+              f"{r['per_iteration_cpu_ratio']:8.2f}")
     first = compile_times() if args.compile else None
     for r in first or []:
         print(f"first solve of a new model, {r['cache']} cache: compile "

@@ -117,6 +117,27 @@ def test_fields_are_arguments_of_one_structure():
     assert not mw.Quadratic.same_model(mw.Power(2.0 + 1e-9))
 
 
+def test_fields_in_slots_or_set_in_init_are_arguments_too():
+    @dataclass(frozen=True, slots=True)
+    class Slotted(mw.Hamiltonian):
+        k: float = 1.0
+
+        def value(self, x, p, m, xp):
+            return 0.5 * self.k * p * p
+
+    class Plain(mw.Hamiltonian):
+        def __init__(self, k):
+            self.k = k
+
+        def value(self, x, p, m, xp):
+            return self.k * p * p
+
+    p = np.linspace(-2.0, 2.0, 5)
+    for H in (Slotted(3.0), Plain(3.0)):
+        assert H.traced().values == (3.0,)
+        assert np.allclose(H.dp(None, p, None, np), H.value(None, 1.0, None, np) * 2 * p)
+
+
 def test_a_model_reading_m_undeclared_is_refused_at_definition():
     class Undeclared(mw.Hamiltonian):
         def value(self, x, p, m, xp):

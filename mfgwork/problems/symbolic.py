@@ -130,9 +130,22 @@ class Traced:
 _STRUCTURES: dict[tuple, Structure | str] = {}
 
 
+def _attributes(hamiltonian: Any) -> dict[str, Any]:
+    """The instance attributes of ``hamiltonian``: its ``__dict__`` and its slots."""
+    names = list(getattr(hamiltonian, "__dict__", {}))
+    for cls in type(hamiltonian).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        names += [slots] if isinstance(slots, str) else list(slots)
+    found = {}
+    for name in names:
+        if name not in ("__dict__", "__weakref__") and hasattr(hamiltonian, name):
+            found[name] = getattr(hamiltonian, name)
+    return found
+
+
 def _fields(hamiltonian: Any) -> dict[str, float]:
     """The real-valued public fields of ``hamiltonian`` (sorted by name)."""
-    attributes = getattr(hamiltonian, "__dict__", {})
+    attributes = _attributes(hamiltonian)
     return {k: float(v) for k, v in sorted(attributes.items())
             if isinstance(v, numbers.Real) and not isinstance(v, bool) and not k.startswith("_")
             and math.isfinite(float(v))}
@@ -171,10 +184,10 @@ def _call_value(hamiltonian: Any, substitutions: dict[str, Any]) -> Any:
     sp = _sympy()
     x, p, m = _xpm()
     proxy = hamiltonian
-    if substitutions:
+    if substitutions:   # a copy whose fields are the symbols (frozen or slotted alike)
         proxy = object.__new__(type(hamiltonian))
-        proxy.__dict__.update(hamiltonian.__dict__)
-        proxy.__dict__.update(substitutions)
+        for name, value in (_attributes(hamiltonian) | substitutions).items():
+            object.__setattr__(proxy, name, value)
     out = sp.sympify(type(hamiltonian).value(proxy, x, p, m, NAMESPACE))
     if not isinstance(out, sp.Expr):
         raise TypeError(f"value returned {type(out).__name__}, not an expression")
