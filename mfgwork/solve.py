@@ -196,6 +196,9 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
               or _frozen_density_newton(coupling, iteration, grid, problem, be, tol,
                                         coarse and not warm, max_iter, max_memory)
               if method == "fdm" else None)
+    if newton is not None:   # its sweeps bypass ``hjb``: compile (or load) the model's now
+        compiled["seconds"] = compile_kernels(be, problem.hamiltonian)
+        compiled["apart"] = 1.0
     fallback = None if newton is not None else _newton_fallback(
         coupling, scheme, method, grid, problem, be, tol)
     out, coarse_iterations = _equilibrium(
@@ -204,7 +207,8 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
         max_memory=max_memory, warm=warm, fallback=fallback)
     fd.check_newton()
     compiling = compiled.get("seconds", 0.0)
-    out.history.time_hjb[0] -= compiling   # the first HJB phase, without the compilation
+    if "apart" not in compiled:
+        out.history.time_hjb[0] -= compiling   # the first HJB phase, without the compilation
     timings = {"compile": compiling, "setup": setup, **_phase_totals(out.history),
                "total": time.perf_counter() - started}
     settings = {"method": method, "tol": tol, "max_iter": max_iter,

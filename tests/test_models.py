@@ -72,20 +72,21 @@ def test_compiled_model_loops_match_the_array_path(H):
     assert _rel(U3, U2) <= 1e-12 and _rel(M3, M2) <= 1e-12
 
 
-def test_a_subclass_of_a_shipped_model_runs_the_generic_path():
+def test_a_subclass_of_a_shipped_model_runs_compiled_loops_of_its_own_expression():
     class Steeper(mw.Power):
         def value(self, x, p, m, xp):
             return 2.0 * super().value(x, p, m, xp)
 
-        def dp(self, x, p, m, xp):
-            return 2.0 * super().dp(x, p, m, xp)
-
-        def dpp(self, x, p, m, xp):
-            return 2.0 * super().dpp(x, p, m, xp)
-
+    H = Steeper(1.5)
     fd = FiniteDifferences(mw.Grid(0, 1, 5, 1, 4), 0.1, mw.get_backend("numpy"),
-                           hamiltonian=Steeper(1.5))
-    assert fd.kernels is kernels.HOST_ARRAYS
+                           hamiltonian=H)
+    assert fd.kernels is kernels.COMPILED_LOOPS
+    assert H.traced().structure.key != mw.Power(1.5).traced().structure.key
+    p = np.linspace(-2.0, 2.0, 9)
+    assert np.allclose(H.dp(None, p, None, np), 2.0 * np.sign(p) * np.abs(p) ** 0.5)
+    _, U, M = _sweeps(H, mw.get_backend("numpy"))
+    _, U2, M2 = _sweeps(H, mw.get_backend("numpy"), kernels.HOST_ARRAYS)
+    assert _rel(U, U2) <= 1e-12 and _rel(M, M2) <= 1e-12
 
 
 @pytest.mark.parametrize("corner", [{}, {"threshold": 0.3, "sigma": 0.3, "eps": 0.02},
@@ -388,11 +389,19 @@ def test_the_compile_warm_up_covers_the_model_solved():
 
     numpy = mw.get_backend("numpy", "cpu", "float32")   # a dtype no other test warms here
     warmup.compile_kernels(numpy, mw.Power(3.0))
-    assert (numpy.dtype, mw.Power) in warmup._compiled
+    assert (numpy.dtype, mw.Power(3.0).traced().structure.key) in warmup._compiled
     assert warmup.compile_kernels(numpy, mw.Power(1.5)) == 0.0     # same loops, same process
 
-    class Own(mw.Quadratic):
-        pass
+    class Opaque(mw.Quadratic):   # a value the tracer cannot read: the generic array path
+        def value(self, x, p, m, xp):
+            return 0.5 * xp.asarray(p) * p if isinstance(p, np.ndarray) else float(p)
 
-    assert warmup.compile_kernels(numpy, Own()) == 0.0
-    assert (numpy.dtype, Own) not in warmup._compiled
+        def dp(self, x, p, m, xp):
+            return p
+
+        def dpp(self, x, p, m, xp):
+            return 1.0 + 0.0 * p
+
+    with pytest.warns(UserWarning, match="cannot be traced"):
+        assert warmup.compile_kernels(numpy, Opaque()) == 0.0
+    assert not any(key[1] is Opaque for key in warmup._compiled)

@@ -10,7 +10,8 @@ eager. The eager function is always correct, so nothing is lost but speed.
 Compiled kernels persist between processes: Triton's in its cache folder
 (:func:`triton_cache_dir`: ``TRITON_CACHE_DIR``, else ``$TRITON_HOME/.triton/cache``, else
 ``~/.triton/cache``), Numba's in ``__pycache__`` beside the package's modules (or
-``NUMBA_CACHE_DIR``). ``python -m mfgwork doctor`` shows them;
+``NUMBA_CACHE_DIR``); the compiled CPU scheme of each model structure in a module written
+into :func:`model_cache_dir`, with Numba's cache beside it. ``python -m mfgwork doctor`` shows them;
 ``python -m mfgwork doctor --clear-cache`` empties Triton's. :func:`announce_compilation`
 says in the progress output when a kernel is compiled rather than loaded.
 """
@@ -138,6 +139,20 @@ def triton_cache_dir() -> Path:
 def numba_cache_dir() -> str:
     """Where Numba keeps the compiled NumPy-backend loops."""
     return os.environ.get("NUMBA_CACHE_DIR") or "__pycache__ beside the mfgwork modules"
+
+
+#: The environment variable naming the folder of the generated model modules.
+ENV_MODEL_CACHE = "MFGWORK_MODEL_CACHE"
+
+
+def model_cache_dir() -> Path:
+    """Where the generated module of each model structure (and Numba's cache of it) is kept:
+    ``MFGWORK_MODEL_CACHE``, else ``$XDG_CACHE_HOME/mfgwork/models``, else
+    ``~/.cache/mfgwork/models``."""
+    if os.environ.get(ENV_MODEL_CACHE):
+        return Path(os.environ[ENV_MODEL_CACHE])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "mfgwork" / "models"
 
 
 def _entries(folder: Path) -> list[Path]:

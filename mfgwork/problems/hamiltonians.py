@@ -23,16 +23,26 @@ H = ½|p|² this is the sum of the 1-D Godunov Hamiltonians of the axes.
 
 Every method takes arrays of one namespace ``xp`` (NumPy or torch, any device) and works
 elementwise with broadcasting, so the same definition serves every backend.
+
+A model is one definition: :meth:`Hamiltonian.value`. Its derivatives ∂p H, ∂pp H, ∂m H are
+derived from it symbolically (:mod:`.symbolic`: ``value`` traced with SymPy symbols, the
+model's numeric fields included, then differentiated and printed as array code and as the
+compiled CPU scheme's scalar functions). ``dp``, ``dpp`` and ``dm`` written by hand are still
+accepted: :meth:`Hamiltonian.check` compares them with the derived ones. A ``value`` that
+cannot be traced (an operation outside the traced ``xp``) keeps the generic array path if
+``dp`` and ``dpp`` are written by hand (with a one-line note), and is refused otherwise.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..core.errors import ParameterError, check_real
+from .symbolic import Traced, is_half_square, trace
 
 
 def _positive(v: Any, xp: Any) -> Any:
@@ -43,9 +53,14 @@ def _negative(v: Any, xp: Any) -> Any:
     return 0.5 * (v - xp.abs(v))
 
 
+_NOTED: set[type] = set()
+_HALF_SQUARE: dict[str, bool] = {}
+
+
 class Hamiltonian:
-    """Base class: subclasses define :meth:`value`, :meth:`dp` and :meth:`dpp` (and
-    :meth:`dm` and ``depends_on_m = True`` where H depends on the density)."""
+    """Base class: subclasses define :meth:`value` (and ``depends_on_m = True`` where H
+    depends on the density); :meth:`dp`, :meth:`dpp` and :meth:`dm` are derived from it
+    (module docstring), or written by hand and checked."""
 
     #: Short name, recorded in a result's params.
     name = "hamiltonian"
@@ -64,17 +79,43 @@ class Hamiltonian:
         """H(x, p, m)."""
         raise NotImplementedError
 
+    def traced(self) -> Traced | None:
+        """The model traced from :meth:`value` (:func:`.symbolic.trace`), or None where it
+        cannot be traced (then it runs the generic array path with its own dp and dpp)."""
+        found = trace(self)
+        if isinstance(found, str):
+            if type(self) not in _NOTED and self._hand_written("dp", "dpp"):
+                _NOTED.add(type(self))
+                warnings.warn(f"note: {type(self).__name__}.value cannot be traced ({found}); "
+                              "it runs the generic array path with its own dp and dpp",
+                              UserWarning, stacklevel=2)
+            return None
+        return found
+
+    def _hand_written(self, *names: str) -> bool:
+        return all(getattr(type(self), n) is not getattr(Hamiltonian, n) for n in names)
+
+    def _derived(self, name: str) -> Any:
+        found = trace(self)
+        if isinstance(found, str):
+            raise ParameterError(f"hamiltonian={self!r} is invalid: its value cannot be traced "
+                                 f"({found}), so {name} cannot be derived; write value with "
+                                 "the functions of xp the tracer knows, or define dp and dpp")
+        return found.array_function(name)
+
     def dp(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
-        """∂p H(x, p, m)."""
-        raise NotImplementedError
+        """∂p H(x, p, m) (derived from :meth:`value`)."""
+        return self._derived("dp")(x, p, m, xp)
 
     def dpp(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
-        """∂pp H(x, p, m)."""
-        raise NotImplementedError
+        """∂pp H(x, p, m) (derived from :meth:`value`)."""
+        return self._derived("dpp")(x, p, m, xp)
 
     def dm(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
-        """∂m H(x, p, m) (zero unless the model depends on m)."""
-        return 0.0 * p
+        """∂m H(x, p, m) (derived; zero unless the model depends on m)."""
+        if not self.depends_on_m:
+            return 0.0 * p
+        return self._derived("dm")(x, p, m, xp)
 
     def params(self) -> dict[str, Any]:
         """JSON-ready description."""
@@ -109,7 +150,9 @@ class Hamiltonian:
         smallest at p = 0, or whose ∂p H disagrees with the slope of H, on samples of x,
         p ∈ [−p_max, p_max] and m ∈ [0, m_max] (NumPy float64; before any work). Without
         ``depends_on_m`` the samples pass m=None, as the solvers do: a model that reads m
-        without declaring it is refused here, saying so."""
+        without declaring it is refused here, saying so (from its traced expression, or from
+        the error of an untraceable one)."""
+        traced = self._checked_trace()
         p = np.concatenate([-np.logspace(3, -3, 61), [0.0], np.logspace(-3, 3, 61)])
         p = p * (p_max / 1e3)
         xs = np.asarray(x, dtype=np.float64).reshape(-1)[:: max(1, x.size // 7)]
@@ -128,7 +171,7 @@ class Hamiltonian:
                     f"hamiltonian={where} is invalid: its value or dp failed with m=None, what "
                     f"the solvers pass to a Hamiltonian that does not depend on m "
                     f"({exc}): if H reads the density m, declare depends_on_m = True in its "
-                    "class (and define dm, ∂m H)") from None
+                    "class (∂m H is derived from value)") from None
         H, Hp = values
         if not (np.isfinite(H).all() and np.isfinite(Hp).all()):
             raise ParameterError(f"hamiltonian={where} is invalid: H or ∂p H is not finite for "
@@ -148,6 +191,44 @@ class Hamiltonian:
         if ((secant < low - tol) | (secant > high + tol)).any():
             raise ParameterError(f"hamiltonian={where} is invalid: its dp does not match the "
                                  "slope of its value (check the derivative)")
+        if traced is not None:
+            self._check_hand_written(traced, X, P * (1.0 + 1.234567e-6), M)
+
+    def _checked_trace(self) -> Traced | None:
+        """:meth:`traced`, refusing a model whose value reads m without declaring
+        ``depends_on_m = True``, or that cannot be traced and lacks dp and dpp."""
+        found = trace(self)
+        if isinstance(found, str) and not self._hand_written("dp", "dpp"):
+            raise ParameterError(f"hamiltonian={self!r} is invalid: its value cannot be traced "
+                                 f"({found}); write value with the functions of xp the tracer "
+                                 "knows (abs, maximum, minimum, sqrt, exp, log, sign, where, "
+                                 "clip, ...), or define dp and dpp")
+        if not isinstance(found, str) and found.structure.reads_m and not self.depends_on_m:
+            raise ParameterError(f"hamiltonian={self!r} is invalid: its value reads m (H = "
+                                 f"{found.structure.value}) but the class does not declare "
+                                 "depends_on_m = True")
+        return self.traced()
+
+    def _check_hand_written(self, traced: Traced, X: np.ndarray, P: np.ndarray,
+                            M: np.ndarray) -> None:
+        """Refuse a hand-written dp, dpp or dm that differs from the derived one (relative
+        1e-6) on the samples (p off the kinks at round numbers)."""
+        for name in ("dp", "dpp", "dm"):
+            if not self._hand_written(name) or (name == "dm" and not self.depends_on_m):
+                continue
+            with np.errstate(all="ignore"):
+                given = np.asarray(getattr(self, name)(X, P, M, np), dtype=np.float64)
+                derived = np.asarray(traced.array_function(name)(X, P, M, np), dtype=np.float64)
+            given, derived = np.broadcast_arrays(given, derived)
+            finite = np.isfinite(derived) & (P != 0)
+            bad = finite & ~(np.abs(given - derived) <= 1e-6 * (1.0 + np.abs(derived)))
+            if bad.any():
+                i = np.argmax(bad)
+                raise ParameterError(
+                    f"hamiltonian={self!r} is invalid: its {name} does not match the derivative "
+                    f"of its value (at p={P.flat[i]:.6g}, m={M.flat[i]:.6g}: {name} = "
+                    f"{given.flat[i]:.6g}, derived {derived.flat[i]:.6g}); drop it (it is "
+                    "derived) or correct it")
 
 
 @dataclass(frozen=True)
@@ -169,11 +250,17 @@ class Quadratic(Hamiltonian):
     def value(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
         return 0.5 * p * p
 
-    def dp(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
-        return p
-
-    def dpp(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
-        return 1.0 + 0.0 * p
+    @staticmethod
+    def same_model(hamiltonian: Hamiltonian) -> bool:
+        """Whether ``hamiltonian``'s traced expression is ½|p|² (whatever its class): the
+        array paths specialise that expression, not a type."""
+        traced = hamiltonian.traced()
+        if traced is None:
+            return False
+        key = traced.structure.key
+        if key not in _HALF_SQUARE:
+            _HALF_SQUARE[key] = is_half_square(traced.structure)
+        return _HALF_SQUARE[key]
 
 
 @dataclass(frozen=True)
@@ -191,12 +278,6 @@ class Power(Hamiltonian):
 
     def value(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
         return xp.abs(p) ** self.q / self.q
-
-    def dp(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
-        return xp.sign(p) * xp.abs(p) ** (self.q - 1.0)
-
-    def dpp(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
-        return (self.q - 1.0) * xp.abs(p) ** (self.q - 2.0)
 
     @property
     def bounded_curvature(self) -> bool:
@@ -222,20 +303,8 @@ class Congestion(Hamiltonian):
         object.__setattr__(self, "alpha", check_real("alpha", self.alpha, low=0.0, high=1.0,
                                                      high_open=False))
 
-    def _factor(self, m: Any, xp: Any) -> Any:
-        return (self.c + _positive(m, xp)) ** (-self.alpha)
-
     def value(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
-        return 0.5 * p * p * self._factor(m, xp)
-
-    def dp(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
-        return p * self._factor(m, xp)
-
-    def dpp(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
-        return self._factor(m, xp) + 0.0 * p
-
-    def dm(self, x: Any, p: Any, m: Any, xp: Any) -> Any:
-        return -0.5 * self.alpha * p * p * self._factor(m, xp) / (self.c + _positive(m, xp))
+        return 0.5 * p * p * (self.c + _positive(m, xp)) ** (-self.alpha)
 
     def params(self) -> dict[str, Any]:
         return {"name": self.name, "c": self.c, "alpha": self.alpha}
@@ -259,6 +328,6 @@ def check_hamiltonian(value: object, x: np.ndarray) -> Hamiltonian:
     if not isinstance(value, Hamiltonian):
         raise ParameterError(f"hamiltonian={value!r:.80} is invalid: must be an "
                              "mfgwork.Hamiltonian (Quadratic(), Power(q), Congestion(c, alpha) "
-                             "or a subclass defining value, dp and dpp)")
+                             "or a subclass defining value)")
     value.check(x)
     return value

@@ -3,10 +3,10 @@
 
 Each entry is a strategy object (:class:`FDKernels`) holding the HJB sweep, the FP sweep and
 the tridiagonal solve that :class:`~mfgwork.numerics.fdm.sweeps.FiniteDifferences` runs there,
-and declaring which Hamiltonians it carries: the compiled loops carry the shipped models
-(½|p|² in its own loops; :class:`~mfgwork.problems.hamiltonians.Power` and
-:class:`~mfgwork.problems.hamiltonians.Congestion` in loops that take their parameters and the
-frozen density), the fused Triton sweeps have ½|p|² built in, the array-API sweeps take any
+and declaring which Hamiltonians it carries: the compiled loops carry every model whose value
+can be traced (:mod:`mfgwork.problems.symbolic`: one template scheme with the model's
+generated functions, its fields and the frozen density as arguments), the fused Triton sweeps
+have ½|p|² built in, the array-API sweeps take any
 :class:`~mfgwork.problems.hamiltonians.Hamiltonian`. A key lists its entries in
 order of preference; the first that carries the problem's Hamiltonian and whose requirement
 is met is chosen, so every model runs on every backend and device.
@@ -14,10 +14,10 @@ is met is chosen, so every model runs on every backend and device.
 =====================  ====================================================================
 (backend, device)      kernels (Hamiltonians carried)
 =====================  ====================================================================
-numpy, cpu             compiled loops (numba), LAPACK ``gtsv`` (½|p|², power,
-                       congestion); array-API sweeps with LAPACK (any)
-torch, cpu             compiled loops on zero-copy NumPy views, LAPACK ``gtsv`` (½|p|²,
-                       power, congestion); array-API sweeps with LAPACK (any)
+numpy, cpu             compiled loops (numba), LAPACK ``gtsv`` (every traced model);
+                       array-API sweeps with LAPACK (any)
+torch, cpu             compiled loops on zero-copy NumPy views, LAPACK ``gtsv`` (every
+                       traced model); array-API sweeps with LAPACK (any)
 torch, cuda            fused Triton sweeps (time loop and Newton inside one launch; ½|p|²);
                        array-API sweeps with parallel cyclic reduction, CUDA graphs (any)
 torch, mps             array-API sweeps with parallel cyclic reduction (any)
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.backend import Backend
-from ...problems.hamiltonians import Congestion, Hamiltonian, Power, Quadratic
+from ...problems.hamiltonians import Hamiltonian, Quadratic
 from .tridiag import TridiagonalSolver, solve_lapack, solve_lapack_torch, solve_pcr_zero_ends
 
 
@@ -56,6 +56,12 @@ class FDKernels:
         """Whether these kernels run the scheme of ``hamiltonian``."""
         return self.carried is None or type(hamiltonian) in self.carried
 
+    @property
+    def carries_what(self) -> str:
+        """The Hamiltonians carried, in words."""
+        return ("any Hamiltonian" if self.carried is None
+                else ", ".join(c.__name__ for c in self.carried))
+
     def hjb(self, fd: Any, U_T: Any, F: Any, guess: Any, density: Any) -> Any:
         """The generic sweep: adaptive Newton per time step (host reads allowed)."""
         return fd._hjb_array(U_T, F, guess, density=density)[0]
@@ -66,23 +72,25 @@ class FDKernels:
 
 @dataclass(frozen=True)
 class CompiledLoops(FDKernels):
-    """numba loops for single problems (batches: the array-API sweeps with LAPACK)."""
+    """numba loops for single problems, every model whose value can be traced (batches: the
+    array-API sweeps with LAPACK)."""
 
-    carried: tuple[type[Hamiltonian], ...] | None = (Quadratic, Power, Congestion)
+    def carries(self, hamiltonian: Hamiltonian) -> bool:
+        return hamiltonian.traced() is not None
+
+    @property
+    def carries_what(self) -> str:
+        return "the models whose value can be traced"
 
     def hjb(self, fd: Any, U_T: Any, F: Any, guess: Any, density: Any) -> Any:
         if F.ndim != 2:
             return super().hjb(fd, U_T, F, guess, density)
-        if type(fd.hamiltonian) is Quadratic:
-            return fd._hjb_compiled(U_T, F, guess)
-        return fd._hjb_compiled_model(U_T, F, guess, density)
+        return fd._hjb_compiled(U_T, F, guess, density)
 
     def fp(self, fd: Any, U: Any, mu0: Any, density: Any) -> Any:
         if U.ndim != 2:
             return super().fp(fd, U, mu0, density)
-        if type(fd.hamiltonian) is Quadratic:
-            return fd._fp_compiled(U, mu0)
-        return fd._fp_compiled_model(U, mu0, density)
+        return fd._fp_compiled(U, mu0, density)
 
 
 @dataclass(frozen=True)

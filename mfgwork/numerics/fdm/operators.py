@@ -70,12 +70,13 @@ def newton_system(u: Any, rhs: Any, c: StepConstants, xp: Any, hamiltonian: Hami
     density H sees (None where H does not depend on m).
 
     The bands have ``lower[..., 0] = upper[..., -1] = 0`` exactly (q vanishes at the walls).
-    ½|p|² is specialised (:func:`_quadratic_system`: the same numbers, rounded as the compiled
-    loops round them, in the fewest array operations).
+    A model whose expression is ½|p|² (:meth:`~mfgwork.problems.hamiltonians.Quadratic.
+    same_model`, a user's included) is specialised (:func:`_quadratic_system`: the same
+    numbers, rounded as the compiled loops round them, in the fewest array operations).
     """
     padded = xp.concat([u[..., :1], u, u[..., -1:]], axis=-1)
     g = padded[..., 1:] - padded[..., :-1]                # h q_e, e = −1..n−1, 0 at the walls
-    if type(hamiltonian) is Quadratic:
+    if Quadratic.same_model(hamiltonian):
         return _quadratic_system(u, g, rhs, c, xp)
     q = g * c.inv_h
     value, d_left, d_right = hamiltonian.numerical(c.x, q[..., :-1], q[..., 1:], m, xp)
@@ -111,6 +112,7 @@ class SystemConstants(NamedTuple):
     inv_h: Any     # 1/h
     inv_dt: Any    # 1/Δt
     x: Any         # the nodes x_i
+    half_square: bool   # the model is ½|p|² (its rows by one clamp, see stacked_system)
 
 
 def system_constants(c: StepConstants, hamiltonian: Hamiltonian, h: float, asarray: Any
@@ -121,7 +123,8 @@ def system_constants(c: StepConstants, hamiltonian: Hamiltonian, h: float, asarr
     bands0 = torch.stack(torch.broadcast_tensors(c.lower0, c.inv_dt - c.lower0 - c.upper0,
                                                  c.upper0), dim=-2)
     diffusion = -bands0[..., ::2, :]
-    if type(hamiltonian) is Quadratic:   # rows g₊_{i−1}, g₋_i, their squares, the diffusion
+    half_square = Quadratic.same_model(hamiltonian)
+    if half_square:   # rows g₊_{i−1}, g₋_i, their squares, the diffusion
         mix = np.array([[-1.0, 0, 0, 0, 0, 0], [1, -1, 0, 0, 0, 0], [0, 1, 0, 0, 0, 0],
                         [0, 0, 0.5, 0.5, h**2, -h**2]]) / h**2
     else:                                # rows ∂Ĥ/∂q_{i−1}, ∂Ĥ/∂q_i, Ĥ, the diffusion
@@ -133,7 +136,8 @@ def system_constants(c: StepConstants, hamiltonian: Hamiltonian, h: float, asarr
     low = [one, sign_low, diffusion, sign_low, sign_low, -inf]
     high = [one, sign_high, diffusion, sign_high, sign_high, inf]
     bounds = tuple(torch.stack(torch.broadcast_tensors(*rows), dim=-3) for rows in (low, high))
-    return SystemConstants(bands0, asarray(mix), bounds, diffusion, c.inv_h, c.inv_dt, c.x)
+    return SystemConstants(bands0, asarray(mix), bounds, diffusion, c.inv_h, c.inv_dt, c.x,
+                           half_square)
 
 
 def stacked_system(u: Any, neg_rhs: Any, work: tuple[Any, Any], c: SystemConstants, xp: Any,
@@ -159,7 +163,7 @@ def stacked_system(u: Any, neg_rhs: Any, work: tuple[Any, Any], c: SystemConstan
     torch.sub(u[..., None, 1:].expand(pair), u[..., None, :-1].expand(pair),
               out=diff[..., 1:-1].unflatten(-1, (2, n - 1)))
     edges = diff.unflatten(-1, (2, n))                       # (..., 2, n): g_{i−1}, g_i
-    if type(hamiltonian) is Quadratic:
+    if c.half_square:
         parts = torch.clamp(edges[..., None, :, :], *c.bounds)
         rows = (parts[..., 3:, :, :] * parts[..., :3, :, :]).flatten(-3, -2)
     else:
@@ -245,14 +249,12 @@ def tangent_weights(terms: HamiltonianTerms, mu_next: Any, x: Any, m: Any, h: fl
     approximate tangent (Newton's line search and certificate stay exact)."""
     q = terms.q_left[..., 1:]
     up, down = mu_next[..., 1:], mu_next[..., :-1]
-    if type(hamiltonian) is not Quadratic:   # (∂pp H = 1 for ½|p|²)
-        x_left, x_right = (None, None) if x is None else (x[..., :-1], x[..., 1:])
-        m_left, m_right = (None, None) if m is None else (m[..., :-1], m[..., 1:])
-        delta = curvature_floor(hamiltonian, h)
-        p = q if delta == 0.0 else xp.where(q < 0, xp.clip(q, max=-delta),
-                                            xp.clip(q, min=delta))
-        up = up * hamiltonian.dpp(x_right, p, m_right, xp)
-        down = down * hamiltonian.dpp(x_left, p, m_left, xp)
+    x_left, x_right = (None, None) if x is None else (x[..., :-1], x[..., 1:])
+    m_left, m_right = (None, None) if m is None else (m[..., :-1], m[..., 1:])
+    delta = curvature_floor(hamiltonian, h)
+    p = q if delta == 0.0 else xp.where(q < 0, xp.clip(q, max=-delta), xp.clip(q, min=delta))
+    up = up * hamiltonian.dpp(x_right, p, m_right, xp)
+    down = down * hamiltonian.dpp(x_left, p, m_left, xp)
     return xp.where(q > 0, up, xp.where(q < 0, down, xp.zeros_like(q))) / (h * h)
 
 

@@ -2,9 +2,10 @@
 
 :class:`FiniteDifferences` binds the scheme of :mod:`.operators` to a grid, ν, a Hamiltonian
 and a backend, and runs the sweeps of the strategy that the table of :mod:`.kernels` chooses
-for them. For the shipped Hamiltonians on the CPU (NumPy arrays, and torch CPU tensors through
-zero-copy views) these are the compiled loops of :mod:`.numba_kernels`, for other Hamiltonians
-the array-API sweeps below with LAPACK; on CUDA with Triton the fused batched sweeps of
+for them. For every model whose value can be traced, on the CPU (NumPy arrays, and torch CPU tensors
+through zero-copy views), these are the compiled loops of :mod:`.numba_kernels` (one template
+with the model's generated functions), for other Hamiltonians the array-API sweeps below with
+LAPACK; on CUDA with Triton the fused batched sweeps of
 :mod:`.triton_sweeps` for ½|p|² (whole time loop and per-step Newton in one launch,
 non-convergence flags read back with the next host synchronisation); on other accelerators
 and under MPS emulation the array-API sweeps below with the backend's tridiagonal kernel.
@@ -38,7 +39,7 @@ from ...core.backend import Backend, to_numpy
 from ...core.compiling import CheckedCompile, wants_compile
 from ...core.errors import ParameterError, SolverError
 from ...core.grid import Grid
-from ...problems.hamiltonians import Hamiltonian, Power, Quadratic
+from ...problems.hamiltonians import Hamiltonian, Quadratic
 from .kernels import FDKernels, fdm_kernels
 from .operators import (
     StepConstants,
@@ -130,7 +131,7 @@ class FiniteDifferences:
         if not self.kernels.carries(self.hamiltonian):
             raise ParameterError(f"kernels={self.kernels.name!r} is invalid with "
                                  f"hamiltonian={self.hamiltonian!r}: those kernels carry "
-                                 f"{', '.join(c.__name__ for c in self.kernels.carried)} only")
+                                 f"{self.kernels.carries_what} only")
         self._hjb_sweep = partial(self.kernels.hjb, self)
         self._fp_sweep = partial(self.kernels.fp, self)
         self.x = backend.asarray(grid.x)
@@ -262,20 +263,30 @@ class FiniteDifferences:
 
         return torch.from_numpy(a)
 
-    def _hjb_compiled(self, U_T: Any, F: Any, guess: Any | None) -> Any:
-        """The compiled (numba) sweep of one problem on host arrays, ½|p|²."""
-        from . import numba_kernels
-
+    def _hjb_compiled(self, U_T: Any, F: Any, guess: Any | None, density: Any | None
+                      ) -> Any:
+        """The compiled (numba) sweep of one problem on host arrays: the template scheme
+        with the model's generated functions (:mod:`.numba_kernels`)."""
         U_T, F, guess = (None if a is None else _host(a) for a in (U_T, F, guess))
+        module, prm, rows = self._compiled_model(density, F.dtype)
         g = self.grid
         U = np.empty((g.nt + 1, g.nx), dtype=F.dtype)
         U[-1] = U_T
-        its, bad = numba_kernels.hjb_sweep(U, F, U if guess is None else guess, guess is not None,
-                                      float(self.nu), g.h, g.dt,
-                                      self._inv_hw_np.astype(F.dtype),
-                                      self._inv_w_np.astype(F.dtype), self.newton_tol,
-                                      MAX_NEWTON)
+        its, bad = module.hjb_sweep(U, F, U if guess is None else guess, guess is not None,
+                                    rows, self.grid.x, prm, float(self.nu), g.h, g.dt,
+                                    self._inv_hw_np.astype(F.dtype),
+                                    self._inv_w_np.astype(F.dtype), self.newton_tol, MAX_NEWTON)
         return self._compiled_sweep_done(U, its, bad)
+
+    def _compiled_model(self, density: Any | None, dtype: Any) -> tuple[Any, Any, Any]:
+        """(compiled module, fields ``prm``, density rows) of the model: the frozen density
+        on the host, or one row of zeros where H does not depend on m."""
+        from . import numba_kernels
+
+        module, prm = numba_kernels.compiled_model(self.hamiltonian)
+        rows = (np.zeros((1, self.grid.nx), dtype=dtype) if density is None
+                else np.ascontiguousarray(_host(density), dtype=dtype))
+        return module, prm, rows
 
     def _compiled_sweep_done(self, U: np.ndarray, iterations: int, bad: int) -> Any:
         """U of a compiled HJB sweep, its Newton iterations counted; :class:`SolverError` if
@@ -285,51 +296,6 @@ class FiniteDifferences:
             raise SolverError(f"HJB Newton did not converge at time step n={bad} "
                               f"(t={self.grid.t[bad]:.6g}) in {MAX_NEWTON} iterations")
         return self._from_host(U)
-
-    def _model_code(self, density: Any | None, dtype: Any) -> tuple[Any, ...]:
-        """(density rows, kind, a, b) of the compiled model loops for the shipped
-        Hamiltonian (:mod:`.numba_kernels`): the frozen density on the host, or one row of
-        zeros where H does not depend on m."""
-        from . import numba_kernels
-
-        H = self.hamiltonian
-        if isinstance(H, Power):
-            kind, a, b = numba_kernels.POWER, H.q, 0.0
-        else:
-            kind, a, b = numba_kernels.CONGESTION, H.c, H.alpha
-        rows = (np.zeros((1, self.grid.nx), dtype=dtype) if density is None
-                else np.ascontiguousarray(_host(density), dtype=dtype))
-        return rows, kind, float(a), float(b)
-
-    def _hjb_compiled_model(self, U_T: Any, F: Any, guess: Any | None, density: Any | None
-                            ) -> Any:
-        """The compiled (numba) sweep of one problem on host arrays for a shipped
-        Hamiltonian other than ½|p|² (:func:`.numba_kernels.model_hjb_sweep`)."""
-        from . import numba_kernels
-
-        U_T, F, guess = (None if a is None else _host(a) for a in (U_T, F, guess))
-        g = self.grid
-        U = np.empty((g.nt + 1, g.nx), dtype=F.dtype)
-        U[-1] = U_T
-        its, bad = numba_kernels.model_hjb_sweep(
-            U, F, U if guess is None else guess, guess is not None,
-            *self._model_code(density, F.dtype), float(self.nu), g.h, g.dt,
-            self._inv_hw_np.astype(F.dtype), self._inv_w_np.astype(F.dtype), self.newton_tol,
-            MAX_NEWTON)
-        return self._compiled_sweep_done(U, its, bad)
-
-    def _fp_compiled_model(self, U: Any, mu0: Any, density: Any | None) -> Any:
-        """The compiled (numba) FP sweep for a shipped Hamiltonian other than ½|p|²."""
-        from . import numba_kernels
-
-        g = self.grid
-        U_host = _host(U)
-        mu = np.empty_like(U_host)
-        mu[0] = _host(mu0)
-        numba_kernels.model_fp_sweep(U_host, mu, *self._model_code(density, U_host.dtype),
-                                     float(self.nu), g.h, g.dt,
-                                     self._inv_hw_np.astype(U_host.dtype))
-        return self._from_host(mu)
 
     def _hjb_array(self, U_T: Any, F: Any, guess: Any | None, max_newton: int = MAX_NEWTON,
                    density: Any | None = None) -> tuple[Any, Any]:
@@ -434,16 +400,15 @@ class FiniteDifferences:
                                   ) * self.inv_w
         return self._fp_sweep(U, m0 * self.weights, density) * self.inv_w
 
-    def _fp_compiled(self, U: Any, mu0: Any) -> Any:
-        """The compiled (numba) sweep of one problem on host arrays, ½|p|²."""
-        from . import numba_kernels
-
+    def _fp_compiled(self, U: Any, mu0: Any, density: Any | None) -> Any:
+        """The compiled (numba) FP sweep of one problem on host arrays."""
         g = self.grid
         U_host = _host(U)
+        module, prm, rows = self._compiled_model(density, U_host.dtype)
         mu = np.empty_like(U_host)
         mu[0] = _host(mu0)
-        numba_kernels.fp_sweep(U_host, mu, float(self.nu), g.h, g.dt,
-                               self._inv_hw_np.astype(U_host.dtype))
+        module.fp_sweep(U_host, mu, rows, g.x, prm, float(self.nu), g.h, g.dt,
+                        self._inv_hw_np.astype(U_host.dtype))
         return self._from_host(mu)
 
     def _fp_accelerated(self, U: Any, mu0: Any, density: Any | None) -> Any:

@@ -4,7 +4,9 @@ The NumPy backend runs its HJB and FP sweeps as Numba kernels, compiled at their
 in a process (or loaded from Numba's on-disk cache, after the first run). :func:`compile_kernels`
 makes that first call on a tiny grid, so that a solve can report the compile time apart from
 its phases: ``res.timings["compile"]`` (0 for every later solve in the process). The
-compiled loops of each shipped Hamiltonian are separate kernels, compiled for the model solved.
+compiled loops of each model structure are separate kernels (written and cached on disk by
+:func:`.numba_kernels.compiled_model`), compiled or loaded for the model solved: the time
+includes generating the module.
 """
 
 from __future__ import annotations
@@ -20,17 +22,20 @@ from .kernels import CompiledLoops, fdm_kernels
 from .operators import QUADRATIC
 from .sweeps import FiniteDifferences
 
-#: (dtype, Hamiltonian class) whose kernels this process has compiled or loaded
-_compiled: set[tuple[str, type]] = set()
+#: (dtype, model structure) whose kernels this process has compiled or loaded
+_compiled: set[tuple[str, object]] = set()
 
 
 def compile_kernels(backend: Backend, hamiltonian: Hamiltonian = QUADRATIC) -> float:
     """Seconds spent compiling (or loading) the NumPy sweeps of ``hamiltonian``'s model in
     ``backend``'s dtype; 0.0 when they already were in this process, when ``backend`` is not
     NumPy, or when no compiled loops carry the model (it runs the array-API sweeps)."""
-    key = (backend.dtype, type(hamiltonian))
-    if (backend.name != "numpy" or key in _compiled
+    if (backend.name != "numpy"
             or not isinstance(fdm_kernels(backend, hamiltonian), CompiledLoops)):
+        return 0.0
+    traced = hamiltonian.traced()
+    key = (backend.dtype, traced.structure.key if traced is not None else type(hamiltonian))
+    if key in _compiled:
         return 0.0
     started = time.perf_counter()
     grid = Grid(-1.0, 1.0, 5, 1.0, 2)

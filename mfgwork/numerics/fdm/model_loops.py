@@ -1,0 +1,177 @@
+"""Template of the compiled CPU scheme (numba), written once for every model.
+
+Not imported as it stands: :func:`mfgwork.numerics.fdm.numba_kernels.compiled_model` writes,
+for each model structure, a module made of the model's generated scalar functions
+(:func:`mfgwork.problems.symbolic.scalar_source`: ``NAUX``, ``DEPENDS_ON_M``, ``model_aux``,
+``H_and_p``, ``H_zero``, ``H``, ``H_p``, ``H_pp``, ``H_m``) followed by this source, and
+imports it from the model cache folder, where numba caches its machine code.
+
+The scheme is that of :mod:`.operators`: implicit Euler, Engquist–Osher Ĥ_i = H(x_i,
+(q_{i−1})_+, m_i) + H(x_i, (q_i)_−, m_i) − H(x_i, 0, m_i), Newton with the tridiagonal
+Jacobian (Thomas algorithm), the FP step its adjoint. Where H depends on m, the step between
+t_n and t_{n+1} sees the density row n of ``density`` (m^{n+1}, frozen).
+"""
+# ruff: noqa: F821 - the model's functions are defined by the generated part of the module
+
+import math
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _pow(x, e):  # pragma: no cover - compiled
+    """x^e for x ≥ 0, by square roots and products for the common exponents (``**`` costs
+    as much as the rest of a Newton iteration's arithmetic)."""
+    if e == 0.5:
+        return math.sqrt(x)
+    if e == 1.5:
+        return x * math.sqrt(x)
+    if e == -0.5:
+        return 1.0 / math.sqrt(x)
+    if e == 1.0:
+        return x
+    if e == 2.0:
+        return x * x
+    if e == 3.0:
+        return x * x * x
+    if e == -1.0:
+        return 1.0 / x
+    if e == 0.0:
+        return 1.0
+    return _general_pow(x, e)
+
+
+@njit(cache=True, nogil=True)
+def _general_pow(x, e):  # pragma: no cover - compiled
+    """x^e (a call of its own, so that the common exponents above do not pay for it)."""
+    return x ** e
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _sign(a):  # pragma: no cover - compiled
+    return 1.0 if a > 0.0 else (-1.0 if a < 0.0 else 0.0)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _heaviside(a, h0):  # pragma: no cover - compiled
+    return 1.0 if a > 0.0 else (0.0 if a < 0.0 else h0)
+
+
+@njit(cache=True, nogil=True)
+def _thomas(a, b, c, d, x, cp, dp):  # pragma: no cover - compiled
+    n = b.shape[0]
+    cp[0] = c[0] / b[0]
+    dp[0] = d[0] / b[0]
+    for i in range(1, n):
+        denom = b[i] - a[i] * cp[i - 1]
+        cp[i] = c[i] / denom if i < n - 1 else 0.0
+        dp[i] = (d[i] - a[i] * dp[i - 1]) / denom
+    x[n - 1] = dp[n - 1]
+    for i in range(n - 2, -1, -1):
+        x[i] = dp[i] - cp[i] * x[i + 1]
+
+
+@njit(cache=True, nogil=True)
+def _newton_update(u, du, tol):  # pragma: no cover - compiled
+    """u ← u − du; whether the update was small: max|du| ≤ tol (1 + max|u|)."""
+    step = 0.0
+    size = 0.0
+    for i in range(u.size):
+        u[i] -= du[i]
+        step = max(step, abs(du[i]))
+        size = max(size, abs(u[i]))
+    return step <= tol * (1.0 + size)
+
+
+@njit(cache=True, nogil=True)
+def _node_values(x, m_row, prm, aux):  # pragma: no cover - compiled
+    """The model's p-free values of each node (``model_aux``) for the density row."""
+    if NAUX > 0:
+        for i in range(x.shape[0]):
+            model_aux(x[i], m_row[i] if DEPENDS_ON_M else 0.0, prm, aux, i)
+
+
+@njit(cache=True, nogil=True)
+def _bands(u, x, m_row, prm, aux, nu, h, inv_hw, inv_dt, lower, diag, upper, ham
+           ):  # pragma: no cover - compiled
+    """Bands of J(u) and the Engquist–Osher Ĥ(u) at the nodes."""
+    nx = u.shape[0]
+    for i in range(nx):
+        ql = (u[i] - u[i - 1]) / h if i > 0 else 0.0
+        qr = (u[i + 1] - u[i]) / h if i < nx - 1 else 0.0
+        mi = m_row[i] if DEPENDS_ON_M else 0.0
+        h_left, d_left = H_and_p(max(ql, 0.0), x[i], mi, prm, aux, i)
+        h_right, d_right = H_and_p(min(qr, 0.0), x[i], mi, prm, aux, i)
+        lo = -nu * inv_hw[i] - d_left / h if i > 0 else 0.0
+        up = -nu * inv_hw[i] + d_right / h if i < nx - 1 else 0.0
+        lower[i] = lo
+        upper[i] = up
+        diag[i] = inv_dt - lo - up
+        ham[i] = h_left + h_right - H_zero(x[i], mi, prm, aux, i)
+
+
+@njit(cache=True, nogil=True)
+def hjb_sweep(U, F, guess, use_guess, density, x, prm, nu, h, dt, inv_hw, inv_w, tol,
+              max_newton):  # pragma: no cover - compiled
+    """Backward implicit Euler + Newton; fills U[:-1] given U[-1]. Returns (Newton its,
+    bad n): ``bad n`` is -1 when every step converged, else the first time index that did
+    not. ``density``: (nt, nx) rows m^1..m^nt where H depends on m, else one row (unused)."""
+    nt, nx = F.shape
+    lower, diag, upper, ham, res, du, cp, dp, u = np.empty((9, nx), U.dtype)
+    aux = np.empty((max(NAUX, 1), nx))
+    iterations = 0
+    frozen = DEPENDS_ON_M and density.shape[0] > 1
+    _node_values(x, density[0], prm, aux)
+    for n in range(nt - 1, -1, -1):
+        if use_guess:   # the guess shifted by the change found at level n + 1
+            u[:] = guess[n] + (U[n + 1] - guess[n + 1])
+        else:
+            u[:] = U[n + 1]
+        row = n if frozen else 0
+        if frozen:
+            _node_values(x, density[n], prm, aux)
+        converged = False
+        for _ in range(max_newton):
+            iterations += 1
+            _bands(u, x, density[row], prm, aux, nu, h, inv_hw, 1.0 / dt, lower, diag, upper,
+                   ham)
+            for i in range(nx):
+                ql = (u[i] - u[i - 1]) / h if i > 0 else 0.0
+                qr = (u[i + 1] - u[i]) / h if i < nx - 1 else 0.0
+                res[i] = ((u[i] - U[n + 1, i]) / dt - nu * inv_w[i] * (qr - ql) + ham[i]
+                          - F[n, i])
+            _thomas(lower, diag, upper, res, du, cp, dp)
+            if _newton_update(u, du, tol):
+                converged = True
+                break
+        U[n, :] = u
+        if not converged:
+            return iterations, n
+    return iterations, -1
+
+
+@njit(cache=True, nogil=True)
+def fp_sweep(U, mu, density, x, prm, nu, h, dt, inv_hw):  # pragma: no cover - compiled
+    """Forward implicit Euler for cell masses: J(U[n])ᵀ mu[n+1] = mu[n] / dt."""
+    nt = U.shape[0] - 1
+    nx = U.shape[1]
+    lower, diag, upper, ham, lt, ut, rhs, cp, dp = np.empty((9, nx), U.dtype)
+    aux = np.empty((max(NAUX, 1), nx))
+    frozen = DEPENDS_ON_M and density.shape[0] > 1
+    _node_values(x, density[0], prm, aux)
+    for n in range(nt):
+        row = n if frozen else 0
+        if frozen:
+            _node_values(x, density[n], prm, aux)
+        _bands(U[n], x, density[row], prm, aux, nu, h, inv_hw, 1.0 / dt, lower, diag, upper,
+               ham)
+        lt[0] = 0.0
+        ut[nx - 1] = 0.0
+        for i in range(nx):
+            if i > 0:
+                lt[i] = upper[i - 1]
+            if i < nx - 1:
+                ut[i] = lower[i + 1]
+            rhs[i] = mu[n, i] / dt
+        _thomas(lt, diag, ut, rhs, mu[n + 1], cp, dp)

@@ -1,0 +1,470 @@
+"""A model written once: H(x, p, m) traced into a SymPy expression, its derivatives derived.
+
+A Hamiltonian's ``value(x, p, m, xp)`` is called once with SymPy symbols for x, p and m, with
+:data:`NAMESPACE` as ``xp`` (``abs``, ``maximum``, ``minimum``, ``sqrt``, ``exp``, ``log``,
+``sign``, ``where``, ``clip``, … build SymPy expressions) and with the model's numeric fields
+replaced by SymPy symbols (positive or negative as their values are). SymPy differentiates
+the expression: ∂p H, ∂pp H, ∂m H (a.e.: Dirac deltas of kinks dropped, sign² and
+Heaviside² taken as 1 and Heaviside). Each derivative is printed twice:
+
+* as array code in ``xp`` (NumPy or torch, any device; :attr:`Structure.array`), which the
+  generic array path (and the MPS path) calls;
+* as numba scalar functions (:func:`scalar_source`), which the compiled CPU scheme takes
+  (:mod:`mfgwork.numerics.fdm.numba_kernels`: one template, every model).
+
+Because the fields are symbols, ``Power(1.5)`` and ``Power(3)`` share one structure (one
+compiled module); their values are runtime arguments (:meth:`Traced.values`). A model whose
+expression reads m without declaring ``depends_on_m = True`` is refused at definition time
+(:meth:`~mfgwork.problems.hamiltonians.Hamiltonian.check`). A model whose ``value`` cannot be
+traced (it uses an operation outside :data:`NAMESPACE`) is not refused if it defines ``dp`` and
+``dpp`` by hand: it keeps the generic array path, with a one-line note
+(:func:`trace` returns None and says why); without them it is refused.
+
+Why SymPy: a model is a short closed-form expression, so symbolic differentiation gives exact
+derivatives (no tape, no dual numbers inside the compiled loops), one expression prints as
+code for every backend (array code for NumPy/torch here, numba scalars, later Triton ``@jit``
+functions), and the expression itself is a stable cache key. How the cache works: the numba
+module of a structure (its generated scalar functions followed by the scheme's template
+source) is written once into the model cache folder
+(:func:`mfgwork.core.compiling.model_cache_dir`) under a name hashing its whole text, then
+imported from that file, so numba's ``cache=True`` keeps the machine code beside it: a second
+process loads it instead of compiling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: Version of the printers below (part of every cache key).
+GENERATOR_VERSION = "1"
+
+
+def _sympy() -> Any:
+    import sympy
+
+    return sympy
+
+
+class _Namespace:
+    """The ``xp`` a model's ``value`` sees when traced: NumPy-like names that build SymPy
+    expressions."""
+
+    def __getattr__(self, name: str) -> Any:
+        sp = _sympy()
+        table = {"abs": sp.Abs, "sqrt": sp.sqrt, "exp": sp.exp, "log": sp.log,
+                 "sign": sp.sign, "sin": sp.sin, "cos": sp.cos, "tan": sp.tan,
+                 "tanh": sp.tanh, "sinh": sp.sinh, "cosh": sp.cosh, "arctan": sp.atan,
+                 "atan": sp.atan, "pi": sp.pi, "e": sp.E,
+                 "maximum": lambda a, b: sp.Max(a, b), "minimum": lambda a, b: sp.Min(a, b),
+                 "square": lambda a: sp.sympify(a) ** 2,
+                 "log1p": lambda a: sp.log(1 + a), "expm1": lambda a: sp.exp(a) - 1,
+                 "where": lambda c, a, b: sp.Piecewise((a, c), (b, True)),
+                 "clip": _clip, "zeros_like": lambda a, **k: sp.Integer(0),
+                 "ones_like": lambda a, **k: sp.Integer(1),
+                 "asarray": lambda a, **k: sp.sympify(a)}
+        if name not in table:
+            raise AttributeError(f"xp.{name} is not traced (the traced xp knows "
+                                 f"{', '.join(sorted(table))})")
+        return table[name]
+
+
+def _clip(a: Any, min: Any = None, max: Any = None) -> Any:  # noqa: A002 - xp's names
+    sp = _sympy()
+    out = sp.sympify(a)
+    if min is not None:
+        out = sp.Max(out, min)
+    if max is not None:
+        out = sp.Min(out, max)
+    return out
+
+
+#: The traced ``xp``.
+NAMESPACE = _Namespace()
+
+
+@dataclass(frozen=True)
+class Structure:
+    """The traced expressions of a model structure (shared by every value of its fields).
+
+    ``names``: the numeric fields that are symbols, in the order of :meth:`Traced.values`;
+    ``value``, ``dp``, ``dpp``, ``dm``, ``at_zero`` (H at p = 0): SymPy expressions in the
+    symbols x, p, m and the fields; ``reads_m``: whether H depends on m; ``key``: a hash of
+    the expression (and of the generator)."""
+
+    names: tuple[str, ...]
+    symbols: tuple[Any, ...]
+    value: Any
+    dp: Any
+    dpp: Any
+    dm: Any
+    at_zero: Any
+    reads_m: bool
+    key: str
+    array: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Traced:
+    """A model's :class:`Structure` and the values of its fields."""
+
+    structure: Structure
+    values: tuple[float, ...]
+
+    def array_function(self, name: str) -> Any:
+        """``f(x, p, m, xp)`` evaluating ``name`` ("value", "dp", "dpp", "dm") elementwise
+        in the namespace ``xp``."""
+        fn, values = self.structure.array[name], self.values
+
+        def evaluate(x: Any, p: Any, m: Any, xp: Any) -> Any:
+            return fn(x, p, m, xp, *values)
+
+        return evaluate
+
+
+_STRUCTURES: dict[tuple, Structure | str] = {}
+
+
+def _attributes(hamiltonian: Any) -> dict[str, Any]:
+    """The instance attributes of ``hamiltonian``: its ``__dict__`` and its slots."""
+    names = list(getattr(hamiltonian, "__dict__", {}))
+    for cls in type(hamiltonian).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        names += [slots] if isinstance(slots, str) else list(slots)
+    found = {}
+    for name in names:
+        if name not in ("__dict__", "__weakref__") and hasattr(hamiltonian, name):
+            found[name] = getattr(hamiltonian, name)
+    return found
+
+
+def _fields(hamiltonian: Any) -> dict[str, float]:
+    """The real-valued public fields of ``hamiltonian`` (sorted by name)."""
+    attributes = _attributes(hamiltonian)
+    return {k: float(v) for k, v in sorted(attributes.items())
+            if isinstance(v, numbers.Real) and not isinstance(v, bool) and not k.startswith("_")
+            and math.isfinite(float(v))}
+
+
+def _field_symbol(name: str, value: float) -> Any:
+    sp = _sympy()
+    sign = {1: {"positive": True}, -1: {"negative": True}}.get(int(np.sign(value)),
+                                                              {"zero": True})
+    return sp.Symbol(f"k_{name}", real=True, **sign)
+
+
+def trace(hamiltonian: Any) -> Traced | str:
+    """The :class:`Traced` model of ``hamiltonian``, or why its ``value`` cannot be traced."""
+    fields = _fields(hamiltonian)
+    key = (type(hamiltonian), tuple((k, int(np.sign(v))) for k, v in fields.items()))
+    if key not in _STRUCTURES:
+        _STRUCTURES[key] = _trace_structure(hamiltonian, fields, symbolic=True)
+    structure = _STRUCTURES[key]
+    if structure == _CONCRETE:   # its value branches on a field: traced with the values
+        key = (type(hamiltonian), tuple(fields.items()))
+        if key not in _STRUCTURES:
+            _STRUCTURES[key] = _trace_structure(hamiltonian, fields, symbolic=False)
+        structure = _STRUCTURES[key]
+    if isinstance(structure, str):
+        return structure
+    return Traced(structure, tuple(fields[k] for k in structure.names))
+
+
+#: What :func:`_trace_structure` returns when the fields cannot be symbols.
+_CONCRETE = "trace with the values of the fields"
+
+
+def _call_value(hamiltonian: Any, substitutions: dict[str, Any]) -> Any:
+    """``value`` of a copy of ``hamiltonian`` whose fields are ``substitutions``, traced."""
+    sp = _sympy()
+    x, p, m = _xpm()
+    proxy = hamiltonian
+    if substitutions:   # a copy whose fields are the symbols (frozen or slotted alike)
+        proxy = object.__new__(type(hamiltonian))
+        for name, value in (_attributes(hamiltonian) | substitutions).items():
+            object.__setattr__(proxy, name, value)
+    out = sp.sympify(type(hamiltonian).value(proxy, x, p, m, NAMESPACE))
+    if not isinstance(out, sp.Expr):
+        raise TypeError(f"value returned {type(out).__name__}, not an expression")
+    return out
+
+
+def _xpm() -> tuple[Any, Any, Any]:
+    sp = _sympy()
+    return sp.Symbol("x", real=True), sp.Symbol("p", real=True), sp.Symbol("m", real=True)
+
+
+def _trace_structure(hamiltonian: Any, fields: dict[str, float], symbolic: bool
+                     ) -> Structure | str:
+    """Trace with the fields as symbols (``symbolic``; else as their values), differentiate,
+    and print the array code; :data:`_CONCRETE` when the symbols fail but fields exist."""
+    symbols = {k: _field_symbol(k, v) for k, v in fields.items()} if symbolic else {}
+    try:
+        value = _call_value(hamiltonian, symbols)
+    except Exception as exc:  # any failure of the user's code under tracing
+        return _CONCRETE if symbols else f"{type(exc).__name__}: {exc}"
+    names = tuple(k for k in symbols if symbols[k] in value.free_symbols)
+    return _derive(value, names, tuple(symbols[k] for k in names))
+
+
+def _clean(expr: Any, p: Any) -> Any:
+    """Derivative ``expr`` almost everywhere: Dirac deltas dropped, sign(·)^(2k) → 1,
+    Heaviside(·)^k → Heaviside(·), even powers of a symbol as powers of its absolute
+    value (so that |p|^q / p² merges into |p|^(q − 2))."""
+    sp = _sympy()
+    expr = expr.replace(lambda e: isinstance(e, sp.DiracDelta), lambda e: sp.Integer(0))
+    expr = expr.replace(lambda e: e.is_Pow and isinstance(e.base, sp.sign)
+                        and e.exp.is_even, lambda e: sp.Integer(1))
+    expr = expr.replace(lambda e: e.is_Pow and isinstance(e.base, sp.Heaviside)
+                        and e.exp.is_positive and e.exp.is_integer, lambda e: e.base)
+    expr = expr.replace(lambda e: e.is_Pow and e.base.is_Symbol and e.exp.is_even,
+                        lambda e: sp.Abs(e.base) ** e.exp)
+    return sp.powsimp(expr, force=True)
+
+
+def _derive(value: Any, names: tuple[str, ...], symbols: tuple[Any, ...]) -> Structure:
+    sp = _sympy()
+    x, p, m = _xpm()
+    fractions = {r: sp.Float(r) for r in value.atoms(sp.Rational) if not r.is_Integer}
+    value = sp.powsimp(value.xreplace(fractions), force=True)   # p*p/2 is 0.5*p**2
+    dp = _clean(sp.diff(value, p), p)
+    dpp = _clean(sp.diff(dp, p), p)
+    dm = _clean(sp.diff(value, m), p)
+    at_zero = sp.powsimp(value.subs(p, 0), force=True)
+    key_text = "|".join([GENERATOR_VERSION, *names, sp.srepr(value)])
+    structure = Structure(names, symbols, value, dp, dpp, dm, at_zero, m in value.free_symbols,
+                          hashlib.sha256(key_text.encode()).hexdigest()[:20])
+    for name in ("value", "dp", "dpp", "dm"):
+        structure.array[name] = _array_function(getattr(structure, name), structure)
+    return structure
+
+
+def is_half_square(structure: Structure) -> bool:
+    """Whether the expression of ``structure`` is ½ p² (exactly, fields absent)."""
+    sp = _sympy()
+    _, p, _ = _xpm()
+    return sp.expand(structure.value - sp.Rational(1, 2) * p**2) == 0
+
+
+# -- printing -------------------------------------------------------------------------------
+def _printers() -> tuple[type, type]:
+    from sympy.printing.pycode import PythonCodePrinter
+
+    sp = _sympy()
+
+    class ScalarPrinter(PythonCodePrinter):
+        """Python scalar code that numba compiles (``math`` functions, helpers of the
+        template: ``_pow``, ``_sign``, ``_heaviside``)."""
+
+        def __init__(self, names: dict[Any, str]) -> None:
+            super().__init__({"strict": True, "fully_qualified_modules": True})
+            self.names = names
+
+        def _print_Symbol(self, s: Any) -> str:
+            return self.names.get(s, s.name)
+
+        _print_Dummy = _print_Symbol
+
+        def _print_Float(self, f: Any) -> str:
+            return repr(float(f))
+
+        def _print_Rational(self, r: Any) -> str:
+            return repr(float(r))
+
+        def _print_Integer(self, i: Any) -> str:
+            return repr(float(i))
+
+        def _print_Abs(self, e: Any) -> str:
+            return f"abs({self._print(e.args[0])})"
+
+        def _print_sign(self, e: Any) -> str:
+            return f"_sign({self._print(e.args[0])})"
+
+        def _print_Heaviside(self, e: Any) -> str:
+            h0 = e.args[1] if len(e.args) > 1 else sp.Rational(1, 2)
+            return f"_heaviside({self._print(e.args[0])}, {self._print(h0)})"
+
+        def _nested(self, fn: str, args: Any) -> str:
+            out = self._print(args[0])
+            for a in args[1:]:
+                out = f"{fn}({out}, {self._print(a)})"
+            return out
+
+        def _print_Max(self, e: Any) -> str:
+            return self._nested("max", e.args)
+
+        def _print_Min(self, e: Any) -> str:
+            return self._nested("min", e.args)
+
+        def _print_Pow(self, e: Any, rational: bool = False) -> str:
+            if e.base.is_Pow and e.base.exp == -1 and not e.exp.is_Number:
+                return self._print_Pow(sp.Pow(e.base.base, -e.exp, evaluate=False))
+            base, k = f"({self._print(e.base)})", e.exp
+            if k.is_Number and float(k).is_integer() and 1 <= abs(float(k)) <= 4:
+                product = " * ".join([base] * int(abs(float(k))))
+                return f"({product})" if k > 0 else f"(1.0 / ({product}))"
+            if k == sp.Rational(1, 2):
+                return f"{self.sqrt}({base})"
+            if k == sp.Rational(-1, 2):
+                return f"(1.0 / {self.sqrt}({base}))"
+            return self._power(base, k)
+
+        sqrt = "math.sqrt"
+
+        def _power(self, base: str, k: Any) -> str:
+            return f"_pow({base}, {self._print(k)})"
+
+    class ArrayPrinter(ScalarPrinter):
+        """Elementwise code in the namespace ``xp``; sub-expressions free of x, p and m are
+        printed as scalars."""
+
+        sqrt = "xp.sqrt"
+
+        def _print(self, e: Any, **kwargs: Any) -> str:
+            if (isinstance(e, sp.Basic) and not e.is_Atom and isinstance(e, sp.Expr)
+                    and not (e.free_symbols & set(_xpm()))):
+                return self.scalar._print(e)
+            return super()._print(e, **kwargs)
+
+        def _print_Abs(self, e: Any) -> str:
+            return f"xp.abs({self._print(e.args[0])})"
+
+        def _print_sign(self, e: Any) -> str:
+            return f"xp.sign({self._print(e.args[0])})"
+
+        def _print_Heaviside(self, e: Any) -> str:
+            a = self._print(e.args[0])
+            h0 = self._print(e.args[1] if len(e.args) > 1 else sp.Rational(1, 2))
+            return f"xp.where({a} > 0, 1.0, xp.where({a} < 0, 0.0, {h0}))"
+
+        def _print_Max(self, e: Any) -> str:
+            return self._nested("xp.maximum", e.args)
+
+        def _print_Min(self, e: Any) -> str:
+            return self._nested("xp.minimum", e.args)
+
+        def _print_Piecewise(self, e: Any) -> str:
+            out = "float('nan')"
+            for expr, cond in reversed(e.args):
+                out = (self._print(expr) if cond is sp.true
+                       else f"xp.where({self._print(cond)}, {self._print(expr)}, {out})")
+            return out
+
+        def _print_And(self, e: Any) -> str:
+            return " & ".join(f"({self._print(a)})" for a in e.args)
+
+        def _print_Or(self, e: Any) -> str:
+            return " | ".join(f"({self._print(a)})" for a in e.args)
+
+        def _print_Function(self, e: Any) -> str:
+            name = {"atan": "atan", "asin": "asin", "acos": "acos"}.get(
+                type(e).__name__, type(e).__name__)
+            if name in ("exp", "log", "sin", "cos", "tan", "tanh", "sinh", "cosh", "atan"):
+                return f"xp.{name}({', '.join(self._print(a) for a in e.args)})"
+            return super()._print_Function(e)
+
+        _print_exp = _print_log = _print_sin = _print_cos = _print_tan = _print_Function
+        _print_tanh = _print_sinh = _print_cosh = _print_atan = _print_Function
+
+        def _power(self, base: str, k: Any) -> str:
+            return f"({base} ** ({self._print(k)}))"
+
+    return ScalarPrinter, ArrayPrinter
+
+
+def _array_function(expr: Any, structure: Structure) -> Any:
+    """``f(x, p, m, xp, *fields)`` evaluating ``expr`` elementwise (shaped like p)."""
+    scalar_cls, array_cls = _printers()
+    x, p, m = _xpm()
+    names = {s: f"k{i}" for i, s in enumerate(structure.symbols)}
+    printer = array_cls(names)
+    printer.scalar = scalar_cls(names)
+    body = printer.doprint(expr)
+    if p not in expr.free_symbols:
+        body = f"({body}) + 0.0 * p"
+    args = ", ".join(["x", "p", "m", "xp", *names.values()])
+    namespace: dict[str, Any] = {"math": math, "_pow": _pow, "_sign": _sign,
+                                 "_heaviside": _heaviside}
+    exec(f"def f({args}):\n    return {body}\n", namespace)  # noqa: S102 - our own printer
+    return namespace["f"]
+
+
+def _pow(b: float, e: float) -> float:
+    return b ** e
+
+
+def _sign(a: float) -> float:
+    return float(np.sign(a))
+
+
+def _heaviside(a: float, h0: float) -> float:
+    return 1.0 if a > 0 else (0.0 if a < 0 else h0)
+
+
+def scalar_source(structure: Structure) -> str:
+    """numba source of the model functions the compiled scheme calls, for the fields in the
+    array ``prm`` (in the order of ``structure.names``) and the node values ``aux``:
+
+    * ``NAUX``, ``DEPENDS_ON_M``: module constants;
+    * ``model_aux(x, m, prm, aux, i)``: the sub-expressions of H and ∂p H free of p (they
+      depend on the node and its density only) into ``aux[:, i]``, computed once per time
+      step (once per sweep if H ignores m);
+    * ``H_and_p(p, x, m, prm, aux, i)``: (H, ∂p H) at node i;
+    * ``H_zero(x, m, prm, aux, i)``: H at p = 0;
+    * ``H(p, x, m, prm)``, ``H_p``, ``H_pp``, ``H_m``: the plain derivatives.
+    """
+    sp = _sympy()
+    x, p, m = _xpm()
+    scalar_cls, _ = _printers()
+    params = {s: f"prm[{i}]" for i, s in enumerate(structure.symbols)}
+    value = _share_powers(structure.value, structure.dp)
+    hoisted, aux = _hoist([value, structure.dp, structure.at_zero], p)
+    aux_names = {sym: f"aux[{j}, i]" for j, (sym, _) in enumerate(aux)}
+    plain, node = scalar_cls(params), scalar_cls(params | aux_names)
+    jit = "@njit(cache=True, nogil=True)"
+    lines = [f"NAUX = {len(aux)}", f"DEPENDS_ON_M = {structure.reads_m}", "", "", jit,
+             "def model_aux(x, m, prm, aux, i):"]
+    lines += [f"    aux[{j}, i] = {plain.doprint(e)}" for j, (_, e) in enumerate(aux)]
+    lines += ["    return None", "", "", jit, "def H_and_p(p, x, m, prm, aux, i):",
+              f"    return {node.doprint(hoisted[0])}, {node.doprint(hoisted[1])}", "", "",
+              jit, "def H_zero(x, m, prm, aux, i):", f"    return {node.doprint(hoisted[2])}"]
+    for name, expr in (("H", structure.value), ("H_p", structure.dp),
+                       ("H_pp", structure.dpp), ("H_m", structure.dm)):
+        lines += ["", "", jit, f"def {name}(p, x, m, prm):",
+                  f"    return {plain.doprint(sp.sympify(expr))}"]
+    return "\n".join(lines) + "\n"
+
+
+def _share_powers(value: Any, dp: Any) -> Any:
+    """``value`` with each b^e whose b^(e − 1) is in ``dp`` written b · b^(e − 1) (kept
+    unevaluated), so that H and ∂p H computed together take one power (|p|^q / q and
+    sign(p) |p|^(q − 1): one square root for q = 1.5)."""
+    sp = _sympy()
+    powers = {(e.base, e.exp) for e in dp.atoms(sp.Pow)}
+    return value.replace(
+        lambda e: e.is_Pow and not e.exp.is_Number and (e.base, e.exp - 1) in powers,
+        lambda e: sp.Mul(e.base, sp.UnevaluatedExpr(e.base ** (e.exp - 1)), evaluate=False))
+
+
+def _hoist(exprs: list[Any], p: Any) -> tuple[list[Any], list[tuple[Any, Any]]]:
+    """``exprs`` with their largest sub-expressions free of p replaced by symbols, and the
+    (symbol, sub-expression) pairs (shared among ``exprs``)."""
+    sp = _sympy()
+    found: dict[Any, Any] = {}
+
+    def collect(e: Any) -> None:
+        if isinstance(e, sp.Expr) and not e.is_Atom and p not in e.free_symbols:
+            if not (e.is_Mul and len(e.args) == 2 and e.args[0] == -1 and e.args[1].is_Atom):
+                found.setdefault(e, sp.Dummy(f"aux{len(found)}", real=True))
+                return
+        for a in e.args:
+            collect(a)
+
+    for e in exprs:
+        collect(e)
+    return [e.xreplace(found) for e in exprs], [(s, e) for e, s in found.items()]
