@@ -58,7 +58,7 @@
 # residual** is at most `tol`: one best response to the returned density path (an HJB sweep
 # against it, then a Fokker–Planck sweep) reproduces that path to a relative accuracy `tol`.
 
-# %% nbmake={"mock": {"T_bars": 2.0, "frames": 6, "nt": 12, "nt_accelerator": 8, "nt_bars": 10, "nt_scan": 10, "nx": 13, "nx_accelerator": 9, "nx_bars": 11, "nx_scan": 11, "scan_thresholds": [0.4, 0.7]}} tags=["parameters"]
+# %% nbmake={"mock": {"T_bars": 2.0, "frames": 6, "nt": 12, "nt_accelerator": 8, "nt_bars": 10, "nt_scan": 10, "nx": 13, "nx_accelerator": 11, "nx_bars": 11, "nx_scan": 11, "scan_thresholds": [0.4, 0.7]}} tags=["parameters"]
 # the room: noise, congestion cost (and a larger one), door width
 T = 1.0
 sigma = 0.3

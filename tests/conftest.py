@@ -176,7 +176,7 @@ NOTEBOOK_PARAMETERS: dict[str, dict] = {
                                     "emulation_particle_counts": [1000]},
     "09_your_model.ipynb": {"nx": 16, "nt": 15},
     "10_congestion_and_populations.ipynb": {"nx": 21, "nt": 20, "tol": 1e-5},
-    "11_crowd_in_a_room.ipynb": {"nx": 13, "nt": 12, "frames": 6, "nx_accelerator": 9,
+    "11_crowd_in_a_room.ipynb": {"nx": 13, "nt": 12, "frames": 6, "nx_accelerator": 11,
                                  "nt_accelerator": 8, "nx_bars": 11, "nt_bars": 10,
                                  "T_bars": 2.0, "scan_thresholds": [0.4, 0.7], "nx_scan": 11,
                                  "nt_scan": 10},

@@ -175,7 +175,7 @@ def test_congestion_and_populations_notebook(notebook_runs):
 
 
 def test_crowd_in_a_room_notebook(notebook_runs):
-    # room 13 × 13 × 12, accelerator rows at 9 × 9 × 8, bars 11 × 11 × 10 (T = 2), a 2 × 2
+    # room 13 × 13 × 12, accelerator rows at 11 × 11 × 8, bars 11 × 11 × 10 (T = 2), a 2 × 2
     # scan at 11 × 11 × 10
     run = notebook_runs("11_crowd_in_a_room.ipynb")
     out, frames = run.folder, run.parameters["frames"]
