@@ -164,7 +164,7 @@ def test_the_kernel_table_names_one_entry_per_backend_and_device(monkeypatch):
     without = dataclasses.replace(kernels.TRITON, requires=lambda: False)
     monkeypatch.setitem(kernels.KERNELS, ("torch", "cuda"), (without, kernels.ARRAY_API))
     assert kernels.fdm_kernels(cuda) is kernels.ARRAY_API
-    # the compiled loops carry the shipped models; a model of one's own runs the array sweeps
+    # the compiled loops carry every traceable model, one's own too; others run the arrays
     assert kernels.fdm_kernels(mw.get_backend("numpy"), power) is kernels.COMPILED_LOOPS
     assert kernels.fdm_kernels(mw.get_backend("torch", "cpu"), power) is \
         kernels.COMPILED_LOOPS_TORCH
@@ -172,6 +172,19 @@ def test_the_kernel_table_names_one_entry_per_backend_and_device(monkeypatch):
     class Own(mw.Quadratic):
         pass
 
-    assert kernels.fdm_kernels(mw.get_backend("numpy"), Own()) is kernels.HOST_ARRAYS
-    assert kernels.fdm_kernels(mw.get_backend("torch", "cpu"), Own()) is \
+    assert kernels.fdm_kernels(mw.get_backend("numpy"), Own()) is kernels.COMPILED_LOOPS
+
+    class Opaque(mw.Quadratic):   # float() of its argument: its value cannot be traced
+        def value(self, x, p, m, xp):
+            return 0.5 * p * p if isinstance(p, np.ndarray) else float(p)
+
+        def dp(self, x, p, m, xp):
+            return p
+
+        def dpp(self, x, p, m, xp):
+            return 1.0 + 0.0 * p
+
+    with pytest.warns(UserWarning, match="cannot be traced"):
+        assert kernels.fdm_kernels(mw.get_backend("numpy"), Opaque()) is kernels.HOST_ARRAYS
+    assert kernels.fdm_kernels(mw.get_backend("torch", "cpu"), Opaque()) is \
         kernels.HOST_ARRAYS_TORCH
