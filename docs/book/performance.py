@@ -50,8 +50,11 @@ class Section:
 
 
 def seconds(value: float) -> str:
-    """A duration at a readable unit: 1.32 s, 27 ms, 61 µs."""
+    """A duration at a readable unit: 4 min 54 s, 1.32 s, 27 ms, 61 µs."""
     value = float(value)
+    if value >= 120.0:
+        minutes, rest = divmod(round(value), 60)
+        return f"{minutes} min {rest} s"
     if value >= 1.0:
         return f"{value:.2f} s"
     if value >= 1e-3:
@@ -82,6 +85,12 @@ def warm(data: Any) -> list[Row]:
 
 
 SECTIONS: list[Section] = [
+    Section(
+        "commands_2core.json", "The make commands on a two-core machine",
+        "Wall time of the two commands and of the book, on a fresh clone of a two-core "
+        "machine; the file's note says how and when each row was measured.",
+        [Column("command", "command"), Column("condition", "condition"),
+         Column("time_s", "time", seconds)]),
     Section(
         "fdm_batch_single_h100.json", "One Santa Fe solve: CPU against CUDA",
         "A single finite-difference solve of the Santa Fe defaults (201², `benchmarks/"
