@@ -4,13 +4,13 @@
     python docs/book/build.py --small -o DIR  # their small parameters (what the tests use)
 
 The output folder (default ``build/book``) is a result folder of kind ``book`` (see "What a
-writer replaces" in the README and :func:`mfgwork.core.storage.check_target`): it may be new,
-empty or an earlier book, which is replaced whole; a non-empty folder without the book's marker
-needs ``--force`` (and is never replaced if it holds a notebook, a project root or another
-result); the current directory, home, the checkout, the notebooks folder, their ancestors, files
-and links are always refused, before any notebook runs. The book is built in a temporary folder
-beside the target (``.NAME.tmp-PID-…``) and renamed to it at the end. Steps, all under that
-folder:
+writer replaces" in docs/book/guide/results.md and :func:`mfgwork.core.storage.check_target`):
+it may be new, empty or an earlier book, which is replaced whole; a non-empty folder without
+the book's marker needs ``--force`` (and is never replaced if it holds a notebook, a project
+root or another result); the current directory, home, the checkout, the notebooks folder, their
+ancestors, files and links are always refused, before any notebook runs. The book is built in a
+temporary folder beside the target (``.NAME.tmp-PID-…``) and renamed to it at the end. Steps,
+all under that folder:
 
 1. ``work/notebooks/``: a copy of ``notebooks/``, the working directory of the executions, so
    that whatever a notebook writes next to itself (the demonstration sweep of the sweep
