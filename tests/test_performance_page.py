@@ -58,3 +58,16 @@ def test_a_missing_file_or_column_fails(tmp_path):
 def test_durations_are_written_at_a_readable_unit():
     assert [performance.seconds(v) for v in (294, 1.3218, 0.0271, 6.1e-5)] == [
         "4 min 54 s", "1.32 s", "27.1 ms", "61 µs"]
+
+
+def test_the_readme_states_the_book_times_of_the_baseline():
+    """The README's build times are those of commands_2core.json (two notebooks at a time,
+    and a rebuild from the cache)."""
+    rows = json.loads((BASELINES / "commands_2core.json").read_text())["rows"]
+    book = [r for r in rows if r["command"] == "make book"]
+    first, = [r["time_s"] for r in book if r["condition"].startswith("first") and "-j 2" in
+              r["condition"]]
+    again, = [r["time_s"] for r in book if r["condition"].startswith("rebuild")]
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert f"a first build took {performance.seconds(first)}" in readme
+    assert f"a rebuild with no notebook changed {round(again)} s" in readme
