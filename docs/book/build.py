@@ -212,7 +212,12 @@ def _drop_widget_state(target: Path) -> None:
 
 
 def sphinx(src: Path, html: Path) -> None:
-    """Render ``src`` into ``html``; any Sphinx warning fails the build."""
+    """Generate the performance page into ``src`` and render ``src`` into ``html``; any
+    Sphinx warning fails the build."""
+    try:
+        performance.write_page(src)
+    except performance.PerformanceError as exc:
+        raise BookError(f"performance page: {exc}") from None
     cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-c", str(BOOK), "-W", "--keep-going",
            "-q", "-E", str(src), str(html)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -263,8 +268,8 @@ def build_book(out: str | os.PathLike = DEFAULT_OUT, *, small: bool = False, job
 
 
 def copy_sources(src: Path) -> None:
-    """The Sphinx sources that are not notebooks into ``src``: the pages of docs/book, the
-    README (its introduction opens the index) and the generated performance page."""
+    """The Sphinx sources that are not notebooks into ``src``: the pages of docs/book and the
+    README (its introduction opens the index)."""
     for name in SOURCES:
         source = BOOK / name
         if source.is_dir():
@@ -272,10 +277,6 @@ def copy_sources(src: Path) -> None:
         else:
             shutil.copy(source, src / name)
     shutil.copy(ROOT / "README.md", src / "README.md")
-    try:
-        performance.write_page(src)
-    except performance.PerformanceError as exc:
-        raise BookError(f"performance page: {exc}") from None
 
 
 def _build(folder: Path, small: bool, jobs: int, executed: str | os.PathLike | None,
