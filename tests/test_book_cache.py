@@ -102,6 +102,13 @@ def test_a_folder_that_is_not_a_cache_is_refused_before_any_work(fake):
     (fake.tmp / "book").mkdir()
     with pytest.raises(mw.ParameterError, match="inside the book's output"):
         build(fake, cache=fake.tmp / "book" / "cache")
+    with pytest.raises(mw.ParameterError, match="inside the notebooks folder"):
+        build(fake, cache=fake.notebooks / "cache")
+    broken = fake.tmp / "broken"
+    broken.mkdir()
+    (broken / builder.ExecutionCache.MANIFEST).write_text("{not json")
+    with pytest.raises(mw.ParameterError, match="not a JSON object"):
+        build(fake, cache=broken)
     link = fake.tmp / "link"
     link.symlink_to(mine)
     with pytest.raises(mw.ParameterError, match="not a folder"):

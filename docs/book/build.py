@@ -135,7 +135,7 @@ class ExecutionCache:
         if self.folder.is_dir() and any(self.folder.iterdir()) and not manifest.is_file():
             raise ParameterError(f"cache={str(folder)!r} is refused: a non-empty folder that "
                                  f"is not a book cache (no {self.MANIFEST}); choose another")
-        listed = json.loads(manifest.read_text(encoding="utf-8")) if manifest.is_file() else {}
+        listed = self._read_manifest(manifest) if manifest.is_file() else {}
         # only names this cache writes (no path, no link): a manifest edited to name another
         # file never makes the cache read or remove it
         self.entries: dict[str, str] = {
@@ -144,6 +144,18 @@ class ExecutionCache:
             and entry.startswith(Path(name).stem + ".")
             and not (self.folder / entry).is_symlink()}
         self._lock = threading.Lock()
+
+    @staticmethod
+    def _read_manifest(manifest: Path) -> dict[str, Any]:
+        try:
+            listed = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            listed = exc
+        if not isinstance(listed, dict):
+            raise ParameterError(f"cache={str(manifest.parent)!r} is refused: its manifest "
+                                 f"{manifest.name} is not a JSON object ({listed}); remove the "
+                                 "folder to start a new cache")
+        return listed
 
     def get(self, name: str, key: str) -> Path | None:
         """The cached execution of notebook ``name`` under ``key``, or None."""
@@ -253,10 +265,12 @@ def build_book(out: str | os.PathLike = DEFAULT_OUT, *, small: bool = False, job
     ``out`` is replaced whole, by one rename, when the build succeeds."""
     out = check_out(out, force=force)
     store = None if cache is None else ExecutionCache(cache)
-    if store is not None and (store.folder == out or out in store.folder.parents
-                              or NOTEBOOKS.resolve() in store.folder.resolve().parents):
+    if store is not None and (store.folder == out or out in store.folder.parents):
         raise ParameterError(f"cache={str(cache)!r} is refused: it is inside the book's "
-                             f"output {out} or the notebooks folder; choose a folder beside")
+                             f"output {out}, which a build replaces; choose a folder beside it")
+    if store is not None and NOTEBOOKS.resolve() in store.folder.resolve().parents:
+        raise ParameterError(f"cache={str(cache)!r} is refused: it is inside the notebooks "
+                             f"folder {NOTEBOOKS}; choose a folder elsewhere")
     with storage.atomic_folder(out, "book", name="out", force=force, protect=PROTECT) as tmp:
         try:
             _build(tmp, small, jobs, executed, log, store)
