@@ -36,12 +36,16 @@ $(VENV)/.installed-test: pyproject.toml
 run: $(VENV)/.installed-run
 	$(PY) -m mfgwork run notebooks/01_santa_fe_bar.ipynb -o runs/santa_fe_bar
 
-# the notebooks executed at their defaults by papermill, rendered by Sphinx + myst-nb; open
-# build/book/html/index.html (MathJax is bundled: no network needed). BOOK_ARGS="-j 2": two
-# notebooks at a time; BOOK_ARGS="--small": the small parameters of the tests. The build folder is
-# replaced whole when the build succeeds; a folder that is not a book is refused (BOOK_ARGS="--force").
+# the notebooks executed at their defaults by papermill, rendered by Sphinx + myst-nb with the
+# user guide, the API reference and the performance page; open build/book/html/index.html
+# (MathJax is bundled: no network needed). Executions are cached in build/book-cache by their
+# inputs (notebook, parameters, the package's code): a rebuild runs only changed notebooks
+# (BOOK_ARGS="--no-cache": all). BOOK_JOBS notebooks at a time (default 2, the two cores);
+# BOOK_ARGS="--small": the small parameters of the tests. The build folder is replaced whole when
+# the build succeeds; a folder that is not a book is refused (BOOK_ARGS="--force").
+BOOK_JOBS ?= 2
 book: $(VENV)/.installed-all
-	$(PY) docs/book/build.py -o build/book $(BOOK_ARGS)
+	$(PY) docs/book/build.py -o build/book -j $(BOOK_JOBS) $(BOOK_ARGS)
 
 test: $(VENV)/.installed-test
 	$(PY) -m pytest -n $(TEST_WORKERS)

@@ -10,9 +10,9 @@ The path that MPS (and CUDA without Triton) runs, measured under ``mw.mps_emulat
   measured in the same run as the baseline ratio, and the relative error of U, M, A against it.
 
 ``--baseline F`` reads an earlier output of this script (e.g. the measurement of the code
-before the launch reduction, ``benchmarks/baselines/torch_path_before.json``) and prints
-before/after side by side (``torch_path_after.json``: the PCR-workspace path against
-``torch_path_6c7510e.json``, the code before it, measured one after the other). To measure
+before the launch reduction, ``benchmarks/history/torch_path_before.json``) and prints
+before/after side by side (``benchmarks/baselines/torch_path_mps_emulation.json``: the
+PCR-workspace path against the code before it, measured one after the other). To measure
 an older checkout with this script, put it first on ``PYTHONPATH`` (with
 ``mfgwork/core/profiling.py`` copied in) and pass ``--compile-steps false --commit ID``.
 

@@ -39,8 +39,10 @@ particle_counts = [1000, 10000, 100000]  # particles (fresh measurement)
 nx = 41  # grid points of the fresh FDM measurement
 nt = 40  # time steps of the fresh FDM measurement
 iterations = 2  # Picard iterations per FDM solve (fixed, so every size does the same work)
-emulation_batch_sizes = [1, 4]  # MPS emulation (torch on this CPU, float32); [] skips it
-emulation_particle_counts = [1000, 10000]  # MPS emulation particle counts; [] skips them
+# MPS emulation (torch on this CPU, float32), e.g. [1, 4] and [1000, 10000]: off by default
+# ([] skips it), since compiling its torch steps takes about a minute on a CPU
+emulation_batch_sizes = []  # MPS emulation batch sizes
+emulation_particle_counts = []  # MPS emulation particle counts
 repeats = 1  # timed runs per size (after one warm-up run); the median is kept
 # run folder to write; "" writes nothing (python -m mfgwork run sets it)
 out_dir = ""
@@ -63,7 +65,8 @@ print("crossovers (B*, N*):", mw.crossover.crossovers(shipped))
 # ## A fresh measurement here
 #
 # The same two experiments, small enough for a laptop: the CPU side, every accelerator
-# present (CUDA, MPS), and MPS emulation (torch on this CPU in float32 under the MPS rules),
+# present (CUDA, MPS), and, with `emulation_batch_sizes` and `emulation_particle_counts`
+# given (empty by default), MPS emulation (torch on this CPU in float32 under the MPS rules),
 # which stands in for a device when there is none: it is not an accelerator, but it runs the
 # accelerator's code path, one small tensor operation after another. The fresh FDM case is
 # the notebook's `nx` × `nt` grid with `iterations` Picard iterations, and the particles move

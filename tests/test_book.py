@@ -30,6 +30,7 @@ from conftest import shared_tmp
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[1]
+GUIDE = ROOT / "docs" / "book" / "guide"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update",
@@ -165,9 +166,15 @@ def _parse(page: Path) -> _Links:
 def test_every_notebook_has_a_page_in_the_table_of_contents(book):
     pages = {p.stem for p in (book / "notebooks").glob("*.html")}
     assert pages == {p.stem for p in builder.notebooks()}
+    course = _parse(book / "course.html")
+    linked = {urlsplit(url).path for tag, url in course.targets if tag == "a"}
+    assert {f"notebooks/{name}.html" for name in pages} <= linked
+    # the index leads to the guide, the course, the API reference and the performance page
     index = _parse(book / "index.html")
     linked = {urlsplit(url).path for tag, url in index.targets if tag == "a"}
-    assert {f"notebooks/{name}.html" for name in pages} <= linked
+    assert {"guide/index.html", "course.html", "api.html", "performance.html"} <= linked
+    guide = {urlsplit(url).path for tag, url in _parse(book / "guide" / "index.html").targets}
+    assert {f"{p.stem}.html" for p in GUIDE.glob("*.md")} - {"index.html"} <= guide
     # the README's introduction, down to its "Two commands", is the first page
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     first_sentence = readme.split("\n\n")[1].split("**")[0].strip()
@@ -176,8 +183,25 @@ def test_every_notebook_has_a_page_in_the_table_of_contents(book):
     assert "Two commands" in readme and "Two commands" not in text
 
 
+def test_the_api_reference_has_a_page_for_every_public_name(book):
+    import mfgwork as mw
+
+    pages = {p.name for p in (book / "generated").glob("mfgwork.*.html")}
+    assert {f"mfgwork.{name}.html" for name in mw.__all__} <= pages
+    api = (book / "api.html").read_text(encoding="utf-8")
+    assert all(f"generated/mfgwork.{name}.html" in api for name in mw.__all__)
+
+
+def test_the_performance_page_shows_every_baseline_table(book):
+    text = (book / "performance.html").read_text(encoding="utf-8")
+    for section in builder.performance.SECTIONS:
+        assert section.name in text
+    assert text.count("<table") == len(builder.performance.SECTIONS)
+
+
 def test_no_broken_internal_link_and_nothing_from_another_host(book):
-    pages = sorted(book.rglob("*.html"))
+    # (the theme's _static holds HTML templates, not pages)
+    pages = sorted(p for p in book.rglob("*.html") if "_static" not in p.relative_to(book).parts)
     parsed = {page: _parse(page) for page in pages}
     broken, external = [], []
     for page, links in parsed.items():
@@ -225,6 +249,7 @@ def test_index_and_primer_render_in_chromium(book, server, artifacts):
             page.goto(server + "index.html", wait_until="load")
             page.screenshot(path=artifacts / "index.png", full_page=True)
             assert page.title().startswith("mfgwork")
+            page.goto(server + "course.html", wait_until="load")
             toc = page.locator(".toctree-wrapper a.reference.internal")
             assert toc.count() == len(builder.notebooks())
 
@@ -322,3 +347,105 @@ def test_page_check_catches_a_duplicated_figure_and_a_warning():
             browser.close()
     assert problems == ["figure shown twice: ../_images/c.png", "stderr block: oops",
                         "warning: UserWarning: tol=1e-08 is below what float32"], problems
+
+
+#: in the browser: code cells, outputs, tables and display equations that do not fit their
+#: column. Each box must end inside the article's column, and content wider than its box must
+#: scroll in it (overflow-x auto or scroll): clipped (hidden) or spilled (visible) fails. The
+#: page itself must not scroll sideways.
+FIT_JS = r"""() => {
+  const problems = [];
+  const column = document.querySelector('article.bd-article') || document.body;
+  const right = Math.min(column.getBoundingClientRect().right,
+                         document.documentElement.clientWidth);
+  const scrolls = el => ['auto', 'scroll'].includes(getComputedStyle(el).overflowX);
+  const inScroller = el => {
+    for (let e = el.parentElement; e && e !== column; e = e.parentElement)
+      if (scrolls(e)) return true;
+    return false;
+  };
+  const selector = 'div.cell_input pre, div.cell_output pre, div.highlight pre, table, ' +
+                   'div.cell_output, mjx-container[display="true"]';
+  document.querySelectorAll(selector).forEach(el => {
+    const box = el.getBoundingClientRect();
+    if (box.width === 0 || inScroller(el)) return;
+    const name = el.tagName.toLowerCase() + '.' + [...el.classList].join('.');
+    const text = (el.innerText || '').trim().slice(0, 60);
+    if (box.right > right + 1)
+      problems.push(`${name} ends ${Math.round(box.right - right)} px past the column: ${text}`);
+    if (el.scrollWidth > el.clientWidth + 1 && !scrolls(el))
+      problems.push(`${name} cut off (${el.scrollWidth} px in ${el.clientWidth}): ${text}`);
+  });
+  const page = document.documentElement;
+  if (page.scrollWidth > page.clientWidth + 1)
+    problems.push(`the page scrolls sideways (${page.scrollWidth} px in ${page.clientWidth})`);
+  return problems;
+}"""
+
+WIDTHS = {"desktop": 1280, "phone": 390}
+
+
+def _fit_problems(page) -> list[str]:
+    """What does not fit its column on the loaded ``page``: see :data:`FIT_JS`."""
+    return page.evaluate(FIT_JS)
+
+
+def _typeset(page) -> None:
+    """Wait until MathJax has typeset every equation of the loaded page."""
+    page.wait_for_function(
+        "() => document.querySelectorAll('mjx-container').length >= "
+        "document.querySelectorAll('div.math, span.math').length",
+        timeout=TYPESET_S * 1000)
+
+
+@pytest.mark.parametrize("width", WIDTHS.values(), ids=WIDTHS.keys())
+def test_code_tables_and_equations_fit_at_desktop_and_phone_widths(book, server, width):
+    """Every notebook page, a guide page, the API reference and the performance page: no
+    code cell, table or display equation cut off or running past its column."""
+    from playwright.sync_api import sync_playwright
+
+    pages = ([f"notebooks/{p.stem}.html" for p in builder.notebooks()]
+             + ["index.html", "guide/santa_fe.html", "api.html", "performance.html",
+                "generated/mfgwork.solve.html"])
+    found = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": width, "height": 900})
+        try:
+            for name in pages:
+                page.goto(server + name, wait_until="load")
+                _typeset(page)
+                if name == "notebooks/09_your_model.html":  # its aligned system of equations
+                    assert page.locator("mjx-container[display='true']").count() >= 2
+                problems = _fit_problems(page)
+                if problems:
+                    found[name] = problems
+        finally:
+            browser.close()
+    assert not found, found
+
+
+def test_fit_check_catches_clipped_code_and_a_table_past_the_column():
+    _require("Debian's chromium (/usr/bin/chromium)", CHROMIUM.exists())
+    _require("playwright (pip install playwright)", find_spec("playwright") is not None)
+    from playwright.sync_api import sync_playwright
+
+    wide = "x" * 400
+    html = ('<article class="bd-article" style="width: 300px">'
+            f'<div class="highlight"><pre style="overflow: hidden">{wide}</pre></div>'
+            f'<div class="cell_output" style="overflow-x: auto"><pre>{wide}</pre></div>'
+            f'<table style="width: 500px"><tr><td>{wide[:10]}</td></tr></table>'
+            '</article>')
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 390, "height": 600})
+            page.set_content(f"<html><body style='margin: 0'>{html}</body></html>")
+            problems = _fit_problems(page)
+        finally:
+            browser.close()
+    assert any(p.startswith("pre. cut off") for p in problems), problems
+    assert any(p.startswith("table. ends") for p in problems), problems
+    assert any(p.startswith("the page scrolls sideways") for p in problems), problems
+    # the output that scrolls in its own box is fine, so is everything else
+    assert len(problems) == 3, problems

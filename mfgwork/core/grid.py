@@ -26,6 +26,10 @@ MAX_POINTS = MAX_COUNT
 
 @dataclass(frozen=True)
 class Grid:
+    """``nx`` nodes on [x_min, x_max], walls included (h = (x_max − x_min)/(nx − 1)), and
+    ``nt`` implicit Euler steps on [0, T] (Δt = T/nt); ``weights`` are the control volumes
+    of the module docstring."""
+
     x_min: float
     x_max: float
     nx: int

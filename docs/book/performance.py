@@ -1,0 +1,286 @@
+"""The book's performance page, generated from the measurements in ``benchmarks/baselines``.
+
+Each :class:`Section` names one JSON file (what was measured, and where), the rows to show
+and their columns; :func:`write_page` renders every section as a Markdown table, with a bar
+chart of its time column, into a Sphinx source folder. A section whose file is missing, or
+whose rows lack a column, fails the build (:class:`PerformanceError`): the page never shows
+a number that is not in a file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BASELINES = Path(__file__).resolve().parents[2] / "benchmarks" / "baselines"
+PAGE = "performance.md"
+FIGURES = "performance"
+
+Row = Mapping[str, Any]
+
+
+class PerformanceError(ValueError):
+    """A baseline file is missing, unreadable or lacks what its section shows."""
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: the row's ``key``, its header and how a value is written."""
+
+    key: str
+    header: str
+    fmt: Callable[[Any], str] = str
+
+
+@dataclass(frozen=True)
+class Section:
+    """One table of the page: ``rows(data)`` picks the rows of the file ``name``."""
+
+    name: str
+    title: str
+    text: str
+    columns: Sequence[Column]
+    rows: Callable[[Any], Sequence[Row]] = lambda data: data["rows"]
+    #: the column drawn as bars (seconds, log scale), labelled by the ``label`` columns
+    bars: str | None = None
+    label: Sequence[str] = field(default_factory=tuple)
+
+
+def seconds(value: float) -> str:
+    """A duration at a readable unit: 4 min 54 s, 1.32 s, 27 ms, 61 µs."""
+    value = float(value)
+    if value >= 120.0:
+        minutes, rest = divmod(round(value), 60)
+        return f"{minutes} min {rest} s"
+    if value >= 1.0:
+        return f"{value:.2f} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.1f} ms"
+    return f"{value * 1e6:.0f} µs"
+
+
+def number(value: Any) -> str:
+    """Integers as they are, floats to three significant digits, None as a dash."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool) or isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def where(**wanted: Any) -> Callable[[Any], list[Row]]:
+    """The rows of ``data["rows"]`` whose entries equal ``wanted``."""
+    return lambda data: [r for r in data["rows"]
+                         if all(r.get(k) == v for k, v in wanted.items())]
+
+
+def warm(data: Any) -> list[Row]:
+    """Timing rows of a process's later runs (``run_in_process`` > 1: nothing compiled)."""
+    return [r for r in data["rows"] if r.get("run_in_process", 2) > 1]
+
+
+SECTIONS: list[Section] = [
+    Section(
+        "commands_2core.json", "The make commands on a two-core machine",
+        "Wall time of the two commands and of the book, on a fresh clone of a two-core "
+        "machine; the file's note says how and when each row was measured.",
+        [Column("command", "command"), Column("condition", "condition"),
+         Column("time_s", "time", seconds)]),
+    Section(
+        "fdm_batch_single_h100.json", "One Santa Fe solve: CPU against CUDA",
+        "A single finite-difference solve of the Santa Fe defaults (201², `benchmarks/"
+        "fdm_batch.py`) is a sequential chain of small tridiagonal solves: a GPU is not much "
+        "faster than one CPU core's compiled loops. Rows `single`: one solve; rows `numpy`: "
+        "the per-problem time of a loop on one core and of a process pool.",
+        [Column("case", "case"), Column("target", "target"),
+         Column("time_s", "time", seconds), Column("per_problem_s", "per problem", seconds),
+         Column("iterations", "iterations", number)],
+        bars="time_s", label=("case", "target")),
+    Section(
+        "batch_equilibria_cpu.json", "Hard Santa Fe problems on a CPU",
+        "30 random points of the box threshold 0.15–0.92, σ 0.08–1.8, ε 0.0008–0.15, T 4–25, "
+        "three payoff pairs, grids 81² and 121², tol 1e-6, each result checked by an "
+        "independent best response (`benchmarks/batch_equilibria.py --cases box`). `after`: "
+        "Newton's method on the attendance path (the default); `before`: Anderson mixing.",
+        [Column("solver", "solver"), Column("variant", "iteration"),
+         Column("certified", "certified", number), Column("problems", "of", number),
+         Column("median_iterations", "median iterations", number),
+         Column("coarse_iterations_median", "on 51² first", number),
+         Column("time_s", "time", seconds)],
+        bars="time_s", label=("solver", "variant")),
+    Section(
+        "batch_equilibria_h100.json", "1024 Santa Fe problems in one batch on an H100",
+        "`easy`: thresholds 0.3–0.8 × σ 0.4–1.0 at 201²; `hard`: thresholds 0.2–0.9 × ε "
+        "0.001–0.1 at σ 0.3, 201² (`benchmarks/batch_equilibria.py --device cuda --cases "
+        "easy,hard`). Every result certified by a best response in float64.",
+        [Column("case", "case"), Column("solver", "solver"),
+         Column("certified", "certified", number), Column("problems", "of", number),
+         Column("median_iterations", "median iterations", number),
+         Column("time_s", "time", seconds), Column("warm_up_s", "first call", seconds)],
+        bars="time_s", label=("case", "solver")),
+    Section(
+        "kernel_picard_h100.json", "The fused CUDA sweeps (H100)",
+        "One HJB and one FP sweep at 201², `benchmarks/kernel_picard.py`: a problem per "
+        "program whose lanes span x (parallel cyclic reduction in registers), or a problem "
+        "per thread (a Thomas solve each).",
+        [Column("sweep", "sweep"), Column("layout", "layout"), Column("dtype", "dtype"),
+         Column("problems", "problems", number), Column("seconds", "time", seconds)]),
+    Section(
+        "fdm_batch_picard_h100.json", "A batch of 1024 Picard solves (H100)",
+        "Whole solves of 1024 problems by Picard iterations (`benchmarks/fdm_batch.py "
+        "--iteration picard`), against a NumPy loop on one core and a 16-core process pool.",
+        [Column("case", "case"), Column("target", "target"), Column("dtype", "dtype"),
+         Column("batch", "batch", number), Column("time_s", "time", seconds),
+         Column("iterations", "iterations", number),
+         Column("converged", "converged", number)],
+        bars="time_s", label=("case", "target", "dtype")),
+    Section(
+        "torch_path_mps_emulation.json", "The generic torch path (MPS emulation)",
+        "Kernel launches per time step of the generic torch path, which MPS and CUDA without "
+        "Triton run, counted under `mw.mps_emulation()` on Santa Fe at 52² with 5 Picard "
+        "iterations (`benchmarks/torch_path.py`): before and after the launch reduction.",
+        [Column("label", "code"), Column("hjb_per_step", "HJB launches / step", number),
+         Column("fp_per_step", "FP launches / step", number),
+         Column("time_s", "time", seconds), Column("ratio_to_numpy", "× NumPy", number)]),
+    Section(
+        "room_h100.json", "The 2-D room on an H100",
+        "`benchmarks/room.py`: the 101 × 101 × 100 room and the 201 × 201 × 200 room to tol "
+        "1e-6, 16 and 64 rooms in one batch, float64, one-launch Krylov solves with the "
+        "Neumann preconditioner. Later runs of one process (the first pays the CUDA context, "
+        "the kernels' loading and the graphs' recording).",
+        [Column("case", "case"), Column("nx", "nx", number), Column("batch", "batch", number),
+         Column("iterations", "iterations", number),
+         Column("krylov_iterations", "Krylov iterations", number),
+         Column("wall_s", "time", seconds)],
+        rows=warm, bars="wall_s", label=("case",)),
+    Section(
+        "room_h200_neumann.json", "The room's preconditioners on an H200: Neumann series",
+        "The same cases, in one call with the next table: the first two terms of the Neumann "
+        "series of J⁻¹ as the preconditioner.",
+        [Column("case", "case"), Column("krylov_iterations", "Krylov iterations", number),
+         Column("wall_s", "time", seconds)], rows=warm),
+    Section(
+        "room_h200_jacobi.json", "The room's preconditioners on an H200: Jacobi",
+        "The inverse diagonal as the preconditioner.",
+        [Column("case", "case"), Column("krylov_iterations", "Krylov iterations", number),
+         Column("wall_s", "time", seconds)], rows=warm),
+    Section(
+        "preconditioner_cpu.json", "Krylov iterations per preconditioner (CPU)",
+        "BiCGStab iterations on the room's HJB and FP systems (`benchmarks/preconditioner.py`,"
+        " 101²): Jacobi against the two-term Neumann series.",
+        [Column("system", "system"), Column("rtol", "rtol", number),
+         Column("jacobi", "Jacobi", number), Column("neumann", "Neumann", number)]),
+    Section(
+        "krylov_layout_h100.json", "Launch layouts of the batched BiCGStab (H100)",
+        "A float64 BiCGStab iteration of 64 rooms in ten launch layouts "
+        "(`benchmarks/krylov_layout.py`); it is bound by memory bandwidth.",
+        [Column("layout", "layout"), Column("block", "block", number),
+         Column("programs", "programs", number), Column("warps", "warps", number),
+         Column("s_per_iteration", "per iteration", seconds)]),
+    Section(
+        "room_h100_narrow_fused.json", "Narrowing a batch on the fused CUDA path (H100)",
+        "64 rooms with the batch narrowed to the rooms still iterating (`benchmarks/room.py "
+        "--narrow-fused`); measured slower than without it, so it is off on this path.",
+        [Column("case", "case"), Column("run_in_process", "run in process", number),
+         Column("wall_s", "time", seconds)]),
+    Section(
+        "two_state_cpu.json", "The two-state game (CPU)",
+        "Switching costs × horizons at nt = 400 (`benchmarks/two_state.py`): Newton's method "
+        "on the attendance path, certified by an independent best response.",
+        [Column("switching_cost", "switching cost", number), Column("T", "T", number),
+         Column("converged", "converged", number), Column("iterations", "iterations", number),
+         Column("independent_residual", "independent residual", number),
+         Column("time_s", "time", seconds)]),
+]
+
+
+def load(folder: Path, name: str) -> Any:
+    """The parsed JSON file ``folder/name``."""
+    path = folder / name
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PerformanceError(f"{path}: {exc}") from None
+
+
+def machine(data: Mapping[str, Any]) -> str:
+    """Where a file was measured, as the file says (card, device or host), or ''."""
+    for key in ("card", "device", "host"):
+        if isinstance(data.get(key), str):
+            return data[key]
+    devices = data.get("devices") or data.get("machine")
+    if isinstance(devices, Mapping):
+        named = {k: v.get("name") if isinstance(v, Mapping) else v
+                 for k, v in devices.items() if k in MACHINE_KEYS}
+        return ", ".join(f"{k}: {v}" for k, v in named.items() if isinstance(v, str | int))
+    return ""
+
+
+#: the entries of a file's ``machine`` / ``devices`` that say where it was measured
+MACHINE_KEYS = ("name", "cpu", "cores", "cpu_cores_used", "cuda", "gpu", "device")
+
+
+def table(section: Section, rows: Sequence[Row]) -> str:
+    """The rows as a Markdown table of the section's columns (a dash where a row has no
+    value); a column that no row has is an error."""
+    if not rows:
+        raise PerformanceError(f"{section.name}: no rows to show")
+    absent = [c.key for c in section.columns if all(c.key not in row for row in rows)]
+    if absent:
+        raise PerformanceError(f"{section.name}: no row has {absent}")
+    head = "| " + " | ".join(c.header for c in section.columns) + " |"
+    rule = "|" + "|".join("---" for _ in section.columns) + "|"
+    body = ["| " + " | ".join(c.fmt(row[c.key]) if row.get(c.key) is not None else "–"
+                              for c in section.columns) + " |" for row in rows]
+    return "\n".join([head, rule, *body])
+
+
+def bar_chart(section: Section, rows: Sequence[Row], target: Path) -> None:
+    """A horizontal bar chart (log scale) of the section's ``bars`` column, as SVG."""
+    from matplotlib.figure import Figure
+
+    shown = [r for r in rows if r.get(section.bars)]
+    labels = [" · ".join(str(r.get(k, "")) for k in section.label) for r in shown]
+    fig = Figure(figsize=(6.4, 0.35 * len(shown) + 1.2), layout="constrained")
+    ax = fig.add_subplot()
+    ax.barh(range(len(shown)), [r[section.bars] for r in shown], color="tab:blue")
+    ax.set_yticks(range(len(shown)), labels)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("wall time (s, log scale)")
+    ax.set_title(section.title, fontsize=10)
+    fig.savefig(target)
+
+
+def render(folder: Path = BASELINES, figures: Path | None = None) -> str:
+    """The page's Markdown; with ``figures``, its bar charts are written there."""
+    parts = ["# Performance", "",
+             "Every number on this page is read from a JSON file of `benchmarks/baselines/`, "
+             "named by what was measured and where, when the book is built; the script that "
+             "wrote it is named with each table. Timings depend on the machine and on what "
+             "else ran on it: read them as orders of magnitude and ratios.", ""]
+    for section in SECTIONS:
+        data = load(folder, section.name)
+        rows = section.rows(data)
+        where_ = machine(data)
+        parts += [f"## {section.title}", "", section.text, "",
+                  f"`benchmarks/baselines/{section.name}`" + (f" ({where_})" if where_ else ""),
+                  "", table(section, rows), ""]
+        if section.bars and figures is not None:
+            figures.mkdir(parents=True, exist_ok=True)
+            svg = figures / (Path(section.name).stem + ".svg")
+            bar_chart(section, rows, svg)
+            parts += [f"![{section.title}]({figures.name}/{svg.name})", ""]
+    return "\n".join(parts)
+
+
+def write_page(src: Path, folder: Path = BASELINES) -> Path:
+    """Write ``performance.md`` and its figures into the Sphinx source folder ``src``."""
+    page = src / PAGE
+    page.write_text(render(folder, src / FIGURES), encoding="utf-8")
+    return page
