@@ -477,7 +477,7 @@ def save_run(path: str | os.PathLike, result: Result | None = None, *,
              parameters: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None,
              figures: dict[str, Any] | None = None,
              tables: dict[str, list[dict[str, Any]]] | None = None,
-             force: bool = False) -> Path:
+             results: dict[str, Result] | None = None, force: bool = False) -> Path:
     """Write a run folder at ``path`` atomically (temporary folder beside it, renamed at the
     end) and return its path.
 
@@ -494,12 +494,17 @@ def save_run(path: str | os.PathLike, result: Result | None = None, *,
     - ``arrays.npz``: the result's arrays (x, t, U, M and the observables);
     - ``figures/<name>.png`` and ``figures/<name>.pdf`` (vector, at print size) for each
       ``figures`` entry (anything with ``savefig``; see :mod:`mfgwork.core.figures`);
-    - ``<name>.json`` and ``<name>.csv`` for each ``tables`` entry (a list of flat rows).
+    - ``<name>.json`` and ``<name>.csv`` for each ``tables`` entry (a list of flat rows);
+    - ``<name>/`` for each ``results`` entry: a result folder of its own (as
+      :meth:`Result.save` writes it, read back by :func:`load`), recorded in the run's marker
+      as one of its parts, so that replacing the run replaces it too (a result is never
+      written into a finished run: see :func:`mfgwork.core.storage.check_target`).
 
     Without a result only the parameters, metrics (with provenance), figures and tables are
     written. A parameter named ``out_dir`` (where a notebook was told to write) is left out.
     """
     parameters = {k: v for k, v in (parameters or {}).items() if k != "out_dir"}
+    parts = _check_parts(results or {}, taken={"figures", *(tables or {})})
     with storage.atomic_folder(path, "run", name="path", force=force) as tmp:
         if result is not None:
             result.write_files(tmp, parameters, metrics)
@@ -514,4 +519,24 @@ def save_run(path: str | os.PathLike, result: Result | None = None, *,
         for name, rows in (tables or {}).items():
             storage.write_json(tmp / f"{name}.json", rows)
             storage.write_csv(tmp / f"{name}.csv", rows)
+        for name, part in parts.items():
+            (tmp / name).mkdir()
+            part.write_files(tmp / name)
+            storage.write_marker(tmp / name, "run")
     return Path(path)
+
+
+def _check_parts(results: dict[str, Any], taken: set[str]) -> dict[str, Result]:
+    """``results`` of :func:`save_run` if each name is a plain folder name not used by the
+    run's other files and each value a :class:`Result`; else :class:`ParameterError`."""
+    for name, part in results.items():
+        plain = isinstance(name, str) and name not in {"", ".", ".."} and \
+            Path(name).name == name and not name.startswith(".")
+        if not plain or name in taken or Path(name).suffix in {".json", ".npz", ".csv"}:
+            raise ParameterError(f"results={name!r} is invalid: a result's name must be a "
+                                 "plain folder name (no path, no leading dot, no file suffix) "
+                                 "other than 'figures' and the tables' names")
+        if not isinstance(part, Result):
+            raise ParameterError(f"results[{name!r}]={type(part).__name__} is invalid: must "
+                                 "be an mfgwork Result (what mw.solve returns)")
+    return results

@@ -369,8 +369,8 @@ if out_dir:
                  "density_2d_congested": fig_density_high, "bar_attendance": fig_bars,
                  "bar_density": fig_bars_density},
         tables={"congestion": congestion_table, "accelerator": accelerator_table,
-                "independent_bars": bars_table, "threshold_scan": scan_rows})
-    res.save(Path(folder) / "room")
+                "independent_bars": bars_table, "threshold_scan": scan_rows},
+        results={"room": res})
     print("wrote", plots2d.write_animation(animation, Path(folder) / "room_animation.html"))
 else:
     print("out_dir is empty: no run folder written")

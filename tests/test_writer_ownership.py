@@ -11,6 +11,7 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import dead_temporaries, load_book_builder, write_notebook
 
@@ -193,6 +194,22 @@ def test_results_written_into_a_run_being_written_become_its_parts(tmp_path):
     storage.write_marker(killed, "run")
     with pytest.raises(ParameterError, match="never written inside"):
         mw.save_run(killed / "room", parameters={"a": 1})  # its writer is gone
+
+
+def test_save_run_writes_results_as_its_parts(tmp_path):
+    res = mw.solve(mw.SantaFeBar(), nx=21, nt=10, tol=1e-6)
+    target = tmp_path / "run"
+    mw.save_run(target, parameters={"a": 1}, results={"room": res})
+    assert storage.marked_parts(target) == {("room",)}
+    back = mw.load(target / "room")
+    assert back.converged and np.array_equal(back.M, mw.to_numpy(res.M))
+    assert mw.save_run(target, parameters={"a": 2}, results={"room": res}) == target
+    for name in ("../x", ".hidden", "figures", "t", "a.npz", ""):
+        with pytest.raises(ParameterError, match="results="):
+            mw.save_run(tmp_path / "other", results={name: res}, tables={"t": []})
+    with pytest.raises(ParameterError, match=r"results\['room'\]=dict"):
+        mw.save_run(tmp_path / "other", results={"room": {}})
+    assert not (tmp_path / "other").exists()
 
 
 # -- temporaries -----------------------------------------------------------------------------------
