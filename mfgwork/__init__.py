@@ -26,6 +26,7 @@ from .core.errors import (
     ConvergenceWarning,
     LoadError,
     ParameterError,
+    ResolutionWarning,
     SolverError,
 )
 from .core.grid import Grid
@@ -60,6 +61,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Anderson", "Backend", "BackendError", "ConvergenceWarning", "FictitiousPlay", "Grid",
+    "ResolutionWarning",
     "HopfColeProblem", "LoadError", "MFGProblem", "ParameterError", "Relaxation", "Result",
     "SantaFeBar",
     "SolverError", "available_backends", "available_devices", "device_info", "from_numpy",
