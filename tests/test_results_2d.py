@@ -3,6 +3,7 @@ folder that does not hold a 2-D result's layout is refused with a LoadError nami
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -115,6 +116,24 @@ def test_a_tampered_2d_folder_is_refused(room, tmp_path, change, match):
     folder = room.save(tmp_path / "run")
     _tamper(folder, **change)
     with pytest.raises(mw.LoadError, match=match):
+        mw.load(folder)
+
+
+@pytest.mark.parametrize(("scale", "digests", "match"), [
+    (3.0, True, "'M' differs from the SHA-256"),
+    (-1.0, True, "'M' differs from the SHA-256"),
+    (1.001, False, "mass off by 0.001"),     # Σ V m against the mass path
+    (-1.0, False, "'M' has the value -"),
+])
+def test_a_2d_density_changed_after_saving_is_refused(room, tmp_path, scale, digests, match):
+    folder = room.save(tmp_path / "run")
+    with np.load(folder / "arrays.npz") as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    np.savez(folder / "arrays.npz", **arrays | {"M": scale * arrays["M"]})
+    if not digests:
+        _tamper(folder, metrics=lambda m: m.pop("array_sha256"))
+    with pytest.raises(mw.LoadError, match=match), pytest.warns(RuntimeWarning) \
+            if not digests else contextlib.nullcontext():
         mw.load(folder)
 
 

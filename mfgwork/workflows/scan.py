@@ -494,7 +494,7 @@ def _finished_only(ds: Any, finished: np.ndarray) -> Any:
     mask = xr.DataArray(finished, dims=ds[DONE].dims).chunk(ds[DONE].chunksizes)
     fills = {name: fill for name, (_, fill) in METRICS.items()}
     return ds.assign({name: var.where(mask, fills.get(name, np.nan)).astype(var.dtype)
-                      for name, var in ds.data_vars.items()})
+                      for name, var in ds.data_vars.items() if var.dims[:mask.ndim] == mask.dims})
 
 
 def check_netcdf(path: str | os.PathLike, *, force: bool = False) -> Path:
