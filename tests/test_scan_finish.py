@@ -58,8 +58,8 @@ def test_a_point_neither_path_brings_in_stays_not_converged_where_mw_solve_does(
 
 
 def test_the_single_path_runs_over_the_cpu_cores(monkeypatch):
-    """Points to finish go to threads, one per core; one point, one core, a small grid or a
-    daemon process (a Dask worker, already one of several) stay in the calling thread."""
+    """Points to finish go to threads, one per core; one point, one core or a daemon process
+    (a Dask worker, already one of several) stay in the calling thread."""
     import threading
 
     from mfgwork.workflows import scan_solve
