@@ -50,6 +50,9 @@ class UserHalfSquare(mw.Hamiltonian):
     def value(self, x, p, m, xp):
         return p * p / 2
 
+    def __repr__(self) -> str:  # a stable test id (pytest-xdist workers compare them)
+        return "UserHalfSquare()"
+
 
 @dataclass(frozen=True)
 class Crowded(mw.Hamiltonian):
