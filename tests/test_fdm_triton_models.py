@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +18,7 @@ import pytest
 from helpers import triton_device
 
 import mfgwork as mw
-from mfgwork.numerics.fdm import kernels, numba_kernels, triton_sweeps, triton_tangent
+from mfgwork.numerics.fdm import kernels, numba_kernels, sweeps, triton_sweeps, triton_tangent
 
 torch = pytest.importorskip("torch")
 
@@ -187,6 +188,29 @@ def test_the_tangent_planes_of_each_model_match_the_torch_bands(device, H):
     expected = np.empty_like(ref)
     expected[..., (i % P) * (1 << log_c) + i // P] = ref
     np.testing.assert_allclose(planes, expected, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("H", [mw.Congestion(1.0, 0.5), Current()], ids=repr)
+def test_a_batch_solve_runs_the_model_on_the_fused_sweeps(device, monkeypatch, H):
+    """solve_batch through the fused sweeps (the nodes and, for H(m), the frozen densities
+    passed down by the solver) against NumPy's compiled loops, Picard iterates alike."""
+    if device == "cpu":   # torch on the CPU takes the fused sweeps, NumPy stays
+        table = sweeps.fdm_kernels
+        monkeypatch.setattr(sweeps, "fdm_kernels", lambda be, h=None: kernels.TRITON
+                            if be.name == "torch" else table(be, h))
+    problems = [mw.SantaFeBar(threshold=0.6, sigma=0.5, hamiltonian=H),
+                mw.SantaFeBar(threshold=0.4, sigma=0.9, hamiltonian=H)]
+    kw = {"nx": 9, "nt": 3, "max_iter": 2, "tol": 1e-300, "progress": False,
+          "iteration": mw.Anderson(newton=False)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        batch = mw.solve_batch(problems, backend="torch", device=device, dtype="float64", **kw)
+        refs = [mw.solve(p, **kw) for p in problems]
+    assert batch[0].extra["fdm_kernels"] == kernels.TRITON.name
+    for res, ref in zip(batch, refs, strict=True):
+        assert res.iterations == ref.iterations
+        assert _rel(mw.to_numpy(res.U), ref.U) <= 1e-10
+        assert _rel(mw.to_numpy(res.M), ref.M) <= 1e-10
 
 
 def test_the_kernel_table_takes_every_printable_model_to_the_fused_sweeps(monkeypatch):
