@@ -213,6 +213,24 @@ def test_a_batch_solve_runs_the_model_on_the_fused_sweeps(device, monkeypatch, H
         assert _rel(mw.to_numpy(res.M), ref.M) <= 1e-10
 
 
+def test_missing_nodes_or_densities_are_refused_by_name(device):
+    H = Crowded()
+    d = _data(H, nx=6, nt=2)
+    model = triton_sweeps.model_kernels(H)
+
+    def t(a):
+        return torch.as_tensor(a, device=device)
+
+    args = (t(d["U_T"]), t(d["F"]), None, t(d["nu"]), 0.1, 0.1, t(d["nu"]), t(d["nu"]), 1e-9, 5)
+    x = t(d["grid"].x)
+    with pytest.raises(ValueError, match="x=None"):
+        triton_sweeps.hjb_sweep(*args, model=model, density=t(d["density"]))
+    with pytest.raises(ValueError, match="density=None"):
+        triton_sweeps.hjb_sweep(*args, model=model, x=x)
+    with pytest.raises(ValueError, match=r"density of shape \(3, 6\)"):
+        triton_sweeps.hjb_sweep(*args, model=model, x=x, density=t(np.ones((3, 6))))
+
+
 def test_the_kernel_table_takes_every_printable_model_to_the_fused_sweeps(monkeypatch):
     cuda = mw.Backend(name="torch", device="cuda", dtype="float32")  # no device touched
     monkeypatch.setattr(kernels, "TRITON",

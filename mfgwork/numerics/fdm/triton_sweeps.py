@@ -157,6 +157,9 @@ def model_arrays(model: ModelKernels, like: Any, x: Any | None, density: Any | N
                          "densities m^1..m^nt it sees ((nt, nx) or (B, nt, nx))")
     B, nt = levels
     density = torch.as_tensor(density, dtype=like.dtype, device=like.device)
+    if tuple(density.shape) not in ((nt, nx), (B, nt, nx)):
+        raise ValueError(f"density of shape {tuple(density.shape)} is invalid: must be "
+                         f"(nt, nx) = {(nt, nx)} or (B, nt, nx) = {(B, nt, nx)}")
     return prm, x, density.expand(B, nt, nx).contiguous()
 
 
