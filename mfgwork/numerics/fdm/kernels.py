@@ -6,7 +6,8 @@ the tridiagonal solve that :class:`~mfgwork.numerics.fdm.sweeps.FiniteDifference
 and declaring which Hamiltonians it carries: the compiled loops carry every model whose value
 can be traced (:mod:`mfgwork.problems.symbolic`: one template scheme with the model's
 generated functions, its fields and the frozen density as arguments), the fused Triton sweeps
-have ½|p|² built in, the array-API sweeps take any
+every traced model whose expression Triton can print (the same mechanism: templates with the
+model's generated ``@triton.jit`` functions), the array-API sweeps take any
 :class:`~mfgwork.problems.hamiltonians.Hamiltonian`. A key lists its entries in
 order of preference; the first that carries the problem's Hamiltonian and whose requirement
 is met is chosen, so every model runs on every backend and device.
