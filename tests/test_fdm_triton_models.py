@@ -302,3 +302,21 @@ def test_the_triton_templates_call_the_model_for_every_slope():
         assert not QUADRATIC_SLOPE.search(text), path.name
     calls = "".join(path.read_text() for path in triton_sweeps.TEMPLATES)
     assert "H_and_p(" in calls and "H_p(" in calls and "H_pp(" in calls
+
+
+def test_one_module_per_structure_is_written_into_the_model_cache(tmp_path, monkeypatch):
+    """Power(1.5) and Power(3) share one module (their fields are arguments), Congestion has
+    its own; each is a file of the model cache holding the model's functions and the
+    templates (so Triton's cache, keyed on that source, serves a later process)."""
+    if not kernels._triton_installed():
+        pytest.skip("Triton is not installed")
+    monkeypatch.setenv("MFGWORK_MODEL_CACHE", str(tmp_path))
+    monkeypatch.setattr(triton_sweeps, "_KERNELS", {})
+    a, b = triton_sweeps.model_kernels(mw.Power(1.5)), triton_sweeps.model_kernels(mw.Power(3))
+    c = triton_sweeps.model_kernels(mw.Congestion(1.0, 0.5))
+    assert a.module is b.module and (a.fields, b.fields) == ((1.5,), (3.0,))
+    assert c.module is not a.module and c.depends_on_m and not a.depends_on_m
+    files = sorted(tmp_path.glob("mfgwork_triton_*.py"))
+    assert len(files) == 2 and {a.module.__file__, c.module.__file__} == set(map(str, files))
+    text = files[0].read_text()
+    assert "def H_and_p(" in text and "def hjb_coop_kernel(" in text
