@@ -159,8 +159,8 @@ def test_the_kernel_table_names_one_entry_per_backend_and_device(monkeypatch):
                         dataclasses.replace(kernels.TRITON, requires=lambda: True))
     monkeypatch.setitem(kernels.KERNELS, ("torch", "cuda"), (kernels.TRITON, kernels.ARRAY_API))
     assert kernels.fdm_kernels(cuda).name == "fused Triton sweeps"
-    power = mw.Power(3.0)   # the fused sweeps carry ½|p|² only: the array-API sweeps run it
-    assert kernels.fdm_kernels(cuda, power) is kernels.ARRAY_API
+    power = mw.Power(3.0)   # the fused sweeps carry every model that Triton can print
+    assert kernels.fdm_kernels(cuda, power) is kernels.TRITON
     without = dataclasses.replace(kernels.TRITON, requires=lambda: False)
     monkeypatch.setitem(kernels.KERNELS, ("torch", "cuda"), (without, kernels.ARRAY_API))
     assert kernels.fdm_kernels(cuda) is kernels.ARRAY_API

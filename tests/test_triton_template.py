@@ -1,7 +1,8 @@
-"""The mechanism the Triton step will use (as the compiled CPU scheme does): a template kernel
-whose model calls are module-level names, joined in one module file with the model's
-generated ``@triton.jit`` functions, imported from that file. Under Triton's CPU interpreter
-when there is no CUDA."""
+"""The mechanism of the fused Triton sweeps (:func:`mfgwork.numerics.fdm.triton_sweeps.
+model_kernels`, as the compiled CPU scheme does) in its smallest form: a template kernel whose
+model calls are module-level names, joined in one module file with the model's generated
+``@triton.jit`` functions, imported from that file. Under Triton's CPU interpreter when there
+is no CUDA."""
 
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ from ..core.backend import Backend, to_numpy
 from ..core.errors import ConvergenceWarning, SolverError
 from ..core.grid import Grid
 from ..problems.base import ScalarPotential
-from ..problems.hamiltonians import Hamiltonian, Quadratic
+from ..problems.hamiltonians import Hamiltonian
 from .fdm.operators import CURVATURE_FLOOR, QUADRATIC
 from .iteration import FixedPointResult, History, _evaluator, _record_times
 
@@ -472,11 +472,11 @@ class BatchNewton:
     @property
     def jacobian_kernels(self) -> str:
         """What computes the dense tangent Jacobians here (devices only): the fused Triton
-        sweeps carry ½|p|² without a frozen density; the torch sweeps any model."""
-        from .fdm.kernels import _triton_installed
+        sweeps carry every model the fused sweeps carry (:meth:`.fdm.kernels.FusedTriton.
+        carries`), a frozen density included; the torch sweeps any model."""
+        from .fdm.kernels import TRITON
 
-        if (self.backend.kind == "cuda" and _triton_installed()
-                and type(self.hamiltonian) is Quadratic and self.density is None):
+        if self.backend.kind == "cuda" and TRITON.carries(self.hamiltonian):
             return "fused Triton tangent sweeps"
         return "torch tangent sweeps (parallel cyclic reduction)"
 
@@ -505,7 +505,9 @@ class BatchNewton:
 
         def jacobian(U: Any, mu: Any, nu: Any) -> Any:
             if fused:
-                return triton_tangent.tangent_jacobian_triton(U, mu, chi, nu, g.h, g.dt, inv_hw)
+                return triton_tangent.tangent_jacobian_triton(U, mu, chi, nu, g.h, g.dt, inv_hw,
+                                                              hamiltonian=self.hamiltonian,
+                                                              x=x, m=m)
             return tangent_torch.tangent_jacobian_torch(U, mu, chi, nu, g.h, g.dt, inv_hw,
                                                         self.hamiltonian, x, m)
 

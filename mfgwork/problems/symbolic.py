@@ -10,7 +10,9 @@ Heaviside² taken as 1 and Heaviside). Each derivative is printed twice:
 * as array code in ``xp`` (NumPy or torch, any device; :attr:`Structure.array`), which the
   generic array path (and the MPS path) calls;
 * as numba scalar functions (:func:`scalar_source`), which the compiled CPU scheme takes
-  (:mod:`mfgwork.numerics.fdm.numba_kernels`: one template, every model).
+  (:mod:`mfgwork.numerics.fdm.numba_kernels`: one template, every model);
+* as ``@triton.jit`` functions (:func:`triton_source`), which the fused Triton sweeps take
+  (:mod:`mfgwork.numerics.fdm.triton_sweeps`: the same mechanism, one module per structure).
 
 Because the fields are symbols, ``Power(1.5)`` and ``Power(3)`` share one structure (one
 compiled module); their values are runtime arguments (:meth:`Traced.values`). A model whose
@@ -468,3 +470,143 @@ def _hoist(exprs: list[Any], p: Any) -> tuple[list[Any], list[tuple[Any, Any]]]:
     for e in exprs:
         collect(e)
     return [e.xreplace(found) for e in exprs], [(s, e) for e, s in found.items()]
+
+
+# -- Triton ---------------------------------------------------------------------------------
+#: Helpers of the generated Triton functions. ``_pow``: b^e for an exponent free of x, p and
+#: m (a uniform scalar: the common exponents by square roots and products, one branch taken
+#: per program); ``_pow_t``: b^e elementwise as exp(e·log|b|) (libdevice's pow need not be
+#: there, e.g. under the interpreter), b < 0 signed by the parity of an integer e (NaN for
+#: another e), 0^0 = 1.
+TRITON_HELPERS = '''
+@triton.jit
+def _sign_t(a):
+    return tl.where(a > 0.0, 1.0, tl.where(a < 0.0, -1.0, 0.0))
+
+
+@triton.jit
+def _heaviside_t(a, h0):
+    return tl.where(a > 0.0, 1.0, tl.where(a < 0.0, 0.0, h0))
+
+
+@triton.jit
+def _pow_t(b, e):
+    e = b * 0.0 + e
+    r = tl.exp(e * tl.log(tl.abs(b)))
+    whole = e == tl.floor(e)
+    odd = whole & (tl.floor(e * 0.5) * 2.0 != e)
+    r = tl.where(b < 0.0, tl.where(odd, -r, tl.where(whole, r, tl.sqrt(b))), r)
+    return tl.where(e == 0.0, 1.0, r)
+
+
+@triton.jit
+def _pow(b, e):
+    if e == 0.5:
+        r = tl.sqrt(b)
+    elif e == 1.5:
+        r = b * tl.sqrt(b)
+    elif e == -0.5:
+        r = 1.0 / tl.sqrt(b)
+    elif e == 1.0:
+        r = b * 1.0
+    elif e == 2.0:
+        r = b * b
+    elif e == 3.0:
+        r = b * b * b
+    elif e == -1.0:
+        r = 1.0 / b
+    else:
+        r = _pow_t(b, e)
+    return r
+'''
+
+
+def _triton_printer() -> type:
+    sp = _sympy()
+    scalar_cls, array_cls = _printers()
+
+    class TritonPrinter(array_cls):
+        """Elementwise Triton code (``tl`` functions, the helpers of
+        :data:`TRITON_HELPERS`); a function Triton lacks raises NotImplementedError."""
+
+        sqrt = "tl.sqrt"
+
+        def _print(self, e: Any, **kwargs: Any) -> str:
+            return scalar_cls._print(self, e, **kwargs)
+
+        def _print_Abs(self, e: Any) -> str:
+            return f"tl.abs({self._print(e.args[0])})"
+
+        def _print_sign(self, e: Any) -> str:
+            return f"_sign_t({self._print(e.args[0])})"
+
+        def _print_Heaviside(self, e: Any) -> str:
+            h0 = e.args[1] if len(e.args) > 1 else sp.Rational(1, 2)
+            return f"_heaviside_t({self._print(e.args[0])}, {self._print(h0)})"
+
+        def _print_Max(self, e: Any) -> str:
+            return self._nested("tl.maximum", e.args)
+
+        def _print_Min(self, e: Any) -> str:
+            return self._nested("tl.minimum", e.args)
+
+        def _print_Piecewise(self, e: Any) -> str:
+            out = None
+            for expr, cond in reversed(e.args):
+                value = f"({self._print(expr)}) * 1.0"
+                out = (value if cond is sp.true or out is None
+                       else f"tl.where({self._print(cond)}, {value}, {out})")
+            return out
+
+        def _print_Function(self, e: Any) -> str:
+            name = type(e).__name__
+            if name not in ("exp", "log", "sin", "cos"):
+                raise NotImplementedError(f"{name} has no Triton counterpart here")
+            return f"tl.{name}({', '.join(self._print(a) for a in e.args)})"
+
+        _print_exp = _print_log = _print_sin = _print_cos = _print_Function
+        _print_tan = _print_tanh = _print_sinh = _print_cosh = _print_atan = _print_Function
+
+        def _print_NumberSymbol(self, e: Any) -> str:
+            return repr(float(e))
+
+        _print_Pi = _print_Exp1 = _print_NumberSymbol
+
+        def _power(self, base: str, k: Any) -> str:
+            uniform = not (k.free_symbols & set(_xpm()))
+            return f"{'_pow' if uniform else '_pow_t'}({base}, {self._print(k)})"
+
+    return TritonPrinter
+
+
+def triton_source(structure: Structure) -> str:
+    """``@triton.jit`` source of the model functions the fused Triton sweeps call, elementwise
+    on blocks, with the fields as a tuple ``prm`` (loaded once per program by
+    ``model_params(prm_ptr)`` from a tensor in the order of ``structure.names``; one dummy
+    where there is none):
+
+    * ``DEPENDS_ON_M``: a ``tl.constexpr`` (kernels load the density only where it is True);
+    * ``H_and_p(p, x, m, prm)``: (H, ∂p H); ``H_p``: ∂p H alone; ``H_zero(x, m, prm)``:
+      H at p = 0; ``H_pp(p, x, m, prm)``: ∂pp H.
+
+    Raises NotImplementedError where the expression uses a function Triton lacks here."""
+    sp = _sympy()
+    printer = _triton_printer()({s: f"prm[{i}]" for i, s in enumerate(structure.symbols)})
+    value = _share_powers(structure.value, structure.dp)
+    loads = ", ".join(f"tl.load(prm_ptr + {i})" for i in range(max(1, len(structure.names))))
+
+    def body(expr: Any) -> str:
+        text = printer.doprint(sp.sympify(expr))
+        if "math." in text:
+            raise NotImplementedError(f"{text} has no Triton counterpart here")
+        return text
+
+    lines = ["", f"DEPENDS_ON_M = tl.constexpr({structure.reads_m})", "", "",
+             "@triton.jit", "def model_params(prm_ptr):", f"    return ({loads},)", "", "",
+             "@triton.jit", "def H_and_p(p, x, m, prm):",
+             f"    return {body(value)}, {body(structure.dp)}"]
+    for name, args, expr in (("H_p", "p, x, m, prm", structure.dp),
+                             ("H_zero", "x, m, prm", structure.at_zero),
+                             ("H_pp", "p, x, m, prm", structure.dpp)):
+        lines += ["", "", "@triton.jit", f"def {name}({args}):", f"    return {body(expr)}"]
+    return TRITON_HELPERS + "\n".join(lines) + "\n"

@@ -6,7 +6,8 @@ the tridiagonal solve that :class:`~mfgwork.numerics.fdm.sweeps.FiniteDifference
 and declaring which Hamiltonians it carries: the compiled loops carry every model whose value
 can be traced (:mod:`mfgwork.problems.symbolic`: one template scheme with the model's
 generated functions, its fields and the frozen density as arguments), the fused Triton sweeps
-have ½|p|² built in, the array-API sweeps take any
+every traced model whose expression Triton can print (the same mechanism: templates with the
+model's generated ``@triton.jit`` functions), the array-API sweeps take any
 :class:`~mfgwork.problems.hamiltonians.Hamiltonian`. A key lists its entries in
 order of preference; the first that carries the problem's Hamiltonian and whose requirement
 is met is chosen, so every model runs on every backend and device.
@@ -18,7 +19,8 @@ numpy, cpu             compiled loops (numba), LAPACK ``gtsv`` (every traced mod
                        array-API sweeps with LAPACK (any)
 torch, cpu             compiled loops on zero-copy NumPy views, LAPACK ``gtsv`` (every
                        traced model); array-API sweeps with LAPACK (any)
-torch, cuda            fused Triton sweeps (time loop and Newton inside one launch; ½|p|²);
+torch, cuda            fused Triton sweeps (time loop and Newton inside one launch; every
+                       traced model that Triton can print);
                        array-API sweeps with parallel cyclic reduction, CUDA graphs (any)
 torch, mps             array-API sweeps with parallel cyclic reduction (any)
 torch, mps-emulation   the MPS path on the CPU (float32; any)
@@ -95,15 +97,23 @@ class CompiledLoops(FDKernels):
 
 @dataclass(frozen=True)
 class FusedTriton(FDKernels):
-    """Batched Triton sweeps, the time loop and Newton inside one launch."""
+    """Batched Triton sweeps, the time loop and Newton inside one launch, for every model
+    whose value can be traced and printed as Triton code."""
 
-    carried: tuple[type[Hamiltonian], ...] | None = (Quadratic,)
+    def carries(self, hamiltonian: Hamiltonian) -> bool:
+        from .triton_sweeps import model_kernels
+
+        return self.requires() and model_kernels(hamiltonian) is not None
+
+    @property
+    def carries_what(self) -> str:
+        return "the models whose value can be traced and printed as Triton code"
 
     def hjb(self, fd: Any, U_T: Any, F: Any, guess: Any, density: Any) -> Any:
-        return fd._hjb_fused(U_T, F, guess)
+        return fd._hjb_fused(U_T, F, guess, density)
 
     def fp(self, fd: Any, U: Any, mu0: Any, density: Any) -> Any:
-        return fd._fp_fused(U, mu0)
+        return fd._fp_fused(U, mu0, density)
 
 
 @dataclass(frozen=True)

@@ -51,15 +51,16 @@ def compiled_model(hamiltonian: Hamiltonian) -> tuple[ModuleType, np.ndarray] | 
         return None
     key = traced.structure.key
     if key not in _MODULES:
-        _MODULES[key] = _load(model_source(traced.structure))
+        _MODULES[key] = load_generated(model_source(traced.structure))
     return _MODULES[key], np.asarray(traced.values, dtype=np.float64)
 
 
-def _load(source: str) -> ModuleType:
-    """The module of ``source``, written (once, atomically) into the model cache folder
-    under the hash of its text and imported from that file."""
+def load_generated(source: str, prefix: str = "mfgwork_model") -> ModuleType:
+    """The module of ``source`` (generated: numba here, Triton for :mod:`.triton_sweeps`),
+    written (once, atomically) into the model cache folder under ``prefix`` and the hash of
+    its text, and imported from that file (executed anew at each call)."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:24]
-    name = f"mfgwork_model_{digest}"
+    name = f"{prefix}_{digest}"
     try:
         path = _written(model_cache_dir(), name, source)
     except OSError as exc:   # e.g. a read-only cache folder: compile for this process only

@@ -5,10 +5,10 @@ and a backend, and runs the sweeps of the strategy that the table of :mod:`.kern
 for them. For every model whose value can be traced, on the CPU (NumPy arrays, and torch CPU tensors
 through zero-copy views), these are the compiled loops of :mod:`.numba_kernels` (one template
 with the model's generated functions), for other Hamiltonians the array-API sweeps below with
-LAPACK; on CUDA with Triton the fused batched sweeps of
-:mod:`.triton_sweeps` for ½|p|² (whole time loop and per-step Newton in one launch,
-non-convergence flags read back with the next host synchronisation); on other accelerators
-and under MPS emulation the array-API sweeps below with the backend's tridiagonal kernel.
+LAPACK; on CUDA with Triton the fused batched sweeps of :mod:`.triton_sweeps` for every
+model Triton can print (whole time loop and per-step Newton in one launch, non-convergence
+flags read back with the next host synchronisation); on other accelerators and under MPS
+emulation the array-API sweeps below with the backend's tridiagonal kernel.
 The array-API time loop makes no host round trip: each step takes a fixed number of Newton
 iterations and the largest final Newton update is checked once after the sweep (if it is
 too large, the sweep is repeated with twice the iterations). By quadratic convergence the
@@ -218,7 +218,8 @@ class FiniteDifferences:
         self.newton_steps = steps - (steps > 1 and worst_before <= 0.1 * self.accept_tol)
         return U
 
-    def _hjb_fused(self, U_T: Any, F: Any, guess: Any | None) -> Any:
+    def _hjb_fused(self, U_T: Any, F: Any, guess: Any | None, density: Any | None = None
+                   ) -> Any:
         from . import triton_sweeps
 
         self.check_newton()  # the previous sweep's flags (read without a wait by now)
@@ -228,7 +229,9 @@ class FiniteDifferences:
         g = self.grid
         U, status = triton_sweeps.hjb_sweep(U_T, F, guess, self._nu_per_problem(F.shape[0]),
                                             g.h, g.dt, self.inv_hw, self.inv_w,
-                                            self.newton_tol, MAX_NEWTON)
+                                            self.newton_tol, MAX_NEWTON,
+                                            model=triton_sweeps.model_kernels(self.hamiltonian),
+                                            x=self.x, density=density)
         self._pending.append(_start_copy(status))
         return U[0] if single else U
 
@@ -415,14 +418,16 @@ class FiniteDifferences:
         args = (U, mu0) if density is None else (U, mu0, density)
         return self._graphed(("fp", len(args)), self._fp_array, args)
 
-    def _fp_fused(self, U: Any, mu0: Any) -> Any:
+    def _fp_fused(self, U: Any, mu0: Any, density: Any | None = None) -> Any:
         from . import triton_sweeps
 
         single = U.ndim == 2
         if single:
             U, mu0 = U[None], mu0[None]
         mu = triton_sweeps.fp_sweep(U, mu0, self._nu_per_problem(U.shape[0]), self.grid.h,
-                                    self.grid.dt, self.inv_hw)
+                                    self.grid.dt, self.inv_hw,
+                                    model=triton_sweeps.model_kernels(self.hamiltonian),
+                                    x=self.x, density=density)
         return mu[0] if single else mu
 
     def _fp_array(self, U: Any, mu0: Any, density: Any | None = None,

@@ -1,4 +1,5 @@
-"""Cooperative Triton kernels of :mod:`.triton_sweeps` (imported on first use: it needs Triton).
+"""Cooperative Triton kernels of :mod:`.triton_sweeps`: a template, joined with the model's
+generated functions and :mod:`.triton_kernels` into one module per model structure (see there).
 
 The same sweeps as :mod:`.triton_kernels` (the same Newton stopping rule per problem), but
 a program owns one problem and its lanes span the x points, on arrays [problem, level, x]
@@ -24,6 +25,8 @@ the running cost (HJB) or the level's u (FP), loaded one level ahead, and the st
 The integer sizes are not specialised: one build of a kernel serves every batch size and
 grid of its padded width (a new batch size compiles nothing new).
 """
+
+# ruff: noqa: F821 - the model's functions are defined by the generated part of the module
 
 import triton
 import triton.language as tl
@@ -70,15 +73,30 @@ def rows_at(a, c, d, left, right):
     return a_l, a_r, c_l, c_r, d_l, d_r
 
 @triton.jit
-def upwind(u, ix, nu, ihw, inv_h, NX):
+def upwind(u, ix, inv_h, NX):
     """One-sided gradients q_{i−1} = (u_i − u_{i−1})/h, q_i = (u_{i+1} − u_i)/h (0 at the
-    walls) and the bands lower, upper of row i of the HJB Jacobian J(u) (0 past the walls)."""
+    walls)."""
     u_l, u_r = at_sides(u, tl.maximum(ix - 1, 0), tl.minimum(ix + 1, NX - 1))
-    ql = (u - u_l) * inv_h
-    qr = (u_r - u) * inv_h
-    lo = tl.where((ix > 0) & (ix < NX), -nu * ihw - tl.maximum(ql, 0.0) * inv_h, 0.0)
-    up = tl.where(ix < NX - 1, -nu * ihw + tl.minimum(qr, 0.0) * inv_h, 0.0)
-    return ql, qr, lo, up
+    return (u - u_l) * inv_h, (u_r - u) * inv_h
+
+@triton.jit
+def hjb_bands(ql, qr, ix, nu, ihw, inv_h, NX, x, m, prm):
+    """The bands lower, upper of row i of the HJB Jacobian J(u) (0 past the walls) and the
+    Engquist–Osher Ĥ_i = H((q_{i−1})_+) + H((q_i)_−) − H(0) at (x_i, m_i)."""
+    h_l, d_l = H_and_p(tl.maximum(ql, 0.0), x, m, prm)
+    h_r, d_r = H_and_p(tl.minimum(qr, 0.0), x, m, prm)
+    lo = tl.where((ix > 0) & (ix < NX), -nu * ihw - d_l * inv_h, 0.0)
+    up = tl.where(ix < NX - 1, -nu * ihw + d_r * inv_h, 0.0)
+    return lo, up, h_l + h_r - H_zero(x, m, prm)
+
+@triton.jit
+def level_density(m_ptr, ix, on):
+    """The density row that H sees (0 where H does not depend on m: nothing is loaded)."""
+    if DEPENDS_ON_M:
+        m = tl.load(m_ptr + ix, mask=on, other=0.0)
+    else:
+        m = 0.0
+    return m
 
 @triton.jit
 def pcr(lo, diag, up, rhs, ix, LOG_X: tl.constexpr):
@@ -98,16 +116,20 @@ def pcr(lo, diag, up, rhs, ix, LOG_X: tl.constexpr):
 
 @triton.jit(do_not_specialize=["B", "NX", "NT", "max_newton"])
 def hjb_coop_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_ptr,
-                    status_ptr, B, NX, NT, max_newton, USE_GUESS: tl.constexpr,
-                    LOG_X: tl.constexpr):
+                    status_ptr, x_ptr, m_ptr, prm_ptr, B, NX, NT, max_newton,
+                    USE_GUESS: tl.constexpr, LOG_X: tl.constexpr):
     """Backward sweep: at level n = nt−1, …, 0 Newton on the residual
-    R(u) = (u − u^{n+1})/Δt − ν (D²u) + ½[(D⁻u)₊² + (D⁺u)₋²] − f^n, J(u) du = R(u), u ← u − du,
+    R(u) = (u − u^{n+1})/Δt − ν (D²u) + Ĥ(u) − f^n, J(u) du = R(u), u ← u − du (Ĥ with the
+    density row n of m_ptr, laid out as F, where H depends on m),
     from u^{n+1} or from the guess shifted by the change found at level n + 1,
     g^n + (u^{n+1} − g^{n+1}), until max|du| ≤ tol (1 + max|u|) per problem."""
     p, ix, on = tile(NX, 1 << LOG_X)
     U_ptr += p.to(tl.int64) * (NT + 1) * NX   # this problem's levels [level, x]
     G_ptr += p.to(tl.int64) * (NT + 1) * NX
     F_ptr += p.to(tl.int64) * NT * NX
+    m_ptr += p.to(tl.int64) * NT * NX
+    prm = model_params(prm_ptr)
+    x = tl.load(x_ptr + tl.minimum(ix, NX - 1))
     h = tl.load(params_ptr)
     dt = tl.load(params_ptr + 1)
     tol = tl.load(params_ptr + 2)
@@ -127,6 +149,7 @@ def hjb_coop_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_p
         n = NT - 1 - k
         f_next = tl.load(F_ptr + tl.maximum(n - 1, 0) * row + ix, mask=on, other=0.0)
         known = u   # level n + 1
+        m = level_density(m_ptr + n * row, ix, on)
         if USE_GUESS:   # the guess shifted by the change found at level n + 1
             g_next = g
             g = tl.load(G_ptr + n * row + ix, mask=on, other=0.0)
@@ -134,11 +157,9 @@ def hjb_coop_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_p
         it = 0
         converged = False
         while (it < max_newton) & ~converged:
-            ql, qr, lo, up = upwind(u, ix, nu, ihw, inv_h, NX)
-            lq = tl.maximum(ql, 0.0)
-            uq = tl.minimum(qr, 0.0)
-            res = tl.where(on, (u - known) * inv_dt - nu * iw * (qr - ql)
-                           + 0.5 * (lq * lq + uq * uq) - f, 0.0)
+            ql, qr = upwind(u, ix, inv_h, NX)
+            lo, up, ham = hjb_bands(ql, qr, ix, nu, ihw, inv_h, NX, x, m, prm)
+            res = tl.where(on, (u - known) * inv_dt - nu * iw * (qr - ql) + ham - f, 0.0)
             du = pcr(lo, inv_dt - lo - up, up, res, ix, LOG_X)
             u -= du
             step, size = tl.reduce((tl.abs(du), tl.abs(u)), 0, nan_max2)
@@ -152,13 +173,16 @@ def hjb_coop_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_p
     tl.store(status_ptr + B + p, iterations)
 
 @triton.jit(do_not_specialize=["NX", "NT"])
-def fp_coop_kernel(U_ptr, mu_ptr, nu_ptr, inv_hw_ptr, params_ptr, NX, NT,
-                   LOG_X: tl.constexpr):
+def fp_coop_kernel(U_ptr, mu_ptr, nu_ptr, inv_hw_ptr, params_ptr, x_ptr, m_ptr, prm_ptr, NX,
+                   NT, LOG_X: tl.constexpr):
     """Forward sweep of cell masses: J(u^n)ᵀ μ^{n+1} = μ^n / Δt, n = 0, …, nt−1 (J(u)ᵀ has
-    the lower band upper_{i−1} and the upper band lower_{i+1})."""
+    the lower band upper_{i−1} and the upper band lower_{i+1}; the density row n of m_ptr,
+    [problem, level, x], where H depends on m)."""
     p, ix, on = tile(NX, 1 << LOG_X)
     U_ptr += p.to(tl.int64) * (NT + 1) * NX   # this problem's levels [level, x]
     mu_ptr += p.to(tl.int64) * (NT + 1) * NX
+    m_ptr += p.to(tl.int64) * NT * NX
+    prm = model_params(prm_ptr)
     h = tl.load(params_ptr)
     dt = tl.load(params_ptr + 1)
     inv_h = 1.0 / h
@@ -168,14 +192,23 @@ def fp_coop_kernel(U_ptr, mu_ptr, nu_ptr, inv_hw_ptr, params_ptr, NX, NT,
     ihw = tl.load(inv_hw_ptr + ic)
     ihw_l = tl.load(inv_hw_ptr + tl.maximum(ic - 1, 0))
     ihw_r = tl.load(inv_hw_ptr + tl.minimum(ic + 1, NX - 1))
+    x = tl.load(x_ptr + ic)
+    x_l = tl.load(x_ptr + tl.maximum(ic - 1, 0))
+    x_r = tl.load(x_ptr + tl.minimum(ic + 1, NX - 1))
     row = NX
     mu = tl.load(mu_ptr + ix, mask=on, other=0.0)
     u = tl.load(U_ptr + ix, mask=on, other=0.0)
     for n in range(NT):
         u_next = tl.load(U_ptr + (n + 1) * row + ix, mask=on, other=0.0)
-        ql, qr, lo, up = upwind(u, ix, nu, ihw, inv_h, NX)
-        lo_t = tl.where((ix > 0) & (ix < NX), -nu * ihw_l + tl.minimum(ql, 0.0) * inv_h, 0.0)
-        up_t = tl.where(ix < NX - 1, -nu * ihw_r - tl.maximum(qr, 0.0) * inv_h, 0.0)
+        m = level_density(m_ptr + n * row, ic, on)
+        m_l = level_density(m_ptr + n * row, tl.maximum(ic - 1, 0), on)
+        m_r = level_density(m_ptr + n * row, tl.minimum(ic + 1, NX - 1), on)
+        ql, qr = upwind(u, ix, inv_h, NX)
+        lo, up, _ = hjb_bands(ql, qr, ix, nu, ihw, inv_h, NX, x, m, prm)
+        lo_t = tl.where((ix > 0) & (ix < NX),
+                        -nu * ihw_l + H_p(tl.minimum(ql, 0.0), x_l, m_l, prm) * inv_h, 0.0)
+        up_t = tl.where(ix < NX - 1,
+                        -nu * ihw_r - H_p(tl.maximum(qr, 0.0), x_r, m_r, prm) * inv_h, 0.0)
         mu = pcr(lo_t, inv_dt - lo - up, up_t, mu * inv_dt, ix, LOG_X)
         tl.store(mu_ptr + (n + 1) * row + ix, mu, mask=on)
         u = u_next

@@ -1,15 +1,36 @@
-"""The Triton kernels of :mod:`.triton_sweeps` (imported on first use: it needs Triton).
+"""Template of the fused Triton kernels of :mod:`.triton_sweeps`, written once for every model.
+
+Not imported as it stands (it needs Triton, and the model's functions): as the compiled CPU
+scheme does (:mod:`.model_loops`), :func:`.triton_sweeps.model_kernels` writes, for each
+model structure, one module made of the model's generated ``@triton.jit`` functions
+(:func:`mfgwork.problems.symbolic.triton_source`: ``DEPENDS_ON_M``, ``model_params``,
+``H_and_p``, ``H_p``, ``H_zero``, ``H_pp``) followed by this source, :mod:`.triton_coop` and
+:mod:`.triton_tangent_coop`, and imports it from the model cache folder; Triton's cache keys
+on the source of a kernel and of the functions it calls, so a later process loads it.
 
 Each program owns a block of problems, one per thread, and runs a whole sweep for them.
 Arrays are laid out [level, x, problem]; rows go in groups of four, each group's loads issued
 before its serial Thomas elimination, so that their latencies overlap. A neighbour is read
 again rather than carried from the previous row in a register: Triton lost a loop variable
-assigned from another one (``u_l = u_c``).
+assigned from another one (``u_l = u_c``). The Engquist–Osher Hamiltonian of row i is
+Ĥ_i = H(x_i, (q_{i−1})_+, m_i) + H(x_i, (q_i)_−, m_i) − H(x_i, 0, m_i); the model's fields
+``prm`` are loaded once per program, the density only where H depends on m.
 """
+# ruff: noqa: F821 - the model's functions are defined by the generated part of the module
 
 import triton
 import triton.language as tl
 
+
+@triton.jit
+def node_density(m_lvl, i, NX, B, valid):
+    """The density that H sees at row i (clamped) of a [x, problem] level (0 where H does
+    not depend on m: nothing is loaded)."""
+    if DEPENDS_ON_M:
+        m = tl.load(m_lvl + tl.minimum(tl.maximum(i, 0), NX - 1) * B, mask=valid, other=0.0)
+    else:
+        m = 0.0
+    return m
 
 @triton.jit
 def load_row(ptr, i, NX, B, valid):
@@ -18,35 +39,48 @@ def load_row(ptr, i, NX, B, valid):
     return tl.load(ptr + tl.minimum(tl.maximum(i, 0), NX - 1) * B, mask=valid, other=0.0)
 
 @triton.jit
-def hjb_row(u_l, u_c, u_r, nxt, f_lvl, inv_hw_ptr, inv_w_ptr, i, nu, inv_h, inv_dt,
-            NX, B, valid):
+def hjb_row(u_l, u_c, u_r, nxt, f_lvl, m_lvl, x_ptr, prm, inv_hw_ptr, inv_w_ptr, i, nu, inv_h,
+            inv_dt, NX, B, valid):
     """Jacobian bands (lower, diag, upper) and residual R of HJB row i."""
     row = tl.minimum(i, NX - 1)
     ihw = tl.load(inv_hw_ptr + row)
+    x = tl.load(x_ptr + row)
+    m = node_density(m_lvl, i, NX, B, valid)
     ql = (u_c - u_l) * inv_h
     qr = (u_r - u_c) * inv_h
-    lo = tl.where(i > 0, -nu * ihw - tl.maximum(ql, 0.0) * inv_h, 0.0)
-    up = tl.where(i < NX - 1, -nu * ihw + tl.minimum(qr, 0.0) * inv_h, 0.0)
-    lq = tl.maximum(ql, 0.0)
-    uq = tl.minimum(qr, 0.0)
+    h_l, d_l = H_and_p(tl.maximum(ql, 0.0), x, m, prm)
+    h_r, d_r = H_and_p(tl.minimum(qr, 0.0), x, m, prm)
+    lo = tl.where(i > 0, -nu * ihw - d_l * inv_h, 0.0)
+    up = tl.where(i < NX - 1, -nu * ihw + d_r * inv_h, 0.0)
     res = ((u_c - tl.load(nxt + row * B, mask=valid, other=0.0)) * inv_dt
-           - nu * tl.load(inv_w_ptr + row) * (qr - ql) + 0.5 * (lq * lq + uq * uq)
+           - nu * tl.load(inv_w_ptr + row) * (qr - ql) + (h_l + h_r - H_zero(x, m, prm))
            - tl.load(f_lvl + row * B, mask=valid, other=0.0))
     return lo, inv_dt - lo - up, up, res
 
 @triton.jit
-def fp_row(u_l, u_c, u_r, mu_lvl, inv_hw_ptr, i, nu, inv_h, inv_dt, NX, B, valid):
+def fp_row(u_l, u_c, u_r, mu_lvl, m_lvl, x_ptr, prm, inv_hw_ptr, i, nu, inv_h, inv_dt, NX, B,
+           valid):
     """Bands of row i of J(u)ᵀ (lower_t = upper_{i−1}, upper_t = lower_{i+1}) and μ_i/Δt."""
     row = tl.minimum(i, NX - 1)
-    ihw_l = tl.load(inv_hw_ptr + tl.maximum(row - 1, 0))
+    left = tl.maximum(row - 1, 0)
+    right = tl.minimum(row + 1, NX - 1)
+    ihw_l = tl.load(inv_hw_ptr + left)
     ihw_c = tl.load(inv_hw_ptr + row)
-    ihw_r = tl.load(inv_hw_ptr + tl.minimum(row + 1, NX - 1))
+    ihw_r = tl.load(inv_hw_ptr + right)
+    x_l = tl.load(x_ptr + left)
+    x_c = tl.load(x_ptr + row)
+    x_r = tl.load(x_ptr + right)
+    m_l = node_density(m_lvl, i - 1, NX, B, valid)
+    m_c = node_density(m_lvl, i, NX, B, valid)
+    m_r = node_density(m_lvl, i + 1, NX, B, valid)
     ql = (u_c - u_l) * inv_h
     qr = (u_r - u_c) * inv_h
-    lo = tl.where(i > 0, -nu * ihw_c - tl.maximum(ql, 0.0) * inv_h, 0.0)
-    up = tl.where(i < NX - 1, -nu * ihw_c + tl.minimum(qr, 0.0) * inv_h, 0.0)
-    lo_t = tl.where(i > 0, -nu * ihw_l + tl.minimum(ql, 0.0) * inv_h, 0.0)
-    up_t = tl.where(i < NX - 1, -nu * ihw_r - tl.maximum(qr, 0.0) * inv_h, 0.0)
+    lo = tl.where(i > 0, -nu * ihw_c - H_p(tl.maximum(ql, 0.0), x_c, m_c, prm) * inv_h, 0.0)
+    up = tl.where(i < NX - 1, -nu * ihw_c + H_p(tl.minimum(qr, 0.0), x_c, m_c, prm) * inv_h,
+                  0.0)
+    lo_t = tl.where(i > 0, -nu * ihw_l + H_p(tl.minimum(ql, 0.0), x_l, m_l, prm) * inv_h, 0.0)
+    up_t = tl.where(i < NX - 1,
+                    -nu * ihw_r - H_p(tl.maximum(qr, 0.0), x_r, m_r, prm) * inv_h, 0.0)
     rhs = tl.load(mu_lvl + row * B, mask=valid, other=0.0) * inv_dt
     return lo_t, inv_dt - lo - up, up_t, rhs
 
@@ -75,9 +109,12 @@ def hjb_update(du, dp_i, cp_i, u, active, u_lvl, i, B, valid, step, size):
 
 @triton.jit
 def hjb_sweep_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_ptr,
-                     cp_ptr, dp_ptr, status_ptr, B, NX, NT, max_newton,
+                     cp_ptr, dp_ptr, status_ptr, x_ptr, m_ptr, prm_ptr, B, NX, NT, max_newton,
                      USE_GUESS: tl.constexpr, BLOCK: tl.constexpr):
+    """Backward sweep (the density m_ptr laid out as F: rows m^1..m^nt, read where H
+    depends on m)."""
     b = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    prm = model_params(prm_ptr)
     valid = b < B
     h = tl.load(params_ptr)
     dt = tl.load(params_ptr + 1)
@@ -94,6 +131,7 @@ def hjb_sweep_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_
     u_lvl = U_ptr + (NT - 1) * row + b  # level n (being solved)
     f_lvl = F_ptr + (NT - 1) * row + b
     g_lvl = G_ptr + (NT - 1) * row + b
+    m_lvl = m_ptr + (NT - 1) * row + b
     for k in range(NT):
         n = NT - 1 - k
         nxt = u_lvl + row  # level n + 1 (known)
@@ -120,14 +158,14 @@ def hjb_sweep_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_
                 u3 = load_row(src, i0 + 2, NX, B, valid)
                 u4 = load_row(src, i0 + 3, NX, B, valid)
                 u5 = load_row(src, i0 + 4, NX, B, valid)
-                lo0, dg0, up0, rs0 = hjb_row(u0, u1, u2, nxt, f_lvl, inv_hw_ptr, inv_w_ptr,
-                                             i0, nu, inv_h, inv_dt, NX, B, valid)
-                lo1, dg1, up1, rs1 = hjb_row(u1, u2, u3, nxt, f_lvl, inv_hw_ptr, inv_w_ptr,
-                                             i0 + 1, nu, inv_h, inv_dt, NX, B, valid)
-                lo2, dg2, up2, rs2 = hjb_row(u2, u3, u4, nxt, f_lvl, inv_hw_ptr, inv_w_ptr,
-                                             i0 + 2, nu, inv_h, inv_dt, NX, B, valid)
-                lo3, dg3, up3, rs3 = hjb_row(u3, u4, u5, nxt, f_lvl, inv_hw_ptr, inv_w_ptr,
-                                             i0 + 3, nu, inv_h, inv_dt, NX, B, valid)
+                lo0, dg0, up0, rs0 = hjb_row(u0, u1, u2, nxt, f_lvl, m_lvl, x_ptr, prm, inv_hw_ptr,
+                                             inv_w_ptr, i0, nu, inv_h, inv_dt, NX, B, valid)
+                lo1, dg1, up1, rs1 = hjb_row(u1, u2, u3, nxt, f_lvl, m_lvl, x_ptr, prm, inv_hw_ptr,
+                                             inv_w_ptr, i0 + 1, nu, inv_h, inv_dt, NX, B, valid)
+                lo2, dg2, up2, rs2 = hjb_row(u2, u3, u4, nxt, f_lvl, m_lvl, x_ptr, prm, inv_hw_ptr,
+                                             inv_w_ptr, i0 + 2, nu, inv_h, inv_dt, NX, B, valid)
+                lo3, dg3, up3, rs3 = hjb_row(u3, u4, u5, nxt, f_lvl, m_lvl, x_ptr, prm, inv_hw_ptr,
+                                             inv_w_ptr, i0 + 3, nu, inv_h, inv_dt, NX, B, valid)
                 cp, dp = eliminate(cp, dp, lo0, dg0, up0, rs0, cp_b, dp_b, i0, NX, B, valid)
                 cp, dp = eliminate(cp, dp, lo1, dg1, up1, rs1, cp_b, dp_b, i0 + 1, NX, B,
                                    valid)
@@ -169,13 +207,16 @@ def hjb_sweep_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_
         u_lvl -= row
         f_lvl -= row
         g_lvl -= row
+        m_lvl -= row
     tl.store(status_ptr + b, bad, mask=valid)
     tl.store(status_ptr + B + b, iterations, mask=valid)
 
 @triton.jit
-def fp_sweep_kernel(U_ptr, mu_ptr, nu_ptr, inv_hw_ptr, params_ptr, cp_ptr, dp_ptr,
-                    B, NX, NT, BLOCK: tl.constexpr):
+def fp_sweep_kernel(U_ptr, mu_ptr, nu_ptr, inv_hw_ptr, params_ptr, cp_ptr, dp_ptr, x_ptr,
+                    m_ptr, prm_ptr, B, NX, NT, BLOCK: tl.constexpr):
+    """Forward sweep (the density m_ptr [level, x, problem], row n seen by step n)."""
     b = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    prm = model_params(prm_ptr)
     valid = b < B
     h = tl.load(params_ptr)
     dt = tl.load(params_ptr + 1)
@@ -188,6 +229,7 @@ def fp_sweep_kernel(U_ptr, mu_ptr, nu_ptr, inv_hw_ptr, params_ptr, cp_ptr, dp_pt
     dp_b = dp_ptr + b
     u_lvl = U_ptr + b
     mu_lvl = mu_ptr + b
+    m_lvl = m_ptr + b
     for _n in range(NT):
         # J(u^n)ᵀ μ^{n+1} = μ^n / Δt, rows in groups of four as in the HJB kernel
         cp = zero
@@ -199,14 +241,14 @@ def fp_sweep_kernel(U_ptr, mu_ptr, nu_ptr, inv_hw_ptr, params_ptr, cp_ptr, dp_pt
             u3 = load_row(u_lvl, i0 + 2, NX, B, valid)
             u4 = load_row(u_lvl, i0 + 3, NX, B, valid)
             u5 = load_row(u_lvl, i0 + 4, NX, B, valid)
-            lo0, dg0, up0, rs0 = fp_row(u0, u1, u2, mu_lvl, inv_hw_ptr, i0, nu, inv_h,
-                                        inv_dt, NX, B, valid)
-            lo1, dg1, up1, rs1 = fp_row(u1, u2, u3, mu_lvl, inv_hw_ptr, i0 + 1, nu, inv_h,
-                                        inv_dt, NX, B, valid)
-            lo2, dg2, up2, rs2 = fp_row(u2, u3, u4, mu_lvl, inv_hw_ptr, i0 + 2, nu, inv_h,
-                                        inv_dt, NX, B, valid)
-            lo3, dg3, up3, rs3 = fp_row(u3, u4, u5, mu_lvl, inv_hw_ptr, i0 + 3, nu, inv_h,
-                                        inv_dt, NX, B, valid)
+            lo0, dg0, up0, rs0 = fp_row(u0, u1, u2, mu_lvl, m_lvl, x_ptr, prm, inv_hw_ptr, i0,
+                                        nu, inv_h, inv_dt, NX, B, valid)
+            lo1, dg1, up1, rs1 = fp_row(u1, u2, u3, mu_lvl, m_lvl, x_ptr, prm, inv_hw_ptr, i0 + 1,
+                                        nu, inv_h, inv_dt, NX, B, valid)
+            lo2, dg2, up2, rs2 = fp_row(u2, u3, u4, mu_lvl, m_lvl, x_ptr, prm, inv_hw_ptr, i0 + 2,
+                                        nu, inv_h, inv_dt, NX, B, valid)
+            lo3, dg3, up3, rs3 = fp_row(u3, u4, u5, mu_lvl, m_lvl, x_ptr, prm, inv_hw_ptr, i0 + 3,
+                                        nu, inv_h, inv_dt, NX, B, valid)
             cp, dp = eliminate(cp, dp, lo0, dg0, up0, rs0, cp_b, dp_b, i0, NX, B, valid)
             cp, dp = eliminate(cp, dp, lo1, dg1, up1, rs1, cp_b, dp_b, i0 + 1, NX, B, valid)
             cp, dp = eliminate(cp, dp, lo2, dg2, up2, rs2, cp_b, dp_b, i0 + 2, NX, B, valid)
@@ -232,6 +274,7 @@ def fp_sweep_kernel(U_ptr, mu_ptr, nu_ptr, inv_hw_ptr, params_ptr, cp_ptr, dp_pt
             x = d3 - c3 * x
             tl.store(mu_lvl + (i - 3) * B, x, mask=valid & (b * 0 + i >= 3))
         u_lvl += row
+        m_lvl += row
 
 
 # -- the tangent linear sweeps (:mod:`.triton_tangent`) ------------------------------------

@@ -1,6 +1,8 @@
 """The tangent linear sweeps of the HJB–FP scheme as fused Triton kernels (CUDA), batched.
 
-The same derivative as :mod:`.tangent` and :mod:`.tangent_torch` (quadratic Hamiltonian): for
+The same derivative as :mod:`.tangent` and :mod:`.tangent_torch`, for every model the fused
+sweeps carry (:func:`.triton_sweeps.model_kernels`; ∂p H and the capped ∂pp H of
+:func:`.operators.tangent_weights`, H at the frozen density where it depends on m): for
 running costs F^n = −y_n χ and the observed path z_n = χ·μ^{n+1}, D[b, n, j] = ∂z_n/∂y_j of
 problem b, from the backward sweep J_n δu^n = δu^{n+1}/Δt − [j = n] χ and the forward sweep
 J_nᵀ δμ^{n+1} = δμ^n/Δt − K_n δu^n (K_n = Dᵀ diag(c) D / h², c the upwind cell masses).
@@ -34,8 +36,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .operators import QUADRATIC, jacobian_bands, tangent_weights
-from .triton_sweeps import _params, launch
+from ...problems.hamiltonians import Hamiltonian
+from .operators import QUADRATIC, curvature_floor, jacobian_bands, tangent_weights
+from .triton_sweeps import _params, launch, model_arrays, model_kernels
 
 FACTOR_BLOCK = 128   # systems per program of the factor kernel (four warps)
 DIRECTIONS = 32      # directions per program of the sweep kernel (one warp)
@@ -96,25 +99,28 @@ def _programs(device: Any) -> int:
     return 4
 
 
-def tangent_bands(U: Any, mu: Any, nu: Any, h: float, dt: float, inv_hw: Any) -> Any:
-    """The bands (B·nt, 4, nx: lower, diag, upper, transport weights c/h²) of every J(u^n)."""
+def tangent_bands(U: Any, mu: Any, nu: Any, h: float, dt: float, inv_hw: Any,
+                  hamiltonian: Hamiltonian = QUADRATIC, x: Any = None, m: Any = None) -> Any:
+    """The bands (B·nt, 4, nx: lower, diag, upper, transport weights c/h²) of every J(u^n)
+    (H at the nodes ``x`` and, where it depends on m, the frozen densities ``m`` (nt, nx))."""
     import torch
 
     B, levels, nx = U.shape
     lower, diag, upper, terms = jacobian_bands(U[:, :-1], nu[:, None, None], h, dt, inv_hw,
-                                               torch)
-    c = torch.nn.functional.pad(tangent_weights(terms, mu[:, 1:], None, None, h, QUADRATIC,
+                                               torch, hamiltonian, x, m)
+    c = torch.nn.functional.pad(tangent_weights(terms, mu[:, 1:], x, m, h, hamiltonian,
                                                 torch), (0, 1))
     return torch.stack([lower, diag, upper, c], dim=2).reshape(B * (levels - 1), 4, nx)
 
 
-def factorisations(U: Any, mu: Any, nu: Any, h: float, dt: float, inv_hw: Any
+def factorisations(U: Any, mu: Any, nu: Any, h: float, dt: float, inv_hw: Any,
+                   hamiltonian: Hamiltonian = QUADRATIC, x: Any = None, m: Any = None
                    ) -> tuple[Any, Any]:
     """The bands of :func:`tangent_bands` and their Thomas factors (B·nt, 8, nx) from the
     factor kernel (the first launch)."""
     import torch
 
-    bands = tangent_bands(U, mu, nu, h, dt, inv_hw)
+    bands = tangent_bands(U, mu, nu, h, dt, inv_hw, hamiltonian, x, m)
     S, _, nx = bands.shape
     factors = torch.empty((S, 8, nx), dtype=U.dtype, device=U.device)
     launch("factor", ((S + FACTOR_BLOCK - 1) // FACTOR_BLOCK,),
@@ -144,23 +150,39 @@ def sweeps(bands: Any, factors: Any, chi: Any, dt: float, B: int, directions: in
 
 
 def chunk_planes(U: Any, mu: Any, nu: Any, h: float, dt: float, inv_hw: Any, P: int,
-                 log_c: int) -> Any:
+                 log_c: int, hamiltonian: Hamiltonian = QUADRATIC, x: Any = None,
+                 m: Any = None) -> Any:
     """The planes (B·nt, 7, P·2^log_c) that the ``"program"`` kernel reads per level, from
     U (B, nt+1, nx), the cell masses mu (B, nt+1, nx), ν (B,) and 1/(h w) (nx,): lower,
     diag, upper of J(u^n), lower (upper_{i−1}) and upper (lower_{i+1}) of J(u^n)ᵀ, c_{i−1}
     and c_i (the bands of :func:`tangent_bands`, 0 outside the grid), rows past nx diagonal
     with 0 elsewhere, and every row vector stored chunk-major (row k·P + p at p·2^log_c + k),
     so that the loads of a chunk row are contiguous across the lanes; one launch
-    (:func:`.triton_tangent_coop.planes_kernel`) that reads U and mu once."""
+    (:func:`.triton_tangent_coop.planes_kernel`) that reads U and mu once. ``hamiltonian``
+    at the nodes ``x`` and the frozen densities ``m`` (nt, nx) where it depends on m."""
     import torch
 
     B, levels, nx = U.shape
     rows = P << log_c
+    model = _model(hamiltonian)
+    prm, x, m = model_arrays(model, U, x, m, (B, levels - 1))
     planes = torch.empty((B * (levels - 1), 7, rows), dtype=U.dtype, device=U.device)
     launch("tangent_planes", (B * (levels - 1),), U.contiguous(), mu.contiguous(),
-           nu.contiguous(), inv_hw.contiguous(), _params((h, dt), U), planes, levels - 1, nx,
-           P=P, LOG_C=log_c, BLOCK=1 << (rows - 1).bit_length(), num_warps=4)
+           nu.contiguous(), inv_hw.contiguous(),
+           _params((h, dt, curvature_floor(hamiltonian, h)), U), planes, x,
+           U if m is None else m, prm, levels - 1, nx, P=P, LOG_C=log_c,
+           BLOCK=1 << (rows - 1).bit_length(), num_warps=4, model=model)
     return planes
+
+
+def _model(hamiltonian: Hamiltonian) -> Any:
+    """The fused kernels of ``hamiltonian`` (refused by name where Triton cannot print it)."""
+    model = model_kernels(hamiltonian)
+    if model is None:
+        raise ValueError(f"hamiltonian={hamiltonian!r} has no fused Triton kernels (its value "
+                         "cannot be traced or printed as Triton code): use the torch tangent "
+                         "sweeps (tangent_torch)")
+    return model
 
 
 def chunk_rows(v: Any, P: int, log_c: int) -> Any:
@@ -202,11 +224,12 @@ def program_kernel(planes: Any, chi: Any, dt: float, B: int, P: int, log_c: int,
 
 
 def program_sweeps(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: float, inv_hw: Any,
-                   directions: int = PROGRAM_DIRECTIONS, warps: int | None = None) -> Any:
+                   directions: int = PROGRAM_DIRECTIONS, warps: int | None = None,
+                   hamiltonian: Hamiltonian = QUADRATIC, x: Any = None, m: Any = None) -> Any:
     """D (B, nt, nt) by the ``"program"`` layout (the arguments of
     :func:`tangent_jacobian_triton`): :func:`chunk_planes`, then :func:`program_kernel`."""
     P, log_c = chunking(U.shape[-1])
-    return program_kernel(chunk_planes(U, mu, nu, h, dt, inv_hw, P, log_c),
+    return program_kernel(chunk_planes(U, mu, nu, h, dt, inv_hw, P, log_c, hamiltonian, x, m),
                           chunk_rows(chi, P, log_c), dt, U.shape[0], P, log_c, directions,
                           warps)
 
@@ -214,17 +237,19 @@ def program_sweeps(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: float, inv_
 def tangent_jacobian_triton(U: Any, mu: Any, chi: Any, nu: Any, h: float, dt: float,
                             inv_hw: Any, directions: int | None = None,
                             programs: int | None = None, warps: int | None = None,
-                            layout: str | None = None) -> Any:
+                            layout: str | None = None, hamiltonian: Hamiltonian = QUADRATIC,
+                            x: Any = None, m: Any = None) -> Any:
     """D (B, nt, nt) from U (B, nt+1, nx), the cell masses mu (B, nt+1, nx), χ (nx,), ν (B,)
     and 1/(h w) (nx,), all tensors of one dtype and device (the arguments of
-    :func:`.tangent_torch.tangent_jacobian_torch`). ``layout`` ``"thread"`` or ``"program"``
-    (:data:`LAYOUT` when None); ``directions`` per program (a power of 2; default
+    :func:`.tangent_torch.tangent_jacobian_torch`, ``hamiltonian`` with the nodes ``x`` and
+    the frozen densities ``m`` (nt, nx) where it depends on m). ``layout`` ``"thread"`` or
+    ``"program"`` (:data:`LAYOUT` when None); ``directions`` per program (a power of 2; default
     ``DIRECTIONS``, ``PROGRAM_DIRECTIONS``), programs of ``warps`` warps (default: one thread
     per direction; one warp per 8 directions); in the ``"thread"`` layout at most
     ``programs`` programs (default: ``PROGRAMS_PER_SM`` per multiprocessor)."""
     if _layout(layout) == "program":
         return program_sweeps(U, mu, chi, nu, h, dt, inv_hw, directions or PROGRAM_DIRECTIONS,
-                              warps)
-    bands, factors = factorisations(U, mu, nu, h, dt, inv_hw)
+                              warps, hamiltonian, x, m)
+    bands, factors = factorisations(U, mu, nu, h, dt, inv_hw, hamiltonian, x, m)
     return sweeps(bands, factors, chi, dt, U.shape[0], directions or DIRECTIONS, programs,
                   warps)

@@ -1,5 +1,6 @@
-"""Cooperative tangent linear sweeps (layout "program" of :mod:`.triton_tangent`; imported on
-first use: it needs Triton).
+"""Cooperative tangent linear sweeps (layout "program" of :mod:`.triton_tangent`): a template,
+joined with the model's generated functions and :mod:`.triton_kernels` into one module per model
+structure (see there).
 
 A program owns one problem and a block of DIRS directions; its tile is [DIRS, NCH]: the x
 points of a level are cut into NCH = 2^LOG_C chunks of P consecutive rows, a lane (axis 1) per
@@ -38,6 +39,8 @@ the chunk's own rows, and the neighbour chunks' end rows by gather) and stores
 D[n, j] = χ·δμ^{n+1}. δμ and δu^{n+1} stay in registers from level to level. The planes come from
 :func:`planes_kernel` (one launch before, reading u^n and μ^{n+1} once).
 """
+
+# ruff: noqa: F821 - the model's functions are defined by the generated part of the module
 
 import triton
 import triton.language as tl
@@ -234,45 +237,74 @@ def tangent_coop_kernel(plane_ptr, chi_ptr, hist_ptr, D_ptr, params_ptr, NT, HS,
         store_totals(D_b + n * NT, z, lane, block * DIRS, NT, LOG_D, LOG_C)
 
 
+@triton.jit
+def edge_weight(q, mu_up, mu_down, x_up, x_down, m_up, m_down, delta, prm):
+    """c_e of the edge with gradient q: μ_{e+1} ∂pp H(x_{e+1}, p̃) if q > 0, μ_e ∂pp H(x_e, p̃)
+    if q < 0, else 0, p̃ = sign(q) max(|q|, δ) (the curvature capped near p = 0; δ = 0 where
+    it is bounded)."""
+    p = tl.where(q < 0, tl.minimum(q, -delta), tl.maximum(q, delta))
+    return tl.where(q > 0, mu_up * H_pp(p, x_up, m_up, prm),
+                    tl.where(q < 0, mu_down * H_pp(p, x_down, m_down, prm), 0.0))
+
+@triton.jit
+def node_row(ptr, i, mask):
+    """A row's values at nodes i (0 where masked; nothing loaded where H does not depend on
+    m and ``ptr`` is the density)."""
+    if DEPENDS_ON_M:
+        v = tl.load(ptr + i, mask=mask, other=0.0)
+    else:
+        v = 0.0
+    return v
+
 @triton.jit(do_not_specialize=["NT", "NX"])
-def planes_kernel(U_ptr, mu_ptr, nu_ptr, inv_hw_ptr, params_ptr, planes_ptr, NT, NX,
-                  P: tl.constexpr, LOG_C: tl.constexpr, BLOCK: tl.constexpr):
+def planes_kernel(U_ptr, mu_ptr, nu_ptr, inv_hw_ptr, params_ptr, planes_ptr, x_ptr, m_ptr,
+                  prm_ptr, NT, NX, P: tl.constexpr, LOG_C: tl.constexpr, BLOCK: tl.constexpr):
     """The 7 planes of :func:`tangent_coop_kernel` for level n of problem b (program b·nt + n)
-    from u = U[b, n] and μ = mu[b, n + 1] (½|p|², ``params`` h, Δt): with q_i = (u_{i+1} −
-    u_i)/h on the edges and the diffusion −ν/(h w_i), J(u^n) has lower_i = −ν/(h w_i) −
-    (q_{i−1})_+/h, upper_i = −ν/(h w_i) + (q_i)_−/h (no band across a wall), diag_i = 1/Δt −
-    lower_i − upper_i; the planes are lower, diag, upper, upper_{i−1}, lower_{i+1} (the bands
-    of J(u^n)ᵀ), c_{i−1}, c_i with c_e = μ_{e+1} if q_e > 0, μ_e if q_e < 0, else 0, over h²
-    (the ``c / h²`` of :func:`.operators.tangent_weights`), rows chunk-major (row k·P + p at
-    p·2^LOG_C + k) and rows past NX diagonal with 0 elsewhere."""
+    from u = U[b, n] and μ = mu[b, n + 1] (``params`` h, Δt, δ; the density m[b, n] that H
+    sees, where it depends on m): with q_i = (u_{i+1} − u_i)/h on the edges and the diffusion
+    −ν/(h w_i), J(u^n) has lower_i = −ν/(h w_i) − ∂pH((q_{i−1})_+)/h, upper_i = −ν/(h w_i) +
+    ∂pH((q_i)_−)/h (no band across a wall), diag_i = 1/Δt − lower_i − upper_i; the planes are
+    lower, diag, upper, upper_{i−1}, lower_{i+1} (the bands of J(u^n)ᵀ), c_{i−1} and c_i of
+    :func:`edge_weight` over h² (the ``c / h²`` of :func:`.operators.tangent_weights`), rows
+    chunk-major (row k·P + p at p·2^LOG_C + k) and rows past NX diagonal with 0 elsewhere."""
     NCH: tl.constexpr = 1 << LOG_C
     NXP: tl.constexpr = P * NCH
     s = tl.program_id(0)
     b = s // NT
     i = tl.arange(0, BLOCK)
+    prm = model_params(prm_ptr)
     h = tl.load(params_ptr)
     dt = tl.load(params_ptr + 1)
+    delta = tl.load(params_ptr + 2)
     nu = tl.load(nu_ptr + b)
     u = U_ptr + (s + b).to(tl.int64) * NX            # U[b, n]: row b·(nt + 1) + n
     mu = mu_ptr + (s + b + 1).to(tl.int64) * NX      # mu[b, n + 1]
+    dens = m_ptr + s.to(tl.int64) * NX               # m[b, n]: row b·nt + n
     inside = i < NX
     left = (i >= 1) & inside      # edge i − 1 exists
     right = i < NX - 1            # edge i exists
     u_i = tl.load(u + i, mask=inside, other=0.0)
     q_l = tl.where(left, (u_i - tl.load(u + i - 1, mask=left, other=0.0)) / h, 0.0)
     q_r = tl.where(right, (tl.load(u + i + 1, mask=right, other=0.0) - u_i) / h, 0.0)
+    x_i = tl.load(x_ptr + i, mask=inside, other=0.0)
+    x_l = tl.load(x_ptr + i - 1, mask=left, other=0.0)
+    x_r = tl.load(x_ptr + i + 1, mask=right, other=0.0)
+    d_i = node_row(dens, i, inside)
+    d_l = node_row(dens, i - 1, left)
+    d_r = node_row(dens, i + 1, right)
     diffusion = -nu * tl.load(inv_hw_ptr + i, mask=inside, other=0.0)
-    lower = tl.where(left, diffusion, 0.0) - tl.maximum(q_l, 0.0) / h
-    upper = tl.where(right, diffusion, 0.0) + tl.minimum(q_r, 0.0) / h
-    upper_l = -nu * tl.load(inv_hw_ptr + i - 1, mask=left, other=0.0) + tl.minimum(q_l, 0.0) / h
-    lower_r = -nu * tl.load(inv_hw_ptr + i + 1, mask=right, other=0.0) \
-        - tl.maximum(q_r, 0.0) / h
+    lower = tl.where(left, diffusion, 0.0) - H_p(tl.maximum(q_l, 0.0), x_i, d_i, prm) / h
+    upper = tl.where(right, diffusion, 0.0) + H_p(tl.minimum(q_r, 0.0), x_i, d_i, prm) / h
+    upper_l = (-nu * tl.load(inv_hw_ptr + i - 1, mask=left, other=0.0)
+               + H_p(tl.minimum(q_l, 0.0), x_l, d_l, prm) / h)
+    lower_r = (-nu * tl.load(inv_hw_ptr + i + 1, mask=right, other=0.0)
+               - H_p(tl.maximum(q_r, 0.0), x_r, d_r, prm) / h)
     m_i = tl.load(mu + i, mask=inside, other=0.0)
     m_l = tl.load(mu + i - 1, mask=left, other=0.0)
     m_r = tl.load(mu + i + 1, mask=right, other=0.0)
     hh = h * h
-    c_l = tl.where(q_l > 0, m_i, tl.where(q_l < 0, m_l, 0.0)) / hh
-    c_r = tl.where(q_r > 0, m_r, tl.where(q_r < 0, m_i, 0.0)) / hh
+    c_l = edge_weight(q_l, m_i, m_l, x_i, x_l, d_i, d_l, delta, prm) / hh
+    c_r = edge_weight(q_r, m_r, m_i, x_r, x_i, d_r, d_i, delta, prm) / hh
     out = planes_ptr + s.to(tl.int64) * 7 * NXP + (i % P) * NCH + i // P
     rows = i < NXP
     tl.store(out, tl.where(left, lower, 0.0), mask=rows)
