@@ -174,7 +174,7 @@ NOTEBOOK_PARAMETERS: dict[str, dict] = {
                                     "nx": 21, "nt": 20, "iterations": 2,
                                     "emulation_batch_sizes": [1],
                                     "emulation_particle_counts": [1000]},
-    "09_your_model.ipynb": {"nx": 16, "nt": 15},
+    "09_your_model.ipynb": {"nx": 16, "nt": 15, "emulate_mps": True},
     "10_congestion_and_populations.ipynb": {"nx": 21, "nt": 20, "tol": 1e-5},
     "11_crowd_in_a_room.ipynb": {"nx": 13, "nt": 12, "frames": 6, "nx_accelerator": 11,
                                  "nt_accelerator": 8, "nx_bars": 11, "nt_bars": 10,

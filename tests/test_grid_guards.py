@@ -256,12 +256,24 @@ class ReadsM(mw.Hamiltonian):
         return 1 / (1 + m) + 0 * p
 
 
+class UntracedReadsM(ReadsM):
+    """The same H through a function the tracer does not know (so only sampling finds m)."""
+
+    def value(self, x, p, m, xp):
+        return 0.5 * xp.float_power(p, 2) / (1 + m)
+
+
 def test_a_model_reading_m_without_declaring_it_is_refused_when_the_problem_is_built():
-    declare = r"invalid: its value or dp failed with m=None.*declare depends_on_m = True"
-    with pytest.raises(mw.ParameterError, match=declare):
-        mw.SantaFeBar(hamiltonian=ReadsM())
-    with pytest.raises(mw.ParameterError, match=declare):
-        mw.Room(hamiltonian=ReadsM())
+    traced = r"invalid: its value reads m \(H = .*\) but the class does not declare " \
+        r"depends_on_m = True"
+    sampled = r"invalid: its value or dp failed with m=None.*declare depends_on_m = True"
+    for H, declare in ((ReadsM(), traced), (UntracedReadsM(), sampled)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # (the untraced model's note)
+            with pytest.raises(mw.ParameterError, match=declare):
+                mw.SantaFeBar(hamiltonian=H)
+            with pytest.raises(mw.ParameterError, match=declare):
+                mw.Room(hamiltonian=H)
     declared = type("Declared", (ReadsM,), {"depends_on_m": True,
                                             "dm": lambda self, x, p, m, xp: -self.value(
                                                 x, p, m, xp) / (1 + m)})

@@ -124,8 +124,10 @@ def test_make_lab_runs_the_launcher(tmp_path):
     (venv / ".installed-all").touch()
     out = subprocess.run(["make", "-s", "-C", str(ROOT), "lab", f"PY={fake}", f"VENV={venv}",
                           "LAB_PORT=9999", "LAB_ARGS=--LabApp.news_url=None"],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60,
+                         env=os.environ | {"LAB_TOKEN": "s3cret-token"})
     assert out.returncode == 0, out.stderr
+    assert "s3cret-token" not in out.stdout  # the token stays in the environment
     argv = next(x for x in out.stdout.splitlines() if x.startswith("ARGV: ")).split()[1:]
     assert argv[:3] == ["-m", "mfgwork", "lab"]
     assert argv[argv.index("--ip") + 1] == "127.0.0.1" and "9999" in argv

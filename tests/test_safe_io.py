@@ -585,53 +585,6 @@ def test_interrupted_run_then_rerun_leaves_nothing_behind(tmp_path, sig):
     assert list(runtime.glob("kernel-*.json")) == []
 
 
-# -- JupyterLab ----------------------------------------------------------------------------------
-@pytest.fixture
-def fake_lab(tmp_path) -> dict[str, str]:
-    """make variables that run the lab recipe with a stand-in for Python that prints its
-    arguments and the token it finds in its environment."""
-    fake = tmp_path / "python"
-    fake.write_text(f'#!/bin/sh\nif [ "$1" = "-c" ]; then exec {sys.executable} "$@"; fi\n'
-                    'echo "ARGV: $*"\necho "ENV: $JUPYTER_TOKEN"\n')
-    fake.chmod(0o755)
-    venv = tmp_path / "venv"  # an environment that make finds installed
-    venv.mkdir()
-    (venv / ".installed-all").touch()
-    return {"PY": str(fake), "VENV": str(venv)}
-
-
-def _make_lab(fake_lab, *extra: str) -> subprocess.CompletedProcess:
-    import shutil
-
-    if shutil.which("make") is None:
-        pytest.skip("make is not installed")
-    args = ["make", "-s", "-C", str(ROOT), "lab", *[f"{k}={v}" for k, v in fake_lab.items()],
-            *extra]
-    return subprocess.run(args, capture_output=True, text=True, timeout=60,
-                          env=os.environ | {"LAB_TOKEN": "s3cret-token"})
-
-
-def test_lab_token_goes_through_the_environment_on_loopback(fake_lab):
-    out = _make_lab(fake_lab)
-    assert out.returncode == 0, out.stderr
-    argv = next(line for line in out.stdout.splitlines() if line.startswith("ARGV: "))
-    assert "s3cret-token" not in argv
-    assert "ENV: s3cret-token" in out.stdout
-    assert "--ServerApp.ip=127.0.0.1" in argv
-
-
-@pytest.mark.parametrize("args", ["--ServerApp.ip=0.0.0.0", "--ip=0.0.0.0",
-                                  "--IdentityProvider.token=abc"])
-def test_lab_args_cannot_change_address_or_token(fake_lab, args):
-    out = _make_lab(fake_lab, f"LAB_ARGS={args}")
-    assert out.returncode != 0 and "LAB_IP" in out.stderr and "ARGV" not in out.stdout
-
-
-def test_lab_ip_is_the_explicit_way_to_listen_elsewhere(fake_lab):
-    out = _make_lab(fake_lab, "LAB_IP=0.0.0.0")
-    assert out.returncode == 0 and "--ServerApp.ip=0.0.0.0" in out.stdout
-
-
 # -- callables and dtypes give the answers of float64 --------------------------------------------
 @pytest.mark.parametrize("kind", ["int", "bool", "float32", "list", "scalar"])
 def test_callable_outputs_are_cast_to_the_working_dtype(kind):

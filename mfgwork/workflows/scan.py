@@ -270,8 +270,8 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
     """
     options = {"nx": nx, "nt": nt, "tol": tol, "max_iter": max_iter, "dtype": dtype,
                "backend": backend, "iteration": iteration} | ({} if ny is None else {"ny": ny})
-    _require(grid, store, dask, scheduler, "mw.scan")
     workers = _check_options(store, device, scheduler, dask, workers, progress)
+    _require(grid, store, dask, scheduler, "mw.scan")
     if store is not None:
         check_store_target(store)
     if chunk_size is not None:

@@ -37,7 +37,15 @@ import numpy as np
 from ..core import storage
 from ..core.errors import LoadError, ParameterError
 from .differences import plan_differences
-from .scan_check import DIGEST, DONE, StoreCheck, block_record, check_store, seal
+from .scan_check import (
+    DIGEST,
+    DONE,
+    RECORD_ATTR,
+    StoreCheck,
+    block_record,
+    check_store,
+    seal,
+)
 from .scan_inspect import inspect_store
 
 #: Root attribute naming the plan a store was made for (its hash).
@@ -251,7 +259,8 @@ class ScanStore:
         here = {k: v for k, v in self.layout.attrs.items() if k not in PROVENANCE
                 and not k.startswith("version_")}
         there = {k: v for k, v in attrs.items() if k in here or
-                 (k not in PROVENANCE and k != PLAN_ATTR and not k.startswith("version_"))}
+                 (k not in PROVENANCE and k not in (PLAN_ATTR, RECORD_ATTR)
+                  and not k.startswith("version_"))}
         grid_here = {name: np.asarray(values).tolist()
                      for name, (_, values) in self.layout.coords.items()}
         grid_there = {name: values for name in [*str(attrs.get("scanned", "")).split(", "),
