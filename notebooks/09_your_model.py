@@ -73,8 +73,8 @@ out_dir = ""
 # ($p < 0$) moves right at $\alpha^* = -r\,p$. It is convex and smallest at $p = 0$, which the
 # scheme needs (its upwind splitting is monotone only then).
 #
-# **A subclass of `mw.Hamiltonian`** gives `value` (and declares `depends_on_m = True` where
-# H reads the density). It takes the grid `x`, the gradient `p`, the density `m` and the array
+# **A subclass of `mw.Hamiltonian`** gives `value` (and sets the class attribute
+# `depends_on_m` where H reads the density). It takes the grid `x`, the gradient `p`, the density `m` and the array
 # namespace `xp` (NumPy, or torch on any device). That one definition is the model: its
 # derivatives $\partial_p H$, $\partial_{pp} H$ (and $\partial_m H$) are derived from it
 # symbolically, and every path of the scheme is generated from it and cached on disk: the
