@@ -8,6 +8,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -108,3 +109,54 @@ def dead_temporaries(*specs: tuple[Path, str, bool, str]) -> list[Path]:
     out = subprocess.run([sys.executable, "-c", _MAKE_TEMPORARIES, str(module), arg],
                          capture_output=True, text=True, check=True).stdout
     return [Path(p) for p in json.loads(out)]
+
+
+# -- models of one's own, shared by the model tests ---------------------------------------------
+@dataclass(frozen=True)
+class Current(mw.Hamiltonian):
+    """Notebook 09's model, as the notebook writes it (hand-written dp and dpp)."""
+
+    right: float = 2.0
+    left: float = 0.5
+    name = "current"
+
+    def value(self, x, p, m, xp):
+        return 0.5 * (self.right * xp.minimum(p, 0.0 * p) ** 2
+                      + self.left * xp.maximum(p, 0.0 * p) ** 2)
+
+    def dp(self, x, p, m, xp):
+        return self.right * xp.minimum(p, 0.0 * p) + self.left * xp.maximum(p, 0.0 * p)
+
+    def dpp(self, x, p, m, xp):
+        return 0.5 * (self.right + self.left) - 0.5 * (self.right - self.left) * xp.sign(p)
+
+
+@dataclass(frozen=True)
+class Crowded(mw.Hamiltonian):
+    """x, p and m together, a general power: (1 + x²/4) |p|^q / (q (c + m₊)^a)."""
+
+    q: float = 1.7
+    c: float = 0.5
+    a: float = 0.5
+    depends_on_m = True
+
+    def value(self, x, p, m, xp):
+        return ((1.0 + 0.25 * x * x) * xp.abs(p) ** self.q / self.q
+                * (self.c + xp.maximum(m, 0.0 * m)) ** (-self.a))
+
+
+def tangent_planes(lower, diag, upper, c, P: int, log_c: int, nx: int) -> np.ndarray:
+    """The seven planes of the chunked tangent layout (``triton_tangent.chunk_planes``) built
+    from the bands of ``triton_tangent.tangent_bands``: the reference of the plane tests."""
+    zero = np.zeros((diag.shape[0], 1))
+    ref = np.zeros((diag.shape[0], 7, P << log_c))
+    ref[:, 1] = 1.0
+    for k, plane in enumerate([np.hstack([zero, lower[:, 1:]]), diag,
+                               np.hstack([upper[:, :-1], zero]), np.hstack([zero, upper[:, :-1]]),
+                               np.hstack([lower[:, 1:], zero]), np.hstack([zero, c[:, :-1]]),
+                               np.hstack([c[:, :-1], zero])]):
+        ref[:, k, :nx] = plane
+    i = np.arange(P << log_c)
+    expected = np.empty_like(ref)
+    expected[..., (i % P) * (1 << log_c) + i // P] = ref
+    return expected

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from helpers import triton_device
+from helpers import Crowded, Current, tangent_planes, triton_device
 
 import mfgwork as mw
 from mfgwork.numerics.fdm import kernels, numba_kernels, sweeps, triton_sweeps, triton_tangent
@@ -23,37 +23,8 @@ from mfgwork.numerics.fdm import kernels, numba_kernels, sweeps, triton_sweeps, 
 torch = pytest.importorskip("torch")
 
 
-@dataclass(frozen=True)
-class Current(mw.Hamiltonian):
-    """Notebook 09's model, as the notebook writes it (hand-written dp and dpp)."""
-
-    right: float = 2.0
-    left: float = 0.5
-    name = "current"
-
-    def value(self, x, p, m, xp):
-        return 0.5 * (self.right * xp.minimum(p, 0.0 * p) ** 2
-                      + self.left * xp.maximum(p, 0.0 * p) ** 2)
-
-    def dp(self, x, p, m, xp):
-        return self.right * xp.minimum(p, 0.0 * p) + self.left * xp.maximum(p, 0.0 * p)
-
-    def dpp(self, x, p, m, xp):
-        return 0.5 * (self.right + self.left) - 0.5 * (self.right - self.left) * xp.sign(p)
 
 
-@dataclass(frozen=True)
-class Crowded(mw.Hamiltonian):
-    """x, p and m together, a general power: (1 + x²/4) |p|^q / (q (c + m₊)^a)."""
-
-    q: float = 1.7
-    c: float = 0.5
-    a: float = 0.5
-    depends_on_m = True
-
-    def value(self, x, p, m, xp):
-        return ((1.0 + 0.25 * x * x) * xp.abs(p) ** self.q / self.q
-                * (self.c + xp.maximum(m, 0.0 * m)) ** (-self.a))
 
 
 @dataclass(frozen=True)
@@ -176,18 +147,8 @@ def test_the_tangent_planes_of_each_model_match_the_torch_bands(device, H):
     lower, diag, upper, c = (a.numpy() for a in torch.unbind(triton_tangent.tangent_bands(
         T(U, "cpu"), T(mu, "cpu"), T(d["nu"], "cpu"), grid.h, grid.dt, T(inv_hw, "cpu"), H,
         T(grid.x, "cpu"), T(m, "cpu")), 1))
-    zero = np.zeros((B * nt, 1))
-    ref = np.zeros((B * nt, 7, P << log_c))
-    ref[:, 1] = 1.0
-    for k, plane in enumerate([np.hstack([zero, lower[:, 1:]]), diag,
-                               np.hstack([upper[:, :-1], zero]), np.hstack([zero, upper[:, :-1]]),
-                               np.hstack([lower[:, 1:], zero]), np.hstack([zero, c[:, :-1]]),
-                               np.hstack([c[:, :-1], zero])]):
-        ref[:, k, :nx] = plane
-    i = np.arange(P << log_c)
-    expected = np.empty_like(ref)
-    expected[..., (i % P) * (1 << log_c) + i // P] = ref
-    np.testing.assert_allclose(planes, expected, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+    expected = tangent_planes(lower, diag, upper, c, P, log_c, nx)
+    np.testing.assert_allclose(planes, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
 
 
 @pytest.mark.parametrize("H", [mw.Congestion(1.0, 0.5), Current()], ids=repr)

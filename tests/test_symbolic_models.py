@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import Crowded, Current
 
 import mfgwork as mw
 from mfgwork.core.errors import ParameterError
@@ -25,23 +26,6 @@ from mfgwork.numerics.fdm.sweeps import FiniteDifferences
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@dataclass(frozen=True)
-class Current(mw.Hamiltonian):
-    """Notebook 09's model, as the notebook writes it (hand-written dp and dpp)."""
-
-    right: float = 2.0
-    left: float = 0.5
-    name = "current"
-
-    def value(self, x, p, m, xp):
-        return 0.5 * (self.right * xp.minimum(p, 0.0 * p) ** 2
-                      + self.left * xp.maximum(p, 0.0 * p) ** 2)
-
-    def dp(self, x, p, m, xp):
-        return self.right * xp.minimum(p, 0.0 * p) + self.left * xp.maximum(p, 0.0 * p)
-
-    def dpp(self, x, p, m, xp):
-        return 0.5 * (self.right + self.left) - 0.5 * (self.right - self.left) * xp.sign(p)
 
 
 class UserHalfSquare(mw.Hamiltonian):
@@ -54,18 +38,6 @@ class UserHalfSquare(mw.Hamiltonian):
         return "UserHalfSquare()"
 
 
-@dataclass(frozen=True)
-class Crowded(mw.Hamiltonian):
-    """A model on x, p and m together: (1 + x²/4) |p|^q / (q (c + m₊)^a)."""
-
-    q: float = 1.7
-    c: float = 0.5
-    a: float = 0.5
-    depends_on_m = True
-
-    def value(self, x, p, m, xp):
-        return ((1.0 + 0.25 * x * x) * xp.abs(p) ** self.q / self.q
-                * (self.c + xp.maximum(m, 0.0 * m)) ** (-self.a))
 
 
 MODELS = [mw.Quadratic(), mw.Power(1.5), mw.Power(3.0), mw.Congestion(1.0, 0.5),

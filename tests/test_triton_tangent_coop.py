@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import triton_device
+from helpers import tangent_planes, triton_device
 from test_triton_tangent import _best_responses
 
 import mfgwork as mw
@@ -114,17 +114,6 @@ def test_the_planes_launch_matches_the_bands_of_the_torch_path(device, nx, nt):
     lower, diag, upper, c = torch.unbind(triton_tangent.tangent_bands(
         T(U).cpu(), T(mu).cpu(), T(nu).cpu(), grid.h, grid.dt, T(inv_hw).cpu()), 1)
     lower, diag, upper, c = (a.numpy() for a in (lower, diag, upper, c))
-    rows = P << log_c
-    zero = np.zeros((B * nt, 1))
-    ref = np.zeros((B * nt, 7, rows))
-    ref[:, 1] = 1.0
-    for k, plane in enumerate([np.hstack([zero, lower[:, 1:]]), diag,
-                               np.hstack([upper[:, :-1], zero]), np.hstack([zero, upper[:, :-1]]),
-                               np.hstack([lower[:, 1:], zero]), np.hstack([zero, c[:, :-1]]),
-                               np.hstack([c[:, :-1], zero])]):
-        ref[:, k, :nx] = plane
-    i = np.arange(rows)
-    expected = np.empty_like(ref)
-    expected[..., (i % P) * (1 << log_c) + i // P] = ref
+    expected = tangent_planes(lower, diag, upper, c, P, log_c, nx)
     assert np.abs(c).max() > 0 and (c[:, 2:4] == 0).all()
-    np.testing.assert_allclose(planes, expected, rtol=1e-14, atol=1e-14 * np.abs(ref).max())
+    np.testing.assert_allclose(planes, expected, rtol=1e-14, atol=1e-14 * np.abs(expected).max())
