@@ -102,6 +102,18 @@ SECTIONS: list[Section] = [
          Column("iterations", "iterations", number)],
         bars="time_s", label=("case", "target")),
     Section(
+        "models_h200.json", "Every model on the fused CUDA kernels (H200)",
+        "Santa Fe at 201², tol 1e-6, each model's kernels generated from its `value` "
+        "(`benchmarks/models_device.py --device cuda --models quadratic,power-1.5,current`): "
+        "one float64 solve and a batch of 1024 (thresholds × σ) in float32 and float64; "
+        "`× quadratic` is the time over the quadratic row of the same case in the same run, "
+        "`first call` includes compiling the model's kernels.",
+        [Column("case", "case"), Column("dtype", "dtype"), Column("model", "model"),
+         Column("time_s", "time", seconds), Column("first_call_s", "first call", seconds),
+         Column("iterations", "iterations", number),
+         Column("ratio_to_quadratic", "× quadratic", number)],
+        bars="time_s", label=("case", "dtype", "model")),
+    Section(
         "batch_equilibria_cpu.json", "Hard Santa Fe problems on a CPU",
         "30 random points of the box threshold 0.15–0.92, σ 0.08–1.8, ε 0.0008–0.15, T 4–25, "
         "three payoff pairs, grids 81² and 121², tol 1e-6, each result checked by an "
