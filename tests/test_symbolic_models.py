@@ -184,12 +184,12 @@ GATE = re.compile(r"type\([^)]*\)\s+is\s+(not\s+)?Quadratic\b|isinstance\([^)]*\
 HALF_SQUARE = re.compile(r"0\.5\s*\*\s*\(?\s*(max|min)\(.*\*\*\s*2|half_inv_h2|"
                          r"0\.5\s*/\s*h\w*\s*\*\*\s*2|0\.5\s*\*\s*\(\s*(\w+)\s*\*\s*\2\b|"
                          r"\[0, 0, 0\.5, 0\.5")
-#: Sites not converted yet (the next step: generated stacked rows for the array/MPS step and
-#: the 2-D assembly); (file below mfgwork/numerics, text of the line). The 1-D Triton kernels,
-#: their tangents and the batched Newton's gate take the model's generated functions.
+#: Sites not converted yet (the next step: generated stacked rows for the array/MPS step);
+#: (file below mfgwork/numerics, text of the line). The 1-D Triton kernels, their tangents and
+#: the batched Newton's gate take the model's generated functions; the 2-D paths choose their
+#: ½|p|² specialisation by the model's expression (``Quadratic.same_model``), not its type.
 ALLOWED = [("fdm/operators.py", "half_inv_h2"), ("fdm/operators.py", "0.5 / h**2"),
-           ("fdm/operators.py", "[0, 0, 0.5, 0.5"),
-           ("fdm2d/fused_assembly.py", ""), ("fdm2d/stencil.py", "")]
+           ("fdm/operators.py", "[0, 0, 0.5, 0.5")]
 
 
 def _flagged(text: str) -> list[str]:

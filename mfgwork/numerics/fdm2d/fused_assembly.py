@@ -34,9 +34,10 @@ ROUNDS = 3
 
 
 def fused_assembly_serves(stencil: Any) -> bool:
-    """Whether the Triton system serves the stencil: H = ½|p|² itself (a subclass may
-    redefine H)."""
-    return type(stencil.hamiltonian) is Quadratic
+    """Whether the Triton system serves the stencil: its model is ½|p|² (by its traced
+    expression, :meth:`~mfgwork.problems.hamiltonians.Quadratic.same_model`, whatever its
+    class)."""
+    return Quadratic.same_model(stencil.hamiltonian)
 
 
 def geometry_flags(stencil: Any) -> Any:

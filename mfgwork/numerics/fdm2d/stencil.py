@@ -126,9 +126,9 @@ class Stencil:
         self.volumes = asarray(g.volumes)
         X, Y = g.mesh
         self.coords = (asarray(X), asarray(Y))
-        # H = ½|p|² on one NumPy float64 problem: the system in one compiled pass
+        # H = ½|p|² (by its expression) on one NumPy float64 problem: one compiled pass
         self._compiled = None
-        if (type(hamiltonian) is Quadratic and backend.name == "numpy" and not batched
+        if (Quadratic.same_model(hamiltonian) and backend.name == "numpy" and not batched
                 and backend.dtype == "float64"):
             self._compiled = (ox, oy, self.inv_hx, self.inv_hy, 1.0 / g.wx, 1.0 / g.wy,
                               float(nu), dW, dE, dS, dN, *self.to_active, self.active,
