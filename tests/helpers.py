@@ -112,23 +112,18 @@ def dead_temporaries(*specs: tuple[Path, str, bool, str]) -> list[Path]:
 
 
 # -- models of one's own, shared by the model tests ---------------------------------------------
-@dataclass(frozen=True)
-class Current(mw.Hamiltonian):
-    """Notebook 09's model, as the notebook writes it (hand-written dp and dpp)."""
+def _benchmark_models() -> ModuleType:
+    """``benchmarks/models.py``, which writes notebook 09's model as a user does."""
+    spec = importlib.util.spec_from_file_location("benchmark_models",
+                                                  ROOT / "benchmarks" / "models.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (dataclasses look their module up)
+    spec.loader.exec_module(module)
+    return module
 
-    right: float = 2.0
-    left: float = 0.5
-    name = "current"
 
-    def value(self, x, p, m, xp):
-        return 0.5 * (self.right * xp.minimum(p, 0.0 * p) ** 2
-                      + self.left * xp.maximum(p, 0.0 * p) ** 2)
-
-    def dp(self, x, p, m, xp):
-        return self.right * xp.minimum(p, 0.0 * p) + self.left * xp.maximum(p, 0.0 * p)
-
-    def dpp(self, x, p, m, xp):
-        return 0.5 * (self.right + self.left) - 0.5 * (self.right - self.left) * xp.sign(p)
+#: Notebook 09's model, as the notebook writes it (hand-written dp and dpp).
+Current = _benchmark_models().Current
 
 
 @dataclass(frozen=True)
