@@ -43,7 +43,7 @@ from .precision import certify_in_float64, finish_in_float64, has_float64
 from .problems import TwoStateElFarol
 from .problems.base import MFGProblem, batch_coupling, member_arrays, warn_unresolved
 from .results import Result, derive_status
-from .warm_start import density_on, initial_state, per_problem
+from .warm_start import densities_on, initial_state, per_problem
 
 METHODS = ("fdm", "particles")
 NEWTON_MEMORY = 2**29  # bytes: the tangent sweeps of grids up to about 400 × 400
@@ -193,8 +193,9 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     compiled: dict[str, float] = {}
     hjb = _compile_first(hjb, be, compiled, problem.hamiltonian)
     newton = (_batch_newton([coupling], iteration, grid, [problem], be, tol)
-              or _frozen_density_newton(coupling, iteration, grid, problem, be, tol,
-                                        coarse and not warm, max_iter, max_memory)
+              or _frozen_density_newton([coupling], iteration, grid, [problem], be, tol,
+                                        coarse and not warm, max_iter, max_memory,
+                                        batched=False)
               if method == "fdm" else None)
     if newton is not None:   # its sweeps bypass ``hjb``: compile (or load) the model's now
         compiled["seconds"] = compile_kernels(be, problem.hamiltonian)
@@ -323,7 +324,10 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
     fd = FiniteDifferences(grid, np.array([[p.nu] for p in problems]), be,
                            hamiltonian=problems[0].hamiltonian, compile_steps=compile_steps)
     setup = time.perf_counter() - started
-    newton = _batch_newton(couplings, iteration, grid, problems, be, tol)
+    newton = (_batch_newton(couplings, iteration, grid, problems, be, tol)
+              or _frozen_density_newton(couplings, iteration, grid, problems, be, tol,
+                                        coarse and not warm, max_iter, max_memory,
+                                        batched=True))
     finishing = final and has_float64(be) and newton is not None
     if finishing:
         # a float32 line search refused this often is at float32's noise: the member stops
@@ -335,8 +339,9 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
             warnings.simplefilter("ignore", ConvergenceWarning)
         out, coarse_iterations = _equilibrium(
             newton, problems, coupling, fd.solve_hjb, fd.solve_fp, m0, U_T, grid, be, scheme,
-            tol, max_iter, progress, batched=True, coarse=coarse, max_memory=max_memory,
-            warm=warm)
+            tol, max_iter, progress, batched=True,
+            coarse=coarse and not isinstance(newton, FrozenDensityNewton),
+            max_memory=max_memory, warm=warm)
         fd.check_newton()
         timings = {"setup": setup, **_phase_totals(out.history),
                    "total": time.perf_counter() - started}
@@ -344,7 +349,7 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
                     "iteration": _describe(scheme, newton),
                     "batch_size": len(problems)} | placed
         extra = {"newton_iterations": fd.newton_iterations, "batch_size": len(problems),
-                 **_model_extra(couplings, problems, iteration),
+                 **_model_extra(couplings, problems, iteration, newton),
                  "fdm_kernels": fd.kernels.name, "compiled_steps": fd.compiled_steps}
         building = time.perf_counter()
         results = _results(problems, grid, be, out, True, settings, timings,
@@ -410,27 +415,35 @@ def _batch_newton(couplings: list[Any], iteration: Any, grid: Any,
                        backend=be, tol=tol, hamiltonian=problems[0].hamiltonian)
 
 
-def _frozen_density_newton(coupling: Any, iteration: Any, grid: Any, problem: MFGProblem,
-                           be: Backend, tol: float, coarse: bool, max_iter: int,
-                           max_memory: object) -> FrozenDensityNewton | None:
-    """For a single solve with the default iteration whose H depends on m and whose running
-    cost passes through a coupling with a potential (``coupling.observed``): the outer
-    iteration on the frozen density with Newton's method on that coupling inside, started
-    from the COARSE × COARSE equilibrium's densities where ``coarse`` and the grid refines
-    it."""
-    observed = getattr(coupling, "observed", None)
-    potentials = None if observed is None else member_potentials([observed.potential()])
+def _frozen_density_newton(couplings: list[Any], iteration: Any, grid: Any,
+                           problems: Sequence[MFGProblem], be: Backend, tol: float,
+                           coarse: bool, max_iter: int, max_memory: object, batched: bool
+                           ) -> FrozenDensityNewton | None:
+    """For problems (a single one unless ``batched``) with the default iteration whose H
+    depends on m and whose running costs pass through couplings with a potential
+    (``coupling.observed``): the outer iteration on the frozen densities with Newton's method
+    on those couplings inside, started from the COARSE × COARSE equilibria's densities where
+    ``coarse`` and the grid refines it."""
+    observed = [getattr(c, "observed", None) for c in couplings]
+    potentials = (None if any(o is None for o in observed)
+                  else member_potentials([o.potential() for o in observed]))
     if potentials is None or iteration is not None:
         return None
-    inner = BatchNewton(potentials, grid=grid, nu=np.array([problem.nu]), backend=be,
-                        tol=tol, hamiltonian=problem.hamiltonian)
+    inner = BatchNewton(potentials, grid=grid, nu=np.array([p.nu for p in problems]),
+                        backend=be, tol=tol, hamiltonian=problems[0].hamiltonian)
+    if be.eps > 1e-10:   # float32: a line search refused this often is at float32's noise
+        inner.max_halvings = FINISHED_AFTER_HALVINGS
 
-    def start() -> tuple[Any, int]:
-        first = _coarse_solve(solve, problem, be, tol, max_iter, max_memory)
-        return be.asarray(density_on(first, problem, grid)), first.iterations
+    def start() -> tuple[Any, list[int]]:
+        if not batched:
+            first = _coarse_solve(solve, problems[0], be, tol, max_iter, max_memory)
+            return densities_on([first], problems, grid, be)[0], [first.iterations]
+        firsts = _coarse_solve(partial(_solve_batch, final=False), problems, be, tol,
+                               max_iter, max_memory)
+        return densities_on(firsts, problems, grid, be), [r.iterations for r in firsts]
 
-    return FrozenDensityNewton(observed, inner, tol=tol,
-                               start=start if coarse and _refines(grid) else None)
+    return FrozenDensityNewton(batch_coupling(observed, be) if batched else observed[0], inner,
+                               tol=tol, start=start if coarse and _refines(grid) else None)
 
 
 def _model_extra(couplings: list[Any], problems: Sequence[MFGProblem], iteration: Any,
@@ -441,8 +454,7 @@ def _model_extra(couplings: list[Any], problems: Sequence[MFGProblem], iteration
     H = problems[0].hamiltonian
     if isinstance(newton, FrozenDensityNewton):
         return {"hamiltonian": H.params(), "newton_on_coupling": newton.description,
-                "outer_iterations": newton.outer_iterations,
-                "coarse_iterations": newton.coarse_iterations}
+                "outer_iterations": newton.outer_iterations}
     refusal = newton_refusal(H) or newton_tangent(H)
     potential = all(c.potential() is not None for c in couplings)
     return {"hamiltonian": H.params()} | (
@@ -483,6 +495,8 @@ def _newton_extra(newton: BatchNewton | None, coarse_iterations: list[int] | Non
                   member: int) -> dict[str, Any]:
     if newton is None:
         return {}
+    if coarse_iterations is None and isinstance(newton, FrozenDensityNewton):
+        coarse_iterations = newton.coarse_iterations   # its own coarse stage
     return {"newton_steps": newton.newton_steps, "krylov_products": newton.products,
             "coarse_iterations": None if coarse_iterations is None
             else coarse_iterations[member]}

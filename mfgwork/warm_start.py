@@ -142,14 +142,24 @@ def _path(item: Any, problem: MFGProblem, grid: Grid) -> np.ndarray:
     return np.interp(grid.t[1:], np.linspace(0.0, grid.T, path.size), path)
 
 
-def density_on(result: Result, problem: MFGProblem, grid: Grid) -> np.ndarray:
-    """M (levels 0..nt) of ``result`` interpolated linearly in t and x onto ``grid`` (same
-    domain and horizon), each level renormalised to unit mass (NumPy float64)."""
-    M = np.asarray(to_numpy(result.M), dtype=np.float64)
-    old = problem.grid(M.shape[1], M.shape[0] - 1)
-    in_time = np.stack([np.interp(grid.t, old.t, M[:, i]) for i in range(old.nx)], axis=1)
-    out = np.stack([np.interp(grid.x, old.x, row) for row in in_time])
-    return out / (out @ grid.weights)[:, None]
+def densities_on(results: Sequence[Result], problems: Sequence[MFGProblem], grid: Grid,
+                 be: Backend) -> Any:
+    """M (levels 0..nt) of each result, from one grid shared by all, interpolated linearly in
+    t and x onto ``grid`` (same domain and horizon), each level renormalised to unit mass:
+    (B, nt+1, nx) on ``be``, two matrix products per problem, I_t M I_xᵀ (the rows of I_t and
+    I_x are the interpolation weights: ``np.interp`` of the identity)."""
+    Ms = [np.asarray(to_numpy(r.M)) for r in results]
+    old = problems[0].grid(Ms[0].shape[1], Ms[0].shape[0] - 1)
+    xp = be.xp
+
+    def weights(new: np.ndarray, nodes: np.ndarray) -> Any:
+        eye = np.eye(nodes.size)
+        return be.asarray(np.stack([np.interp(new, nodes, e) for e in eye], axis=1))
+
+    in_t, in_x = weights(grid.t, old.t), weights(grid.x, old.x)
+    out = in_t @ be.asarray(np.stack(Ms)) @ xp.permute_dims(in_x, (1, 0))
+    mass = out @ be.asarray(grid.weights)
+    return out / mass[..., None]
 
 
 def _numpy() -> Backend:

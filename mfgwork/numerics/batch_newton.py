@@ -139,11 +139,17 @@ class Unbatched:
     def project(self, z: Any) -> Any:
         return self.coupling.project(z[0])[None]
 
-    def hjb(self, U_T: Any, F: Any, guess: Any) -> Any:
-        return self._hjb(U_T, F[0], None if guess is None else guess[0])[None]
+    def frozen_density(self, z: Any) -> Any | None:
+        frozen = getattr(self.coupling, "frozen_density", None)
+        density = None if frozen is None else frozen(z[0])
+        return None if density is None else density[None]
 
-    def fp(self, U: Any, m0: Any) -> Any:
-        return self._fp(U[0], m0)[None]
+    def hjb(self, U_T: Any, F: Any, guess: Any, *density: Any) -> Any:
+        return self._hjb(U_T, F[0], None if guess is None else guess[0],
+                         *(d[0] for d in density))[None]
+
+    def fp(self, U: Any, m0: Any, *density: Any) -> Any:
+        return self._fp(U[0], m0, *(d[0] for d in density))[None]
 
 
 def _quarter_of_free_memory(backend: Backend) -> int:
@@ -227,9 +233,9 @@ class BatchNewton:
         self.jacobian_dtype = jacobian_dtype or (
             "float32" if backend.kind == "cuda" else self.system_dtype)
         self.newton_steps = self.products = 0
-        #: the frozen densities m^1..m^nt (host, (nt, nx)) that H sees where it depends on m
-        #: (:mod:`.frozen_density`); None otherwise
-        self.density: np.ndarray | None = None
+        #: the frozen densities m^1..m^nt ((nt, nx), or (B, nt, nx): one per problem; on the
+        #: backend) that H sees where it depends on m (:mod:`.frozen_density`); None otherwise
+        self.density: Any = None
 
     @property
     def matrix_free(self) -> bool:
@@ -355,7 +361,7 @@ class BatchNewton:
         converged = best <= self.tol
         done_at = np.where(done_at == 0, k, done_at)
         if not converged.all():
-            warnings.warn(f"Newton's method did not reach tol={self.tol:g} for "
+            warnings.warn(f"Newton's method did not reach tol={np.max(self.tol):g} for "
                           f"{int((~converged).sum())} of {B} problems in {k} iterations "
                           f"(max_iter={max_iter}; final residual "
                           f"{float(np.max(best[~converged])):.3g}); returning the best "
@@ -365,6 +371,13 @@ class BatchNewton:
                                 iterations=done_at, history=history)
 
     # -- pieces ------------------------------------------------------------------------------
+    def _density_of(self, b: int) -> np.ndarray | None:
+        """The frozen density (nt, nx) that problem ``b``'s H sees, or None."""
+        if self.density is None:
+            return None
+        m = self.density if self.density.ndim == 2 else self.density[b]
+        return np.asarray(to_numpy(m), dtype=np.float64)
+
     def _mask(self, mask: np.ndarray, like: Any) -> Any:
         """The host mask (B,) as a backend array broadcastable against ``like``."""
         m = self.backend.xp.asarray(mask) if self.backend.name == "numpy" else (
@@ -456,7 +469,7 @@ class BatchNewton:
             mu = np.asarray(to_numpy(cur["M"][b]), dtype=np.float64) * g.weights
             ops = product_operands(tangent_operands(U, mu, self.potential.chi,
                                                     float(self.nu[b]), g, self.hamiltonian,
-                                                    self.density))
+                                                    self._density_of(b)))
             s = np.sqrt(np.maximum(-self.potential.price_slope(z[None], [b])[0], 0.0))
 
             def apply(p: np.ndarray, s: np.ndarray = s, ops: tuple = ops) -> np.ndarray:
@@ -502,8 +515,10 @@ class BatchNewton:
         weights = torch.as_tensor(g.weights, **on)
         x = torch.as_tensor(g.x, **on)
         m = None if self.density is None else torch.as_tensor(self.density, **on)
+        if m is not None and m.ndim == 3:   # one frozen density per problem
+            m = m[torch.as_tensor(idx, device=m.device)]
 
-        def jacobian(U: Any, mu: Any, nu: Any) -> Any:
+        def jacobian(U: Any, mu: Any, nu: Any, m: Any) -> Any:
             if fused:
                 return triton_tangent.tangent_jacobian_triton(U, mu, chi, nu, g.h, g.dt, inv_hw,
                                                               hamiltonian=self.hamiltonian,
@@ -512,6 +527,7 @@ class BatchNewton:
                                                         self.hamiltonian, x, m)
 
         parts = [jacobian(U[i:i + chunk].to(dtype), M[i:i + chunk].to(dtype) * weights,
-                          nu[i:i + chunk])
+                          nu[i:i + chunk],
+                          m[i:i + chunk] if m is not None and m.ndim == 3 else m)
                  for i in range(0, idx.size, chunk)]
         return torch.cat(parts)

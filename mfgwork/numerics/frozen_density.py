@@ -8,7 +8,9 @@ method on z (:class:`~mfgwork.numerics.batch_newton.BatchNewton`, whose tangent 
 frozen ρ). The fully coupled discrete system is the fixed point ρ = M(ρ)^{1..nt}, reached by
 Anderson mixing (full step, depth 5) of ρ with M(ρ), each inner Newton warm-started from the
 previous one (its U and its observed path) and solved to a tolerance tied to the outer
-residual (one tenth of it, at most 10⁻³, at least tol/10).
+residual (one tenth of it, at most 10⁻³, at least tol/10; in float32 at least tol, the floor
+that float32 resolves). A batch runs one outer iteration per problem side by side (its own
+mixing, inner tolerance and certificate), the inner Newton solves as one batch.
 
 The outer residual is the certificate: one best response to the density path of M(ρ) with
 H seeing that same path, r = ‖BR(M)^{1..nt} − M^{1..nt}‖ / ‖BR(M)^{1..nt}‖ (the fixed-point
@@ -29,7 +31,7 @@ import numpy as np
 
 from ..core.backend import Backend, to_numpy
 from ..core.errors import ConvergenceWarning, SolverError
-from .batch_newton import BatchNewton
+from .batch_newton import BatchNewton, Unbatched
 from .iteration import Anderson, FixedPointResult, History
 
 INNER_MAX = 1e-3   # loosest tolerance of an inner Newton solve
@@ -50,7 +52,10 @@ class FrozenDensityNewton:
         self.observed, self.inner, self.tol, self.start = observed, inner, tol, start
         self.backend: Backend = inner.backend
         self.outer_iterations = 0
-        self.coarse_iterations: int | None = None
+        self.coarse_iterations: list[int] | None = None
+        #: the tightest inner tolerance: tol/10, but tol itself in float32, whose ``tol`` is
+        #: already the floor that float32 resolves (below it, inner line searches stall)
+        self.inner_floor = 0.1 * tol if self.backend.eps < 1e-10 else tol
 
     # what the front door reads of a Newton solver
     matrix_free = property(lambda self: self.inner.matrix_free)
@@ -58,94 +63,151 @@ class FrozenDensityNewton:
     newton_steps = property(lambda self: self.inner.newton_steps)
     products = property(lambda self: self.inner.products)
 
+    @property
+    def max_halvings(self) -> int:
+        return self.inner.max_halvings
+
+    @max_halvings.setter
+    def max_halvings(self, value: int) -> None:
+        self.inner.max_halvings = value
+
     def solve(self, coupling: Any, hjb: Any, fp: Any, *, m0: Any, U_T: Any, max_iter: int,
               M_init: Any = None, U_init: Any = None, z_init: Any = None,
               progress: Any = None, batched: bool = False) -> FixedPointResult:
-        """The equilibrium of one problem whose ``coupling`` is the density path (H sees
-        it frozen: :meth:`~mfgwork.problems.base.Coupling.frozen_density`); ``z_init``: the
-        observed path to start from, or a density path (levels 1..nt). Without a start, the
-        densities (levels 0..nt) and best responses of ``start()`` (e.g. a coarse grid's
-        equilibrium interpolated) are the first iterate."""
-        if batched:
-            raise SolverError("the frozen-density iteration solves one problem at a time")
-        xp = self.backend.xp
+        """The equilibria of a batch of problems (a leading axis where ``batched``, else one)
+        whose ``coupling`` is the density path (H sees it frozen:
+        :meth:`~mfgwork.problems.base.Coupling.frozen_density`); ``z_init``: the observed
+        paths to start from, or density paths (levels 1..nt). Without a start, the densities
+        (levels 0..nt) and best responses of ``start()`` (e.g. a coarse grid's equilibria
+        interpolated) are the first iterate. Each problem has its own outer iteration,
+        inner tolerance and certificate; it stops when its certificate is ≤ tol."""
         if M_init is None and z_init is None and self.start is not None:
             M_init, self.coarse_iterations = self.start()
+        if not batched:
+            one, observed = Unbatched(coupling, hjb, fp), Unbatched(self.observed, None, None)
+            out = self._solve(one, observed, one.hjb, one.fp, m0=m0, U_T=U_T,
+                              max_iter=max_iter, M_init=_one(M_init), U_init=_one(U_init),
+                              z_init=_one(z_init), progress=progress)
+            out.U, out.M = out.U[0], out.M[0]
+            return out
+        return self._solve(coupling, self.observed, hjb, fp, m0=m0, U_T=U_T, max_iter=max_iter,
+                           M_init=M_init, U_init=U_init, z_init=z_init, progress=progress)
+
+    def _solve(self, coupling: Any, observed: Any, hjb: Any, fp: Any, *, m0: Any, U_T: Any,
+               max_iter: int, M_init: Any, U_init: Any, z_init: Any, progress: Any
+               ) -> FixedPointResult:
+        """:meth:`solve` on arrays with the leading batch axis."""
+        xp = self.backend.xp
         if M_init is not None:
             rho = coupling.state(M_init)
-        elif z_init is not None and z_init.ndim == 2:
+        elif z_init is not None and z_init.ndim == 3:
             rho = coupling.project(z_init)
         else:   # the initial density at all times
-            rho = xp.stack([m0] * self.inner.grid.nt, axis=0)
-        path = z_init if z_init is not None and z_init.ndim == 1 else None
+            rho = xp.stack([m0 if m0.ndim == 2 else m0[None]] * self.inner.grid.nt, axis=1)
+        path = z_init if z_init is not None and z_init.ndim == 2 else None
+        B = rho.shape[0]
+        if M_init is None:   # the densities of the first inner Newton: m0, then rho
+            first = m0 if m0.ndim == 2 else m0[None]
+            M_init = xp.concat([first[:, None], rho], axis=1)
         history = History()
-        mixer = Anderson(depth=5, mixing=1.0, newton=False).start(batched=False)
+        mixer = Anderson(depth=5, mixing=1.0, newton=False).start(batched=True)
         U, M = U_init, M_init
-        best: dict[str, Any] = {"res": math.inf, "U": None, "M": None}
-        residual, used, k = math.inf, 0, 0
+        best: dict[str, Any] = {"U": None, "M": None}
+        best_res = np.full(B, math.inf)
+        residual = np.full(B, math.inf)
+        done_at = np.zeros(B, dtype=np.int64)
+        used = k = 0
         while used < max_iter:
             k += 1
             frozen = rho
-            self.inner.tol = max(0.1 * self.tol,
-                                 min(INNER_MAX, INNER_RATIO * residual))
-            self.inner.density = np.asarray(to_numpy(frozen), dtype=np.float64)
+            self.inner.tol = np.maximum(self.inner_floor,
+                                        np.minimum(INNER_MAX, INNER_RATIO * residual))
+            self.inner.density = frozen
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 out = self.inner.solve(
-                    self.observed,
+                    observed,
                     lambda U_T, F, guess, _r=frozen: hjb(U_T, F, guess, _r),
                     lambda U, m0, _r=frozen: fp(U, m0, _r),
                     m0=m0, U_T=U_T, max_iter=max(1, max_iter - used - 1),
-                    M_init=M, U_init=U, z_init=path, batched=False)
-            used += int(out.iterations[0])
+                    M_init=M, U_init=U, z_init=path, batched=True)
+            used += int(np.max(out.iterations))
             _extend(history, out.history)
             U, M = out.U, out.M
             started = time.perf_counter()   # (the inner iterations recorded their own times)
-            path = self.observed.state(M)
-            # the certificate of the fully coupled system at M: one best response
+            path = observed.state(M)
+            # the certificate of the fully coupled system at M: one best response (the
+            # running cost passes through the observed path)
             z = coupling.state(M)
             t0 = time.perf_counter()
-            U_br = hjb(U_T, coupling.running_cost(z), U, z)
+            U_br = hjb(U_T, observed.running_cost(path), U, z)
             t1 = time.perf_counter()
             gz = coupling.state(fp(U_br, m0, z))
             t2 = time.perf_counter()
             used += 1
-            residual = _relative(gz, z)
-            if not math.isfinite(residual):
+            residual = _relative(gz, z, xp)
+            open_ = done_at == 0
+            if not np.isfinite(residual[open_]).all():
                 raise SolverError(f"non-finite values at outer iteration {k} of the "
                                   "frozen-density iteration: the iteration diverged")
-            if residual < best["res"]:
-                best = {"res": residual, "U": U, "M": M}
-            history.residual.append(residual)
-            history.change_U.append(_relative(U_br, U))
-            history.change_M.append(residual)
+            better = open_ & (residual < best_res)
+            best_res = np.where(better, residual, best_res)
+            best = _keep(best, better, U, M, xp)
+            done_at = np.where(open_ & (residual <= self.tol), used, done_at)
+            history.residual.append(float(np.max(residual[open_])))
+            history.change_U.append(float(np.max(_relative(U_br, U, xp)[open_])))
+            history.change_M.append(history.residual[-1])
             history.time_hjb.append(t1 - t0)
             history.time_fp.append(t2 - t1)
             history.time_coupling.append(time.perf_counter() - started - (t2 - t0))
             if progress is not None:
-                progress.update(int(out.iterations[0]) + 1)
-                progress.set_postfix(residual=f"{residual:.2e}", refresh=False)
-            if residual <= self.tol:
+                progress.update(int(np.max(out.iterations)) + 1)
+                progress.set_postfix(residual=f"{history.residual[-1]:.2e}", refresh=False)
+            if (done_at > 0).all():
                 break
-            rho = mixer.update(k, frozen, coupling.project(z), xp)
-            rho = coupling.project(rho)
+            mixed = coupling.project(mixer.update(k, frozen, coupling.project(z), xp))
+            rho = xp.where(_mask(done_at == 0, mixed, xp), mixed, frozen)
         self.outer_iterations = k
-        converged = best["res"] <= self.tol
-        if not converged:
-            warnings.warn(f"the frozen-density iteration did not reach tol={self.tol:g} in "
-                          f"{used} best responses (max_iter={max_iter}; final residual "
-                          f"{best['res']:.3g}); returning the best certified iterate with "
-                          "converged=False", ConvergenceWarning, stacklevel=3)
-        return FixedPointResult(U=best["U"], M=best["M"], converged=np.array([converged]),
-                                residual=np.array([best["res"]]),
-                                iterations=np.array([used]), history=history)
+        converged = best_res <= self.tol
+        if not converged.all():
+            warnings.warn(f"the frozen-density iteration did not reach tol={self.tol:g} for "
+                          f"{int((~converged).sum())} of {B} problems in {used} best "
+                          f"responses (max_iter={max_iter}; final residual "
+                          f"{float(np.max(best_res[~converged])):.3g}); returning the best "
+                          "certified iterate with converged=False", ConvergenceWarning,
+                          stacklevel=3)
+        return FixedPointResult(U=best["U"], M=best["M"], converged=converged,
+                                residual=best_res,
+                                iterations=np.where(done_at == 0, used, done_at),
+                                history=history)
 
 
-def _relative(a: Any, b: Any) -> float:
-    """‖a − b‖₂ / ‖a‖₂ (host floats)."""
-    a = np.asarray(to_numpy(a), dtype=np.float64)
-    b = np.asarray(to_numpy(b), dtype=np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(a), 1e-300))
+def _one(a: Any) -> Any:
+    """A single problem's array as a batch of one (None stays None)."""
+    return None if a is None else a[None]
+
+
+def _mask(mask: np.ndarray, like: Any, xp: Any) -> Any:
+    """The host mask (B,) as an array of ``like``'s namespace and device, broadcastable."""
+    device = getattr(like, "device", None)
+    m = xp.asarray(mask) if device is None or xp is np else xp.asarray(mask, device=device)
+    return xp.reshape(m, mask.shape + (1,) * (like.ndim - 1))
+
+
+def _keep(best: dict, mask: np.ndarray, U: Any, M: Any, xp: Any) -> dict:
+    """The best iterates so far: (U, M) where ``mask``, the kept ones elsewhere."""
+    if best["U"] is None:
+        return {"U": U, "M": M}
+    return {"U": xp.where(_mask(mask, U, xp), U, best["U"]),
+            "M": xp.where(_mask(mask, M, xp), M, best["M"])}
+
+
+def _relative(a: Any, b: Any, xp: Any) -> np.ndarray:
+    """‖a − b‖₂ / ‖a‖₂ per problem (leading axis; host float64)."""
+    axes = tuple(range(1, a.ndim))
+    sums = to_numpy(xp.stack([xp.sum((a - b) ** 2, axis=axes), xp.sum(a * a, axis=axes)]))
+    sums = np.asarray(sums, dtype=np.float64)
+    return np.sqrt(sums[0]) / np.maximum(np.sqrt(sums[1]), 1e-300)
 
 
 def _extend(history: History, more: History) -> None:

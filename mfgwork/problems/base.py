@@ -323,6 +323,39 @@ class DensityCoupling(Coupling):
     def frozen_density(self, z: Any) -> Any | None:
         return z if self.congested else None
 
+    @classmethod
+    def stacked(cls, couplings: list[Coupling], backend: Backend) -> Coupling:
+        """Where every running cost passes through an observed coupling (Santa Fe with a
+        congested H), the batch computes it through their stacked observed couplings, once
+        for all problems and times; otherwise one problem and one time after the other."""
+        if all(isinstance(c, DensityCoupling) and c.observed is not None for c in couplings):
+            return StackedDensityCoupling(couplings, backend)
+        return BatchCoupling(couplings, backend)
+
+
+class StackedDensityCoupling(Coupling):
+    """Density couplings side by side whose running costs pass through observed couplings:
+    z = M at levels 1..nt (B, nt, nx), F = the stacked observed coupling's running cost of
+    the observed path of z (what each member's f computes from its density)."""
+
+    def __init__(self, couplings: list[DensityCoupling], backend: Backend) -> None:
+        self.backend = backend
+        self.observed = batch_coupling([c.observed for c in couplings], backend)
+        self.congested = [c.congested for c in couplings]
+
+    def state(self, M: Any) -> Any:
+        return M[:, 1:, :]
+
+    def running_cost(self, z: Any) -> Any:
+        levels = self.backend.xp.concat([z[:, :1], z], axis=1)   # a level 0 the state skips
+        return self.observed.running_cost(self.observed.state(levels))
+
+    def project(self, z: Any) -> Any:
+        return self.backend.xp.clip(z, 0.0, None)
+
+    def frozen_density(self, z: Any) -> Any | None:
+        return z if all(self.congested) else None
+
 
 class BatchCoupling(Coupling):
     """Independent problems side by side: M, z and F carry a leading batch axis."""
