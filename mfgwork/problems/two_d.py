@@ -32,6 +32,16 @@ from .hamiltonians import Hamiltonian, Quadratic
 ArrayFn = Callable[..., Any]
 
 
+def _refuse_position(hamiltonian: Hamiltonian) -> None:
+    """Refuse (ParameterError) an H whose traced value reads x: on a 2-D domain a node has two
+    coordinates, and H(x, p, m) takes the scalar x of an interval."""
+    traced = hamiltonian.traced()
+    if traced is not None and any(s.name == "x" for s in traced.structure.value.free_symbols):
+        raise ParameterError(f"hamiltonian={hamiltonian!r:.80} is invalid on a 2-D domain: its "
+                             f"value reads x (H = {traced.structure.value}), the coordinate of "
+                             "an interval; a 2-D model is H(|p|, m)")
+
+
 @dataclass(frozen=True, eq=False)
 class MFGProblem2D:
     """A user-defined MFG problem on the rectangle [x_min, x_max] × [y_min, y_max] with
@@ -76,6 +86,7 @@ class MFGProblem2D:
                                  "isotropic mfgwork Hamiltonian (a function of |p|: Quadratic(),"
                                  " Power(q), Congestion(c, alpha))")
         self.hamiltonian.check(np.linspace(self.x_min, self.x_max, 201))  # as in 1-D
+        _refuse_position(self.hamiltonian)
 
     @property
     def nu(self) -> float:
