@@ -192,9 +192,11 @@ def test_no_half_square_is_written_in_the_2d_numerics():
     assert found == []
 
 
-def test_a_2d_model_that_reads_x_is_refused_at_definition():
+def test_a_2d_model_that_reads_x_or_is_not_isotropic_is_refused_at_definition():
     """A point of the plane has two coordinates: a model whose H reads x is refused when the
-    2-D problem is made, saying so (before, a TypeError deep inside the first sweep)."""
+    2-D problem is made, saying so (before, a TypeError deep inside the first sweep); so is
+    one that says it is isotropic while H(p) ≠ H(−p) (the scheme would take its branch p > 0
+    alone, silently)."""
 
     class Uphill(mw.Hamiltonian):
         isotropic = True
@@ -202,5 +204,14 @@ def test_a_2d_model_that_reads_x_is_refused_at_definition():
         def value(self, x, p, m, xp):
             return 0.5 * (1.0 + x * x) * p * p
 
+    class Current(mw.Hamiltonian):
+        isotropic = True
+
+        def value(self, x, p, m, xp):
+            return xp.minimum(p, 0.0 * p) ** 2 + 0.25 * xp.maximum(p, 0.0 * p) ** 2
+
     with pytest.raises(mw.ParameterError, match="reads x"):
         mw.Room(hamiltonian=Uphill())
+    with pytest.raises(mw.ParameterError, match=r"H\(-p\)"):
+        mw.Room(hamiltonian=Current())
+    assert mw.Room(hamiltonian=Relativistic()).hamiltonian == Relativistic()
