@@ -44,8 +44,8 @@ def fused_assembly_serves(stencil: Any) -> bool:
 
 
 def geometry_flags(stencil: Any) -> Any:
-    """The stencil's geometry for :func:`.triton_assembly.system_kernel`: an int16 array
-    (..., ny, nx) whose bits (:data:`.triton_assembly.FLAG_BITS`) say which of the node's W,
+    """The stencil's geometry for the model's system kernel (:mod:`.triton_system`): an int16
+    array (..., ny, nx) whose bits (:data:`.triton_assembly.FLAG_BITS`) say which of the node's W,
     E, S, N edges are open, which of its W, E, S, N neighbours are active with it, and
     whether it is active (one pass of two bytes a node, where eleven arrays of floats held
     the same)."""

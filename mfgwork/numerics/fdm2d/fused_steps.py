@@ -55,8 +55,8 @@ from .stencil import Coefficients
 UPDATES = (3, 4)
 #: Levels of an HJB or FP sweep made by one replay (and read at once).
 LEVELS_PER_READ = 10
-#: Whether float64 problems with a Triton system solve in mixed precision where the solves run in
-#: one launch and a batch has at least :data:`MIXED_NODES` nodes: float32 iterations inside
+#: Whether float64 problems with a Triton system solve in mixed precision where the solves
+#: run in one launch and a batch has at least :data:`MIXED_NODES` nodes: float32 iterations inside
 #: float64 Newton updates and FP refinement rounds (:mod:`.fused_assembly`). Measured on an
 #: H100: an iteration of 64 rooms of 101², bound by memory bandwidth, 27 µs in float32
 #: against 60 µs in float64 (``benchmarks/krylov_layout.py``); the equilibrium, warm, in

@@ -170,7 +170,7 @@ def fp_start_kernel(mass, guess, d, d0, coefs, x, r, r_hat, p, v, part, loosen, 
     :meth:`.stencil.Stencil.apply_transpose`), the first p and v zero; ``part`` (B, 2,
     tiles): l² Σ b² and Σ r² per tile (l the problem's ``loosen``: the solve's ‖b‖₂ is
     l·‖b‖₂, each problem at its own tolerance). ``coefs`` (6, B, NY, NX) as in
-    :func:`system_kernel`; d, r and r̂ may be of another precision than the other arrays
+    the system kernel; d, r and r̂ may be of another precision than the other arrays
     (r and r̂ stored rounded)."""
     inv_dt = tl.load(consts + 2)
     b = tl.program_id(0)
