@@ -9,8 +9,7 @@ m); for any other H it is the stencil's array code, with Newton's measures per p
 written where the control reads them.
 
 **Mixed precision** (a float32 solver for float64 problems, the Triton system): the systems,
-the
-measures and Newton's test stay in float64 and the solver iterates on J and R rounded to
+the measures and Newton's test stay in float64 and the solver iterates on J and R rounded to
 float32, so an update is accurate to :data:`MIXED_RTOL` at best (J's rounding alone leaves
 about κ(J)·6e-8) and Newton takes the updates it needs to pass its test on the exact R. An
 FP step is float64 iterative refinement: x ← x + d, Jᵀd = b − Jᵀx solved in float32 to the
@@ -70,9 +69,9 @@ class FusedAssembly:
     def __init__(self, stencil: Any, shape: tuple[int, ...], solver: FusedBiCGStab) -> None:
         import torch
 
-        self.stencil, self.solver = stencil, solver
         from . import triton_assembly as ta
 
+        self.stencil, self.solver = stencil, solver
         kernel = ta.model_system(stencil.hamiltonian)
         self.triton = kernel is not None
         ny, nx = shape[-2:]

@@ -129,7 +129,7 @@ class Stencil:
         self._compiled = None
         if backend.name == "numpy" and not batched and backend.dtype == "float64":
             self._compiled = self._compiled_constants(ox, oy, g, (dW, dE, dS, dN))
-        self._node_values: tuple[Any, np.ndarray] | None = None
+        self._node_values: tuple[np.ndarray, np.ndarray] | None = None
 
     def _compiled_constants(self, ox: np.ndarray, oy: np.ndarray, g: Grid2D,
                             diffusion: tuple[np.ndarray, ...]) -> tuple | None:
@@ -146,15 +146,16 @@ class Stencil:
                               self.inv_dt))
 
     def _aux(self, module: Any, prm: np.ndarray, m: Any) -> tuple[np.ndarray, np.ndarray]:
-        """(m as an array (ny, nx), the model's p-free node values for it), computed once per
-        density (the Newton iterations of a level see the same m: kept while it is the same
-        object; zeros where H ignores m)."""
-        if self._node_values is None or self._node_values[0] is not m:
-            dens = np.zeros(self.grid.active.shape) if m is None else m
+        """(the density the step sees (zeros where H ignores m), the model's p-free node values
+        for it): computed again only when the density changes (the Newton iterations of a
+        level see the same)."""
+        dens = np.zeros(self.grid.active.shape) if m is None else m
+        kept = self._node_values
+        if kept is None or not np.array_equal(kept[0], dens):
             aux = np.empty((max(module.NAUX, 1), dens.size))
             module.node_values(dens, prm, aux)
-            self._node_values = (m, (dens, aux))
-        return self._node_values[1]
+            kept = self._node_values = (np.array(dens, dtype=np.float64), aux)
+        return kept
 
     def gradients(self, u: Any) -> tuple[list[Any], list[Any]]:
         """([q_bx, q_by], [q_fx, q_fy]) at the nodes (0 across closed edges)."""
