@@ -64,8 +64,6 @@ def _derive_radial(structure: Structure) -> Structure | str:
     D = _almost_everywhere(2 * sp.diff(G, s))
     dD = _almost_everywhere(sp.diff(D, s))
     Gm = _almost_everywhere(sp.diff(G, m))
-    if s in structure.at_zero.free_symbols:
-        return "its value at p = 0 is not defined"
     as_p = {s: p}
     text = "|".join(["radial", RADIAL_VERSION, GENERATOR_VERSION, structure.key,
                      sp.srepr(G)])
