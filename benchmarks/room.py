@@ -15,6 +15,15 @@ Cases
   two-bars-hard the same for a steeper payoff with spill-over (eps=0.02, spill=0.5)
   two-bars-easy the same for a flatter payoff (eps=0.2)
 
+Models: ``--models quadratic,congestion`` solves each room case once per Hamiltonian
+(:data:`MODELS`: ½|p|² (the default), |p|^1.5/1.5, |p|³/3, congestion |p|²/(2(1 + m)^0.5) and
+a user's isotropic model written as a user writes it); the table's ``× quad`` column gives
+the time of a row against the quadratic row of the same case, target and run, measured in
+the same process, ``×/it`` the same per iteration and ``cpu ×`` the ratio of the process's CPU
+time (what the load of a shared machine changes least). ``--batch N`` adds the case
+``batch-N``: N = k² rooms (k door widths × k congestion strengths) in one batch at
+101 × 101 × 100 (torch on --device only).
+
 After the two-bars case, one dense finite-difference Jacobian of the best-response map
 (2 nt products, what each step of a dense Newton would cost) is timed, against the whole
 Newton–Krylov solve.
@@ -46,6 +55,7 @@ the BLAS threads set before NumPy is imported: the script restarts itself; CPU a
 pinned to one core).
 
     python benchmarks/room.py [--device cuda] [--cases room-101,batch-64] [--one-core]
+                              [--models quadratic,congestion] [--batch 64]
                               [--krylov one-launch|chunks] [--repeat N] [--tail 16,4,1]
                               [--narrow-fused] [--precision mixed|float64]
                               [--preconditioner neumann|jacobi] [--mixing M]
@@ -88,44 +98,69 @@ PROBLEMS = {"room-101": mw.Room, "room-201": mw.Room, "two-bars": mw.TwoBars,
 ITERATIONS = {"fixed-point": mw.Anderson(depth=5, mixing=0.5, newton=False), "newton": None}
 
 
-def rooms(n: int) -> list[mw.Room]:
-    """n = k² rooms: door widths 0.05..0.2 × congestion 0..4."""
+@dataclasses.dataclass(frozen=True)
+class Relativistic(mw.Hamiltonian):
+    """A user's isotropic model, slowed by the crowd: (√(1 + |p|²) − 1) (1 + m₊)^(−a)."""
+
+    a: float = 0.3
+    isotropic = True
+    depends_on_m = True
+
+    def value(self, x, p, m, xp):
+        return (xp.sqrt(1.0 + p * p) - 1.0) * (1.0 + xp.maximum(m, 0.0 * m)) ** (-self.a)
+
+
+#: The Hamiltonians of ``--models`` (the rooms' H; the quadratic row is the reference).
+MODELS = {"quadratic": mw.Quadratic(), "power-1.5": mw.Power(1.5), "power-3": mw.Power(3.0),
+          "congestion": mw.Congestion(1.0, 0.5), "user": Relativistic()}
+
+
+def rooms(n: int, hamiltonian: mw.Hamiltonian | None = None) -> list[mw.Room]:
+    """n = k² rooms: door widths 0.05..0.2 × congestion 0..4, each with ``hamiltonian``."""
     k = round(n**0.5)
-    return [mw.Room(door_widths=(float(w), float(w)), congestion=float(c))
+    return [mw.Room(door_widths=(float(w), float(w)), congestion=float(c),
+                    hamiltonian=hamiltonian)
             for w in np.linspace(0.05, 0.2, k) for c in np.linspace(0.0, 4.0, k)]
 
 
 def measure(case: str, target: tuple[str, str, str | None, str | None], nx: int, nt: int,
             batch: int, tol: float, max_iter: int, iteration: str = "default",
-            problems: list[mw.Room] | None = None, mixing: float | None = None) -> dict:
+            problems: list[mw.Room] | None = None, mixing: float | None = None,
+            model: str = "quadratic") -> dict:
     """One solve of ``case`` (``problems``: the batch's rooms instead of :func:`rooms`;
-    ``mixing``: the default iteration's β instead of the library's)."""
+    ``mixing``: the default iteration's β instead of the library's; ``model``: the rooms'
+    Hamiltonian, a key of :data:`MODELS`)."""
     backend, device, dtype, solver = target
     be = mw.get_backend(backend, device, dtype)
     scheme = ITERATIONS.get(iteration)
     if scheme is None and mixing is not None:
         scheme = dataclasses.replace(solve2d.default_iteration(be.dtype), mixing=mixing)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", mw.ConvergenceWarning)
         if batch == 1 and problems is None:
-            out = [mw.solve_2d(PROBLEMS[case](), nx=nx, nt=nt, backend=be, tol=tol,
+            problem = (PROBLEMS[case]() if case.startswith("two-bars")
+                       else PROBLEMS[case](hamiltonian=MODELS[model]))
+            out = [mw.solve_2d(problem, nx=nx, nt=nt, backend=be, tol=tol,
                                max_iter=max_iter, solver=solver, progress=False,
                                iteration=scheme)]
         else:
-            out = mw.solve_2d_batch(problems or rooms(batch), nx=nx, nt=nt, backend=be,
+            out = mw.solve_2d_batch(problems or rooms(batch, MODELS[model]), nx=nx, nt=nt,
+                                    backend=be,
                                     tol=tol, max_iter=max_iter, solver=solver, progress=False,
                                     iteration=scheme)
     be.synchronize()
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     r = out[0]
     its = max(o.iterations for o in out)
     phases = zip(*(r.history[f"time_{p}"] for p in ("hjb", "fp", "coupling")), strict=True)
     newton = r.extra["coupling_newton"]
     fixed = len(r.history["residual"]) - (newton["steps"] if newton else 0)
-    return {"case": case, "backend": backend, "device": device, "dtype": be.dtype,
+    return {"case": case, "model": model, "backend": backend, "device": device,
+            "dtype": be.dtype,
             "solver": r.extra["solver"], "iteration": iteration, "nx": nx, "nt": nt,
-            "batch": batch, "tol": tol, "wall_s": wall, "per_iteration_s": wall / max(its, 1),
+            "batch": batch, "tol": tol, "wall_s": wall, "cpu_s": cpu,
+            "per_iteration_s": wall / max(its, 1),
             "iterations": its,
             "best_responses": fixed + r.extra["reevaluations"] + (newton["evaluations"]
                                                                    if newton else 0),
@@ -168,7 +203,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default=None, help="a torch device besides the CPU")
     parser.add_argument("--cases", default=None, help="comma-separated (default: all that run "
-                        "on the chosen devices)")
+                        "on the chosen devices, or only batch-N with --batch)")
+    parser.add_argument("--models", default="quadratic",
+                        help="comma-separated Hamiltonians of the room cases (" +
+                        ", ".join(MODELS) + "); the table gives each row's time against the "
+                        "quadratic row of its case, target and run")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="add the case batch-N: N = k² rooms at 101 x 101 x 100 (--device)")
     parser.add_argument("--cpu-targets", default="numpy,numpy-direct,torch-cpu")
     parser.add_argument("--nx", type=int, default=None)
     parser.add_argument("--nt", type=int, default=None)
@@ -211,51 +252,79 @@ def main(argv: list[str] | None = None) -> int:
     cpu = {"numpy": ("numpy", "cpu", None, "ilu"), "numpy-direct": ("numpy", "cpu", None, "direct"),
            "numpy-krylov": ("numpy", "cpu", None, "krylov"),
            "torch-cpu": ("torch", "cpu", "float64", None)}
+    # the quadratic first: the others' ratios are to its solve of the same run
+    models = sorted(args.models.split(","), key=lambda m: m != "quadratic")
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        parser.error(f"--models: unknown {', '.join(unknown)}; known: {', '.join(MODELS)}")
+    table = dict(CASES)
+    cases = args.cases.split(",") if args.cases else ([] if args.batch else list(CASES))
+    if args.batch:
+        table[f"batch-{args.batch}"] = (101, 100, args.batch)
+        cases.append(f"batch-{args.batch}")
     plan = []
-    for case in (args.cases.split(",") if args.cases else CASES):
-        nx, nt, batch = CASES[case]
+    for case in cases:
+        nx, nt, batch = table[case]
         nx, nt = args.nx or nx, args.nt or nt
         if case.startswith("two-bars"):
-            plan += [(case, cpu["numpy"], nx, nt, batch, it) for it in ITERATIONS]
+            plan += [(case, cpu["numpy"], nx, nt, batch, it, "quadratic") for it in ITERATIONS]
             continue
         targets = [cpu[t] for t in args.cpu_targets.split(",") if t] if case == "room-101" \
             else []
         if args.device:
             targets.append(("torch", args.device, None, None))
-        plan += [(case, t, nx, nt, batch, "default") for t in targets]
-        if batch > 1:
-            plan += [(f"{case}-tail{k}", t, nx, nt, int(k), "default")
-                     for t in targets for k in args.tail.split(",") if k]
+        for t in targets:
+            plan.append([(case, t, nx, nt, batch, "default", m) for m in models])
+            if batch > 1:
+                plan += [[(f"{case}-tail{k}", t, nx, nt, int(k), "default", m)
+                          for m in models] for k in args.tail.split(",") if k]
+    # each run of a case and target solves every model in turn (the ratios compare solves
+    # made close together in time)
+    runs = [(item, i + 1) for group in plan for i in range(args.repeat)
+            for item in (group if isinstance(group, list) else [group])]
     rows = []
-    print(f"{'case':13} {'target':28} {'iteration':11} {'grid':>14} {'batch':>5} {'run':>3} "
-          f"{'its':>4} "
-          f"{'BRs':>4} {'wall s':>8} {'ratio':>6} {'residual':>9} {'mass err':>9} conv")
-    for (case, target, nx, nt, batch, iteration), run in (
-            (p, i + 1) for p in plan for i in range(args.repeat)):
+    print(f"{'case':13} {'model':10} {'target':28} {'iteration':11} {'grid':>14} {'batch':>5} "
+          f"{'run':>3} {'its':>4} {'BRs':>4} {'wall s':>8} {'ratio':>6} {'× quad':>6} "
+          f"{'×/it':>6} {'cpu ×':>6} {'residual':>9} {'mass err':>9} conv")
+    for (case, target, nx, nt, batch, iteration, model), run in runs:
         problems = None
         if "-tail" in case:   # the slowest rooms of the batch case's last run
-            full = next(r for r in reversed(rows) if r["case"] == case.split("-tail")[0])
+            full = next(r for r in reversed(rows) if r["case"] == case.split("-tail")[0]
+                        and r["model"] == model)
             slowest = np.argsort(full["iterations_per_problem"], kind="stable")[::-1]
-            every = rooms(full["batch"])
+            every = rooms(full["batch"], MODELS[model])
             problems = [every[i] for i in slowest[:batch]]
         row = measure(case, target, nx, nt, batch, args.tol, args.max_iter, iteration,
-                      problems, args.mixing)
+                      problems, args.mixing, model)
         row["run_in_process"] = run
         if case.startswith("two-bars"):   # against the fixed point's run of the same number
             base = next(r for r in rows if r["case"] == case and r["run_in_process"] == run
                         and r["iteration"] == "fixed-point") if iteration == "newton" else row
             row["time_ratio_to_fixed_point"] = row["wall_s"] / base["wall_s"]
-        ratio = row.get("time_ratio_to_fixed_point")
-        rows.append(row)
         name = f"{row['backend']}-{row['device']}-{row['dtype']}-{row['solver']}"
-        print(f"{case:13} {name:28} {iteration:11} {f'{nx}x{nx}x{nt}':>14} {batch:>5} "
-              f"{row['run_in_process']:>3} {row['iterations']:>4} {row['best_responses']:>4} "
-              f"{row['wall_s']:8.2f} "
-              f"{'' if ratio is None else f'{ratio:.2f}':>6} {row['residual']:9.2e} "
+        quad = next((r for r in rows if r["case"] == case and r["model"] == "quadratic"
+                     and r["target"] == name and r["run_in_process"] == run), None)
+        quad = row if model == "quadratic" else quad
+        if quad is not None:
+            row["time_ratio_to_quadratic"] = row["wall_s"] / quad["wall_s"]
+            row["per_iteration_ratio_to_quadratic"] = (row["per_iteration_s"]
+                                                       / quad["per_iteration_s"])
+            row["cpu_ratio_to_quadratic"] = row["cpu_s"] / quad["cpu_s"]
+        row["target"] = name
+        rows.append(row)
+        ratio = row.get("time_ratio_to_fixed_point")
+        print(f"{case:13} {model:10} {name:28} {iteration:11} {f'{nx}x{nx}x{nt}':>14} "
+              f"{batch:>5} {row['run_in_process']:>3} {row['iterations']:>4} "
+              f"{row['best_responses']:>4} {row['wall_s']:8.2f} "
+              f"{'' if ratio is None else f'{ratio:.2f}':>6} "
+              f"{_ratio(row, 'time_ratio_to_quadratic'):>6} "
+              f"{_ratio(row, 'per_iteration_ratio_to_quadratic'):>6} "
+              f"{_ratio(row, 'cpu_ratio_to_quadratic'):>6} {row['residual']:9.2e} "
               f"{row['mass_error']:9.1e} {row['converged']}", flush=True)
     dense = []
-    for case, _, nx, nt, _, iteration in plan:
-        if case == "two-bars" and iteration == "newton":
+    for (case, _, nx, nt, _, iteration, _), _ in runs:
+        if case == "two-bars" and iteration == "newton" and not any(
+                d["case"] == case for d in dense):
             dense.append(dense_jacobian(case, nx, nt))
             solve = next(r for r in rows if r["case"] == case and r["iteration"] == "newton")
             print(f"{case}: one dense finite-difference Jacobian ({dense[-1]['products']} "
@@ -274,11 +343,15 @@ def main(argv: list[str] | None = None) -> int:
                                "krylov": args.krylov, "narrow_fused": args.narrow_fused,
                                "precision": args.precision,
                                "preconditioner": args.preconditioner,
-                               "mixing": args.mixing,
+                               "mixing": args.mixing, "models": models,
                                "provenance": provenance()}, indent=1,
                               default=str))
     print(f"wrote {out}; devices: {devices}")
     return 0
+
+
+def _ratio(row: dict, key: str) -> str:
+    return f"{row[key]:.2f}" if key in row else ""
 
 
 if __name__ == "__main__":

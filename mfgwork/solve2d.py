@@ -17,7 +17,10 @@ API (stable):
     solve_2d_batch(problems, <same keywords>) -> list[Result2D]
 
 Models: :class:`~mfgwork.problems.room.Room`, :class:`~mfgwork.problems.two_bars.TwoBars`,
-any :class:`~mfgwork.problems.two_d.MFGProblem2D` (with any isotropic Hamiltonian).
+any :class:`~mfgwork.problems.two_d.MFGProblem2D` (with any isotropic Hamiltonian). A
+Hamiltonian whose value can be traced runs the compiled assembly of the NumPy solvers and the
+Triton system on CUDA, both built from its expression in s = |p|²
+(:mod:`mfgwork.numerics.fdm2d.isotropic`); any other the array code.
 """
 
 from __future__ import annotations

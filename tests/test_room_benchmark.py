@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _room_benchmark():
     spec = importlib.util.spec_from_file_location("room_benchmark", ROOT / "benchmarks/room.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (its dataclasses look their module up)
     spec.loader.exec_module(module)
     return module
 
@@ -37,3 +39,23 @@ def test_a_batch_case_records_each_room_and_its_tail_solves_the_slowest(tmp_path
     median = sorted(full["iterations_per_problem"])[32]
     assert min(rows["batch-64-tail3"]["iterations_per_problem"]) > median
     assert rows["batch-64-tail1"]["iterations"] > median
+
+
+def test_the_models_of_a_case_are_compared_with_the_quadratic_in_one_run(tmp_path):
+    """``--models``: each room case solved once per Hamiltonian, the quadratic first whatever
+    the order asked, the other rows' ratios taken to the quadratic row of their run."""
+    out = tmp_path / "room.json"
+    assert _room_benchmark().main(["--cases", "room-101", "--cpu-targets", "numpy", "--nx",
+                                   "11", "--nt", "2", "--models", "congestion,quadratic",
+                                   "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    quad, other = data["rows"]
+    assert (quad["model"], other["model"]) == ("quadratic", "congestion")
+    assert data["models"] == ["quadratic", "congestion"]
+    assert quad["time_ratio_to_quadratic"] == 1.0 and other["converged"]
+    assert other["time_ratio_to_quadratic"] == pytest.approx(other["wall_s"] / quad["wall_s"])
+    assert other["per_iteration_ratio_to_quadratic"] == pytest.approx(
+        other["per_iteration_s"] / quad["per_iteration_s"])
+    assert other["cpu_ratio_to_quadratic"] == pytest.approx(other["cpu_s"] / quad["cpu_s"])
+    # the rooms differ by their Hamiltonian
+    assert quad["residual"] != other["residual"]

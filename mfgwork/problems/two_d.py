@@ -32,6 +32,32 @@ from .hamiltonians import Hamiltonian, Quadratic
 ArrayFn = Callable[..., Any]
 
 
+def _check_planar(hamiltonian: Hamiltonian) -> None:
+    """Refuse (ParameterError) an H that the 2-D scheme cannot take as H(|p|, m): one whose
+    traced value reads x (a node of the plane has two coordinates, H's x is the scalar of an
+    interval), or one that says it is isotropic while H(p) ≠ H(−p) (the scheme would see its
+    branch p > 0 only)."""
+    traced = hamiltonian.traced()
+    if traced is not None and any(s.name == "x" for s in traced.structure.value.free_symbols):
+        raise ParameterError(f"hamiltonian={hamiltonian!r:.80} is invalid on a 2-D domain: its "
+                             f"value reads x (H = {traced.structure.value}), the coordinate of "
+                             "an interval; a 2-D model is H(|p|, m)")
+    p = np.concatenate([np.logspace(-3, 3, 25), [0.7, 1.3]])
+    m = np.array([0.0, 0.5, 5.0]) if hamiltonian.depends_on_m else np.zeros(1)
+    P, M = np.meshgrid(p, m)
+    density = M if hamiltonian.depends_on_m else None
+    with np.errstate(all="ignore"):
+        ahead, behind = (np.asarray(hamiltonian.value(0.0 * P, s * P, density, np),
+                                    dtype=np.float64) * np.ones_like(P) for s in (1.0, -1.0))
+    bad = ~(np.abs(ahead - behind) <= 1e-9 * (1.0 + np.abs(ahead)))
+    if bad.any():
+        i = np.argmax(bad)
+        raise ParameterError(f"hamiltonian={hamiltonian!r:.80} is invalid on a 2-D domain: it "
+                             f"says it is isotropic but H(p) = {ahead.flat[i]:.6g} and H(-p) = "
+                             f"{behind.flat[i]:.6g} at p = {P.flat[i]:.6g}; a 2-D model is "
+                             "H(|p|, m)")
+
+
 @dataclass(frozen=True, eq=False)
 class MFGProblem2D:
     """A user-defined MFG problem on the rectangle [x_min, x_max] × [y_min, y_max] with
@@ -76,6 +102,7 @@ class MFGProblem2D:
                                  "isotropic mfgwork Hamiltonian (a function of |p|: Quadratic(),"
                                  " Power(q), Congestion(c, alpha))")
         self.hamiltonian.check(np.linspace(self.x_min, self.x_max, 201))  # as in 1-D
+        _check_planar(self.hamiltonian)
 
     @property
     def nu(self) -> float:

@@ -2,12 +2,14 @@
 one-launch solves): the step's system into the solver's buffers, then Newton's control
 (:func:`.triton_assembly.control_kernel`), the solve and the next system.
 
-For H = ½|p|² the system is one launch of :func:`.triton_assembly.system_kernel` (the
-stencil's constants kept on the device); for any other H it is the stencil's array code,
-with Newton's measures per problem written where the control reads them.
+For every isotropic model with Triton kernels (:func:`.triton_assembly.model_system`: its
+value traced, H free of x) the system is one launch of the model's system kernel (the
+stencil's constants kept on the device, the density the step sees read where H depends on
+m); for any other H it is the stencil's array code, with Newton's measures per problem
+written where the control reads them.
 
-**Mixed precision** (a float32 solver for float64 problems, H = ½|p|²): the systems, the
-measures and Newton's test stay in float64 and the solver iterates on J and R rounded to
+**Mixed precision** (a float32 solver for float64 problems, the Triton system): the systems,
+the measures and Newton's test stay in float64 and the solver iterates on J and R rounded to
 float32, so an update is accurate to :data:`MIXED_RTOL` at best (J's rounding alone leaves
 about κ(J)·6e-8) and Newton takes the updates it needs to pass its test on the exact R. An
 FP step is float64 iterative refinement: x ← x + d, Jᵀd = b − Jᵀx solved in float32 to the
@@ -22,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from ...problems.hamiltonians import Quadratic
 from .fused_krylov import BLOCK, FusedBiCGStab
 
 #: The tightest relative residual asked of a float32 solve (mixed precision: Newton's
@@ -34,15 +35,16 @@ ROUNDS = 3
 
 
 def fused_assembly_serves(stencil: Any) -> bool:
-    """Whether the Triton system serves the stencil: its model is ½|p|² (by its traced
-    expression, :meth:`~mfgwork.problems.hamiltonians.Quadratic.same_model`, whatever its
-    class)."""
-    return Quadratic.same_model(stencil.hamiltonian)
+    """Whether the Triton system serves the stencil's model (it has a system kernel,
+    :func:`.triton_assembly.model_system`)."""
+    from . import triton_assembly as ta
+
+    return ta.model_system(stencil.hamiltonian) is not None
 
 
 def geometry_flags(stencil: Any) -> Any:
-    """The stencil's geometry for :func:`.triton_assembly.system_kernel`: an int16 array
-    (..., ny, nx) whose bits (:data:`.triton_assembly.FLAG_BITS`) say which of the node's W,
+    """The stencil's geometry for the model's system kernel (:mod:`.triton_system`): an int16
+    array (..., ny, nx) whose bits (:data:`.triton_assembly.FLAG_BITS`) say which of the node's W,
     E, S, N edges are open, which of its W, E, S, N neighbours are active with it, and
     whether it is active (one pass of two bytes a node, where eleven arrays of floats held
     the same)."""
@@ -61,20 +63,24 @@ class FusedAssembly:
     """The systems and Newton's control for a stencil's problems of shape ``shape``
     (..., ny, nx) and their solver ``solver`` (the HJB systems, J not transposed; with
     ``solver.transpose``, only :meth:`jacobian` and the FP steps). A solver in mixed
-    precision (:attr:`.FusedBiCGStab.mixed`) is the module docstring's (H = ½|p|² only)."""
+    precision (:attr:`.FusedBiCGStab.mixed`) is the module docstring's (the Triton system
+    only)."""
 
     def __init__(self, stencil: Any, shape: tuple[int, ...], solver: FusedBiCGStab) -> None:
         import torch
 
+        from . import triton_assembly as ta
+
         self.stencil, self.solver = stencil, solver
-        self.triton = fused_assembly_serves(stencil)
+        kernel = ta.model_system(stencil.hamiltonian)
+        self.triton = kernel is not None
         ny, nx = shape[-2:]
         self.B, self.shape = solver.B, (solver.B, ny, nx)
         dtype, device = solver.problem_dtype, solver.coefs.device
         self.mixed = solver.mixed
         if self.mixed and not self.triton:
             raise ValueError("a solver of another precision serves only the Triton system "
-                             "(H = ½|p|²)")
+                             f"(hamiltonian={stencil.hamiltonian!r} has none)")
 
         def zeros(*size: int) -> Any:
             return torch.zeros(size, dtype=dtype, device=device)
@@ -94,6 +100,8 @@ class FusedAssembly:
             self.grid_params = torch.tensor([st.inv_hx, st.inv_hy, st.inv_dt],
                                             dtype=dtype, device=device)
             self.zero_F = zeros(*solver.shape)
+            self.kernel = kernel[0]
+            self.fields = torch.tensor(kernel[1], dtype=dtype, device=device)
             self.part_b = zeros(self.B, 2, solver.tiles)   # Σ b², Σ r² per tile, FP start
             self.part_balance = zeros(self.B, 2, solver.tiles)   # the balance's sums
         #: mixed precision: J in float64 (the solver holds it rounded) and the FP step's x
@@ -123,7 +131,8 @@ class FusedAssembly:
         measures, u' = u − x (the solver's solution) with ``subtract``, else u; u' to
         ``u_out``; ``m`` the densities where H depends on them; J to ``coefs`` instead of
         the solver's (the Triton system; with ``jacobian``, J alone, and rounded into the
-        solver's too). ``start`` (the Triton system): u' is Newton's start from the guess's
+        solver's too; ``m`` then read only where H depends on it, contiguous (B, ny,
+        nx)). ``start`` (the Triton system): u' is Newton's start from the guess's
         levels n (``u``) and n+1 (``start``), :meth:`.sweeps.Scheme2D.newton_start`. The
         Triton system after a skipped update (the control's flag: x = 0) only copies u to
         ``u_out``: J, R and the measures stand."""
@@ -137,22 +146,21 @@ class FusedAssembly:
                                    (R * R).sum((-2, -1)))):
                 self.part[:, i, 0] = a.reshape(self.B)
             return
-        from . import triton_assembly as ta
-
         target = s.coefs if coefs is None else coefs
-        ta.system_kernel[(self.B, self.tiles)](
-            u, s0["x"] if start is None else start, u_out, u_next, F, self.flags,
+        self.kernel[(self.B, self.tiles)](
+            u, s0["x"] if start is None else start, u_out, u_next, F,
+            self.zero_F if m is None else m, self.fields, self.flags,
             self.inv_wx, self.inv_wy, self.inv_hwx, self.inv_hwy, self.nu, target, s.coefs,
             s0["r"], s.r_hat, s.p, s.v, self.part, self.grid_params,
             self.report[5:] if subtract else self.never, *self.shape[-2:], SUBTRACT=subtract,
             START=start is not None, JACOBIAN=jacobian,
             LOW=jacobian and target is not s.coefs, BLOCK=BLOCK)
 
-    def jacobian(self, u: Any) -> None:
-        """J(u) and 1/diag into the solver's coefficients (the FP step's matrix; the Triton
-        system only; mixed precision: into :attr:`coefs`, and rounded into the solver's by
-        the same launch)."""
-        self.system(u, self.buffers[0], u, self.zero_F, False, coefs=self.coefs,
+    def jacobian(self, u: Any, m: Any = None) -> None:
+        """J(u) (with the density ``m`` where H depends on it) and 1/diag into the solver's
+        coefficients (the FP step's matrix; the Triton system only; mixed precision: into
+        :attr:`coefs`, and rounded into the solver's by the same launch)."""
+        self.system(u, self.buffers[0], u, self.zero_F, False, m, coefs=self.coefs,
                     jacobian=True)
 
     def fp_start(self, mass: Any, guess: Any, correction: Any = None, out: int = 0,

@@ -55,8 +55,8 @@ from .stencil import Coefficients
 UPDATES = (3, 4)
 #: Levels of an HJB or FP sweep made by one replay (and read at once).
 LEVELS_PER_READ = 10
-#: Whether float64 problems with H = ½|p|² solve in mixed precision where the solves run in
-#: one launch and a batch has at least :data:`MIXED_NODES` nodes: float32 iterations inside
+#: Whether float64 problems with a Triton system solve in mixed precision where the solves
+#: run in one launch and a batch has at least :data:`MIXED_NODES` nodes: float32 iterations inside
 #: float64 Newton updates and FP refinement rounds (:mod:`.fused_assembly`). Measured on an
 #: H100: an iteration of 64 rooms of 101², bound by memory bandwidth, 27 µs in float32
 #: against 60 µs in float64 (``benchmarks/krylov_layout.py``); the equilibrium, warm, in
@@ -116,7 +116,7 @@ class FusedSteps:
     def solver(self, transpose: bool, like: Any) -> FusedBiCGStab:
         """The solver of J (``transpose``: Jᵀ) for problems like ``like``: float32
         iterations for float64 problems where :data:`MIXED` applies (a batch of at least
-        :data:`MIXED_NODES` nodes, H = ½|p|²) and the solves run in one launch, else in
+        :data:`MIXED_NODES` nodes, a Triton system) and the solves run in one launch, else in
         ``like``'s precision; in chunks once one-launch solves could not run
         (:meth:`_drop_one_launch`)."""
         import torch
@@ -400,7 +400,7 @@ class FusedSteps:
 
         def solve(u_n: Any, mass: Any, step: tuple[Any, Any], *m: Any) -> tuple[Any, Any]:
             if assembly.triton:
-                assembly.jacobian(u_n)
+                assembly.jacobian(u_n, m[0] if m else None)
                 x, status = assembly.fp_solve(mass, mass, step=step)
                 return assembly.balanced(x, mass), status
             guess = mass + (step[0] - step[1])

@@ -34,7 +34,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ...core.grid2d import Grid2D
-from ...problems.hamiltonians import Quadratic
 
 
 class Coefficients(NamedTuple):
@@ -126,13 +125,37 @@ class Stencil:
         self.volumes = asarray(g.volumes)
         X, Y = g.mesh
         self.coords = (asarray(X), asarray(Y))
-        # H = ½|p|² (by its expression) on one NumPy float64 problem: one compiled pass
+        # one NumPy float64 problem: the model's compiled assembly, where it has one
         self._compiled = None
-        if (Quadratic.same_model(hamiltonian) and backend.name == "numpy" and not batched
-                and backend.dtype == "float64"):
-            self._compiled = (ox, oy, self.inv_hx, self.inv_hy, 1.0 / g.wx, 1.0 / g.wy,
-                              float(nu), dW, dE, dS, dN, *self.to_active, self.active,
-                              self.inv_dt)
+        if backend.name == "numpy" and not batched and backend.dtype == "float64":
+            self._compiled = self._compiled_constants(ox, oy, g, (dW, dE, dS, dN))
+        self._node_values: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _compiled_constants(self, ox: np.ndarray, oy: np.ndarray, g: Grid2D,
+                            diffusion: tuple[np.ndarray, ...]) -> tuple | None:
+        """(module, prm, the assembly's constants) of :func:`.assembly_kernels.
+        compiled_system` for the model, or None where it has none."""
+        from .assembly_kernels import compiled_system
+
+        found = compiled_system(self.hamiltonian)
+        if found is None:
+            return None
+        module, prm = found
+        return (module, prm, (ox, oy, self.inv_hx, self.inv_hy, 1.0 / g.wx, 1.0 / g.wy,
+                              *diffusion, *self.to_active, self.active, float(self.nu),
+                              self.inv_dt))
+
+    def _aux(self, module: Any, prm: np.ndarray, m: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(the density the step sees (zeros where H ignores m), the model's p-free node values
+        for it): computed again only when the density changes (the Newton iterations of a
+        level see the same)."""
+        dens = np.zeros(self.grid.active.shape) if m is None else m
+        kept = self._node_values
+        if kept is None or not np.array_equal(kept[0], dens):
+            aux = np.empty((max(module.NAUX, 1), dens.size))
+            module.node_values(dens, prm, aux)
+            kept = self._node_values = (np.array(dens, dtype=np.float64), aux)
+        return kept
 
     def gradients(self, u: Any) -> tuple[list[Any], list[Any]]:
         """([q_bx, q_by], [q_fx, q_fy]) at the nodes (0 across closed edges)."""
@@ -170,10 +193,11 @@ class Stencil:
     def system(self, u: Any, u_next: Any, F_n: Any, m: Any) -> tuple[Coefficients, Any]:
         """J(u) (without ``out``) and R(u) (0 at inactive nodes) of the HJB step with running
         cost F_n."""
-        if self._compiled is not None and F_n.shape == u.shape == u_next.shape:
-            from .assembly_kernels import quadratic_system
-
-            *c, R = quadratic_system(u, u_next, F_n, *self._compiled)
+        if self._compiled is not None and F_n.shape == u.shape == u_next.shape and (
+                m is None or m.shape == u.shape):
+            module, prm, constants = self._compiled
+            *c, R = module.model_system(u, u_next, F_n, *self._aux(module, prm, m), prm,
+                                        *constants)
             return Coefficients(*c, None), R
         value, d_back, d_fwd, diffusion = self.hamiltonian_terms(u, m)
         R = ((u - u_next) * self.inv_dt - diffusion + value - F_n) * self.active

@@ -17,10 +17,11 @@
   (:mod:`.fused_krylov`), each Newton or FP step's assembly is one recorded graph
   (:mod:`.fused_steps`), and the FP solves start from the step of the previous sweep; in
   float64, for a single problem or a batch of up to about a hundred rooms of 101², each
-  solve is one launch, Newton's updates run on the device (for ½|p|² with a Triton
-  assembly) and a sweep makes ten levels per replay, without waiting for the host; a batch
-  of ½|p|² problems of at least :data:`.fused_steps.MIXED_NODES` nodes iterates in float32
-  inside float64 Newton updates and FP refinement rounds (:mod:`.fused_assembly`).
+  solve is one launch, Newton's updates run on the device (for every model with a Triton
+  assembly, :func:`.triton_assembly.model_system`) and a sweep makes ten levels per replay,
+  without waiting for the host; a batch of such problems of at least
+  :data:`.fused_steps.MIXED_NODES` nodes iterates in float32 inside float64 Newton updates
+  and FP refinement rounds (:mod:`.fused_assembly`).
 
 Newton stops at a time step when Δt·max|R(u)| ≤ tol·(1 + max|u|): since ‖J⁻¹‖_∞ ≤ Δt that
 bounds the next Newton update, so no extra solve is spent on the test. Its updates are
