@@ -18,6 +18,7 @@ from .core import memory
 from .core.backend import BACKENDS, Backend, get_backend, to_numpy
 from .core.compiling import check_compile_steps
 from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag
+from .core.progress import progress_bar
 from .finite_state import solve_two_state
 from .numerics.batch_newton import (
     BatchNewton,
@@ -732,10 +733,8 @@ def _member_observables(problems: Sequence[MFGProblem], grid: Any, Ms: Any, be: 
 def _progress_bar(progress: bool | None, total: int) -> Any:
     if progress is False:
         return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="Picard", unit="it", leave=False,
-                delay=0.0 if progress else 1.0)
+    return progress_bar(total=total, desc="fixed point", unit="it", leave=False,
+                        delay=0.0 if progress else 1.0)
 
 
 #: The solver of each problem kind (:func:`solve` takes the entry of the problem's most
