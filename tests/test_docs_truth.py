@@ -78,6 +78,20 @@ def test_the_figure_draws_the_certificates_apart_from_the_iterates(solves, kind)
     np.testing.assert_array_equal(iterates.get_xdata(), np.flatnonzero(~certificate) + 1)
 
 
+def test_the_two_state_result_names_the_iteration_that_ran():
+    """Newton's method on the attendance path (notebook 07 says so), the mixing scheme only
+    where the warmup takes every iteration."""
+    game = mw.TwoStateElFarol()
+    newton = mw.solve(game, nt=100)
+    assert newton.scheme == "newton" and newton.params["iteration"]["mixing"]["scheme"] \
+        == "anderson"
+    with warnings.catch_warnings():   # three mixing iterations need not converge
+        warnings.simplefilter("ignore", mw.ConvergenceWarning)
+        mixed = mw.solve(game, nt=100, warmup=3, max_iter=3)
+    assert mixed.scheme == "anderson"
+    assert plots.SCHEME_NAMES["newton"] in " ".join(_legend(newton))
+
+
 def _prose(path: Path) -> str:
     """The Markdown and the code comments of a notebook."""
     nb = nbformat.read(path, as_version=4)
