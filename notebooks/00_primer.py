@@ -165,10 +165,11 @@ figures = {"refinement": fig_refinement, "payoff": fig_payoff, "attendance": fig
            "density_heatmap": fig_heatmap}
 if out_dir:
     parameters = options | {"sizes": sizes, "sigma_verification": sigma}
-    print("wrote", mw.save_run(out_dir, res, parameters=parameters,
-                               metrics={"order_U": order_U, "order_M": order_M,
-                                        "equilibrium_attendance": level},
-                               figures=figures, tables={"refinement": rows}))
+    folder = mw.save_run(out_dir, res, parameters=parameters,
+                         metrics={"order_U": order_U, "order_M": order_M,
+                                  "equilibrium_attendance": level},
+                         figures=figures, tables={"refinement": rows})
+    print("wrote", ", ".join(sorted(p.name for p in folder.iterdir())))
 else:
     print("out_dir is empty: no run folder written")
 

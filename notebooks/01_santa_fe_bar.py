@@ -146,7 +146,8 @@ figures = {"attendance": fig_attendance, "density_heatmap": fig_heatmap,
            "density_snapshots": fig_density, "value_snapshots": fig_value,
            "convergence": fig_convergence, "phase_portrait": fig_phase}
 if out_dir:
-    print("wrote", mw.save_run(out_dir, res, parameters=options, figures=figures))
+    folder = mw.save_run(out_dir, res, parameters=options, figures=figures)
+    print("wrote", ", ".join(sorted(p.name for p in folder.iterdir())))
 else:
     print("out_dir is empty: no run folder written")
 

@@ -165,10 +165,11 @@ fig_comparison
 devices = {row["device"]: mw.device_info(row["device"]) for row in table}
 if out_dir:
     parameters = options | {"accelerator": accelerator}
-    print("wrote", mw.save_run(out_dir, results[0], parameters=parameters,
-                               metrics={"note": note, "comparison": table, "devices": devices},
-                               figures={"backend_comparison": fig_comparison},
-                               tables={"comparison": table}))
+    folder = mw.save_run(out_dir, results[0], parameters=parameters,
+                         metrics={"note": note, "comparison": table, "devices": devices},
+                         figures={"backend_comparison": fig_comparison},
+                         tables={"comparison": table})
+    print("wrote", ", ".join(sorted(p.name for p in folder.iterdir())))
 else:
     print("out_dir is empty: no run folder written")
 

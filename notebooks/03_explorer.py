@@ -127,8 +127,9 @@ for figure in explorer.figures.values():
 if out_dir:
     if explorer.error:
         raise mw.SolverError(explorer.error)
-    print("wrote", mw.save_run(out_dir, explorer.result, parameters=explorer.settings(),
-                               figures=explorer.figures))
+    folder = mw.save_run(out_dir, explorer.result, parameters=explorer.settings(),
+                         figures=explorer.figures)
+    print("wrote", ", ".join(sorted(p.name for p in folder.iterdir())))
 else:
     print("out_dir is empty: no run folder written")
 

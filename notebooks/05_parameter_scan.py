@@ -159,14 +159,15 @@ rows = ds[per_point].to_dataframe().reset_index().to_dict("records")
 figures = {"scan_heatmaps": fig_maps, "attendance_slice": fig_paths,
            "density_point": fig_density}
 if out_dir:
-    print("wrote", mw.save_run(out_dir, parameters={"grid": grid, "nx": nx, "nt": nt,
-                                                    "tol": tol, "max_iter": max_iter,
-                                                    "device": device, "dtype": dtype,
-                                                    "store": store},
-                               metrics={"points": int(ds.status.size),
-                                        "converged": int((status == "converged").sum()),
-                                        "scan_attributes": dict(ds.attrs)},
-                               figures=figures, tables={"points": rows}))
+    folder = mw.save_run(out_dir, parameters={"grid": grid, "nx": nx, "nt": nt,
+                                              "tol": tol, "max_iter": max_iter,
+                                              "device": device, "dtype": dtype,
+                                              "store": store},
+                         metrics={"points": int(ds.status.size),
+                                  "converged": int((status == "converged").sum()),
+                                  "scan_attributes": dict(ds.attrs)},
+                         figures=figures, tables={"points": rows})
+    print("wrote", ", ".join(sorted(p.name for p in folder.iterdir())))
 else:
     print("out_dir is empty: no run folder written")
 
