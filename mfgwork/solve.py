@@ -157,8 +157,8 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     ``res.timings``: seconds of ``compile`` (compiling or loading the NumPy backend's
     kernels and of Newton's tangent sweeps, done on a tiny grid by the first solve of a
     process; 0 afterwards), ``setup``, ``coarse`` (the 51 × 51 start, 0 without one), the
-    phases ``hjb``, ``fp`` and ``coupling`` summed over the iterations, and ``total``, which
-    they add up to.
+    phases ``hjb``, ``fp`` and ``coupling`` summed over the iterations, ``other`` (what
+    none of them holds, e.g. starting a progress display) and ``total``, their sum.
     ``max_memory``: refuse solves whose estimated memory exceeds this (bytes or text such as
     ``"4 GiB"``; default: ``$MFGWORK_MAX_MEMORY``, else the free memory of the device). The
     estimate, the diffusion number ν Δt / h² and the ranges of h, Δt and ν are checked
@@ -213,7 +213,9 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     if "apart" not in compiled:
         out.history.time_hjb[0] -= compiling   # the first HJB phase, without the compilation
     timings = {"compile": compiling, "setup": setup, "coarse": coarse_seconds,
-               **_phase_totals(out.history), "total": time.perf_counter() - started}
+               **_phase_totals(out.history)}
+    total = time.perf_counter() - started
+    timings |= {"other": max(0.0, total - sum(timings.values())), "total": total}
     settings = {"method": method, "tol": tol, "max_iter": max_iter,
                 "iteration": _describe(scheme, newton)} | fp_params | placed
     result = _results([problem], grid, be, out, False, settings, timings,

@@ -150,7 +150,8 @@ def test_a_first_solve_in_a_fresh_process_records_its_compilation(tmp_path):
     timings = report["timings"]
     assert timings["compile"] > 0.0
     parts = sum(v for k, v in timings.items() if k != "total")
-    assert parts == pytest.approx(timings["total"], rel=0.05, abs=0.02)
+    assert parts == pytest.approx(timings["total"], rel=1e-9)
+    assert 0.0 <= timings["other"] <= 0.05 * timings["total"]   # the phases hold the work
     assert timings["coarse"] > 0.0
     assert max(timings["coarse"], *report["coupling"]) < 0.1 * timings["compile"]
     assert report["metrics"] == pytest.approx(timings)
