@@ -181,7 +181,7 @@ SCHEME_NAMES = {"newton": "Newton's method on the coupling state",
 def describe_iteration(result: Result) -> str:
     """The iteration that solved ``result``, in words, from what the result records
     (:attr:`~mfgwork.Result.scheme` and its settings; plain Picard for relaxation with
-    ω = 1; "then Newton's method (fallback)" where a fallback took steps), never from a
+    ω = 1; "then Newton's method as fallback" where a fallback took steps), never from a
     default assumed here."""
     scheme = result.scheme
     if scheme is None:
@@ -192,7 +192,7 @@ def describe_iteration(result: Result) -> str:
     text = SCHEME_NAMES.get(scheme, scheme)
     n = len(result.history.get("residual") or [])
     if scheme != "newton" and _newton_steps(result.history, n).any():
-        text += ", then Newton's method (fallback)"
+        text += ", then Newton's method as fallback"
     return text
 
 
