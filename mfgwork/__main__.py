@@ -46,13 +46,17 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                         "(never one holding a notebook, a project root, a repository or a "
                         "result; never a folder inside a result, a file, a link, the current "
                         "directory, home or the notebook's folder)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (shown only when stderr is a terminal)")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from .core.progress import wanted_on_terminal
     from .workflows.runs import main
 
-    return main(args.notebook, args.parameter, args.out_dir, args.kernel, args.force)
+    return main(args.notebook, args.parameter, args.out_dir, args.kernel, args.force,
+                progress=wanted_on_terminal(args.no_progress))
 
 
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
@@ -79,12 +83,14 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-runs", type=int, default=None,
                    help="refuse specs planning more runs than this (default: 10000)")
     p.add_argument("--kernel", default=None, help="Jupyter kernel name (default: the notebook's)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (shown only when stderr is a terminal)")
     p.set_defaults(func=_sweep)
 
 
 def _sweep(args: argparse.Namespace) -> int:
     from .core.errors import LoadError, ParameterError
+    from .core.progress import wanted_on_terminal
     from .workflows.runs import parse_value
     from .workflows.sweeps import MAX_RUNS, describe, sweep
 
@@ -93,7 +99,7 @@ def _sweep(args: argparse.Namespace) -> int:
                       {name: parse_value(value) for name, value in args.parameter},
                       workers=args.workers, scheduler=args.scheduler, dask=args.dask,
                       retry_failed=args.retry_failed, kernel_name=args.kernel,
-                      progress=not args.no_progress, replan=args.replan,
+                      progress=wanted_on_terminal(args.no_progress), replan=args.replan,
                       max_runs=MAX_RUNS if args.max_runs is None else args.max_runs)
     except (ParameterError, LoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -137,12 +143,14 @@ def _add_scan(sub: argparse._SubParsersAction) -> None:
                         "(never a folder, a link or a FIFO)")
     p.add_argument("--max-points", type=int, default=None,
                    help="refuse grids of more points (default: 100000)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (shown only when stderr is a terminal)")
     p.set_defaults(func=_scan)
 
 
 def _scan(args: argparse.Namespace) -> int:
     from .core.errors import BackendError, LoadError, ParameterError
+    from .core.progress import wanted_on_terminal
     from .workflows.runs import parse_value
     from .workflows.scan import check_netcdf, describe, scan, split_parameters, to_netcdf
 
@@ -156,7 +164,7 @@ def _scan(args: argparse.Namespace) -> int:
         ds = scan(args.problem, args.grid, fixed=fixed, **options, device=args.device,
                   keep=keep, store=args.store, chunk_size=args.chunk_size,
                   scheduler=args.scheduler, dask=args.dask, workers=args.workers,
-                  progress=not args.no_progress,
+                  progress=wanted_on_terminal(args.no_progress),
                   **({} if args.max_points is None else {"max_points": args.max_points}))
     except (ParameterError, BackendError, LoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)

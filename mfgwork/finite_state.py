@@ -112,7 +112,8 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
                       "converged=False", ConvergenceWarning, stacklevel=2)
     timings = {"iterations": sum(out.history["time"]), "total": time.perf_counter() - started}
     params = problem.params() | {"nt": nt, "tol": tol, "max_iter": max_iter,
-                                 "iteration": scheme.describe(), "warmup": warmup}
+                                 "iteration": _described(scheme, warmup, max_iter),
+                                 "warmup": warmup}
     observables = problem.observables(out.M)
     converged = bool(out.converged)
     return Result(x=np.arange(len(STATES), dtype=np.float64), t=t, U=out.U, M=out.M,
@@ -123,6 +124,14 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
                   extra={"evaluations": out.evaluations, "plateau": problem.plateau},
                   status=out.reason,
                   dims=("t", "state"), labels={"state": STATES}, arrays={"gap": out.gap})
+
+
+def _described(scheme: IterationScheme, warmup: int, max_iter: int) -> dict[str, Any]:
+    """What iterates: Newton's method on the attendance path, after ``warmup`` iterations of
+    ``scheme`` (its ``mixing``); ``scheme`` alone where the warmup takes every iteration."""
+    if warmup >= max_iter:
+        return scheme.describe()
+    return {"scheme": "newton", "mixing": scheme.describe()}
 
 
 def check_size(problem: TwoStateElFarol, nt: int, scheme: IterationScheme) -> int:

@@ -138,6 +138,17 @@ class Result(ObservablesByName):
         object.__setattr__(self, "axes", {k: tuple(v) for k, v in self.axes.items()})
 
     @property
+    def scheme(self) -> str | None:
+        """The name of the iteration that solved this result, as the solver recorded it
+        (``params["iteration"]["scheme"]``, or ``extra["iteration"]`` for 2-D solves):
+        "newton", "anderson", "relaxation", "fictitious_play"; None where none is recorded."""
+        for where in (self.params, self.extra):
+            described = where.get("iteration")
+            if isinstance(described, dict) and isinstance(described.get("scheme"), str):
+                return described["scheme"]
+        return None
+
+    @property
     def populations(self) -> tuple[str, ...] | None:
         """The group names along the leading axis of ``U`` and ``M`` (K, nt+1, nx) of a
         solve of several populations; None for one population."""

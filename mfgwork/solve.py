@@ -18,6 +18,7 @@ from .core import memory
 from .core.backend import BACKENDS, Backend, get_backend, to_numpy
 from .core.compiling import check_compile_steps
 from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag
+from .core.progress import progress_bar
 from .finite_state import solve_two_state
 from .numerics.batch_newton import (
     BatchNewton,
@@ -26,7 +27,7 @@ from .numerics.batch_newton import (
     newton_tangent,
 )
 from .numerics.fdm.sweeps import FiniteDifferences
-from .numerics.fdm.warmup import compile_kernels
+from .numerics.fdm.warmup import compile_kernels, compile_tangent
 from .numerics.frozen_density import FrozenDensityNewton
 from .numerics.iteration import (
     FixedPointResult,
@@ -154,8 +155,10 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     False: never. The first compiled call is checked against the eager one, and a failure
     falls back to eager with a warning; ``res.extra["compiled_steps"]`` says what ran.
     ``res.timings``: seconds of ``compile`` (compiling or loading the NumPy backend's
-    kernels, done on a tiny grid by the first solve of a process; 0 afterwards), ``setup``,
-    the phases ``hjb``, ``fp`` and ``coupling`` summed over the iterations, and ``total``.
+    kernels and of Newton's tangent sweeps, done on a tiny grid by the first solve of a
+    process; 0 afterwards), ``setup``, ``coarse`` (the 51 × 51 start, 0 without one), the
+    phases ``hjb``, ``fp`` and ``coupling`` summed over the iterations, ``other`` (what
+    none of them holds, e.g. starting a progress display) and ``total``, their sum.
     ``max_memory``: refuse solves whose estimated memory exceeds this (bytes or text such as
     ``"4 GiB"``; default: ``$MFGWORK_MAX_MEMORY``, else the free memory of the device). The
     estimate, the diffusion number ν Δt / h² and the ranges of h, Δt and ν are checked
@@ -198,11 +201,11 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
                                         batched=False)
               if method == "fdm" else None)
     if newton is not None:   # its sweeps bypass ``hjb``: compile (or load) the model's now
-        compiled["seconds"] = compile_kernels(be, problem.hamiltonian)
+        compiled["seconds"] = compile_kernels(be, problem.hamiltonian) + compile_tangent(be)
         compiled["apart"] = 1.0
     fallback = None if newton is not None else _newton_fallback(
         coupling, scheme, method, grid, problem, be, tol)
-    out, coarse_iterations = _equilibrium(
+    out, coarse_iterations, coarse_seconds = _equilibrium(
         newton, [problem], coupling, hjb, fp, m0, U_T, grid, be, scheme, tol, max_iter,
         progress, batched=False, coarse=coarse and not isinstance(newton, FrozenDensityNewton),
         max_memory=max_memory, warm=warm, fallback=fallback)
@@ -210,8 +213,10 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     compiling = compiled.get("seconds", 0.0)
     if "apart" not in compiled:
         out.history.time_hjb[0] -= compiling   # the first HJB phase, without the compilation
-    timings = {"compile": compiling, "setup": setup, **_phase_totals(out.history),
-               "total": time.perf_counter() - started}
+    timings = {"compile": compiling, "setup": setup, "coarse": coarse_seconds,
+               **_phase_totals(out.history)}
+    total = time.perf_counter() - started
+    timings |= {"other": max(0.0, total - sum(timings.values())), "total": total}
     settings = {"method": method, "tol": tol, "max_iter": max_iter,
                 "iteration": _describe(scheme, newton)} | fp_params | placed
     result = _results([problem], grid, be, out, False, settings, timings,
@@ -337,13 +342,13 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
     with warnings.catch_warnings():
         if finishing:   # members left open are finished in float64 below, which warns
             warnings.simplefilter("ignore", ConvergenceWarning)
-        out, coarse_iterations = _equilibrium(
+        out, coarse_iterations, coarse_seconds = _equilibrium(
             newton, problems, coupling, fd.solve_hjb, fd.solve_fp, m0, U_T, grid, be, scheme,
             tol, max_iter, progress, batched=True,
             coarse=coarse and not isinstance(newton, FrozenDensityNewton),
             max_memory=max_memory, warm=warm)
         fd.check_newton()
-        timings = {"setup": setup, **_phase_totals(out.history),
+        timings = {"setup": setup, "coarse": coarse_seconds, **_phase_totals(out.history),
                    "total": time.perf_counter() - started}
         settings = {"method": "fdm", "tol": tol, "max_iter": max_iter,
                     "iteration": _describe(scheme, newton),
@@ -507,13 +512,13 @@ def _equilibrium(newton: BatchNewton | None, problems: Sequence[MFGProblem], cou
                  scheme: IterationScheme, tol: float, max_iter: int, progress: bool | None, *,
                  batched: bool, coarse: bool, max_memory: object, warm: dict[str, Any],
                  fallback: PotentialNewton | None = None
-                 ) -> tuple[FixedPointResult, list[int] | None]:
+                 ) -> tuple[FixedPointResult, list[int] | None, float]:
     """The fixed point of one problem (unbatched arrays) or of a batch: Newton's method
     when ``newton`` is given (from a COARSE × COARSE solve on fine grids, unless ``warm``
     already starts it or ``coarse`` is False), else the iteration ``scheme`` (with
     ``fallback`` for single problems). Returns the result and the iterations of the coarse
-    stage per problem (None without one)."""
-    coarse_iterations = None
+    stage per problem (None without one) and its seconds."""
+    coarse_iterations, started = None, time.perf_counter()
     if newton is not None and coarse and not warm and _refines(grid):
         starts = (_coarse_solve(partial(_solve_batch, final=False), problems, be, tol,
                                 max_iter, max_memory)
@@ -522,13 +527,14 @@ def _equilibrium(newton: BatchNewton | None, problems: Sequence[MFGProblem], cou
         warm = initial_state(starts if batched else starts[0], problems, grid, be,
                              batched=batched)
         coarse_iterations = [r.iterations for r in starts]
+    coarse_seconds = time.perf_counter() - started
     if newton is not None:
         out = _run_newton(newton, coupling, hjb, fp, m0, U_T, max_iter, progress,
                           batched=batched, **warm)
     else:
         out = _iterate(coupling, hjb, fp, m0, U_T, grid.nt, be, scheme, tol, max_iter,
                        progress, batched=batched, fallback=fallback, **warm)
-    return out, coarse_iterations
+    return out, coarse_iterations, coarse_seconds
 
 
 def _run_newton(newton: BatchNewton, coupling: Any, hjb: Any, fp: Any, m0: Any, U_T: Any,
@@ -743,10 +749,8 @@ def _member_observables(problems: Sequence[MFGProblem], grid: Any, Ms: Any, be: 
 def _progress_bar(progress: bool | None, total: int) -> Any:
     if progress is False:
         return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="Picard", unit="it", leave=False,
-                delay=0.0 if progress else 1.0)
+    return progress_bar(total=total, desc="fixed point", unit="it", leave=False,
+                        delay=0.0 if progress else 1.0)
 
 
 #: The solver of each problem kind (:func:`solve` takes the entry of the problem's most

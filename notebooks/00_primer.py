@@ -87,9 +87,11 @@ verification, santa_fe
 #   (the FP operator is the adjoint of the linearised HJB operator, as in Achdou's scheme). Its
 #   columns sum to one, so mass is conserved to round-off and $m \ge 0$.
 # - **Coupling.** A fixed point: from a guess of the density (for Santa Fe, of the attendance
-#   path), solve HJB backward, then FP forward, and mix old and new with damping and Anderson
-#   acceleration until the returned solution is a fixed point to `tol`: one best response to
-#   its attendance path reproduces it to a relative residual `res.residual` ≤ `tol`.
+#   path), solve HJB backward, then FP forward, and take the next guess from both (Newton's
+#   method on the attendance path for a game with a potential such as Santa Fe; Anderson
+#   mixing with damping otherwise; `res.scheme` names the one that ran) until the returned
+#   solution is a fixed point to `tol`: one best response to its attendance path reproduces it
+#   to a relative residual `res.residual` ≤ `tol`.
 
 # %% [markdown]
 # ## 3. Verification against an exact solution
@@ -163,10 +165,11 @@ figures = {"refinement": fig_refinement, "payoff": fig_payoff, "attendance": fig
            "density_heatmap": fig_heatmap}
 if out_dir:
     parameters = options | {"sizes": sizes, "sigma_verification": sigma}
-    print("wrote", mw.save_run(out_dir, res, parameters=parameters,
-                               metrics={"order_U": order_U, "order_M": order_M,
-                                        "equilibrium_attendance": level},
-                               figures=figures, tables={"refinement": rows}))
+    folder = mw.save_run(out_dir, res, parameters=parameters,
+                         metrics={"order_U": order_U, "order_M": order_M,
+                                  "equilibrium_attendance": level},
+                         figures=figures, tables={"refinement": rows})
+    print("wrote", ", ".join(sorted(p.name for p in folder.iterdir())))
 else:
     print("out_dir is empty: no run folder written")
 

@@ -46,7 +46,7 @@ device = "cpu"  # "cpu", "cuda", "mps" or "auto"
 n_particles = 100000  # particles only
 seed = 0  # particles only: random seed
 tol = 1e-8  # stop when the certified fixed-point residual is at most tol
-max_iter = 200  # at most this many Picard iterations
+max_iter = 200  # at most this many iterations (each one best response)
 # run folder to write; "" writes nothing (python -m mfgwork run sets it)
 out_dir = ""
 
@@ -69,14 +69,16 @@ problem, options
 # %% [markdown]
 # ## Solve
 #
-# Damped/Anderson-accelerated Picard iteration on the attendance path $A(t)$: HJB backward,
-# Fokker–Planck forward, until the returned solution is a fixed point to `tol`: one best
-# response to its attendance path reproduces it to a relative residual `res.residual` ≤ `tol`
-# (Newton's method takes over when Anderson stalls). The relative changes of $U$ and $M$ between
+# `mw.solve` iterates on the attendance path $A(t)$, each iteration one best response (HJB
+# backward, Fokker–Planck forward), until the returned solution is a fixed point to `tol`: one
+# best response to its attendance path reproduces it to a relative residual `res.residual` ≤
+# `tol`. The result records which iteration ran (`res.scheme`, its settings in
+# `res.params["iteration"]`), printed first below. The relative changes of $U$ and $M$ between
 # the last iterates (`final_change_U`, `final_change_M`) are recorded, but they stop nothing.
 
 # %%
 res = mw.solve(problem, **options)
+print("iteration:", plots.describe_iteration(res))
 metrics = res.metrics()
 {k: metrics[k] for k in ("converged", "iterations", "residual", "final_change_U",
                          "final_change_M", "mass_error", "mean_attendance", "time_overcrowded",
@@ -117,10 +119,12 @@ fig_value
 # %% [markdown]
 # ## Convergence and phase portrait
 #
-# The fixed-point residual $\|\Phi(z) - z\| / \|\Phi(z)\|$ of each iterate (log scale; shaded:
-# Newton steps, whose residuals are certified), the tolerance (dotted) and the certified
-# residual of the returned solution (star), which decides convergence; then the path of
-# $(E[\theta](t), A(t))$.
+# The fixed-point residual $\|\Phi(z) - z\| / \|\Phi(z)\|$ of each iterate (log scale; the
+# legend names the iteration that ran) and the certificates (diamonds): the residual of the
+# densities of an iterate, which is what the solve returns. An iterate below `tol` (dotted) is
+# not yet a solution: the next best response certifies its densities, and where that
+# certificate is above `tol` the iteration goes on. The star is the certified residual of the
+# returned solution, which decides convergence; then the path of $(E[\theta](t), A(t))$.
 
 # %%
 fig_convergence = plots.plot_convergence(res)
@@ -142,7 +146,8 @@ figures = {"attendance": fig_attendance, "density_heatmap": fig_heatmap,
            "density_snapshots": fig_density, "value_snapshots": fig_value,
            "convergence": fig_convergence, "phase_portrait": fig_phase}
 if out_dir:
-    print("wrote", mw.save_run(out_dir, res, parameters=options, figures=figures))
+    folder = mw.save_run(out_dir, res, parameters=options, figures=figures)
+    print("wrote", ", ".join(sorted(p.name for p in folder.iterdir())))
 else:
     print("out_dir is empty: no run folder written")
 

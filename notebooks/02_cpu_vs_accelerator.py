@@ -34,9 +34,10 @@
 # ## What is measured
 #
 # **Wall time** is the time of one call to `mw.solve`, from the parameters to the converged
-# $U$, $M$ and $A$: all Picard iterations, each one HJB sweep backward and one Fokker–Planck
-# sweep forward. A first solve of one iteration runs before it on every target (`warmup`), so
-# that loading libraries, compiling kernels and starting the device are not counted. The table
+# $U$, $M$ and $A$: all iterations, each one best response (an HJB sweep backward and a
+# Fokker–Planck sweep forward). A first solve of one iteration runs before it on every target
+# (`warmup`), so that loading libraries, compiling kernels and starting the device are not
+# counted. The table
 # also gives the iterations and the time per iteration: rows that stop after a different
 # number of iterations are compared per iteration too.
 #
@@ -70,7 +71,7 @@ sigma = 0.5  # noise on the preference
 nx = 52  # grid points in theta (52 x 52 is the reference benchmark grid)
 nt = 52  # time steps
 tol = 1e-5  # the tolerance of every row (raised to 3e-4, the residual floor, in float32)
-max_iter = 200  # at most this many Picard iterations
+max_iter = 200  # at most this many iterations (each one best response)
 accelerator = "auto"  # "auto" (CUDA, else MPS), "cuda", "mps" or "none"
 warmup = True  # time a second solve, after a one-iteration warm-up
 # run folder to write; "" writes nothing (python -m mfgwork run sets it)
@@ -131,7 +132,7 @@ fig_comparison
 # A finite-difference solve is a **sequential chain of small problems**. The HJB sweep goes
 # backward in time: step $n$ needs $u^{n+1}$, and each step is a few Newton iterations, each a
 # tridiagonal solve of $n_x$ unknowns; the Fokker–Planck sweep then goes forward, step $n+1$
-# needing $m^n$. With $n_x = n_t = 52$ one Picard iteration is about a hundred time steps and a
+# needing $m^n$. With $n_x = n_t = 52$ one best response is about a hundred time steps and a
 # few hundred tridiagonal solves of 52 unknowns, one after the other.
 #
 # - On the **CPU**, the NumPy backend runs these loops compiled (Numba), each tridiagonal
@@ -164,10 +165,11 @@ fig_comparison
 devices = {row["device"]: mw.device_info(row["device"]) for row in table}
 if out_dir:
     parameters = options | {"accelerator": accelerator}
-    print("wrote", mw.save_run(out_dir, results[0], parameters=parameters,
-                               metrics={"note": note, "comparison": table, "devices": devices},
-                               figures={"backend_comparison": fig_comparison},
-                               tables={"comparison": table}))
+    folder = mw.save_run(out_dir, results[0], parameters=parameters,
+                         metrics={"note": note, "comparison": table, "devices": devices},
+                         figures={"backend_comparison": fig_comparison},
+                         tables={"comparison": table})
+    print("wrote", ", ".join(sorted(p.name for p in folder.iterdir())))
 else:
     print("out_dir is empty: no run folder written")
 

@@ -17,7 +17,7 @@
 # # Santa Fe Bar explorer
 #
 # Drag a slider and watch the equilibrium move: every change re-solves the mean field game
-# (HJB backward, Fokker–Planck forward, Picard on the attendance path
+# (HJB backward, Fokker–Planck forward, iterated on the attendance path
 # $A(t) = \int_{\theta>0} m(t,\theta)\,d\theta$) and redraws the attendance $A(t)$ against the
 # threshold $A^*$, the density $m(t, \theta)$ and the convergence history. Sliders act on
 # release. A setting that cannot be solved (for example a good payoff $G$ below the bad one $B$)
@@ -127,8 +127,9 @@ for figure in explorer.figures.values():
 if out_dir:
     if explorer.error:
         raise mw.SolverError(explorer.error)
-    print("wrote", mw.save_run(out_dir, explorer.result, parameters=explorer.settings(),
-                               figures=explorer.figures))
+    folder = mw.save_run(out_dir, explorer.result, parameters=explorer.settings(),
+                         figures=explorer.figures)
+    print("wrote", ", ".join(sorted(p.name for p in folder.iterdir())))
 else:
     print("out_dir is empty: no run folder written")
 
@@ -141,6 +142,6 @@ else:
 #    Then set $G = -B$: where is the plateau, and how long is the bar overcrowded?
 # 2. **Noise and the transient.** For $\sigma = 0.2, 0.5, 1.0, 1.5$, measure the time at which
 #    $A(t)$ first comes within 0.01 of the plateau. Explain the trend with the density panel.
-#    Which setting needs the most Picard iterations?
+#    Which setting needs the most iterations?
 # 3. **No indifference.** Set $B = 2$ (a crowded bar still pays). What does the attendance do,
 #    and why does the formula for the plateau no longer apply? What happens with $G = -2$?

@@ -111,9 +111,10 @@ for row in index.where(status="failed"):
     print(row["run"], "->", row["error"])
 figures = {"sweep_metrics": fig_metrics, "attendance_grid": fig_grid, "wall_time": fig_time}
 if out_dir:
-    print("wrote", mw.save_run(out_dir, parameters={"sweep_dir": str(sweep_dir), "x": x,
-                                                    "by": by}, figures=figures,
-                               tables={"index": index.rows}))
+    folder = mw.save_run(out_dir, parameters={"sweep_dir": str(sweep_dir), "x": x,
+                                              "by": by}, figures=figures,
+                         tables={"index": index.rows})
+    print("wrote", ", ".join(sorted(p.name for p in folder.iterdir())))
 else:
     print("out_dir is empty: no run folder written")
 

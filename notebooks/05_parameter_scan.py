@@ -99,7 +99,7 @@ for point in ds.where(ds.status != "converged", drop=True).message.values.ravel(
 #
 # Mean attendance $\langle A \rangle$ (mean of $A(t)$ over the time levels): it follows the
 # threshold, settling just above it where the payoff of going vanishes. Time overcrowded:
-# total time with $A(t) > A^*$. The Picard iterations and the final fixed-point residual show
+# total time with $A(t) > A^*$. The iterations (best responses) and the final fixed-point residual show
 # where the equilibrium is harder to reach (steep payoffs against little noise).
 
 # %%
@@ -110,7 +110,7 @@ ds.time_overcrowded.plot(x="threshold", y="sigma", ax=axes[0, 1], cmap="magma")
 ds.iterations.plot(x="threshold", y="sigma", ax=axes[1, 0], cmap="cividis")
 np.log10(ds.residual).assign_attrs(long_name="log10 residual").plot(
     x="threshold", y="sigma", ax=axes[1, 1], cmap="Greys")
-for ax, title in zip(axes.flat, ["mean attendance", "time overcrowded", "Picard iterations",
+for ax, title in zip(axes.flat, ["mean attendance", "time overcrowded", "iterations",
                                  "final residual (log10)"], strict=True):
     ax.set_title(title)
 fig_maps
@@ -159,14 +159,15 @@ rows = ds[per_point].to_dataframe().reset_index().to_dict("records")
 figures = {"scan_heatmaps": fig_maps, "attendance_slice": fig_paths,
            "density_point": fig_density}
 if out_dir:
-    print("wrote", mw.save_run(out_dir, parameters={"grid": grid, "nx": nx, "nt": nt,
-                                                    "tol": tol, "max_iter": max_iter,
-                                                    "device": device, "dtype": dtype,
-                                                    "store": store},
-                               metrics={"points": int(ds.status.size),
-                                        "converged": int((status == "converged").sum()),
-                                        "scan_attributes": dict(ds.attrs)},
-                               figures=figures, tables={"points": rows}))
+    folder = mw.save_run(out_dir, parameters={"grid": grid, "nx": nx, "nt": nt,
+                                              "tol": tol, "max_iter": max_iter,
+                                              "device": device, "dtype": dtype,
+                                              "store": store},
+                         metrics={"points": int(ds.status.size),
+                                  "converged": int((status == "converged").sum()),
+                                  "scan_attributes": dict(ds.attrs)},
+                         figures=figures, tables={"points": rows})
+    print("wrote", ", ".join(sorted(p.name for p in folder.iterdir())))
 else:
     print("out_dir is empty: no run folder written")
 
@@ -176,7 +177,7 @@ else:
 # 1. **The offset above the threshold.** Plot `ds.mean_attendance - ds.threshold` against the
 #    threshold for each σ and compare it with $\varepsilon \log(G/(-B)) \approx 0.035$. Why is
 #    it a little smaller (think of the first moments of the evening, before the plateau)?
-# 2. **Where the iteration works hardest.** Rerun with `-p sigma_min 0.1`. Where do the Picard
+# 2. **Where the iteration works hardest.** Rerun with `-p sigma_min 0.1`. Where do the
 #    iterations grow, and is every point still `converged` with a residual below `tol`?
 # 3. **Resuming.** Set `store` to a zarr path, interrupt the scan halfway and rerun it: which
 #    blocks are solved again? Open the store with `mw.open_scan` and select one point by name.

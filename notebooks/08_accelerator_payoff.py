@@ -141,9 +141,10 @@ if out_dir:
                "machine_shipped": shipped["cpu"]["machine"],
                "machine_here": fresh["cpu"]["machine"],
                "table_here": fresh}
-    print("wrote", mw.save_run(out_dir, parameters=parameters, metrics=metrics,
-                               figures={"wall_time": fig_wall_time},
-                               tables={"measured_here": rows_fresh, "shipped": rows_shipped}))
+    folder = mw.save_run(out_dir, parameters=parameters, metrics=metrics,
+                         figures={"wall_time": fig_wall_time},
+                         tables={"measured_here": rows_fresh, "shipped": rows_shipped})
+    print("wrote", ", ".join(sorted(p.name for p in folder.iterdir())))
 else:
     print("out_dir is empty: no run folder written")
 

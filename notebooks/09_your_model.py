@@ -307,8 +307,9 @@ if out_dir:
     metrics = {"note": note, "backends": table, "check": check, "refused": refused,
                "final_mean": {k: float(v[-1]) for k, v in mean.items()},
                "symmetric_converged": res_sym.converged, "speed": speed}
-    print("wrote", mw.save_run(out_dir, res, parameters=parameters, metrics=metrics,
-                               figures=figures, tables={"backends": table}))
+    folder = mw.save_run(out_dir, res, parameters=parameters, metrics=metrics,
+                         figures=figures, tables={"backends": table})
+    print("wrote", ", ".join(sorted(p.name for p in folder.iterdir())))
 else:
     print("out_dir is empty: no run folder written")
 

@@ -267,11 +267,12 @@ if out_dir:
         "threshold_regulars": threshold_regulars, "sigma_regulars": sigma_regulars,
         "threshold_newcomers": threshold_newcomers, "sigma_newcomers": sigma_newcomers,
         "t_early": t_early}
-    print("wrote", mw.save_run(out_dir, results["quadratic"], parameters=parameters,
-                               metrics={"comparison": rows, "groups": group_rows,
-                                        "solvers": solvers, "plateau_level": level},
-                               figures=figures,
-                               tables={"comparison": rows, "groups": group_rows}))
+    folder = mw.save_run(out_dir, results["quadratic"], parameters=parameters,
+                         metrics={"comparison": rows, "groups": group_rows,
+                                  "solvers": solvers, "plateau_level": level},
+                         figures=figures,
+                         tables={"comparison": rows, "groups": group_rows})
+    print("wrote", ", ".join(sorted(p.name for p in folder.iterdir())))
 else:
     print("out_dir is empty: no run folder written")
 

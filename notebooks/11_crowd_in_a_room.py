@@ -54,9 +54,10 @@
 # SuperLU's sparse LU instead); with PyTorch by a matrix-free BiCGStab with a Jacobi
 # preconditioner (on CUDA with Triton, each solve one kernel launch, preconditioned by the
 # first two terms of the Neumann series of $J^{-1}$: half the iterations). The coupling is
-# iterated with Anderson mixing, and the solve stops when the **certified fixed-point
-# residual** is at most `tol`: one best response to the returned density path (an HJB sweep
-# against it, then a Fokker–Planck sweep) reproduces that path to a relative accuracy `tol`.
+# iterated as the result records (`res.scheme`, printed below), and the solve stops when the
+# **certified fixed-point residual** is at most `tol`: one best response to the returned
+# density path (an HJB sweep against it, then a Fokker–Planck sweep) reproduces that path to a
+# relative accuracy `tol`.
 
 # %% nbmake={"mock": {"T_bars": 2.0, "frames": 6, "nt": 12, "nt_accelerator": 8, "nt_bars": 10, "nt_scan": 10, "nx": 13, "nx_accelerator": 11, "nx_bars": 11, "nx_scan": 11, "scan_thresholds": [0.4, 0.7]}} tags=["parameters"]
 # the room: noise, congestion cost (and a larger one), door width
@@ -96,7 +97,7 @@ import numpy as np
 from IPython.display import HTML
 
 import mfgwork as mw
-from mfgwork import plots2d, studies
+from mfgwork import plots, plots2d, studies
 
 # %matplotlib inline
 
@@ -110,7 +111,8 @@ scan_grid = {"threshold_1": scan_thresholds, "threshold_2": scan_thresholds}
 for a in scan_thresholds:  # the scan's thresholds, checked before any solve
     mw.TwoBars(threshold_1=a, threshold_2=a, T=T_bars, spill=spill)
 res = mw.solve_2d(room, nx=nx, nt=nt, tol=tol, progress=False)
-print(f"{room}: {res.status} in {res.iterations} iterations, certified residual "
+print(f"{room}: {res.status} in {res.iterations} iterations ({plots.describe_iteration(res)}), "
+      f"certified residual "
       f"{res.residual:.1e} (tol {tol:g}), {res.timings['total']:.1f} s")
 if not res.converged:
     print("*** NOT AN EQUILIBRIUM: the figures below show the best iterate")

@@ -84,6 +84,9 @@ def test_every_notebook_executes_at_small_parameters(path, notebook_runs):
     code = [c for c in executed.cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in code)
     assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+    warned = [o.text for c in code for o in c.outputs
+              if o.output_type == "stream" and "Warning" in o.text]
+    assert not warned, f"{path.name} warns: {warned[0][:300]}"
 
 
 def test_santa_fe_bar_through_the_command_line(notebook_runs):

@@ -242,10 +242,10 @@ def n_player_study(problem: SantaFeBar, result: Result, sizes: Sequence[int],
     if not isinstance(sizes, (list, tuple)) or not sizes:
         raise ParameterError(f"sizes={sizes!r} is invalid: must be a non-empty list of N")
     check_flag("progress", progress, optional=True)
-    from tqdm.auto import tqdm
+    from ..core.progress import progress_bar
 
-    bar = tqdm(sizes, desc="N patrons", unit="N", leave=False, disable=progress is False,
-               delay=0.0 if progress else 1.0)
+    bar = progress_bar(iterable=sizes, desc="N patrons", unit="N", leave=False,
+                       disable=progress is False, delay=0.0 if progress else 1.0)
     return [n_player(problem, result, n, n_samples, seed + k, **options)
             for k, n in enumerate(bar)]
 

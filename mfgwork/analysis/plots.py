@@ -29,10 +29,11 @@ from ..core.figures import save_figure
 from ..results import Result
 from .style import DPI, TIME, state_label, styled
 
-__all__ = ["DPI", "equilibrium_attendance", "plot_attendance", "plot_backend_comparison",
-           "plot_convergence", "plot_density_heatmap", "plot_density_snapshots",
-           "plot_payoff", "plot_phase_portrait", "plot_refinement", "plot_value_snapshots",
-           "save_figures", "standard_figures", "write_figures"]
+__all__ = ["DPI", "SCHEME_NAMES", "describe_iteration", "equilibrium_attendance",
+           "plot_attendance", "plot_backend_comparison", "plot_convergence",
+           "plot_density_heatmap", "plot_density_snapshots", "plot_payoff",
+           "plot_phase_portrait", "plot_refinement", "plot_value_snapshots", "save_figures",
+           "standard_figures", "write_figures"]
 PAYOFF = "F(A): payoff of going at attendance A"
 
 
@@ -171,30 +172,61 @@ def plot_value_snapshots(result: Result, times: Sequence[float] | None = None,
                       "Value function snapshots")
 
 
+#: How figures and notebooks name each iteration scheme (``Result.scheme``).
+SCHEME_NAMES = {"newton": "Newton's method on the coupling state",
+                "anderson": "Anderson mixing", "relaxation": "damped Picard iteration",
+                "fictitious_play": "fictitious play"}
+
+
+def describe_iteration(result: Result) -> str:
+    """The iteration that solved ``result``, in words, from what the result records
+    (:attr:`~mfgwork.Result.scheme` and its settings; plain Picard for relaxation with
+    ω = 1; "then Newton's method as fallback" where a fallback took steps), never from a
+    default assumed here."""
+    scheme = result.scheme
+    if scheme is None:
+        return "the solver's fixed-point iteration"
+    described = result.params.get("iteration") or result.extra.get("iteration") or {}
+    if scheme == "relaxation" and described.get("omega") == 1.0:
+        return "Picard iteration"
+    text = SCHEME_NAMES.get(scheme, scheme)
+    n = len(result.history.get("residual") or [])
+    if scheme != "newton" and _newton_steps(result.history, n).any():
+        text += ", then Newton's method as fallback"
+    return text
+
+
 @styled
 def plot_convergence(result: Result, ax: Axes | None = None, changes: bool = False) -> Figure:
     """The fixed-point residual per iteration on a log scale, with ``tol`` and the phases.
 
-    The residual r = ‖Φ(z) − z‖ / ‖Φ(z)‖ decides convergence: the line is that of each iterate
-    (``history["residual"]``); iterations of the Newton fallback (shaded) record the certified
-    residual of their solution; the star is the certified residual of the returned solution
-    (``result.residual``), which converged means is ≤ ``tol`` (dotted line). ``changes``: also
-    the relative changes of U and M between iterates (grey, dashed), which stop nothing.
-    Zero or non-finite values are left out (a log axis cannot show them).
+    The residual r(z) = ‖Φ(z) − z‖ / ‖Φ(z)‖ decides convergence. Two series: the residual
+    of each new iterate z_k of the iteration that solved the result (named in the legend by
+    :func:`describe_iteration`), and the *certificates* (``history["certificate"]``): the
+    residual of the densities an iterate gives, Φ evaluated once more, which is what the
+    solve returns and what must be ≤ ``tol`` (an iterate below ``tol`` is not yet a
+    solution: the solve goes on to certify it, and past a refused certificate, iterates
+    closer still). Steps of a Newton fallback (no HJB or FP time of their own) are shaded
+    where there are any. The star is the certified residual of the returned solution
+    (``result.residual``), which converged means is ≤ ``tol`` (dotted line). ``changes``:
+    also the relative changes of U and M between iterates (grey, dashed), which stop
+    nothing. Zero or non-finite values are left out (a log axis cannot show them).
     """
     fig, ax = _axes(ax)
     history = result.history
     residual = _series(history, "residual")
     k = np.arange(1, residual.size + 1)
+    certificate = _certificates(history, residual.size)
     newton = _newton_steps(history, residual.size)
-    anderson = ~newton
-    _semilogy(ax, k[anderson], residual[anderson], color="tab:blue", marker=".",
-              label="residual of the iterate (Anderson / Picard)")
+    _semilogy(ax, k, residual, color="0.75", lw=0.8, zorder=1)
+    _semilogy(ax, k[~certificate], residual[~certificate], color="tab:blue", marker=".",
+              ls="none", label=f"residual of the iterate ({describe_iteration(result)})")
+    if certificate.any():
+        _semilogy(ax, k[certificate], residual[certificate], color="tab:orange", marker="D",
+                  ms=5, ls="none", label="certificate: residual of the iterate's densities")
     if newton.any():
-        _semilogy(ax, k[newton], residual[newton], color="tab:purple", marker="s", ms=4,
-                  label="certified residual (Newton fallback)")
         ax.axvspan(k[newton][0] - 0.5, k[newton][-1] + 0.5, color="tab:purple", alpha=0.08,
-                   label="Newton steps")
+                   label="Newton steps (fallback)")
     if changes:
         for key, style in (("change_U", "--"), ("change_M", ":")):
             values = _series(history, key)
@@ -214,6 +246,13 @@ def plot_convergence(result: Result, ax: Axes | None = None, changes: bool = Fal
            "residual ‖Φ(z) − z‖ / ‖Φ(z)‖")
     ax.legend(loc="best")
     return fig
+
+
+def _certificates(history: Mapping[str, Any], n: int) -> np.ndarray:
+    """Which iterations certified densities (``history["certificate"]``; none where the
+    solver did not record it)."""
+    flags = np.asarray(history.get("certificate") or [], dtype=bool)
+    return flags if flags.size == n else np.zeros(n, dtype=bool)
 
 
 def _series(history: Mapping[str, Any], key: str) -> np.ndarray:

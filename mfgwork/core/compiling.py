@@ -202,7 +202,7 @@ def announce_compilation(names: Iterable[str], device: str = "CUDA") -> bool:
     message = (f"mfgwork: compiling the {device} kernels (first use; cached in "
                f"{triton_cache_dir()})")
     try:
-        from tqdm.auto import tqdm
+        from tqdm.std import tqdm
 
         tqdm.write(message, file=sys.stderr)
     except ImportError:  # pragma: no cover - tqdm is a dependency

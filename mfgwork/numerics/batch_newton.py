@@ -59,7 +59,7 @@ from ..core.grid import Grid
 from ..problems.base import ScalarPotential
 from ..problems.hamiltonians import Hamiltonian
 from .fdm.operators import CURVATURE_FLOOR, QUADRATIC
-from .iteration import FixedPointResult, History, _evaluator, _record_times
+from .iteration import FixedPointResult, History, _evaluator, _of_largest, _record_times
 
 TRIAL, CERTIFY, DONE = 0, 1, 2
 ARMIJO = 2e-4
@@ -297,6 +297,7 @@ class BatchNewton:
             history.residual.append(float(np.max(r_w[active])))
             # certificates: Φ(z) was evaluated, its residual is that of the densities of z
             check = mode == CERTIFY
+            history.certificate.append(_of_largest(check, r_w, active))
             better = check & (r_w < best)
             best = np.where(better, r_w, best)
             if better.any():

@@ -350,7 +350,10 @@ class History:
     """Per iteration: the fixed-point residual r(z_k) of the iterate, the relative changes of
     U and M, and the wall time of each phase (seconds). In a batch, the largest over the
     problems that have not yet converged. Iterations of a fallback (Newton's method) record
-    the certified residual of their solution and their whole wall time as coupling time."""
+    the certified residual of their solution and their whole wall time as coupling time.
+    ``certificate``: whether the iteration's residual certifies densities the solve may return
+    (Φ evaluated at Φ of an earlier iterate, or a fallback's step) rather than measuring a new
+    iterate; in a batch, that of the problem of the largest residual."""
 
     residual: list[float] = field(default_factory=list)
     change_U: list[float] = field(default_factory=list)
@@ -358,6 +361,7 @@ class History:
     time_hjb: list[float] = field(default_factory=list)
     time_fp: list[float] = field(default_factory=list)
     time_coupling: list[float] = field(default_factory=list)
+    certificate: list[bool] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, list[float]]:
         return {k: list(v) for k, v in self.__dict__.items()}
@@ -554,7 +558,8 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
                             relative_residual(M_new, M, xp, batched), res, best.res,
                             state.tries, state.stale] + [
                             xp.astype(v, res.dtype)
-                            for v in (better, improved, settled, state.recheck_next)])
+                            for v in (better, improved, settled, state.recheck_next,
+                                      state.picard)])
         size_F = xp.linalg.vector_norm(xp.reshape(F, (-1,)))   # non-finite with any of F
         changes = to_numpy(xp.concat([xp.reshape(changes, (-1,)), xp.reshape(size_F, (1,))]))
         size_F, changes = changes[-1], np.reshape(changes[:-1], (-1, n_problems))
@@ -582,6 +587,7 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
         history.change_U.append(float(np.max(changes[0][active])))
         history.change_M.append(float(np.max(changes[1][active])))
         history.residual.append(float(np.max(changes[2][active])))
+        history.certificate.append(_of_largest(changes[10], changes[2], active))
         if progress is not None:
             progress.update(1)
             progress.set_postfix(residual=f"{history.residual[-1]:.2e}", refresh=False)
@@ -791,6 +797,12 @@ def frozen_args(coupling: CouplingMap, z: Array) -> tuple[Array, ...]:
     return () if density is None else (density,)
 
 
+def _of_largest(flags: np.ndarray, residuals: np.ndarray, active: np.ndarray) -> bool:
+    """The flag (host, (B,)) of the active problem with the largest residual."""
+    rows = np.flatnonzero(active)
+    return bool(flags[rows[np.argmax(residuals[rows])]])
+
+
 def _record_times(history: History, stamps: list[tuple], backend: Backend) -> None:
     """The phase times of the iterations from their stamps, read once the loop is over
     (on a device they are events: reading them inside the loop would add host waits)."""
@@ -828,6 +840,7 @@ def _continue(fallback: Fallback, best: _Iterate, lowest: _Iterate, evaluate: An
         history.time_hjb.append(0.0)
         history.time_fp.append(0.0)
         history.time_coupling.append(step["time"])
+        history.certificate.append(True)
         if progress is not None:
             progress.update(1)
             progress.set_postfix(residual=f"{step['residual']:.2e}", refresh=False)

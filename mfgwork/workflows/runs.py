@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import os
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -165,6 +166,8 @@ def _execute(path: Path, output: Path, params: dict[str, Any], kernel_name: str 
     if kernel_name is None and _language(path) == "python":
         # ipykernel warns on stderr about its local TCP transport; the notebook keeps errors
         extra["extra_arguments"] = ["--IPKernelApp.log_level=ERROR"]
+    if progress:   # the kernel takes seconds to start before the first cell
+        print(f"{path.name}: starting a kernel", file=sys.stderr, flush=True)
     try:
         for attempt in range(1, KERNEL_STARTS + 1):
             try:
@@ -329,12 +332,12 @@ def solve_options(*, nx: int, nt: int, method: str, backend: str, device: str, t
 
 
 def main(notebook: str, parameters: list[tuple[str, str]], out_dir: str | None,
-         kernel_name: str | None = None, force: bool = False) -> int:
+         kernel_name: str | None = None, force: bool = False, progress: bool = False) -> int:
     """``python -m mfgwork run``: run, print the run folder; a one-line error and exit 2 for
-    bad input (nothing was run), 1 for a failing cell. SIGTERM stops the run like Ctrl-C:
-    the kernel and the temporaries are removed."""
+    bad input (nothing was run), 1 for a failing cell. ``progress``: on stderr, the start of
+    the kernel, then the cells done, the elapsed and the remaining time. SIGTERM stops the
+    run like Ctrl-C: the kernel and the temporaries are removed."""
     import signal
-    import sys
 
     def terminate(signum: int, frame: Any) -> None:
         raise SystemExit(128 + signum)
@@ -345,7 +348,7 @@ def main(notebook: str, parameters: list[tuple[str, str]], out_dir: str | None,
     try:
         params = {name: parse_value(value) for name, value in parameters}
         folder = run_notebook(notebook, params, target, kernel_name=kernel_name,
-                              progress=sys.stderr.isatty(), force=force)
+                              progress=progress, force=force)
     except NotebookError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

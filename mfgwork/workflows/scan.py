@@ -70,6 +70,7 @@ from ..core.backend import Backend, get_backend, to_numpy
 from ..core.errors import LoadError, ParameterError, check_flag, check_int
 from ..core.extras import require
 from ..core.processes import check_spawn_safe
+from ..core.progress import progress_bar, ticking
 from ..placement import Placement
 from ..problems import PROBLEMS
 from ..results import provenance
@@ -356,14 +357,13 @@ def _check_options(store: Any, device: Any, scheduler: Any, dask: Any, workers: 
 
 def _run(tasks: list[Task], scheduler: str | None, dask: bool, workers: int | None,
          progress: bool, total: int, initial: int, dataset: Any) -> None:
-    from tqdm.auto import tqdm
-
     if not tasks:
         return
     counts = {s: 0 for s in ("converged", "not_converged", "failed")}
     lost: list[str] = []
-    with tqdm(total=total, initial=initial, desc="scan", unit="point",
-              disable=not progress) as bar, _executor(scheduler, dask, workers) as run:
+    with progress_bar(total=total, initial=initial, desc="scan", unit="point",
+                      disable=not progress) as bar, ticking(bar), \
+            _executor(scheduler, dask, workers) as run:
         for out in run(tasks):
             if "lost" in out:
                 lost.append(out["lost"])

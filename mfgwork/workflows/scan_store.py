@@ -62,10 +62,10 @@ METRICS: dict[str, tuple[str, Any]] = {
 STATUSES = ("converged", "not_converged", "failed")
 ATTRS = {
     "M": {"long_name": "density m(t, x)"}, "U": {"long_name": "value function u(t, x)"},
-    "converged": {"long_name": "the Picard iteration reached tol"},
+    "converged": {"long_name": "the certified residual reached tol"},
     "status": {"long_name": "converged, not_converged, failed, or pending until solved"},
-    "iterations": {"long_name": "Picard iterations (of the batch and the single path, for a "
-                                "point the single path finished)"},
+    "iterations": {"long_name": "iterations: best responses (of the batch and the single "
+                                "path, for a point the single path finished)"},
     "residual": {"long_name": "relative fixed-point residual of the solution"},
     "mass_error": {"long_name": "max_t |∫ m(t) dx − 1|"},
     "wall_time": {"long_name": "solve time per point (a batch's, shared among its points)",

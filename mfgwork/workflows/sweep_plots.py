@@ -21,7 +21,7 @@ from ..results import load
 from .sweeps import SweepIndex
 
 LABELS = {"mean_attendance": "mean attendance ⟨A⟩", "time_overcrowded": "time with A > A*",
-          "iterations": "Picard iterations", "wall_time": "wall time per run [s]",
+          "iterations": "iterations (best responses)", "wall_time": "wall time per run [s]",
           "solve_time": "solve time [s]"}
 
 

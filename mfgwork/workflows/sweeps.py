@@ -46,6 +46,7 @@ from ..core import storage
 from ..core.errors import LoadError, ParameterError, check_flag, check_int
 from ..core.extras import require
 from ..core.processes import check_spawn_safe
+from ..core.progress import progress_bar, ticking
 from .dask_client import dask_client
 from .differences import plan_differences
 from .specs import Run, parse_spec, read_spec
@@ -542,21 +543,19 @@ def _temporaries(folder: Path) -> list[tuple[str, list[int]]]:
 
 def _execute(index: SweepIndex, tasks: list[dict], workers: int, scheduler: str | None,
              dask: bool, progress: bool) -> None:
-    from tqdm.auto import tqdm
-
     if not tasks:
         return
     position = {r["run"]: i for i, r in enumerate(index.rows)}
     for t in tasks:
         index.rows[position[t["name"]]].update(status="pending", error=None)
     counts = index.counts()
-    bar = tqdm(total=len(index), initial=counts["done"] + counts["failed"],
-               desc="sweep", unit="run", disable=not progress)
+    bar = progress_bar(total=len(index), initial=counts["done"] + counts["failed"],
+                       desc="sweep", unit="run", disable=not progress)
     bar.set_postfix(counts)
     n = min(workers, len(tasks))
     pool = _dask_pool(n, scheduler) if dask or scheduler else _local_pool(n)
     try:
-        with pool as (submit, as_completed):
+        with pool as (submit, as_completed), ticking(bar):
             futures = {submit(t): t for t in tasks}
             for future in as_completed(list(futures)):
                 task = futures[future]

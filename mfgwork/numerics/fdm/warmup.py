@@ -6,7 +6,8 @@ makes that first call on a tiny grid, so that a solve can report the compile tim
 its phases: ``res.timings["compile"]`` (0 for every later solve in the process). The
 compiled loops of each model structure are separate kernels (written and cached on disk by
 :func:`.numba_kernels.compiled_model`), compiled or loaded for the model solved: the time
-includes generating the module.
+includes generating the module. :func:`compile_tangent` does the same for the tangent sweeps
+of Newton's method on the CPU.
 """
 
 from __future__ import annotations
@@ -46,5 +47,24 @@ def compile_kernels(backend: Backend, hamiltonian: Hamiltonian = QUADRATIC) -> f
     U = fd.solve_hjb(zeros[0], zeros, None, *density)
     fd.solve_fp(fd.solve_hjb(zeros[0], zeros, U, *density),
                 np.full(grid.nx, 0.5, dtype=backend.dtype), *density)
+    _compiled.add(key)
+    return time.perf_counter() - started
+
+
+def compile_tangent(backend: Backend) -> float:
+    """Seconds spent compiling (or loading) the tangent sweeps of matrix-free Newton's method
+    (:mod:`.tangent`, the CPU's, whatever the backend's dtype: the Newton system is float64),
+    on a 1 × 2 system with the argument types of a solve's; 0.0 once done in this process,
+    and on devices (their Newton systems run in torch)."""
+    from .tangent import tangent_product, thomas_factors
+
+    key = ("float64", "tangent")
+    if backend.kind != "cpu" or backend.emulate_mps or key in _compiled:
+        return 0.0
+    started = time.perf_counter()
+    bands, ones = np.zeros((1, 2)), np.ones((1, 2))
+    factors = thomas_factors(bands, ones, bands)
+    tangent_product(bands, factors, bands, factors, np.zeros((1, 1)), np.zeros(2), 1.0,
+                    np.zeros(1))
     _compiled.add(key)
     return time.perf_counter() - started
