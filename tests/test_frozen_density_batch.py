@@ -79,3 +79,14 @@ def test_coarse_densities_are_interpolated_on_the_fine_grid(backend):
         ref /= (ref @ fine.weights)[:, None]
         assert np.abs(got - ref).max() < 1e-13
         assert np.allclose(got @ fine.weights, 1.0, atol=1e-14)
+
+
+def test_only_the_coupled_certificates_are_marked_as_certificates():
+    """The history of a congested solve marks as certificates the best responses of the
+    fully coupled system only (one per outer iteration), not the inner Newton's."""
+    res = mw.solve(_members()[0], nx=31, nt=31, tol=1e-8)
+    marks = res.history["certificate"]
+    assert len(marks) == len(res.history["residual"])
+    assert sum(marks) == res.extra["outer_iterations"] and marks[-1]
+    assert min(r for r, c in zip(res.history["residual"], marks, strict=True) if c) == (
+        pytest.approx(res.residual))

@@ -155,6 +155,7 @@ class FrozenDensityNewton:
             best = _keep(best, better, U, M, xp)
             done_at = np.where(open_ & (residual <= self.tol), used, done_at)
             history.residual.append(float(np.max(residual[open_])))
+            history.certificate.append(True)
             history.change_U.append(float(np.max(_relative(U_br, U, xp)[open_])))
             history.change_M.append(history.residual[-1])
             history.time_hjb.append(t1 - t0)
@@ -211,5 +212,8 @@ def _relative(a: Any, b: Any, xp: Any) -> np.ndarray:
 
 
 def _extend(history: History, more: History) -> None:
+    """``history`` followed by an inner solve's entries, none of which certifies the fully
+    coupled system (they certify the frozen one)."""
     for name, values in more.__dict__.items():
-        getattr(history, name).extend(values)
+        getattr(history, name).extend([False] * len(values) if name == "certificate"
+                                      else values)
