@@ -104,7 +104,7 @@ SECTIONS: list[Section] = [
     Section(
         "models_h200.json", "Every model on the fused CUDA kernels (H200)",
         "Santa Fe at 201², tol 1e-6, each model's kernels generated from its `value` "
-        "(`benchmarks/models_device.py --device cuda --models quadratic,power-1.5,current`): "
+        "(`benchmarks/models_device.py --device cuda --batch 1024 --repeats 2`): "
         "one float64 solve and a batch of 1024 (thresholds × σ) in float32 and float64; "
         "`× quadratic` is the time over the quadratic row of the same case in the same run, "
         "`first call` includes compiling the model's kernels.",
@@ -170,6 +170,16 @@ SECTIONS: list[Section] = [
          Column("krylov_iterations", "Krylov iterations", number),
          Column("wall_s", "time", seconds)],
         rows=warm, bars="wall_s", label=("case",)),
+    Section(
+        "room_models_h200.json", "64 rooms with congestion on an H200",
+        "64 rooms of 101 × 101 × 100 to tol 1e-6 in one batch, float64, with ½|p|² and with "
+        "congestion |p|²/(2(1 + m)^0.5), whose kernels are generated from its `value` "
+        "(`benchmarks/room.py --device cuda --batch 64 --models quadratic,congestion "
+        "--repeat 2`); the second run of each in one process.",
+        [Column("case", "case"), Column("model", "model"),
+         Column("iterations", "iterations", number), Column("wall_s", "time", seconds),
+         Column("time_ratio_to_quadratic", "× quadratic", number)],
+        rows=warm, bars="wall_s", label=("case", "model")),
     Section(
         "room_h200_neumann.json", "The room's preconditioners on an H200: Neumann series",
         "The same cases, in one call with the next table: the first two terms of the Neumann "
