@@ -112,10 +112,10 @@ def dead_temporaries(*specs: tuple[Path, str, bool, str]) -> list[Path]:
 
 
 # -- models of one's own, shared by the model tests ---------------------------------------------
-def _benchmark_models() -> ModuleType:
-    """``benchmarks/models.py``, which writes notebook 09's model as a user does."""
-    spec = importlib.util.spec_from_file_location("benchmark_models",
-                                                  ROOT / "benchmarks" / "models.py")
+def _benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py``, where the benchmarks write models as a user does."""
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}",
+                                                  ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # (dataclasses look their module up)
     spec.loader.exec_module(module)
@@ -123,7 +123,9 @@ def _benchmark_models() -> ModuleType:
 
 
 #: Notebook 09's model, as the notebook writes it (hand-written dp and dpp).
-Current = _benchmark_models().Current
+Current = _benchmark("models").Current
+#: A user's isotropic model slowed by the crowd (the room benchmark's).
+Relativistic = _benchmark("room").Relativistic
 
 
 @dataclass(frozen=True)

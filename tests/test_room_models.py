@@ -7,29 +7,15 @@ no ½|p|² left in the 2-D numerics."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import triton_device
+from helpers import Relativistic, triton_device
 
 import mfgwork as mw
 from mfgwork.numerics.fdm2d import equilibrium as eq
 from mfgwork.numerics.fdm2d.stencil import Stencil
-
-
-@dataclass(frozen=True)
-class Relativistic(mw.Hamiltonian):
-    """A user's isotropic model, slowed by the crowd: (√(1 + |p|²) − 1) (1 + m₊)^(−a)."""
-
-    a: float = 0.3
-    isotropic = True
-    depends_on_m = True
-
-    def value(self, x, p, m, xp):
-        return (xp.sqrt(1.0 + p * p) - 1.0) * (1.0 + xp.maximum(m, 0.0 * m)) ** (-self.a)
-
 
 MODELS = {"quadratic": mw.Quadratic(), "power-1.5": mw.Power(1.5),
           "congestion": mw.Congestion(1.0, 0.5), "user": Relativistic()}
