@@ -35,7 +35,7 @@ from ..core.grid import Grid
 from ..problems.base import ScalarPotential
 from ..problems.hamiltonians import Hamiltonian
 from .fdm.operators import QUADRATIC, jacobian_bands, tangent_weights, transpose_bands
-from .fdm.tangent import spd_solve, tangent_jacobian, thomas_factors
+from .fdm.tangent import pipelined_factors, spd_solve, tangent_jacobian
 
 
 @dataclass
@@ -68,10 +68,13 @@ def tangent_operands(U: np.ndarray, mu: np.ndarray, chi: np.ndarray, nu: float,
 
 def product_operands(operands: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
     """The arguments of :func:`.fdm.tangent.tangent_product` (before Δt, v) from
-    :func:`tangent_operands`: the Thomas factors of every J(u^n) and J(u^n)ᵀ computed once."""
+    :func:`tangent_operands`: the eliminations of every J(u^n) and J(u^n)ᵀ factored once
+    (:func:`.fdm.tangent.pipelined_factors`) and the workspace of its products (one product
+    at a time per tuple)."""
     lower, diag, upper, lower_t, upper_t, weights, chi = operands
-    return (lower, thomas_factors(lower, diag, upper), lower_t,
-            thomas_factors(lower_t, diag, upper_t), weights, chi)
+    workspace = np.empty((diag.shape[0] + 1, diag.shape[1]))
+    return (*pipelined_factors(lower, diag, upper, True),
+            *pipelined_factors(lower_t, diag, upper_t, False), weights, chi, workspace)
 
 
 def observed_path_jacobian(U: np.ndarray, mu: np.ndarray, chi: np.ndarray, nu: float,
