@@ -54,7 +54,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.linalg import solve_banded
 
 from ..core.errors import SolverError
 from .finite_state import TwoStateScheme
@@ -151,6 +150,8 @@ def newton_direction(a: np.ndarray, W: np.ndarray, s2: np.ndarray, R: np.ndarray
     ab[0, 3::2] = -a[1:]
     rhs = np.zeros(2 * nt)
     rhs[1::2] = s2 * R
+    from scipy.linalg import solve_banded  # on first use: SciPy is no import of mfgwork
+
     p = solve_banded((2, 2), ab, rhs, overwrite_ab=True, overwrite_b=True,
                      check_finite=False)[0::2]
     return R - p

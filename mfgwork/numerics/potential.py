@@ -34,8 +34,15 @@ from ..core.backend import Backend, to_numpy
 from ..core.grid import Grid
 from ..problems.base import ScalarPotential
 from ..problems.hamiltonians import Hamiltonian
-from .fdm.operators import QUADRATIC, jacobian_bands, tangent_weights, transpose_bands
-from .fdm.tangent import spd_solve, tangent_jacobian, thomas_factors
+from .fdm.numba_kernels import compiled_model
+from .fdm.operators import (
+    QUADRATIC,
+    curvature_floor,
+    jacobian_bands,
+    tangent_weights,
+    transpose_bands,
+)
+from .fdm.tangent import pipelined_factors, spd_solve, tangent_jacobian
 
 
 @dataclass
@@ -55,23 +62,47 @@ def tangent_operands(U: np.ndarray, mu: np.ndarray, chi: np.ndarray, nu: float,
     """The arrays of the compiled tangent sweeps (:mod:`.fdm.tangent`) at the best response
     U with cell masses mu: the bands of J(u^n) and J(u^n)ᵀ, the edge weights of K_n
     (:func:`.fdm.operators.tangent_weights`, from ∂pp H) and χ; ``density`` (nt, nx): the
-    frozen densities m^1..m^nt where H depends on m (the tangent of that frozen game)."""
+    frozen densities m^1..m^nt where H depends on m (the tangent of that frozen game). From
+    the model's compiled loops (:func:`.fdm.numba_kernels.compiled_model`) where it has them,
+    else from the array operators."""
+    U, mu = (np.ascontiguousarray(a, dtype=np.float64) for a in (U, mu))
+    compiled = compiled_model(hamiltonian)
+    if compiled is not None:
+        return _compiled_operands(compiled, U, mu, chi, nu, grid, hamiltonian, density)
     inv_hw = 1.0 / (grid.h * grid.weights)
-    lower, diag, upper, terms = jacobian_bands(np.ascontiguousarray(U[:-1]), nu, grid.h,
-                                               grid.dt, inv_hw, np, hamiltonian, grid.x,
-                                               density)
+    lower, diag, upper, terms = jacobian_bands(U[:-1], nu, grid.h, grid.dt, inv_hw, np,
+                                               hamiltonian, grid.x, density)
     lower_t, _, upper_t = transpose_bands(lower, diag, upper, np)
     weights = tangent_weights(terms, mu[1:], grid.x, density, grid.h, hamiltonian, np)
     return tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (
         lower, diag, upper, lower_t, upper_t, weights, chi))
 
 
+def _compiled_operands(compiled: tuple[Any, np.ndarray], U: np.ndarray, mu: np.ndarray,
+                       chi: np.ndarray, nu: float, grid: Grid, hamiltonian: Hamiltonian,
+                       density: np.ndarray | None) -> tuple[np.ndarray, ...]:
+    """:func:`tangent_operands` by the model's compiled ``tangent_bands`` (one pass)."""
+    module, prm = compiled
+    nt, nx = U.shape[0] - 1, U.shape[1]
+    bands = np.empty((5, nt, nx))
+    weights = np.empty((nt, nx - 1))
+    rows = (np.zeros((1, nx)) if density is None
+            else np.ascontiguousarray(density, dtype=np.float64))
+    module.tangent_bands(U, mu, rows, grid.x, prm, float(nu), grid.h, grid.dt,
+                         1.0 / (grid.h * grid.weights), curvature_floor(hamiltonian, grid.h),
+                         *bands, weights)
+    return (*bands, weights, np.ascontiguousarray(chi, dtype=np.float64))
+
+
 def product_operands(operands: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
     """The arguments of :func:`.fdm.tangent.tangent_product` (before Δt, v) from
-    :func:`tangent_operands`: the Thomas factors of every J(u^n) and J(u^n)ᵀ computed once."""
+    :func:`tangent_operands`: the eliminations of every J(u^n) and J(u^n)ᵀ factored once
+    (:func:`.fdm.tangent.pipelined_factors`) and the workspace of its products (one product
+    at a time per tuple)."""
     lower, diag, upper, lower_t, upper_t, weights, chi = operands
-    return (lower, thomas_factors(lower, diag, upper), lower_t,
-            thomas_factors(lower_t, diag, upper_t), weights, chi)
+    workspace = np.empty((diag.shape[0] + 1, diag.shape[1]))
+    return (*pipelined_factors(lower, diag, upper, True),
+            *pipelined_factors(lower_t, diag, upper_t, False), weights, chi, workspace)
 
 
 def observed_path_jacobian(U: np.ndarray, mu: np.ndarray, chi: np.ndarray, nu: float,

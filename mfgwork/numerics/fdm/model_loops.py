@@ -61,12 +61,13 @@ def _heaviside(a, h0):  # pragma: no cover - compiled
 @njit(cache=True, nogil=True)
 def _thomas(a, b, c, d, x, cp, dp):  # pragma: no cover - compiled
     n = b.shape[0]
-    cp[0] = c[0] / b[0]
-    dp[0] = d[0] / b[0]
+    inv = 1.0 / b[0]   # one division a row: the elimination's latency is its chain
+    cp[0] = c[0] * inv
+    dp[0] = d[0] * inv
     for i in range(1, n):
-        denom = b[i] - a[i] * cp[i - 1]
-        cp[i] = c[i] / denom if i < n - 1 else 0.0
-        dp[i] = (d[i] - a[i] * dp[i - 1]) / denom
+        inv = 1.0 / (b[i] - a[i] * cp[i - 1])
+        cp[i] = c[i] * inv if i < n - 1 else 0.0
+        dp[i] = (d[i] - a[i] * dp[i - 1]) * inv
     x[n - 1] = dp[n - 1]
     for i in range(n - 2, -1, -1):
         x[i] = dp[i] - cp[i] * x[i + 1]
@@ -95,16 +96,18 @@ def _node_values(x, m_row, prm, aux):  # pragma: no cover - compiled
 @njit(cache=True, nogil=True)
 def _bands(u, x, m_row, prm, aux, nu, h, inv_hw, inv_dt, lower, diag, upper, ham
            ):  # pragma: no cover - compiled
-    """Bands of J(u) and the Engquist–Osher Ĥ(u) at the nodes."""
+    """Bands of J(u) and the Engquist–Osher Ĥ(u) at the nodes (divisions by h as products
+    with 1/h: a division costs several multiplications)."""
     nx = u.shape[0]
+    inv_h = 1.0 / h
     for i in range(nx):
-        ql = (u[i] - u[i - 1]) / h if i > 0 else 0.0
-        qr = (u[i + 1] - u[i]) / h if i < nx - 1 else 0.0
+        ql = (u[i] - u[i - 1]) * inv_h if i > 0 else 0.0
+        qr = (u[i + 1] - u[i]) * inv_h if i < nx - 1 else 0.0
         mi = m_row[i] if DEPENDS_ON_M else 0.0
         h_left, d_left = H_and_p(max(ql, 0.0), x[i], mi, prm, aux, i)
         h_right, d_right = H_and_p(min(qr, 0.0), x[i], mi, prm, aux, i)
-        lo = -nu * inv_hw[i] - d_left / h if i > 0 else 0.0
-        up = -nu * inv_hw[i] + d_right / h if i < nx - 1 else 0.0
+        lo = -nu * inv_hw[i] - d_left * inv_h if i > 0 else 0.0
+        up = -nu * inv_hw[i] + d_right * inv_h if i < nx - 1 else 0.0
         lower[i] = lo
         upper[i] = up
         diag[i] = inv_dt - lo - up
@@ -118,9 +121,11 @@ def hjb_sweep(U, F, guess, use_guess, density, x, prm, nu, h, dt, inv_hw, inv_w,
     bad n): ``bad n`` is -1 when every step converged, else the first time index that did
     not. ``density``: (nt, nx) rows m^1..m^nt where H depends on m, else one row (unused)."""
     nt, nx = F.shape
-    lower, diag, upper, ham, res, du, cp, dp, u = np.empty((9, nx), U.dtype)
+    lower, diag, upper, res, du, cp, dp, u = np.empty((8, nx), U.dtype)
     aux = np.empty((max(NAUX, 1), nx))
     iterations = 0
+    inv_h = 1.0 / h
+    inv_dt = 1.0 / dt
     frozen = DEPENDS_ON_M and density.shape[0] > 1
     _node_values(x, density[0], prm, aux)
     for n in range(nt - 1, -1, -1):
@@ -134,12 +139,19 @@ def hjb_sweep(U, F, guess, use_guess, density, x, prm, nu, h, dt, inv_hw, inv_w,
         converged = False
         for _ in range(max_newton):
             iterations += 1
-            _bands(u, x, density[row], prm, aux, nu, h, inv_hw, 1.0 / dt, lower, diag, upper,
-                   ham)
-            for i in range(nx):
-                ql = (u[i] - u[i - 1]) / h if i > 0 else 0.0
-                qr = (u[i + 1] - u[i]) / h if i < nx - 1 else 0.0
-                res[i] = ((u[i] - U[n + 1, i]) / dt - nu * inv_w[i] * (qr - ql) + ham[i]
+            for i in range(nx):   # the bands of J(u) (:func:`_bands`) and the residual
+                ql = (u[i] - u[i - 1]) * inv_h if i > 0 else 0.0
+                qr = (u[i + 1] - u[i]) * inv_h if i < nx - 1 else 0.0
+                mi = density[row, i] if DEPENDS_ON_M else 0.0
+                h_left, d_left = H_and_p(max(ql, 0.0), x[i], mi, prm, aux, i)
+                h_right, d_right = H_and_p(min(qr, 0.0), x[i], mi, prm, aux, i)
+                lo = -nu * inv_hw[i] - d_left * inv_h if i > 0 else 0.0
+                up = -nu * inv_hw[i] + d_right * inv_h if i < nx - 1 else 0.0
+                lower[i] = lo
+                upper[i] = up
+                diag[i] = inv_dt - lo - up
+                ham = h_left + h_right - H_zero(x[i], mi, prm, aux, i)
+                res[i] = ((u[i] - U[n + 1, i]) * inv_dt - nu * inv_w[i] * (qr - ql) + ham
                           - F[n, i])
             _thomas(lower, diag, upper, res, du, cp, dp)
             if _newton_update(u, du, tol):
@@ -175,3 +187,40 @@ def fp_sweep(U, mu, density, x, prm, nu, h, dt, inv_hw):  # pragma: no cover - c
                 ut[i] = lower[i + 1]
             rhs[i] = mu[n, i] / dt
         _thomas(lt, diag, ut, rhs, mu[n + 1], cp, dp)
+
+
+@njit(cache=True, nogil=True)
+def tangent_bands(U, mu, density, x, prm, nu, h, dt, inv_hw, delta, lower, diag, upper,
+                  lower_t, upper_t, weights):  # pragma: no cover - compiled
+    """The operands of the tangent sweeps of Newton's method on the coupling state at the
+    best response U (levels 0..nt) with cell masses mu: for n < nt the bands of J(u^n) and
+    of J(u^n)ᵀ, and the edge weights c_e / h² of K_n (:func:`mfgwork.numerics.fdm.operators.
+    tangent_weights`: on edge e with gradient q, mu^{n+1} at its upwind node times ∂pp H at
+    sign(q) max(|q|, delta), 0 where q = 0)."""
+    nt = U.shape[0] - 1
+    nx = U.shape[1]
+    ham = np.empty(nx)
+    aux = np.empty((max(NAUX, 1), nx))
+    frozen = DEPENDS_ON_M and density.shape[0] > 1
+    _node_values(x, density[0], prm, aux)
+    h2 = h * h
+    for n in range(nt):
+        row = n if frozen else 0
+        if frozen:
+            _node_values(x, density[n], prm, aux)
+        _bands(U[n], x, density[row], prm, aux, nu, h, inv_hw, 1.0 / dt, lower[n], diag[n],
+               upper[n], ham)
+        lower_t[n, 0] = 0.0
+        upper_t[n, nx - 1] = 0.0
+        for e in range(nx - 1):
+            lower_t[n, e + 1] = upper[n, e]
+            upper_t[n, e] = lower[n, e + 1]
+            q = (U[n, e + 1] - U[n, e]) / h
+            c = 0.0
+            if q > 0.0:
+                m = density[row, e + 1] if DEPENDS_ON_M else 0.0
+                c = mu[n + 1, e + 1] * H_pp(max(q, delta), x[e + 1], m, prm)
+            elif q < 0.0:
+                m = density[row, e] if DEPENDS_ON_M else 0.0
+                c = mu[n + 1, e] * H_pp(min(q, -delta), x[e], m, prm)
+            weights[n, e] = c / h2

@@ -141,6 +141,8 @@ class FiniteDifferences:
         self._inv_hw_np = 1.0 / (grid.h * grid.weights)
         self.inv_w = backend.asarray(self._inv_w_np)
         self.inv_hw = backend.asarray(self._inv_hw_np)
+        self._model: tuple[Any, np.ndarray] | None = None   # the compiled loops' module, prm
+        self._host_inverses: dict[np.dtype, tuple[np.ndarray, np.ndarray]] = {}
         self.newton_tol = 64 * backend.eps
         self.accept_tol = max(self.newton_tol, 0.1 * self.newton_tol**0.5)
         self.newton_steps = accelerator_newton_steps
@@ -275,21 +277,30 @@ class FiniteDifferences:
         g = self.grid
         U = np.empty((g.nt + 1, g.nx), dtype=F.dtype)
         U[-1] = U_T
+        inv_hw, inv_w = self._host_constants(F.dtype)
         its, bad = module.hjb_sweep(U, F, U if guess is None else guess, guess is not None,
                                     rows, self.grid.x, prm, float(self.nu), g.h, g.dt,
-                                    self._inv_hw_np.astype(F.dtype),
-                                    self._inv_w_np.astype(F.dtype), self.newton_tol, MAX_NEWTON)
+                                    inv_hw, inv_w, self.newton_tol, MAX_NEWTON)
         return self._compiled_sweep_done(U, its, bad)
 
     def _compiled_model(self, density: Any | None, dtype: Any) -> tuple[Any, Any, Any]:
         """(compiled module, fields ``prm``, density rows) of the model: the frozen density
         on the host, or one row of zeros where H does not depend on m."""
-        from . import numba_kernels
+        if self._model is None:   # traced once per scheme, not once per sweep
+            from . import numba_kernels
 
-        module, prm = numba_kernels.compiled_model(self.hamiltonian)
+            self._model = numba_kernels.compiled_model(self.hamiltonian)
+        module, prm = self._model
         rows = (np.zeros((1, self.grid.nx), dtype=dtype) if density is None
                 else np.ascontiguousarray(_host(density), dtype=dtype))
         return module, prm, rows
+
+    def _host_constants(self, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+        """1/(h w) and 1/w in ``dtype`` for the compiled sweeps (made once per dtype)."""
+        key = np.dtype(dtype)
+        if key not in self._host_inverses:
+            self._host_inverses[key] = (self._inv_hw_np.astype(key), self._inv_w_np.astype(key))
+        return self._host_inverses[key]
 
     def _compiled_sweep_done(self, U: np.ndarray, iterations: int, bad: int) -> Any:
         """U of a compiled HJB sweep, its Newton iterations counted; :class:`SolverError` if
@@ -411,7 +422,7 @@ class FiniteDifferences:
         mu = np.empty_like(U_host)
         mu[0] = _host(mu0)
         module.fp_sweep(U_host, mu, rows, g.x, prm, float(self.nu), g.h, g.dt,
-                        self._inv_hw_np.astype(U_host.dtype))
+                        self._host_constants(U_host.dtype)[0])
         return self._from_host(mu)
 
     def _fp_accelerated(self, U: Any, mu0: Any, density: Any | None) -> Any:

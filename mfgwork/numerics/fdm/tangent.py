@@ -107,57 +107,156 @@ def spd_solve(A, b):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def thomas_factors(a, b, c):  # pragma: no cover - compiled
-    """(cp, inv) of the Thomas elimination of each tridiagonal matrix (rows of a, b, c with
-    shape (L, n)): cp_i = c_i inv_i, inv_i = 1/(b_i − a_i cp_{i−1}); a solve with them is
-    multiply-adds only (:func:`_solve_factored`)."""
+def pipelined_factors(a, b, c, backward):  # pragma: no cover - compiled
+    """(e, g, inv) of the eliminations of the tridiagonal matrices (rows of a, b, c with shape
+    (L, n)) in the order of :func:`tangent_product`: level m eliminates upwards (``LU``:
+    the Thomas algorithm) where :func:`_upwards` says, else downwards (``UL``), so that each
+    level's substitution runs in the direction of the next level's elimination.
+
+    Upwards: inv_i = 1/(b_i − a_i e_{i−1}), e_i = c_i inv_i, g_i = a_i inv_i; the solve is
+    y_i = r_i inv_i − g_i y_{i−1} (i ascending), x_i = y_i − e_i x_{i+1} (descending).
+    Downwards the same with a and c, and the directions, exchanged."""
     L, n = b.shape
-    cp = np.zeros((L, n))
+    e = np.empty((L, n))
+    g = np.empty((L, n))
     inv = np.empty((L, n))
     for m in range(L):
-        inv[m, 0] = 1.0 / b[m, 0]
-        cp[m, 0] = c[m, 0] * inv[m, 0]
+        if _upwards(m, L, backward):
+            _factor(a[m], b[m], c[m], e[m], g[m], inv[m], 0, 1)
+        else:
+            _factor(c[m], b[m], a[m], e[m], g[m], inv[m], n - 1, -1)
+    return e, g, inv
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _factor(before, b, after, e, g, inv, first, step):  # pragma: no cover - compiled
+    """The elimination of one matrix from row ``first`` in the direction ``step``: ``before``
+    the band towards the rows eliminated already, ``after`` the other one."""
+    n = b.shape[0]
+    r = 1.0 / b[first]
+    inv[first] = r
+    g[first] = 0.0
+    ek = after[first] * r
+    e[first] = ek
+    i = first
+    for _ in range(n - 1):
+        i += step
+        r = 1.0 / (b[i] - before[i] * ek)
+        inv[i] = r
+        g[i] = before[i] * r
+        ek = after[i] * r
+        e[i] = ek
+    e[i] = 0.0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _upwards(m, levels, backward):  # pragma: no cover - compiled
+    """Whether level m eliminates upwards: the first level a sweep solves does, then every
+    other one (the backward sweep solves levels L−1 … 0, the forward sweep 0 … L−1)."""
+    return (levels - 1 - m) % 2 == 0 if backward else m % 2 == 0
+
+
+@njit(cache=True, nogil=True)
+def _eliminate(g, inv, src, inv_dt, prev, y, up):  # pragma: no cover - compiled
+    """The elimination of one level alone, right-hand side prev/Δt + src."""
+    n = y.shape[0]
+    if up:
+        y[0] = (prev[0] * inv_dt + src[0]) * inv[0]
         for i in range(1, n):
-            inv[m, i] = 1.0 / (b[m, i] - a[m, i] * cp[m, i - 1])
-            cp[m, i] = c[m, i] * inv[m, i] if i < n - 1 else 0.0
-    return cp, inv
+            y[i] = (prev[i] * inv_dt + src[i]) * inv[i] - g[i] * y[i - 1]
+    else:
+        y[n - 1] = (prev[n - 1] * inv_dt + src[n - 1]) * inv[n - 1]
+        for i in range(n - 2, -1, -1):
+            y[i] = (prev[i] * inv_dt + src[i]) * inv[i] - g[i] * y[i + 1]
 
 
 @njit(cache=True, nogil=True)
-def _solve_factored(a, cp, inv, d, x):  # pragma: no cover - compiled
-    """x = A⁻¹ d from the factors of :func:`thomas_factors` (one matrix, d (n,))."""
-    n = d.shape[0]
-    x[0] = d[0] * inv[0]
-    for i in range(1, n):
-        x[i] = (d[i] - a[i] * x[i - 1]) * inv[i]
-    for i in range(n - 2, -1, -1):
-        x[i] -= cp[i] * x[i + 1]
+def _substitute(e, x, up, chi):  # pragma: no cover - compiled
+    """The substitution of one level alone (``up``: it was eliminated upwards); returns χ·x."""
+    n = x.shape[0]
+    if up:
+        s = chi[n - 1] * x[n - 1]
+        for i in range(n - 2, -1, -1):
+            x[i] -= e[i] * x[i + 1]
+            s += chi[i] * x[i]
+    else:
+        s = chi[0] * x[0]
+        for i in range(1, n):
+            x[i] -= e[i] * x[i - 1]
+            s += chi[i] * x[i]
+    return s
 
 
 @njit(cache=True, nogil=True)
-def tangent_product(lower, factors, lower_t, factors_t, weights, chi, dt, v
+def _substitute_and_eliminate(e, x, g, inv, src, inv_dt, y, up, chi
+                              ):  # pragma: no cover - compiled
+    """The substitution of x (factors e; ``up``: x was eliminated upwards, so it runs
+    downwards) and, in the same loop, the elimination of the next level y (factors g, inv,
+    right-hand side x/Δt + src) in the same direction: two independent recurrences whose
+    latencies overlap. Returns χ·x."""
+    n = x.shape[0]
+    if up:
+        s = chi[n - 1] * x[n - 1]
+        y[n - 1] = (x[n - 1] * inv_dt + src[n - 1]) * inv[n - 1]
+        for i in range(n - 2, -1, -1):
+            xi = x[i] - e[i] * x[i + 1]
+            x[i] = xi
+            s += chi[i] * xi
+            y[i] = (xi * inv_dt + src[i]) * inv[i] - g[i] * y[i + 1]
+    else:
+        s = chi[0] * x[0]
+        y[0] = (x[0] * inv_dt + src[0]) * inv[0]
+        for i in range(1, n):
+            xi = x[i] - e[i] * x[i - 1]
+            x[i] = xi
+            s += chi[i] * xi
+            y[i] = (xi * inv_dt + src[i]) * inv[i] - g[i] * y[i - 1]
+    return s
+
+
+@njit(cache=True, nogil=True)
+def _transport(du, weights, out):  # pragma: no cover - compiled
+    """out = −K δu for K = Dᵀ diag(c) D / h² (edge weights c / h², (nx−1,)), δu = du (nx,)."""
+    n = du.shape[0]
+    out[0] = 0.0
+    for e in range(n - 1):
+        flux = weights[e] * (du[e + 1] - du[e])
+        out[e] += flux
+        out[e + 1] = -flux
+
+
+@njit(cache=True, nogil=True)
+def tangent_product(e, g, inv, e_t, g_t, inv_t, weights, chi, du, dt, v
                     ):  # pragma: no cover - compiled
     """D v (nt,) for one direction v (nt,): the sweeps of :func:`tangent_jacobian` for one
-    column, O(nt nx) (the products of matrix-free Newton–Krylov), from the lower bands of
-    J(u^n) and J(u^n)ᵀ and their :func:`thomas_factors`."""
-    nt, nx = lower.shape
-    cp, inv = factors
-    cp_t, inv_t = factors_t
-    du = np.zeros((nt + 1, nx))
-    rhs = np.empty(nx)
-    for n in range(nt - 1, -1, -1):
+    column, O(nt nx) (the products of matrix-free Newton–Krylov), from the
+    :func:`pipelined_factors` of J(u^n) (``backward``) and of J(u^n)ᵀ; ``du`` (nt + 1, nx) a
+    workspace (reused from product to product: a fresh array of that size costs page faults
+    that take longer than the sweeps at 201²). Each level's substitution runs in one loop
+    with the next level's elimination (their directions alternate from level to level), so
+    that the two recurrences overlap."""
+    nt, nx = inv.shape
+    inv_dt = 1.0 / dt
+    du[nt] = 0.0
+    src = np.empty(nx)
+    for i in range(nx):
+        src[i] = -v[nt - 1] * chi[i]
+    _eliminate(g[nt - 1], inv[nt - 1], src, inv_dt, du[nt], du[nt - 1], True)
+    for n in range(nt - 1, 0, -1):
         for i in range(nx):
-            rhs[i] = du[n + 1, i] / dt - v[n] * chi[i]
-        _solve_factored(lower[n], cp[n], inv[n], rhs, du[n])
+            src[i] = -v[n - 1] * chi[i]
+        _substitute_and_eliminate(e[n], du[n], g[n - 1], inv[n - 1], src, inv_dt, du[n - 1],
+                                  _upwards(n, nt, True), chi)
+    _substitute(e[0], du[0], _upwards(0, nt, True), chi)
     out = np.empty(nt)
-    dmu = np.zeros(nx)
-    for n in range(nt):
-        for i in range(nx):
-            rhs[i] = dmu[i] / dt
-        _add_transport(rhs.reshape((nx, 1)), du[n].reshape((nx, 1)), weights[n], 0)
-        _solve_factored(lower_t[n], cp_t[n], inv_t[n], rhs, dmu)
-        s = 0.0
-        for i in range(nx):
-            s += chi[i] * dmu[i]
-        out[n] = s
+    dmu = np.zeros((2, nx))
+    _transport(du[0], weights[0], src)
+    _eliminate(g_t[0], inv_t[0], src, inv_dt, dmu[1], dmu[0], True)
+    for n in range(nt - 1):
+        _transport(du[n + 1], weights[n + 1], src)
+        out[n] = _substitute_and_eliminate(e_t[n], dmu[n % 2], g_t[n + 1], inv_t[n + 1], src,
+                                           inv_dt, dmu[(n + 1) % 2], _upwards(n, nt, False),
+                                           chi)
+    out[nt - 1] = _substitute(e_t[nt - 1], dmu[(nt - 1) % 2], _upwards(nt - 1, nt, False),
+                              chi)
     return out
