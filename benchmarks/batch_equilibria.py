@@ -193,7 +193,7 @@ def system_rows(problems: list, sizes: list[int]) -> list[dict]:
                                        problem.nu, grid)
                 s = np.sqrt(-coupling.potential().price_slope(z))
                 t0 = time.perf_counter()
-                D = tangent_jacobian(*ops, grid.h, grid.dt)
+                D = tangent_jacobian(*ops, grid.dt)
                 A = s[:, None] * (0.5 * (D + D.T)) * s[None, :] + np.eye(grid.nt)
                 v_dense = spd_solve(np.ascontiguousarray(A), s * R)
                 dense.append(time.perf_counter() - t0)
@@ -203,7 +203,7 @@ def system_rows(problems: list, sizes: list[int]) -> list[dict]:
 
                 def apply(p, s=s, products=products, grid=grid, factored=factored):
                     products[0] += 1
-                    return s * tangent_product(*factored, grid.h, grid.dt, s * p) + p
+                    return s * tangent_product(*factored, grid.dt, s * p) + p
 
                 v = conjugate_gradients(apply, s * R, 1e-6, 4 * grid.nt)
                 krylov.append(time.perf_counter() - t0)

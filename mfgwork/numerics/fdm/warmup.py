@@ -56,15 +56,15 @@ def compile_tangent(backend: Backend) -> float:
     (:mod:`.tangent`, the CPU's, whatever the backend's dtype: the Newton system is float64),
     on a 1 × 2 system with the argument types of a solve's; 0.0 once done in this process,
     and on devices (their Newton systems run in torch)."""
-    from .tangent import tangent_product, thomas_factors
+    from .tangent import pipelined_factors, tangent_product
 
     key = ("float64", "tangent")
     if backend.kind != "cpu" or backend.emulate_mps or key in _compiled:
         return 0.0
     started = time.perf_counter()
     bands, ones = np.zeros((1, 2)), np.ones((1, 2))
-    factors = thomas_factors(bands, ones, bands)
-    tangent_product(bands, factors, bands, factors, np.zeros((1, 1)), np.zeros(2), 1.0,
-                    np.zeros(1))
+    tangent_product(*pipelined_factors(bands, ones, bands, True),
+                    *pipelined_factors(bands, ones, bands, False), np.zeros((1, 1)),
+                    np.zeros(2), np.zeros((2, 2)), 1.0, np.zeros(1))
     _compiled.add(key)
     return time.perf_counter() - started
