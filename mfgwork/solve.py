@@ -201,7 +201,8 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
                                         batched=False)
               if method == "fdm" else None)
     if newton is not None:   # its sweeps bypass ``hjb``: compile (or load) the model's now
-        compiled["seconds"] = compile_kernels(be, problem.hamiltonian) + compile_tangent(be)
+        compiled["seconds"] = compile_kernels(be, problem.hamiltonian) + compile_tangent(
+            be, problem.hamiltonian)
         compiled["apart"] = 1.0
     fallback = None if newton is not None else _newton_fallback(
         coupling, scheme, method, grid, problem, be, tol)
