@@ -11,6 +11,7 @@ from helpers import Current
 import mfgwork as mw
 from mfgwork.analysis.n_player import _gaps, n_player
 from mfgwork.numerics.fdm.policy import evaluate_policy
+from mfgwork.numerics.fdm.sweeps import FiniteDifferences
 from mfgwork.numerics.particles.counting import count_above
 from mfgwork.problems.santa_fe import AttendanceCoupling
 
@@ -83,3 +84,50 @@ def test_policy_evaluation_and_gap_of_every_model(H):
     gap, cost = _gaps(problem, grid, HOST, U, m0, np.stack([A, A + 0.02]), density)
     assert abs(gap[0]) < 1e-6 and abs(cost[0]) < 1e-4
     assert gap[1] > 1e-3 and cost[1] > 0.1
+
+
+# -- several populations ------------------------------------------------------------------------
+@pytest.mark.parametrize("H", OTHERS, ids=_ids)
+def test_one_population_of_every_model_is_the_single_solve(H):
+    """One group of share 1 reaches the equilibrium of the single-population solve (Newton on
+    the attendance, or for congestion the frozen-density iteration) from its own iteration
+    (Newton on the shared path; Anderson on the path and the density for congestion)."""
+    problem, ref = solved(H)
+    res = mw.solve_populations(mw.SantaFePopulations([mw.Population("all", 1.0, problem)]),
+                               nx=41, nt=40, tol=1e-9, progress=False)
+    assert res.converged and res.residual <= 1e-9
+    M, M_ref = np.asarray(res.M)[0], np.asarray(ref.M)
+    assert np.max(np.abs(M - M_ref)) <= 1e-6 * np.max(M_ref)
+
+
+@pytest.mark.parametrize("H", OTHERS, ids=_ids)
+def test_two_populations_of_every_model_are_certified(H):
+    """A group with the model beside a ½|p|² group (other threshold and noise): converged,
+    certified by every group's best response, and the certificate recomputes."""
+    groups = mw.SantaFePopulations([
+        mw.Population("own", 0.6, mw.SantaFeBar(hamiltonian=H)),
+        mw.Population("other", 0.4, mw.SantaFeBar(threshold=0.7, sigma=0.8))])
+    res = mw.solve_populations(groups, nx=41, nt=40, tol=1e-8, progress=False)
+    assert res.converged and max(res.extra["group_residuals"].values()) <= 1e-8
+    assert res.check(groups) == pytest.approx(res.residual, rel=1e-6, abs=1e-12)
+
+
+def test_a_congested_group_sees_the_whole_population():
+    """At the equilibrium, the congested group's value is its best response with H seeing
+    ρ = Σ_k w_k m_k (the crowd of both groups), not its own density alone."""
+    H = mw.Congestion(1.0, 0.5)
+    own, other = mw.SantaFeBar(hamiltonian=H), mw.SantaFeBar(threshold=0.7, sigma=0.8)
+    groups = mw.SantaFePopulations([mw.Population("own", 0.5, own),
+                                    mw.Population("other", 0.5, other)])
+    res = mw.solve_populations(groups, nx=41, nt=40, tol=1e-10, progress=False)
+    grid = own.grid(41, 40)
+    M = np.asarray(res.M)
+    F = AttendanceCoupling(own, grid, HOST).running_cost(np.asarray(res.attendance)[1:])
+    fd = FiniteDifferences(grid, own.nu, HOST, hamiltonian=H)
+    U_T = own.terminal_cost(grid, HOST)
+
+    def error(density):
+        return np.max(np.abs(fd.solve_hjb(U_T, F, None, density) - np.asarray(res.U)[0]))
+
+    assert error(0.5 * (M[0, 1:] + M[1, 1:])) <= 1e-7
+    assert error(M[0, 1:]) > 1e-3
