@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import Current
+from helpers import Current, triton_device
 
 import mfgwork as mw
 from mfgwork.analysis.n_player import _gaps, n_player
+from mfgwork.numerics.fdm import kernels
 from mfgwork.numerics.fdm.policy import evaluate_policy
 from mfgwork.numerics.fdm.sweeps import FiniteDifferences
 from mfgwork.numerics.particles.counting import count_above
@@ -159,8 +160,74 @@ def test_particles_of_every_model_match_the_fdm_density(H):
     assert _particle_l1(H, HOST, None) > 0.045
 
 
-@pytest.mark.parametrize("H", [mw.Congestion(1.0, 0.5), Current()], ids=_ids)
-def test_particles_on_the_mps_path_follow_every_model(H, mps_emulation):
-    """The torch kernels (MPS emulation, float32) take the model's drift, the density H sees
-    and a user's hand-written dp as torch code."""
-    assert _particle_l1(H, mps_emulation, H) <= 0.045
+def test_particles_on_the_mps_path_follow_a_users_model(mps_emulation):
+    """The torch kernels (MPS emulation, float32) take a user's hand-written dp as torch code
+    (the density H sees on the device: the n-player test above)."""
+    assert _particle_l1(Current(), mps_emulation, Current()) <= 0.045
+
+
+# -- each model on each 1-D path against NumPy float64 -----------------------------------------
+def _sweep_data(H, nx: int, nt: int) -> dict:
+    grid = mw.Grid(-1.0, 2.0, nx, 0.8, nt)
+    rng = np.random.default_rng(11)
+    m0 = np.exp(-4 * (grid.x - 0.3) ** 2)
+    return {"grid": grid, "F": 2 * rng.standard_normal((nt, nx)), "U_T": np.sin(2 * grid.x),
+            "m0": m0 / (m0 @ grid.weights),
+            "density": 0.5 + rng.random((nt, nx)) if H.depends_on_m else None}
+
+
+def _run_sweeps(H, d: dict, be, kernel=None) -> tuple[np.ndarray, np.ndarray, str]:
+    """U and M of one HJB and one FP sweep on ``be`` (``kernel``: None for the table's)."""
+    fd = FiniteDifferences(d["grid"], 0.2, be, hamiltonian=H, kernels=kernel)
+    density = None if d["density"] is None else be.asarray(d["density"])
+    U = fd.solve_hjb(be.asarray(d["U_T"]), be.asarray(d["F"]), None, density)
+    M = fd.solve_fp(U, be.asarray(d["m0"]), density)
+    return (*(np.asarray(mw.to_numpy(a), dtype=np.float64) for a in (U, M)), fd.kernels.name)
+
+
+def _reference(H, d: dict) -> tuple[np.ndarray, np.ndarray]:
+    return _run_sweeps(H, d, HOST, kernels.HOST_ARRAYS)[:2]
+
+
+def _rel(a, b) -> float:
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+#: (backend, kernels, expected kernels' name, tolerance against NumPy float64)
+PATHS = {
+    "numba": (lambda: HOST, None, kernels.COMPILED_LOOPS.name, 1e-10),
+    "torch-cpu": (lambda: mw.get_backend("torch", "cpu", "float64"), None,
+                  kernels.COMPILED_LOOPS_TORCH.name, 1e-10),
+    "torch-cpu-arrays": (lambda: mw.get_backend("torch", "cpu", "float64"),
+                         kernels.HOST_ARRAYS_TORCH, kernels.HOST_ARRAYS_TORCH.name, 1e-10),
+    "mps-code-float64": (lambda: mw.Backend(name="torch", device="cpu", dtype="float64",
+                                            emulate_mps=True), None, kernels.ARRAY_API.name,
+                         1e-10),
+    "mps-emulation": (mw.mps_emulation, None, kernels.ARRAY_API.name, 2e-5),
+}
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("H", MODELS, ids=_ids)
+def test_each_model_on_each_path_is_the_numpy_float64_scheme(H, path):
+    """One HJB and one FP sweep (15 × 6) on each CPU path of the kernel table against the
+    NumPy float64 array sweeps: 1e-10 in float64, the float32 floor under MPS emulation."""
+    pytest.importorskip("torch") if path != "numba" else None
+    make, kernel, name, tol = PATHS[path]
+    d = _sweep_data(H, 15, 6)
+    U_ref, M_ref = _reference(H, d)
+    U, M, used = _run_sweeps(H, d, make(), kernel)
+    assert used == name
+    assert _rel(U, U_ref) <= tol and _rel(M, M_ref) <= tol
+
+
+@pytest.mark.parametrize("H", MODELS, ids=_ids)
+def test_each_model_on_the_fused_triton_sweeps_is_the_numpy_float64_scheme(H, monkeypatch):
+    """The fused Triton sweeps (on CUDA, else under TRITON_INTERPRET=1 at 12 × 4) against
+    the NumPy float64 array sweeps, within 1e-10."""
+    device = triton_device(monkeypatch)
+    d = _sweep_data(H, 12, 4)
+    U_ref, M_ref = _reference(H, d)
+    U, M, used = _run_sweeps(H, d, mw.get_backend("torch", device, "float64"), kernels.TRITON)
+    assert used == kernels.TRITON.name
+    assert _rel(U, U_ref) <= 1e-10 and _rel(M, M_ref) <= 1e-10
