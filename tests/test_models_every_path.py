@@ -4,6 +4,8 @@ float64, for ½|p|², |p|^1.5/1.5, |p|³/3, congestion and notebook 09's model (
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 from helpers import Crowded, Current, triton_device
@@ -217,6 +219,26 @@ def test_each_model_on_each_path_is_the_numpy_float64_scheme(H, path):
     U, M, used = _run_sweeps(H, d, make(), kernel)
     assert used == name
     assert _rel(U, U_ref) <= tol and _rel(M, M_ref) <= tol
+
+
+@dataclass(frozen=True)
+class Shifted(mw.Hamiltonian):
+    """H(x, 0, m) ≠ 0: |p|^1.5/1.5 + k x² + √(1 + m²)/5 (the Newton rows subtract H at 0)."""
+
+    k: float = 0.3
+    depends_on_m = True
+
+    def value(self, x, p, m, xp):
+        return xp.abs(p) ** 1.5 / 1.5 + self.k * x * x + 0.2 * xp.sqrt(1.0 + m * m)
+
+
+def test_a_model_with_a_cost_at_rest_on_the_mps_code_is_the_numpy_scheme():
+    """The MPS code's rows Ĥ = H(q₊) + H(q₋) − H(0) where H(x, 0, m) is not zero."""
+    pytest.importorskip("torch")
+    d = _sweep_data(Shifted(), 15, 6)
+    U, M, _ = _run_sweeps(Shifted(), d, PATHS["mps-code-float64"][0]())
+    U_ref, M_ref = _reference(Shifted(), d)
+    assert _rel(U, U_ref) <= 1e-10 and _rel(M, M_ref) <= 1e-10
 
 
 @pytest.mark.parametrize("H", [mw.Quadratic(), Current()], ids=_ids)
