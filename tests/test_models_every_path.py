@@ -257,8 +257,8 @@ def test_each_model_on_the_fused_triton_sweeps_is_the_numpy_float64_scheme(H, mo
 # -- kernel launches of the MPS path ------------------------------------------------------------
 #: Kernels a model's Newton rows may add per Newton iteration to those of ½|p|² (one clamp and
 #: one product): its generated H and ∂p H on the pair of one-sided gradients (8 for the powers,
-#: 12 for congestion and notebook 09's model; 31 for the powers through the splitting of value
-#: and dp, before).
+#: 9 for congestion, 12 for notebook 09's model; 31 for the powers through the splitting of
+#: value and dp, before).
 MODEL_KERNELS = 12
 
 
@@ -295,8 +295,8 @@ def test_every_model_launches_few_kernels_per_time_step_on_the_mps_path(mps_emul
     """Under MPS emulation a model's Newton rows are its generated (H, ∂p H) evaluated once on
     the clamped pair of one-sided gradients: one more time step (HJB with 4 Newton
     iterations, and FP) costs at most ``MODEL_KERNELS`` more kernels per Newton iteration
-    than for ½|p|² (measured per HJB step at 52 nodes: 97 for ½|p|², 129 for the powers, 145
-    for congestion and notebook 09's model; before, 242 to 326), FP one kernel a step as for
+    than for ½|p|² (measured per HJB step at 52 nodes: 97 for ½|p|², 129 for the powers, 133
+    for congestion, 145 for notebook 09's model; before, 242 to 326), FP one kernel a step as for
     ½|p|² (its matrices reduced once per sweep), and no host read."""
     quadratic = [_launches(mw.Quadratic(), mps_emulation, nt)[0] for nt in (2, 3)]
     for H in OTHERS:

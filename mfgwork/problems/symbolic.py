@@ -422,6 +422,25 @@ def _printers() -> tuple[type, type]:
     return ScalarPrinter, ArrayPrinter
 
 
+def _ramps(expr: Any) -> Any:
+    """``expr`` with each pair of terms c·a + c·|a| written 2c·max(a, 0) (one array operation
+    instead of four: the positive part ½(m + |m|) of a congestion model)."""
+    sp = _sympy()
+
+    def fold(add: Any) -> Any:
+        terms = list(add.args)
+        for term in terms:
+            c, a = term.as_coeff_Mul()
+            if isinstance(a, sp.Abs) and (partner := c * a.args[0]) in terms:
+                terms.remove(term)
+                terms.remove(partner)
+                ramp = sp.Max(a.args[0], 0)
+                return add.func(*terms, ramp if float(2 * c) == 1.0 else 2 * c * ramp)
+        return add
+
+    return expr.replace(lambda e: e.is_Add and fold(e) != e, fold)
+
+
 def pair_function(structure: Structure) -> Any:
     """``f(x, p, m, xp, *fields)`` returning (H, ∂p H) elementwise together, their common
     sub-expressions computed once (``sympy.cse``, the powers shared as in
@@ -429,7 +448,7 @@ def pair_function(structure: Structure) -> Any:
     if "pair" not in structure.array:
         sp = _sympy()
         value = _share_powers(structure.value, structure.dp)
-        shared, (h, hp) = sp.cse([value, structure.dp], optimizations="basic")
+        shared, (h, hp) = sp.cse([_ramps(value), _ramps(structure.dp)], optimizations="basic")
         scalar_cls, array_cls = _printers()
         names = {s: f"k{i}" for i, s in enumerate(structure.symbols)}
         names |= {sym: f"t{j}" for j, (sym, _) in enumerate(shared)}
@@ -462,7 +481,7 @@ def _array_function(expr: Any, structure: Structure) -> Any:
     names = {s: f"k{i}" for i, s in enumerate(structure.symbols)}
     printer = array_cls(names)
     printer.scalar = scalar_cls(names)
-    body = printer.doprint(expr)
+    body = printer.doprint(_ramps(expr))
     if p not in expr.free_symbols:
         body = f"({body}) + 0.0 * p"
     args = ", ".join(["x", "p", "m", "xp", *names.values()])
