@@ -48,10 +48,12 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
     ``iteration=None`` (default): Newton's method on z with the exact tangent Jacobian of
     the scheme (``newton_system``: "gmres", matrix-free, or "dense"), a line search, and
     Anderson mixing when the line search fails (:mod:`mfgwork.numerics.populations`);
-    Anderson mixing alone where a group's Hamiltonian has an unbounded ∂pp H (the tangent
-    sweeps need it); otherwise the scheme given alone (e.g. "anderson"). The dense system needs
-    8 (nt+1) nx nt bytes per group and is refused beyond about 400 × 400. ``coarse``: on grids
-    at least twice as fine as 51 × 51, Newton starts from a 51 × 51 solve (unless
+    Anderson mixing alone where a group's Hamiltonian depends on m (congestion: it sees the
+    whole population's density Σ_k w_k m_k, and the iteration runs on the path and that
+    density, :mod:`mfgwork.numerics.populations`); otherwise the scheme given alone (e.g.
+    "anderson"). The dense system needs 8 (nt+1) nx nt bytes per group and is refused
+    beyond about 400 × 400. ``coarse``: on grids at least twice as fine as 51 × 51, Newton
+    starts from a 51 × 51 solve (unless
     ``initial`` is given; ``res.timings["coarse"]``, ``res.extra["coarse_iterations"]``).
 
     Certificate: one more best response of every group to the returned densities' path z:
@@ -196,7 +198,7 @@ def _interpolated_path(result: Result, problem: Populations, grid: Any) -> np.nd
     coarse_grid = problem.grid(result.x.shape[0], result.t.shape[0] - 1)
     be = get_backend("numpy", "cpu", "float64")
     s = setup(problem, coarse_grid, be)
-    z = to_numpy(s.coupling.state(be.asarray(to_numpy(result.M))))
+    z = to_numpy(s.coupling.path(be.asarray(to_numpy(result.M))))
     return np.interp(grid.t[1:], coarse_grid.t[1:], z)
 
 

@@ -315,13 +315,6 @@ def test_a_density_dependent_model_needs_the_density():
                           kernels=kernels.TRITON)
 
 
-def test_n_player_refuses_other_hamiltonians():
-    problem = mw.SantaFeBar(hamiltonian=mw.Power(3.0), **MILD)
-    res = mw.solve(problem, **SMALL)
-    with pytest.raises(ParameterError, match="problem.hamiltonian=Power"):
-        mw.n_player(problem, res, n_players=10, n_samples=2)
-
-
 class _Heavy(mw.Hamiltonian):
     """H = ½ (1 + x²/10) p²: moving costs more far from θ = 0 (a model of one's own)."""
 

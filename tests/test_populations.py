@@ -289,8 +289,10 @@ def no_work(monkeypatch):
     (lambda: mw.Population("a", 1.0, mw.MFGProblem(0, 1, 1, 0.5, np.exp, np.sin,
                                                    lambda t, x, m: m)),
      "one observed path"),
-    (lambda: mw.Population("a", 1.0, mw.SantaFeBar(hamiltonian=mw.Congestion())),
-     "depends on m"),
+    (lambda: mw.Population("a", 1.0, mw.MFGProblem(0, 1, 1, 0.5, np.exp, np.sin,
+                                                   lambda t, x, m: m,
+                                                   hamiltonian=mw.Congestion())),
+     "one observed path"),
 ])
 def test_bad_problems_are_refused(make, match):
     with pytest.raises(ParameterError, match=match):

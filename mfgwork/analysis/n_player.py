@@ -1,7 +1,8 @@
 """N patrons against the mean field: realised attendance and the ε-Nash gap of the equilibrium.
 
-Given a solved Santa Fe Bar equilibrium (U, m, A), N patrons all play its feedback
-α*(t, θ) = −∂θ u(t, θ): each moves by dθ = α* dt + σ dW with reflecting walls, from
+Given a solved Santa Fe Bar equilibrium (U, m, A) of any Hamiltonian H(θ, p, m), N patrons all
+play its feedback α*(t, θ) = −∂p H(θ, ∂θ u, m) (½|p|²: −∂θ u): each moves by
+dθ = α* dt + σ dW with reflecting walls, from
 θ_0 ~ m0, independently of the others (Euler–Maruyama, the kernels of the particle FP
 solver). Their realised attendance A_N(t) = #{j : θ_j(t) > 0} / N (an exact count) is
 random; the law of large numbers makes A_N → A, with fluctuations of order N^(−1/2).
@@ -12,9 +13,14 @@ Two measures of how good the mean-field approximation is for N patrons, per samp
 - ε-Nash gap: the expected gain of one patron (θ_0 ~ m0) who best-responds to the realised
   path A_N instead of following α*: ∫ m0 (v_N − u_N^BR)(0, θ) dθ ≥ 0, where u_N^BR solves the
   HJB equation with f = −F(A_N(t)) 1{θ > 0} and v_N the linear policy-evaluation equation of
-  α* with the same f (:func:`mfgwork.numerics.fdm.policy.evaluate_policy`). The deviator
-  is taken to know the whole path A_N in advance (and to leave it unchanged), so this is an
-  upper bound on what a real deviator, who sees only the past, can gain.
+  α* with the same f (:func:`mfgwork.numerics.fdm.policy.evaluate_policy`, whose running cost
+  includes the Lagrangian L = p ∂p H − H of the feedback). The deviator is taken to know the
+  whole path A_N in advance (and to leave it unchanged), so this is an upper bound on what a
+  real deviator, who sees only the past, can gain.
+
+Where H depends on m (congestion), the feedback, the deviator and the policy evaluation all see
+the mean field's density m(t, θ) (the N patrons' own empirical density is not a function on
+the grid): the gap then measures what the attendance's fluctuations are worth.
 
 Because α* is optimal against A, the gain is second order in F(A_N) − F(A): expect the
 gap to fall like N^(−1), faster than the distance and than the cost error
@@ -39,7 +45,6 @@ from ..numerics.fdm.sweeps import FiniteDifferences
 from ..numerics.particles.counting import CHUNK_PARTICLES, count_above
 from ..numerics.particles.memory import estimate_bytes as particle_bytes
 from ..numerics.particles.solver import fresh_seed
-from ..problems.hamiltonians import Quadratic
 from ..problems.santa_fe import AttendanceCoupling, SantaFeBar
 from ..results import Result
 
@@ -135,7 +140,8 @@ def n_player(problem: SantaFeBar, result: Result, n_players: int, n_samples: int
              seed: int | None = None, backend: str | Backend = "numpy", device: str = "cpu",
              dtype: object = None, gap: bool = True) -> NPlayerResult:
     """Simulate ``n_samples`` independent groups of ``n_players`` patrons playing the
-    equilibrium feedback α* = −∂θ u of ``result`` (a solved ``problem``); returns their
+    equilibrium feedback α* = −∂p H(θ, ∂θ u, m) of ``result`` (a solved ``problem``, any
+    Hamiltonian; ½|p|²: α* = −∂θ u); returns their
     attendance paths A_N, the distance max_t |A_N − A| and, per sample, the ε-Nash gap: the
     gain of one patron who best-responds to the realised path A_N instead of following α*.
     That patron knows the whole path in advance, so the gap is an upper bound on what a real
@@ -156,17 +162,21 @@ def n_player(problem: SantaFeBar, result: Result, n_players: int, n_samples: int
     check_size(grid, be, n_players, n_samples, gap)
     host = get_backend("numpy")
     U = np.asarray(to_numpy(result.U), dtype=np.float64)
+    H = problem.hamiltonian
+    density = (np.asarray(to_numpy(result.M), dtype=np.float64)[1:] if H.depends_on_m
+               else None)
     m0 = problem.initial_density(grid, host)
     mean_field = np.asarray(to_numpy(result.attendance), dtype=np.float64)
     t0 = time.perf_counter()
     counts = count_above(be.asarray(U), be.asarray(m0), grid, problem.sigma, be, n_players,
-                         n_samples, seed, cut=0.0)
+                         n_samples, seed, cut=0.0, hamiltonian=H,
+                         density=None if density is None else be.asarray(density))
     t1 = time.perf_counter()
     A_N = counts / n_players
     distance = np.max(np.abs(A_N - mean_field), axis=1)
     gaps = cost_error = None
     if gap:
-        gaps, cost_error = _gaps(problem, grid, host, U, m0, A_N)
+        gaps, cost_error = _gaps(problem, grid, host, U, m0, A_N, density)
     t2 = time.perf_counter()
     return NPlayerResult(n_players=n_players, n_samples=n_samples, seed=seed,
                          t=np.asarray(grid.t), mean_field=mean_field, attendance=A_N,
@@ -179,10 +189,6 @@ def n_player(problem: SantaFeBar, result: Result, n_players: int, n_samples: int
 def _check(problem: SantaFeBar, result: Result) -> Any:
     if not isinstance(problem, SantaFeBar):
         raise ParameterError(f"problem={problem!r} is invalid: must be an mfgwork.SantaFeBar")
-    if type(problem.hamiltonian) is not Quadratic:
-        raise ParameterError(f"problem.hamiltonian={problem.hamiltonian!r} is invalid here: "
-                             "the n-player simulation drives agents by −∂x u, the control "
-                             "of the quadratic Hamiltonian ½|p|² only")
     if not isinstance(result, Result) or "attendance" not in result.observables:
         raise ParameterError(f"result={type(result).__name__} is invalid: must be the "
                              "mfgwork Result of solving the Santa Fe Bar problem")
@@ -221,15 +227,19 @@ def check_size(grid: Any, be: Backend, n_players: int, n_samples: int, gap: bool
 
 
 def _gaps(problem: SantaFeBar, grid: Any, host: Backend, U: np.ndarray, m0: np.ndarray,
-          A_N: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per sample: the best response's gain over α*, and α*'s cost change, against A_N."""
+          A_N: np.ndarray, density: np.ndarray | None = None
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """Per sample: the best response's gain over α*, and α*'s cost change, against A_N
+    (``density``: m^1..m^nt that H sees, where it depends on m)."""
     coupling = AttendanceCoupling(problem, grid, host)
     U_T = problem.terminal_cost(grid, host)
     weights = grid.weights * m0
+    H = problem.hamiltonian
     F = np.stack([coupling.running_cost(a[1:]) for a in A_N])
-    V0 = evaluate_policy(U, F, U_T, grid, problem.nu, host)[:, 0, :] @ weights
-    fd = FiniteDifferences(grid, problem.nu, host)
-    best = np.array([fd.solve_hjb(U_T, F_s, U)[0] @ weights for F_s in F])
+    V0 = evaluate_policy(U, F, U_T, grid, problem.nu, host, hamiltonian=H,
+                         density=density)[:, 0, :] @ weights
+    fd = FiniteDifferences(grid, problem.nu, host, hamiltonian=H)
+    best = np.array([fd.solve_hjb(U_T, F_s, U, density)[0] @ weights for F_s in F])
     return V0 - best, V0 - U[0] @ weights
 
 

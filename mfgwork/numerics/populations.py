@@ -26,6 +26,14 @@ best response of all groups; the densities of an accepted z are certified by one
 residual of their own path, ‖G(G(z)) − G(z)‖ / ‖G(G(z))‖, and of each group's path) once r(z)
 is below a trigger that a refused certificate lowers. When the line search fails, Anderson mixing
 (:func:`.iteration.fixed_point`) continues from the last point with the remaining budget.
+
+**Congestion.** Where a group's Hamiltonian depends on m, it sees the whole population's
+density ρ^n = Σ_k w_k m_k^n (:mod:`mfgwork.problems.populations`), frozen at the iterate as in
+a single-population solve (the step from t_{n+1} to t_n and back sees ρ^{n+1}). The shared
+observation is then the pair (z, ρ), stored as one state (nt, 1 + nx) (the path in the first
+column), and its fixed point is found by Anderson mixing (Newton's method needs H independent
+of m: :func:`.batch_newton.newton_refusal`); the certificate is the same best response of
+every group, its residuals taken over the pair.
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ from .iteration import (
     _evaluator,
     _record_times,
     fixed_point,
+    frozen_args,
     relative_residual,
 )
 from .potential import product_operands, tangent_operands
@@ -81,18 +90,24 @@ class GroupSweeps:
                                        compile_steps=compile_steps)
                      for v, H in zip(nu, hamiltonians, strict=True)])
 
-    def hjb(self, U_T: Any, F: Any, guess: Any | None) -> Any:
+    def hjb(self, U_T: Any, F: Any, guess: Any | None, density: Any | None = None) -> Any:
+        """U (K, nt+1, nx); ``density`` (nt, nx): what the groups whose H depends on m see."""
         if self.batched:
-            return self.fds[0].solve_hjb(U_T, F, guess)
+            return self.fds[0].solve_hjb(U_T, F, guess, self._each(density, F.shape[0]))
         return self.backend.xp.stack([fd.solve_hjb(U_T[k], F[k], None if guess is None
-                                                   else guess[k])
+                                                   else guess[k], density)
                                       for k, fd in enumerate(self.fds)])
 
-    def fp(self, U: Any, m0: Any) -> Any:
+    def fp(self, U: Any, m0: Any, density: Any | None = None) -> Any:
+        """M (K, nt+1, nx); ``density`` as for :meth:`hjb`."""
         if self.batched:
-            return self.fds[0].solve_fp(U, m0)
-        return self.backend.xp.stack([fd.solve_fp(U[k], m0[k])
+            return self.fds[0].solve_fp(U, m0, self._each(density, U.shape[0]))
+        return self.backend.xp.stack([fd.solve_fp(U[k], m0[k], density)
                                       for k, fd in enumerate(self.fds)])
+
+    def _each(self, density: Any | None, groups: int) -> Any | None:
+        """The density every member of the batch sees, along its leading axis."""
+        return None if density is None else self.backend.xp.stack([density] * groups)
 
     @property
     def newton_iterations(self) -> int:
@@ -109,25 +124,60 @@ class GroupSweeps:
 
 class SharedPathCoupling:
     """z = Σ_k w_k z_k(M_k) (levels 1..nt), F (K, nt, nx) with F[k] group k's running cost
-    of z; ``project`` is the first group's (the groups observe one kind of path)."""
+    of z; ``project`` is the first group's (the groups observe one kind of path). A group's
+    coupling whose state is its density (H depends on m) serves through the path it observes
+    (``coupling.observed``). ``crowded`` (some group's H depends on m): the state is (z, ρ)
+    (nt, 1 + nx), ρ = Σ_k w_k m_k at levels 1..nt, which those groups see (module docstring).
+    """
 
-    def __init__(self, couplings: list[Coupling], shares: np.ndarray, backend: Backend) -> None:
-        self.couplings, self.xp = couplings, backend.xp
+    def __init__(self, couplings: list[Coupling], shares: np.ndarray, backend: Backend,
+                 crowded: bool = False) -> None:
+        self.couplings = [getattr(c, "observed", None) or c for c in couplings]
+        self.xp, self.crowded = backend.xp, crowded
         self.shares = [float(w) for w in shares]
 
-    def group_states(self, M: Any) -> Any:
+    def group_paths(self, M: Any) -> Any:
         """z_k (K, nt) of the densities M (K, nt+1, nx)."""
         return self.xp.stack([c.state(M[k]) for k, c in enumerate(self.couplings)])
 
+    def group_states(self, M: Any) -> Any:
+        """Each group's part of the state: z_k (K, nt), or (z_k, m_k^{1..nt}) (K, nt, 1 + nx)
+        where ``crowded``."""
+        z = self.group_paths(M)
+        return self.xp.concat([z[..., None], M[:, 1:, :]], axis=-1) if self.crowded else z
+
+    def _weighted(self, parts: Any) -> Any:
+        return sum(w * parts[k] for k, w in enumerate(self.shares))
+
+    def path(self, M: Any) -> Any:
+        """The shared path z (nt,) of the densities M (K, nt+1, nx)."""
+        return self._weighted(self.group_paths(M))
+
     def state(self, M: Any) -> Any:
-        z = self.group_states(M)
-        return sum(w * z[k] for k, w in enumerate(self.shares))
+        return self._weighted(self.group_states(M))
 
     def running_cost(self, z: Any) -> Any:
-        return self.xp.stack([c.running_cost(z) for c in self.couplings])
+        path = z[:, 0] if self.crowded else z
+        return self.xp.stack([c.running_cost(path) for c in self.couplings])
 
     def project(self, z: Any) -> Any:
-        return self.couplings[0].project(z)
+        if not self.crowded:
+            return self.couplings[0].project(z)
+        return self.xp.concat([self.couplings[0].project(z[:, :1]),
+                               self.xp.clip(z[:, 1:], 0.0, None)], axis=-1)
+
+    def frozen_density(self, z: Any) -> Any | None:
+        """ρ^1..ρ^nt (nt, nx) that the groups whose H depends on m see (None unless
+        ``crowded``)."""
+        return z[:, 1:] if self.crowded else None
+
+    def with_density(self, path: Any, m0: Any) -> Any:
+        """The state of the path ``path`` (nt,) with the density of agents who stay at m0
+        (K, nx): a start where only the path is known."""
+        if not self.crowded:
+            return path
+        rho = self._weighted(m0)
+        return self.xp.concat([path[:, None], self.xp.stack([rho] * path.shape[0])], axis=-1)
 
 
 @dataclass
@@ -145,14 +195,16 @@ def setup(problem: Populations, grid: Grid, backend: Backend,
           compile_steps: bool | str = False) -> Setup:
     """The shared-path coupling, the group sweeps, m0 and g (K, nx) and the groups'
     potentials (None unless every group declares one and Newton's method serves its
-    Hamiltonian: :func:`.batch_newton.newton_refusal`)."""
+    Hamiltonian: :func:`.batch_newton.newton_refusal`); the coupling is ``crowded`` where a
+    group's Hamiltonian depends on m."""
     xp = backend.xp
     models = problem.models
     couplings = [m.coupling(grid, backend) for m in models]
     potentials = [c.potential() for c in couplings]
     if any(newton_refusal(m.hamiltonian) is not None for m in models):
         potentials = [None]
-    return Setup(coupling=SharedPathCoupling(couplings, problem.shares, backend),
+    crowded = any(m.hamiltonian.depends_on_m for m in models)
+    return Setup(coupling=SharedPathCoupling(couplings, problem.shares, backend, crowded),
                  sweeps=GroupSweeps(grid, np.array([m.nu for m in models]),
                                     [m.hamiltonian for m in models], backend, compile_steps),
                  m0=xp.stack([m.initial_density(grid, backend) for m in problem.models]),
@@ -167,8 +219,9 @@ def best_response_residuals(s: Setup, U: Any, M: Any) -> tuple[float, np.ndarray
     the largest of them: every group best responds to what it observes."""
     xp = s.coupling.xp
     z = s.coupling.state(M)
-    U_new = s.sweeps.hjb(s.U_T, s.coupling.running_cost(z), U)
-    M_new = s.sweeps.fp(U_new, s.m0)
+    frozen = frozen_args(s.coupling, z)
+    U_new = s.sweeps.hjb(s.U_T, s.coupling.running_cost(z), U, *frozen)
+    M_new = s.sweeps.fp(U_new, s.m0, *frozen)
     s.sweeps.check_newton()
     total = relative_residual(s.coupling.state(M_new), z, xp, batched=False)
     groups = relative_residual(s.coupling.group_states(M_new), s.coupling.group_states(M), xp,
@@ -404,6 +457,8 @@ def _mix(s: Setup, grid: Grid, backend: Backend, scheme: IterationScheme, tol: f
     ratio, with the iterations left."""
     run = {"coupling": s.coupling, "hjb": s.sweeps.hjb, "fp": s.sweeps.fp, "m0": s.m0,
            "U_T": s.U_T}
+    if z_init is not None and z_init.ndim == 1:   # a path alone (a warm start, Newton's)
+        z_init = s.coupling.with_density(z_init, s.m0)
     out, inner = None, tol
     while True:
         left = max_iter - (0 if out is None else int(out.iterations[0]))

@@ -11,10 +11,16 @@ and group k's running cost is its model's running cost for that shared path. San
 A = Σ_k w_k A_k, and group k earns F_k(A) = G_k − (G_k − B_k) s((A − A*_k)/ε_k) when it
 attends: regulars and newcomers with different thresholds and noise sharing one bar.
 
-A group's model can be any single-population problem whose coupling passes through one path
-(``coupling_size(nx, nt) == nt``): what the solver needs per group is the running cost as a
+A group's model can be any single-population problem whose running cost passes through one
+path (``coupling_size(nx, nt) == nt``, or, where its Hamiltonian depends on m, a coupling that
+observes one: Santa Fe's attendance): what the solver needs per group is the running cost as a
 function of the shared path, and, for Newton's method, the potential the coupling declares
 (χ and the price slope; without one, Anderson mixing).
+
+Congestion: a group whose Hamiltonian depends on m (``Congestion``) sees the density of the
+whole population, ρ = Σ_k w_k m_k (a crowd slows everyone in it, whatever their group; with one
+group, ρ = m as in a single-population solve). The groups then share the observation (z, ρ),
+and the iteration runs on both (Anderson mixing; :mod:`mfgwork.numerics.populations`).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.backend import Backend
+from ..core.backend import Backend, get_backend
 from ..core.errors import ParameterError, check_real
 from ..core.grid import Grid
 from .base import MFGProblem
@@ -37,13 +43,25 @@ SHARE_TOLERANCE = 1e-12
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 
+def observes_one_path(model: MFGProblem) -> bool:
+    """Whether ``model``'s running cost passes through one observed path: its coupling state
+    is that path, or (H depending on m) its coupling observes one (``coupling.observed``)."""
+    if model.coupling_size(3, 2) == 2:
+        return True
+    if not model.hamiltonian.depends_on_m:
+        return False
+    coupling = model.coupling(model.grid(5, 2), get_backend("numpy"))
+    observed = getattr(coupling, "observed", None)
+    return observed is not None
+
+
 @dataclass(frozen=True)
 class Population:
     """One group: its ``name`` (an identifier, used to label its arrays), its ``share`` w_k
     of the whole population (0 < w_k ≤ 1) and its single-population ``model``, which holds
     its σ, m0, costs and Hamiltonian (e.g. ``SantaFeBar(threshold=0.7, sigma=0.8,
     hamiltonian=Power(2.5))``; default ½|p|²). A Hamiltonian that depends on m (congestion)
-    makes a model's coupling the whole density, which several populations do not share."""
+    sees the whole population's density ρ = Σ_k w_k m_k (module docstring)."""
 
     name: str
     share: float
@@ -60,11 +78,11 @@ class Population:
             raise ParameterError(f"model={self.model!r:.80} is invalid for population "
                                  f"{self.name!r}: must be an mfgwork.MFGProblem (e.g. "
                                  "mw.SantaFeBar(...))")
-        if self.model.coupling_size(3, 2) != 2:
+        if not observes_one_path(self.model):
             raise ParameterError(f"model={self.model!r:.80} is invalid for population "
-                                 f"{self.name!r}: its coupling must pass through one observed "
-                                 "path (as Santa Fe's attendance), not the whole density (a "
-                                 "Hamiltonian that depends on m needs the density)")
+                                 f"{self.name!r}: its running cost must pass through one "
+                                 "observed path (as Santa Fe's attendance), not the whole "
+                                 "density")
 
     @property
     def hamiltonian(self) -> Hamiltonian:

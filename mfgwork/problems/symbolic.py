@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 #: Version of the printers below (part of every cache key).
-GENERATOR_VERSION = "1"
+GENERATOR_VERSION = "2"
 
 
 def _sympy() -> Any:
@@ -119,14 +119,27 @@ class Traced:
     values: tuple[float, ...]
 
     def array_function(self, name: str) -> Any:
-        """``f(x, p, m, xp)`` evaluating ``name`` ("value", "dp", "dpp", "dm") elementwise
-        in the namespace ``xp``."""
-        fn, values = self.structure.array[name], self.values
+        """``f(x, p, m, xp)`` evaluating ``name`` ("value", "dp", "dpp", "dm"; "pair": the
+        tuple (H, ∂p H), :func:`pair_function`) elementwise in the namespace ``xp``."""
+        fn = (pair_function(self.structure) if name == "pair"
+              else self.structure.array[name])
+        values = self.values
 
         def evaluate(x: Any, p: Any, m: Any, xp: Any) -> Any:
-            return fn(x, p, m, xp, *values)
+            return fn(x, p, m, _library(xp), *values)
 
         return evaluate
+
+
+def _library(xp: Any) -> Any:
+    """The array library behind an ``array_api_compat`` namespace (the generated code calls
+    only functions that NumPy and torch share; compat's torch ``sign`` reads the host)."""
+    name = getattr(xp, "__name__", "")
+    if name.startswith("array_api_compat.torch"):
+        import torch
+
+        return torch
+    return np if name.startswith("array_api_compat.numpy") else xp
 
 
 _STRUCTURES: dict[tuple, Structure | str] = {}
@@ -226,7 +239,27 @@ def _clean(expr: Any, p: Any) -> Any:
                         and e.exp.is_positive and e.exp.is_integer, lambda e: e.base)
     expr = expr.replace(lambda e: e.is_Pow and e.base.is_Symbol and e.exp.is_even,
                         lambda e: sp.Abs(e.base) ** e.exp)
+    expr = expr.replace(lambda e: e.is_Mul and _ramp_step(e) is not None, _ramp_step)
+    expr = expr.replace(lambda e: e.is_Mul and sp.Float(1.0) in e.args,
+                        lambda e: e.func(*(a for a in e.args if a != sp.Float(1.0))))
     return sp.powsimp(expr, force=True)
+
+
+def _ramp_step(product: Any) -> Any:
+    """``product`` with each step Heaviside(±a) beside its ramp max(0, a) (min(0, a)) dropped
+    (the derivative of a one-sided square: the ramp vanishes where the step does), or None
+    where it has none."""
+    sp = _sympy()
+    args = list(product.args)
+    for ramp in [a for a in args if isinstance(a, sp.Max | sp.Min) and len(a.args) == 2
+                 and 0 in a.args]:
+        inner = ramp.args[1] if ramp.args[0] == 0 else ramp.args[0]
+        step = sp.Heaviside(inner if isinstance(ramp, sp.Max) else -inner)
+        found = [a for a in args if isinstance(a, sp.Heaviside) and a.args[0] == step.args[0]]
+        if found:
+            args.remove(found[0])
+            return product.func(*args)
+    return None
 
 
 def _derive(value: Any, names: tuple[str, ...], symbols: tuple[Any, ...]) -> Structure:
@@ -344,11 +377,21 @@ def _printers() -> tuple[type, type]:
             h0 = self._print(e.args[1] if len(e.args) > 1 else sp.Rational(1, 2))
             return f"xp.where({a} > 0, 1.0, xp.where({a} < 0, 0.0, {h0}))"
 
+        def _extreme(self, e: Any, fn: str, bound: str, pick: Any) -> str:
+            """``fn`` of the arguments that are arrays, the constant ones folded into one
+            ``xp.clip`` bound (raw torch's maximum and minimum take tensors only)."""
+            arrays = [a for a in e.args if a.free_symbols & set(_xpm())]
+            constants = [a for a in e.args if a not in arrays]
+            out = self._nested(fn, arrays)
+            if constants:
+                out = f"xp.clip({out}, {bound}={self._print(pick(*constants))})"
+            return out
+
         def _print_Max(self, e: Any) -> str:
-            return self._nested("xp.maximum", e.args)
+            return self._extreme(e, "xp.maximum", "min", sp.Max)
 
         def _print_Min(self, e: Any) -> str:
-            return self._nested("xp.minimum", e.args)
+            return self._extreme(e, "xp.minimum", "max", sp.Min)
 
         def _print_Piecewise(self, e: Any) -> str:
             out = "float('nan')"
@@ -379,6 +422,58 @@ def _printers() -> tuple[type, type]:
     return ScalarPrinter, ArrayPrinter
 
 
+def _ramps(expr: Any) -> Any:
+    """``expr`` with each pair of terms c·a + c·|a| written 2c·max(a, 0) (one array operation
+    instead of four: the positive part ½(m + |m|) of a congestion model)."""
+    sp = _sympy()
+
+    def fold(add: Any) -> Any:
+        terms = list(add.args)
+        for term in terms:
+            c, a = term.as_coeff_Mul()
+            if isinstance(a, sp.Abs) and (partner := c * a.args[0]) in terms:
+                terms.remove(term)
+                terms.remove(partner)
+                ramp = sp.Max(a.args[0], 0)
+                return add.func(*terms, ramp if float(2 * c) == 1.0 else 2 * c * ramp)
+        return add
+
+    return expr.replace(lambda e: e.is_Add and fold(e) != e, fold)
+
+
+def pair_function(structure: Structure) -> Any:
+    """``f(x, p, m, xp, *fields)`` returning (H, ∂p H) elementwise together, their common
+    sub-expressions computed once (``sympy.cse``, the powers shared as in
+    :func:`scalar_source`): the fewest array operations, each a kernel launch on a device."""
+    if "pair" not in structure.array:
+        sp = _sympy()
+        value = _share_powers(structure.value, structure.dp)
+        shared, (h, hp) = sp.cse([_ramps(value), _ramps(structure.dp)], optimizations="basic")
+        scalar_cls, array_cls = _printers()
+        names = {s: f"k{i}" for i, s in enumerate(structure.symbols)}
+        names |= {sym: f"t{j}" for j, (sym, _) in enumerate(shared)}
+        printer = array_cls(names)
+        printer.scalar = scalar_cls(names)
+        _, p, _ = _xpm()
+        lines = [f"    t{j} = {printer.doprint(e)}" for j, (_, e) in enumerate(shared)]
+        body = [printer.doprint(e) if p in e.free_symbols or any(
+            t in e.free_symbols for t, _ in shared) else f"({printer.doprint(e)}) + 0.0 * p"
+            for e in (h, hp)]
+        args = ", ".join(["x", "p", "m", "xp", *(f"k{i}" for i in range(len(names) - len(
+            shared)))])
+        structure.array["pair"] = _compiled_source(
+            f"def f({args}):\n" + "\n".join(lines) + f"\n    return {body[0]}, {body[1]}\n")
+    return structure.array["pair"]
+
+
+def _compiled_source(source: str) -> Any:
+    """The function ``f`` defined by ``source`` (generated by the printers here)."""
+    namespace: dict[str, Any] = {"math": math, "_pow": _pow, "_sign": _sign,
+                                 "_heaviside": _heaviside}
+    exec(source, namespace)  # noqa: S102 - our own printer
+    return namespace["f"]
+
+
 def _array_function(expr: Any, structure: Structure) -> Any:
     """``f(x, p, m, xp, *fields)`` evaluating ``expr`` elementwise (shaped like p)."""
     scalar_cls, array_cls = _printers()
@@ -386,14 +481,11 @@ def _array_function(expr: Any, structure: Structure) -> Any:
     names = {s: f"k{i}" for i, s in enumerate(structure.symbols)}
     printer = array_cls(names)
     printer.scalar = scalar_cls(names)
-    body = printer.doprint(expr)
+    body = printer.doprint(_ramps(expr))
     if p not in expr.free_symbols:
         body = f"({body}) + 0.0 * p"
     args = ", ".join(["x", "p", "m", "xp", *names.values()])
-    namespace: dict[str, Any] = {"math": math, "_pow": _pow, "_sign": _sign,
-                                 "_heaviside": _heaviside}
-    exec(f"def f({args}):\n    return {body}\n", namespace)  # noqa: S102 - our own printer
-    return namespace["f"]
+    return _compiled_source(f"def f({args}):\n    return {body}\n")
 
 
 def _pow(b: float, e: float) -> float:

@@ -113,6 +113,8 @@ class SystemConstants(NamedTuple):
     inv_dt: Any    # 1/Δt
     x: Any         # the nodes x_i
     half_square: bool   # the model is ½|p|² (its rows by one clamp, see stacked_system)
+    pair: Any      # other traced models: (H, ∂p H) together (symbolic.pair_function), or None
+    at_zero: Any   # H(x, 0, m) where it is not identically 0 (a function of x, m), or None
 
 
 def system_constants(c: StepConstants, hamiltonian: Hamiltonian, h: float, asarray: Any
@@ -124,9 +126,13 @@ def system_constants(c: StepConstants, hamiltonian: Hamiltonian, h: float, asarr
                                                  c.upper0), dim=-2)
     diffusion = -bands0[..., ::2, :]
     half_square = Quadratic.same_model(hamiltonian)
+    pair, at_zero = (None, None) if half_square else _pair_of(hamiltonian)
     if half_square:   # rows g₊_{i−1}, g₋_i, their squares, the diffusion
         mix = np.array([[-1.0, 0, 0, 0, 0, 0], [1, -1, 0, 0, 0, 0], [0, 1, 0, 0, 0, 0],
                         [0, 0, 0.5, 0.5, h**2, -h**2]]) / h**2
+    elif pair is not None:   # rows ∂p H(q₊_{i−1}), ∂p H(q₋_i), H(q₊_{i−1}), H(q₋_i), diffusion
+        mix = np.array([[-1.0 / h, 0, 0, 0, 0, 0], [1 / h, -1 / h, 0, 0, 0, 0],
+                        [0, 1 / h, 0, 0, 0, 0], [0, 0, 1, 1, 1, -1]])
     else:                                # rows ∂Ĥ/∂q_{i−1}, ∂Ĥ/∂q_i, Ĥ, the diffusion
         mix = np.array([[-1.0 / h, 0, 0, 0, 0], [1 / h, -1 / h, 0, 0, 0],
                         [0, 1 / h, 0, 0, 0], [0, 0, 1, 1, -1]])
@@ -136,8 +142,24 @@ def system_constants(c: StepConstants, hamiltonian: Hamiltonian, h: float, asarr
     low = [one, sign_low, diffusion, sign_low, sign_low, -inf]
     high = [one, sign_high, diffusion, sign_high, sign_high, inf]
     bounds = tuple(torch.stack(torch.broadcast_tensors(*rows), dim=-3) for rows in (low, high))
+    if pair is not None:   # one clamp: (g₊_{i−1}, g₋_i)
+        bounds = (sign_low, sign_high)
     return SystemConstants(bands0, asarray(mix), bounds, diffusion, c.inv_h, c.inv_dt, c.x,
-                           half_square)
+                           half_square, pair, at_zero)
+
+
+def _pair_of(hamiltonian: Hamiltonian) -> tuple[Any, Any]:
+    """(H, ∂p H) of a traced model as one generated array function ``f(x, p, m, xp)``
+    (:func:`~mfgwork.problems.symbolic.pair_function`: its fields are numbers, so that the
+    sub-expressions of fields alone stay numbers, not operations), and H(x, 0, m) where it is
+    not identically zero; (None, None) for a model that cannot be traced or that defines its
+    own numerical Hamiltonian (it keeps :meth:`Hamiltonian.numerical`)."""
+    traced = hamiltonian.traced()
+    if traced is None or type(hamiltonian).numerical is not Hamiltonian.numerical:
+        return None, None
+    zero = traced.structure.at_zero
+    return traced.array_function("pair"), (None if zero == 0 else
+                                           traced.array_function("value"))
 
 
 def stacked_system(u: Any, neg_rhs: Any, work: tuple[Any, Any], c: SystemConstants, xp: Any,
@@ -166,12 +188,30 @@ def stacked_system(u: Any, neg_rhs: Any, work: tuple[Any, Any], c: SystemConstan
     if c.half_square:
         parts = torch.clamp(edges[..., None, :, :], *c.bounds)
         rows = (parts[..., 3:, :, :] * parts[..., :3, :, :]).flatten(-3, -2)
+    elif c.pair is not None:
+        rows = _model_rows(u, edges, c, xp, m)
     else:
         q = edges * c.inv_h
         value, d_left, d_right = hamiltonian.numerical(c.x, q[..., 0, :], q[..., 1, :], m, xp)
         rows = torch.cat([*(torch.broadcast_to(v, u.shape)[..., None, :]
                             for v in (d_left, d_right, value)), c.diffusion * edges], dim=-2)
     return _plus_product(system0, c.mix, rows)
+
+
+def _model_rows(u: Any, edges: Any, c: SystemConstants, xp: Any, m: Any) -> Any:
+    """The rows ∂p H(q₊_{i−1}), ∂p H(q₋_i), H(q₊_{i−1}) − H(0), H(q₋_i) and the diffusion
+    λ (g_{i−1}, g_i) of :func:`stacked_system` for a traced model: its generated (H, ∂p H)
+    evaluated once on the pair of one-sided gradients (one clamp of the edge differences)."""
+    import torch
+
+    q = torch.clamp(edges, *c.bounds) * c.inv_h              # (..., 2, n): q₊_{i−1}, q₋_i
+    density = None if m is None else m[..., None, :]
+    value, slope = (v if v.shape == q.shape else torch.broadcast_to(v, q.shape)
+                    for v in c.pair(c.x, q, density, torch))   # raw torch: no host reads
+    if c.at_zero is not None:   # Ĥ = H(q₊) + H(q₋) − H(0)
+        value = torch.cat([value[..., :1, :] - c.at_zero(c.x, 0.0 * u, m, torch)[..., None, :],
+                           value[..., 1:, :]], dim=-2)
+    return torch.cat([slope, value, c.diffusion * edges], dim=-2)
 
 
 def _plus_product(base: Any, matrix: Any, rows: Any) -> Any:

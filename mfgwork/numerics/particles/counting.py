@@ -2,8 +2,9 @@
 
 The dynamics are those of :class:`~mfgwork.numerics.particles.ParticleFP` (the same kernels):
 
-    X^{n+1} = fold(X^n + b(t_n, X^n) Δt + σ √Δt ξ^n),   b = −∂x u (central differences at the
-    nodes, 0 at the walls, linear in x),   X^0 ~ m0 (piecewise linear, inverse CDF),
+    X^{n+1} = fold(X^n + b(t_n, X^n) Δt + σ √Δt ξ^n),   b = −∂p H(x, ∂x u, m) (∂x u by central
+    differences at the nodes, 0 at the walls, linear in x; ½|p|²: b = −∂x u; where H depends
+    on m, the step from t_n sees m^{n+1}),   X^0 ~ m0 (piecewise linear, inverse CDF),
 
 but instead of depositing a density, each level records how many of the N agents lie above
 ``cut`` (strictly): an exact integer count, no histogram. ``n_samples`` independent groups of
@@ -20,6 +21,7 @@ import numpy as np
 from ...core.backend import Backend
 from ...core.errors import ParameterError, check_int
 from ...core.grid import Grid
+from ...problems.hamiltonians import Hamiltonian
 from .memory import check_fits
 from .paths import nodal_drift
 
@@ -33,10 +35,13 @@ def sample_seeds(seed: int, n: int) -> list[int]:
 
 
 def count_above(U: Any, m0: Any, grid: Grid, sigma: float, backend: Backend, n_agents: int,
-                n_samples: int, seed: int, cut: float = 0.0) -> np.ndarray:
+                n_samples: int, seed: int, cut: float = 0.0,
+                hamiltonian: Hamiltonian | None = None, density: Any = None) -> np.ndarray:
     """Counts (n_samples, nt + 1) of agents with X > ``cut`` at each time level.
 
-    ``U`` (nt + 1, nx) gives the feedback −∂x u; ``m0`` (nx,) the initial density. Runs on
+    ``U`` (nt + 1, nx) gives the feedback −∂p H(x, ∂x u, m) of ``hamiltonian`` (None: ½|p|²,
+    −∂x u); ``density`` (nt, nx): the densities m^1..m^nt H sees where it depends on m (the
+    mean field's); ``m0`` (nx,) the initial density. Runs on
     ``backend`` (NumPy: compiled loops, one sample after the other; torch: the tensor kernels
     of the particle solver, many samples in one batch); returns NumPy int64 counts.
     """
@@ -49,18 +54,26 @@ def count_above(U: Any, m0: Any, grid: Grid, sigma: float, backend: Backend, n_a
     if tuple(U.shape) != (grid.nt + 1, grid.nx):
         raise ParameterError(f"U has shape {tuple(U.shape)}: must be (nt + 1, nx) = "
                              f"({grid.nt + 1}, {grid.nx})")
+    if hamiltonian is not None and hamiltonian.depends_on_m and (
+            density is None or tuple(density.shape) != (grid.nt, grid.nx)):
+        raise ParameterError(f"density={'None' if density is None else tuple(density.shape)} "
+                             f"is invalid with hamiltonian={hamiltonian!r}, which depends on m:"
+                             f" pass the densities m^1..m^nt, shape ({grid.nt}, {grid.nx})")
+    model = (hamiltonian, density if hamiltonian is not None and hamiltonian.depends_on_m
+             else None)
     per_chunk = max(1, min(n_samples, CHUNK_PARTICLES // n_agents))
     check_fits(n_agents * (1 if backend.name == "numpy" else per_chunk), grid.nx, grid.nt,
                backend)
     if backend.name == "numpy":
         return _counts_numpy(np.asarray(U, dtype=np.float64), np.asarray(m0), grid, sigma,
-                             backend, n_agents, n_samples, seed, cut)
+                             backend, n_agents, n_samples, seed, cut, model)
     return _counts_torch(backend.asarray(U), backend.asarray(m0), grid, sigma, backend,
-                         n_agents, n_samples, per_chunk, seed, cut)
+                         n_agents, n_samples, per_chunk, seed, cut, model)
 
 
 def _counts_numpy(U: np.ndarray, m0: np.ndarray, grid: Grid, sigma: float, backend: Backend,
-                  n: int, n_samples: int, seed: int, cut: float) -> np.ndarray:
+                  n: int, n_samples: int, seed: int, cut: float,
+                  model: tuple[Hamiltonian | None, Any]) -> np.ndarray:
     from .counting_kernels import step_count
     from .numba_kernels import sample_offsets
 
@@ -68,7 +81,9 @@ def _counts_numpy(U: np.ndarray, m0: np.ndarray, grid: Grid, sigma: float, backe
     length = grid.x_max - grid.x_min
     consts = ((grid.nx - 1) / length, grid.dt, sigma * grid.dt**0.5, length,
               cut - grid.x_min)
-    b = nodal_drift(U[:-1], grid.h).astype(dtype)
+    H, density = model
+    density = None if density is None else np.asarray(density, dtype=np.float64)
+    b = nodal_drift(U[:-1], grid.h, H, grid.x, density).astype(dtype)
     counts = np.empty((n_samples, grid.nt + 1), dtype=np.int64)
     xi = np.empty(n, dtype=dtype)
     for s, sample_seed in enumerate(sample_seeds(seed, n_samples)):
@@ -82,7 +97,8 @@ def _counts_numpy(U: np.ndarray, m0: np.ndarray, grid: Grid, sigma: float, backe
 
 
 def _counts_torch(U: Any, m0: Any, grid: Grid, sigma: float, backend: Backend, n: int,
-                  n_samples: int, per_chunk: int, seed: int, cut: float) -> np.ndarray:
+                  n_samples: int, per_chunk: int, seed: int, cut: float,
+                  model: tuple[Hamiltonian | None, Any]) -> np.ndarray:
     starts = range(0, n_samples, per_chunk)
     graph = n_samples // per_chunk >= 3  # recording pays off from the third equal batch on
     counter: TorchCounter | None = None
@@ -90,7 +106,8 @@ def _counts_torch(U: Any, m0: Any, grid: Grid, sigma: float, backend: Backend, n
     for start, chunk_seed in zip(starts, sample_seeds(seed, len(starts)), strict=True):
         size = min(per_chunk, n_samples - start)
         if counter is None or counter.size != size:
-            counter = TorchCounter(grid, sigma, backend, n, size, cut, cuda_graph=graph)
+            counter = TorchCounter(grid, sigma, backend, n, size, cut, cuda_graph=graph,
+                                   model=model)
         out.append(counter.run(U, m0, chunk_seed).cpu().numpy())
     return np.concatenate(out, axis=0)
 
@@ -103,7 +120,8 @@ class TorchCounter:
     launch cost of the ~15 small kernels per time step, and pays off for repeated runs."""
 
     def __init__(self, grid: Grid, sigma: float, backend: Backend, n_agents: int, size: int,
-                 cut: float = 0.0, cuda_graph: bool = True) -> None:
+                 cut: float = 0.0, cuda_graph: bool = True,
+                 model: tuple[Hamiltonian | None, Any] = (None, None)) -> None:
         import torch
 
         from .torch_kernels import TorchKernels
@@ -113,6 +131,9 @@ class TorchCounter:
         self.kernels = TorchKernels(grid.nx, grid.h, grid.x_max - grid.x_min, n_agents * size,
                                     backend)
         self.generator = torch.Generator(device=backend.native_device)
+        H, density = model   # the feedback's Hamiltonian, and the densities it sees
+        self.drift = (H, backend.asarray(grid.x),
+                      None if density is None else backend.asarray(density))
         self.use_graph = cuda_graph and backend.kind == "cuda"
         self._graph: Any = None
 
@@ -140,7 +161,8 @@ class TorchCounter:
         y = k.sample(m0, torch.rand(k.n, generator=self.generator, **opts))
         counts = torch.empty((g.nt + 1, size), dtype=torch.int64, device=U.device)
         torch.sum((y > self.offset_cut).view(size, -1), dim=1, out=counts[0])
-        b0, db = k.drift_tables(U)
+        H, x, density = self.drift
+        b0, db = k.drift_tables(U, H, x, density)
         xi = torch.empty(k.n, **opts)
         for step in range(g.nt):
             torch.randn(k.n, generator=self.generator, out=xi)
