@@ -37,11 +37,11 @@
 # device: [cpu, auto]
 # ```
 #
-# Left empty, `sweep_dir` runs a small demonstration sweep (3 thresholds × 2 noise levels on a
-# `demo_nx` × `demo_nx` grid) into `sweeps/demo_41x41` (named by `demo_nx`) at the top of the
-# repository; run again, it is reused.
+# Left empty, `sweep_dir` runs a small demonstration sweep (the thresholds `demo_thresholds` ×
+# 2 noise levels on a `demo_nx` × `demo_nx` grid) into `sweeps/demo_41x41_A0.4-0.6-0.8` (named
+# by `demo_nx` and `demo_thresholds`) at the top of the repository; run again, it is reused.
 
-# %% nbmake={"mock": {"demo_nx": 21}} tags=["parameters"]
+# %% nbmake={"mock": {"demo_nx": 21, "demo_thresholds": [0.4, 0.8]}} tags=["parameters"]
 # the sweep folder to summarize; "" runs the small demonstration sweep
 sweep_dir = ""
 # parameter on the horizontal axis, and the one that tells the curves apart
@@ -49,7 +49,9 @@ x = "threshold"
 by = "sigma"
 # column that groups the timing bars
 group_time = "device"
-# grid of the demonstration sweep (nx = nt), used only when sweep_dir is empty
+# the demonstration sweep, used only when sweep_dir is empty: its thresholds (each run with
+# the noise levels 0.3 and 0.6) and its grid (nx = nt)
+demo_thresholds = [0.4, 0.6, 0.8]
 demo_nx = 41
 # run folder to write (figures and the index table); "" writes nothing
 out_dir = ""
@@ -63,9 +65,10 @@ from mfgwork import sweep_plots
 # %matplotlib inline
 
 if not sweep_dir:
-    sweep_dir = Path("..") / "sweeps" / f"demo_{demo_nx}x{demo_nx}"
+    named = "-".join(f"{a:g}" for a in demo_thresholds)
+    sweep_dir = Path("..") / "sweeps" / f"demo_{demo_nx}x{demo_nx}_A{named}"
     mw.sweep("01_santa_fe_bar.ipynb",
-             {"threshold": [0.4, 0.6, 0.8], "sigma": [0.3, 0.6]}, sweep_dir,
+             {"threshold": demo_thresholds, "sigma": [0.3, 0.6]}, sweep_dir,
              {"nx": demo_nx, "nt": demo_nx}, workers=2)
 index = mw.load_sweep(sweep_dir)
 index

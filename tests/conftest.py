@@ -163,7 +163,7 @@ NOTEBOOK_PARAMETERS: dict[str, dict] = {
     "01_santa_fe_bar.ipynb": {"nx": 41, "nt": 40, "threshold": 0.5, "tol": 1e-7},
     "02_cpu_vs_accelerator.ipynb": {"nx": 16, "nt": 15, "tol": 1e-5},
     "03_explorer.ipynb": {"threshold": 0.5, "nx": 52},
-    "04_sweep_summary.ipynb": {"demo_nx": 21},
+    "04_sweep_summary.ipynb": {"demo_nx": 21, "demo_thresholds": [0.4, 0.8]},
     "05_parameter_scan.ipynb": {"n_threshold": 3, "n_sigma": 2, "nx": 21, "nt": 20,
                                 "device": "cpu", "slice_sigma": 0.3},
     "06_n_patrons.ipynb": {"nx": 61, "nt": 60, "sizes": [100, 1000, 10000], "n_samples": 8,

@@ -268,13 +268,16 @@ def test_a_fused_batch_at_each_problem_s_accuracy_reaches_the_equilibria(device,
                                                                           mixed):
     """Inexact Picard in a fused batch: the room without congestion asks accuracies far
     below the congested one's (more than the FP check's factor), each problem's Newton
-    test and FP solves follow its own, and both reach the eager batch's equilibria."""
+    test and FP solves follow its own, and both reach the eager batch's equilibria (at a
+    tolerance below float32's rounding, 6e-8, in mixed precision too). Under the
+    interpreter two time steps: its time grows with every level of every iteration."""
     from mfgwork.numerics.fdm2d import fused_steps
 
     monkeypatch.setattr(fused_steps, "MIXED_NODES", 0 if mixed else 10**12)
     rooms = [mw.Room(congestion=0.0), mw.Room(congestion=3.0, door_widths=(0.3, 0.15))]
-    size = {"nx": 7, "nt": 3} if device == "cpu" else {"nx": 31, "nt": 20}
-    common = dict(**size, tol=1e-9, backend="torch", device=device, dtype="float64",
+    size = {"nx": 7, "nt": 2} if device == "cpu" else {"nx": 31, "nt": 20}
+    tol = 1e-8 if device == "cpu" else 1e-9
+    common = dict(**size, tol=tol, backend="torch", device=device, dtype="float64",
                   progress=False)
     asked = []
     resolve = sweeps.Scheme2D.resolve
@@ -292,7 +295,7 @@ def test_a_fused_batch_at_each_problem_s_accuracy_reaches_the_equilibria(device,
         spread = max(float(a.max() / a.min()) for a in asked if a.size == 2)
         assert spread > sweeps.KRYLOV_FAIL   # the loose problem's residual > fail · tight
     for a, b in zip(out[False], out[True], strict=True):
-        assert a.converged and b.converged and b.residual <= 1e-9
+        assert a.converged and b.converged and b.residual <= tol
         assert np.max(np.abs(a.M - b.M)) <= 1e-7 * np.max(a.M)
         assert b.mass_error <= 1e-12
 

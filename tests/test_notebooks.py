@@ -165,16 +165,18 @@ def test_sweep_summary_runs_its_demonstration_sweep_beside_the_notebook(notebook
     """Without sweep_dir, notebook 04 runs a demonstration sweep into the sweeps/ folder
     beside the notebooks' folder (here the tests' temporary copy), named by its grid so that
     the defaults and these small parameters never meet in one folder, and draws it."""
-    run = notebook_runs("04_sweep_summary.ipynb")  # demo_nx 21
+    run = notebook_runs("04_sweep_summary.ipynb")  # demo_nx 21, thresholds 0.4 and 0.8
     folder = run.folder
     figures = {p.stem for p in (folder / "figures").glob("*.png")}
     assert {"sweep_metrics", "attendance_grid", "wall_time"} <= figures
-    assert len(json.loads((folder / "index.json").read_text())) == 6
+    assert len(json.loads((folder / "index.json").read_text())) == 4   # 2 thresholds × 2 σ
     sweeps = run.work.parent / "sweeps"
-    demo = sweeps / "demo_21x21"
+    demo = sweeps / "demo_21x21_A0.4-0.8"
     assert [p.name for p in sweeps.iterdir()] == [demo.name]
     index = mw.load_sweep(demo)
-    assert index.counts() == {"done": 6, "failed": 0, "pending": 0}
+    assert index.counts() == {"done": 4, "failed": 0, "pending": 0}
+    assert sorted({(r["threshold"], r["sigma"]) for r in index}) == [
+        (a, s) for a in (0.4, 0.8) for s in (0.3, 0.6)]
     assert all(mw.load(index.run_folder(r)).U.shape == (22, 21) for r in index)
 
 
