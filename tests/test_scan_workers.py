@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 import mfgwork as mw
+from mfgwork.workflows import dask_client
+from mfgwork.workflows import scan as scan_module
 
 xr = pytest.importorskip("xarray")
 pytest.importorskip("zarr")
@@ -82,3 +84,91 @@ def test_a_worker_killed_mid_scan_loses_no_point(tmp_path, monkeypatch, by_value
     reference = mw.scan(santa_fe_killing_its_worker_once, GRID, **kw)
     assert bool(ds["done"].all()) and set(ds["status"].values.ravel()) == {"converged"}
     xr.testing.assert_equal(ds.drop_vars("wall_time"), reference.drop_vars("wall_time"))
+
+
+# -- one worker per GPU --------------------------------------------------------------------------
+def _gpus(monkeypatch, count: int | None, listed: str | None = None) -> None:
+    """Mock the CUDA devices torch counts (None: no torch) and ``CUDA_VISIBLE_DEVICES``."""
+    monkeypatch.setattr(dask_client, "_cuda_device_count", lambda: count)
+    if listed is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", listed)
+
+
+@pytest.mark.parametrize(("count", "listed", "workers", "gpus"), [
+    (4, None, None, ["0", "1", "2", "3"]),
+    (4, None, 2, ["0", "1"]),
+    (2, "3,5", None, ["3", "5"]),
+    (2, "GPU-a1, GPU-b2", 1, ["GPU-a1"]),
+])
+def test_one_worker_per_visible_gpu_each_pinned_by_its_own_variable(
+        monkeypatch, count, listed, workers, gpus):
+    from distributed import Nanny
+
+    _gpus(monkeypatch, count, listed)
+    assert dask_client.visible_gpus(workers) == gpus
+    specs = dask_client.gpu_worker_specs(dask_client.visible_gpus(workers))
+    assert list(specs) == [f"gpu-{g}" for g in gpus]
+    assert [s["options"]["env"] for s in specs.values()] == \
+        [{"CUDA_VISIBLE_DEVICES": g} for g in gpus]
+    assert all(s["cls"] is Nanny and s["options"]["nthreads"] == 1 for s in specs.values())
+
+
+@pytest.mark.parametrize(("count", "listed", "workers", "words"), [
+    (0, None, None, "torch.cuda.device_count() is 0"),
+    (0, "", None, "CUDA_VISIBLE_DEVICES=''"),
+    (None, None, None, "PyTorch is not installed"),
+    (2, None, 3, "workers=3 is invalid with dask='gpus': only 2 GPU(s)"),
+])
+def test_gpu_workers_without_the_gpus_are_refused_in_one_line_before_anything(
+        monkeypatch, tmp_path, count, listed, workers, words):
+    _gpus(monkeypatch, count, listed)
+
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("a cluster was started")
+
+    monkeypatch.setattr(dask_client, "gpu_cluster", no_cluster)
+    with pytest.raises(mw.ParameterError) as info:
+        mw.scan(mw.SantaFeBar, GRID, store=tmp_path / "scan.zarr", dask="gpus",
+                workers=workers, progress=False, **SOLVE)
+    assert words in str(info.value) and "\n" not in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_gpus_and_a_scheduler_address_together_are_refused(tmp_path):
+    with pytest.raises(mw.ParameterError, match=r"dask='gpus'.*scheduler='tcp://h:1'.*only one"):
+        mw.scan(mw.SantaFeBar, GRID, dask="gpus", scheduler="tcp://h:1", progress=False)
+    with pytest.raises(mw.ParameterError,
+                       match=r"dask='cpus' \(str\) is invalid: must be True .*'gpus'"):
+        mw.scan(mw.SantaFeBar, GRID, dask="cpus", progress=False)
+
+
+def test_a_block_fits_the_smallest_gpu_of_the_workers(monkeypatch):
+    """``dask="gpus"`` sizes blocks by every worker's GPU: the smallest one decides."""
+    from mfgwork.core.backend import Backend
+    from mfgwork.workflows import scan_solve
+
+    _gpus(monkeypatch, 3, None)
+    memory = {"cuda:0": 80e9, "cuda:1": 20e9, "cuda:2": 80e9}
+    monkeypatch.setattr(scan_solve, "device_info", lambda device: {
+        "memory_total": memory[device], "memory_reserved": 0})
+    monkeypatch.setattr(scan_solve, "_host_available", lambda: 10**15)
+    be = Backend("torch", "cuda", "float32")
+    on = scan_module._worker_backends(be, None, "gpus", None)
+    assert [b.device for b in on] == ["cuda:0", "cuda:1", "cuda:2"]
+    sizes = [scan_solve.points_per_block(b, 201, 201, 2, 10**6) for b in on]
+    assert sizes[1] < sizes[0] == sizes[2]
+    assert scan_module._worker_backends(be, None, True, None) == [be]
+
+
+@pytest.mark.slow
+def test_gpu_workers_see_only_their_own_gpu():
+    """The cluster of :func:`gpu_cluster` (on CPUs here: the variable is all a worker gets):
+    each worker process runs with ``CUDA_VISIBLE_DEVICES`` set to its own entry."""
+    with dask_client.dask_client(1, None, ["7", "9"]) as (client, _):
+        client.wait_for_workers(2)
+        seen = client.run(lambda: os.environ.get("CUDA_VISIBLE_DEVICES"))
+        names = {w["name"]: w["id"] for w in client.scheduler_info()["workers"].values()}
+    assert sorted(seen.values()) == ["7", "9"]
+    assert set(names) == {"gpu-7", "gpu-9"}

@@ -49,6 +49,7 @@ this module builds the Dataset's layout and runs the blocks.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -75,7 +76,7 @@ from ..placement import Placement
 from ..problems import PROBLEMS
 from ..results import provenance
 from ..solve2d import default_iteration
-from .dask_client import dask_client
+from .dask_client import dask_client, visible_gpus
 from .scan_check import DIGEST, DONE, Damage, blocks, check_store, finished_points
 from .scan_inspect import RECORD_ATTR, check_metadata, inspect_store, read_record
 from .scan_plan import (
@@ -214,14 +215,16 @@ def _commit() -> str | None:
 
 # -- executors ---------------------------------------------------------------------------------
 @contextlib.contextmanager
-def _executor(scheduler: str | None, dask: bool, workers: int | None
+def _executor(scheduler: str | None, dask: bool | str, workers: int | None
               ) -> Iterator[Callable[[list[Task]], Iterator[dict[str, Any]]]]:
     """``run(tasks)`` yields each task's outcome as it finishes: in this process, or on Dask
-    workers (``scheduler``, or ``dask=True``: a LocalCluster)."""
+    workers (``scheduler``, or ``dask=True``: a LocalCluster; ``dask="gpus"``: one worker
+    per visible GPU)."""
     if scheduler is None and not dask:
         yield lambda tasks: (solve_block(t) for t in tasks)
         return
-    with dask_client(workers or 1, scheduler) as (client, as_completed):
+    gpus = visible_gpus(workers) if dask == "gpus" and scheduler is None else None
+    with dask_client(workers or 1, scheduler, gpus) as (client, as_completed):
         def run(tasks: list[Task]) -> Iterator[dict[str, Any]]:
             futures = {client.submit(solve_block, t, pure=False): t for t in tasks}
             for future in as_completed(list(futures)):
@@ -241,7 +244,7 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
          device: str = "auto", backend: str | None = None, iteration: Any = None,
          keep: Sequence[str] = FIELDS,
          store: str | os.PathLike | None = None, chunk_size: int | None = None,
-         scheduler: str | None = None, dask: bool = False, workers: int | None = None,
+         scheduler: str | None = None, dask: bool | str = False, workers: int | None = None,
          progress: bool = True, max_points: int = MAX_POINTS) -> Any:
     """Solve ``problem`` at every point of ``grid``; return an ``xarray.Dataset``.
 
@@ -261,8 +264,11 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
     ``store``: a zarr path; finished blocks are written as they finish, a rerun resumes, and
     the returned Dataset is the store opened lazily. ``chunk_size``: points per block
     (default: sized to the device's memory; a resumed store keeps its own). ``scheduler`` /
-    ``dask``/``workers``: solve blocks on a Dask cluster. Bad names, values and grids raise
-    :class:`~mfgwork.ParameterError` before any solve, as do grids of more than
+    ``dask``/``workers``: solve blocks on a Dask cluster: the one at a scheduler's address,
+    a LocalCluster of ``workers`` CPU processes (``dask=True``), or one worker per visible
+    GPU (``dask="gpus"``, the first ``workers`` of them: each worker pinned to its GPU by
+    ``CUDA_VISIBLE_DEVICES``, blocks sized to the smallest GPU's memory). Bad names, values
+    and grids raise :class:`~mfgwork.ParameterError` before any solve, as do grids of more than
     ``max_points`` points (counted before any axis is expanded) and scans whose largest
     point, or whose Dataset when there is no store, does not fit in memory; every point is
     checked as :func:`mfgwork.solve` checks it (steps and diffusion numbers) before a store
@@ -285,8 +291,9 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
     check_points(plan, be)  # every point as mw.solve checks it: before any store
     layout = make_layout(plan, be, chosen)
     if chunk_size is None:
-        chunk_size = points_per_block(be, plan.options["nx"] * plan.options.get("ny", 1),
-                                      plan.options["nt"], len(plan.keep), n_points)
+        chunk_size = min(points_per_block(on, plan.options["nx"] * plan.options.get("ny", 1),
+                                          plan.options["nt"], len(plan.keep), n_points)
+                         for on in _worker_backends(be, scheduler, dask, workers))
     block = block_shape(plan.shape, check_int("chunk_size", chunk_size, low=1))
     if store is None:
         dataset = layout.dataset()
@@ -326,6 +333,16 @@ def resolving(path: Path, layout: Layout, damaged: list[Damage]) -> str:
             f"stored data is missing or damaged: {shown}" + (" …" if len(damaged) > 3 else ""))
 
 
+def _worker_backends(be: Backend, scheduler: str | None, dask: bool | str,
+                     workers: int | None) -> list[Backend]:
+    """The backends whose memory sizes a block: ``be``, or with ``dask="gpus"`` on CUDA
+    ``be`` on each GPU of the workers (so a block fits the smallest)."""
+    if dask != "gpus" or scheduler is not None or not be.device.startswith("cuda"):
+        return [be]
+    return [dataclasses.replace(be, device=f"cuda:{i}")
+            for i in range(len(visible_gpus(workers)))]
+
+
 def _require(grid: Any, store: Any, dask: Any, scheduler: Any, feature: str) -> None:
     """The optional packages a scan with these options needs (before anything is made)."""
     require("xarray", "psutil", *(() if isinstance(grid, Mapping) else ("yaml",)),
@@ -334,7 +351,7 @@ def _require(grid: Any, store: Any, dask: Any, scheduler: Any, feature: str) -> 
     if dask or scheduler:
         require("distributed", extra="dask", feature=f"{feature}(dask=True or scheduler=...)")
     if dask and scheduler is None:
-        check_spawn_safe(f"{feature}(dask=True)")
+        check_spawn_safe(f"{feature}(dask={dask!r})")
 
 
 def _check_options(store: Any, device: Any, scheduler: Any, dask: Any, workers: Any,
@@ -350,12 +367,20 @@ def _check_options(store: Any, device: Any, scheduler: Any, dask: Any, workers: 
     if not isinstance(device, str):
         raise ParameterError(f"device={device!r:.80} ({type(device).__name__}) is invalid: "
                              "must be 'auto', 'cpu', 'cuda' or 'mps'")
-    check_flag("dask", dask)
+    if not (dask is True or dask is False or isinstance(dask, str) and dask == "gpus"):
+        raise ParameterError(f"dask={dask!r:.80} ({type(dask).__name__}) is invalid: must be "
+                             "True (CPU workers), False or 'gpus' (a worker per GPU)")
+    if dask == "gpus" and scheduler is not None:
+        raise ParameterError(f"dask='gpus' starts a cluster of this host's GPUs, and "
+                             f"scheduler={scheduler!r} names a running one: give only one")
     check_flag("progress", progress)
-    return None if workers is None else check_int("workers", workers, low=1)
+    workers = None if workers is None else check_int("workers", workers, low=1)
+    if dask == "gpus":
+        visible_gpus(workers)  # (refused here where no GPU is visible: nothing made yet)
+    return workers
 
 
-def _run(tasks: list[Task], scheduler: str | None, dask: bool, workers: int | None,
+def _run(tasks: list[Task], scheduler: str | None, dask: bool | str, workers: int | None,
          progress: bool, total: int, initial: int, dataset: Any) -> None:
     if not tasks:
         return
