@@ -4,6 +4,7 @@ refused with one line where no GPU is visible); progress as blocks finish."""
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import sys
@@ -70,20 +71,60 @@ def by_value():
 
 
 @pytest.mark.slow
-def test_a_worker_killed_mid_scan_loses_no_point(tmp_path, monkeypatch, by_value):
+def test_a_worker_killed_mid_scan_loses_no_point(tmp_path, monkeypatch, by_value, capsys):
     """Two worker processes, a block a point; the worker that takes the last block is killed
     (SIGKILL) after other blocks are written: Dask solves that block again on a worker, and
-    the store holds every point, equal to an uninterrupted scan in one process."""
+    the store holds every point, equal to an uninterrupted scan in one process; the progress
+    bar counts every point across the workers."""
     marker = tmp_path / "killed"
     monkeypatch.setenv(MARKER, str(marker))
     kw = {"fixed": {"T": 5.0}, "device": "cpu", "progress": False, **SOLVE}
     ds = mw.scan(santa_fe_killing_its_worker_once, GRID, store=tmp_path / "scan.zarr",
-                 chunk_size=1, dask=True, workers=2, **kw).load()
+                 chunk_size=1, dask=True, workers=2, **kw | {"progress": True}).load()
+    last = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    assert last.startswith("scan on 2 Dask workers: 100%") and "6/6" in last
+    assert "converged=6, not_converged=0, failed=0" in last
     assert marker.exists(), "no worker was killed"
     assert int(marker.read_text()) >= 1, "the worker was killed before any block was written"
     reference = mw.scan(santa_fe_killing_its_worker_once, GRID, **kw)
     assert bool(ds["done"].all()) and set(ds["status"].values.ravel()) == {"converged"}
     xr.testing.assert_equal(ds.drop_vars("wall_time"), reference.drop_vars("wall_time"))
+
+
+def test_the_progress_bar_counts_solving_only(monkeypatch):
+    """The bar opens once the workers are up and closes before they stop (its rate and
+    remaining time are the solves'), labelled with the workers, and counts every point."""
+    import contextlib
+
+    from tqdm.std import tqdm
+
+    from mfgwork.workflows.scan_solve import solve_block
+
+    events, bars = [], []
+
+    @contextlib.contextmanager
+    def executor(*args):
+        events.append("workers up")
+        yield (lambda tasks: (solve_block(t) for t in tasks)), " on 2 Dask workers"
+        events.append("workers stopped")
+
+    class Bar(tqdm):
+        def close(self):
+            if not self.disable and "bar closed" not in events:
+                events.append("bar closed")
+            super().close()
+
+    def bar(**options):
+        events.append("bar opened")
+        bars.append(Bar(**options | {"file": io.StringIO()}))
+        return bars[-1]
+
+    monkeypatch.setattr(scan_module, "_executor", executor)
+    monkeypatch.setattr(scan_module, "progress_bar", bar)
+    mw.scan(mw.SantaFeBar, {"threshold": [0.4, 0.6]}, device="cpu", chunk_size=1, **SOLVE)
+    assert events == ["workers up", "bar opened", "bar closed", "workers stopped"]
+    assert bars[0].desc == "scan on 2 Dask workers" and bars[0].n == bars[0].total == 2
+    assert bars[0].postfix == "converged=2, not_converged=0, failed=0"
 
 
 # -- one worker per GPU --------------------------------------------------------------------------

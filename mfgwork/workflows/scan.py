@@ -216,12 +216,13 @@ def _commit() -> str | None:
 # -- executors ---------------------------------------------------------------------------------
 @contextlib.contextmanager
 def _executor(scheduler: str | None, dask: bool | str, workers: int | None
-              ) -> Iterator[Callable[[list[Task]], Iterator[dict[str, Any]]]]:
-    """``run(tasks)`` yields each task's outcome as it finishes: in this process, or on Dask
-    workers (``scheduler``, or ``dask=True``: a LocalCluster; ``dask="gpus"``: one worker
-    per visible GPU)."""
+              ) -> Iterator[tuple[Callable[[list[Task]], Iterator[dict[str, Any]]], str]]:
+    """``(run, where)``: ``run(tasks)`` yields each task's outcome as it finishes, in this
+    process or on Dask workers (``scheduler``, or ``dask=True``: a LocalCluster;
+    ``dask="gpus"``: one worker per visible GPU), whose count ``where`` tells (a progress
+    bar's label)."""
     if scheduler is None and not dask:
-        yield lambda tasks: (solve_block(t) for t in tasks)
+        yield (lambda tasks: (solve_block(t) for t in tasks)), ""
         return
     gpus = visible_gpus(workers) if dask == "gpus" and scheduler is None else None
     with dask_client(workers or 1, scheduler, gpus) as (client, as_completed):
@@ -234,7 +235,7 @@ def _executor(scheduler: str | None, dask: bool | str, workers: int | None
                     yield {"region": futures[future].region, "statuses": [], "arrays": None,
                            "lost": f"{type(exc).__name__}: {exc}"}
 
-        yield run
+        yield run, f" on {len(client.scheduler_info()['workers'])} Dask workers"
 
 
 # -- the front door ----------------------------------------------------------------------------
@@ -386,19 +387,22 @@ def _run(tasks: list[Task], scheduler: str | None, dask: bool | str, workers: in
         return
     counts = {s: 0 for s in ("converged", "not_converged", "failed")}
     lost: list[str] = []
-    with progress_bar(total=total, initial=initial, desc="scan", unit="point",
-                      disable=not progress) as bar, ticking(bar), \
-            _executor(scheduler, dask, workers) as run:
+    # (the bar opens once the workers are up and closes before they stop: its rate and
+    # remaining time count solving only)
+    with _executor(scheduler, dask, workers) as (run, where), \
+            progress_bar(total=total, initial=initial, desc=f"scan{where}", unit="point",
+                         disable=not progress) as bar, ticking(bar):
         for out in run(tasks):
             if "lost" in out:
                 lost.append(out["lost"])
+                bar.set_postfix(counts | {"lost": len(lost)}, refresh=False)
                 continue
             if out["arrays"] is not None:
                 for name, value in out["arrays"].items():
                     dataset[name].values[out["region"]] = value
             for status in out["statuses"]:
                 counts[status] += 1
-            bar.set_postfix(counts, refresh=False)
+            bar.set_postfix(counts | ({"lost": len(lost)} if lost else {}), refresh=False)
             bar.update(len(out["statuses"]))
     if lost:
         warnings.warn(f"{len(lost)} block(s) of the scan were lost on their Dask workers "
