@@ -127,6 +127,22 @@ def test_the_progress_bar_counts_solving_only(monkeypatch):
     assert bars[0].postfix == "converged=2, not_converged=0, failed=0"
 
 
+def test_a_client_given_as_dask_runs_the_scan_and_stays_open():
+    """``dask=client``: the blocks run on that client's workers (threads here), the values
+    are those of a scan in one process, and the client is left open for more work."""
+    kw = {"fixed": {"T": 5.0}, "device": "cpu", "progress": False, "chunk_size": 2, **SOLVE}
+    grid = {"threshold": [0.4, 0.8], "sigma": [0.4, 0.7]}
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        ds = mw.scan(mw.SantaFeBar, grid, dask=client, **kw)
+        assert client.status == "running" and client.submit(sum, [1, 2]).result() == 3
+        with pytest.raises(mw.ParameterError, match=r"is a client and scheduler='tcp://h:1'"):
+            mw.scan(mw.SantaFeBar, grid, dask=client, scheduler="tcp://h:1", **kw)
+    reference = mw.scan(mw.SantaFeBar, grid, **kw)
+    xr.testing.assert_equal(ds.drop_vars("wall_time"), reference.drop_vars("wall_time"))
+
+
 # -- one worker per GPU --------------------------------------------------------------------------
 def _gpus(monkeypatch, count: int | None, listed: str | None = None) -> None:
     """Mock the CUDA devices torch counts (None: no torch) and ``CUDA_VISIBLE_DEVICES``."""

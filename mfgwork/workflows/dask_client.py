@@ -14,11 +14,12 @@ from ..core.errors import ParameterError
 
 
 @contextlib.contextmanager
-def dask_client(workers: int, scheduler: str | None, gpus: Sequence[str] | None = None
+def dask_client(workers: int, scheduler: Any, gpus: Sequence[str] | None = None
                 ) -> Iterator[tuple[Any, Any]]:
-    """``(client, as_completed)``: the cluster at ``scheduler``, a fresh cluster of one
-    worker per entry of ``gpus`` (:func:`gpu_worker_specs`), or a fresh ``LocalCluster`` of
-    ``workers`` single-threaded processes; closed on exit."""
+    """``(client, as_completed)``: the cluster at ``scheduler`` (an address, or a
+    ``distributed.Client``, used as it is and left open), a fresh cluster of one worker per
+    entry of ``gpus`` (:func:`gpu_worker_specs`), or a fresh ``LocalCluster`` of
+    ``workers`` single-threaded processes; closed on exit (but a given client)."""
     try:
         from distributed import Client, LocalCluster, as_completed
     except ImportError as exc:
@@ -30,6 +31,8 @@ def dask_client(workers: int, scheduler: str | None, gpus: Sequence[str] | None 
                 LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                              dashboard_address=None) if gpus is None else gpu_cluster(gpus))
             client = stack.enter_context(Client(cluster))
+        elif isinstance(scheduler, Client):
+            client = scheduler
         else:
             try:
                 client = stack.enter_context(Client(scheduler))

@@ -58,6 +58,7 @@ import os
 import platform
 import secrets
 import subprocess
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -268,7 +269,8 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
     ``dask``/``workers``: solve blocks on a Dask cluster: the one at a scheduler's address,
     a LocalCluster of ``workers`` CPU processes (``dask=True``), or one worker per visible
     GPU (``dask="gpus"``, the first ``workers`` of them: each worker pinned to its GPU by
-    ``CUDA_VISIBLE_DEVICES``, blocks sized to the smallest GPU's memory). Bad names, values
+    ``CUDA_VISIBLE_DEVICES``, blocks sized to the smallest GPU's memory), or a
+    ``distributed.Client``'s (``dask=client``, left open). Bad names, values
     and grids raise :class:`~mfgwork.ParameterError` before any solve, as do grids of more than
     ``max_points`` points (counted before any axis is expanded) and scans whose largest
     point, or whose Dataset when there is no store, does not fit in memory; every point is
@@ -278,6 +280,7 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
     """
     options = {"nx": nx, "nt": nt, "tol": tol, "max_iter": max_iter, "dtype": dtype,
                "backend": backend, "iteration": iteration} | ({} if ny is None else {"ny": ny})
+    scheduler, dask = _given_client(scheduler, dask)
     workers = _check_options(store, device, scheduler, dask, workers, progress)
     _require(grid, store, dask, scheduler, "mw.scan")
     if store is not None:
@@ -344,12 +347,28 @@ def _worker_backends(be: Backend, scheduler: str | None, dask: bool | str,
             for i in range(len(visible_gpus(workers)))]
 
 
+def _given_client(scheduler: Any, dask: Any) -> tuple[Any, Any]:
+    """``(scheduler, dask)``, a ``distributed.Client`` given as ``dask`` moved to
+    ``scheduler``: the scan uses that client's cluster and leaves it open."""
+    if not _is_client(dask):
+        return scheduler, dask
+    if scheduler is not None:
+        raise ParameterError(f"dask={dask!r:.80} is a client and scheduler={scheduler!r:.80} "
+                             "an address: give only one")
+    return dask, False
+
+
+def _is_client(value: Any) -> bool:
+    distributed = sys.modules.get("distributed")  # (a client exists only once it is imported)
+    return distributed is not None and isinstance(value, distributed.Client)
+
+
 def _require(grid: Any, store: Any, dask: Any, scheduler: Any, feature: str) -> None:
     """The optional packages a scan with these options needs (before anything is made)."""
     require("xarray", "psutil", *(() if isinstance(grid, Mapping) else ("yaml",)),
             *(() if store is None else ("zarr", "dask.array", "filelock")),
             extra="scan", feature=feature)
-    if dask or scheduler:
+    if dask or scheduler is not None:
         require("distributed", extra="dask", feature=f"{feature}(dask=True or scheduler=...)")
     if dask and scheduler is None:
         check_spawn_safe(f"{feature}(dask={dask!r})")
@@ -361,7 +380,7 @@ def _check_options(store: Any, device: Any, scheduler: Any, dask: Any, workers: 
     if store is not None and not isinstance(store, str | os.PathLike):
         raise ParameterError(f"store={store!r:.80} ({type(store).__name__}) is invalid: must "
                              "be None or a path (a folder for the zarr store)")
-    if scheduler is not None and not isinstance(scheduler, str):
+    if scheduler is not None and not isinstance(scheduler, str) and not _is_client(scheduler):
         raise ParameterError(f"scheduler={scheduler!r:.80} ({type(scheduler).__name__}) is "
                              "invalid: must be None or a Dask scheduler address such as "
                              "'tcp://host:8786'")
@@ -370,7 +389,8 @@ def _check_options(store: Any, device: Any, scheduler: Any, dask: Any, workers: 
                              "must be 'auto', 'cpu', 'cuda' or 'mps'")
     if not (dask is True or dask is False or isinstance(dask, str) and dask == "gpus"):
         raise ParameterError(f"dask={dask!r:.80} ({type(dask).__name__}) is invalid: must be "
-                             "True (CPU workers), False or 'gpus' (a worker per GPU)")
+                             "True (CPU workers), False, 'gpus' (a worker per GPU) or a "
+                             "distributed.Client")
     if dask == "gpus" and scheduler is not None:
         raise ParameterError(f"dask='gpus' starts a cluster of this host's GPUs, and "
                              f"scheduler={scheduler!r} names a running one: give only one")
