@@ -30,20 +30,29 @@ MARKER = "MFGWORK_TEST_KILL_MARKER"
 
 
 def santa_fe_killing_its_worker_once(threshold: float, sigma: float, T: float = 5.0):
-    """``mw.SantaFeBar``; building the point :data:`KILL_AT` on a Dask worker kills that
-    worker's process (SIGKILL) the first time, after recording how many points of the store
-    were finished then; anywhere else (the scan's own process) it only builds the problem."""
+    """``mw.SantaFeBar``; building the point :data:`KILL_AT` on a Dask worker, the first
+    time, makes that worker's process die (SIGKILL) in the middle of writing the block
+    (:func:`_dying_write`); anywhere else (the scan's own process) it only builds the
+    problem."""
     marker = os.environ.get(MARKER)
-    if marker and (threshold, sigma) == KILL_AT and _on_a_dask_worker():
-        try:
-            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            pass
-        else:
-            os.write(fd, str(_finished_points(Path(marker).parent / "scan.zarr")).encode())
-            os.close(fd)
-            os.kill(os.getpid(), signal.SIGKILL)
+    if marker and (threshold, sigma) == KILL_AT and not os.path.exists(marker) \
+            and _on_a_dask_worker():
+        from mfgwork.workflows import scan_solve
+
+        scan_solve.write_region = _dying_write
     return mw.SantaFeBar(threshold=threshold, sigma=sigma, T=T)
+
+
+def _dying_write(path, region, arrays):
+    """Write the block's ``M``, and garbage in place of its ``U``, record how many points
+    of the store were finished, then kill this process before the block is done."""
+    import zarr
+
+    group = zarr.open_group(str(path), mode="r+", zarr_format=3)
+    group["M"][region] = arrays["M"]
+    group["U"][region] = np.full_like(arrays["U"], 123.0)
+    Path(os.environ[MARKER]).write_text(str(_finished_points(Path(path))))
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _on_a_dask_worker() -> bool:
@@ -73,9 +82,10 @@ def by_value():
 @pytest.mark.slow
 def test_a_worker_killed_mid_scan_loses_no_point(tmp_path, monkeypatch, by_value, capsys):
     """Two worker processes, a block a point; the worker that takes the last block is killed
-    (SIGKILL) after other blocks are written: Dask solves that block again on a worker, and
-    the store holds every point, equal to an uninterrupted scan in one process; the progress
-    bar counts every point across the workers."""
+    (SIGKILL) halfway through writing it, after other blocks are written: Dask solves that
+    block again on a worker, whose write replaces the half-written one, and the store holds
+    every point (its records verified), equal to an uninterrupted scan in one process; the
+    progress bar counts every point across the workers."""
     marker = tmp_path / "killed"
     monkeypatch.setenv(MARKER, str(marker))
     kw = {"fixed": {"T": 5.0}, "device": "cpu", "progress": False, **SOLVE}
@@ -89,6 +99,7 @@ def test_a_worker_killed_mid_scan_loses_no_point(tmp_path, monkeypatch, by_value
     reference = mw.scan(santa_fe_killing_its_worker_once, GRID, **kw)
     assert bool(ds["done"].all()) and set(ds["status"].values.ravel()) == {"converged"}
     xr.testing.assert_equal(ds.drop_vars("wall_time"), reference.drop_vars("wall_time"))
+    mw.open_scan(tmp_path / "scan.zarr")  # (every block against its record)
 
 
 def test_the_progress_bar_counts_solving_only(monkeypatch):
