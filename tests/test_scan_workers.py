@@ -150,6 +150,8 @@ def test_a_client_given_as_dask_runs_the_scan_and_stays_open():
         assert client.status == "running" and client.submit(sum, [1, 2]).result() == 3
         with pytest.raises(mw.ParameterError, match=r"is a client and scheduler='tcp://h:1'"):
             mw.scan(mw.SantaFeBar, grid, dask=client, scheduler="tcp://h:1", **kw)
+    with pytest.raises(mw.ParameterError, match=r"the Dask client .* is closed: give a run"):
+        mw.scan(mw.SantaFeBar, grid, dask=client, **kw)
     reference = mw.scan(mw.SantaFeBar, grid, **kw)
     xr.testing.assert_equal(ds.drop_vars("wall_time"), reference.drop_vars("wall_time"))
 

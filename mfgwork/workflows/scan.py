@@ -25,8 +25,11 @@ message) without stopping the scan. The points a batch does not converge are fin
 single path (:func:`~mfgwork.workflows.scan_solve.finish`). With ``store=PATH`` each
 finished block is written into a zarr store (region writes, the ``done`` flag last), a rerun
 of the same call skips finished blocks, and :func:`open_scan` opens the store lazily. With
-``scheduler=ADDRESS`` (or ``dask=True``: a ``LocalCluster``) blocks are solved by Dask
-workers, each on its own device, writing their regions into the shared store.
+``scheduler=ADDRESS`` (or ``dask=True``: a ``LocalCluster``; ``dask="gpus"``: one worker
+per visible GPU, pinned by ``CUDA_VISIBLE_DEVICES``; ``dask=client``: a
+``distributed.Client``'s cluster) blocks are solved by Dask workers, each on its own device,
+writing their regions into the shared store; a block whose worker dies is solved again on
+another worker (Dask's retry), its write replacing whatever part of it had been written.
 
 2-D problems (:class:`~mfgwork.MFGProblem2D`: ``mw.TwoBars``, ``mw.Room``, user problems) scan
 the same way on an ``nx`` × ``ny`` × ``nt`` grid (``ny`` defaults to ``nx``): the fields are
@@ -384,6 +387,9 @@ def _check_options(store: Any, device: Any, scheduler: Any, dask: Any, workers: 
         raise ParameterError(f"scheduler={scheduler!r:.80} ({type(scheduler).__name__}) is "
                              "invalid: must be None or a Dask scheduler address such as "
                              "'tcp://host:8786'")
+    if _is_client(scheduler) and scheduler.status in ("closing", "closed"):
+        raise ParameterError(f"the Dask client {scheduler!r:.80} is {scheduler.status}: give "
+                             "a running one")
     if not isinstance(device, str):
         raise ParameterError(f"device={device!r:.80} ({type(device).__name__}) is invalid: "
                              "must be 'auto', 'cpu', 'cuda' or 'mps'")
