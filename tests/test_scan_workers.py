@@ -183,6 +183,7 @@ def test_one_worker_per_visible_gpu_each_pinned_by_its_own_variable(
     assert [s["options"]["env"] for s in specs.values()] == \
         [{"CUDA_VISIBLE_DEVICES": g} for g in gpus]
     assert all(s["cls"] is Nanny and s["options"]["nthreads"] == 1 for s in specs.values())
+    assert [s["options"]["memory_limit"] for s in specs.values()] == [1 / len(gpus)] * len(gpus)
 
 
 @pytest.mark.parametrize(("count", "listed", "workers", "words"), [
@@ -229,6 +230,9 @@ def test_a_block_fits_the_smallest_gpu_of_the_workers(monkeypatch):
     assert [b.device for b in on] == ["cuda:0", "cuda:1", "cuda:2"]
     sizes = [scan_solve.points_per_block(b, 201, 201, 2, 10**6) for b in on]
     assert sizes[1] < sizes[0] == sizes[2]
+    monkeypatch.setattr(scan_solve, "_host_available", lambda: 10**9)  # host memory decides
+    assert scan_solve.points_per_block(on[0], 201, 201, 2, 10**6, workers=3) == \
+        scan_solve.points_per_block(on[0], 201, 201, 2, 10**6) // 3
     assert scan_module._worker_backends(be, None, True, None) == [be]
 
 
@@ -239,6 +243,9 @@ def test_gpu_workers_see_only_their_own_gpu():
     with dask_client.dask_client(1, None, ["7", "9"]) as (client, _):
         client.wait_for_workers(2)
         seen = client.run(lambda: os.environ.get("CUDA_VISIBLE_DEVICES"))
-        names = {w["name"]: w["id"] for w in client.scheduler_info()["workers"].values()}
+        workers = client.scheduler_info()["workers"].values()
     assert sorted(seen.values()) == ["7", "9"]
-    assert set(names) == {"gpu-7", "gpu-9"}
+    assert {w["name"] for w in workers} == {"gpu-7", "gpu-9"}
+    from distributed.system import MEMORY_LIMIT
+
+    assert all(abs(w["memory_limit"] - MEMORY_LIMIT / 2) <= 1 for w in workers)

@@ -75,11 +75,14 @@ def _cuda_device_count() -> int | None:
 
 def gpu_worker_specs(gpus: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Worker specs of a ``SpecCluster``: one single-threaded worker process (a ``Nanny``)
-    per GPU, named ``gpu-<entry>`` and started with ``CUDA_VISIBLE_DEVICES=<entry>``."""
+    per GPU, named ``gpu-<entry>`` and started with ``CUDA_VISIBLE_DEVICES=<entry>``, with
+    an equal share of the host's memory (a Nanny's default, a share per core, would restart
+    a worker holding a GPU-sized block of results)."""
     from distributed import Nanny
 
     return {f"gpu-{gpu}": {"cls": Nanny,
-                           "options": {"nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": gpu}}}
+                           "options": {"nthreads": 1, "memory_limit": 1 / len(gpus),
+                                       "env": {"CUDA_VISIBLE_DEVICES": gpu}}}
             for gpu in gpus}
 
 

@@ -298,9 +298,10 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
     check_points(plan, be)  # every point as mw.solve checks it: before any store
     layout = make_layout(plan, be, chosen)
     if chunk_size is None:
-        chunk_size = min(points_per_block(on, plan.options["nx"] * plan.options.get("ny", 1),
-                                          plan.options["nt"], len(plan.keep), n_points)
-                         for on in _worker_backends(be, scheduler, dask, workers))
+        on = _worker_backends(be, scheduler, dask, workers)
+        chunk_size = min(points_per_block(b, plan.options["nx"] * plan.options.get("ny", 1),
+                                          plan.options["nt"], len(plan.keep), n_points,
+                                          len(on)) for b in on)
     block = block_shape(plan.shape, check_int("chunk_size", chunk_size, low=1))
     if store is None:
         dataset = layout.dataset()
