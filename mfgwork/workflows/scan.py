@@ -25,8 +25,11 @@ message) without stopping the scan. The points a batch does not converge are fin
 single path (:func:`~mfgwork.workflows.scan_solve.finish`). With ``store=PATH`` each
 finished block is written into a zarr store (region writes, the ``done`` flag last), a rerun
 of the same call skips finished blocks, and :func:`open_scan` opens the store lazily. With
-``scheduler=ADDRESS`` (or ``dask=True``: a ``LocalCluster``) blocks are solved by Dask
-workers, each on its own device, writing their regions into the shared store.
+``scheduler=ADDRESS`` (or ``dask=True``: a ``LocalCluster``; ``dask="gpus"``: one worker
+per visible GPU, pinned by ``CUDA_VISIBLE_DEVICES``; ``dask=client``: a
+``distributed.Client``'s cluster) blocks are solved by Dask workers, each on its own device,
+writing their regions into the shared store; a block whose worker dies is solved again on
+another worker (Dask's retry), its write replacing whatever part of it had been written.
 
 2-D problems (:class:`~mfgwork.MFGProblem2D`: ``mw.TwoBars``, ``mw.Room``, user problems) scan
 the same way on an ``nx`` × ``ny`` × ``nt`` grid (``ny`` defaults to ``nx``): the fields are
@@ -49,6 +52,7 @@ this module builds the Dataset's layout and runs the blocks.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -57,6 +61,7 @@ import os
 import platform
 import secrets
 import subprocess
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -75,7 +80,7 @@ from ..placement import Placement
 from ..problems import PROBLEMS
 from ..results import provenance
 from ..solve2d import default_iteration
-from .dask_client import dask_client
+from .dask_client import dask_client, visible_gpus
 from .scan_check import DIGEST, DONE, Damage, blocks, check_store, finished_points
 from .scan_inspect import RECORD_ATTR, check_metadata, inspect_store, read_record
 from .scan_plan import (
@@ -214,14 +219,17 @@ def _commit() -> str | None:
 
 # -- executors ---------------------------------------------------------------------------------
 @contextlib.contextmanager
-def _executor(scheduler: str | None, dask: bool, workers: int | None
-              ) -> Iterator[Callable[[list[Task]], Iterator[dict[str, Any]]]]:
-    """``run(tasks)`` yields each task's outcome as it finishes: in this process, or on Dask
-    workers (``scheduler``, or ``dask=True``: a LocalCluster)."""
+def _executor(scheduler: str | None, dask: bool | str, workers: int | None
+              ) -> Iterator[tuple[Callable[[list[Task]], Iterator[dict[str, Any]]], str]]:
+    """``(run, where)``: ``run(tasks)`` yields each task's outcome as it finishes, in this
+    process or on Dask workers (``scheduler``, or ``dask=True``: a LocalCluster;
+    ``dask="gpus"``: one worker per visible GPU), whose count ``where`` tells (a progress
+    bar's label)."""
     if scheduler is None and not dask:
-        yield lambda tasks: (solve_block(t) for t in tasks)
+        yield (lambda tasks: (solve_block(t) for t in tasks)), ""
         return
-    with dask_client(workers or 1, scheduler) as (client, as_completed):
+    gpus = visible_gpus(workers) if dask == "gpus" and scheduler is None else None
+    with dask_client(workers or 1, scheduler, gpus) as (client, as_completed):
         def run(tasks: list[Task]) -> Iterator[dict[str, Any]]:
             futures = {client.submit(solve_block, t, pure=False): t for t in tasks}
             for future in as_completed(list(futures)):
@@ -231,7 +239,7 @@ def _executor(scheduler: str | None, dask: bool, workers: int | None
                     yield {"region": futures[future].region, "statuses": [], "arrays": None,
                            "lost": f"{type(exc).__name__}: {exc}"}
 
-        yield run
+        yield run, f" on {len(client.scheduler_info()['workers'])} Dask workers"
 
 
 # -- the front door ----------------------------------------------------------------------------
@@ -241,7 +249,7 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
          device: str = "auto", backend: str | None = None, iteration: Any = None,
          keep: Sequence[str] = FIELDS,
          store: str | os.PathLike | None = None, chunk_size: int | None = None,
-         scheduler: str | None = None, dask: bool = False, workers: int | None = None,
+         scheduler: str | None = None, dask: bool | str = False, workers: int | None = None,
          progress: bool = True, max_points: int = MAX_POINTS) -> Any:
     """Solve ``problem`` at every point of ``grid``; return an ``xarray.Dataset``.
 
@@ -261,8 +269,12 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
     ``store``: a zarr path; finished blocks are written as they finish, a rerun resumes, and
     the returned Dataset is the store opened lazily. ``chunk_size``: points per block
     (default: sized to the device's memory; a resumed store keeps its own). ``scheduler`` /
-    ``dask``/``workers``: solve blocks on a Dask cluster. Bad names, values and grids raise
-    :class:`~mfgwork.ParameterError` before any solve, as do grids of more than
+    ``dask``/``workers``: solve blocks on a Dask cluster: the one at a scheduler's address,
+    a LocalCluster of ``workers`` CPU processes (``dask=True``), or one worker per visible
+    GPU (``dask="gpus"``, the first ``workers`` of them: each worker pinned to its GPU by
+    ``CUDA_VISIBLE_DEVICES``, blocks sized to the smallest GPU's memory), or a
+    ``distributed.Client``'s (``dask=client``, left open). Bad names, values
+    and grids raise :class:`~mfgwork.ParameterError` before any solve, as do grids of more than
     ``max_points`` points (counted before any axis is expanded) and scans whose largest
     point, or whose Dataset when there is no store, does not fit in memory; every point is
     checked as :func:`mfgwork.solve` checks it (steps and diffusion numbers) before a store
@@ -271,6 +283,7 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
     """
     options = {"nx": nx, "nt": nt, "tol": tol, "max_iter": max_iter, "dtype": dtype,
                "backend": backend, "iteration": iteration} | ({} if ny is None else {"ny": ny})
+    scheduler, dask = _given_client(scheduler, dask)
     workers = _check_options(store, device, scheduler, dask, workers, progress)
     _require(grid, store, dask, scheduler, "mw.scan")
     if store is not None:
@@ -285,8 +298,10 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
     check_points(plan, be)  # every point as mw.solve checks it: before any store
     layout = make_layout(plan, be, chosen)
     if chunk_size is None:
-        chunk_size = points_per_block(be, plan.options["nx"] * plan.options.get("ny", 1),
-                                      plan.options["nt"], len(plan.keep), n_points)
+        on = _worker_backends(be, scheduler, dask, workers)
+        chunk_size = min(points_per_block(b, plan.options["nx"] * plan.options.get("ny", 1),
+                                          plan.options["nt"], len(plan.keep), n_points,
+                                          len(on)) for b in on)
     block = block_shape(plan.shape, check_int("chunk_size", chunk_size, low=1))
     if store is None:
         dataset = layout.dataset()
@@ -326,15 +341,41 @@ def resolving(path: Path, layout: Layout, damaged: list[Damage]) -> str:
             f"stored data is missing or damaged: {shown}" + (" …" if len(damaged) > 3 else ""))
 
 
+def _worker_backends(be: Backend, scheduler: str | None, dask: bool | str,
+                     workers: int | None) -> list[Backend]:
+    """The backends whose memory sizes a block: ``be``, or with ``dask="gpus"`` on CUDA
+    ``be`` on each GPU of the workers (so a block fits the smallest)."""
+    if dask != "gpus" or scheduler is not None or not be.device.startswith("cuda"):
+        return [be]
+    return [dataclasses.replace(be, device=f"cuda:{i}")
+            for i in range(len(visible_gpus(workers)))]
+
+
+def _given_client(scheduler: Any, dask: Any) -> tuple[Any, Any]:
+    """``(scheduler, dask)``, a ``distributed.Client`` given as ``dask`` moved to
+    ``scheduler``: the scan uses that client's cluster and leaves it open."""
+    if not _is_client(dask):
+        return scheduler, dask
+    if scheduler is not None:
+        raise ParameterError(f"dask={dask!r:.80} is a client and scheduler={scheduler!r:.80} "
+                             "an address: give only one")
+    return dask, False
+
+
+def _is_client(value: Any) -> bool:
+    distributed = sys.modules.get("distributed")  # (a client exists only once it is imported)
+    return distributed is not None and isinstance(value, distributed.Client)
+
+
 def _require(grid: Any, store: Any, dask: Any, scheduler: Any, feature: str) -> None:
     """The optional packages a scan with these options needs (before anything is made)."""
     require("xarray", "psutil", *(() if isinstance(grid, Mapping) else ("yaml",)),
             *(() if store is None else ("zarr", "dask.array", "filelock")),
             extra="scan", feature=feature)
-    if dask or scheduler:
+    if dask or scheduler is not None:
         require("distributed", extra="dask", feature=f"{feature}(dask=True or scheduler=...)")
     if dask and scheduler is None:
-        check_spawn_safe(f"{feature}(dask=True)")
+        check_spawn_safe(f"{feature}(dask={dask!r})")
 
 
 def _check_options(store: Any, device: Any, scheduler: Any, dask: Any, workers: Any,
@@ -343,37 +384,52 @@ def _check_options(store: Any, device: Any, scheduler: Any, dask: Any, workers: 
     if store is not None and not isinstance(store, str | os.PathLike):
         raise ParameterError(f"store={store!r:.80} ({type(store).__name__}) is invalid: must "
                              "be None or a path (a folder for the zarr store)")
-    if scheduler is not None and not isinstance(scheduler, str):
+    if scheduler is not None and not isinstance(scheduler, str) and not _is_client(scheduler):
         raise ParameterError(f"scheduler={scheduler!r:.80} ({type(scheduler).__name__}) is "
                              "invalid: must be None or a Dask scheduler address such as "
                              "'tcp://host:8786'")
+    if _is_client(scheduler) and scheduler.status in ("closing", "closed"):
+        raise ParameterError(f"the Dask client {scheduler!r:.80} is {scheduler.status}: give "
+                             "a running one")
     if not isinstance(device, str):
         raise ParameterError(f"device={device!r:.80} ({type(device).__name__}) is invalid: "
                              "must be 'auto', 'cpu', 'cuda' or 'mps'")
-    check_flag("dask", dask)
+    if not (dask is True or dask is False or isinstance(dask, str) and dask == "gpus"):
+        raise ParameterError(f"dask={dask!r:.80} ({type(dask).__name__}) is invalid: must be "
+                             "True (CPU workers), False, 'gpus' (a worker per GPU) or a "
+                             "distributed.Client")
+    if dask == "gpus" and scheduler is not None:
+        raise ParameterError(f"dask='gpus' starts a cluster of this host's GPUs, and "
+                             f"scheduler={scheduler!r} names a running one: give only one")
     check_flag("progress", progress)
-    return None if workers is None else check_int("workers", workers, low=1)
+    workers = None if workers is None else check_int("workers", workers, low=1)
+    if dask == "gpus":
+        visible_gpus(workers)  # (refused here where no GPU is visible: nothing made yet)
+    return workers
 
 
-def _run(tasks: list[Task], scheduler: str | None, dask: bool, workers: int | None,
+def _run(tasks: list[Task], scheduler: str | None, dask: bool | str, workers: int | None,
          progress: bool, total: int, initial: int, dataset: Any) -> None:
     if not tasks:
         return
     counts = {s: 0 for s in ("converged", "not_converged", "failed")}
     lost: list[str] = []
-    with progress_bar(total=total, initial=initial, desc="scan", unit="point",
-                      disable=not progress) as bar, ticking(bar), \
-            _executor(scheduler, dask, workers) as run:
+    # (the bar opens once the workers are up and closes before they stop: its rate and
+    # remaining time count solving only)
+    with _executor(scheduler, dask, workers) as (run, where), \
+            progress_bar(total=total, initial=initial, desc=f"scan{where}", unit="point",
+                         disable=not progress) as bar, ticking(bar):
         for out in run(tasks):
             if "lost" in out:
                 lost.append(out["lost"])
+                bar.set_postfix(counts | {"lost": len(lost)}, refresh=False)
                 continue
             if out["arrays"] is not None:
                 for name, value in out["arrays"].items():
                     dataset[name].values[out["region"]] = value
             for status in out["statuses"]:
                 counts[status] += 1
-            bar.set_postfix(counts, refresh=False)
+            bar.set_postfix(counts | ({"lost": len(lost)} if lost else {}), refresh=False)
             bar.update(len(out["statuses"]))
     if lost:
         warnings.warn(f"{len(lost)} block(s) of the scan were lost on their Dask workers "

@@ -63,13 +63,15 @@ def placement(device: str, backend: str | None, dtype: Any, problem: Problem | N
     return get_backend(backend, device, dtype), None
 
 
-def points_per_block(be: Backend, nx: int, nt: int, kept: int, points: int) -> int:
+def points_per_block(be: Backend, nx: int, nt: int, kept: int, points: int,
+                     workers: int = 1) -> int:
     """Points per block: on the host a fixed count (the NumPy solver loops over them); on a
     device as many as fit in a fraction of its free memory; either way bounded by host memory
-    for the block's results. ``nx``: the nodes of the state grid (nx × ny in 2-D)."""
+    for the block's results (shared by ``workers`` processes of this host, each holding a
+    block). ``nx``: the nodes of the state grid (nx × ny in 2-D)."""
     itemsize = 4 if be.dtype == "float32" else 8
     per_point = (nt + 1) * nx * itemsize
-    host = _host_available() * MEMORY_FRACTION // max(1, (kept + 1) * per_point)
+    host = _host_available() * MEMORY_FRACTION // max(1, workers * (kept + 1) * per_point)
     if not be.is_accelerator:
         return int(max(1, min(points, HOST_BLOCK_POINTS, host)))
     info = device_info(be.device)
