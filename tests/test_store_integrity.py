@@ -520,3 +520,15 @@ def test_creation_record_covers_every_array_and_coordinate(pristine):
     assert set(record["arrays"]) == arrays
     assert set(record["values"]) == {"threshold", "sigma", "t", "x"}
     assert RECORD_ATTR not in mw.open_scan(pristine).attrs
+
+
+def test_a_float32_scan_writes_and_opens_its_store(tmp_path):
+    """A float32 scan's M and U carry the NaN _FillValue that xarray writes as a float64
+    (8 bytes over 4-byte values): the store opens, its values are the solves'."""
+    grid = {"threshold": [0.4, 0.7]}
+    ds = mw.scan(mw.SantaFeBar, grid, nx=21, nt=21, tol=1e-3, dtype="float32", device="cpu",
+                 store=tmp_path / "f32.zarr", progress=False)
+    assert str(ds["M"].dtype) == "float32" and bool(np.asarray(ds["converged"]).all())
+    again = mw.open_scan(tmp_path / "f32.zarr")
+    single = mw.solve(mw.SantaFeBar(threshold=0.7), nx=21, nt=21, tol=1e-8)
+    assert np.abs(np.asarray(again["M"][1]) - single.M).max() < 1e-2 * single.M.max()

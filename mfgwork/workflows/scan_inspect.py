@@ -314,14 +314,18 @@ def _check_attributes(ins: Inspection) -> None:
 
 
 def _nan_fill(arr: Array, value: Any) -> bool:
-    """True for the NaN that xarray records as ``_FillValue`` of a floating array."""
+    """True for the NaN that xarray records as ``_FillValue`` of a floating array (in the
+    array's own width or, as it writes it for float32 arrays, as a float64)."""
     if not arr.dtype.startswith("float") or not isinstance(value, str):
         return False
     try:
         raw = base64.b64decode(value, validate=True)
-        return len(raw) == arr.itemsize and bool(np.isnan(np.frombuffer(raw, arr.dtype)[0]))
     except ValueError:
         return False
+    width = {2: "float16", 4: "float32", 8: "float64"}.get(len(raw))
+    if width is None or len(raw) < arr.itemsize:
+        return False
+    return bool(np.isnan(np.frombuffer(raw, np.dtype(width).newbyteorder("<"))[0]))
 
 
 def _check_sizes(ins: Inspection,
