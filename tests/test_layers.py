@@ -1,4 +1,5 @@
-"""The folders are layers: a module imports only from its own layer or the layers below it."""
+"""The folders are layers: a module imports only from its own layer or the layers below it;
+the imports form no circle, and no module imports another module's private names."""
 
 from __future__ import annotations
 
@@ -23,24 +24,41 @@ def layer(module: str) -> str | None:
     return head if head in LAYERS else "front door"
 
 
-def imports(path: Path) -> list[str]:
-    """Modules below ``mfgwork`` that ``path`` imports (relative and absolute imports)."""
+def imported(path: Path) -> list[tuple[str, str | None]]:
+    """What ``path`` imports from below ``mfgwork``, module-level and function-level alike:
+    ``(module, name)`` for ``from module import name`` (relative or absolute), ``(module,
+    None)`` for ``import mfgwork.module``; the package itself is the module ``""``."""
     here = path.relative_to(PACKAGE).with_suffix("").parts
     package = here[:-1]
-    found = []
+    found: list[tuple[str, str | None]] = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[: len(package) - node.level + 1]
-                target = [*base, *(node.module.split(".") if node.module else [])]
-                names = [] if node.module else [a.name for a in node.names]
-                found += [".".join([*target, n]) for n in names] or [".".join(target)]
-            elif node.module and node.module.startswith("mfgwork."):
-                found.append(node.module.removeprefix("mfgwork."))
+                source = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            elif node.module == "mfgwork" or (node.module or "").startswith("mfgwork."):
+                source = node.module.removeprefix("mfgwork").removeprefix(".")
+            else:
+                continue
+            found += [(source, a.name) for a in node.names]
         elif isinstance(node, ast.Import):
-            found += [a.name.removeprefix("mfgwork.") for a in node.names
-                      if a.name.startswith("mfgwork.")]
+            found += [(a.name.removeprefix("mfgwork").removeprefix("."), None) for a in node.names
+                      if a.name == "mfgwork" or a.name.startswith("mfgwork.")]
     return found
+
+
+def is_module(dotted: str) -> bool:
+    """Whether ``dotted`` (below ``mfgwork``; ``""``: the package) names a module or package."""
+    folder = PACKAGE.joinpath(*dotted.split(".")) if dotted else PACKAGE
+    return folder.with_suffix(".py").is_file() or (folder / "__init__.py").is_file()
+
+
+def imports(path: Path) -> list[str]:
+    """Modules below ``mfgwork`` that ``path`` imports (relative and absolute imports):
+    ``from .x import y`` imports the module ``x.y`` where that is one, else ``x``."""
+    return [f"{source}.{name}".removeprefix(".") if name and is_module(
+                f"{source}.{name}".removeprefix(".")) else source
+            for source, name in imported(path)]
 
 
 def module_layer(path: Path) -> str | None:
@@ -74,3 +92,50 @@ def test_relative_imports_resolve_to_their_layer():
     assert "core.errors" in imports(PACKAGE / "core" / "backend.py")
     assert "core.backend" in imports(PACKAGE / "numerics" / "iteration.py")
     assert layer("workflows.runs") == "workflows" and layer("solve") == "front door"
+
+
+def dotted_name(path: Path) -> str:
+    """The module name of ``path`` below ``mfgwork`` (a package: its folder; the package: "")."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every module of the package (its ``__init__`` included) and the modules it imports."""
+    return {dotted_name(p): set(imports(p)) - {dotted_name(p)}
+            for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """A circle of imports ``[a, b, ..., a]`` in ``graph`` (depth-first), or ``[]``."""
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str]:
+        if node in path:
+            return [*path[path.index(node):], node]
+        if node in done:
+            return []
+        for target in sorted(graph.get(node, ())):
+            if cycle := visit(target, [*path, node]):
+                return cycle
+        done.add(node)
+        return []
+
+    for start in sorted(graph):
+        if cycle := visit(start, []):
+            return cycle
+    return []
+
+
+def test_imports_form_no_circle():
+    graph = import_graph()
+    assert {"", "numerics.fdm.kernels", "numerics.fdm.tridiag"} <= graph.keys()
+    assert "numerics.fdm.tridiag" in graph["numerics.fdm.kernels"]
+    cycle = find_cycle(graph)
+    assert cycle == [], "import circle: " + " -> ".join(cycle)
+
+
+def test_the_circle_finder_finds_circles():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"a"}}) == ["a", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
