@@ -183,11 +183,11 @@ def dense_jacobian(case: str, nx: int, nt: int) -> dict:
     unit direction) at the first iterate of the solve (agents who do not move)."""
     from mfgwork.numerics.coupling_newton import CouplingNewtonKrylov
     from mfgwork.numerics.fdm2d import equilibrium as eq
-    from mfgwork.numerics.iteration import _evaluator
+    from mfgwork.numerics.iteration import evaluator
 
     be = mw.get_backend("numpy")
     setup = eq.build(PROBLEMS[case](), nx, nx, nt, be, "ilu")
-    evaluate = _evaluator(setup.coupling, setup.scheme.solve_hjb, setup.scheme.solve_fp,
+    evaluate = evaluator(setup.coupling, setup.scheme.solve_hjb, setup.scheme.solve_fp,
                           setup.U_T, setup.m0, be)
     newton = CouplingNewtonKrylov(evaluate, setup.coupling.project, be, tol=1.0)
     point = newton.respond(setup.coupling.state(np.stack([setup.m0] * (nt + 1))), None)

@@ -20,11 +20,11 @@ from .solve import (
     COARSE_TOL,
     NEWTON_MEMORY,
     SOLVERS,
-    _check_size,
-    _place,
-    _progress_bar,
-    _reachable_tol,
-    _refines,
+    check_size,
+    fixed_point_bar,
+    place_solve,
+    reachable_tol,
+    starts_coarse,
 )
 
 
@@ -85,10 +85,10 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
     check_flag("progress", progress, optional=True)
     check_flag("coarse", coarse)
     models = list(problem.models)
-    backend, device, placed = _place(models, "fdm", None, nx, nt, backend, device)
+    backend, device, placed = place_solve(models, "fdm", None, nx, nt, backend, device)
     be = get_backend(backend, device, dtype)
-    _check_size(models, grid, be, scheme or make_scheme(None), max_memory, batch=len(models))
-    tol = _reachable_tol(tol, be)
+    check_size(models, grid, be, scheme or make_scheme(None), max_memory, batch=len(models))
+    tol = reachable_tol(tol, be)
     z_init = _initial_path(initial, problem, grid)
 
     s = setup(problem, grid, be, compile_steps)
@@ -96,7 +96,7 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
     coarse_iterations = None
     if z_init is not None:
         z_init = be.asarray(z_init)
-    elif coarse and scheme is None and s.potentials is not None and _refines(grid):
+    elif coarse and scheme is None and s.potentials is not None and starts_coarse(grid):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             first = solve_populations(problem, nx=COARSE, nt=COARSE, backend=be,
@@ -106,7 +106,7 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
         z_init = be.asarray(_interpolated_path(first, problem, grid))
         coarse_iterations = first.iterations
     coarse_seconds = time.perf_counter() - started - setup_seconds
-    bar = _progress_bar(progress, max_iter)
+    bar = fixed_point_bar(progress, max_iter)
     try:
         out, info = equilibrium(s, problem, grid, be, scheme=scheme, tol=tol,
                                 max_iter=max_iter, system=newton_system, z_init=z_init,

@@ -179,10 +179,10 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     scheme = make_scheme(iteration)
     check_compile_steps(compile_steps)
     check_flag("progress", progress, optional=True)
-    backend, device, placed = _place(problem, method, n_particles, nx, nt, backend, device)
+    backend, device, placed = place_solve(problem, method, n_particles, nx, nt, backend, device)
     be = get_backend(backend, device, dtype)
-    _check_size([problem], grid, be, scheme, max_memory)
-    tol = _reachable_tol(tol, be)
+    check_size([problem], grid, be, scheme, max_memory)
+    tol = reachable_tol(tol, be)
     if method == "particles":
         tol = _above_noise_floor(tol, n_particles)
     warm = initial_state(initial, [problem], grid, be, batched=False)
@@ -294,19 +294,19 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
     scheme = make_scheme(iteration)
     check_compile_steps(compile_steps)
     check_flag("progress", progress, optional=True)
-    backend, device, placed = _place(problems, "fdm", None, nx, nt, backend, device)
+    backend, device, placed = place_solve(problems, "fdm", None, nx, nt, backend, device)
     backend = _cpu_batch_on_numpy(backend, device, placed)
     be = get_backend(backend, device, dtype)
     if be.name == "numpy":
-        _check_size(problems, grid, be, scheme, max_memory, batch=1)
-        tol = _reachable_tol(tol, be)
+        check_size(problems, grid, be, scheme, max_memory, batch=1)
+        tol = reachable_tol(tol, be)
         starts = per_problem(initial, len(problems), batched=True)
         results = [solve_continuous(p, nx=nx, nt=nt, backend=be, tol=tol, max_iter=max_iter,
                          iteration=iteration, progress=progress, max_memory=max_memory,
                          initial=start, coarse=coarse)
                    for p, start in zip(problems, starts, strict=True)]
         return [replace(res, params=res.params | placed) for res in results]
-    _check_size(problems, grid, be, scheme, max_memory, batch=len(problems))
+    check_size(problems, grid, be, scheme, max_memory, batch=len(problems))
     groups = _coupling_groups(problems, grid, be)
     if len(groups) > 1:
         starts = per_problem(initial, len(problems), batched=True)
@@ -321,7 +321,7 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
             for i, res in zip(group, solved, strict=True):
                 results[i] = replace(res, params=res.params | placed)
         return results
-    tol = _reachable_tol(tol, be)
+    tol = reachable_tol(tol, be)
     warm = initial_state(initial, problems, grid, be, batched=True)
     m0 = member_arrays(problems, "initial_density", grid, be)
     U_T = member_arrays(problems, "terminal_cost", grid, be)
@@ -449,7 +449,7 @@ def _frozen_density_newton(couplings: list[Any], iteration: Any, grid: Any,
         return densities_on(firsts, problems, grid, be), [r.iterations for r in firsts]
 
     return FrozenDensityNewton(batch_coupling(observed, be) if batched else observed[0], inner,
-                               tol=tol, start=start if coarse and _refines(grid) else None)
+                               tol=tol, start=start if coarse and starts_coarse(grid) else None)
 
 
 def _model_extra(couplings: list[Any], problems: Sequence[MFGProblem], iteration: Any,
@@ -473,7 +473,7 @@ COARSE = 51   # the grid of the first stage of coarse-to-fine solves (nx = nt)
 COARSE_TOL = 1e-5
 
 
-def _refines(grid: Any) -> bool:
+def starts_coarse(grid: Any) -> bool:
     """Whether a solve on ``grid`` starts from a solve on the COARSE × COARSE grid: when it is
     at least twice as fine in x and in t."""
     return min(grid.nx, grid.nt) >= 2 * COARSE
@@ -520,7 +520,7 @@ def _equilibrium(newton: BatchNewton | None, problems: Sequence[MFGProblem], cou
     ``fallback`` for single problems). Returns the result and the iterations of the coarse
     stage per problem (None without one) and its seconds."""
     coarse_iterations, started = None, time.perf_counter()
-    if newton is not None and coarse and not warm and _refines(grid):
+    if newton is not None and coarse and not warm and starts_coarse(grid):
         starts = (_coarse_solve(partial(_solve_batch, final=False), problems, be, tol,
                                 max_iter, max_memory)
                   if batched else [_coarse_solve(solve_continuous, problems[0], be, tol, max_iter,
@@ -541,7 +541,7 @@ def _equilibrium(newton: BatchNewton | None, problems: Sequence[MFGProblem], cou
 def _run_newton(newton: BatchNewton, coupling: Any, hjb: Any, fp: Any, m0: Any, U_T: Any,
                 max_iter: int, progress: bool | None, batched: bool, **warm: Any
                 ) -> FixedPointResult:
-    bar = _progress_bar(progress, max_iter)
+    bar = fixed_point_bar(progress, max_iter)
     try:
         out = newton.solve(coupling, hjb, fp, m0=m0, U_T=U_T, max_iter=max_iter,
                            progress=bar, batched=batched, **warm)
@@ -552,7 +552,7 @@ def _run_newton(newton: BatchNewton, coupling: Any, hjb: Any, fp: Any, m0: Any, 
     return out
 
 
-def _place(problems: Any, method: str, n_particles: int | None, nx: int, nt: int,
+def place_solve(problems: Any, method: str, n_particles: int | None, nx: int, nt: int,
            backend: str | Backend, device: str) -> tuple[str | Backend, str, dict[str, Any]]:
     """(backend, device, params entry): with ``device="auto"`` (and a backend given by name)
     the choice of :func:`mfgwork.placement`, recorded as ``params["placement"]``."""
@@ -588,7 +588,7 @@ def _compact(row: dict[str, Any] | None) -> dict[str, Any] | None:
             "machine": (row.get("machine") or {}).get("name")}
 
 
-def _check_size(problems: Sequence[MFGProblem], grid: Any, be: Backend,
+def check_size(problems: Sequence[MFGProblem], grid: Any, be: Backend,
                 scheme: IterationScheme, max_memory: object, batch: int = 1) -> None:
     """The memory estimate and the scales (h, Δt, ν, ν Δt / h²) of every problem, before
     any allocation on the grid."""
@@ -620,7 +620,7 @@ FLOAT64_FLOOR_NOTE = (" (approximate: the round-off floor of the certified resid
                       "status 'stalled', and the residual reached)")
 
 
-def _reachable_tol(tol: float, be: Backend) -> float:
+def reachable_tol(tol: float, be: Backend) -> float:
     """``tol``, or the residual floor of the working dtype when ``tol`` is below it (with a
     warning): 100 ε in float64, approximate (:data:`FLOAT64_FLOOR_NOTE`); 3e-4 in float32,
     where the rounding of the attendance path (about 1e-7) is amplified by the steep payoff
@@ -675,7 +675,7 @@ def _coupling_groups(problems: Sequence[MFGProblem], grid: Any, be: Backend
 def _iterate(coupling: Any, hjb: Any, fp: Any, m0: Any, U_T: Any, nt: int, be: Backend,
              scheme: IterationScheme, tol: float, max_iter: int, progress: bool | None,
              batched: bool, **warm: Any) -> FixedPointResult:
-    bar = _progress_bar(progress, max_iter)
+    bar = fixed_point_bar(progress, max_iter)
     try:
         out = fixed_point(coupling, hjb, fp, m0=m0, U_T=U_T, nt=nt, backend=be, scheme=scheme,
                           tol=tol, max_iter=max_iter, progress=bar, batched=batched, **warm)
@@ -747,7 +747,9 @@ def _member_observables(problems: Sequence[MFGProblem], grid: Any, Ms: Any, be: 
     return out
 
 
-def _progress_bar(progress: bool | None, total: int) -> Any:
+def fixed_point_bar(progress: bool | None, total: int) -> Any:
+    """The fixed point's progress bar of ``total`` iterations (None when ``progress`` is False;
+    shown at once when True, after a second when None)."""
     if progress is False:
         return None
     return progress_bar(total=total, desc="fixed point", unit="it", leave=False,

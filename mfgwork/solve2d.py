@@ -94,7 +94,7 @@ def _check_args(problems: list[Any], nx: Any, ny: Any, nt: Any, backend: Any, de
     return nx, ny, nt, be, tol, max_iter, solver, scheme
 
 
-def _check_size(problems: list[Any], nx: int, ny: int, nt: int, be: Backend, solver: str,
+def check_size_2d(problems: list[Any], nx: int, ny: int, nt: int, be: Backend, solver: str,
                 scheme: IterationScheme, max_memory: Any) -> int:
     """Refuse (ParameterError naming the parameter) a solve that does not fit, before work."""
     item = 4 if be.dtype == "float32" else 8
@@ -167,7 +167,7 @@ def _solve(problems: list[Any], batch: bool, nx: Any, ny: Any, nt: Any, backend:
             raise ParameterError("problems is invalid: a batch needs one problem type and one "
                                  "Hamiltonian (got " + ", ".join(sorted(str(k[2])
                                                                        for k in kinds)) + ")")
-    _check_size(problems, nx, ny, nt, be, solver, scheme, max_memory)
+    check_size_2d(problems, nx, ny, nt, be, solver, scheme, max_memory)
     for p in problems:   # (builds the grid: after the size guard)
         p.grid(nx, ny, nt).check_scales(p.sigma, be.dtype)
     warn_unresolved(problems, problems[0].grid(nx, ny, nt), stacklevel=4)

@@ -65,11 +65,11 @@ def _float32_floor() -> float:
     import warnings
 
     import mfgwork as mw
-    from mfgwork.solve import _reachable_tol
+    from mfgwork.solve import reachable_tol
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _reachable_tol(1e-300, mw.get_backend("numpy", "cpu", "float32"))
+        return reachable_tol(1e-300, mw.get_backend("numpy", "cpu", "float32"))
 
 
 def _value(match: re.Match) -> float:

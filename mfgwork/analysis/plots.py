@@ -37,14 +37,16 @@ __all__ = ["DPI", "SCHEME_NAMES", "describe_iteration", "equilibrium_attendance"
 PAYOFF = "F(A): payoff of going at attendance A"
 
 
-def _axes(ax: Axes | None, size: tuple[float, float] = (6.4, 4.0)) -> tuple[Figure, Axes]:
+def figure_axes(ax: Axes | None, size: tuple[float, float] = (6.4, 4.0)) -> tuple[Figure, Axes]:
+    """``ax`` and its figure, or a new figure of ``size`` inches (house DPI) and its axes."""
     if ax is not None:
         return ax.figure, ax
     fig = Figure(figsize=size, dpi=DPI, layout="constrained")
     return fig, fig.add_subplot()
 
 
-def _np(a: Any) -> np.ndarray:
+def host_float64(a: Any) -> np.ndarray:
+    """``a`` (any backend's array) as a float64 NumPy array."""
     return np.asarray(to_numpy(a), dtype=np.float64)
 
 
@@ -57,12 +59,12 @@ def _need_attendance(result: Result, figure: str) -> np.ndarray:
         raise ParameterError(f"result={type(result).__name__}(problem="
                              f"{result.params.get('problem')!r}) is invalid for {figure}: it "
                              "needs an attendance path A(t), which only Santa Fe Bar results have")
-    return _np(result.attendance)
+    return host_float64(result.attendance)
 
 
-def _time_indices(result: Result, times: Sequence[float] | None) -> list[int]:
+def time_indices(result: Result, times: Sequence[float] | None) -> list[int]:
     """Indices of the time levels nearest to ``times`` (default: 5 evenly spaced in [0, T])."""
-    t = _np(result.t)
+    t = host_float64(result.t)
     if times is None:
         times = np.linspace(t[0], t[-1], 5)
     values = [float(v) for v in np.atleast_1d(np.asarray(times, dtype=object))]
@@ -78,8 +80,8 @@ def plot_density_heatmap(result: Result, ax: Axes | None = None) -> Figure:
     """m(t, θ) as a heatmap over (t, θ), with the θ = 0 line (attend above, stay home below).
     Each node fills its control volume, cut at the domain's walls and at 0 and T, so the
     heatmap spans the domain exactly."""
-    fig, ax = _axes(ax)
-    x, t, M = _np(result.x), _np(result.t), _np(result.M)
+    fig, ax = figure_axes(ax)
+    x, t, M = host_float64(result.x), host_float64(result.t), host_float64(result.M)
     s = result.state_name
     mesh = ax.pcolormesh(_cell_edges(t), _cell_edges(x), M.T, shading="flat", cmap="viridis",
                          rasterized=True)
@@ -116,8 +118,8 @@ def plot_attendance(result: Result, ax: Axes | None = None) -> Figure:
     """A(t) against the threshold band A* ± ε, the threshold A* and the level where the payoff
     of going F(A) vanishes; the legend sits below the axes, off the curve."""
     A = _need_attendance(result, "plot_attendance")
-    fig, ax = _axes(ax)
-    t = _np(result.t)
+    fig, ax = figure_axes(ax)
+    t = host_float64(result.t)
     a_star, eps = result.params.get("threshold"), result.params.get("eps")
     if a_star is not None and eps is not None:
         ax.axhspan(a_star - eps, a_star + eps, color="tab:red", alpha=0.15,
@@ -137,9 +139,9 @@ def plot_attendance(result: Result, ax: Axes | None = None) -> Figure:
 
 def _snapshots(result: Result, values: np.ndarray, times: Sequence[float] | None,
                ax: Axes | None, ylabel: str, title: str) -> Figure:
-    fig, ax = _axes(ax)
-    x, t = _np(result.x), _np(result.t)
-    idx = _time_indices(result, times)
+    fig, ax = figure_axes(ax)
+    x, t = host_float64(result.x), host_float64(result.t)
+    idx = time_indices(result, times)
     colors = [_cmap(k / max(len(idx) - 1, 1)) for k in range(len(idx))]
     for n, color in zip(idx, colors, strict=True):
         ax.plot(x, values[n], color=color, label=f"t = {t[n]:.3g}")
@@ -159,7 +161,7 @@ def plot_density_snapshots(result: Result, times: Sequence[float] | None = None,
                            ax: Axes | None = None) -> Figure:
     """m(t, ·) at the time levels nearest to ``times`` (default: 5 evenly spaced in [0, T])."""
     s = result.state_name
-    return _snapshots(result, _np(result.M), times, ax, f"density m(t, {s})",
+    return _snapshots(result, host_float64(result.M), times, ax, f"density m(t, {s})",
                       "Density snapshots")
 
 
@@ -168,7 +170,7 @@ def plot_value_snapshots(result: Result, times: Sequence[float] | None = None,
                          ax: Axes | None = None) -> Figure:
     """u(t, ·) at the time levels nearest to ``times`` (default: 5 evenly spaced in [0, T])."""
     s = result.state_name
-    return _snapshots(result, _np(result.U), times, ax, f"value (cost to go) u(t, {s})",
+    return _snapshots(result, host_float64(result.U), times, ax, f"value (cost to go) u(t, {s})",
                       "Value function snapshots")
 
 
@@ -212,7 +214,7 @@ def plot_convergence(result: Result, ax: Axes | None = None, changes: bool = Fal
     also the relative changes of U and M between iterates (grey, dashed), which stop
     nothing. Zero or non-finite values are left out (a log axis cannot show them).
     """
-    fig, ax = _axes(ax)
+    fig, ax = figure_axes(ax)
     history = result.history
     residual = _series(history, "residual")
     k = np.arange(1, residual.size + 1)
@@ -290,8 +292,8 @@ def _convergence_title(result: Result, tol: Any) -> str:
 def plot_phase_portrait(result: Result, ax: Axes | None = None) -> Figure:
     """A(t) against the mean preference E[θ](t), coloured by time, with the threshold A*."""
     A = _need_attendance(result, "plot_phase_portrait")
-    fig, ax = _axes(ax, size=(5.6, 4.4))
-    mean, t = _np(result.mean_state), _np(result.t)
+    fig, ax = figure_axes(ax, size=(5.6, 4.4))
+    mean, t = host_float64(result.mean_state), host_float64(result.t)
     ax.plot(mean, A, color="0.6", lw=1.0, zorder=1)
     points = ax.scatter(mean, A, c=t, s=10, cmap="viridis", zorder=2)
     fig.colorbar(points, ax=ax, label=TIME)
@@ -355,7 +357,7 @@ def plot_refinement(rows: Sequence[Mapping[str, Any]], ax: Axes | None = None) -
     if len(rows) < 2 or any(k not in r for r in rows for k in ("h", "error_U", "error_M")):
         raise ParameterError(f"rows={list(rows)!r} is invalid: must be at least two rows with "
                              "'h', 'error_U' and 'error_M'")
-    fig, ax = _axes(ax, size=(5.6, 4.4))
+    fig, ax = figure_axes(ax, size=(5.6, 4.4))
     h = np.array([r["h"] for r in rows], dtype=np.float64)
     for key, label, marker in (("error_U", "max |U − u|", "o"), ("error_M", "max |M − m|", "s")):
         ax.loglog(h, [r[key] for r in rows], marker=marker, label=label)
@@ -374,7 +376,7 @@ def plot_payoff(problem: Any, ax: Axes | None = None) -> Figure:
     if not callable(getattr(problem, "payoff", None)):
         raise ParameterError(f"problem={problem!r} is invalid: plot_payoff needs a problem with "
                              "a payoff F(A), e.g. mw.SantaFeBar()")
-    fig, ax = _axes(ax)
+    fig, ax = figure_axes(ax)
     A = np.linspace(0.0, 1.0, 501)
     ax.plot(A, problem.payoff(A), lw=2.0, label="F(A)")
     ax.axhline(0.0, color="0.5", lw=1.0)

@@ -28,7 +28,7 @@ from matplotlib.figure import Figure
 
 from ..core import storage
 from ..core.errors import ParameterError, check_int, check_real
-from .plots import _axes, _np, _time_indices, equilibrium_attendance
+from .plots import equilibrium_attendance, figure_axes, host_float64, time_indices
 from .style import DPI, STYLE, TIME, state_label, styled
 
 __all__ = ["animation_html", "plot_bar_attendance", "plot_density_2d", "plot_density_at",
@@ -62,7 +62,7 @@ def _density_image(ax: Axes, result: Any, n: int, vmax: float) -> Any:
     from matplotlib import colormaps
 
     cmap = colormaps["viridis"].with_extremes(bad="0.55")
-    x, y = _np(result.x), _np(result.y)
+    x, y = host_float64(result.x), host_float64(result.y)
     hx, hy = (x[1] - x[0]) / 2, (y[1] - y[0]) / 2
     image = ax.imshow(_masked(result, n), origin="lower", cmap=cmap, vmin=0.0, vmax=vmax,
                       extent=(x[0] - hx, x[-1] + hx, y[0] - hy, y[-1] + hy),
@@ -74,19 +74,19 @@ def _density_image(ax: Axes, result: Any, n: int, vmax: float) -> Any:
 
 def _masked(result: Any, n: int) -> np.ma.MaskedArray:
     """m(t_n) with the obstacle nodes masked."""
-    return np.ma.masked_array(_np(result.M[n]), mask=np.asarray(result.obstacle))
+    return np.ma.masked_array(host_float64(result.M[n]), mask=np.asarray(result.obstacle))
 
 
 def _draw_exits(ax: Axes, result: Any) -> None:
     exits = np.asarray(result.exit)
     if exits.any():
-        X, Y = np.meshgrid(_np(result.x), _np(result.y))
+        X, Y = np.meshgrid(host_float64(result.x), host_float64(result.y))
         ax.plot(X[exits], Y[exits], "s", color="tab:red", ms=4, ls="none", label="exit",
                 clip_on=False)
 
 
 def _vmax(result: Any, idx: Sequence[int]) -> float:
-    top = float(np.max(_np(np.asarray(result.M)[list(idx)])))
+    top = float(np.max(host_float64(np.asarray(result.M)[list(idx)])))
     return top if top > 0 else 1.0
 
 
@@ -103,8 +103,8 @@ def plot_density_2d(result: Any, times: Sequence[float] | None = None, ncols: in
     crowd spreads and leaves, so later densities are far below the first), or on one with
     ``shared_scale``."""
     ncols = check_int("ncols", ncols, low=1)
-    t = _np(result.t)
-    idx = _time_indices(result, np.linspace(t[0], t[-1], 6) if times is None else times)
+    t = host_float64(result.t)
+    idx = time_indices(result, np.linspace(t[0], t[-1], 6) if times is None else times)
     cols = min(ncols, len(idx))
     rows = math.ceil(len(idx) / cols)
     fig = Figure(figsize=(3.3 * cols + (1.0 if shared_scale else 0.6), 2.9 * rows), dpi=DPI,
@@ -114,7 +114,7 @@ def plot_density_2d(result: Any, times: Sequence[float] | None = None, ncols: in
     for ax, n in zip(axes, idx, strict=False):
         image = _density_image(ax, result, n, top if shared_scale else _vmax(result, [n]))
         _label_axes(ax, result)
-        ax.set_title(f"t = {t[n]:.3g}, mass {float(_np(result.mass)[n]):.3f}")
+        ax.set_title(f"t = {t[n]:.3g}, mass {float(host_float64(result.mass)[n]):.3f}")
         if not shared_scale:
             fig.colorbar(image, ax=ax, label=_density_label(result) if ax is axes[0] else None)
     for ax in axes[len(idx):]:
@@ -134,10 +134,10 @@ def _density_panel(result: Any, time: float | None, ax: Axes | None,
                    size: tuple[float, float]) -> tuple[Figure, Axes, np.ndarray, int]:
     """(figure, axes, t, n): the density image at the level n nearest to ``time`` (default
     T/4) with its colour bar."""
-    t = _np(result.t)
+    t = host_float64(result.t)
     time = float(t[-1] / 4) if time is None else check_real("time", time)
-    n = _time_indices(result, [time])[0]
-    fig, ax = _axes(ax, size=size)
+    n = time_indices(result, [time])[0]
+    fig, ax = figure_axes(ax, size=size)
     image = _density_image(ax, result, n, _vmax(result, [n]))
     fig.colorbar(image, ax=ax, label=_density_label(result))
     return fig, ax, t, n
@@ -149,7 +149,7 @@ def plot_density_at(result: Any, time: float | None = None, ax: Axes | None = No
     obstacles grey, exits red."""
     fig, ax, t, n = _density_panel(result, time, ax, (5.2, 4.4))
     _label_axes(ax, result)
-    ax.set_title(f"Density at t = {t[n]:.3g} (mass {float(_np(result.mass)[n]):.3f})")
+    ax.set_title(f"Density at t = {t[n]:.3g} (mass {float(host_float64(result.mass)[n]):.3f})")
     return fig
 
 
@@ -159,13 +159,13 @@ def quiver_points(result: Any, n: int, arrows: int = 16
     s-th node in each direction (about ``arrows`` per side), obstacle and exit nodes left
     out."""
     arrows = check_int("arrows", arrows, low=2)
-    x, y = _np(result.x), _np(result.y)
+    x, y = host_float64(result.x), host_float64(result.y)
     sx, sy = max(1, round(x.size / arrows)), max(1, round(y.size / arrows))
     X, Y = np.meshgrid(x, y)
     keep = ~(np.asarray(result.obstacle) | np.asarray(result.exit))
     pick = (slice(None, None, sy), slice(None, None, sx))
     keep = keep[pick]
-    vx, vy = _np(result.velocity_x[n])[pick], _np(result.velocity_y[n])[pick]
+    vx, vy = host_float64(result.velocity_x[n])[pick], host_float64(result.velocity_y[n])[pick]
     return X[pick][keep], Y[pick][keep], vx[keep], vy[keep]
 
 
@@ -191,18 +191,18 @@ def plot_exit_flux(result: Any) -> Figure:
     recorded by the scheme), and their sum. Right: the mass in the room, the cumulative
     outflow, and their sum, which the scheme keeps at 1 to round-off (the check line; its
     largest deviation in the legend)."""
-    t, dt = _np(result.t), float(_np(result.t)[1] - _np(result.t)[0])
-    doors = _np(result.door_outflow)
+    t, dt = host_float64(result.t), float(host_float64(result.t)[1] - host_float64(result.t)[0])
+    doors = host_float64(result.door_outflow)
     fig = Figure(figsize=(10.0, 3.8), dpi=DPI, layout="constrained")
     left, right = fig.subplots(1, 2)
     for d, where in enumerate(result.doors):
         left.plot(t[1:], doors[1:, d] / dt, label=f"door {d + 1} ({where})")
-    left.plot(t[1:], _np(result.exit_flux)[1:], color="k", ls="--", lw=1.2,
+    left.plot(t[1:], host_float64(result.exit_flux)[1:], color="k", ls="--", lw=1.2,
               label="all doors")
     left.set(xlabel=TIME, ylabel="exit flux: mass leaving per unit time",
              title="Flux through the exits")
     left.legend(loc="best")
-    mass, out = _np(result.mass), np.cumsum(_np(result.outflow))
+    mass, out = host_float64(result.mass), np.cumsum(host_float64(result.outflow))
     balance = mass + out
     right.plot(t, mass, label="mass in the room Σ V m")
     right.plot(t, out, label="cumulative outflow")
@@ -223,9 +223,9 @@ def plot_evacuation(results: Mapping[str, Any]) -> Figure:
     fig = Figure(figsize=(10.0, 3.6), dpi=DPI, layout="constrained")
     left, right = fig.subplots(1, 2)
     for label, r in results.items():
-        t = _np(r.t)
-        left.plot(t, _np(r.mass), label=label)
-        right.plot(t[1:], _np(r.exit_flux)[1:], label=label)
+        t = host_float64(r.t)
+        left.plot(t, host_float64(r.mass), label=label)
+        right.plot(t[1:], host_float64(r.exit_flux)[1:], label=label)
     left.set(xlabel=TIME, ylabel="mass left in the room Σ V m", title="Evacuation",
              ylim=(0.0, 1.05))
     right.set(xlabel=TIME, ylabel="exit flux: mass leaving per unit time",
@@ -247,8 +247,8 @@ def plot_bar_attendance(result: Any, ax: Axes | None = None,
                              f"{result.params.get('problem')!r}) is invalid for "
                              "plot_bar_attendance: it needs an attendance pair A(t) of shape "
                              "(nt+1, 2), which two-bar results have")
-    fig, ax = _axes(ax, size=(6.8, 4.2))
-    t, A = _np(result.t), _np(result.attendance)
+    fig, ax = figure_axes(ax, size=(6.8, 4.2))
+    t, A = host_float64(result.t), host_float64(result.attendance)
     p = result.params
     colors = ("tab:blue", "tab:orange")
     for j in range(2):
@@ -262,7 +262,7 @@ def plot_bar_attendance(result: Any, ax: Axes | None = None,
                 ax.axhline(level, color=colors[j], ls="--", lw=1.0,
                            label=f"F$_{j + 1}$ = 0 at A = {level:.3f}")
     for k, (label, (tr, Ar)) in enumerate((references or {}).items()):
-        tr, Ar = _np(tr), _np(Ar)
+        tr, Ar = host_float64(tr), host_float64(Ar)
         step = max(1, tr.size // 25)
         ax.plot(tr[::step], Ar[::step], ls="none", color="k", marker="ox"[k % 2],
                 mfc="none", ms=5, label=label)
@@ -302,7 +302,7 @@ def animation_html(result: Any, frames: int = 40, fps: float = 8.0, dpi: int = 7
     idx = frame_indices(np.shape(result.M)[0] - 1, frames)
     fps = check_real("fps", fps, low=0.0, high=60.0, high_open=False)
     dpi = check_int("dpi", dpi, low=20, high=300)
-    t = _np(result.t)
+    t = host_float64(result.t)
     with rc_context(STYLE):
         # fixed margins: a layout engine would run again for every frame
         fig = Figure(figsize=(5.0, 4.2), dpi=dpi)
@@ -316,7 +316,7 @@ def animation_html(result: Any, frames: int = 40, fps: float = 8.0, dpi: int = 7
         def draw(n: int) -> tuple[Any, ...]:
             image.set_data(_masked(result, n))
             title.set_text(f"Density at t = {t[n]:.3g} (mass in the domain "
-                           f"{float(_np(result.mass)[n]):.3f})")
+                           f"{float(host_float64(result.mass)[n]):.3f})")
             return image, title
 
         anim = FuncAnimation(fig, draw, frames=idx, interval=1000.0 / fps, blit=False)

@@ -82,7 +82,7 @@ def _check_conversion(be: Backend) -> tuple[Any, np.ndarray]:
 def _check_tridiagonal(be: Backend) -> tuple[Any, np.ndarray]:
     from scipy.linalg import solve_banded
 
-    from ..numerics.fdm.tridiag import tridiagonal_solver
+    from ..numerics.fdm.kernels import tridiagonal_solver
 
     rng = _rng()
     n = 201

@@ -134,10 +134,13 @@ def _not_a_link_or_special(path: Path, target: Any, name: str, how: str) -> None
     if os.path.lexists(path):
         mode = os.lstat(path).st_mode
         if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-            raise _refuse(name, target, f"it is {_special(mode)}, not a file or a folder", how)
+            raise _refuse(name, target,
+                          f"it is {special_file_kind(mode)}, not a file or a folder", how)
 
 
-def _special(mode: int) -> str:
+def special_file_kind(mode: int) -> str:
+    """What a file of ``os.lstat`` mode ``mode`` that is neither a folder nor a regular file is,
+    in words (e.g. "a named pipe (FIFO)")."""
     for test, what in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
         if test(mode):
@@ -193,7 +196,7 @@ def _marker_problem(folder: Path) -> str | None:
     if stat.S_ISDIR(info.st_mode):
         return "a folder"
     if not stat.S_ISREG(info.st_mode):
-        return _special(info.st_mode)
+        return special_file_kind(info.st_mode)
     if info.st_size > MAX_MARKER_BYTES:
         return f"a file of {info.st_size} bytes (a marker has at most {MAX_MARKER_BYTES})"
     return None if marker_kind(folder) is not None else "not a JSON object naming a kind"

@@ -59,7 +59,7 @@ from ..core.grid import Grid
 from ..problems.base import ScalarPotential
 from ..problems.hamiltonians import Hamiltonian
 from .fdm.operators import CURVATURE_FLOOR, QUADRATIC
-from .iteration import FixedPointResult, History, _evaluator, _of_largest, _record_times
+from .iteration import FixedPointResult, History, evaluator, of_largest, record_times
 
 TRIAL, CERTIFY, DONE = 0, 1, 2
 ARMIJO = 2e-4
@@ -182,7 +182,7 @@ def conjugate_gradients(apply: Any, b: np.ndarray, rtol: float, max_steps: int
     return x
 
 
-def _backtrack(t: np.ndarray, norm: np.ndarray, trial: np.ndarray) -> np.ndarray:
+def backtrack(t: np.ndarray, norm: np.ndarray, trial: np.ndarray) -> np.ndarray:
     """The next step length after t was refused: the minimiser of the quadratic through
     φ(0) = ‖R‖², φ'(0) = −2‖R‖² (the Newton direction) and φ(t), within [0.1 t, 0.5 t]."""
     phi0 = np.where(np.isfinite(norm), norm, 1.0) ** 2
@@ -263,7 +263,7 @@ class BatchNewton:
         if self.system_dtype != be.dtype:
             coupling = Float64State(coupling, be)
             z_init = None if z_init is None else xp.astype(z_init, xp.float64)
-        evaluate = _evaluator(coupling, hjb, fp, U_T, m0, be)
+        evaluate = evaluator(coupling, hjb, fp, U_T, m0, be)
         M0 = xp.stack([m0] * (nt + 1), axis=-2) if M_init is None else M_init
         w = coupling.state(M0) if z_init is None else coupling.project(z_init)
         B = w.shape[0]
@@ -297,7 +297,7 @@ class BatchNewton:
             history.residual.append(float(np.max(r_w[active])))
             # certificates: Φ(z) was evaluated, its residual is that of the densities of z
             check = mode == CERTIFY
-            history.certificate.append(_of_largest(check, r_w, active))
+            history.certificate.append(of_largest(check, r_w, active))
             better = check & (r_w < best)
             best = np.where(better, r_w, best)
             if better.any():
@@ -327,7 +327,7 @@ class BatchNewton:
             # a refused trial backtracks (the minimiser of the quadratic model of ‖R‖² along
             # d, kept within [0.1 t, 0.5 t]); after ``max_halvings`` the problem is stuck
             refused = (mode == TRIAL) & active & ~accept
-            t = np.where(refused, _backtrack(t, norm_before, n_w), t)
+            t = np.where(refused, backtrack(t, norm_before, n_w), t)
             halvings = halvings + refused
             stuck |= refused & (halvings > self.max_halvings)
             going = active & ~finished
@@ -348,7 +348,7 @@ class BatchNewton:
             if (mode == DONE).all():
                 break
             w = self._next_points(mode, t, cur, d, coupling)
-        _record_times(history, stamps, be)
+        record_times(history, stamps, be)
         open_ = (mode != DONE) & ~certified
         if open_.any():   # the accepted points of unfinished problems: one more evaluation
             g = evaluate(cur["z"] + cur["R"], cur["U"])[3]

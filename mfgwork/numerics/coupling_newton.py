@@ -84,7 +84,7 @@ class _Point:
 
 class CouplingNewtonKrylov:
     """The iteration of the module docstring on the best response ``evaluate(z, guess) ->
-    (F, U, M, state(M), stamps)`` of :func:`.iteration._evaluator` (one problem)."""
+    (F, U, M, state(M), stamps)`` of :func:`.iteration.evaluator` (one problem)."""
 
     def __init__(self, evaluate: Any, project: Any, backend: Backend, *, tol: float,
                  max_krylov: int = 40, stall: int = 5) -> None:

@@ -423,10 +423,10 @@ def _fused_norms(a: Array, b: Array) -> bool:
         return False
     if a.device.type != "cuda" or a.shape[-1] < FUSED_NORMS_FROM:
         return False
-    from .fdm.kernels import _triton_installed
+    from .particles.triton_kernels import triton_available
 
     return (b.device == a.device and b.dtype == a.dtype and b.shape == a.shape
-            and a.is_contiguous() and b.is_contiguous() and _triton_installed())
+            and a.is_contiguous() and b.is_contiguous() and triton_available())
 
 
 def _where(mask: Array, a: Array, b: Array, xp: Any, batched: bool) -> Array:
@@ -502,7 +502,7 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
                    tries=xp.zeros((n_problems,), dtype=z.dtype, device=dev))
     rechecked = np.zeros(n_problems, dtype=bool)  # the previous step certifies lowest iterates
     done_at = np.zeros(n_problems, dtype=np.int64)
-    evaluate = _evaluator(coupling, hjb, fp, U_T, m0, backend)
+    evaluate = evaluator(coupling, hjb, fp, U_T, m0, backend)
     use_fallback = fallback is not None and not batched
     stalled = False
     stamps: list[tuple] = []  # per iteration (start, HJB start, FP start, FP end, end)
@@ -587,7 +587,7 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
         history.change_U.append(float(np.max(changes[0][active])))
         history.change_M.append(float(np.max(changes[1][active])))
         history.residual.append(float(np.max(changes[2][active])))
-        history.certificate.append(_of_largest(changes[10], changes[2], active))
+        history.certificate.append(of_largest(changes[10], changes[2], active))
         if progress is not None:
             progress.update(1)
             progress.set_postfix(residual=f"{history.residual[-1]:.2e}", refresh=False)
@@ -602,7 +602,7 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
         stamps.append((t0, t1, t2, t3, backend.stamp()))
         if finished or stalled:
             break
-    _record_times(history, stamps, backend)
+    record_times(history, stamps, backend)
     residual = changes[3]
     resolve(tol)    # the evaluations after the loop certify
     if stalled:
@@ -772,7 +772,7 @@ def _put(full: Array, idx: Array, part: Array, xp: Any) -> Array:
     return out
 
 
-def _evaluator(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, U_T: Array, m0: Array,
+def evaluator(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, U_T: Array, m0: Array,
                backend: Backend) -> Any:
     """Φ: z ↦ (F, U, M, state(M)) with the stamps (:meth:`Backend.stamp`) at which the HJB
     and FP phases started and FP ended."""
@@ -797,13 +797,13 @@ def frozen_args(coupling: CouplingMap, z: Array) -> tuple[Array, ...]:
     return () if density is None else (density,)
 
 
-def _of_largest(flags: np.ndarray, residuals: np.ndarray, active: np.ndarray) -> bool:
+def of_largest(flags: np.ndarray, residuals: np.ndarray, active: np.ndarray) -> bool:
     """The flag (host, (B,)) of the active problem with the largest residual."""
     rows = np.flatnonzero(active)
     return bool(flags[rows[np.argmax(residuals[rows])]])
 
 
-def _record_times(history: History, stamps: list[tuple], backend: Backend) -> None:
+def record_times(history: History, stamps: list[tuple], backend: Backend) -> None:
     """The phase times of the iterations from their stamps, read once the loop is over
     (on a device they are events: reading them inside the loop would add host waits)."""
     seconds = backend.seconds

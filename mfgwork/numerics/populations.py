@@ -52,7 +52,7 @@ from ..core.grid import Grid
 from ..problems.base import Coupling, ScalarPotential
 from ..problems.hamiltonians import Hamiltonian
 from ..problems.populations import Populations, SantaFePopulations
-from .batch_newton import ARMIJO, ETA, GROW, _backtrack, newton_refusal
+from .batch_newton import ARMIJO, ETA, GROW, backtrack, newton_refusal
 from .fdm.sweeps import FiniteDifferences
 from .fdm.tangent import tangent_jacobian, tangent_product
 from .iteration import (
@@ -60,10 +60,10 @@ from .iteration import (
     FixedPointResult,
     History,
     IterationScheme,
-    _evaluator,
-    _record_times,
+    evaluator,
     fixed_point,
     frozen_args,
+    record_times,
     relative_residual,
 )
 from .potential import product_operands, tangent_operands
@@ -279,7 +279,7 @@ class PathNewton:
         point is ``z_init``, else the path of m0 at all times. Returns the best certified
         densities (one more evaluation certifies the last point if it was not)."""
         be, xp, nt = self.backend, self.backend.xp, self.grid.nt
-        evaluate = _evaluator(coupling, hjb, fp, U_T, m0, be)
+        evaluate = evaluator(coupling, hjb, fp, U_T, m0, be)
         history, stamps = History(), []
         last = {"stamp": be.stamp(), "U": None, "M": None}
 
@@ -350,7 +350,7 @@ class PathNewton:
                 if trial["norm"] ** 2 <= (1.0 - ARMIJO * t) * point["norm"] ** 2:
                     accepted = trial
                     break
-                t = float(_backtrack(np.array(t), np.array(point["norm"]),
+                t = float(backtrack(np.array(t), np.array(point["norm"]),
                                      np.array(trial["norm"])))
             if accepted is None:
                 if len(history.residual) < max_iter:
@@ -363,7 +363,7 @@ class PathNewton:
             res = certificate(point, cert)
             if res < best["res"]:
                 best = {"res": res, "U": point["U"], "M": point["M"]}
-        _record_times(history, stamps, be)
+        record_times(history, stamps, be)
         self.last_point = point
         return FixedPointResult(U=best["U"], M=best["M"],
                                 converged=np.array([best["res"] <= self.tol]),

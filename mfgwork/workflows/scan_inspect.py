@@ -158,7 +158,7 @@ def _regular_or_folder(path: Path, mode: int, *, folder: bool = False) -> None:
         return
     if stat.S_ISREG(mode):
         raise LoadError(path, "is a file, not a scan store (a folder)")
-    raise LoadError(path, f"is {storage._special(mode)}, not a regular file or a folder: "
+    raise LoadError(path, f"is {storage.special_file_kind(mode)}, not a regular file or a folder: "
                     "refused before anything is read (reading it could block forever)")
 
 

@@ -200,11 +200,11 @@ def _check_point_size(plan: ScanPlan, be: Backend, problem: Problem) -> None:
     opts = plan.options
     nx, nt = opts["nx"], opts["nt"]
     if plan.two_d:
-        from ..solve2d import _check_size, default_iteration
+        from ..solve2d import check_size_2d, default_iteration
 
         scheme = default_iteration(be.dtype) if opts["iteration"] is None \
             else make_scheme(opts["iteration"])
-        _check_size([problem], nx, opts["ny"], nt, be,
+        check_size_2d([problem], nx, opts["ny"], nt, be,
                     "ilu" if be.name == "numpy" else "krylov", scheme, None)
     else:
         memory.check_fdm(nx, nt, be, [_coupling_size(plan, problem)],

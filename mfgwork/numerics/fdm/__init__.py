@@ -2,8 +2,7 @@
 the sweeps, their kernels per (backend, device) in one table (``kernels``), the numba, Triton
 and tangent kernels. Imports from ``core`` only."""
 
-from .kernels import FDKernels, fdm_kernels
+from .kernels import FDKernels, fdm_kernels, tridiagonal_solver
 from .sweeps import FiniteDifferences
-from .tridiag import tridiagonal_solver
 
 __all__ = ["FDKernels", "FiniteDifferences", "fdm_kernels", "tridiagonal_solver"]

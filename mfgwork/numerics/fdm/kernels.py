@@ -35,7 +35,13 @@ from typing import Any
 
 from ...core.backend import Backend
 from ...problems.hamiltonians import Hamiltonian, Quadratic
-from .tridiag import TridiagonalSolver, solve_lapack, solve_lapack_torch, solve_pcr_zero_ends
+from .tridiag import (
+    TridiagonalSolver,
+    solve_lapack,
+    solve_lapack_torch,
+    solve_pcr,
+    solve_pcr_zero_ends,
+)
 
 
 @dataclass(frozen=True)
@@ -166,3 +172,11 @@ def fdm_kernels(backend: Backend, hamiltonian: Hamiltonian | None = None) -> FDK
             return entry
     raise LookupError(f"no finite-difference kernels usable for {device_key(backend)} "
                       f"and {hamiltonian!r}")
+
+
+def tridiagonal_solver(backend: Backend, *, zero_ends: bool = False) -> TridiagonalSolver:
+    """The tridiagonal kernel for ``backend`` (as named by :data:`KERNELS`);
+    ``zero_ends``: the caller guarantees ``lower[..., 0] == upper[..., -1] == 0``, as the
+    scheme's bands do (PCR then saves two kernels per solve)."""
+    solve = fdm_kernels(backend).tridiagonal
+    return solve_pcr if solve is solve_pcr_zero_ends and not zero_ends else solve

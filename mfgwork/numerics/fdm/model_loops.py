@@ -20,7 +20,7 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _pow(x, e):  # pragma: no cover - compiled
+def power(x, e):  # pragma: no cover - compiled
     """x^e for x ≥ 0, by square roots and products for the common exponents (``**`` costs
     as much as the rest of a Newton iteration's arithmetic)."""
     if e == 0.5:
@@ -49,12 +49,14 @@ def _general_pow(x, e):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _sign(a):  # pragma: no cover - compiled
+def sign(a):  # pragma: no cover - compiled
+    """sign(a): 1, −1 or 0."""
     return 1.0 if a > 0.0 else (-1.0 if a < 0.0 else 0.0)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _heaviside(a, h0):  # pragma: no cover - compiled
+def heaviside(a, h0):  # pragma: no cover - compiled
+    """1 for a > 0, 0 for a < 0, h0 at a = 0."""
     return 1.0 if a > 0.0 else (0.0 if a < 0.0 else h0)
 
 

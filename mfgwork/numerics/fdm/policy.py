@@ -26,8 +26,8 @@ from typing import Any
 from ...core.backend import Backend
 from ...core.grid import Grid
 from ...problems.hamiltonians import Hamiltonian
+from .kernels import tridiagonal_solver
 from .operators import QUADRATIC, jacobian_bands
-from .tridiag import tridiagonal_solver
 
 
 def evaluate_policy(U: Any, F: Any, V_T: Any, grid: Grid, nu: float, backend: Backend,

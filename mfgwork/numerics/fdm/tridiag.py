@@ -32,8 +32,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ...core.backend import Backend
-
 TridiagonalSolver = Callable[[Any, Any, Any, Any], Any]
 
 
@@ -258,16 +256,6 @@ def pcr_apply_padded(levels: list[Any], row: Any, work: Any, out: Any = None) ->
         torch.sum(products, dim=-2, out=work[..., pad:pad + n])
         s *= 2
     return row[..., pad:pad + n] if out is None else out.copy_(row[..., pad:pad + n])
-
-
-def tridiagonal_solver(backend: Backend, *, zero_ends: bool = False) -> TridiagonalSolver:
-    """The tridiagonal kernel for ``backend`` (as named by the table in :mod:`.kernels`);
-    ``zero_ends``: the caller guarantees ``lower[..., 0] == upper[..., -1] == 0``, as the
-    scheme's bands do (PCR then saves two kernels per solve)."""
-    from .kernels import fdm_kernels
-
-    solve = fdm_kernels(backend).tridiagonal
-    return solve_pcr if solve is solve_pcr_zero_ends and not zero_ends else solve
 
 
 def factor_many(lower: Any, diag: Any, upper: Any) -> Callable[[int, Any], Any]:

@@ -143,7 +143,7 @@ def model_arrays(model: ModelKernels, like: Any, x: Any | None, density: Any | N
     x; the density is None where H does not read m (the kernels then load none)."""
     import torch
 
-    prm = _params(model.fields, like)
+    prm = scalars_tensor(model.fields, like)
     nx = like.shape[-1]
     if x is None:
         if model.reads_x:
@@ -200,7 +200,7 @@ def _program(B: int, nx: int, layout: str) -> dict[str, Any] | None:
     return {"grid": (B,), "LOG_X": log_x, "num_warps": warps}
 
 
-def _params(values: tuple[float, ...], like: Any) -> Any:
+def scalars_tensor(values: tuple[float, ...], like: Any) -> Any:
     """The scalars as a tensor of ``like``'s dtype and device (cached: a copy from the host
     would wait for the device)."""
     key = (values, like.dtype, like.device)
@@ -233,7 +233,7 @@ def hjb_sweep(U_T: Any, F: Any, guess: Any | None, nu: Any, h: float, dt: float,
     model = model_kernels() if model is None else model
     prm, x, density = model_arrays(model, F, x, density, (B, nt))
     status = torch.empty((2, B), dtype=torch.int32, device=F.device)
-    params = _params((h, dt, tol), F)
+    params = scalars_tensor((h, dt, tol), F)
     if program is not None:   # arrays as they are, [problem, level, x]
         U = torch.empty((B, nt + 1, nx), dtype=F.dtype, device=F.device)
         U[:, nt] = U_T
@@ -268,7 +268,7 @@ def fp_sweep(U: Any, mu0: Any, nu: Any, h: float, dt: float, inv_hw: Any,
     program = _program(B, nx, chosen_layout("fp", B, U, layout))
     model = model_kernels() if model is None else model
     prm, x, density = model_arrays(model, U, x, density, (B, levels - 1))
-    params = _params((h, dt), U)
+    params = scalars_tensor((h, dt), U)
     if program is not None:   # arrays as they are, [problem, level, x]
         mu = torch.empty((B, levels, nx), dtype=U.dtype, device=U.device)
         mu[:, 0] = mu0

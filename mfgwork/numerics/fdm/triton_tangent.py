@@ -38,7 +38,7 @@ from typing import Any
 
 from ...problems.hamiltonians import Hamiltonian
 from .operators import QUADRATIC, curvature_floor, jacobian_bands, tangent_weights
-from .triton_sweeps import _params, launch, model_arrays, model_kernels
+from .triton_sweeps import launch, model_arrays, model_kernels, scalars_tensor
 
 FACTOR_BLOCK = 128   # systems per program of the factor kernel (four warps)
 DIRECTIONS = 32      # directions per program of the sweep kernel (one warp)
@@ -143,7 +143,7 @@ def sweeps(bands: Any, factors: Any, chi: Any, dt: float, B: int, directions: in
     scratch = torch.empty((grid, nx, directions), dtype=bands.dtype, device=bands.device)
     D = torch.empty((B, nt, nt), dtype=bands.dtype, device=bands.device)
     launch("tangent", (grid,),
-           bands, factors, chi.contiguous(), history, scratch, D, _params((dt,), bands), nx,
+           bands, factors, chi.contiguous(), history, scratch, D, scalars_tensor((dt,), bands), nx,
            nt, history.shape[-1], blocks, work, BD=directions,
            num_warps=warps or max(1, directions // 32))
     return D
@@ -169,7 +169,7 @@ def chunk_planes(U: Any, mu: Any, nu: Any, h: float, dt: float, inv_hw: Any, P: 
     planes = torch.empty((B * (levels - 1), 7, rows), dtype=U.dtype, device=U.device)
     launch("tangent_planes", (B * (levels - 1),), U.contiguous(), mu.contiguous(),
            nu.contiguous(), inv_hw.contiguous(),
-           _params((h, dt, curvature_floor(hamiltonian, h)), U), planes, x,
+           scalars_tensor((h, dt, curvature_floor(hamiltonian, h)), U), planes, x,
            U if m is None else m, prm, levels - 1, nx, P=P, LOG_C=log_c,
            BLOCK=1 << (rows - 1).bit_length(), num_warps=4, model=model)
     return planes
@@ -217,7 +217,7 @@ def program_kernel(planes: Any, chi: Any, dt: float, B: int, P: int, log_c: int,
     history = torch.empty((B, per_problem), dtype=planes.dtype, device=planes.device)
     D = torch.empty((B, nt, nt), dtype=planes.dtype, device=planes.device)
     launch("tangent_program", (B * blocks,),
-           planes, chi, history, D, _params((dt,), planes), nt, per_problem, blocks,
+           planes, chi, history, D, scalars_tensor((dt,), planes), nt, per_problem, blocks,
            LOG_D=directions.bit_length() - 1, P=P, LOG_C=log_c,
            num_warps=warps or max(1, directions // 8))
     return D

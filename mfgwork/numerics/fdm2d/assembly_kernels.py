@@ -24,7 +24,7 @@ from ...problems.symbolic import scalar_source
 from .isotropic import radial_structure
 
 TEMPLATE = Path(__file__).with_name("assembly_loops.py")
-#: The 1-D template whose helpers (``_pow``, ``_sign``, ``_heaviside``) the template imports.
+#: The 1-D template whose helpers (``power``, ``sign``, ``heaviside``) the template imports.
 HELPERS = Path(__file__).parents[1] / "fdm" / "model_loops.py"
 _MODULES: dict[str, ModuleType] = {}
 

@@ -19,7 +19,7 @@ compares the two).
 import numpy as np
 from numba import njit
 
-from mfgwork.numerics.fdm.model_loops import _heaviside, _pow, _sign  # noqa: F401
+from mfgwork.numerics.fdm.model_loops import heaviside, power, sign  # noqa: F401
 
 
 @njit(cache=True, nogil=True)

@@ -30,7 +30,7 @@ from ..iteration import (
     FixedPointResult,
     History,
     IterationScheme,
-    _evaluator,
+    evaluator,
     fixed_point,
     relative_residual,
 )
@@ -127,7 +127,7 @@ def equilibrium(setup: Setup, iteration: IterationScheme, tol: float, max_iter: 
     M_init = xp.stack([setup.m0] * (nt + 1), axis=-3)
     newton = None
     if uses_newton(setup, iteration):
-        evaluate = _evaluator(setup.coupling, setup.scheme.solve_hjb, setup.scheme.solve_fp,
+        evaluate = evaluator(setup.coupling, setup.scheme.solve_hjb, setup.scheme.solve_fp,
                               setup.U_T, setup.m0, setup.backend)
         solver = CouplingNewtonKrylov(evaluate, setup.coupling.project, setup.backend,
                                       tol=tol)
@@ -192,7 +192,7 @@ class _Narrowing:
         part = build([s.problems[i] for i in rows], g.nx, g.ny, g.nt, s.backend,
                      s.scheme.solver)
         self.part = part.scheme
-        return (_evaluator(part.coupling, part.scheme.solve_hjb, part.scheme.solve_fp,
+        return (evaluator(part.coupling, part.scheme.solve_hjb, part.scheme.solve_fp,
                            part.U_T, part.m0, s.backend), part.scheme.resolve)
 
     def count(self) -> None:

@@ -42,7 +42,7 @@ import triton.language as tl
 from ...problems.hamiltonians import Hamiltonian
 from ...problems.symbolic import triton_source
 from .isotropic import radial_structure
-from .triton_krylov import _apply, _tile
+from .triton_krylov import apply_stencil, tile_nodes
 
 #: The bits of the system kernel's ``flags``, in order (:func:`.fused_assembly.geometry_flags`).
 FLAG_BITS = ("open W", "open E", "open S", "open N", "to W", "to E", "to S", "to N",
@@ -179,11 +179,11 @@ def fp_start_kernel(mass, guess, d, d0, coefs, x, r, r_hat, p, v, part, loosen, 
     size = NY * NX
     base = b.to(tl.int64) * size
     plane = tl.num_programs(0).to(tl.int64) * size
-    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    k, inside, mw, me, ms, mn = tile_nodes(tile, NY, NX, BLOCK)
     g, d, d0 = guess + base, d + base, d0 + base
     at = _guess(g, d, d0, k, inside, ADD, STEP)
     c = coefs + base
-    jt = _apply(at, _guess(g, d, d0, k - 1, mw, ADD, STEP),
+    jt = apply_stencil(at, _guess(g, d, d0, k - 1, mw, ADD, STEP),
                 _guess(g, d, d0, k + 1, me, ADD, STEP), _guess(g, d, d0, k - NX, ms, ADD, STEP),
                 _guess(g, d, d0, k + NX, mn, ADD, STEP), c, c + plane, c + 2 * plane,
                 c + 3 * plane, c + 4 * plane, k, inside, mw, me, ms, mn, NX, True)

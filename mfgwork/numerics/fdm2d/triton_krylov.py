@@ -58,7 +58,7 @@ def _ld(ptr, mask, CACHE: tl.constexpr):
 
 
 @triton.jit
-def _tile(tile, NY, NX, BLOCK: tl.constexpr):
+def tile_nodes(tile, NY, NX, BLOCK: tl.constexpr):
     """The node indices of a tile and the masks of the node and of its W, E, S, N
     neighbours."""
     k = tile * BLOCK + tl.arange(0, BLOCK)
@@ -70,7 +70,7 @@ def _tile(tile, NY, NX, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _apply(at_c, at_w, at_e, at_s, at_n, diag, W, E, S, N, k, inside, mw, me, ms, mn, NX,
+def apply_stencil(at_c, at_w, at_e, at_s, at_n, diag, W, E, S, N, k, inside, mw, me, ms, mn, NX,
            TRANSPOSE: tl.constexpr):
     """(J v)_k (Jᵀ v with TRANSPOSE) from v at k and at its W, E, S, N neighbours, in the
     order of :meth:`.stencil.Stencil.apply` (``apply_transpose``)."""
@@ -116,10 +116,10 @@ def _direction_tile(r, p, v, inv, diag, W, E, S, N, r_hat, p_out, v_out, tile, N
                     omega, TRANSPOSE: tl.constexpr, BLOCK: tl.constexpr,
                     CACHE: tl.constexpr):
     """Phase 1 on one tile: p and v = J D⁻¹ p written; returns the tile's sum of r̂ v."""
-    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    k, inside, mw, me, ms, mn = tile_nodes(tile, NY, NX, BLOCK)
     p_k = _ld(r + k, inside, CACHE) + beta * (_ld(p + k, inside, CACHE)
                                               - omega * _ld(v + k, inside, CACHE))
-    v_k = _apply(tl.load(inv + k, mask=inside, other=0.0) * p_k,
+    v_k = apply_stencil(tl.load(inv + k, mask=inside, other=0.0) * p_k,
                  _preconditioned_p(r, p, v, inv, k - 1, mw, beta, omega, CACHE),
                  _preconditioned_p(r, p, v, inv, k + 1, me, beta, omega, CACHE),
                  _preconditioned_p(r, p, v, inv, k - NX, ms, beta, omega, CACHE),
@@ -134,9 +134,9 @@ def _direction_tile(r, p, v, inv, diag, W, E, S, N, r_hat, p_out, v_out, tile, N
 def _step_tile(r, v, inv, diag, W, E, S, N, t_out, tile, NY, NX, alpha,
                TRANSPOSE: tl.constexpr, BLOCK: tl.constexpr, CACHE: tl.constexpr):
     """Phase 2 on one tile: t = J D⁻¹ s written; returns the tile's sums of t s and t t."""
-    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    k, inside, mw, me, ms, mn = tile_nodes(tile, NY, NX, BLOCK)
     s_k = _ld(r + k, inside, CACHE) - alpha * _ld(v + k, inside, CACHE)
-    t_k = _apply(tl.load(inv + k, mask=inside, other=0.0) * s_k,
+    t_k = apply_stencil(tl.load(inv + k, mask=inside, other=0.0) * s_k,
                  _preconditioned_s(r, v, inv, k - 1, mw, alpha, CACHE),
                  _preconditioned_s(r, v, inv, k + 1, me, alpha, CACHE),
                  _preconditioned_s(r, v, inv, k - NX, ms, alpha, CACHE),
@@ -152,7 +152,7 @@ def _update_tile(x, r, v, p, t, inv, r_hat, x_out, r_out, tile, NY, NX, alpha, o
     """Phase 3 on one tile: x ← x + α D⁻¹ p + ω D⁻¹ s (without JACOBI: the Neumann solve's
     z ← z + α p + ω s, x = x₀ + M⁻¹ z) and r ← s − ω t written; returns the tile's sums of
     r̂ r and r r."""
-    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    k, inside, mw, me, ms, mn = tile_nodes(tile, NY, NX, BLOCK)
     if JACOBI:
         inv_k = tl.load(inv + k, mask=inside, other=0.0)
     else:
@@ -192,7 +192,7 @@ def _neumann_direction_tile(r, p, v, inv, W, E, S, N, p_out, w_out, tile, NY, NX
                             omega, TRANSPOSE: tl.constexpr, BLOCK: tl.constexpr,
                             CACHE: tl.constexpr):
     """Phase 1a on one tile: p ← r + β (p − ω v) and w = D⁻¹ Ō D⁻¹ p written."""
-    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    k, inside, mw, me, ms, mn = tile_nodes(tile, NY, NX, BLOCK)
     p_k = _ld(r + k, inside, CACHE) + beta * (_ld(p + k, inside, CACHE)
                                               - omega * _ld(v + k, inside, CACHE))
     w_k = _inv_off(inv, _preconditioned_p(r, p, v, inv, k - 1, mw, beta, omega, CACHE),
@@ -208,7 +208,7 @@ def _neumann_direction_tile(r, p, v, inv, W, E, S, N, p_out, w_out, tile, NY, NX
 def _neumann_v_tile(p, w, W, E, S, N, r_hat, v_out, tile, NY, NX, TRANSPOSE: tl.constexpr,
                     BLOCK: tl.constexpr, CACHE: tl.constexpr):
     """Phase 1b on one tile: v = J M⁻¹ p = p − Ō w written; returns the tile's sum of r̂ v."""
-    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    k, inside, mw, me, ms, mn = tile_nodes(tile, NY, NX, BLOCK)
     v_k = _minus_off(_ld(p + k, inside, CACHE), w, W, E, S, N, k, mw, me, ms, mn, NX,
                      TRANSPOSE, CACHE)
     tl.store(v_out + k, v_k, mask=inside)
@@ -219,7 +219,7 @@ def _neumann_v_tile(p, w, W, E, S, N, r_hat, v_out, tile, NY, NX, TRANSPOSE: tl.
 def _neumann_s_tile(r, v, inv, W, E, S, N, w_out, tile, NY, NX, alpha,
                     TRANSPOSE: tl.constexpr, BLOCK: tl.constexpr, CACHE: tl.constexpr):
     """Phase 2a on one tile: w = D⁻¹ Ō D⁻¹ s written, s = r − α v."""
-    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    k, inside, mw, me, ms, mn = tile_nodes(tile, NY, NX, BLOCK)
     w_k = _inv_off(inv, _preconditioned_s(r, v, inv, k - 1, mw, alpha, CACHE),
                    _preconditioned_s(r, v, inv, k + 1, me, alpha, CACHE),
                    _preconditioned_s(r, v, inv, k - NX, ms, alpha, CACHE),
@@ -233,7 +233,7 @@ def _neumann_t_tile(r, v, w, W, E, S, N, t_out, tile, NY, NX, alpha, TRANSPOSE: 
                     BLOCK: tl.constexpr, CACHE: tl.constexpr):
     """Phase 2b on one tile: t = J M⁻¹ s = s − Ō w written; returns the tile's sums of t s
     and t t."""
-    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    k, inside, mw, me, ms, mn = tile_nodes(tile, NY, NX, BLOCK)
     s_k = _ld(r + k, inside, CACHE) - alpha * _ld(v + k, inside, CACHE)
     t_k = _minus_off(s_k, w, W, E, S, N, k, mw, me, ms, mn, NX, TRANSPOSE, CACHE)
     tl.store(t_out + k, t_k, mask=inside)
@@ -244,7 +244,7 @@ def _neumann_t_tile(r, v, w, W, E, S, N, t_out, tile, NY, NX, alpha, TRANSPOSE: 
 def _neumann_finish_tile(x, z, inv, W, E, S, N, tile, NY, NX, TRANSPOSE: tl.constexpr,
                          BLOCK: tl.constexpr, CACHE: tl.constexpr):
     """x ← x + M⁻¹ z = x + D⁻¹ (z − Ō D⁻¹ z) on one tile."""
-    k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    k, inside, mw, me, ms, mn = tile_nodes(tile, NY, NX, BLOCK)
     y = _inv_off(inv, tl.load(inv + k - 1, mask=mw, other=0.0) * _ld(z + k - 1, mw, CACHE),
                  tl.load(inv + k + 1, mask=me, other=0.0) * _ld(z + k + 1, me, CACHE),
                  tl.load(inv + k - NX, mask=ms, other=0.0) * _ld(z + k - NX, ms, CACHE),
@@ -402,7 +402,7 @@ def _solve(x, r, p, v, t, w, z, r_hat, inv, diag, W, E, S, N, b_norm, part, sync
     rr = zero
     r2 = zero
     for tile in tl.range(q, tiles, P):
-        k, inside, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+        k, inside, mw, me, ms, mn = tile_nodes(tile, NY, NX, BLOCK)
         r_k = _ld(r + k, inside, ".cg")
         rr += tl.sum(tl.load(r_hat + k, mask=inside, other=0.0) * r_k, axis=0)
         r2 += tl.sum(r_k * r_k, axis=0)

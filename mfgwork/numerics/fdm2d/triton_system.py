@@ -16,7 +16,7 @@ arrays (B, ny, nx), tiles of ``BLOCK`` nodes (the rest of its contract in
 import triton
 import triton.language as tl
 
-from mfgwork.numerics.fdm2d.triton_krylov import _tile
+from mfgwork.numerics.fdm2d.triton_krylov import tile_nodes
 
 
 @triton.jit
@@ -84,7 +84,7 @@ def system_kernel(u, x, u_out, u_next, F, dens, prm_ptr, flags, inv_wx, inv_wy, 
     tiles = tl.num_programs(1)
     size = NY * NX
     base = b.to(tl.int64) * size
-    k, whole, mw, me, ms, mn = _tile(tile, NY, NX, BLOCK)
+    k, whole, mw, me, ms, mn = tile_nodes(tile, NY, NX, BLOCK)
     flag = tl.load(skipped) == 0.0
     go = tl.zeros([BLOCK], dtype=tl.int32) + flag.to(tl.int32) > 0
     inside = whole & go

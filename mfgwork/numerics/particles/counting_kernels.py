@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from .numba_kernels import _fold, _locate
+from .numba_kernels import fold, locate
 
 
 @njit(cache=True, nogil=True)
@@ -15,8 +15,8 @@ def step_count(y, xi, b, inv_h, dt, noise, length, cut):  # pragma: no cover - c
     top = b.shape[0] - 1
     count = 0
     for p in range(y.shape[0]):
-        i, f = _locate(y[p], inv_h, top)
-        v = _fold(y[p] + (b[i] + f * (b[i + 1] - b[i])) * dt + noise * xi[p], length)
+        i, f = locate(y[p], inv_h, top)
+        v = fold(y[p] + (b[i] + f * (b[i + 1] - b[i])) * dt + noise * xi[p], length)
         y[p] = v
         if v > cut:
             count += 1

@@ -16,7 +16,7 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def _fold(v, length):  # pragma: no cover - compiled
+def fold(v, length):  # pragma: no cover - compiled
     """Reflect v into [0, L]: exact for any excursion (period 2L), clamped against rounding."""
     if not (0 <= v <= length):
         v = v % (2 * length)
@@ -29,7 +29,7 @@ def _fold(v, length):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _locate(v, inv_h, top):  # pragma: no cover - compiled
+def locate(v, inv_h, top):  # pragma: no cover - compiled
     """Cell index i ∈ [0, nx − 2] and fraction f ∈ [0, 1] of offset v (NaN goes to cell 0)."""
     s = v * inv_h
     if not s >= 0:
@@ -44,7 +44,7 @@ def cic_deposit(y, inv_h, out):  # pragma: no cover - compiled
     """Add the cloud-in-cell masses of particles at offsets y to the node masses ``out``."""
     top = out.shape[0] - 1
     for p in range(y.shape[0]):
-        i, f = _locate(y[p], inv_h, top)
+        i, f = locate(y[p], inv_h, top)
         out[i] += 1 - f
         out[i + 1] += f
 
@@ -58,10 +58,10 @@ def step_deposit(y, xi, b, inv_h, dt, noise, length, out):  # pragma: no cover -
     """
     top = b.shape[0] - 1
     for p in range(y.shape[0]):
-        i, f = _locate(y[p], inv_h, top)
-        v = _fold(y[p] + (b[i] + f * (b[i + 1] - b[i])) * dt + noise * xi[p], length)
+        i, f = locate(y[p], inv_h, top)
+        v = fold(y[p] + (b[i] + f * (b[i + 1] - b[i])) * dt + noise * xi[p], length)
         y[p] = v
-        i, f = _locate(v, inv_h, top)
+        i, f = locate(v, inv_h, top)
         out[i] += 1 - f
         out[i + 1] += f
 
