@@ -20,6 +20,7 @@ import importlib.util
 import sys
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -77,6 +78,22 @@ def load_generated(source: str, prefix: str = "mfgwork_model") -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
+
+
+def load_cached(cache: dict, key: object, source: Callable[[], str],
+                prefix: str) -> ModuleType | None:
+    """The generated module of ``key`` in ``cache``, generated from ``source()`` and loaded
+    (:func:`load_generated`) at the first request; None where the source cannot be written
+    (``source()`` raised NotImplementedError: the reason is cached in its place)."""
+    if key not in cache:
+        try:
+            text = source()
+        except NotImplementedError as exc:
+            cache[key] = str(exc)
+        else:
+            cache[key] = load_generated(text, prefix)
+    module = cache[key]
+    return None if isinstance(module, str) else module
 
 
 def _written(folder: Path, name: str, source: str) -> Path:

@@ -96,21 +96,15 @@ def model_kernels(hamiltonian: Hamiltonian | None = None) -> ModelKernels | None
     cannot be traced or uses a function that Triton lacks (it then runs the array-API
     sweeps). Under ``TRITON_INTERPRET=1`` at the first call the kernels run on CPU
     tensors."""
-    from .numba_kernels import load_generated
+    from .numba_kernels import load_cached
 
     traced = (Quadratic() if hamiltonian is None else hamiltonian).traced()
     if traced is None:
         return None
     structure = traced.structure
-    if structure.key not in _KERNELS:
-        try:
-            source = triton_model_source(structure)
-        except NotImplementedError as exc:
-            _KERNELS[structure.key] = str(exc)
-        else:
-            _KERNELS[structure.key] = load_generated(source, "mfgwork_triton")
-    module = _KERNELS[structure.key]
-    if isinstance(module, str):
+    module = load_cached(_KERNELS, structure.key, lambda: triton_model_source(structure),
+                         "mfgwork_triton")
+    if module is None:
         return None
     reads_x = any(s.name == "x" for s in structure.value.free_symbols)
     return ModelKernels(module, traced.values or (0.0,), structure.reads_m, reads_x)

@@ -58,20 +58,14 @@ def model_system(hamiltonian: Hamiltonian) -> tuple[Any, tuple[float, ...]] | No
     """(the system kernel of ``hamiltonian``, its fields: the kernel's ``prm``), or None where
     its s-form is missing (:func:`.isotropic.radial_structure`) or uses a function Triton
     lacks (the stencil's array code then assembles its systems)."""
-    from ..fdm.numba_kernels import load_generated
+    from ..fdm.numba_kernels import load_cached
 
     structure = radial_structure(hamiltonian)
     if isinstance(structure, str):
         return None
-    if structure.key not in _SYSTEMS:
-        try:
-            source = _HEADER + triton_source(structure) + "\n\n" + TEMPLATE.read_text()
-        except NotImplementedError as exc:
-            _SYSTEMS[structure.key] = str(exc)
-        else:
-            _SYSTEMS[structure.key] = load_generated(source, "mfgwork_triton2d")
-    module = _SYSTEMS[structure.key]
-    if isinstance(module, str):
+    module = load_cached(_SYSTEMS, structure.key, lambda: _HEADER + triton_source(structure)
+                         + "\n\n" + TEMPLATE.read_text(), "mfgwork_triton2d")
+    if module is None:
         return None
     return module.system_kernel, hamiltonian.traced().values or (0.0,)
 
