@@ -191,6 +191,23 @@ def backtrack(t: np.ndarray, norm: np.ndarray, trial: np.ndarray) -> np.ndarray:
     return np.clip(np.nan_to_num(s, nan=0.5 * t, posinf=0.5 * t), 0.1 * t, 0.5 * t)
 
 
+def batch_mask(mask: np.ndarray, like: Any, backend: Backend) -> Any:
+    """The host mask (B,) as a backend array broadcastable against ``like``."""
+    m = backend.xp.asarray(mask) if backend.name == "numpy" else (
+        backend.xp.asarray(mask, device=like.device))
+    return backend.xp.reshape(m, mask.shape + (1,) * (like.ndim - 1))
+
+
+def keep_where(kept: dict, mask: np.ndarray, U: Any, M: Any, backend: Backend) -> dict:
+    """The kept iterates {"U", "M"}: the new U, M for the problems of ``mask``, the kept ones
+    elsewhere (all new where none is kept yet)."""
+    xp = backend.xp
+    if kept["U"] is None:
+        return {"U": U, "M": M}
+    return {"U": xp.where(batch_mask(mask, U, backend), U, kept["U"]),
+            "M": xp.where(batch_mask(mask, M, backend), M, kept["M"])}
+
+
 def newton_refusal(hamiltonian: Hamiltonian) -> str | None:
     """Why Newton's method on the coupling state cannot serve ``hamiltonian`` (None if it
     can): its tangent sweeps need H independent of m."""
@@ -301,7 +318,7 @@ class BatchNewton:
             better = check & (r_w < best)
             best = np.where(better, r_w, best)
             if better.any():
-                kept = self._keep(kept, better, cur["U"], cur["M"])
+                kept = keep_where(kept, better, cur["U"], cur["M"], self.backend)
             certified |= check
             passed = check & (r_w <= self.tol)
             amplification = np.maximum(r_w / np.maximum(rel, 1e-300), 1e-300)
@@ -358,7 +375,7 @@ class BatchNewton:
             better = open_ & (r < best)
             best = np.where(better, r, best)
             if better.any():
-                kept = self._keep(kept, better, cur["U"], cur["M"])
+                kept = keep_where(kept, better, cur["U"], cur["M"], self.backend)
         converged = best <= self.tol
         done_at = np.where(done_at == 0, k, done_at)
         if not converged.all():
@@ -379,27 +396,14 @@ class BatchNewton:
         m = self.density if self.density.ndim == 2 else self.density[b]
         return np.asarray(to_numpy(m), dtype=np.float64)
 
-    def _mask(self, mask: np.ndarray, like: Any) -> Any:
-        """The host mask (B,) as a backend array broadcastable against ``like``."""
-        m = self.backend.xp.asarray(mask) if self.backend.name == "numpy" else (
-            self.backend.xp.asarray(mask, device=like.device))
-        return self.backend.xp.reshape(m, mask.shape + (1,) * (like.ndim - 1))
-
-    def _keep(self, kept: dict, mask: np.ndarray, U: Any, M: Any) -> dict:
-        xp = self.backend.xp
-        if kept["U"] is None:
-            return {"U": U, "M": M}
-        return {"U": xp.where(self._mask(mask, U), U, kept["U"]),
-                "M": xp.where(self._mask(mask, M), M, kept["M"])}
-
     def _accept(self, cur: dict, mask: np.ndarray, z: Any, R: Any, U: Any, M: Any) -> dict:
         xp = self.backend.xp
         if cur["R"] is None:
             return {"z": z, "R": R, "U": U, "M": M}
-        return {"z": xp.where(self._mask(mask, z), z, cur["z"]),
-                "R": xp.where(self._mask(mask, R), R, cur["R"]),
-                "U": xp.where(self._mask(mask, U), U, cur["U"]),
-                "M": xp.where(self._mask(mask, M), M, cur["M"])}
+        return {"z": xp.where(batch_mask(mask, z, self.backend), z, cur["z"]),
+                "R": xp.where(batch_mask(mask, R, self.backend), R, cur["R"]),
+                "U": xp.where(batch_mask(mask, U, self.backend), U, cur["U"]),
+                "M": xp.where(batch_mask(mask, M, self.backend), M, cur["M"])}
 
     def _iteration_sums(self, R: Any, g: Any, U: Any, U_old: Any, M: Any, M_old: Any,
                         F: Any) -> np.ndarray:
@@ -428,7 +432,7 @@ class BatchNewton:
         step = xp.asarray(np.where(mode == TRIAL, t, 0.0), dtype=z.dtype,
                           **({} if self.backend.name == "numpy" else {"device": z.device}))
         trial = coupling.project(z + step[:, None] * d)
-        return xp.where(self._mask(mode == CERTIFY, z), z + cur["R"], trial)
+        return xp.where(batch_mask(mode == CERTIFY, z, self.backend), z + cur["R"], trial)
 
     def _directions(self, d: Any, mask: np.ndarray, cur: dict, rel: np.ndarray) -> Any:
         """d = S⁻¹ (S D S + I)⁻¹ S R for the problems of ``mask`` (others keep theirs)."""

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..core.backend import Backend, to_numpy
 from ..core.errors import ConvergenceWarning, SolverError
-from .batch_newton import BatchNewton, Unbatched
+from .batch_newton import BatchNewton, Unbatched, batch_mask, keep_where
 from .iteration import Anderson, FixedPointResult, History
 
 INNER_MAX = 1e-3   # loosest tolerance of an inner Newton solve
@@ -152,7 +152,7 @@ class FrozenDensityNewton:
                                   "frozen-density iteration: the iteration diverged")
             better = open_ & (residual < best_res)
             best_res = np.where(better, residual, best_res)
-            best = _keep(best, better, U, M, xp)
+            best = keep_where(best, better, U, M, self.backend)
             done_at = np.where(open_ & (residual <= self.tol), used, done_at)
             history.residual.append(float(np.max(residual[open_])))
             history.certificate.append(True)
@@ -167,7 +167,7 @@ class FrozenDensityNewton:
             if (done_at > 0).all():
                 break
             mixed = coupling.project(mixer.update(k, frozen, coupling.project(z), xp))
-            rho = xp.where(_mask(done_at == 0, mixed, xp), mixed, frozen)
+            rho = xp.where(batch_mask(done_at == 0, mixed, self.backend), mixed, frozen)
         self.outer_iterations = k
         converged = best_res <= self.tol
         if not converged.all():
@@ -186,21 +186,6 @@ class FrozenDensityNewton:
 def _one(a: Any) -> Any:
     """A single problem's array as a batch of one (None stays None)."""
     return None if a is None else a[None]
-
-
-def _mask(mask: np.ndarray, like: Any, xp: Any) -> Any:
-    """The host mask (B,) as an array of ``like``'s namespace and device, broadcastable."""
-    device = getattr(like, "device", None)
-    m = xp.asarray(mask) if device is None or xp is np else xp.asarray(mask, device=device)
-    return xp.reshape(m, mask.shape + (1,) * (like.ndim - 1))
-
-
-def _keep(best: dict, mask: np.ndarray, U: Any, M: Any, xp: Any) -> dict:
-    """The best iterates so far: (U, M) where ``mask``, the kept ones elsewhere."""
-    if best["U"] is None:
-        return {"U": U, "M": M}
-    return {"U": xp.where(_mask(mask, U, xp), U, best["U"]),
-            "M": xp.where(_mask(mask, M, xp), M, best["M"])}
 
 
 def _relative(a: Any, b: Any, xp: Any) -> np.ndarray:
