@@ -178,6 +178,65 @@ def test_the_compiled_model_is_loaded_by_a_second_process(tmp_path):
     assert Path(runs[0]["file"]).parent == tmp_path == Path(runs[1]["file"]).parent
 
 
+_WARM = """
+import json, sys, mfgwork as mw
+res = [mw.solve(mw.SantaFeBar(hamiltonian=h), nx=41, nt=41, tol=1e-6, backend="torch",
+                device="cpu", progress=False) for h in (mw.Power(1.5), mw.Congestion())]
+print(json.dumps({"sympy": "sympy" in sys.modules, "U": [r.U.tolist() for r in res],
+                  "converged": [bool(r.converged) for r in res]}))
+"""
+
+
+def test_a_process_whose_cache_holds_the_models_never_imports_sympy(tmp_path):
+    """The structures (keys, flags, array code) are read from the model cache under the hash
+    of the recorded operations: SymPy runs in the first process only, and a damaged entry is
+    derived and written again, with the same results every time."""
+    env = os.environ | {"MFGWORK_MODEL_CACHE": str(tmp_path), "PYTHONPATH": str(ROOT)}
+
+    def run() -> dict:
+        return json.loads(subprocess.run([sys.executable, "-c", _WARM], env=env, check=True,
+                                         capture_output=True, text=True).stdout)
+
+    first, second = run(), run()
+    assert first["sympy"] and not second["sympy"]
+    entries = sorted(tmp_path.glob("mfgwork_structure_*.json"))
+    assert len(entries) == 2
+    entries[0].write_text('{"names": ["q"], "key": 3')     # damaged: derived again
+    third = run()
+    assert third["sympy"] and json.loads(entries[0].read_text())["key"]
+    for later in (second, third):
+        assert later["converged"] == first["converged"] == [True, True]
+        assert later["U"] == first["U"]
+
+
+def test_the_recorded_operations_name_the_structure():
+    """The same operations give one name, and a field's sign, a constant, an operation or the
+    order of operands another; a branch on a field is not followed (SymPy decides)."""
+    from mfgwork.problems import recording
+
+    def name(value, **fields):
+        class Model:
+            pass
+
+        model = Model()
+        for k, node in recording.placeholders(fields).items():
+            setattr(model, k, node)
+        return recording.record(lambda self, x, p, m, xp: value(self, p, m, xp), model)
+
+    power = name(lambda s, p, m, xp: xp.abs(p) ** s.q / s.q, q=1.5)
+    assert power == name(lambda s, p, m, xp: xp.abs(p) ** s.q / s.q, q=3.0)
+    assert power != name(lambda s, p, m, xp: xp.abs(p) ** s.q / s.q, q=-1.0)
+    assert power != name(lambda s, p, m, xp: xp.abs(p) ** s.q * s.q, q=1.5)
+    half = name(lambda s, p, m, xp: p * p / 2)
+    assert half != name(lambda s, p, m, xp: p * p / 2.0)       # (int and float differ)
+    assert half != name(lambda s, p, m, xp: p * p / 3)
+    assert half != name(lambda s, p, m, xp: 2 / (p * p))
+    assert half != name(lambda s, p, m, xp: p * p / (2 + m))
+    assert name(lambda s, p, m, xp: p * p if s.c > 0 else p, c=1.0) is None
+    assert name(lambda s, p, m, xp: p * float(s.c), c=1.0) is None
+    assert name(lambda s, p, m, xp: np.sqrt(p)) is None
+
+
 # -- no ½|p|² literal and no type gate in the converted numerics ---------------------------------
 GATE = re.compile(r"type\([^)]*\)\s+is\s+(not\s+)?Quadratic\b|isinstance\([^)]*\bQuadratic\b|"
                   r"carried[^=\n]*=\s*\([^)]*\bQuadratic\b")

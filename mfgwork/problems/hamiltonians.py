@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import ParameterError, check_real
-from .symbolic import Traced, is_half_square, trace
+from .symbolic import Traced, trace
 
 
 def _positive(v: Any, xp: Any) -> Any:
@@ -54,7 +54,6 @@ def _negative(v: Any, xp: Any) -> Any:
 
 
 _NOTED: set[type] = set()
-_HALF_SQUARE: dict[str, bool] = {}
 
 
 class Hamiltonian:
@@ -255,12 +254,7 @@ class Quadratic(Hamiltonian):
         """Whether ``hamiltonian``'s traced expression is ½|p|² (whatever its class): the
         array paths specialise that expression, not a type."""
         traced = hamiltonian.traced()
-        if traced is None:
-            return False
-        key = traced.structure.key
-        if key not in _HALF_SQUARE:
-            _HALF_SQUARE[key] = is_half_square(traced.structure)
-        return _HALF_SQUARE[key]
+        return traced is not None and traced.structure.half_square
 
 
 @dataclass(frozen=True)

@@ -25,23 +25,34 @@ traced (it uses an operation outside :data:`NAMESPACE`) is not refused if it def
 Why SymPy: a model is a short closed-form expression, so symbolic differentiation gives exact
 derivatives (no tape, no dual numbers inside the compiled loops), one expression prints as
 code for every backend (array code for NumPy/torch here, numba scalars, later Triton ``@jit``
-functions), and the expression itself is a stable cache key. How the cache works: the numba
-module of a structure (its generated scalar functions followed by the scheme's template
-source) is written once into the model cache folder
-(:func:`mfgwork.core.compiling.model_cache_dir`) under a name hashing its whole text, then
-imported from that file, so numba's ``cache=True`` keeps the machine code beside it: a second
-process loads it instead of compiling.
+functions), and the expression itself is a stable cache key.
+
+How the cache works (:func:`mfgwork.core.compiling.model_cache_dir`): a structure is named by
+the hash of the operations its ``value`` performs (:mod:`.recording`, no SymPy) and of this
+module's code; what the solvers read of it (key, flags, array code) is written there as JSON
+at its first derivation, and its generated modules (numba scalar functions with the scheme's
+template; Triton functions with the sweeps) under the hash of the structure's key and their
+templates, numba's ``cache=True`` keeping the machine code beside them. A process whose cache
+holds a model reads these files and never imports SymPy; SymPy derives and prints only what
+is missing.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import math
 import numbers
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ..core.compiling import model_cache_dir
+from ..core.storage import atomic_file
+from . import recording
 
 #: Version of the printers below (part of every cache key).
 GENERATOR_VERSION = "2"
@@ -91,24 +102,56 @@ NAMESPACE = _Namespace()
 
 
 @dataclass(frozen=True)
-class Structure:
-    """The traced expressions of a model structure (shared by every value of its fields).
+class Expressions:
+    """The SymPy expressions of a structure: ``value``, ``dp``, ``dpp``, ``dm``, ``at_zero``
+    (H at p = 0) in the symbols x, p, m and ``symbols`` (the fields')."""
 
-    ``names``: the numeric fields that are symbols, in the order of :meth:`Traced.values`;
-    ``value``, ``dp``, ``dpp``, ``dm``, ``at_zero`` (H at p = 0): SymPy expressions in the
-    symbols x, p, m and the fields; ``reads_m``: whether H depends on m; ``key``: a hash of
-    the expression (and of the generator)."""
-
-    names: tuple[str, ...]
     symbols: tuple[Any, ...]
     value: Any
     dp: Any
     dpp: Any
     dm: Any
     at_zero: Any
+
+
+@dataclass(frozen=True, eq=False)
+class Structure:
+    """A traced model structure (shared by every value of its fields), in what the solvers
+    read without SymPy and what only code generation reads.
+
+    ``names``: the numeric fields that are symbols, in the order of :meth:`Traced.values`;
+    ``reads_m``, ``reads_x``: whether H depends on m, on x; ``zero_at_rest``: whether
+    H(x, 0, m) ≡ 0; ``half_square``: whether H is ½ p²; ``key``: a hash of the expression
+    and of the generator; ``sources``: the array code of "value", "dp", "dpp", "dm" and
+    "pair" (:func:`_pair_source`). ``derive()`` gives the :class:`Expressions` (SymPy;
+    called at the first access of ``value``, ``dp``, …: code generation on a cache miss)."""
+
+    names: tuple[str, ...]
     reads_m: bool
+    reads_x: bool
+    zero_at_rest: bool
+    half_square: bool
     key: str
-    array: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    sources: dict[str, str]
+    derive: Any = field(repr=False)
+    array: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @functools.cached_property
+    def expressions(self) -> Expressions:
+        return self.derive()
+
+    symbols = property(lambda self: self.expressions.symbols)
+    value = property(lambda self: self.expressions.value)
+    dp = property(lambda self: self.expressions.dp)
+    dpp = property(lambda self: self.expressions.dpp)
+    dm = property(lambda self: self.expressions.dm)
+    at_zero = property(lambda self: self.expressions.at_zero)
+
+    def function(self, name: str) -> Any:
+        """``f(x, p, m, xp, *fields)`` of the array code ``name`` (compiled once)."""
+        if name not in self.array:
+            self.array[name] = _compiled_source(self.sources[name])
+        return self.array[name]
 
 
 @dataclass(frozen=True)
@@ -120,9 +163,8 @@ class Traced:
 
     def array_function(self, name: str) -> Any:
         """``f(x, p, m, xp)`` evaluating ``name`` ("value", "dp", "dpp", "dm"; "pair": the
-        tuple (H, ∂p H), :func:`pair_function`) elementwise in the namespace ``xp``."""
-        fn = (pair_function(self.structure) if name == "pair"
-              else self.structure.array[name])
+        tuple (H, ∂p H) together) elementwise in the namespace ``xp``."""
+        fn = self.structure.function(name)
         values = self.values
 
         def evaluate(x: Any, p: Any, m: Any, xp: Any) -> Any:
@@ -178,7 +220,7 @@ def trace(hamiltonian: Any) -> Traced | str:
     fields = _fields(hamiltonian)
     key = (type(hamiltonian), tuple((k, int(np.sign(v))) for k, v in fields.items()))
     if key not in _STRUCTURES:
-        _STRUCTURES[key] = _trace_structure(hamiltonian, fields, symbolic=True)
+        _STRUCTURES[key] = _cached_structure(hamiltonian, fields)
     structure = _STRUCTURES[key]
     if structure == _CONCRETE:   # its value branches on a field: traced with the values
         key = (type(hamiltonian), tuple(fields.items()))
@@ -190,19 +232,94 @@ def trace(hamiltonian: Any) -> Traced | str:
     return Traced(structure, tuple(fields[k] for k in structure.names))
 
 
+def _cached_structure(hamiltonian: Any, fields: dict[str, float]) -> Structure | str:
+    """The structure of ``hamiltonian`` with its fields as symbols: read from the model
+    cache under the hash of its recorded operations (:mod:`.recording`; SymPy is imported
+    only if code is generated later), else traced with SymPy and written there."""
+    recorded = recording.record(type(hamiltonian).value,
+                                _proxy(hamiltonian, recording.placeholders(fields)))
+    path = None if recorded is None else _summary_path(recorded)
+    if path is not None:
+        found = _read_summary(path, lambda: _trace_structure(hamiltonian, fields,
+                                                             symbolic=True).expressions)
+        if found is not None:
+            return found
+    structure = _trace_structure(hamiltonian, fields, symbolic=True)
+    if path is not None and isinstance(structure, Structure):
+        _write_summary(path, structure)
+    return structure
+
+
+@functools.cache
+def generator_fingerprint() -> str:
+    """A hash of the tracer, the printers and the recorder (this module and
+    :mod:`.recording`): part of every cache key, so that changed code writes new entries."""
+    digest = hashlib.sha256(GENERATOR_VERSION.encode())
+    for module in (__file__, recording.__file__):
+        with open(module, "rb") as fh:
+            digest.update(fh.read())
+    return digest.hexdigest()[:24]
+
+
+def _summary_path(recorded: str) -> Path:
+    name = hashlib.sha256(f"{generator_fingerprint()}|{recorded}".encode()).hexdigest()[:24]
+    return model_cache_dir() / f"mfgwork_structure_{name}.json"
+
+
+_SUMMARY_FLAGS = ("reads_m", "reads_x", "zero_at_rest", "half_square")
+_SOURCES = ("value", "dp", "dpp", "dm", "pair")
+
+
+def _read_summary(path: Path, derive: Any) -> Structure | None:
+    """The :class:`Structure` written at ``path`` (None where it is missing or damaged)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        names, key, sources = tuple(data["names"]), data["key"], data["sources"]
+        flags = {k: data[k] for k in _SUMMARY_FLAGS}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not (all(isinstance(n, str) for n in names) and isinstance(key, str)
+            and all(isinstance(v, bool) for v in flags.values())
+            and isinstance(sources, dict) and set(sources) == set(_SOURCES)
+            and all(isinstance(v, str) for v in sources.values())):
+        return None
+    return Structure(names, key=key, sources=sources, derive=derive, **flags)
+
+
+def _write_summary(path: Path, structure: Structure) -> None:
+    """Write ``structure``'s summary at ``path`` atomically (skipped where the model cache
+    cannot be written: the generated modules say so)."""
+    data = {"names": list(structure.names), "key": structure.key,
+            "sources": structure.sources} | {k: getattr(structure, k) for k in _SUMMARY_FLAGS}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_file(path) as fh:
+            json.dump(data, fh, indent=1)
+    except OSError:
+        pass
+
+
 #: What :func:`_trace_structure` returns when the fields cannot be symbols.
 _CONCRETE = "trace with the values of the fields"
+
+
+def _proxy(hamiltonian: Any, substitutions: dict[str, Any]) -> Any:
+    """A copy of ``hamiltonian`` whose fields are ``substitutions`` (frozen or slotted
+    alike), or ``hamiltonian`` itself where there are none."""
+    if not substitutions:
+        return hamiltonian
+    proxy = object.__new__(type(hamiltonian))
+    for name, value in (_attributes(hamiltonian) | substitutions).items():
+        object.__setattr__(proxy, name, value)
+    return proxy
 
 
 def _call_value(hamiltonian: Any, substitutions: dict[str, Any]) -> Any:
     """``value`` of a copy of ``hamiltonian`` whose fields are ``substitutions``, traced."""
     sp = _sympy()
     x, p, m = _xpm()
-    proxy = hamiltonian
-    if substitutions:   # a copy whose fields are the symbols (frozen or slotted alike)
-        proxy = object.__new__(type(hamiltonian))
-        for name, value in (_attributes(hamiltonian) | substitutions).items():
-            object.__setattr__(proxy, name, value)
+    proxy = _proxy(hamiltonian, substitutions)
     out = sp.sympify(type(hamiltonian).value(proxy, x, p, m, NAMESPACE))
     if not isinstance(out, sp.Expr):
         raise TypeError(f"value returned {type(out).__name__}, not an expression")
@@ -271,19 +388,15 @@ def _derive(value: Any, names: tuple[str, ...], symbols: tuple[Any, ...]) -> Str
     dpp = _clean(sp.diff(dp, p), p)
     dm = _clean(sp.diff(value, m), p)
     at_zero = sp.powsimp(value.subs(p, 0), force=True)
+    expressions = Expressions(symbols, value, dp, dpp, dm, at_zero)
     key_text = "|".join([GENERATOR_VERSION, *names, sp.srepr(value)])
-    structure = Structure(names, symbols, value, dp, dpp, dm, at_zero, m in value.free_symbols,
-                          hashlib.sha256(key_text.encode()).hexdigest()[:20])
-    for name in ("value", "dp", "dpp", "dm"):
-        structure.array[name] = _array_function(getattr(structure, name), structure)
-    return structure
-
-
-def is_half_square(structure: Structure) -> bool:
-    """Whether the expression of ``structure`` is ½ p² (exactly, fields absent)."""
-    sp = _sympy()
-    _, p, _ = _xpm()
-    return sp.expand(structure.value - sp.Rational(1, 2) * p**2) == 0
+    sources = {name: _array_source(getattr(expressions, name), symbols)
+               for name in ("value", "dp", "dpp", "dm")} | {"pair": _pair_source(expressions)}
+    return Structure(names, reads_m=m in value.free_symbols, reads_x=x in value.free_symbols,
+                     zero_at_rest=bool(at_zero == 0),
+                     half_square=bool(sp.expand(value - sp.Rational(1, 2) * p**2) == 0),
+                     key=hashlib.sha256(key_text.encode()).hexdigest()[:20], sources=sources,
+                     derive=lambda: expressions)
 
 
 # -- printing -------------------------------------------------------------------------------
@@ -441,29 +554,26 @@ def _ramps(expr: Any) -> Any:
     return expr.replace(lambda e: e.is_Add and fold(e) != e, fold)
 
 
-def pair_function(structure: Structure) -> Any:
-    """``f(x, p, m, xp, *fields)`` returning (H, ∂p H) elementwise together, their common
-    sub-expressions computed once (``sympy.cse``, the powers shared as in
+def _pair_source(structure: Expressions) -> str:
+    """Source of ``f(x, p, m, xp, *fields)`` returning (H, ∂p H) elementwise together, their
+    common sub-expressions computed once (``sympy.cse``, the powers shared as in
     :func:`scalar_source`): the fewest array operations, each a kernel launch on a device."""
-    if "pair" not in structure.array:
-        sp = _sympy()
-        value = _share_powers(structure.value, structure.dp)
-        shared, (h, hp) = sp.cse([_ramps(value), _ramps(structure.dp)], optimizations="basic")
-        scalar_cls, array_cls = _printers()
-        names = {s: f"k{i}" for i, s in enumerate(structure.symbols)}
-        names |= {sym: f"t{j}" for j, (sym, _) in enumerate(shared)}
-        printer = array_cls(names)
-        printer.scalar = scalar_cls(names)
-        _, p, _ = _xpm()
-        lines = [f"    t{j} = {printer.doprint(e)}" for j, (_, e) in enumerate(shared)]
-        body = [printer.doprint(e) if p in e.free_symbols or any(
-            t in e.free_symbols for t, _ in shared) else f"({printer.doprint(e)}) + 0.0 * p"
-            for e in (h, hp)]
-        args = ", ".join(["x", "p", "m", "xp", *(f"k{i}" for i in range(len(names) - len(
-            shared)))])
-        structure.array["pair"] = _compiled_source(
-            f"def f({args}):\n" + "\n".join(lines) + f"\n    return {body[0]}, {body[1]}\n")
-    return structure.array["pair"]
+    sp = _sympy()
+    value = _share_powers(structure.value, structure.dp)
+    shared, (h, hp) = sp.cse([_ramps(value), _ramps(structure.dp)], optimizations="basic")
+    scalar_cls, array_cls = _printers()
+    names = {s: f"k{i}" for i, s in enumerate(structure.symbols)}
+    names |= {sym: f"t{j}" for j, (sym, _) in enumerate(shared)}
+    printer = array_cls(names)
+    printer.scalar = scalar_cls(names)
+    _, p, _ = _xpm()
+    lines = [f"    t{j} = {printer.doprint(e)}" for j, (_, e) in enumerate(shared)]
+    body = [printer.doprint(e) if p in e.free_symbols or any(
+        t in e.free_symbols for t, _ in shared) else f"({printer.doprint(e)}) + 0.0 * p"
+        for e in (h, hp)]
+    args = ", ".join(["x", "p", "m", "xp", *(f"k{i}" for i in range(len(names) - len(
+        shared)))])
+    return f"def f({args}):\n" + "\n".join(lines) + f"\n    return {body[0]}, {body[1]}\n"
 
 
 def _compiled_source(source: str) -> Any:
@@ -474,18 +584,18 @@ def _compiled_source(source: str) -> Any:
     return namespace["f"]
 
 
-def _array_function(expr: Any, structure: Structure) -> Any:
-    """``f(x, p, m, xp, *fields)`` evaluating ``expr`` elementwise (shaped like p)."""
+def _array_source(expr: Any, symbols: tuple[Any, ...]) -> str:
+    """Source of ``f(x, p, m, xp, *fields)`` evaluating ``expr`` elementwise (shaped like p)."""
     scalar_cls, array_cls = _printers()
-    x, p, m = _xpm()
-    names = {s: f"k{i}" for i, s in enumerate(structure.symbols)}
+    _, p, _ = _xpm()
+    names = {s: f"k{i}" for i, s in enumerate(symbols)}
     printer = array_cls(names)
     printer.scalar = scalar_cls(names)
     body = printer.doprint(_ramps(expr))
     if p not in expr.free_symbols:
         body = f"({body}) + 0.0 * p"
     args = ", ".join(["x", "p", "m", "xp", *names.values()])
-    return _compiled_source(f"def f({args}):\n    return {body}\n")
+    return f"def f({args}):\n    return {body}\n"
 
 
 def _pow(b: float, e: float) -> float:

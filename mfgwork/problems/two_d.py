@@ -38,7 +38,7 @@ def _check_planar(hamiltonian: Hamiltonian) -> None:
     interval), or one that says it is isotropic while H(p) ≠ H(−p) (the scheme would see its
     branch p > 0 only)."""
     traced = hamiltonian.traced()
-    if traced is not None and any(s.name == "x" for s in traced.structure.value.free_symbols):
+    if traced is not None and traced.structure.reads_x:
         raise ParameterError(f"hamiltonian={hamiltonian!r:.80} is invalid on a 2-D domain: its "
                              f"value reads x (H = {traced.structure.value}), the coordinate of "
                              "an interval; a 2-D model is H(|p|, m)")

@@ -157,8 +157,7 @@ def _pair_of(hamiltonian: Hamiltonian) -> tuple[Any, Any]:
     traced = hamiltonian.traced()
     if traced is None or type(hamiltonian).numerical is not Hamiltonian.numerical:
         return None, None
-    zero = traced.structure.at_zero
-    return traced.array_function("pair"), (None if zero == 0 else
+    return traced.array_function("pair"), (None if traced.structure.zero_at_rest else
                                            traced.array_function("value"))
 
 

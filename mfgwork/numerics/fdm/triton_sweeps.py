@@ -23,7 +23,7 @@ The kernels are templates (:mod:`.triton_kernels`, :mod:`.triton_coop`,
 joins them with the model's generated ``@triton.jit`` functions
 (:func:`mfgwork.problems.symbolic.triton_source`) into one module per model structure,
 written into the model cache folder and imported from there (the mechanism of the compiled
-CPU scheme, :func:`.numba_kernels.load_generated`). The model's fields travel in a tensor
+CPU scheme, :func:`.numba_kernels.load_cached`). The model's fields travel in a tensor
 (``Power(1.5)`` and ``Power(3)`` share every kernel), and so do the scalars h, Δt and the
 Newton tolerance, in the working dtype: Triton would pass Python floats as float32. Each
 kernel is compiled at its first launch in a process (for the dtype it meets), or loaded from
@@ -103,11 +103,10 @@ def model_kernels(hamiltonian: Hamiltonian | None = None) -> ModelKernels | None
         return None
     structure = traced.structure
     module = load_cached(_KERNELS, structure.key, lambda: triton_model_source(structure),
-                         "mfgwork_triton")
+                         "mfgwork_triton", [_HEADER, *(path.read_text() for path in TEMPLATES)])
     if module is None:
         return None
-    reads_x = any(s.name == "x" for s in structure.value.free_symbols)
-    return ModelKernels(module, traced.values or (0.0,), structure.reads_m, reads_x)
+    return ModelKernels(module, traced.values or (0.0,), structure.reads_m, structure.reads_x)
 
 
 def launch(key: str, grid: tuple[int, ...], *args: Any, model: ModelKernels | None = None,

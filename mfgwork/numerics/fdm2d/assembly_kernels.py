@@ -5,7 +5,7 @@ measures in one pass.
 :func:`compiled_system` joins the model's generated scalar functions in s = |p|²
 (:mod:`.isotropic`) with the template :mod:`.assembly_loops` into one module per model
 structure, written into the model cache folder and imported from there
-(:func:`mfgwork.numerics.fdm.numba_kernels.load_generated`, the mechanism of the 1-D compiled
+(:func:`mfgwork.numerics.fdm.numba_kernels.load_cached`, the mechanism of the 1-D compiled
 scheme): a later process loads its machine code. The model's fields are a runtime array
 (``Congestion(1, 0.5)`` and ``Congestion(0.5, 0.3)`` share one module).
 """
@@ -41,16 +41,18 @@ def _header() -> str:
 def compiled_system(hamiltonian: Hamiltonian) -> tuple[ModuleType, np.ndarray] | None:
     """(the compiled module of ``hamiltonian``'s s-form, its fields as ``prm``), or None where
     it has none (:func:`.isotropic.radial_structure`: the array path serves it)."""
-    from ..fdm.numba_kernels import load_generated
+    from ..fdm.numba_kernels import load_cached
 
     structure = radial_structure(hamiltonian)
     if isinstance(structure, str):
         return None
-    if structure.key not in _MODULES:
-        source = _header() + scalar_source(structure) + "\n\n" + TEMPLATE.read_text()
-        _MODULES[structure.key] = load_generated(source, "mfgwork_model2d")
+    header, template = _header(), TEMPLATE.read_text()
+    module = load_cached(_MODULES, structure.key,
+                         lambda: header + scalar_source(structure) + "\n\n" + template,
+                         "mfgwork_model2d", (header, template))
+    assert module is not None   # (numba takes every printed expression)
     values = hamiltonian.traced().values or (0.0,)
-    return _MODULES[structure.key], np.asarray(values, dtype=np.float64)
+    return module, np.asarray(values, dtype=np.float64)
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc"})

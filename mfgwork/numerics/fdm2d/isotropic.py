@@ -25,12 +25,13 @@ A model whose H reads x is not served (2-D nodes have two coordinates): the arra
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import replace
 from typing import Any
 
 from ...problems.hamiltonians import Hamiltonian
-from ...problems.symbolic import GENERATOR_VERSION, Structure
+from ...problems.symbolic import GENERATOR_VERSION, Expressions, Structure
 
 #: Version of the derivation below (part of the structure's key).
 RADIAL_VERSION = "1"
@@ -40,36 +41,46 @@ _RADIAL: dict[str, Structure | str] = {}
 
 def radial_structure(hamiltonian: Hamiltonian) -> Structure | str:
     """The s-form structure of ``hamiltonian`` (module docstring), or why there is none
-    (its value cannot be traced, it is not isotropic, or H reads x)."""
+    (its value cannot be traced, it is not isotropic, or H reads x). Its key names the
+    model's structure and this derivation; its expressions are derived (SymPy) only when
+    its code is generated."""
     if not hamiltonian.isotropic:
         return f"{hamiltonian!r} is not isotropic"
     traced = hamiltonian.traced()
     if traced is None:
         return f"the value of {hamiltonian!r} cannot be traced"
     structure = traced.structure
+    if structure.reads_x:
+        return "its H reads x (a 2-D node has two coordinates)"
     if structure.key not in _RADIAL:
-        _RADIAL[structure.key] = _derive_radial(structure)
+        text = "|".join(["radial", RADIAL_VERSION, GENERATOR_VERSION, structure.key,
+                         _fingerprint()])
+        _RADIAL[structure.key] = replace(
+            structure, key=hashlib.sha256(text.encode()).hexdigest()[:20], sources={},
+            half_square=False, derive=lambda: _derive_radial(structure.expressions), array={})
     return _RADIAL[structure.key]
 
 
-def _derive_radial(structure: Structure) -> Structure | str:
+@functools.cache
+def _fingerprint() -> str:
+    """A hash of this module (the derivation below is part of the key)."""
+    with open(__file__, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()[:24]
+
+
+def _derive_radial(expressions: Expressions) -> Expressions:
+    """G, D = 2 G', D', ∂m G and G(0) in s (written p), from H's expressions."""
     import sympy as sp
 
-    x, p = sp.Symbol("x", real=True), sp.Symbol("p", real=True)
-    m = sp.Symbol("m", real=True)
-    if x in structure.value.free_symbols:
-        return "its H reads x (a 2-D node has two coordinates)"
+    p, m = sp.Symbol("p", real=True), sp.Symbol("m", real=True)
     s = sp.Symbol("s", positive=True)
-    G = sp.powsimp(structure.value.subs(p, sp.sqrt(s)), force=True)
+    G = sp.powsimp(expressions.value.subs(p, sp.sqrt(s)), force=True)
     D = _almost_everywhere(2 * sp.diff(G, s))
     dD = _almost_everywhere(sp.diff(D, s))
     Gm = _almost_everywhere(sp.diff(G, m))
     as_p = {s: p}
-    text = "|".join(["radial", RADIAL_VERSION, GENERATOR_VERSION, structure.key,
-                     sp.srepr(G)])
-    return replace(structure, value=G.xreplace(as_p), dp=D.xreplace(as_p),
-                   dpp=dD.xreplace(as_p), dm=Gm.xreplace(as_p), array={},
-                   key=hashlib.sha256(text.encode()).hexdigest()[:20])
+    return replace(expressions, value=G.xreplace(as_p), dp=D.xreplace(as_p),
+                   dpp=dD.xreplace(as_p), dm=Gm.xreplace(as_p))
 
 
 def _almost_everywhere(expr: Any) -> Any:
