@@ -6,7 +6,9 @@ A 3-D scan threshold × σ × ε (``--side`` values each; 47³ ≈ 10⁵ points 
 workers' start-up and the kernels' loading are not timed, the cluster is). For each n: wall
 time, points per second, the speed-up over the first n of the list (measured in the same
 run), converged points, and the mean GPU utilisation sampled by ``nvidia-smi`` every
-``--sample`` seconds while the scan ran (per GPU in the JSON).
+``--sample`` seconds while the scan ran (per GPU in the JSON). The store keeps each point's
+paths (attendance, status); ``--keep M,U`` adds the fields (331 kB a point at 201² in
+float32, so writing, not solving, then sets the pace).
 
     python benchmarks/scan_gpus.py --gpus 1,2,4 [--side 47] [--out F]
     python benchmarks/scan_gpus.py --gpus 1 --side 4 --nx 41 --nt 41 --smoke   # no GPU: CPU
@@ -67,7 +69,10 @@ class Utilisation:
 
 def run(n: int, args: argparse.Namespace, folder: Path) -> dict:
     """One scan on n workers (GPUs, or CPU processes with ``--smoke``)."""
-    options = dict(nx=args.nx, nt=args.nt, dtype=args.dtype, tol=args.tol, progress=False)
+    keep = tuple(k for k in args.keep.split(",") if k)
+    options = dict(nx=args.nx, nt=args.nt, dtype=args.dtype, tol=args.tol, keep=keep,
+                   max_points=max(args.side ** 3, 1),
+                   progress=False)
     if args.smoke:
         options |= dict(dask=True, workers=n, device="cpu")
     else:
@@ -92,6 +97,8 @@ def main() -> None:
     parser.add_argument("--nt", type=int, default=201)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--tol", type=float, default=1e-6)
+    parser.add_argument("--keep", default="",
+                        help="fields stored per point, e.g. M,U (default: none, the paths only)")
     parser.add_argument("--sample", type=float, default=0.5, help="seconds between samples")
     parser.add_argument("--smoke", action="store_true", help="CPU worker processes instead")
     parser.add_argument("--out", default="benchmarks/results/scan_gpus.json")

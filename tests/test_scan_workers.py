@@ -228,13 +228,11 @@ def test_a_block_fits_the_smallest_gpu_of_the_workers(monkeypatch):
     be = Backend("torch", "cuda", "float32")
     on = scan_module._worker_backends(be, None, "gpus", None)
     assert [b.device for b in on] == ["cuda:0", "cuda:1", "cuda:2"]
-    sizes = [scan_solve.points_per_block(b, 801, 801, 2, 10**6) for b in on]
-    assert sizes[1] < sizes[0] == sizes[2] < scan_solve.DEVICE_BLOCK_POINTS
-    assert scan_solve.points_per_block(on[0], 201, 201, 2, 10**6) == \
-        scan_solve.DEVICE_BLOCK_POINTS   # (a straggler holds a batch: blocks stay small)
-    monkeypatch.setattr(scan_solve, "_host_available", lambda: 5 * 10**9)  # host memory decides
-    assert scan_solve.points_per_block(on[0], 801, 801, 2, 10**6, workers=3) == \
-        scan_solve.points_per_block(on[0], 801, 801, 2, 10**6) // 3
+    sizes = [scan_solve.points_per_block(b, 201, 201, 2, 10**6) for b in on]
+    assert sizes[1] < sizes[0] == sizes[2]
+    monkeypatch.setattr(scan_solve, "_host_available", lambda: 10**9)  # host memory decides
+    assert scan_solve.points_per_block(on[0], 201, 201, 2, 10**6, workers=3) == \
+        scan_solve.points_per_block(on[0], 201, 201, 2, 10**6) // 3
     assert scan_module._worker_backends(be, None, True, None) == [be]
 
 

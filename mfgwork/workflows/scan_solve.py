@@ -28,10 +28,6 @@ HOST_BLOCK_POINTS = 16
 #: Arrays of (nt + 1) × nx values a batched solve holds per point on a device (U, M, their
 #: next iterates, the running cost, Newton work arrays, Anderson history), with margin.
 DEVICE_ARRAYS_PER_POINT = 32
-#: Most points of a block on a device: a batch iterates until its slowest member converges
-#: (converged members ride along), so larger blocks gain no throughput and lose it to
-#: stragglers, and to an uneven share of the blocks between GPU workers.
-DEVICE_BLOCK_POINTS = 1024
 #: Fraction of free device memory (host memory for results) a block may take.
 MEMORY_FRACTION = 0.5
 #: Longest message kept per point (the rest is cut).
@@ -70,8 +66,7 @@ def placement(device: str, backend: str | None, dtype: Any, problem: Problem | N
 def points_per_block(be: Backend, nx: int, nt: int, kept: int, points: int,
                      workers: int = 1) -> int:
     """Points per block: on the host a fixed count (the NumPy solver loops over them); on a
-    device as many as fit in a fraction of its free memory, at most
-    :data:`DEVICE_BLOCK_POINTS`; either way bounded by host memory
+    device as many as fit in a fraction of its free memory; either way bounded by host memory
     for the block's results (shared by ``workers`` processes of this host, each holding a
     block). ``nx``: the nodes of the state grid (nx × ny in 2-D)."""
     itemsize = 4 if be.dtype == "float32" else 8
@@ -84,7 +79,7 @@ def points_per_block(be: Backend, nx: int, nt: int, kept: int, points: int,
     if info.get("memory_total"):
         free = info["memory_total"] - (info.get("memory_reserved") or 0)
     device = free * MEMORY_FRACTION // (DEVICE_ARRAYS_PER_POINT * per_point) if free else points
-    return int(max(1, min(points, device, host, DEVICE_BLOCK_POINTS)))
+    return int(max(1, min(points, device, host)))
 
 
 def _host_available() -> int:
