@@ -20,6 +20,7 @@ import array_api_compat
 
 from .best_response import batch_residuals_on, residual_on
 from .core.backend import Backend, get_backend
+from .core.compile_clock import book_phase, compile_clock
 from .core.errors import ConvergenceWarning
 from .problems.base import MFGProblem
 from .results import Result
@@ -44,7 +45,7 @@ def certify_in_float64(results: list[Result], problems: Sequence[MFGProblem], be
     ``timings["certify"]``: the seconds spent."""
     if not has_float64(be):
         return results
-    started = time.perf_counter()
+    started, built = time.perf_counter(), compile_clock()
     checked = [b for b, res in enumerate(results) if res.method == "fdm"]
     residuals = dict(zip(checked, float64_residuals([results[b] for b in checked],
                                                      [problems[b] for b in checked], be),
@@ -75,8 +76,7 @@ def certify_in_float64(results: list[Result], problems: Sequence[MFGProblem], be
                       f"{len(results)} problems (float64 residual up to {max(failed):.3g} > "
                       f"tol={tol:g}); returning them with converged=False",
                       ConvergenceWarning, stacklevel=4)
-    timings["certify"] = time.perf_counter() - started
-    timings["total"] += timings["certify"]
+    book_phase(timings, "certify", started, built)
     return out
 
 
@@ -108,7 +108,7 @@ def finish_in_float64(results: list[Result], problems: Sequence[MFGProblem], be:
     if be.name != "torch" or not has_float64(be):
         return results
     out = list(results)
-    started = time.perf_counter()
+    started, built = time.perf_counter(), compile_clock()
     float64 = get_backend("torch", be.device, "float64")
     for start in ("iterate", "solver"):
         open_ = [b for b, res in enumerate(out) if not res.converged and res.method == "fdm"]
@@ -133,8 +133,7 @@ def finish_in_float64(results: list[Result], problems: Sequence[MFGProblem], be:
                                  timings=timings)
             else:
                 out[b] = replace(out[b], extra=before.extra | {"finished": record})
-    timings["finish"] = time.perf_counter() - started
-    timings["total"] += timings["finish"]
+    book_phase(timings, "finish", started, built)
     left = [r.residual for r in out if not r.converged]
     if left:
         warnings.warn(f"{len(left)} of {len(results)} float32 problems did not converge, also "

@@ -16,6 +16,7 @@ import numpy as np
 from .best_response import solvers
 from .core import memory
 from .core.backend import BACKENDS, Backend, get_backend, to_numpy
+from .core.compile_clock import compile_clock
 from .core.compiling import check_compile_steps
 from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag
 from .core.progress import progress_bar
@@ -156,15 +157,17 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     falls back to eager with a warning; ``res.extra["compiled_steps"]`` says what ran.
     ``res.timings``: seconds of ``compile`` (compiling or loading the NumPy backend's
     kernels and of Newton's tangent sweeps, done on a tiny grid by the first solve of a
-    process; 0 afterwards), ``setup``, ``coarse`` (the 51 × 51 start, 0 without one), the
-    phases ``hjb``, ``fp`` and ``coupling`` summed over the iterations, ``other`` (what
-    none of them holds, e.g. starting a progress display) and ``total``, their sum.
+    process; on a device, Triton's builds of kernels its cache did not hold, taken out of
+    the phases they happened in; 0 afterwards), ``setup``, ``coarse`` (the 51 × 51 start,
+    0 without one), the phases ``hjb``, ``fp`` and ``coupling`` summed over the iterations,
+    ``other`` (what none of them holds, e.g. starting a progress display) and ``total``,
+    their sum.
     ``max_memory``: refuse solves whose estimated memory exceeds this (bytes or text such as
     ``"4 GiB"``; default: ``$MFGWORK_MAX_MEMORY``, else the free memory of the device). The
     estimate, the diffusion number ν Δt / h² and the ranges of h, Δt and ν are checked
     before any work.
     """
-    started = time.perf_counter()
+    started, built = time.perf_counter(), compile_clock()
     if not isinstance(problem, MFGProblem):
         raise ParameterError(f"problem={problem!r} is invalid: must be an mfgwork.MFGProblem "
                              "(e.g. mw.SantaFeBar() or mw.MFGProblem(...))")
@@ -192,7 +195,7 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     coupling = problem.coupling(grid, be)
     fd, hjb, fp, fp_params = solvers(problem, grid, be, method, n_particles, seed,
                                              compile_steps, max_memory)
-    setup = time.perf_counter() - started
+    setup = time.perf_counter() - started - (compile_clock() - built)
     compiled: dict[str, float] = {}
     hjb = _compile_first(hjb, be, compiled, problem.hamiltonian)
     newton = (_batch_newton([coupling], iteration, grid, [problem], be, tol)
@@ -214,8 +217,8 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     compiling = compiled.get("seconds", 0.0)
     if "apart" not in compiled:
         out.history.time_hjb[0] -= compiling   # the first HJB phase, without the compilation
-    timings = {"compile": compiling, "setup": setup, "coarse": coarse_seconds,
-               **_phase_totals(out.history)}
+    timings = {"compile": compiling + compile_clock() - built, "setup": setup,
+               "coarse": coarse_seconds, **_phase_totals(out.history)}
     total = time.perf_counter() - started
     timings |= {"other": max(0.0, total - sum(timings.values())), "total": total}
     settings = {"method": method, "tol": tol, "max_iter": max_iter,
@@ -287,7 +290,7 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
                  ) -> list[Result]:
     """:func:`solve_batch`; ``final=False`` (the coarse stage of a coarse-to-fine solve, a
     start only): float32 results neither certified nor finished in float64."""
-    started = time.perf_counter()
+    started, built = time.perf_counter(), compile_clock()
     problems = _check_batch(problems)
     grid = problems[0].grid(nx, nt)
     tol, max_iter = check_stopping(tol, max_iter)
@@ -329,7 +332,7 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
     coupling = batch_coupling(couplings, be)
     fd = FiniteDifferences(grid, np.array([[p.nu] for p in problems]), be,
                            hamiltonian=problems[0].hamiltonian, compile_steps=compile_steps)
-    setup = time.perf_counter() - started
+    setup = time.perf_counter() - started - (compile_clock() - built)
     newton = (_batch_newton(couplings, iteration, grid, problems, be, tol)
               or _frozen_density_newton(couplings, iteration, grid, problems, be, tol,
                                         coarse and not warm, max_iter, max_memory,
@@ -349,8 +352,8 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
             coarse=coarse and not isinstance(newton, FrozenDensityNewton),
             max_memory=max_memory, warm=warm)
         fd.check_newton()
-        timings = {"setup": setup, "coarse": coarse_seconds, **_phase_totals(out.history),
-                   "total": time.perf_counter() - started}
+        timings = {"compile": compile_clock() - built, "setup": setup, "coarse": coarse_seconds,
+                   **_phase_totals(out.history), "total": time.perf_counter() - started}
         settings = {"method": "fdm", "tol": tol, "max_iter": max_iter,
                     "iteration": _describe(scheme, newton),
                     "batch_size": len(problems)} | placed
@@ -519,7 +522,7 @@ def _equilibrium(newton: BatchNewton | None, problems: Sequence[MFGProblem], cou
     already starts it or ``coarse`` is False), else the iteration ``scheme`` (with
     ``fallback`` for single problems). Returns the result and the iterations of the coarse
     stage per problem (None without one) and its seconds."""
-    coarse_iterations, started = None, time.perf_counter()
+    coarse_iterations, started, built = None, time.perf_counter(), compile_clock()
     if newton is not None and coarse and not warm and starts_coarse(grid):
         starts = (_coarse_solve(partial(_solve_batch, final=False), problems, be, tol,
                                 max_iter, max_memory)
@@ -528,7 +531,7 @@ def _equilibrium(newton: BatchNewton | None, problems: Sequence[MFGProblem], cou
         warm = initial_state(starts if batched else starts[0], problems, grid, be,
                              batched=batched)
         coarse_iterations = [r.iterations for r in starts]
-    coarse_seconds = time.perf_counter() - started
+    coarse_seconds = time.perf_counter() - started - (compile_clock() - built)
     if newton is not None:
         out = _run_newton(newton, coupling, hjb, fp, m0, U_T, max_iter, progress,
                           batched=batched, **warm)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .compile_clock import compile_clock
 from .errors import BackendError
 
 BACKENDS = ("numpy", "torch")
@@ -218,26 +219,29 @@ class Backend:
 
     def stamp(self) -> Any:
         """A point in this backend's work queue, taken without waiting: a timing event
-        recorded on the current CUDA or MPS stream, the host clock on the CPU. :meth:`seconds`
+        recorded on the current CUDA or MPS stream with the compile clock
+        (:func:`.compile_clock.compile_clock`), the host clock on the CPU. :meth:`seconds`
         turns two stamps into the time between them."""
         if self.kind == "cuda":
             torch = _torch()
             event = torch.cuda.Event(enable_timing=True)
             event.record(torch.cuda.current_stream(self.native_device))
-            return event
+            return event, compile_clock()
         if self.kind == "mps":
             event = _torch().mps.event.Event(enable_timing=True)
             event.record()
-            return event
+            return event, compile_clock()
         return time.perf_counter()
 
     @staticmethod
     def seconds(start: Any, end: Any) -> float:
-        """Seconds from stamp ``start`` to stamp ``end`` (waits for ``end`` on a device)."""
+        """Seconds from stamp ``start`` to stamp ``end`` (waits for ``end`` on a device),
+        without the kernels Triton built in between (the queue waited for them)."""
         if isinstance(start, float):
             return end - start
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3
+        (first, compiled), (last, later) = start, end
+        last.synchronize()
+        return max(0.0, first.elapsed_time(last) / 1e3 - (later - compiled))
 
 
 def get_backend(backend: str = "numpy", device: str = "cpu", dtype: object = None) -> Backend:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .backend import Backend
+from .compile_clock import compile_clock
 from .errors import ParameterError
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -192,6 +193,7 @@ def announce_compilation(names: Iterable[str], device: str = "CUDA") -> bool:
     """Say in the progress output (stderr, above any progress bar) that the kernels ``names``
     are being compiled because the cache holds no build of one of them; once per process
     (True when it said so)."""
+    compile_clock()   # (Triton is imported by now: its builds are timed from here)
     names = [n for n in names if n not in _ANNOUNCED]
     if not names or "" in _ANNOUNCED:
         return False

@@ -52,21 +52,21 @@ def compiled_model(hamiltonian: Hamiltonian) -> tuple[ModuleType, np.ndarray] | 
         return None
     structure = traced.structure
     module = load_cached(_MODULES, structure.key, lambda: model_source(structure),
-                         "mfgwork_model", (_HEADER, TEMPLATE.read_text()))
+                         "mfgwork_model", lambda: (_HEADER, TEMPLATE.read_text()))
     assert module is not None   # (numba takes every printed expression)
     return module, np.asarray(traced.values, dtype=np.float64)
 
 
 def load_cached(cache: dict, key: str, source: Callable[[], str], prefix: str,
-                parts: Sequence[str]) -> ModuleType | None:
+                parts: Callable[[], Sequence[str]]) -> ModuleType | None:
     """The generated module of the structure ``key`` in ``cache``, loaded at the first request
     of a process from the model cache folder, under ``prefix`` and the hash of ``key``,
-    ``parts`` (the other texts its source is made of: header, templates) and the generator's
+    ``parts()`` (the other texts its source is made of: header, templates) and the generator's
     fingerprint; where no earlier process wrote it, ``source()`` (SymPy's printers) is written
     there (once, atomically) and imported. None where the source cannot be written
     (``source()`` raised NotImplementedError: the reason is cached in its place)."""
     if key not in cache:
-        text = "|".join((generator_fingerprint(), key, *parts))
+        text = "|".join((generator_fingerprint(), key, *parts()))
         name = f"{prefix}_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
         path = _found(name)
         if path is None:

@@ -103,7 +103,8 @@ def model_kernels(hamiltonian: Hamiltonian | None = None) -> ModelKernels | None
         return None
     structure = traced.structure
     module = load_cached(_KERNELS, structure.key, lambda: triton_model_source(structure),
-                         "mfgwork_triton", [_HEADER, *(path.read_text() for path in TEMPLATES)])
+                         "mfgwork_triton",
+                         lambda: [_HEADER, *(path.read_text() for path in TEMPLATES)])
     if module is None:
         return None
     return ModelKernels(module, traced.values or (0.0,), structure.reads_m, structure.reads_x)

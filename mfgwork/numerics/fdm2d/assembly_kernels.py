@@ -46,10 +46,9 @@ def compiled_system(hamiltonian: Hamiltonian) -> tuple[ModuleType, np.ndarray] |
     structure = radial_structure(hamiltonian)
     if isinstance(structure, str):
         return None
-    header, template = _header(), TEMPLATE.read_text()
-    module = load_cached(_MODULES, structure.key,
-                         lambda: header + scalar_source(structure) + "\n\n" + template,
-                         "mfgwork_model2d", (header, template))
+    module = load_cached(_MODULES, structure.key, lambda: _header() + scalar_source(structure)
+                         + "\n\n" + TEMPLATE.read_text(), "mfgwork_model2d",
+                         lambda: (_header(), TEMPLATE.read_text()))
     assert module is not None   # (numba takes every printed expression)
     values = hamiltonian.traced().values or (0.0,)
     return module, np.asarray(values, dtype=np.float64)

@@ -63,9 +63,9 @@ def model_system(hamiltonian: Hamiltonian) -> tuple[Any, tuple[float, ...]] | No
     structure = radial_structure(hamiltonian)
     if isinstance(structure, str):
         return None
-    template = TEMPLATE.read_text()
     module = load_cached(_SYSTEMS, structure.key, lambda: _HEADER + triton_source(structure)
-                         + "\n\n" + template, "mfgwork_triton2d", (_HEADER, template))
+                         + "\n\n" + TEMPLATE.read_text(), "mfgwork_triton2d",
+                         lambda: (_HEADER, TEMPLATE.read_text()))
     if module is None:
         return None
     return module.system_kernel, hamiltonian.traced().values or (0.0,)
