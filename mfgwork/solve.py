@@ -51,25 +51,71 @@ METHODS = ("fdm", "particles")
 NEWTON_MEMORY = 2**29  # bytes: the tangent sweeps of grids up to about 400 × 400
 
 
-def solve(problem: Any, **options: Any) -> Result:
-    """Solve ``problem`` of any kind and return its :class:`~mfgwork.Result`.
+def solve(problem: Any, **options: Any) -> Any:
+    """Solve ``problem`` of any kind and return its :class:`~mfgwork.Result`; a list (or
+    tuple) of problems of one kind is a batch, and returns their results in order.
 
     The solver is looked up by the problem's type in :data:`SOLVERS` (its most specific
-    class there: a subclass of MFGProblem with an entry of its own gets that one), and
-    ``options`` go to it:
+    class there: a subclass of MFGProblem with an entry of its own gets that one), a
+    batch's in :data:`BATCH_SOLVERS` by its first problem's type, and ``options`` go to it:
 
     - :class:`~mfgwork.MFGProblem` (Santa Fe, generic, verification problems):
       :func:`solve_continuous` (``nx``, ``nt``, ``method``, ``backend``, ``device``,
       ``dtype``, ``tol``, ``max_iter``, ``iteration``, ``n_particles``, ``seed``, ...);
+      a list: :func:`solve_batch`;
+    - :class:`~mfgwork.MFGProblem2D`: :func:`mfgwork.solve_2d`; a list:
+      :func:`mfgwork.solve_2d_batch`;
+    - :class:`~mfgwork.Populations`: :func:`mfgwork.solve_populations`;
     - :class:`~mfgwork.TwoStateElFarol`: :func:`mfgwork.solve_two_state` (``nt``, ``tol``,
       ``max_iter``, ``iteration``, ``warmup``; NumPy float64 on the CPU).
 
-    An option the problem's solver does not take, or a problem of no kind in the table, is a
+    ``device="cuda"`` or ``"mps"`` (or ``"cuda:1"``) without ``backend`` runs on PyTorch, the
+    library of the accelerators here. An option the problem's solver does not take, a problem
+    of no kind in the table, or a batch of several kinds is a
     :class:`~mfgwork.ParameterError` naming it, before any work.
     """
+    options = _device_implies_torch(options)
+    if isinstance(problem, list | tuple):
+        solver = _batch_solver(problem)
+        _check_options(problem[0], solver, options)
+        return solver(list(problem), **options)
     solver = solver_for(problem, SOLVERS)
     _check_options(problem, solver, options)
     return solver(problem, **options)
+
+
+def _device_implies_torch(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with ``backend="torch"`` where a device of PyTorch's alone is asked for
+    and no backend is."""
+    device = options.get("device")
+    if ("backend" not in options and isinstance(device, str)
+            and device.split(":")[0] in ("cuda", "mps")):
+        return options | {"backend": "torch"}
+    return options
+
+
+def _batch_solver(problems: Sequence[Any]) -> Callable[..., list[Any]]:
+    """The batch solver of ``problems`` (:data:`BATCH_SOLVERS`), all of one kind."""
+    if not problems:
+        raise ParameterError(f"problem={problems!r} is invalid: a batch must hold at least one "
+                             "problem")
+    for i, p in enumerate(problems):
+        try:
+            solver_for(p, SOLVERS)
+        except ParameterError as exc:   # not a problem at all: said with its place
+            raise ParameterError(f"problem[{i}]{str(exc)[len('problem'):]}") from None
+    kinds = [next((k for k in type(p).__mro__ if k in BATCH_SOLVERS), None) for p in problems]
+    if kinds[0] is None:
+        raise ParameterError(f"problem[0]={problems[0]!r:.80} is invalid in a list: a "
+                             f"{type(problems[0]).__name__} has no batched path; solve each "
+                             "with mw.solve, or batch "
+                             + " or ".join(f"mfgwork.{k.__name__}" for k in BATCH_SOLVERS))
+    for i, kind in enumerate(kinds):
+        if kind is not kinds[0]:
+            raise ParameterError(f"problem[{i}]={problems[i]!r:.80} is invalid in this batch: "
+                                 f"a batch is of one kind, and problem[0] is an "
+                                 f"mfgwork.{kinds[0].__name__}")
+    return BATCH_SOLVERS[kinds[0]]
 
 
 def solver_for(problem: Any, table: dict[type, Callable[..., Any]]) -> Callable[..., Any]:
@@ -86,7 +132,7 @@ def solver_for(problem: Any, table: dict[type, Callable[..., Any]]) -> Callable[
 
 def _check_options(problem: Any, solver: Callable[..., Any], options: dict[str, Any]) -> None:
     """Refuse options that the solver of ``problem``'s kind does not take."""
-    accepted = [n for n in inspect.signature(solver).parameters if n != "problem"]
+    accepted = list(inspect.signature(solver).parameters)[1:]   # (the first: the problem)
     unknown = [n for n in options if n not in accepted]
     if unknown:
         raise ParameterError(f"{unknown[0]}={options[unknown[0]]!r:.60} is invalid for a "
@@ -764,3 +810,5 @@ def fixed_point_bar(progress: bool | None, total: int) -> Any:
 #: ``(problem, **options) -> Result`` (options as keywords with defaults).
 SOLVERS: dict[type, Callable[..., Result]] = {
     MFGProblem: solve_continuous, TwoStateElFarol: solve_two_state}
+#: The batch solver of each problem kind that has one (:func:`solve` of a list).
+BATCH_SOLVERS: dict[type, Callable[..., list[Any]]] = {MFGProblem: solve_batch}

@@ -41,8 +41,8 @@ from .numerics.iteration import Anderson, IterationScheme, check_stopping, make_
 from .problems.base import warn_unresolved
 from .problems.two_d import MFGProblem2D
 from .results2d import Result2D
+from .solve import BATCH_SOLVERS, raised_tol
 from .solve import SOLVERS as FRONT_DOOR
-from .solve import raised_tol
 
 #: Arrays of (nt+1) × ny × nx floats a solve holds besides the coupling states: U, M, their
 #: next iterates, the running cost, the best and lowest iterates of the iteration, the
@@ -261,3 +261,4 @@ def _progress_bar(progress: bool | None, total: int) -> Any:
 
 
 FRONT_DOOR[MFGProblem2D] = solve_2d
+BATCH_SOLVERS[MFGProblem2D] = solve_2d_batch

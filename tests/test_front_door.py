@@ -4,6 +4,7 @@ status, one solve for every problem kind, and the modules below it without cycle
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import json
 import subprocess
@@ -199,6 +200,54 @@ def test_the_solver_table_is_one_entry_per_kind():
     res = mw.solve(mw.SantaFeBar(), **SMALL)
     ref = mw.solve_continuous(mw.SantaFeBar(), **SMALL)
     np.testing.assert_array_equal(res.M, ref.M)
+
+
+def test_a_list_is_a_batch_of_its_kind():
+    """``mw.solve(list)`` is the batch solver of the problems' kind, results in order."""
+    assert solve_module.BATCH_SOLVERS == {mw.MFGProblem: mw.solve_batch,
+                                          mw.MFGProblem2D: mw.solve_2d_batch}
+    bars = [mw.SantaFeBar(threshold=a) for a in (0.4, 0.7)]
+    for got, ref in zip(mw.solve(bars, **SMALL), mw.solve_batch(bars, **SMALL), strict=True):
+        np.testing.assert_array_equal(got.M, ref.M)
+    assert mw.solve(bars[0], **SMALL).params == mw.solve((bars[0],), **SMALL)[0].params
+    rooms = [mw.Room(), mw.Room(sigma=0.4)]
+    small = {"nx": 11, "nt": 10, "progress": False}
+    for got, ref in zip(mw.solve(rooms, **small), mw.solve_2d_batch(rooms, **small),
+                        strict=True):
+        np.testing.assert_array_equal(got.M, ref.M)
+
+
+@pytest.mark.parametrize(("batch", "pattern"), [
+    ([], r"problem=\[\] is invalid: a batch must hold at least one problem"),
+    (["x"], r"problem\[0\]='x' is invalid: must be an mfgwork.MFGProblem"),
+    ([mw.SantaFeBar(), 3], r"problem\[1\]=3 is invalid: must be an mfgwork.MFGProblem"),
+    ([mw.SantaFeBar(), mw.Room()], r"problem\[1\]=Room.* is invalid in this batch: a batch "
+                                   r"is of one kind, and problem\[0\] is an mfgwork.MFGProblem"),
+    ([mw.TwoStateElFarol()], r"a TwoStateElFarol has no batched path; solve each with "
+                             r"mw.solve, or batch mfgwork.MFGProblem or mfgwork.MFGProblem2D"),
+])
+def test_a_list_of_no_batchable_kind_is_refused_naming_its_member(batch, pattern):
+    with pytest.raises(mw.ParameterError, match=pattern):
+        mw.solve(batch, **SMALL)
+    with pytest.raises(mw.ParameterError, match=r"warmup=3 is invalid for a SantaFeBar "
+                       r"problem: its solver solve_batch takes nx, nt, backend"):
+        mw.solve([mw.SantaFeBar()], warmup=3)
+
+
+def test_an_accelerator_without_a_backend_is_pytorch(monkeypatch):
+    """``device="cuda"``/``"mps"`` alone means torch; an explicit ``backend`` is kept."""
+    seen = []
+    original = solve_module.SOLVERS[mw.MFGProblem]
+
+    @functools.wraps(original)
+    def spy(problem, **options):
+        seen.append(options)
+
+    monkeypatch.setitem(solve_module.SOLVERS, mw.MFGProblem, spy)
+    for options in ({"device": "cuda"}, {"device": "cuda:1"}, {"device": "mps"},
+                    {"device": "cpu"}, {"device": "cuda", "backend": "numpy"}, {}):
+        mw.solve(mw.SantaFeBar(), **options)
+    assert [o.get("backend") for o in seen] == ["torch", "torch", "torch", None, "numpy", None]
 
 
 # -- the modules below the front door: no cycles, one registry, one placement -------------

@@ -218,6 +218,33 @@ SECTIONS: list[Section] = [
          Column("converged", "converged", number), Column("iterations", "iterations", number),
          Column("independent_residual", "independent residual", number),
          Column("time_s", "time", seconds)]),
+    Section(
+        "latency_cuda_h200.json", "The first solve of a process on CUDA (H200)",
+        "Fresh processes (`benchmarks/latency.py --device cuda --rounds 1 --repeats 2`, "
+        "`before` the code of the file's baseline, `after` the code that reads the models "
+        "from the cache without SymPy): `import`, then the first Santa Fe solve (float64), "
+        "the first of a model no process solved (Power(1.5)) and the first 101² room, with "
+        "every cache empty (`cold`) or written by an earlier process (`warm`). `solve` is the "
+        "first solve's own time inside the process, PyTorch's import (about 1.5 s) included; "
+        "`seed` and `default` are later solves in one process.",
+        [Column("case", "case"), Column("before_s", "before", seconds),
+         Column("after_s", "after", seconds), Column("solve_before_s", "solve before", seconds),
+         Column("solve_after_s", "solve after", seconds), Column("ratio", "after / before",
+                                                                    number)],
+        rows=lambda data: [{"case": r["case"], "before_s": r["before"]["min_s"],
+                            "after_s": r["after"]["min_s"], "ratio": r["ratio"],
+                            "solve_before_s": r["before"].get("solve_s"),
+                            "solve_after_s": r["after"].get("solve_s")}
+                           for r in data["rows"]],
+        bars="after_s", label=("case",)),
+    Section(
+        "scan_gpus_h200x2.json", "A scan of 10⁵ points over one and two GPUs (2 × H200)",
+        "Santa Fe threshold × σ × ε, 47 values each, at 201² in float32, tol 1e-6, one Dask "
+        "worker per GPU (`benchmarks/scan_gpus.py --gpus 1,2 --side 47`; the store keeps the "
+        "paths). Blocks were sized by memory: 8 blocks of about 13 000 points.",
+        [Column("workers", "GPUs", number), Column("points", "points", number),
+         Column("wall_s", "time", seconds), Column("points_per_s", "points per second", number),
+         Column("speedup", "speed-up", number), Column("converged", "converged", number)]),
 ]
 
 
