@@ -1,9 +1,11 @@
 """Scaling of a Santa Fe scan over the GPUs of one host: one Dask worker per GPU.
 
 A 3-D scan threshold × σ × ε (``--side`` values each; 47³ ≈ 10⁵ points by default) at
-``--nx`` × ``--nt`` in ``--dtype``, by ``mw.scan(..., dask="gpus", workers=n)`` for each n of
-``--gpus``, each into a new store, after a warm-up scan of a few points on n workers (the
-workers' start-up and the kernels' loading are not timed, the cluster is). For each n: wall
+``--nx`` × ``--nt`` in ``--dtype``, for each n of ``--gpus`` on a cluster of one worker per
+GPU (:func:`mfgwork.workflows.dask_client.gpu_cluster`, the cluster of ``dask="gpus"``)
+given to ``mw.scan`` as ``dask=client``, into a new store, after a warm-up scan of a few
+points on the same cluster (the workers' start-up and the kernels' loading are not timed;
+``mw.scan(..., dask="gpus")`` would start a cluster for each scan). For each n: wall
 time, points per second, the speed-up over the first n of the list (measured in the same
 run), converged points, and the mean GPU utilisation sampled by ``nvidia-smi`` every
 ``--sample`` seconds while the scan ran (per GPU in the JSON). The store keeps each point's
@@ -24,11 +26,13 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 import mfgwork as mw
 from mfgwork.core.storage import provenance
+from mfgwork.workflows.dask_client import gpu_cluster, visible_gpus
 
 
 def grid(side: int) -> dict:
@@ -67,22 +71,32 @@ class Utilisation:
         return np.mean(self.samples, axis=0).tolist() if self.samples else []
 
 
+def cluster(n: int, smoke: bool) -> Any:
+    """A Dask cluster of n workers: one per GPU, or n CPU processes with ``smoke``."""
+    from distributed import LocalCluster
+
+    if smoke:
+        return LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                            dashboard_address=None)
+    return gpu_cluster(visible_gpus(n))
+
+
 def run(n: int, args: argparse.Namespace, folder: Path) -> dict:
     """One scan on n workers (GPUs, or CPU processes with ``--smoke``)."""
+    from distributed import Client
+
     keep = tuple(k for k in args.keep.split(",") if k)
     options = dict(nx=args.nx, nt=args.nt, dtype=args.dtype, tol=args.tol, keep=keep,
-                   max_points=max(args.side ** 3, 1),
-                   progress=False)
-    if args.smoke:
-        options |= dict(dask=True, workers=n, device="cpu")
-    else:
-        options |= dict(dask="gpus", workers=n)
-    mw.scan(mw.SantaFeBar, grid(2), store=folder / f"warm-{n}.zarr", **options)
-    with Utilisation(args.sample) as gpu:
-        started = time.perf_counter()
-        ds = mw.scan(mw.SantaFeBar, grid(args.side), store=folder / f"scan-{n}.zarr",
-                     **options)
-        wall = time.perf_counter() - started
+                   max_points=max(args.side ** 3, 1), progress=False,
+                   device="cpu" if args.smoke else "auto")
+    with cluster(n, args.smoke) as workers, Client(workers) as client:
+        mw.scan(mw.SantaFeBar, grid(2), store=folder / f"warm-{n}.zarr", dask=client,
+                **options)
+        with Utilisation(args.sample) as gpu:
+            started = time.perf_counter()
+            ds = mw.scan(mw.SantaFeBar, grid(args.side), store=folder / f"scan-{n}.zarr",
+                         dask=client, **options)
+            wall = time.perf_counter() - started
     points = args.side ** 3
     return {"workers": n, "points": points, "wall_s": wall, "points_per_s": points / wall,
             "converged": int(np.asarray(ds["converged"]).sum()),

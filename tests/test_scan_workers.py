@@ -148,6 +148,9 @@ def test_a_client_given_as_dask_runs_the_scan_and_stays_open():
             distributed.Client(cluster) as client:
         ds = mw.scan(mw.SantaFeBar, grid, dask=client, **kw)
         assert client.status == "running" and client.submit(sum, [1, 2]).result() == 3
+        # (blocks are shared among the client's workers, an address counts as one)
+        assert scan_module._client_workers(client) == 2
+        assert scan_module._client_workers("tcp://h:1") == 1
         with pytest.raises(mw.ParameterError, match=r"is a client and scheduler='tcp://h:1'"):
             mw.scan(mw.SantaFeBar, grid, dask=client, scheduler="tcp://h:1", **kw)
     with pytest.raises(mw.ParameterError, match=r"the Dask client .* is closed: give a run"):
@@ -234,6 +237,12 @@ def test_a_block_fits_the_smallest_gpu_of_the_workers(monkeypatch):
     assert scan_solve.points_per_block(on[0], 201, 201, 2, 10**6, workers=3) == \
         scan_solve.points_per_block(on[0], 201, 201, 2, 10**6) // 3
     assert scan_module._worker_backends(be, None, True, None) == [be]
+    monkeypatch.setattr(scan_solve, "_host_available", lambda: 10**15)
+    # several GPUs share a scan: at least BLOCKS_PER_WORKER blocks each; one GPU: memory
+    # alone decides
+    share = scan_solve.points_per_block(on[0], 201, 201, 2, 10**4, workers=3)
+    assert share == -(-10**4 // (3 * scan_solve.BLOCKS_PER_WORKER))
+    assert scan_solve.points_per_block(on[0], 201, 201, 2, 10**4) > share
 
 
 @pytest.mark.slow

@@ -299,9 +299,10 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
     layout = make_layout(plan, be, chosen)
     if chunk_size is None:
         on = _worker_backends(be, scheduler, dask, workers)
+        sharing = max(len(on), _client_workers(scheduler))
         chunk_size = min(points_per_block(b, plan.options["nx"] * plan.options.get("ny", 1),
                                           plan.options["nt"], len(plan.keep), n_points,
-                                          len(on)) for b in on)
+                                          sharing) for b in on)
     block = block_shape(plan.shape, check_int("chunk_size", chunk_size, low=1))
     if store is None:
         dataset = layout.dataset()
@@ -349,6 +350,14 @@ def _worker_backends(be: Backend, scheduler: str | None, dask: bool | str,
         return [be]
     return [dataclasses.replace(be, device=f"cuda:{i}")
             for i in range(len(visible_gpus(workers)))]
+
+
+def _client_workers(scheduler: Any) -> int:
+    """The workers of a given ``distributed.Client``'s cluster (1 for anything else: an
+    address is reached only when the scan runs)."""
+    if not _is_client(scheduler):
+        return 1
+    return max(1, len(scheduler.scheduler_info().get("workers", {})))
 
 
 def _given_client(scheduler: Any, dask: Any) -> tuple[Any, Any]:

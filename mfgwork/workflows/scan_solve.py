@@ -28,6 +28,9 @@ HOST_BLOCK_POINTS = 16
 #: Arrays of (nt + 1) × nx values a batched solve holds per point on a device (U, M, their
 #: next iterates, the running cost, Newton work arrays, Anderson history), with margin.
 DEVICE_ARRAYS_PER_POINT = 32
+#: Blocks per GPU worker at least, where several share a scan: a worker that drew a slow
+#: block is then not alone at the end (with one block each, the slowest sets the pace).
+BLOCKS_PER_WORKER = 4
 #: Fraction of free device memory (host memory for results) a block may take.
 MEMORY_FRACTION = 0.5
 #: Longest message kept per point (the rest is cut).
@@ -66,9 +69,10 @@ def placement(device: str, backend: str | None, dtype: Any, problem: Problem | N
 def points_per_block(be: Backend, nx: int, nt: int, kept: int, points: int,
                      workers: int = 1) -> int:
     """Points per block: on the host a fixed count (the NumPy solver loops over them); on a
-    device as many as fit in a fraction of its free memory; either way bounded by host memory
-    for the block's results (shared by ``workers`` processes of this host, each holding a
-    block). ``nx``: the nodes of the state grid (nx × ny in 2-D)."""
+    device as many as fit in a fraction of its free memory, and with several ``workers``
+    (GPUs) few enough that each gets :data:`BLOCKS_PER_WORKER` blocks; either way bounded by
+    host memory for the block's results (shared by the ``workers`` processes of this host,
+    each holding a block). ``nx``: the nodes of the state grid (nx × ny in 2-D)."""
     itemsize = 4 if be.dtype == "float32" else 8
     per_point = (nt + 1) * nx * itemsize
     host = _host_available() * MEMORY_FRACTION // max(1, workers * (kept + 1) * per_point)
@@ -79,7 +83,8 @@ def points_per_block(be: Backend, nx: int, nt: int, kept: int, points: int,
     if info.get("memory_total"):
         free = info["memory_total"] - (info.get("memory_reserved") or 0)
     device = free * MEMORY_FRACTION // (DEVICE_ARRAYS_PER_POINT * per_point) if free else points
-    return int(max(1, min(points, device, host)))
+    shared = -(-points // (BLOCKS_PER_WORKER * workers)) if workers > 1 else points
+    return int(max(1, min(points, device, host, shared)))
 
 
 def _host_available() -> int:
