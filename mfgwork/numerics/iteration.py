@@ -29,7 +29,7 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -484,53 +484,121 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     :data:`NARROW` of those evaluated, only they are evaluated: a settled problem's state no
     longer changes, so its rows keep the arrays of its last evaluation.
     """
-    xp = backend.xp
-    mixer = scheme.start(batched)
-    history = History()
-    U = U_init
-    M = xp.stack([m0] * (nt + 1), axis=-2) if M_init is None else M_init
-    z = coupling.state(M) if z_init is None else coupling.project(z_init)
-    n_problems = z.shape[0] if batched else 1
-    dev = _device(z)
-    inf = xp.full((n_problems,), math.inf, dtype=z.dtype, device=dev)
-    best = _Iterate(inf)    # smallest certified residual
-    lowest = _Iterate(inf)  # smallest iterate residual (uncertified), and its state
-    state = _State(trigger=xp.full((n_problems,), tol, dtype=z.dtype, device=dev),
-                   picard=xp.zeros((n_problems,), dtype=xp.bool, device=dev),
-                   recheck=xp.zeros((n_problems,), dtype=xp.bool, device=dev),
-                   anchor=inf, stale=xp.zeros((n_problems,), dtype=z.dtype, device=dev),
-                   tries=xp.zeros((n_problems,), dtype=z.dtype, device=dev))
-    rechecked = np.zeros(n_problems, dtype=bool)  # the previous step certifies lowest iterates
-    done_at = np.zeros(n_problems, dtype=np.int64)
-    evaluate = evaluator(coupling, hjb, fp, U_T, m0, backend)
+    loop = _PicardLoop(coupling, hjb, fp, m0=m0, U_T=U_T, nt=nt, backend=backend,
+                       scheme=scheme, tol=tol, batched=batched, M_init=M_init, U_init=U_init,
+                       z_init=z_init, accuracy=accuracy, narrow=narrow)
     use_fallback = fallback is not None and not batched
-    stalled = False
-    stamps: list[tuple] = []  # per iteration (start, HJB start, FP start, FP end, end)
-    resolve = accuracy if accuracy is not None else (lambda residual: None)
-    lowest_host = np.ones(n_problems)   # the lowest iterate residuals, on the host
-    iterating = np.ones(n_problems, dtype=bool)
-    reevaluations = 0
-    evaluated = n_problems  # how many problems each evaluation takes
-    step_eval, step_resolve = _narrowed(evaluate, None, xp, None), resolve
-    rows = None   # the rows evaluated (None: all)
-    gz = None
+    read, stalled, k = None, False, 0
     for k in range(1, max_iter + 1):
         t0 = backend.stamp()
-        scale = np.maximum(tol, lowest_host)   # each problem's accuracy
-        still = int(iterating.sum())
-        if narrow is not None and batched and still < evaluated and still <= NARROW * evaluated:
-            rows, evaluated = np.flatnonzero(iterating), still
-            part, step_resolve = narrow(rows)
-            step_eval = _narrowed(part, rows, xp, _device(z))
-        guess = U
+        F, U_new, M_new, res, times = loop.evaluate()
+        better, improved, settled = loop.observe(k, res, give_up=None if use_fallback
+                                                 else give_up)
+        # the next state is computed before the host synchronisation, so the device mixes while
+        # the host prepares; it is dropped when the loop ends at this iteration
+        step = (loop.state.advance(k, loop.z, loop.gz, res, settled, loop.lowest, loop.mixer,
+                                   coupling, loop.xp, batched, patience=patience,
+                                   last=k == max_iter - 1)
+                if k < max_iter else None)
+        read = loop.read(k, F, U_new, M_new, res, better, improved, settled)
+        loop.keep(k, read, U_new, M_new)
+        loop.record(k, read, progress)
+        finished = bool(read.settled.all())
+        if use_fallback and not finished:
+            stalled = read.stale[0] >= stall or (max_iter >= 2 * stall and k >= max_iter // 2)
+        if not (finished or stalled) and step is not None:
+            loop.z = step
+            loop.state.commit()
+            loop.rechecked = read.recheck
+        loop.U, loop.M = U_new, M_new
+        loop.stamps.append((t0, *times, backend.stamp()))
+        if finished or stalled:
+            break
+    return loop.finish(k, read, max_iter, stalled, fallback, progress)
+
+
+#: What each iteration of :func:`fixed_point` reads on the host (one synchronisation), one
+#: value per problem: the relative changes of U and M, the iterate residual, the best
+#: certified residual, the refused certificates and the iterations since the residual last
+#: halved, then the flags: a better certified iterate, a lower iterate residual, settled,
+#: the next step certifies the lowest iterate, the step was a plain Picard step (the
+#: residual is a certificate).
+class _Read(NamedTuple):
+    change_U: np.ndarray
+    change_M: np.ndarray
+    residual: np.ndarray
+    best: np.ndarray
+    tries: np.ndarray
+    stale: np.ndarray
+    better: np.ndarray
+    improved: np.ndarray
+    settled: np.ndarray
+    recheck: np.ndarray
+    picard: np.ndarray
+
+
+class _PicardLoop:
+    """The state of :func:`fixed_point` between iterations: the iterate (``U``, ``M``, its
+    coupling state ``z`` and ``gz`` = state(Φ(z))), the kept iterates (``best`` certified,
+    ``lowest`` residual), the stopping test's device state, and on the host the problems
+    still iterating, the iteration each converged at and the history."""
+
+    def __init__(self, coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Array,
+                 U_T: Array, nt: int, backend: Backend, scheme: IterationScheme, tol: float,
+                 batched: bool, M_init: Array | None, U_init: Array | None,
+                 z_init: Array | None, accuracy: Callable[[Any], None] | None,
+                 narrow: Narrowing | None) -> None:
+        xp = self.xp = backend.xp
+        self.backend, self.tol, self.batched = backend, tol, batched
+        self.accuracy, self.narrow = accuracy, narrow
+        self.mixer = scheme.start(batched)
+        self.history, self.stamps = History(), []   # stamps per iteration (start, HJB start,
+        self.U = U_init                             # FP start, FP end, end)
+        self.M = xp.stack([m0] * (nt + 1), axis=-2) if M_init is None else M_init
+        z = self.z = coupling.state(self.M) if z_init is None else coupling.project(z_init)
+        n = self.n_problems = z.shape[0] if batched else 1
+        dev = _device(z)
+        self.inf = xp.full((n,), math.inf, dtype=z.dtype, device=dev)
+        self.best = _Iterate(self.inf)     # smallest certified residual
+        self.lowest = _Iterate(self.inf)   # smallest iterate residual (uncertified), its state
+        self.state = _State(trigger=xp.full((n,), tol, dtype=z.dtype, device=dev),
+                            picard=xp.zeros((n,), dtype=xp.bool, device=dev),
+                            recheck=xp.zeros((n,), dtype=xp.bool, device=dev), anchor=self.inf,
+                            stale=xp.zeros((n,), dtype=z.dtype, device=dev),
+                            tries=xp.zeros((n,), dtype=z.dtype, device=dev))
+        self.rechecked = np.zeros(n, dtype=bool)  # the previous step certifies lowest iterates
+        self.done_at = np.zeros(n, dtype=np.int64)
+        self.full = evaluator(coupling, hjb, fp, U_T, m0, backend)
+        self.resolve = accuracy if accuracy is not None else (lambda residual: None)
+        self.lowest_host = np.ones(n)   # the lowest iterate residuals, on the host
+        self.iterating = np.ones(n, dtype=bool)
+        self.reevaluations = 0
+        self.evaluated = n  # how many problems each evaluation takes
+        self.step_eval, self.step_resolve = _narrowed(self.full, None, xp, None), self.resolve
+        self.rows: np.ndarray | None = None   # the rows evaluated (None: all)
+        self.gz: Array | None = None
+
+    def evaluate(self) -> tuple[Array, Array, Array, Array, tuple]:
+        """(F, U, M, residual, stamps) of Φ at ``z`` (``gz`` updated): narrowed to the
+        problems still iterating where that pays, and made again at a finer accuracy where
+        it found a residual below the accuracy it was made for (:func:`fixed_point`)."""
+        xp, tol = self.xp, self.tol
+        scale = np.maximum(tol, self.lowest_host)   # each problem's accuracy
+        still = int(self.iterating.sum())
+        if (self.narrow is not None and self.batched and still < self.evaluated
+                and still <= NARROW * self.evaluated):
+            self.rows, self.evaluated = np.flatnonzero(self.iterating), still
+            part, self.step_resolve = self.narrow(self.rows)
+            self.step_eval = _narrowed(part, self.rows, xp, _device(self.z))
+        guess, gz = self.U, self.gz
         while True:
-            step_resolve(_accuracy(scale, rows, batched))
-            F, U_new, M_new, gz, (t1, t2, t3) = step_eval(z, guess, (U, M, gz))
-            res = relative_residual(gz, z, xp, batched)
-            if accuracy is None or not (scale > tol).any():
+            self.step_resolve(_accuracy(scale, self.rows, self.batched))
+            F, U_new, M_new, gz, times = self.step_eval(self.z, guess, (self.U, self.M, gz))
+            res = relative_residual(gz, self.z, xp, self.batched)
+            if self.accuracy is None or not (scale > tol).any():
                 break
             found = to_numpy(res)
-            finer = iterating & (scale > tol) & (found < RESOLVED * scale)
+            finer = self.iterating & (scale > tol) & (found < RESOLVED * scale)
             if not finer.any():
                 break
             # made again, each problem that found a residual below its accuracy at that
@@ -538,96 +606,114 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
             # the time of the evaluation dropped counts as coupling
             scale = np.where(finer, np.maximum(tol, found), scale)
             guess = U_new
-            reevaluations += 1
-        better = state.certify(res, best, inf, tol, xp)
-        state.track(res, xp)
-        improved = res < lowest.res
-        lowest.res = xp.where(improved, res, lowest.res)
-        lowest.z = gz if k == 1 else _where(improved, gz, lowest.z, xp, batched)
-        # settled: certified, or stagnant and refused its certificate ``give_up`` times
-        settled = best.res <= tol
-        if fallback is None or batched:
-            settled = settled | (state.tries >= give_up)
-        # the next state is computed before the host synchronisation, so the device mixes while
-        # the host prepares; it is dropped when the loop ends at this iteration
-        step = (state.advance(k, z, gz, res, settled, lowest, mixer, coupling, xp, batched,
-                              patience=patience, last=k == max_iter - 1)
-                if k < max_iter else None)
-        changes = xp.stack([relative_residual(U_new, U if U is not None else 0.0 * U_new, xp,
-                                              batched),
-                            relative_residual(M_new, M, xp, batched), res, best.res,
-                            state.tries, state.stale] + [
-                            xp.astype(v, res.dtype)
-                            for v in (better, improved, settled, state.recheck_next,
-                                      state.picard)])
+            self.reevaluations += 1
+        self.gz = gz
+        return F, U_new, M_new, res, times
+
+    def observe(self, k: int, res: Array, give_up: int | None) -> tuple[Array, Array, Array]:
+        """The certificate, the progress and the lowest iterate after an evaluation of
+        residual ``res``: (better certified, lower iterate residual, settled) per problem on
+        the device. Settled: certified, or (``give_up`` given) stagnant and refused its
+        certificate ``give_up`` times."""
+        xp = self.xp
+        better = self.state.certify(res, self.best, self.inf, self.tol, xp)
+        self.state.track(res, xp)
+        improved = res < self.lowest.res
+        self.lowest.res = xp.where(improved, res, self.lowest.res)
+        self.lowest.z = self.gz if k == 1 else _where(improved, self.gz, self.lowest.z, xp,
+                                                      self.batched)
+        settled = self.best.res <= self.tol
+        if give_up is not None:
+            settled = settled | (self.state.tries >= give_up)
+        return better, improved, settled
+
+    def read(self, k: int, F: Array, U_new: Array, M_new: Array, res: Array, better: Array,
+             improved: Array, settled: Array) -> _Read:
+        """The iteration's :class:`_Read`, in one host synchronisation; a non-finite F, U or
+        M (the iteration diverged) raises :class:`~mfgwork.SolverError`."""
+        xp, batched, state = self.xp, self.batched, self.state
+        U = self.U if self.U is not None else 0.0 * U_new
+        values = xp.stack([relative_residual(U_new, U, xp, batched),
+                           relative_residual(M_new, self.M, xp, batched), res, self.best.res,
+                           state.tries, state.stale] + [
+                           xp.astype(v, res.dtype)
+                           for v in (better, improved, settled, state.recheck_next,
+                                     state.picard)])
         size_F = xp.linalg.vector_norm(xp.reshape(F, (-1,)))   # non-finite with any of F
-        changes = to_numpy(xp.concat([xp.reshape(changes, (-1,)), xp.reshape(size_F, (1,))]))
-        size_F, changes = changes[-1], np.reshape(changes[:-1], (-1, n_problems))
+        values = to_numpy(xp.concat([xp.reshape(values, (-1,)), xp.reshape(size_F, (1,))]))
+        size_F, rows = values[-1], np.reshape(values[:-1], (-1, self.n_problems))
         # a non-finite value in U or M makes its change non-finite
-        finite = (np.isfinite(size_F), np.isfinite(changes[0]).all(),
-                  np.isfinite(changes[1]).all())
+        finite = (np.isfinite(size_F), np.isfinite(rows[0]).all(), np.isfinite(rows[1]).all())
         for name, ok in zip(("running cost F", "U", "M"), finite, strict=True):
             if not ok:
                 raise SolverError(f"non-finite values in {name} at Picard iteration {k}: "
                                   "the iteration diverged (try a smaller mixing factor, a "
                                   "finer time step or a smaller eps)")
-        # the kept iterates, row by row: the best certified one from the previous iterate (or
-        # the lowest one it rechecked), then the lowest
+        return _Read(*rows[:6], *(rows[6:] > 0))
+
+    def keep(self, k: int, read: _Read, U_new: Array, M_new: Array) -> None:
+        """The kept iterates, row by row: the best certified one from the previous iterate
+        (or the lowest one it rechecked), then the lowest."""
+        xp = self.xp
         if k > 1:
-            better_rows = changes[6] > 0
-            best.take(better_rows & ~rechecked, U, M, xp)
-            best.take(better_rows & rechecked, lowest.U, lowest.M, xp, shared=lowest.owned)
-        lowest.take(changes[7] > 0, U_new, M_new, xp)
-        done = changes[3] <= tol
-        settled = changes[8] > 0
-        lowest_host = np.minimum(lowest_host, changes[2])
-        iterating = ~settled if not settled.all() else iterating
-        active = ~settled | (done_at == 0)
-        done_at[(done_at == 0) & done] = k
-        history.change_U.append(float(np.max(changes[0][active])))
-        history.change_M.append(float(np.max(changes[1][active])))
-        history.residual.append(float(np.max(changes[2][active])))
-        history.certificate.append(of_largest(changes[10], changes[2], active))
+            self.best.take(read.better & ~self.rechecked, self.U, self.M, xp)
+            self.best.take(read.better & self.rechecked, self.lowest.U, self.lowest.M, xp,
+                           shared=self.lowest.owned)
+        self.lowest.take(read.improved, U_new, M_new, xp)
+
+    def record(self, k: int, read: _Read, progress: Any) -> None:
+        """The host's bookkeeping of an iteration: the problems still iterating, the
+        iteration each converged at, the history (the largest over the problems not yet
+        settled or converged) and the progress display."""
+        self.lowest_host = np.minimum(self.lowest_host, read.residual)
+        self.iterating = ~read.settled if not read.settled.all() else self.iterating
+        active = ~read.settled | (self.done_at == 0)
+        self.done_at[(self.done_at == 0) & (read.best <= self.tol)] = k
+        history = self.history
+        history.change_U.append(float(np.max(read.change_U[active])))
+        history.change_M.append(float(np.max(read.change_M[active])))
+        history.residual.append(float(np.max(read.residual[active])))
+        history.certificate.append(of_largest(read.picard, read.residual, active))
         if progress is not None:
             progress.update(1)
             progress.set_postfix(residual=f"{history.residual[-1]:.2e}", refresh=False)
-        finished = bool(settled.all())
-        if use_fallback and not finished:
-            stalled = changes[5][0] >= stall or (max_iter >= 2 * stall and k >= max_iter // 2)
-        if not (finished or stalled) and step is not None:
-            z = step
-            state.commit()
-            rechecked = changes[9] > 0
-        U, M = U_new, M_new
-        stamps.append((t0, t1, t2, t3, backend.stamp()))
-        if finished or stalled:
-            break
-    record_times(history, stamps, backend)
-    residual = changes[3]
-    resolve(tol)    # the evaluations after the loop certify
-    if stalled:
-        residual = _continue(fallback, best, lowest, evaluate, history,
-                             max_iter - k, progress)
-        k = len(history.residual)
-    elif not np.all(np.isfinite(residual)):  # max_iter = 1: nothing certified yet
-        residual = _certify_fallback(best, lowest, evaluate, xp, batched)
-    resolve(None)
-    converged = residual <= tol
-    done_at[done_at == 0] = k
-    gave_up = ~converged & settled if not stalled else np.zeros(n_problems, dtype=bool)
-    status = np.where(converged, "converged",
-                      np.where(gave_up | (k < max_iter), "stalled", "max_iter"))
-    if not converged.all():
-        worst = float(np.max(residual[~converged]))
-        why = (f"max_iter={max_iter} reached" if k >= max_iter else
-               "stalled: the residual stopped halving and its certificates were refused")
-        warnings.warn(f"Picard iteration did not reach tol={tol:g}: stopped after {k} "
-                      f"iterations ({why}; {int((~converged).sum())} of {converged.size} "
-                      f"problems; final residual {worst:.3g}); returning the best iterate "
-                      "found with converged=False", ConvergenceWarning, stacklevel=3)
-    return FixedPointResult(U=best.U, M=best.M, converged=converged,
-                            residual=residual, iterations=np.where(converged, done_at, k),
-                            history=history, status=status, reevaluations=reevaluations)
+
+    def finish(self, k: int, read: _Read, max_iter: int, stalled: bool,
+               fallback: Fallback | None, progress: Any) -> FixedPointResult:
+        """The result after ``k`` iterations: the best certified iterate per problem (the
+        fallback's where it ran; one more evaluation where nothing was certified), its status,
+        and a :class:`~mfgwork.ConvergenceWarning` for the problems not converged."""
+        tol, history = self.tol, self.history
+        record_times(history, self.stamps, self.backend)
+        residual = read.best
+        self.resolve(tol)    # the evaluations after the loop certify
+        if stalled:
+            residual = _continue(fallback, self.best, self.lowest, self.full, history,
+                                 max_iter - k, progress)
+            k = len(history.residual)
+        elif not np.all(np.isfinite(residual)):  # max_iter = 1: nothing certified yet
+            residual = _certify_fallback(self.best, self.lowest, self.full, self.xp,
+                                         self.batched)
+        self.resolve(None)
+        converged = residual <= tol
+        self.done_at[self.done_at == 0] = k
+        gave_up = (~converged & read.settled if not stalled
+                   else np.zeros(self.n_problems, dtype=bool))
+        status = np.where(converged, "converged",
+                          np.where(gave_up | (k < max_iter), "stalled", "max_iter"))
+        if not converged.all():
+            worst = float(np.max(residual[~converged]))
+            why = (f"max_iter={max_iter} reached" if k >= max_iter else
+                   "stalled: the residual stopped halving and its certificates were refused")
+            warnings.warn(f"Picard iteration did not reach tol={tol:g}: stopped after {k} "
+                          f"iterations ({why}; {int((~converged).sum())} of {converged.size} "
+                          f"problems; final residual {worst:.3g}); returning the best iterate "
+                          "found with converged=False", ConvergenceWarning, stacklevel=4)
+        return FixedPointResult(U=self.best.U, M=self.best.M, converged=converged,
+                                residual=residual,
+                                iterations=np.where(converged, self.done_at, k),
+                                history=history, status=status,
+                                reevaluations=self.reevaluations)
 
 
 class _Iterate:
