@@ -226,6 +226,45 @@ def newton_tangent(hamiltonian: Hamiltonian) -> str | None:
             f"{CURVATURE_FLOOR:g}·h) (unbounded at p = 0); line search and certificate exact")
 
 
+@dataclass
+class _NewtonState:
+    """Where each problem of :meth:`BatchNewton.solve` stands (host arrays (B,)): its
+    ``mode`` (TRIAL, CERTIFY, DONE), step length ``t`` and the first one of its next line
+    search (``start``), the halvings of this search, ‖R(z)‖ and the relative residual of the
+    accepted point (``norm``, ``rel``), the residual below which it is certified
+    (``trigger``), the certified residual of the best densities (``best``), whether the
+    accepted point's densities are certified and whether its search is ``stuck``, the
+    iteration it finished at; and on the device the accepted point (``cur``: z, R, U, M),
+    the kept densities and the directions ``d``."""
+
+    mode: np.ndarray
+    t: np.ndarray
+    start: np.ndarray
+    halvings: np.ndarray
+    norm: np.ndarray
+    rel: np.ndarray
+    trigger: np.ndarray
+    best: np.ndarray
+    certified: np.ndarray
+    stuck: np.ndarray
+    done_at: np.ndarray
+    cur: dict[str, Any]
+    kept: dict[str, Any]
+    d: Any
+
+    @classmethod
+    def first(cls, w: Any, U_init: Any, tol: Any, xp: Any) -> _NewtonState:
+        """Every problem at its first point ``w`` (U_init: the HJB solves' first guess)."""
+        B = w.shape[0]
+        return cls(mode=np.full(B, TRIAL), t=np.ones(B), start=np.ones(B),
+                   halvings=np.zeros(B, dtype=np.int64), norm=np.full(B, math.inf),
+                   rel=np.full(B, math.inf), trigger=np.full(B, tol),
+                   best=np.full(B, math.inf), certified=np.zeros(B, dtype=bool),
+                   stuck=np.zeros(B, dtype=bool), done_at=np.zeros(B, dtype=np.int64),
+                   cur={"z": w, "R": None, "U": U_init, "M": None},
+                   kept={"U": None, "M": None}, d=xp.zeros_like(w))
+
+
 class BatchNewton:
     """Damped Newton's method for the coupling states z (B, nt) of B potential games on one
     grid: ``potential`` gives χ and the price slopes P'(z) of each; ``nu`` their
@@ -283,110 +322,127 @@ class BatchNewton:
         evaluate = evaluator(coupling, hjb, fp, U_T, m0, be)
         M0 = xp.stack([m0] * (nt + 1), axis=-2) if M_init is None else M_init
         w = coupling.state(M0) if z_init is None else coupling.project(z_init)
-        B = w.shape[0]
+        s = _NewtonState.first(w, U_init, self.tol, xp)
         history, stamps = History(), []
-        mode = np.full(B, TRIAL)
-        t = np.ones(B)
-        start = np.ones(B)               # first step length of the next line search
-        halvings = np.zeros(B, dtype=np.int64)
-        norm = np.full(B, math.inf)      # ‖R(z)‖ of the accepted point
-        rel = np.full(B, math.inf)       # its relative residual
-        trigger = np.full(B, self.tol)
-        best = np.full(B, math.inf)      # certified residual of the best densities
-        certified = np.zeros(B, dtype=bool)   # the accepted point's densities are certified
-        stuck = np.zeros(B, dtype=bool)
-        done_at = np.zeros(B, dtype=np.int64)
-        cur: dict[str, Any] = {"z": w, "R": None, "U": U_init, "M": None}
-        kept: dict[str, Any] = {"U": None, "M": None}
-        d = xp.zeros_like(w)
         k = 0
         for k in range(1, max_iter + 1):
             t0 = be.stamp()
-            F, U_w, M_w, g_w, (t1, t2, t3) = evaluate(w, cur["U"])
+            F, U_w, M_w, g_w, (t1, t2, t3) = evaluate(w, s.cur["U"])
             R_w = g_w - w
-            sums = self._iteration_sums(R_w, g_w, U_w, cur["U"], M_w, cur["M"], F)
+            sums = self._iteration_sums(R_w, g_w, U_w, s.cur["U"], M_w, s.cur["M"], F)
             if not np.isfinite(sums).all():
                 raise SolverError(f"non-finite values at iteration {k} of Newton's method on "
                                   "the coupling state: the iteration diverged")
             n_w = np.sqrt(sums[0])
             r_w = n_w / np.maximum(np.sqrt(sums[1]), 1e-300)
-            active = mode != DONE
+            active = s.mode != DONE
             history.residual.append(float(np.max(r_w[active])))
-            # certificates: Φ(z) was evaluated, its residual is that of the densities of z
-            check = mode == CERTIFY
-            history.certificate.append(of_largest(check, r_w, active))
-            better = check & (r_w < best)
-            best = np.where(better, r_w, best)
-            if better.any():
-                kept = keep_where(kept, better, cur["U"], cur["M"], self.backend)
-            certified |= check
-            passed = check & (r_w <= self.tol)
-            amplification = np.maximum(r_w / np.maximum(rel, 1e-300), 1e-300)
-            trigger = np.where(check & ~passed,
-                               np.minimum(trigger, 0.5 * self.tol / amplification), trigger)
-            finished = passed | (check & stuck)
-            # acceptance: the first point, an Armijo trial, or a refused certificate's Φ(z)
-            decrease = 1.0 - ARMIJO * np.where(check, 1.0, t)
-            accept = active & ~finished & (~np.isfinite(norm) | (n_w**2 <= decrease * norm**2))
             for name, j in (("change_U", 2), ("change_M", 4)):
                 change = np.sqrt(sums[j] / np.maximum(sums[j + 1], 1e-300))
                 getattr(history, name).append(float(np.max(change[active])))
-            if accept.any():
-                cur = self._accept(cur, accept, w, R_w, U_w, M_w)
-                start = np.where(accept & (mode == TRIAL), np.minimum(1.0, GROW * t), start)
-                norm_before = norm
-                norm, rel = np.where(accept, n_w, norm), np.where(accept, r_w, rel)
-                certified &= ~accept
-                stuck &= ~accept
-                halvings = np.where(accept, 0, halvings)
-            else:
-                norm_before = norm
-            # a refused trial backtracks (the minimiser of the quadratic model of ‖R‖² along
-            # d, kept within [0.1 t, 0.5 t]); after ``max_halvings`` the problem is stuck
-            refused = (mode == TRIAL) & active & ~accept
-            t = np.where(refused, backtrack(t, norm_before, n_w), t)
-            halvings = halvings + refused
-            stuck |= refused & (halvings > self.max_halvings)
-            going = active & ~finished
-            finished |= going & stuck & certified
-            going &= ~finished
-            mode = np.where(finished, DONE, mode)
-            done_at = np.where(finished, k, done_at)
-            to_certify = going & ~certified & (stuck | (accept & (rel <= trigger)))
-            fresh = going & ~stuck & ~to_certify & (accept | check)  # new direction
-            mode = np.where(to_certify, CERTIFY, np.where(going, TRIAL, mode))
-            if fresh.any():
-                d = self._directions(d, fresh, cur, rel)
-                t, halvings = np.where(fresh, start, t), np.where(fresh, 0, halvings)
+            check = s.mode == CERTIFY
+            history.certificate.append(of_largest(check, r_w, active))
+            finished = self._certify(s, check, r_w)
+            accept, norm_before = self._accept_points(s, active, finished, check, n_w, r_w,
+                                                      w, R_w, U_w, M_w)
+            self._next_modes(s, k, active, finished, accept, check, n_w, norm_before)
             if progress is not None:
                 progress.update(1)
                 progress.set_postfix(residual=f"{history.residual[-1]:.2e}", refresh=False)
             stamps.append((t0, t1, t2, t3, be.stamp()))
-            if (mode == DONE).all():
+            if (s.mode == DONE).all():
                 break
-            w = self._next_points(mode, t, cur, d, coupling)
+            w = self._next_points(s.mode, s.t, s.cur, s.d, coupling)
         record_times(history, stamps, be)
-        open_ = (mode != DONE) & ~certified
+        return self._result(s, evaluate, k, max_iter, history)
+
+    # -- the steps of an iteration -----------------------------------------------------------
+    def _certify(self, s: _NewtonState, check: np.ndarray, r_w: np.ndarray) -> np.ndarray:
+        """Where Φ(z) was evaluated to certify (``check``), its residual ``r_w`` is that of
+        the densities of z: the best certified densities are kept, a refused certificate
+        lowers the trigger by the observed amplification. Returns the problems finished
+        (certified, or certified while stuck)."""
+        better = check & (r_w < s.best)
+        s.best = np.where(better, r_w, s.best)
+        if better.any():
+            s.kept = keep_where(s.kept, better, s.cur["U"], s.cur["M"], self.backend)
+        s.certified |= check
+        passed = check & (r_w <= self.tol)
+        amplification = np.maximum(r_w / np.maximum(s.rel, 1e-300), 1e-300)
+        s.trigger = np.where(check & ~passed,
+                             np.minimum(s.trigger, 0.5 * self.tol / amplification), s.trigger)
+        return passed | (check & s.stuck)
+
+    def _accept_points(self, s: _NewtonState, active: np.ndarray, finished: np.ndarray,
+                       check: np.ndarray, n_w: np.ndarray, r_w: np.ndarray, w: Any, R_w: Any,
+                       U_w: Any, M_w: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Acceptance: the first point, an Armijo trial, or a refused certificate's Φ(z);
+        the accepted points become the current ones. Returns (accepted, ‖R‖ of the points
+        before)."""
+        decrease = 1.0 - ARMIJO * np.where(check, 1.0, s.t)
+        accept = active & ~finished & (~np.isfinite(s.norm) | (n_w**2 <= decrease * s.norm**2))
+        norm_before = s.norm
+        if accept.any():
+            s.cur = self._accept(s.cur, accept, w, R_w, U_w, M_w)
+            s.start = np.where(accept & (s.mode == TRIAL), np.minimum(1.0, GROW * s.t),
+                               s.start)
+            s.norm, s.rel = np.where(accept, n_w, s.norm), np.where(accept, r_w, s.rel)
+            s.certified &= ~accept
+            s.stuck &= ~accept
+            s.halvings = np.where(accept, 0, s.halvings)
+        return accept, norm_before
+
+    def _next_modes(self, s: _NewtonState, k: int, active: np.ndarray, finished: np.ndarray,
+                    accept: np.ndarray, check: np.ndarray, n_w: np.ndarray,
+                    norm_before: np.ndarray) -> None:
+        """What each problem does next: a refused trial backtracks (the minimiser of the
+        quadratic model of ‖R‖² along d, kept within [0.1 t, 0.5 t]; after ``max_halvings``
+        the problem is stuck); a finished one stops; one whose accepted point's residual is
+        below its trigger (or stuck) certifies it; the others take a new direction where
+        their point moved."""
+        refused = (s.mode == TRIAL) & active & ~accept
+        s.t = np.where(refused, backtrack(s.t, norm_before, n_w), s.t)
+        s.halvings = s.halvings + refused
+        s.stuck |= refused & (s.halvings > self.max_halvings)
+        going = active & ~finished
+        finished = finished | (going & s.stuck & s.certified)
+        going &= ~finished
+        s.mode = np.where(finished, DONE, s.mode)
+        s.done_at = np.where(finished, k, s.done_at)
+        to_certify = going & ~s.certified & (s.stuck | (accept & (s.rel <= s.trigger)))
+        fresh = going & ~s.stuck & ~to_certify & (accept | check)  # new direction
+        s.mode = np.where(to_certify, CERTIFY, np.where(going, TRIAL, s.mode))
+        if fresh.any():
+            s.d = self._directions(s.d, fresh, s.cur, s.rel)
+            s.t, s.halvings = np.where(fresh, s.start, s.t), np.where(fresh, 0, s.halvings)
+
+    def _result(self, s: _NewtonState, evaluate: Any, k: int, max_iter: int,
+                history: History) -> FixedPointResult:
+        """The best certified densities per problem after ``k`` iterations (the accepted
+        points of unfinished problems evaluated once more), with a
+        :class:`~mfgwork.ConvergenceWarning` for those not converged."""
+        xp = self.backend.xp
+        open_ = (s.mode != DONE) & ~s.certified
         if open_.any():   # the accepted points of unfinished problems: one more evaluation
-            g = evaluate(cur["z"] + cur["R"], cur["U"])[3]
-            z = cur["z"] + cur["R"]
+            g = evaluate(s.cur["z"] + s.cur["R"], s.cur["U"])[3]
+            z = s.cur["z"] + s.cur["R"]
             sums = to_numpy(xp.stack([xp.sum((g - z) ** 2, axis=-1), xp.sum(g * g, axis=-1)]))
             r = np.sqrt(sums[0]) / np.maximum(np.sqrt(sums[1]), 1e-300)
-            better = open_ & (r < best)
-            best = np.where(better, r, best)
+            better = open_ & (r < s.best)
+            s.best = np.where(better, r, s.best)
             if better.any():
-                kept = keep_where(kept, better, cur["U"], cur["M"], self.backend)
-        converged = best <= self.tol
-        done_at = np.where(done_at == 0, k, done_at)
+                s.kept = keep_where(s.kept, better, s.cur["U"], s.cur["M"], self.backend)
+        converged = s.best <= self.tol
+        done_at = np.where(s.done_at == 0, k, s.done_at)
         if not converged.all():
             warnings.warn(f"Newton's method did not reach tol={np.max(self.tol):g} for "
-                          f"{int((~converged).sum())} of {B} problems in {k} iterations "
-                          f"(max_iter={max_iter}; final residual "
-                          f"{float(np.max(best[~converged])):.3g}); returning the best "
+                          f"{int((~converged).sum())} of {converged.size} problems in {k} "
+                          f"iterations (max_iter={max_iter}; final residual "
+                          f"{float(np.max(s.best[~converged])):.3g}); returning the best "
                           "certified iterate with converged=False", ConvergenceWarning,
-                          stacklevel=3)
-        return FixedPointResult(U=kept["U"], M=kept["M"], converged=converged, residual=best,
-                                iterations=done_at, history=history)
+                          stacklevel=4)
+        return FixedPointResult(U=s.kept["U"], M=s.kept["M"], converged=converged,
+                                residual=s.best, iterations=done_at, history=history)
 
     # -- pieces ------------------------------------------------------------------------------
     def _density_of(self, b: int) -> np.ndarray | None:
