@@ -98,17 +98,9 @@ class FrozenDensityNewton:
                ) -> FixedPointResult:
         """:meth:`solve` on arrays with the leading batch axis."""
         xp = self.backend.xp
-        if M_init is not None:
-            rho = coupling.state(M_init)
-        elif z_init is not None and z_init.ndim == 3:
-            rho = coupling.project(z_init)
-        else:   # the initial density at all times
-            rho = xp.stack([m0 if m0.ndim == 2 else m0[None]] * self.inner.grid.nt, axis=1)
-        path = z_init if z_init is not None and z_init.ndim == 2 else None
+        rho, path, M_init = _first_densities(coupling, m0, M_init, z_init, self.inner.grid.nt,
+                                             xp)
         B = rho.shape[0]
-        if M_init is None:   # the densities of the first inner Newton: m0, then rho
-            first = m0 if m0.ndim == 2 else m0[None]
-            M_init = xp.concat([first[:, None], rho], axis=1)
         history = History()
         mixer = Anderson(depth=5, mixing=1.0, newton=False).start(batched=True)
         U, M = U_init, M_init
@@ -131,21 +123,11 @@ class FrozenDensityNewton:
                     lambda U, m0, _r=frozen: fp(U, m0, _r),
                     m0=m0, U_T=U_T, max_iter=max(1, max_iter - used - 1),
                     M_init=M, U_init=U, z_init=path, batched=True)
-            used += int(np.max(out.iterations))
+            used += int(np.max(out.iterations)) + 1   # (and the certificate's best response)
             _extend(history, out.history)
             U, M = out.U, out.M
-            started = time.perf_counter()   # (the inner iterations recorded their own times)
-            path = observed.state(M)
-            # the certificate of the fully coupled system at M: one best response (the
-            # running cost passes through the observed path)
-            z = coupling.state(M)
-            t0 = time.perf_counter()
-            U_br = hjb(U_T, observed.running_cost(path), U, z)
-            t1 = time.perf_counter()
-            gz = coupling.state(fp(U_br, m0, z))
-            t2 = time.perf_counter()
-            used += 1
-            residual = _relative(gz, z, xp)
+            path, z, residual, change_U = self._certificate(coupling, observed, hjb, fp, U, M,
+                                                            U_T, m0, history)
             open_ = done_at == 0
             if not np.isfinite(residual[open_]).all():
                 raise SolverError(f"non-finite values at outer iteration {k} of the "
@@ -156,11 +138,8 @@ class FrozenDensityNewton:
             done_at = np.where(open_ & (residual <= self.tol), used, done_at)
             history.residual.append(float(np.max(residual[open_])))
             history.certificate.append(True)
-            history.change_U.append(float(np.max(_relative(U_br, U, xp)[open_])))
+            history.change_U.append(float(np.max(change_U[open_])))
             history.change_M.append(history.residual[-1])
-            history.time_hjb.append(t1 - t0)
-            history.time_fp.append(t2 - t1)
-            history.time_coupling.append(time.perf_counter() - started - (t2 - t0))
             if progress is not None:
                 progress.update(int(np.max(out.iterations)) + 1)
                 progress.set_postfix(residual=f"{history.residual[-1]:.2e}", refresh=False)
@@ -169,18 +148,65 @@ class FrozenDensityNewton:
             mixed = coupling.project(mixer.update(k, frozen, coupling.project(z), xp))
             rho = xp.where(batch_mask(done_at == 0, mixed, self.backend), mixed, frozen)
         self.outer_iterations = k
+        return self._result(best, best_res, done_at, used, max_iter, history)
+
+    def _certificate(self, coupling: Any, observed: Any, hjb: Any, fp: Any, U: Any, M: Any,
+                     U_T: Any, m0: Any, history: History) -> tuple[Any, Any, np.ndarray,
+                                                                   np.ndarray]:
+        """The certificate of the fully coupled system at M: one best response (the running
+        cost passes through the observed path), its phase times recorded. Returns (the
+        observed path of M, the coupling state z of M, the residual |Φ(z) − z| / |Φ(z)| and
+        the relative change of U, both per problem)."""
+        xp = self.backend.xp
+        started = time.perf_counter()   # (the inner iterations recorded their own times)
+        path = observed.state(M)
+        z = coupling.state(M)
+        t0 = time.perf_counter()
+        U_br = hjb(U_T, observed.running_cost(path), U, z)
+        t1 = time.perf_counter()
+        gz = coupling.state(fp(U_br, m0, z))
+        t2 = time.perf_counter()
+        residual = _relative(gz, z, xp)
+        change_U = _relative(U_br, U, xp)
+        history.time_hjb.append(t1 - t0)
+        history.time_fp.append(t2 - t1)
+        history.time_coupling.append(time.perf_counter() - started - (t2 - t0))
+        return path, z, residual, change_U
+
+    def _result(self, best: dict[str, Any], best_res: np.ndarray, done_at: np.ndarray,
+                used: int, max_iter: int, history: History) -> FixedPointResult:
+        """The best certified densities per problem, with a
+        :class:`~mfgwork.ConvergenceWarning` for those not converged."""
         converged = best_res <= self.tol
         if not converged.all():
             warnings.warn(f"the frozen-density iteration did not reach tol={self.tol:g} for "
-                          f"{int((~converged).sum())} of {B} problems in {used} best "
-                          f"responses (max_iter={max_iter}; final residual "
+                          f"{int((~converged).sum())} of {converged.size} problems in {used} "
+                          f"best responses (max_iter={max_iter}; final residual "
                           f"{float(np.max(best_res[~converged])):.3g}); returning the best "
                           "certified iterate with converged=False", ConvergenceWarning,
-                          stacklevel=3)
+                          stacklevel=4)
         return FixedPointResult(U=best["U"], M=best["M"], converged=converged,
                                 residual=best_res,
                                 iterations=np.where(done_at == 0, used, done_at),
                                 history=history)
+
+
+def _first_densities(coupling: Any, m0: Any, M_init: Any, z_init: Any, nt: int, xp: Any
+                     ) -> tuple[Any, Any, Any]:
+    """(the first frozen density ρ, the first observed path or None, the densities the first
+    inner Newton starts from): ρ from M_init, else from a density state z_init, else m0 at
+    all times; the path where z_init is one; the densities m0 then ρ where M_init is None."""
+    if M_init is not None:
+        rho = coupling.state(M_init)
+    elif z_init is not None and z_init.ndim == 3:
+        rho = coupling.project(z_init)
+    else:   # the initial density at all times
+        rho = xp.stack([m0 if m0.ndim == 2 else m0[None]] * nt, axis=1)
+    path = z_init if z_init is not None and z_init.ndim == 2 else None
+    if M_init is None:
+        first = m0 if m0.ndim == 2 else m0[None]
+        M_init = xp.concat([first[:, None], rho], axis=1)
+    return rho, path, M_init
 
 
 def _one(a: Any) -> Any:
