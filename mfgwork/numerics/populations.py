@@ -279,48 +279,9 @@ class PathNewton:
         point is ``z_init``, else the path of m0 at all times. Returns the best certified
         densities (one more evaluation certifies the last point if it was not)."""
         be, xp, nt = self.backend, self.backend.xp, self.grid.nt
-        evaluate = evaluator(coupling, hjb, fp, U_T, m0, be)
-        history, stamps = History(), []
-        last = {"stamp": be.stamp(), "U": None, "M": None}
-
-        def respond(z: Any, guess: Any, record: bool = True) -> dict[str, Any]:
-            """The best response to z; ``record``: an iteration (history, progress)."""
-            F, U, M, gz, (t1, t2, t3) = evaluate(z, guess)
-            host = to_numpy(xp.concat([xp.reshape(a, (-1,)) for a in (z, gz)]))
-            bad = to_numpy(xp.stack([xp.sum(xp.astype(~xp.isfinite(a), a.dtype))
-                                     for a in (F, U, M)]))
-            if bad.any():
-                raise SolverError(f"non-finite values at iteration {len(history.residual) + 1}"
-                                  " of Newton's method on the shared path: it diverged")
-            zh, gh = (np.asarray(host[:nt], dtype=np.float64),
-                      np.asarray(host[nt:], dtype=np.float64))
-            norm = _norm(gh - zh)
-            rel = norm / max(_norm(gh), 1e-300)
-            out = {"z": z, "gz": gz, "U": U, "M": M, "R": gh - zh, "zh": zh, "norm": norm,
-                   "rel": rel}
-            if not record:
-                return out
-            history.residual.append(rel)
-            for key, new in (("U", U), ("M", M)):
-                old = last[key]
-                change = 0.0 if old is None else float(
-                    to_numpy(relative_residual(new, old, xp, batched=False))[0])
-                getattr(history, f"change_{key}").append(change)
-            now = be.stamp()
-            stamps.append((last["stamp"], t1, t2, t3, now))
-            last.update(stamp=now, U=U, M=M)
-            if progress is not None:
-                progress.update(1)
-                progress.set_postfix(residual=f"{rel:.2e}", refresh=False)
-            return out
-
-        def certificate(point: dict[str, Any], cert: dict[str, Any]) -> float:
-            """The residual of the densities of ``point`` from the best response ``cert`` to
-            their path: the largest of the path's and of each group's."""
-            groups = relative_residual(coupling.group_states(cert["M"]),
-                                       coupling.group_states(point["M"]), xp, batched=True)
-            return max(cert["rel"], float(np.max(to_numpy(groups))))
-
+        respond = _Responder(evaluator(coupling, hjb, fp, U_T, m0, be), coupling, be, nt,
+                             progress)
+        history = respond.history
         z0 = (coupling.state(xp.stack([m0] * (nt + 1), axis=-2)) if z_init is None
               else coupling.project(z_init))
         point = respond(z0, None)
@@ -331,7 +292,7 @@ class PathNewton:
             if not certified and point["rel"] <= trigger:
                 cert = respond(point["gz"], point["U"])
                 certified = True
-                res = certificate(point, cert)
+                res = respond.certificate(point, cert)
                 if res < best["res"]:
                     best = {"res": res, "U": point["U"], "M": point["M"]}
                 if res <= self.tol:
@@ -341,17 +302,7 @@ class PathNewton:
                 if cert["norm"] ** 2 <= (1.0 - ARMIJO) * point["norm"] ** 2:
                     point, certified = cert, False   # a Picard step that decreases ‖R‖
                 continue
-            d = be.asarray(self._direction(point))
-            t, accepted = start, None
-            for _ in range(self.max_halvings + 1):
-                if len(history.residual) >= max_iter:
-                    break
-                trial = respond(coupling.project(point["z"] + t * d), point["U"])
-                if trial["norm"] ** 2 <= (1.0 - ARMIJO * t) * point["norm"] ** 2:
-                    accepted = trial
-                    break
-                t = float(backtrack(np.array(t), np.array(point["norm"]),
-                                     np.array(trial["norm"])))
+            accepted, t = self._line_search(respond, point, start, max_iter)
             if accepted is None:
                 if len(history.residual) < max_iter:
                     self.stopped = "stalled"
@@ -360,15 +311,32 @@ class PathNewton:
             point, certified = accepted, False
         if not certified:   # the last accepted point: one more evaluation certifies it
             cert = respond(point["gz"], point["U"], record=False)
-            res = certificate(point, cert)
+            res = respond.certificate(point, cert)
             if res < best["res"]:
                 best = {"res": res, "U": point["U"], "M": point["M"]}
-        record_times(history, stamps, be)
+        record_times(history, respond.stamps, be)
         self.last_point = point
         return FixedPointResult(U=best["U"], M=best["M"],
                                 converged=np.array([best["res"] <= self.tol]),
                                 residual=np.array([best["res"]]),
                                 iterations=np.array([len(history.residual)]), history=history)
+
+    def _line_search(self, respond: _Responder, point: dict[str, Any], start: float,
+                     max_iter: int) -> tuple[dict[str, Any] | None, float]:
+        """(the accepted best response along Newton's direction from ``point``, or None
+        after ``max_halvings`` refusals or at ``max_iter``; the step length it ended at):
+        Armijo's test on ‖R‖², backtracking by the quadratic model of ‖R‖²."""
+        d = self.backend.asarray(self._direction(point))
+        t = start
+        for _ in range(self.max_halvings + 1):
+            if len(respond.history.residual) >= max_iter:
+                break
+            trial = respond(respond.coupling.project(point["z"] + t * d), point["U"])
+            if trial["norm"] ** 2 <= (1.0 - ARMIJO * t) * point["norm"] ** 2:
+                return trial, t
+            t = float(backtrack(np.array(t), np.array(point["norm"]),
+                                 np.array(trial["norm"])))
+        return None, t
 
     def _direction(self, point: dict[str, Any]) -> np.ndarray:
         """d with (I + Σ_k w_k D_k diag(s_k²)) d = R (GMRES or dense); R where that fails."""
@@ -491,3 +459,58 @@ def _joined(first: FixedPointResult, then: FixedPointResult) -> FixedPointResult
 
 def _norm(a: np.ndarray) -> float:
     return math.sqrt(float(np.sum(a * a)))
+
+
+class _Responder:
+    """Best responses of the shared-path Newton (:meth:`PathNewton.solve`): called
+    with a path z and a guess of U, Φ(z) with its residual on the host (z, gz, U, M, R, zh,
+    norm, rel); ``record``: an iteration (history, stamps, progress)."""
+
+    def __init__(self, evaluate: Any, coupling: SharedPathCoupling, backend: Backend,
+                 nt: int, progress: Any) -> None:
+        self.evaluate, self.coupling, self.backend, self.nt = evaluate, coupling, backend, nt
+        self.progress = progress
+        self.history, self.stamps = History(), []
+        self.last = {"stamp": backend.stamp(), "U": None, "M": None}
+
+    def __call__(self, z: Any, guess: Any, record: bool = True) -> dict[str, Any]:
+        xp, nt = self.backend.xp, self.nt
+        F, U, M, gz, (t1, t2, t3) = self.evaluate(z, guess)
+        host = to_numpy(xp.concat([xp.reshape(a, (-1,)) for a in (z, gz)]))
+        bad = to_numpy(xp.stack([xp.sum(xp.astype(~xp.isfinite(a), a.dtype))
+                                 for a in (F, U, M)]))
+        if bad.any():
+            raise SolverError(f"non-finite values at iteration {len(self.history.residual) + 1}"
+                              " of Newton's method on the shared path: it diverged")
+        zh, gh = (np.asarray(host[:nt], dtype=np.float64),
+                  np.asarray(host[nt:], dtype=np.float64))
+        norm = _norm(gh - zh)
+        rel = norm / max(_norm(gh), 1e-300)
+        out = {"z": z, "gz": gz, "U": U, "M": M, "R": gh - zh, "zh": zh, "norm": norm,
+               "rel": rel}
+        if record:
+            self._record(rel, U, M, (t1, t2, t3))
+        return out
+
+    def _record(self, rel: float, U: Any, M: Any, times: tuple) -> None:
+        xp, last = self.backend.xp, self.last
+        self.history.residual.append(rel)
+        for key, new in (("U", U), ("M", M)):
+            old = last[key]
+            change = 0.0 if old is None else float(
+                to_numpy(relative_residual(new, old, xp, batched=False))[0])
+            getattr(self.history, f"change_{key}").append(change)
+        now = self.backend.stamp()
+        self.stamps.append((last["stamp"], *times, now))
+        last.update(stamp=now, U=U, M=M)
+        if self.progress is not None:
+            self.progress.update(1)
+            self.progress.set_postfix(residual=f"{rel:.2e}", refresh=False)
+
+    def certificate(self, point: dict[str, Any], cert: dict[str, Any]) -> float:
+        """The residual of the densities of ``point`` from the best response ``cert`` to
+        their path: the largest of the path's and of each group's."""
+        xp = self.backend.xp
+        groups = relative_residual(self.coupling.group_states(cert["M"]),
+                                   self.coupling.group_states(point["M"]), xp, batched=True)
+        return max(cert["rel"], float(np.max(to_numpy(groups))))
