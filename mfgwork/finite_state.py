@@ -5,14 +5,13 @@ from __future__ import annotations
 import math
 import sys
 import time
-import warnings
 from typing import Any
 
 import numpy as np
 
 from .core import memory
 from .core.backend import get_backend, to_numpy
-from .core.errors import MAX_COUNT, ConvergenceWarning, ParameterError, check_int
+from .core.errors import MAX_COUNT, ConvergenceWarning, ParameterError, check_int, warn
 from .numerics.attendance_newton import AttendanceNewton
 from .numerics.finite_state import TwoStateScheme
 from .numerics.iteration import IterationScheme, check_stopping, make_scheme
@@ -106,10 +105,10 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
     if not out.converged:
         why = {"max_iter": f"max_iter={max_iter} reached",
                "stalled": "stalled: no step decreases the residual any more"}
-        warnings.warn(f"two-state iteration did not reach tol={tol:g}: stopped after "
-                      f"{out.iterations} iterations ({why[out.reason]}); returning the "
-                      f"iterate of lowest certified residual {out.residual:.3g} with "
-                      "converged=False", ConvergenceWarning, stacklevel=2)
+        warn(f"two-state iteration did not reach tol={tol:g}: stopped after "
+             f"{out.iterations} iterations ({why[out.reason]}); returning the "
+             f"iterate of lowest certified residual {out.residual:.3g} with "
+             "converged=False", ConvergenceWarning)
     timings = {"iterations": sum(out.history["time"]), "total": time.perf_counter() - started}
     params = problem.params() | {"nt": nt, "tol": tol, "max_iter": max_iter,
                                  "iteration": _described(scheme, warmup, max_iter),

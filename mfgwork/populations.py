@@ -10,7 +10,7 @@ import numpy as np
 
 from .core.backend import Backend, get_backend, to_numpy
 from .core.compiling import check_compile_steps
-from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag
+from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag, warn
 from .numerics.iteration import IterationScheme, check_stopping, make_scheme
 from .numerics.populations import SYSTEMS, best_response_residuals, equilibrium, setup
 from .problems.populations import Populations
@@ -132,10 +132,9 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
     if not converged:
         why = (f"max_iter={max_iter} reached" if stopped == "max_iter" else
                "stalled: no step decreases the residual any more")
-        warnings.warn(f"the populations' equilibrium did not reach tol={tol:g}: stopped after "
-                      f"{iterations} iterations ({why}; certified residual {residual:.3g}); "
-                      "returning the best iterate with converged=False", ConvergenceWarning,
-                      stacklevel=2)
+        warn(f"the populations' equilibrium did not reach tol={tol:g}: stopped after "
+             f"{iterations} iterations ({why}; certified residual {residual:.3g}); "
+             "returning the best iterate with converged=False", ConvergenceWarning)
     observables = problem.observables(grid, out.M, be)
     summary = problem.summary(grid, {k: to_numpy(v) for k, v in observables.items()})
     described = ({"scheme": "newton", "system": newton_system, "fallback": "anderson"}

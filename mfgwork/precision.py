@@ -21,7 +21,7 @@ import array_api_compat
 from .best_response import batch_residuals_on, residual_on
 from .core.backend import Backend, get_backend
 from .core.compile_clock import book_phase, compile_clock
-from .core.errors import ConvergenceWarning
+from .core.errors import ConvergenceWarning, warn
 from .problems.base import MFGProblem
 from .results import Result
 
@@ -72,10 +72,10 @@ def certify_in_float64(results: list[Result], problems: Sequence[MFGProblem], be
         out.append(replace(res, residual=residual, extra=res.extra | {"certificate": record},
                            converged=held, status=status))
     if failed:
-        warnings.warn(f"the float32 certificate did not hold in float64 for {len(failed)} of "
-                      f"{len(results)} problems (float64 residual up to {max(failed):.3g} > "
-                      f"tol={tol:g}); returning them with converged=False",
-                      ConvergenceWarning, stacklevel=4)
+        warn(f"the float32 certificate did not hold in float64 for {len(failed)} of "
+             f"{len(results)} problems (float64 residual up to {max(failed):.3g} > "
+             f"tol={tol:g}); returning them with converged=False",
+             ConvergenceWarning)
     book_phase(timings, "certify", started, built)
     return out
 
@@ -136,10 +136,10 @@ def finish_in_float64(results: list[Result], problems: Sequence[MFGProblem], be:
     book_phase(timings, "finish", started, built)
     left = [r.residual for r in out if not r.converged]
     if left:
-        warnings.warn(f"{len(left)} of {len(results)} float32 problems did not converge, also "
-                      f"when solved again in float64 (residual up to {max(left):.3g} > "
-                      f"tol={tol:g}); returning them with converged=False",
-                      ConvergenceWarning, stacklevel=4)
+        warn(f"{len(left)} of {len(results)} float32 problems did not converge, also "
+             f"when solved again in float64 (residual up to {max(left):.3g} > "
+             f"tol={tol:g}); returning them with converged=False",
+             ConvergenceWarning)
     return out
 
 

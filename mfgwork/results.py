@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -21,7 +20,7 @@ import numpy as np
 from .best_response import best_response_residual
 from .core import storage
 from .core.backend import to_numpy
-from .core.errors import LoadError, ParameterError
+from .core.errors import LoadError, ParameterError, warn
 from .core.extras import require
 from .core.figures import save_figure
 from .core.grid import trapezoid_weights
@@ -408,9 +407,9 @@ def _check_digests(folder: Path, recorded: dict[str, Any] | None,
                    arrays: dict[str, np.ndarray]) -> None:
     """Each array as its recorded SHA-256 says (a warning where none is recorded)."""
     if recorded is None:
-        warnings.warn(f"{folder}: the run was saved without digests of its arrays (by an "
-                      "earlier mfgwork): its values are unverified (checked only for shape, "
-                      "finite values, M >= 0 and mass)", RuntimeWarning, stacklevel=3)
+        warn(f"{folder}: the run was saved without digests of its arrays (by an "
+             "earlier mfgwork): its values are unverified (checked only for shape, "
+             "finite values, M >= 0 and mass)", RuntimeWarning)
         return
     for name in sorted(set(recorded) | set(arrays)):
         if name not in arrays:

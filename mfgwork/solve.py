@@ -18,7 +18,7 @@ from .core import memory
 from .core.backend import BACKENDS, Backend, get_backend, to_numpy
 from .core.compile_clock import compile_clock
 from .core.compiling import check_compile_steps
-from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag
+from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag, warn
 from .core.progress import progress_bar
 from .finite_state import solve_two_state
 from .numerics.batch_newton import (
@@ -645,16 +645,15 @@ def check_size(problems: Sequence[MFGProblem], grid: Any, be: Backend,
                      getattr(scheme, "depth", 0), max_memory, batch)
     for p in problems:
         grid.check_scales(p.sigma, be.dtype)
-    warn_unresolved(problems, grid, stacklevel=5)
+    warn_unresolved(problems, grid)
 
 
-def raised_tol(tol: float, floor: float, below: str, *, hint: str = "",
-               stacklevel: int = 2) -> float:
+def raised_tol(tol: float, floor: float, below: str, *, hint: str = "") -> float:
     """``tol``, or ``floor`` when ``tol`` is below it, with the warning "tol=… is below
-    ``below``; iterating to tol=floor instead``hint``" (``stacklevel`` as the caller's own)."""
+    ``below``; iterating to tol=floor instead``hint``"."""
     if tol < floor:
-        warnings.warn(f"tol={tol:g} is below {below}; iterating to tol={floor:.1e} instead{hint}",
-                      UserWarning, stacklevel=stacklevel + 1)
+        warn(f"tol={tol:g} is below {below}; iterating to tol={floor:.1e} instead{hint}",
+             UserWarning)
         return floor
     return tol
 
@@ -675,7 +674,7 @@ def reachable_tol(tol: float, be: Backend) -> float:
     where the rounding of the attendance path (about 1e-7) is amplified by the steep payoff
     in the residual of one best response."""
     floor = 100 * be.eps if be.eps < 1e-10 else 3e-4
-    return raised_tol(tol, floor, f"what {be.dtype} resolves", stacklevel=3,
+    return raised_tol(tol, floor, f"what {be.dtype} resolves",
                       hint=FLOAT64_FLOOR_NOTE if be.eps < 1e-10 else "")
 
 
@@ -686,7 +685,7 @@ def _above_noise_floor(tol: float, n_particles: int) -> float:
     floor = 1.0 / math.sqrt(n_particles)
     return raised_tol(tol, floor, "the Monte Carlo noise floor 1/sqrt(n_particles) = "
                       f"{floor:.1e} of n_particles={n_particles}",
-                      hint=" (use more particles for a smaller tol)", stacklevel=3)
+                      hint=" (use more particles for a smaller tol)")
 
 
 def _check_batch(problems: Sequence[MFGProblem]) -> list[MFGProblem]:

@@ -170,7 +170,7 @@ def _solve(problems: list[Any], batch: bool, nx: Any, ny: Any, nt: Any, backend:
     check_size_2d(problems, nx, ny, nt, be, solver, scheme, max_memory)
     for p in problems:   # (builds the grid: after the size guard)
         p.grid(nx, ny, nt).check_scales(p.sigma, be.dtype)
-    warn_unresolved(problems, problems[0].grid(nx, ny, nt), stacklevel=4)
+    warn_unresolved(problems, problems[0].grid(nx, ny, nt))
     if batch and solver != "krylov":
         return [_solve_one(p, False, nx, ny, nt, be, tol, max_iter, solver, scheme, progress)[0]
                 for p in problems]
@@ -234,7 +234,7 @@ def _resolvable_tol(tol: float, setup: eq.Setup) -> float:
     unchanged, a residual of 0 that certifies nothing."""
     newton = setup.scheme.exact[0]
     return raised_tol(tol, RESOLVABLE * newton, f"what {setup.backend.dtype} resolves on this "
-                      f"grid (Newton's test at {newton:.1e})", stacklevel=5)
+                      f"grid (Newton's test at {newton:.1e})")
 
 
 def _observable_axes(problem: MFGProblem2D, observables: dict[str, Any]

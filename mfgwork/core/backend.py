@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib.util
 import sys
 import time
-import warnings
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .compile_clock import compile_clock
-from .errors import BackendError
+from .errors import BackendError, warn
 
 BACKENDS = ("numpy", "torch")
 DEVICE_KINDS = ("cpu", "cuda", "mps")
@@ -277,8 +276,8 @@ def _warn_mps_float32() -> None:
     global _warned_mps_float32
     if not _warned_mps_float32:
         _warned_mps_float32 = True
-        warnings.warn("MPS has no float64: computing in float32 (pass dtype='float32' to "
-                      "silence this warning)", UserWarning, stacklevel=3)
+        warn("MPS has no float64: computing in float32 (pass dtype='float32' to "
+             "silence this warning)", UserWarning)
 
 
 #: CUDA tensors of at least this many bytes come to the host through page-locked memory

@@ -23,14 +23,13 @@ import os
 import re
 import shutil
 import sys
-import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from .backend import Backend
 from .compile_clock import compile_clock
-from .errors import ParameterError
+from .errors import ParameterError, warn
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -109,8 +108,8 @@ class CheckedCompile:
         except Exception as exc:  # the eager function is always correct; fall back to it
             self.active, self.reason = False, f"{type(exc).__name__}: {exc}"
         if not self.active:
-            warnings.warn(f"torch.compile of the {self.what} disabled ({self.reason}); "
-                          "running eagerly", RuntimeWarning, stacklevel=2)
+            warn(f"torch.compile of the {self.what} disabled ({self.reason}); "
+                 "running eagerly", RuntimeWarning)
         return eager
 
 

@@ -9,9 +9,10 @@ the outputs. Callers compare the first replay with an eager call (:func:`record_
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any
+
+from .errors import warn
 
 
 def capture(graph: Any, fn: Callable[..., Any], *args: Any) -> Any:
@@ -83,6 +84,6 @@ def record_checked(fn: Callable[..., Any], eager: Any, *inputs: Any, what: str,
         reason = "its result differs from the eager call"
     except Exception as exc:  # the eager path is always correct; fall back to it
         reason = f"{type(exc).__name__}: {exc}"
-    warnings.warn(f"CUDA graph of the {what} disabled ({reason}); running eagerly",
-                  RuntimeWarning, stacklevel=3)
+    warn(f"CUDA graph of the {what} disabled ({reason}); running eagerly",
+         RuntimeWarning)
     return None

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+import sys
+import warnings
 from numbers import Integral, Real
+from pathlib import Path
 
 #: Largest count (grid points, particles, players, samples) accepted: the integers float64
 #: holds exactly, far beyond any memory.
@@ -33,6 +36,21 @@ class LoadError(ValueError):
 
 class ConvergenceWarning(UserWarning):
     """The fixed-point iteration stopped at ``max_iter`` without reaching ``tol``."""
+
+
+#: The package's folder: frames of files below it are the package's own.
+PACKAGE = str(Path(__file__).resolve().parents[1]) + "/"
+
+
+def warn(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` attributed to the first caller outside the package (the notebook
+    cell or the script line that called mfgwork), however deep inside it the warning is
+    raised: that line is what a reader sees, and the default filter's "once per
+    location" then holds per line of the user's code."""
+    frame, level = sys._getframe(1), 2   # (stacklevel 2: the caller of this function)
+    while frame is not None and frame.f_code.co_filename.startswith(PACKAGE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
 
 
 class ResolutionWarning(UserWarning):

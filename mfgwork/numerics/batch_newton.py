@@ -45,7 +45,6 @@ the best certified densities.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -54,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from ..core.backend import Backend, to_numpy
-from ..core.errors import ConvergenceWarning, SolverError
+from ..core.errors import ConvergenceWarning, SolverError, warn
 from ..core.grid import Grid
 from ..problems.base import ScalarPotential
 from ..problems.hamiltonians import Hamiltonian
@@ -435,12 +434,11 @@ class BatchNewton:
         converged = s.best <= self.tol
         done_at = np.where(s.done_at == 0, k, s.done_at)
         if not converged.all():
-            warnings.warn(f"Newton's method did not reach tol={np.max(self.tol):g} for "
-                          f"{int((~converged).sum())} of {converged.size} problems in {k} "
-                          f"iterations (max_iter={max_iter}; final residual "
-                          f"{float(np.max(s.best[~converged])):.3g}); returning the best "
-                          "certified iterate with converged=False", ConvergenceWarning,
-                          stacklevel=4)
+            warn(f"Newton's method did not reach tol={np.max(self.tol):g} for "
+                 f"{int((~converged).sum())} of {converged.size} problems in {k} "
+                 f"iterations (max_iter={max_iter}; final residual "
+                 f"{float(np.max(s.best[~converged])):.3g}); returning the best "
+                 "certified iterate with converged=False", ConvergenceWarning)
         return FixedPointResult(U=s.kept["U"], M=s.kept["M"], converged=converged,
                                 residual=s.best, iterations=done_at, history=history)
 

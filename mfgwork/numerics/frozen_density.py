@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..core.backend import Backend, to_numpy
-from ..core.errors import ConvergenceWarning, SolverError
+from ..core.errors import ConvergenceWarning, SolverError, warn
 from .batch_newton import BatchNewton, Unbatched, batch_mask, keep_where
 from .iteration import Anderson, FixedPointResult, History
 
@@ -179,12 +179,11 @@ class FrozenDensityNewton:
         :class:`~mfgwork.ConvergenceWarning` for those not converged."""
         converged = best_res <= self.tol
         if not converged.all():
-            warnings.warn(f"the frozen-density iteration did not reach tol={self.tol:g} for "
-                          f"{int((~converged).sum())} of {converged.size} problems in {used} "
-                          f"best responses (max_iter={max_iter}; final residual "
-                          f"{float(np.max(best_res[~converged])):.3g}); returning the best "
-                          "certified iterate with converged=False", ConvergenceWarning,
-                          stacklevel=4)
+            warn(f"the frozen-density iteration did not reach tol={self.tol:g} for "
+                 f"{int((~converged).sum())} of {converged.size} problems in {used} "
+                 f"best responses (max_iter={max_iter}; final residual "
+                 f"{float(np.max(best_res[~converged])):.3g}); returning the best "
+                 "certified iterate with converged=False", ConvergenceWarning)
         return FixedPointResult(U=best["U"], M=best["M"], converged=converged,
                                 residual=best_res,
                                 iterations=np.where(done_at == 0, used, done_at),

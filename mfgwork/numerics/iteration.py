@@ -26,7 +26,6 @@ iterates are recorded for the history only; they never stop the iteration.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -41,6 +40,7 @@ from ..core.errors import (
     check_flag,
     check_int,
     check_real,
+    warn,
 )
 from ..core.types import Array
 
@@ -705,10 +705,10 @@ class _PicardLoop:
             worst = float(np.max(residual[~converged]))
             why = (f"max_iter={max_iter} reached" if k >= max_iter else
                    "stalled: the residual stopped halving and its certificates were refused")
-            warnings.warn(f"Picard iteration did not reach tol={tol:g}: stopped after {k} "
-                          f"iterations ({why}; {int((~converged).sum())} of {converged.size} "
-                          f"problems; final residual {worst:.3g}); returning the best iterate "
-                          "found with converged=False", ConvergenceWarning, stacklevel=4)
+            warn(f"Picard iteration did not reach tol={tol:g}: stopped after {k} "
+                 f"iterations ({why}; {int((~converged).sum())} of {converged.size} "
+                 f"problems; final residual {worst:.3g}); returning the best iterate "
+                 "found with converged=False", ConvergenceWarning)
         return FixedPointResult(U=self.best.U, M=self.best.M, converged=converged,
                                 residual=residual,
                                 iterations=np.where(converged, self.done_at, k),

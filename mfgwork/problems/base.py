@@ -11,7 +11,6 @@ The optimal control is α* = −∂p H(x, ∂x u, m): for ½|p|², dX = −∂x 
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..core.backend import Backend, to_numpy
-from ..core.errors import ParameterError, ResolutionWarning, SolverError, check_real
+from ..core.errors import ParameterError, ResolutionWarning, SolverError, check_real, warn
 from ..core.grid import Grid
 from .hamiltonians import Hamiltonian, Quadratic, check_hamiltonian
 
@@ -139,12 +138,12 @@ class MFGProblem:
         return {"final_mean_state": float(observables["mean_state"][-1])}
 
 
-def warn_unresolved(problems: Sequence[Any], grid: Any, stacklevel: int = 3) -> None:
+def warn_unresolved(problems: Sequence[Any], grid: Any) -> None:
     """One :class:`~mfgwork.core.errors.ResolutionWarning` per distinct reason the problems
     give (:meth:`MFGProblem.unresolved`) why ``grid`` is too coarse for them."""
     reasons = dict.fromkeys(r for p in problems for r in p.unresolved(grid))
     for reason in reasons:
-        warnings.warn(reason, ResolutionWarning, stacklevel=stacklevel)
+        warn(reason, ResolutionWarning)
 
 
 def _evaluate(name: str, fn: ArrayFn, grid: Grid, backend: Backend, *args: Any,

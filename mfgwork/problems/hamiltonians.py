@@ -35,13 +35,12 @@ cannot be traced (an operation outside the traced ``xp``) keeps the generic arra
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..core.errors import ParameterError, check_real
+from ..core.errors import ParameterError, check_real, warn
 from .symbolic import Traced, trace
 
 
@@ -85,9 +84,9 @@ class Hamiltonian:
         if isinstance(found, str):
             if type(self) not in _NOTED and self._hand_written("dp", "dpp"):
                 _NOTED.add(type(self))
-                warnings.warn(f"note: {type(self).__name__}.value cannot be traced ({found}); "
-                              "it runs the generic array path with its own dp and dpp",
-                              UserWarning, stacklevel=2)
+                warn(f"note: {type(self).__name__}.value cannot be traced ({found}); "
+                     "it runs the generic array path with its own dp and dpp",
+                     UserWarning)
             return None
         return found
 

@@ -62,7 +62,6 @@ import platform
 import secrets
 import subprocess
 import sys
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -72,7 +71,7 @@ import numpy as np
 
 from ..core import storage
 from ..core.backend import Backend, get_backend, to_numpy
-from ..core.errors import LoadError, ParameterError, check_flag, check_int
+from ..core.errors import LoadError, ParameterError, check_flag, check_int, warn
 from ..core.extras import require
 from ..core.processes import check_spawn_safe
 from ..core.progress import progress_bar, ticking
@@ -314,8 +313,8 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
         target = ScanStore(store, layout, plan.hash(), block)
         finished = target.finished()
         if target.check.damaged:
-            warnings.warn(resolving(target.path, layout, target.check.damaged),
-                          RuntimeWarning, stacklevel=2)
+            warn(resolving(target.path, layout, target.check.damaged),
+                 RuntimeWarning)
         tasks = [Task(plan, r, layout, str(target.path), be.device, be.name)
                  for r in blocks(plan.shape, target.block) if not finished[r].all()]
         _run(tasks, scheduler, dask, workers, progress, n_points, int(finished.sum()), None)
@@ -441,9 +440,9 @@ def _run(tasks: list[Task], scheduler: str | None, dask: bool | str, workers: in
             bar.set_postfix(counts | ({"lost": len(lost)} if lost else {}), refresh=False)
             bar.update(len(out["statuses"]))
     if lost:
-        warnings.warn(f"{len(lost)} block(s) of the scan were lost on their Dask workers "
-                      f"(first: {lost[0]}); their points stay pending: run the same scan "
-                      "again to solve them", RuntimeWarning, stacklevel=3)
+        warn(f"{len(lost)} block(s) of the scan were lost on their Dask workers "
+             f"(first: {lost[0]}); their points stay pending: run the same scan "
+             "again to solve them", RuntimeWarning)
 
 
 def describe(ds: Any, where: Any = None) -> str:
@@ -521,9 +520,9 @@ def _unverified(path: Path) -> tuple[np.ndarray, tuple[int, ...], tuple[str, ...
     ins = inspect_store(path)
     record = read_record(ins)
     if record is None:
-        warnings.warn(f"store={str(path)!r} has no creation record (written by an earlier "
-                      "mfgwork): its metadata and coordinates are not verified",
-                      RuntimeWarning, stacklevel=3)
+        warn(f"store={str(path)!r} has no creation record (written by an earlier "
+             "mfgwork): its metadata and coordinates are not verified",
+             RuntimeWarning)
     else:
         check_metadata(ins, record)
     return finished_points(ins), ins.done.chunks, ins.done.dims

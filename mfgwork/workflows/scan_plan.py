@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +14,7 @@ import numpy as np
 
 from ..core import memory
 from ..core.backend import Backend, get_backend
-from ..core.errors import ParameterError, ResolutionWarning, check_int
+from ..core.errors import ParameterError, ResolutionWarning, check_int, warn
 from ..core.grid import MAX_POINTS as MAX_GRID
 from ..numerics.iteration import check_stopping
 from ..problems import PROBLEMS, MFGProblem, problem_name
@@ -287,7 +286,7 @@ def check_points(plan: ScanPlan, be: Backend | None = None) -> None:
             raise ParameterError(f"{exc} (at the scan point {plan.parameters(index)})") \
                 from None
     for reason in unresolved:   # before any work: the solves (on Dask workers too) say it late
-        warnings.warn(f"{reason} (points of the scan)", ResolutionWarning, stacklevel=3)
+        warn(f"{reason} (points of the scan)", ResolutionWarning)
 
 
 def _check_same_grid(plan: ScanPlan, index: tuple[int, ...], p: Problem, first: Problem

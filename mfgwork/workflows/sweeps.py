@@ -35,7 +35,6 @@ import re
 import subprocess
 import sys
 import threading
-import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
@@ -43,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import storage
-from ..core.errors import LoadError, ParameterError, check_flag, check_int
+from ..core.errors import LoadError, ParameterError, check_flag, check_int, warn
 from ..core.extras import require
 from ..core.processes import check_spawn_safe
 from ..core.progress import progress_bar, ticking
@@ -178,9 +177,9 @@ def load_sweep(folder: str | os.PathLike) -> SweepIndex:
     problems: list[str] = []
     rows = [_row(folder, Run(r["name"], r["parameters"]), problems) for r in plan["runs"]]
     if problems:
-        warnings.warn(f"{len(problems)} entr{'y' if len(problems) == 1 else 'ies'} of the "
-                      f"sweep {folder} could not be read: {problems[0]}"
-                      + (" …" if len(problems) > 1 else ""), UserWarning, stacklevel=2)
+        warn(f"{len(problems)} entr{'y' if len(problems) == 1 else 'ies'} of the "
+             f"sweep {folder} could not be read: {problems[0]}"
+             + (" …" if len(problems) > 1 else ""), UserWarning)
     return SweepIndex(folder, rows, plan["parameters"], problems)
 
 

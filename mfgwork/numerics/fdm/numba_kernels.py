@@ -19,7 +19,6 @@ import hashlib
 import importlib.util
 import sys
 import tempfile
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ...core.compiling import ENV_MODEL_CACHE, model_cache_dir
+from ...core.errors import warn
 from ...core.storage import atomic_file
 from ...problems.hamiltonians import Hamiltonian, Quadratic
 from ...problems.symbolic import Structure, generator_fingerprint, scalar_source
@@ -97,10 +97,9 @@ def _written_module(name: str, source: str) -> Path:
         global _FALLBACK
         if _FALLBACK is None:
             _FALLBACK = Path(tempfile.mkdtemp(prefix="mfgwork-models-"))
-            warnings.warn(f"the model cache {model_cache_dir()} cannot be written ({exc}); "
-                          f"compiled models go to {_FALLBACK} for this process (set "
-                          f"{ENV_MODEL_CACHE} to a writable folder)", RuntimeWarning,
-                          stacklevel=4)
+            warn(f"the model cache {model_cache_dir()} cannot be written ({exc}); "
+                 f"compiled models go to {_FALLBACK} for this process (set "
+                 f"{ENV_MODEL_CACHE} to a writable folder)", RuntimeWarning)
         return _written(_FALLBACK, name, source)
 
 

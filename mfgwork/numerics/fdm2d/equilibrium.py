@@ -15,14 +15,13 @@ evaluates have settled (:class:`_Narrowing`, :data:`NARROW_FUSED`).
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ...core.backend import Backend
-from ...core.errors import ConvergenceWarning
+from ...core.errors import ConvergenceWarning, warn
 from ...core.grid2d import Grid2D
 from ...problems.base import batch_coupling
 from ..coupling_newton import CouplingNewtonKrylov, KrylovOutcome
@@ -140,10 +139,10 @@ def equilibrium(setup: Setup, iteration: IterationScheme, tol: float, max_iter: 
         if newton.reason == "converged":
             return _newton_result(newton, History(), "converged")
         if len(newton.records) >= max_iter:
-            warnings.warn(f"Newton-Krylov on the coupling state did not reach tol={tol:g}: "
-                          f"max_iter={max_iter} steps reached (final residual "
-                          f"{newton.residual:.3g}); returning the best iterate found with "
-                          "converged=False", ConvergenceWarning, stacklevel=3)
+            warn(f"Newton-Krylov on the coupling state did not reach tol={tol:g}: "
+                 f"max_iter={max_iter} steps reached (final residual "
+                 f"{newton.residual:.3g}); returning the best iterate found with "
+                 "converged=False", ConvergenceWarning)
             return _newton_result(newton, History(), "max_iter")
     start, budget = {"M_init": M_init}, max_iter
     if newton is not None:  # the fixed point continues from Newton's lowest iterate

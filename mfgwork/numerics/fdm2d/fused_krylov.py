@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ...core.cuda_graphs import capture
-from ...core.errors import SolverError
+from ...core.errors import SolverError, warn
 
 #: Nodes per program of the fused launches.
 BLOCK = 512
@@ -334,8 +333,8 @@ class FusedBiCGStab:
 
     def _give_up(self, reason: str) -> None:
         self.graphs = False
-        warnings.warn(f"CUDA graph of the fused BiCGStab iterations disabled ({reason}); "
-                      "running eagerly", RuntimeWarning, stacklevel=5)
+        warn(f"CUDA graph of the fused BiCGStab iterations disabled ({reason}); "
+             "running eagerly", RuntimeWarning)
 
     def solve(self, coefficients: tuple[Any, ...], b: Any, x0: Any | None,
               apply: Callable[[Any], Any], *, rtol: float, max_iter: int,
@@ -358,9 +357,9 @@ class FusedBiCGStab:
             iterations, residual = (float(a) for a in status[:, :2].max(0).values)
             if float(status[:, 2].min()) < 1.0:
                 self.persistent = False
-                warnings.warn(f"the {self.programs} programs per problem of the one-launch "
-                              "BiCGStab did not run at once; solving in chunks from now on",
-                              RuntimeWarning, stacklevel=3)
+                warn(f"the {self.programs} programs per problem of the one-launch "
+                     "BiCGStab did not run at once; solving in chunks from now on",
+                     RuntimeWarning)
                 self.start(tuple(self.coefs[:5]), b, x0, apply)
                 return self.finish(b, x0, apply, rtol=rtol, max_iter=max_iter, fail=fail)
             if residual <= rtol:

@@ -33,14 +33,13 @@ iterates differ.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ...core.cuda_graphs import record_checked
-from ...core.errors import SolverError
+from ...core.errors import SolverError, warn
 from .fused_assembly import FusedAssembly, fused_assembly_serves
 from .fused_krylov import FusedBiCGStab
 from .stencil import Coefficients
@@ -197,9 +196,8 @@ class FusedSteps:
 
     def _unmet(self, solver: FusedBiCGStab) -> None:
         self._drop_one_launch([solver])
-        warnings.warn(f"the {solver.programs} programs per problem of the one-launch BiCGStab "
-                      "did not run at once; solving in chunks from now on", RuntimeWarning,
-                      stacklevel=4)
+        warn(f"the {solver.programs} programs per problem of the one-launch BiCGStab "
+             "did not run at once; solving in chunks from now on", RuntimeWarning)
 
     def _check(self, worst: float, where: str) -> None:
         if worst > self.fail:
@@ -426,8 +424,8 @@ class FusedSteps:
         self._fp_reports = []
         if float(reports[..., 2].min()) < 1.0:
             self._drop_one_launch(list(self.solvers.values()))
-            warnings.warn("the programs of the one-launch BiCGStab did not run at once; "
-                          "solving in chunks from now on", RuntimeWarning, stacklevel=3)
+            warn("the programs of the one-launch BiCGStab did not run at once; "
+                 "solving in chunks from now on", RuntimeWarning)
             return False
         self.scheme.krylov_iterations += int(reports[..., 0].max(-1).values.sum())
         worst = float(reports[..., 1].max())

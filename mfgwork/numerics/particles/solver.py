@@ -20,14 +20,13 @@ Picard iteration can converge. Same seed, backend and device → identical resul
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
 
 from ...core import cuda_graphs
 from ...core.backend import Backend
-from ...core.errors import MAX_COUNT, ParameterError, check_choice, check_int, check_real
+from ...core.errors import MAX_COUNT, ParameterError, check_choice, check_int, check_real, warn
 from ...core.grid import Grid
 from ...problems.hamiltonians import Hamiltonian, Quadratic
 from .density import DENSITIES, kde_densities
@@ -143,8 +142,8 @@ class ParticleFP:
         except Exception as exc:
             if self._advance == self.kernels.advance:
                 raise
-            warnings.warn(f"torch.compile of the particle step failed ({type(exc).__name__}: "
-                          f"{exc}); running the plain torch ops", RuntimeWarning, stacklevel=4)
+            warn(f"torch.compile of the particle step failed ({type(exc).__name__}: "
+                 f"{exc}); running the plain torch ops", RuntimeWarning)
             self._advance = self.kernels.advance
             return self._advance(*args)
 
