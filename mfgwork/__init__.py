@@ -50,7 +50,7 @@ from .problems.populations import Population, Populations, SantaFePopulations
 from .problems.room import Room
 from .problems.two_bars import TwoBars
 from .problems.two_d import MFGProblem2D
-from .results import Result, load, save_run
+from .results import Result, Status, load, save_run
 from .results2d import Result2D
 from .solve import solve, solve_batch, solve_continuous
 from .solve2d import solve_2d, solve_2d_batch
@@ -63,6 +63,7 @@ __all__ = [
     "Anderson", "Backend", "BackendError", "ConvergenceWarning", "FictitiousPlay", "Grid",
     "ResolutionWarning",
     "HopfColeProblem", "LoadError", "MFGProblem", "ParameterError", "Relaxation", "Result",
+    "Status",
     "SantaFeBar",
     "SolverError", "available_backends", "available_devices", "device_info", "from_numpy",
     "get_backend", "load", "mps_emulation", "save_run", "solve", "solve_batch", "to_numpy",

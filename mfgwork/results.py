@@ -12,6 +12,7 @@ import hashlib
 import math
 import os
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -26,15 +27,42 @@ from .core.figures import save_figure
 from .core.grid import trapezoid_weights
 from .core.storage import load_table, provenance
 
-__all__ = ["DIGESTS", "FIELDS", "RESULT_CLASSES", "STATUSES", "Result", "array_digest",
-           "derive_status", "load", "load_table", "provenance", "save_run"]
+__all__ = ["DIGESTS", "FIELDS", "RESULT_CLASSES", "STATUSES", "Result", "Status",
+           "array_digest", "derive_status", "load", "load_table", "provenance", "save_run"]
 
 FIELDS = ("x", "t", "U", "M")
-#: How a solve ended: its certificate held (``converged``), the iteration budget ran out
-#: (``max_iter``), the iteration stopped improving before that (``stalled``), or the
-#: certificate claimed by the iteration did not hold when checked again (``failed``; e.g. a
-#: float32 certificate re-checked in float64).
-STATUSES = ("converged", "max_iter", "stalled", "failed")
+class Status(StrEnum):
+    """How a solve ended, a string (``res.status == "converged"``) with its :attr:`message`:
+    its certificate held (``converged``), the iteration budget ran out (``max_iter``), the
+    iteration stopped improving before that (``stalled``), or the certificate claimed by the
+    iteration did not hold when checked again (``failed``; e.g. a float32 certificate
+    re-checked in float64)."""
+
+    CONVERGED = "converged"
+    MAX_ITER = "max_iter"
+    STALLED = "stalled"
+    FAILED = "failed"
+
+    @property
+    def message(self) -> str:
+        """What the status means for the result's densities."""
+        return _MESSAGES[self]
+
+
+_MESSAGES = {
+    Status.CONVERGED: "the fixed point is reached: one more best response to the returned "
+                      "densities moves them by at most tol (res.residual, relative)",
+    Status.MAX_ITER: "max_iter iterations ran out before tol was reached: the best certified "
+                     "densities are returned, with their residual (raise max_iter)",
+    Status.STALLED: "the iteration stopped before max_iter: its residual stopped decreasing "
+                    "(a line search failed, or its certificates were refused); the best "
+                    "certified densities are returned, with their residual",
+    Status.FAILED: "the certificate of the iteration did not hold when checked again (a "
+                   "float32 certificate recomputed in float64): not converged, whatever the "
+                   "iteration claimed",
+}
+#: The statuses' values.
+STATUSES = tuple(s.value for s in Status)
 
 
 def derive_status(converged: bool, iterations: int, max_iter: int | None) -> str:
@@ -109,7 +137,7 @@ class Result(ObservablesByName):
     state_name: str = "x"
     extra: dict[str, Any] = field(default_factory=dict)
     residual: float | None = None
-    status: str | None = None
+    status: Status | str | None = None
     dims: tuple[str, ...] | None = None
     labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
     arrays: dict[str, Any] = field(default_factory=dict)
@@ -131,7 +159,7 @@ class Result(ObservablesByName):
         if len(dims) != np.ndim(self.M):
             raise ParameterError(f"dims={dims!r} is invalid: must name the {np.ndim(self.M)} "
                                  "axes of U and M")
-        object.__setattr__(self, "status", status)
+        object.__setattr__(self, "status", Status(status))
         object.__setattr__(self, "dims", dims)
         object.__setattr__(self, "labels", {k: tuple(v) for k, v in self.labels.items()})
         object.__setattr__(self, "axes", {k: tuple(v) for k, v in self.axes.items()})

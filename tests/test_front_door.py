@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import mfgwork as mw
+from mfgwork.results import STATUSES
 
 solve_module = importlib.import_module("mfgwork.solve")
 
@@ -97,6 +98,21 @@ def test_status_is_converged_exactly_when_converged(santa_fe):
         replace(santa_fe, status="max_iter")
     with pytest.raises(mw.ParameterError, match="status='done' is invalid"):
         replace(santa_fe, converged=False, status="done")
+
+
+def test_a_status_is_an_enumeration_with_a_message_and_reads_as_its_name(santa_fe, tmp_path):
+    """``res.status`` is a :class:`mw.Status`: equal to its name, written as its name in
+    JSON and text, with a message per value; a loaded run gets one back."""
+    assert isinstance(santa_fe.status, mw.Status) and santa_fe.status is mw.Status.CONVERGED
+    assert f"{santa_fe.status}" == str(santa_fe.status) == "converged"
+    assert json.loads(json.dumps({"s": santa_fe.status})) == {"s": "converged"}
+    messages = {s: s.message for s in mw.Status}
+    assert len(set(messages.values())) == len(mw.Status) == len(STATUSES)
+    assert all(len(m) > 40 for m in messages.values())
+    assert "max_iter" in mw.Status.MAX_ITER.message and "float64" in mw.Status.FAILED.message
+    santa_fe.save(tmp_path / "run")
+    assert mw.load(tmp_path / "run").status is mw.Status.CONVERGED
+    assert replace(santa_fe, converged=False, status="failed").status is mw.Status.FAILED
 
 
 def _unconverged(**kw):
