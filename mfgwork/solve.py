@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import time
@@ -84,6 +85,12 @@ def solve(problem: Any, **options: Any) -> Any:
     return solver(problem, **options)
 
 
+@functools.lru_cache(maxsize=64)
+def _options_of(solver: Callable[..., Any]) -> tuple[str, ...]:
+    """The options a solver takes: its parameters after the first (the problem)."""
+    return tuple(inspect.signature(solver).parameters)[1:]
+
+
 def _device_implies_torch(options: dict[str, Any]) -> dict[str, Any]:
     """``options`` with ``backend="torch"`` where a device of PyTorch's alone is asked for
     and no backend is."""
@@ -132,7 +139,7 @@ def solver_for(problem: Any, table: dict[type, Callable[..., Any]]) -> Callable[
 
 def _check_options(problem: Any, solver: Callable[..., Any], options: dict[str, Any]) -> None:
     """Refuse options that the solver of ``problem``'s kind does not take."""
-    accepted = list(inspect.signature(solver).parameters)[1:]   # (the first: the problem)
+    accepted = _options_of(solver)
     unknown = [n for n in options if n not in accepted]
     if unknown:
         raise ParameterError(f"{unknown[0]}={options[unknown[0]]!r:.60} is invalid for a "
