@@ -84,6 +84,14 @@ def warm(data: Any) -> list[Row]:
     return [r for r in data["rows"] if r.get("run_in_process", 2) > 1]
 
 
+def _latency_rows(data: Any) -> list[Row]:
+    """The rows of ``benchmarks/latency.py``: each case's fastest run before and after."""
+    return [{"case": r["case"], "before_s": r["before"]["min_s"],
+             "after_s": r["after"]["min_s"], "ratio": r["ratio"],
+             "solve_before_s": r["before"].get("solve_s"),
+             "solve_after_s": r["after"].get("solve_s")} for r in data["rows"]]
+
+
 SECTIONS: list[Section] = [
     Section(
         "commands_2core.json", "The make commands on a two-core machine",
@@ -219,6 +227,20 @@ SECTIONS: list[Section] = [
          Column("independent_residual", "independent residual", number),
          Column("time_s", "time", seconds)]),
     Section(
+        "latency_cpu_1core.json", "The first solve of a process on one CPU core",
+        "Fresh processes on one core of the two-core machine (`taskset -c 0 python "
+        "benchmarks/latency.py --rounds 2 --repeats 5`, `before` the code of the file's "
+        "baseline, `after` the code that reads the models from the cache without SymPy): "
+        "`import`, then the first default Santa Fe solve and the first of a model no process "
+        "solved (Power(1.5)), with every cache empty (`cold`) or written by an earlier "
+        "process (`warm`); `solve` is the first solve's own time inside the process; `seed` "
+        "(52², 5 iterations) and `default` (201², tol 1e-8) are later solves in one process.",
+        [Column("case", "case"), Column("before_s", "before", seconds),
+         Column("after_s", "after", seconds), Column("solve_before_s", "solve before", seconds),
+         Column("solve_after_s", "solve after", seconds), Column("ratio", "after / before",
+                                                                    number)],
+        rows=_latency_rows, bars="after_s", label=("case",)),
+    Section(
         "latency_cuda_h200.json", "The first solve of a process on CUDA (H200)",
         "Fresh processes (`benchmarks/latency.py --device cuda --rounds 1 --repeats 2`, "
         "`before` the code of the file's baseline, `after` the code that reads the models "
@@ -231,12 +253,7 @@ SECTIONS: list[Section] = [
          Column("after_s", "after", seconds), Column("solve_before_s", "solve before", seconds),
          Column("solve_after_s", "solve after", seconds), Column("ratio", "after / before",
                                                                     number)],
-        rows=lambda data: [{"case": r["case"], "before_s": r["before"]["min_s"],
-                            "after_s": r["after"]["min_s"], "ratio": r["ratio"],
-                            "solve_before_s": r["before"].get("solve_s"),
-                            "solve_after_s": r["after"].get("solve_s")}
-                           for r in data["rows"]],
-        bars="after_s", label=("case",)),
+        rows=_latency_rows, bars="after_s", label=("case",)),
     Section(
         "scan_gpus_h200x2.json", "A scan of 10⁵ points over one and two GPUs (2 × H200)",
         "Santa Fe threshold × σ × ε, 47 values each, at 201² in float32, tol 1e-6, one Dask "
