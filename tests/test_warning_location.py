@@ -32,3 +32,13 @@ def test_warnings_from_deep_inside_point_at_the_calling_line():
         assert {w.filename for w in caught} == {__file__}, (what, [(w.filename, w.lineno)
                                                                    for w in caught])
         assert not any(w.filename.startswith(PACKAGE) for w in caught)
+
+
+def test_a_scan_says_the_float32_floor_of_tol_once_at_the_scan_line():
+    """The scan warns once that tol is below float32's floor, before any block (its blocks
+    do not repeat it), attributed to the line that called the scan."""
+    caught = _caught(lambda: mw.scan(mw.SantaFeBar, {"threshold": [0.4, 0.6, 0.8]}, nx=21,
+                                     nt=20, tol=1e-6, dtype="float32", device="cpu",
+                                     chunk_size=1, progress=False))
+    floor = [w for w in caught if "is below what float32 resolves" in str(w.message)]
+    assert len(floor) == 1 and floor[0].filename == __file__

@@ -78,6 +78,7 @@ from ..core.progress import progress_bar, ticking
 from ..placement import Placement
 from ..problems import PROBLEMS
 from ..results import provenance
+from ..solve import reachable_tol
 from ..solve2d import default_iteration
 from .dask_client import dask_client, visible_gpus
 from .scan_check import DIGEST, DONE, Damage, blocks, check_store, finished_points
@@ -295,6 +296,8 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
                            n_points, plan.options["nx"], plan.options["nt"])
     check_size(plan, be, in_memory=store is None)
     check_points(plan, be)  # every point as mw.solve checks it: before any store
+    if not plan.two_d:   # the dtype's floor of tol said once here, not by every block
+        reachable_tol(plan.options["tol"], be)
     layout = make_layout(plan, be, chosen)
     if chunk_size is None:
         on = _worker_backends(be, scheduler, dask, workers)

@@ -33,6 +33,9 @@ DEVICE_ARRAYS_PER_POINT = 32
 BLOCKS_PER_WORKER = 4
 #: Fraction of free device memory (host memory for results) a block may take.
 MEMORY_FRACTION = 0.5
+#: The warning that tol is below the dtype's floor (1-D), which :func:`mfgwork.scan` gives
+#: once for the whole scan: its blocks do not repeat it.
+FLOOR_SAID = r"tol=\S+ is below what float(32|64) resolves;"
 #: Longest message kept per point (the rest is cut).
 MESSAGE_CHARS = 400
 #: Grid cells (nx × nt) of a point from which the single path finishes a batch's points over
@@ -115,7 +118,9 @@ def solve_block(task: Task) -> dict[str, Any]:
     indices = region_points(task.region)
     problems = [plan.problem(i) for i in indices]
     be, _ = placement(task.device, task.backend, opts["dtype"])
-    outcomes = solve_points(problems, be, opts)
+    with warnings.catch_warnings():   # (the scan said it once, before any block)
+        warnings.filterwarnings("ignore", FLOOR_SAID, UserWarning)
+        outcomes = solve_points(problems, be, opts)
     shape = tuple(s.stop - s.start for s in task.region)
     arrays = task.layout.empty_block(shape)
     for k, outcome in enumerate(outcomes):
