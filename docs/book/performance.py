@@ -84,6 +84,14 @@ def warm(data: Any) -> list[Row]:
     return [r for r in data["rows"] if r.get("run_in_process", 2) > 1]
 
 
+#: The columns of ``benchmarks/latency.py``'s rows (:func:`_latency_rows`).
+LATENCY_COLUMNS = [Column("case", "case"), Column("before_s", "before", seconds),
+                   Column("after_s", "after", seconds),
+                   Column("solve_before_s", "solve before", seconds),
+                   Column("solve_after_s", "solve after", seconds),
+                   Column("ratio", "after / before", number)]
+
+
 def _latency_rows(data: Any) -> list[Row]:
     """The rows of ``benchmarks/latency.py``: each case's fastest run before and after."""
     return [{"case": r["case"], "before_s": r["before"]["min_s"],
@@ -235,11 +243,7 @@ SECTIONS: list[Section] = [
         "solved (Power(1.5)), with every cache empty (`cold`) or written by an earlier "
         "process (`warm`); `solve` is the first solve's own time inside the process; `seed` "
         "(52², 5 iterations) and `default` (201², tol 1e-8) are later solves in one process.",
-        [Column("case", "case"), Column("before_s", "before", seconds),
-         Column("after_s", "after", seconds), Column("solve_before_s", "solve before", seconds),
-         Column("solve_after_s", "solve after", seconds), Column("ratio", "after / before",
-                                                                    number)],
-        rows=_latency_rows, bars="after_s", label=("case",)),
+        LATENCY_COLUMNS, rows=_latency_rows, bars="after_s", label=("case",)),
     Section(
         "latency_cuda_h200.json", "The first solve of a process on CUDA (H200)",
         "Fresh processes (`benchmarks/latency.py --device cuda --rounds 1 --repeats 2`, "
@@ -249,11 +253,7 @@ SECTIONS: list[Section] = [
         "every cache empty (`cold`) or written by an earlier process (`warm`). `solve` is the "
         "first solve's own time inside the process, PyTorch's import (about 1.5 s) included; "
         "`seed` and `default` are later solves in one process.",
-        [Column("case", "case"), Column("before_s", "before", seconds),
-         Column("after_s", "after", seconds), Column("solve_before_s", "solve before", seconds),
-         Column("solve_after_s", "solve after", seconds), Column("ratio", "after / before",
-                                                                    number)],
-        rows=_latency_rows, bars="after_s", label=("case",)),
+        LATENCY_COLUMNS, rows=_latency_rows, bars="after_s", label=("case",)),
     Section(
         "scan_gpus_h200x2.json", "A scan of 10⁵ points over one and two GPUs (2 × H200)",
         "Santa Fe threshold × σ × ε, 47 values each, at 201² in float32, tol 1e-6, one Dask "
