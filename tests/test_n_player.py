@@ -3,6 +3,8 @@ and the N^(−1/2) approach to the mean field."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -105,6 +107,16 @@ def test_reproducible_with_a_seed(coarse):
     assert not np.array_equal(a.attendance, c.attendance)
     assert np.all((a.attendance >= 0) & (a.attendance <= 1))
     assert np.allclose(a.attendance * 300, np.round(a.attendance * 300), rtol=0, atol=1e-9)
+
+
+def test_the_status_is_that_of_the_mean_field_played_and_the_result_is_frozen(coarse):
+    problem, result = coarse
+    out = n_player(problem, result, 50, 2, seed=1, gap=False)
+    assert out.status is result.status is mw.Status.CONVERGED
+    short = dataclasses.replace(result, converged=False, status="max_iter")
+    assert n_player(problem, short, 50, 2, seed=1, gap=False).status is mw.Status.MAX_ITER
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        out.seed = 3
 
 
 def test_policy_evaluation_of_the_optimal_feedback_is_the_value(coarse):

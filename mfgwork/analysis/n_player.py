@@ -46,7 +46,7 @@ from ..numerics.particles.counting import CHUNK_PARTICLES, count_above
 from ..numerics.particles.memory import estimate_bytes as particle_bytes
 from ..numerics.particles.solver import fresh_seed
 from ..problems.santa_fe import AttendanceCoupling, SantaFeBar
-from ..results import Result
+from ..results import Result, Status
 
 #: Float64 values per sample and time level besides the simulation: counts, A_N, |A_N − A|.
 PATH_ARRAYS = 3
@@ -55,13 +55,16 @@ PATH_ARRAYS = 3
 GAP_ARRAYS = 4
 
 
-@dataclass
+@dataclass(frozen=True)
 class NPlayerResult:
     """Realised attendance of ``n_samples`` groups of N patrons and its distance to the mean
     field. Per sample: ``distance`` max_t |A_N − A|, ``gap`` the ε-Nash gain of one best
     response to A_N, ``cost_error`` ∫ m0 (v_N − u)(0), the change of the expected cost of
     following α* when the path is A_N instead of A. Summaries: root-mean-square over samples
-    (distance, cost error) or mean (gap), each with its Monte Carlo standard error."""
+    (distance, cost error) or mean (gap), each with its Monte Carlo standard error.
+    ``status``: that of the mean-field equilibrium the patrons play (a :class:`~mfgwork.Status`:
+    a comparison with an equilibrium that did not converge says little). Frozen, as
+    :class:`~mfgwork.Result`."""
 
     n_players: int
     n_samples: int
@@ -76,6 +79,7 @@ class NPlayerResult:
     device: str
     dtype: str
     timings: dict[str, float] = field(default_factory=dict)
+    status: Status = Status.CONVERGED
 
     @property
     def distance_rms(self) -> tuple[float, float]:
@@ -183,7 +187,7 @@ def n_player(problem: SantaFeBar, result: Result, n_players: int, n_samples: int
                          distance=distance, gap=gaps, cost_error=cost_error, backend=be.name,
                          device=be.device, dtype=be.dtype,
                          timings={"simulation": t1 - t0, "gap": t2 - t1,
-                                  "total": t2 - started})
+                                  "total": t2 - started}, status=Status(result.status))
 
 
 def _check(problem: SantaFeBar, result: Result) -> Any:
