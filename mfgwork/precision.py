@@ -77,7 +77,7 @@ def certify_in_float64(results: list[Result], problems: Sequence[MFGProblem], be
              f"tol={tol:g}); returning them with converged=False",
              ConvergenceWarning)
     book_phase(timings, "certify", started, built)
-    return out
+    return [replace(res, timings=timings) for res in out]   # (results hold frozen copies)
 
 
 def float64_residuals(results: list[Result], problems: Sequence[MFGProblem], be: Backend
@@ -134,6 +134,7 @@ def finish_in_float64(results: list[Result], problems: Sequence[MFGProblem], be:
             else:
                 out[b] = replace(out[b], extra=before.extra | {"finished": record})
     book_phase(timings, "finish", started, built)
+    out = [replace(res, timings=timings) for res in out]   # (results hold frozen copies)
     left = [r.residual for r in out if not r.converged]
     if left:
         warn(f"{len(left)} of {len(results)} float32 problems did not converge, also "

@@ -24,6 +24,7 @@ from .core.backend import to_numpy
 from .core.errors import LoadError, ParameterError, warn
 from .core.extras import require
 from .core.figures import save_figure
+from .core.frozen import freeze
 from .core.grid import trapezoid_weights
 from .core.storage import load_table, provenance
 
@@ -90,11 +91,17 @@ class ObservablesByName:
                              f"{', '.join(observables) or 'none'})")
 
 
+#: The mappings of a :class:`Result`, read-only (:func:`~mfgwork.core.frozen.freeze`).
+MAPPINGS = ("history", "params", "timings", "observables", "summary", "extra", "labels",
+            "arrays", "axes")
+
+
 @dataclass(frozen=True)
 class Result(ObservablesByName):
     """Solution of an MFG system (of any problem kind: continuous, finite-state, several
     populations; 2-D domains: the subclass :class:`~mfgwork.Result2D`, dims ("t", "y",
-    "x")), frozen: build a changed copy with ``dataclasses.replace``.
+    "x")), frozen: its mappings too (:data:`MAPPINGS` refuse changes; ``res.extra | {...}``
+    is a changed plain dict); build a changed copy with ``dataclasses.replace``.
 
     ``x`` (nx,), ``t`` (nt+1,), ``U`` and ``M`` (nt+1, nx) with axes named by ``dims``
     (default ``("t", state_name)``); an axis of named entries has them in ``labels`` (the
@@ -163,6 +170,8 @@ class Result(ObservablesByName):
         object.__setattr__(self, "dims", dims)
         object.__setattr__(self, "labels", {k: tuple(v) for k, v in self.labels.items()})
         object.__setattr__(self, "axes", {k: tuple(v) for k, v in self.axes.items()})
+        for name in MAPPINGS:   # read-only all the way down (core.frozen)
+            object.__setattr__(self, name, freeze(getattr(self, name)))
 
     @property
     def scheme(self) -> str | None:

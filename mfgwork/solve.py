@@ -419,6 +419,7 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
                             for b in range(len(problems))])
         timings["results"] = time.perf_counter() - building   # the members share timings
         timings["total"] += timings["results"]
+        results = [replace(r, timings=timings) for r in results]   # (frozen copies)
         if final:
             results = certify_in_float64(results, problems, be, tol, timings)
     if not finishing:

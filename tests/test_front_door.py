@@ -7,6 +7,7 @@ import ast
 import functools
 import importlib
 import json
+import pickle
 import subprocess
 import sys
 import warnings
@@ -89,6 +90,26 @@ def test_a_result_cannot_be_mutated(santa_fe):
             setattr(santa_fe, name, value)
     changed = replace(santa_fe, params=santa_fe.params | {"note": 1})
     assert changed.params["note"] == 1 and "note" not in santa_fe.params
+
+
+@pytest.mark.parametrize("change", [
+    lambda r: r.params.__setitem__("threshold", 0.1), lambda r: r.params.update(T=1.0),
+    lambda r: r.params["hamiltonian"].__setitem__("name", "x"),
+    lambda r: r.timings.pop("total"), lambda r: r.history["residual"].append(0.0),
+    lambda r: r.history["residual"].__setitem__(0, 0.0), lambda r: r.extra.clear(),
+    lambda r: r.summary.setdefault("x", 1.0), lambda r: r.observables.__delitem__("attendance"),
+])
+def test_a_result_is_frozen_all_the_way_down(santa_fe, change):
+    """Its mappings and their lists refuse changes, and still read, compare, copy and
+    serialise as dicts and lists."""
+    before = json.dumps({k: getattr(santa_fe, k) for k in ("params", "timings", "history")})
+    with pytest.raises(TypeError, match="part of a frozen result"):
+        change(santa_fe)
+    after = json.dumps({k: getattr(santa_fe, k) for k in ("params", "timings", "history")})
+    assert after == before
+    assert santa_fe.history["residual"] == list(santa_fe.history["residual"])
+    assert pickle.loads(pickle.dumps(santa_fe)).params == santa_fe.params
+    assert type(santa_fe.extra | {"a": 1}) is dict
 
 
 def test_status_is_converged_exactly_when_converged(santa_fe):

@@ -1,0 +1,63 @@
+"""Read-only mappings and lists for results: they compare, serialise (JSON, pickle) and copy
+as ``dict`` and ``list`` do, and refuse every change, so that a result's parameters,
+timings, history and extras stay what the solve recorded. ``d | {...}`` gives a changed
+plain ``dict`` (the way to build a changed copy with ``dataclasses.replace``)."""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+
+def _refuse(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
+    raise TypeError(f"this {type(self).__name__[len('Frozen'):].lower()} is part of a frozen "
+                    "result and cannot change: build a changed copy, e.g. "
+                    "dataclasses.replace(res, extra=res.extra | {...})")
+
+
+class FrozenDict(dict):
+    """A ``dict`` that refuses changes (its values frozen by :func:`freeze`)."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self) -> tuple[Any, tuple[dict]]:
+        return FrozenDict, (dict(self),)
+
+    def copy(self) -> dict:
+        """A plain (changeable) copy."""
+        return dict(self)
+
+
+class FrozenList(list):
+    """A ``list`` that refuses changes (its items frozen by :func:`freeze`)."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+
+    def __reduce__(self) -> tuple[Any, tuple[list]]:
+        return FrozenList, (list(self),)
+
+    def copy(self) -> list:
+        """A plain (changeable) copy."""
+        return list(self)
+
+
+def freeze(value: Any) -> Any:
+    """``value`` with every dict a :class:`FrozenDict` and every list a :class:`FrozenList`,
+    all the way down (tuples rebuilt around their frozen items; anything else as it is)."""
+    if isinstance(value, dict):
+        return value if isinstance(value, FrozenDict) and _frozen_items(value.values()) \
+            else FrozenDict({k: freeze(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return value if isinstance(value, FrozenList) and _frozen_items(value) \
+            else FrozenList(freeze(v) for v in value)
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def _frozen_items(items: Any) -> bool:
+    """Whether no item is a plain dict or list (a frozen container holds only frozen ones)."""
+    return not any(type(v) in (dict, list) for v in items)
