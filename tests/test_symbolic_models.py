@@ -189,8 +189,9 @@ print(json.dumps({"sympy": "sympy" in sys.modules, "U": [r.U.tolist() for r in r
 
 def test_a_process_whose_cache_holds_the_models_never_imports_sympy(tmp_path):
     """The structures (keys, flags, array code) are read from the model cache under the hash
-    of the recorded operations: SymPy runs in the first process only, and a damaged entry is
-    derived and written again, with the same results every time."""
+    of the recorded operations: SymPy runs in the first process only, and an entry that is
+    damaged, or whose H is not the model's, is derived and written again, with the same
+    results every time."""
     env = os.environ | {"MFGWORK_MODEL_CACHE": str(tmp_path), "PYTHONPATH": str(ROOT)}
 
     def run() -> dict:
@@ -204,9 +205,39 @@ def test_a_process_whose_cache_holds_the_models_never_imports_sympy(tmp_path):
     entries[0].write_text('{"names": ["q"], "key": 3')     # damaged: derived again
     third = run()
     assert third["sympy"] and json.loads(entries[0].read_text())["key"]
-    for later in (second, third):
+    changed = json.loads(entries[1].read_text())   # valid, but its H is not the model's
+    written = changed["sources"]["value"]
+    changed["sources"]["value"] = written.replace("return", "return 2.0 *")
+    entries[1].write_text(json.dumps(changed))
+    fourth = run()
+    assert fourth["sympy"] and json.loads(entries[1].read_text())["sources"]["value"] == written
+    for later in (second, third, fourth):
         assert later["converged"] == first["converged"] == [True, True]
         assert later["U"] == first["U"]
+
+
+def test_a_generated_module_is_found_by_name_and_a_damaged_one_written_again(tmp_path,
+                                                                          monkeypatch):
+    """A module written by an earlier process is imported without generating its source;
+    one changed or damaged from outside (its digest line does not match, or it does not
+    import) is generated and written again."""
+    from mfgwork.numerics.fdm import numba_kernels
+
+    monkeypatch.setenv("MFGWORK_MODEL_CACHE", str(tmp_path))
+    made = []
+
+    def load():
+        return numba_kernels.load_cached({}, "key", lambda: made.append(1) or "VALUE = 42\n",
+                                         "mfgwork_probe", lambda: ("template",))
+
+    assert load().VALUE == 42 and made == [1]
+    assert load().VALUE == 42 and made == [1]          # found by its name: not generated
+    (path,) = tmp_path.glob("mfgwork_probe_*.py")
+    signed = path.read_text()
+    for damage in ("garbage (\n", signed.replace("42", "43")):   # broken, or changed
+        path.write_text(damage)
+        assert load().VALUE == 42 and path.read_text() == signed
+    assert made == [1, 1, 1]
 
 
 def test_the_recorded_operations_name_the_structure():

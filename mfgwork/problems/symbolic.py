@@ -242,7 +242,7 @@ def _cached_structure(hamiltonian: Any, fields: dict[str, float]) -> Structure |
     if path is not None:
         found = _read_summary(path, lambda: _trace_structure(hamiltonian, fields,
                                                              symbolic=True).expressions)
-        if found is not None:
+        if found is not None and _agrees(found, hamiltonian, fields):
             return found
     structure = _trace_structure(hamiltonian, fields, symbolic=True)
     if path is not None and isinstance(structure, Structure):
@@ -285,6 +285,31 @@ def _read_summary(path: Path, derive: Any) -> Structure | None:
             and all(isinstance(v, str) for v in sources.values())):
         return None
     return Structure(names, key=key, sources=sources, derive=derive, **flags)
+
+
+#: Points (x, p, m) at which a structure read from the cache must give the model's own H.
+_PROBE = tuple(np.meshgrid(np.linspace(-1.0, 1.0, 3), np.array([-2.5, -0.4, 0.0, 0.3, 1.7]),
+                           np.array([0.0, 0.6, 3.0]), indexing="ij"))
+
+
+def _agrees(structure: Structure, hamiltonian: Any, fields: dict[str, float]) -> bool:
+    """Whether every array code of a structure read from the cache compiles and its H is
+    the model's own ``value`` at :data:`_PROBE` (relative 1e-9): an entry changed or
+    damaged from outside is derived and written again. (Its ∂p H is checked against the
+    slopes of ``value`` by :meth:`~mfgwork.problems.hamiltonians.Hamiltonian.check`.)"""
+    x, p, m = _PROBE
+    try:
+        functions = {name: _compiled_source(text) for name, text in structure.sources.items()}
+        with np.errstate(all="ignore"):
+            derived = np.asarray(functions["value"](x, p, m, np, *(
+                fields[k] for k in structure.names)), dtype=np.float64)
+            given = np.asarray(type(hamiltonian).value(
+                hamiltonian, x, p, m if structure.reads_m else None, np), dtype=np.float64)
+    except Exception:  # noqa: BLE001 - code that does not run: the entry is not used
+        return False
+    structure.array.update(functions)
+    return bool(np.allclose(derived, given * np.ones_like(derived), rtol=1e-9, atol=1e-12,
+                            equal_nan=True))
 
 
 def _write_summary(path: Path, structure: Structure) -> None:

@@ -63,29 +63,45 @@ def load_cached(cache: dict, key: str, source: Callable[[], str], prefix: str,
     of a process from the model cache folder, under ``prefix`` and the hash of ``key``,
     ``parts()`` (the other texts its source is made of: header, templates) and the generator's
     fingerprint; where no earlier process wrote it, ``source()`` (SymPy's printers) is written
-    there (once, atomically) and imported. None where the source cannot be written
+    there (once, atomically) and imported; so is a file found there that does not import
+    (damaged from outside: it is written again). None where the source cannot be written
     (``source()`` raised NotImplementedError: the reason is cached in its place)."""
     if key not in cache:
         text = "|".join((generator_fingerprint(), key, *parts()))
         name = f"{prefix}_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
         path = _found(name)
-        if path is None:
+        if path is not None:
             try:
-                path = _written_module(name, source())
+                cache[key] = _imported(name, path)
+            except Exception:  # noqa: BLE001 - a damaged file: generated and written again
+                sys.modules.pop(name, None)
+        if key not in cache:
+            try:
+                cache[key] = _imported(name, _written_module(name, source()))
             except NotImplementedError as exc:
                 cache[key] = str(exc)
-        if key not in cache:
-            cache[key] = _imported(name, path)
     module = cache[key]
     return None if isinstance(module, str) else module
 
 
 def _found(name: str) -> Path | None:
-    """``name.py`` in the model cache folder (or this process's fallback), if written."""
+    """``name.py`` in the model cache folder (or this process's fallback), if written there
+    whole: its first line holds the digest of the rest (:func:`_signed`)."""
     for folder in (model_cache_dir(), _FALLBACK):
-        if folder is not None and (folder / f"{name}.py").is_file():
-            return folder / f"{name}.py"
+        path = None if folder is None else folder / f"{name}.py"
+        if path is not None and path.is_file():
+            try:
+                first, rest = path.read_text().split("\n", 1)
+            except (OSError, UnicodeError, ValueError):
+                continue
+            if _signed(rest).split("\n", 1)[0] == first:
+                return path
     return None
+
+
+def _signed(source: str) -> str:
+    """``source`` after a first line holding its SHA-256 (a changed file is told apart)."""
+    return f"# sha256 {hashlib.sha256(source.encode()).hexdigest()}\n{source}"
 
 
 def _written_module(name: str, source: str) -> Path:
@@ -113,8 +129,9 @@ def _imported(name: str, path: Path) -> ModuleType:
 
 
 def _written(folder: Path, name: str, source: str) -> Path:
-    """``folder/name.py`` holding ``source`` (written atomically unless it already does)."""
-    path = folder / f"{name}.py"
+    """``folder/name.py`` holding ``source`` signed (:func:`_signed`; written atomically
+    unless it already does)."""
+    path, source = folder / f"{name}.py", _signed(source)
     if not (path.is_file() and path.read_text() == source):
         folder.mkdir(parents=True, exist_ok=True)
         with atomic_file(path) as fh:
