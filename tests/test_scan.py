@@ -222,7 +222,10 @@ def test_resume_after_sigkill(tmp_path):
 
 
 def _done_chunks(store: Path) -> list[Path]:
-    return sorted(p for p in (store / "done" / "c").rglob("*") if p.is_file()) \
+    """The chunk files of the ``done`` array (not a write cut off by a kill: zarr writes
+    ``<chunk>.<hex>.partial`` and renames it; a resume removes it)."""
+    return sorted(p for p in (store / "done" / "c").rglob("*")
+                  if p.is_file() and not p.name.endswith(".partial")) \
         if (store / "done" / "c").is_dir() else []
 
 
@@ -230,7 +233,7 @@ def _stamps(store: Path) -> dict[str, tuple[int, int]]:
     """Inode and mtime of every chunk file: a rewritten chunk gets a new inode (zarr writes a
     temporary file and renames it)."""
     return {str(p.relative_to(store)): (p.stat().st_ino, p.stat().st_mtime_ns)
-            for p in store.rglob("c/**/*") if p.is_file()}
+            for p in store.rglob("c/**/*") if p.is_file() and not p.name.endswith(".partial")}
 
 
 def _leftovers(folder: Path) -> list[str]:
