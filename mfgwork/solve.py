@@ -17,7 +17,7 @@ import numpy as np
 from .best_response import solvers
 from .core import memory
 from .core.backend import BACKENDS, Backend, get_backend, to_numpy
-from .core.compile_clock import compile_clock
+from .core.compile_clock import compile_clock, seconds_since
 from .core.compiling import check_compile_steps
 from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag, warn
 from .core.progress import progress_bar
@@ -111,7 +111,7 @@ def _batch_solver(problems: Sequence[Any]) -> Callable[..., list[Any]]:
             solver_for(p, SOLVERS)
         except ParameterError as exc:   # not a problem at all: said with its place
             raise ParameterError(f"problem[{i}]{str(exc)[len('problem'):]}") from None
-    kinds = [next((k for k in type(p).__mro__ if k in BATCH_SOLVERS), None) for p in problems]
+    kinds = [kind_in(p, BATCH_SOLVERS) for p in problems]
     if kinds[0] is None:
         raise ParameterError(f"problem[0]={problems[0]!r:.80} is invalid in a list: a "
                              f"{type(problems[0]).__name__} has no batched path; solve each "
@@ -125,12 +125,18 @@ def _batch_solver(problems: Sequence[Any]) -> Callable[..., list[Any]]:
     return BATCH_SOLVERS[kinds[0]]
 
 
+def kind_in(problem: Any, table: dict[type, Any]) -> type | None:
+    """The most specific type of ``problem`` that ``table`` holds (the first class of its
+    method resolution order there), or None."""
+    return next((kind for kind in type(problem).__mro__ if kind in table), None)
+
+
 def solver_for(problem: Any, table: dict[type, Callable[..., Any]]) -> Callable[..., Any]:
-    """The entry of ``table`` for ``problem``: that of its most specific type (the first
-    class of its method resolution order that the table holds)."""
-    for kind in type(problem).__mro__:
-        if kind in table:
-            return table[kind]
+    """The entry of ``table`` for ``problem``: that of its most specific type
+    (:func:`kind_in`)."""
+    kind = kind_in(problem, table)
+    if kind is not None:
+        return table[kind]
     kinds = [f"an mfgwork.{k.__name__}" for k in table]
     one_of = ", ".join(kinds[:-1]) + " or " + kinds[-1] if len(kinds) > 1 else kinds[0]
     raise ParameterError(f"problem={problem!r:.80} is invalid: must be {one_of} "
@@ -248,7 +254,7 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     coupling = problem.coupling(grid, be)
     fd, hjb, fp, fp_params = solvers(problem, grid, be, method, n_particles, seed,
                                              compile_steps, max_memory)
-    setup = time.perf_counter() - started - (compile_clock() - built)
+    setup = seconds_since(started, built)
     compiled: dict[str, float] = {}
     hjb = _compile_first(hjb, be, compiled, problem.hamiltonian)
     newton = (_batch_newton([coupling], iteration, grid, [problem], be, tol)
@@ -385,7 +391,7 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
     coupling = batch_coupling(couplings, be)
     fd = FiniteDifferences(grid, np.array([[p.nu] for p in problems]), be,
                            hamiltonian=problems[0].hamiltonian, compile_steps=compile_steps)
-    setup = time.perf_counter() - started - (compile_clock() - built)
+    setup = seconds_since(started, built)
     newton = (_batch_newton(couplings, iteration, grid, problems, be, tol)
               or _frozen_density_newton(couplings, iteration, grid, problems, be, tol,
                                         coarse and not warm, max_iter, max_memory,
@@ -585,7 +591,7 @@ def _equilibrium(newton: BatchNewton | None, problems: Sequence[MFGProblem], cou
         warm = initial_state(starts if batched else starts[0], problems, grid, be,
                              batched=batched)
         coarse_iterations = [r.iterations for r in starts]
-    coarse_seconds = time.perf_counter() - started - (compile_clock() - built)
+    coarse_seconds = seconds_since(started, built)
     if newton is not None:
         out = _run_newton(newton, coupling, hjb, fp, m0, U_T, max_iter, progress,
                           batched=batched, **warm)

@@ -42,11 +42,16 @@ def _watch(triton: Any) -> None:
     knobs.listener = listener
 
 
+def seconds_since(started: float, built: float) -> float:
+    """The seconds since ``started`` (``time.perf_counter``) less Triton's builds since
+    ``built`` (:func:`compile_clock`)."""
+    return time.perf_counter() - started - (compile_clock() - built)
+
+
 def book_phase(timings: dict[str, float], name: str, started: float, built: float) -> None:
-    """Add the phase ``name`` to ``timings`` (and to its ``total``): the seconds since
-    ``started`` (``time.perf_counter``) less Triton's builds since ``built``
-    (:func:`compile_clock`), which go to ``timings["compile"]``."""
+    """Add the phase ``name`` to ``timings`` (and to its ``total``): :func:`seconds_since`
+    ``started`` and ``built``; Triton's builds since go to ``timings["compile"]``."""
     compiled = compile_clock() - built
-    timings[name] = time.perf_counter() - started - compiled
+    timings[name] = seconds_since(started, built)
     timings["compile"] = timings.get("compile", 0.0) + compiled
     timings["total"] += timings[name] + compiled

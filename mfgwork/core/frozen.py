@@ -46,18 +46,14 @@ class FrozenList(list):
 
 def freeze(value: Any) -> Any:
     """``value`` with every dict a :class:`FrozenDict` and every list a :class:`FrozenList`,
-    all the way down (tuples rebuilt around their frozen items; anything else as it is)."""
+    all the way down (tuples rebuilt around their frozen items; anything else as it is; a
+    frozen container, made here, as it is)."""
+    if isinstance(value, FrozenDict | FrozenList):
+        return value
     if isinstance(value, dict):
-        return value if isinstance(value, FrozenDict) and _frozen_items(value.values()) \
-            else FrozenDict({k: freeze(v) for k, v in value.items()})
+        return FrozenDict({k: freeze(v) for k, v in value.items()})
     if isinstance(value, list):
-        return value if isinstance(value, FrozenList) and _frozen_items(value) \
-            else FrozenList(freeze(v) for v in value)
+        return FrozenList(freeze(v) for v in value)
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
         return tuple(freeze(v) for v in value)
     return value
-
-
-def _frozen_items(items: Any) -> bool:
-    """Whether no item is a plain dict or list (a frozen container holds only frozen ones)."""
-    return not any(type(v) in (dict, list) for v in items)

@@ -299,15 +299,15 @@ def _agrees(structure: Structure, hamiltonian: Any, fields: dict[str, float]) ->
     slopes of ``value`` by :meth:`~mfgwork.problems.hamiltonians.Hamiltonian.check`.)"""
     x, p, m = _PROBE
     try:
-        functions = {name: _compiled_source(text) for name, text in structure.sources.items()}
+        for name in structure.sources:
+            structure.function(name)
         with np.errstate(all="ignore"):
-            derived = np.asarray(functions["value"](x, p, m, np, *(
+            derived = np.asarray(structure.function("value")(x, p, m, np, *(
                 fields[k] for k in structure.names)), dtype=np.float64)
             given = np.asarray(type(hamiltonian).value(
                 hamiltonian, x, p, m if structure.reads_m else None, np), dtype=np.float64)
     except Exception:  # noqa: BLE001 - code that does not run: the entry is not used
         return False
-    structure.array.update(functions)
     return bool(np.allclose(derived, given * np.ones_like(derived), rtol=1e-9, atol=1e-12,
                             equal_nan=True))
 
@@ -579,15 +579,15 @@ def _ramps(expr: Any) -> Any:
     return expr.replace(lambda e: e.is_Add and fold(e) != e, fold)
 
 
-def _pair_source(structure: Expressions) -> str:
+def _pair_source(expressions: Expressions) -> str:
     """Source of ``f(x, p, m, xp, *fields)`` returning (H, ∂p H) elementwise together, their
     common sub-expressions computed once (``sympy.cse``, the powers shared as in
     :func:`scalar_source`): the fewest array operations, each a kernel launch on a device."""
     sp = _sympy()
-    value = _share_powers(structure.value, structure.dp)
-    shared, (h, hp) = sp.cse([_ramps(value), _ramps(structure.dp)], optimizations="basic")
+    value = _share_powers(expressions.value, expressions.dp)
+    shared, (h, hp) = sp.cse([_ramps(value), _ramps(expressions.dp)], optimizations="basic")
     scalar_cls, array_cls = _printers()
-    names = {s: f"k{i}" for i, s in enumerate(structure.symbols)}
+    names = {s: f"k{i}" for i, s in enumerate(expressions.symbols)}
     names |= {sym: f"t{j}" for j, (sym, _) in enumerate(shared)}
     printer = array_cls(names)
     printer.scalar = scalar_cls(names)

@@ -94,14 +94,19 @@ def _found(name: str) -> Path | None:
                 first, rest = path.read_text().split("\n", 1)
             except (OSError, UnicodeError, ValueError):
                 continue
-            if _signed(rest).split("\n", 1)[0] == first:
+            if first == _signature(rest):
                 return path
     return None
 
 
+def _signature(source: str) -> str:
+    """The first line of a generated module: the SHA-256 of the rest, ``source``."""
+    return f"# sha256 {hashlib.sha256(source.encode()).hexdigest()}"
+
+
 def _signed(source: str) -> str:
-    """``source`` after a first line holding its SHA-256 (a changed file is told apart)."""
-    return f"# sha256 {hashlib.sha256(source.encode()).hexdigest()}\n{source}"
+    """``source`` after its :func:`_signature` (a file changed from outside is told apart)."""
+    return f"{_signature(source)}\n{source}"
 
 
 def _written_module(name: str, source: str) -> Path:
