@@ -22,6 +22,7 @@ from .best_response import batch_residuals_on, residual_on
 from .core.backend import Backend, get_backend
 from .core.compile_clock import book_phase, compile_clock
 from .core.errors import ConvergenceWarning, warn
+from .core.frozen import freeze
 from .problems.base import MFGProblem
 from .results import Result
 
@@ -50,10 +51,10 @@ def certify_in_float64(results: list[Result], problems: Sequence[MFGProblem], be
     residuals = dict(zip(checked, float64_residuals([results[b] for b in checked],
                                                      [problems[b] for b in checked], be),
                          strict=True))
-    failed, out = [], []
+    failed, changes = [], []
     for b, res in enumerate(results):
         if b not in residuals:
-            out.append(res)
+            changes.append({})
             continue
         residual = float(residuals[b])
         held = residual <= tol
@@ -69,15 +70,17 @@ def certify_in_float64(results: list[Result], problems: Sequence[MFGProblem], be
                                  f"{res.residual:.3g}, float32 rounding amplified by the "
                                  "coupling")
         status = "converged" if held else ("failed" if res.converged else res.status)
-        out.append(replace(res, residual=residual, extra=res.extra | {"certificate": record},
-                           converged=held, status=status))
+        changes.append({"residual": residual, "extra": res.extra | {"certificate": record},
+                        "converged": held, "status": status})
     if failed:
         warn(f"the float32 certificate did not hold in float64 for {len(failed)} of "
              f"{len(results)} problems (float64 residual up to {max(failed):.3g} > "
              f"tol={tol:g}); returning them with converged=False",
              ConvergenceWarning)
     book_phase(timings, "certify", started, built)
-    return [replace(res, timings=timings) for res in out]   # (results hold frozen copies)
+    shared = freeze(timings)   # (results hold frozen copies)
+    return [replace(res, timings=shared, **change)
+            for res, change in zip(results, changes, strict=True)]
 
 
 def float64_residuals(results: list[Result], problems: Sequence[MFGProblem], be: Backend
@@ -134,7 +137,8 @@ def finish_in_float64(results: list[Result], problems: Sequence[MFGProblem], be:
             else:
                 out[b] = replace(out[b], extra=before.extra | {"finished": record})
     book_phase(timings, "finish", started, built)
-    out = [replace(res, timings=timings) for res in out]   # (results hold frozen copies)
+    shared = freeze(timings)   # (results hold frozen copies)
+    out = [replace(res, timings=shared) for res in out]
     left = [r.residual for r in out if not r.converged]
     if left:
         warn(f"{len(left)} of {len(results)} float32 problems did not converge, also "

@@ -20,6 +20,7 @@ from .core.backend import BACKENDS, Backend, get_backend, to_numpy
 from .core.compile_clock import compile_clock, seconds_since
 from .core.compiling import check_compile_steps
 from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag, warn
+from .core.frozen import freeze
 from .core.progress import progress_bar
 from .finite_state import solve_two_state
 from .numerics.batch_newton import (
@@ -44,7 +45,13 @@ from .numerics.potential import PotentialNewton
 from .placement import placement
 from .precision import certify_in_float64, finish_in_float64, has_float64
 from .problems import TwoStateElFarol
-from .problems.base import MFGProblem, batch_coupling, member_arrays, warn_unresolved
+from .problems.base import (
+    MFGProblem,
+    batch_coupling,
+    member_arrays,
+    member_summaries,
+    warn_unresolved,
+)
 from .results import Result, derive_status
 from .warm_start import densities_on, initial_state, per_problem
 
@@ -416,16 +423,18 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
         settings = {"method": "fdm", "tol": tol, "max_iter": max_iter,
                     "iteration": _describe(scheme, newton),
                     "batch_size": len(problems)} | placed
-        extra = {"newton_iterations": fd.newton_iterations, "batch_size": len(problems),
-                 **_model_extra(couplings, problems, iteration, newton),
-                 "fdm_kernels": fd.kernels.name, "compiled_steps": fd.compiled_steps}
+        extra = freeze({"newton_iterations": fd.newton_iterations,
+                        "batch_size": len(problems),
+                        **_model_extra(couplings, problems, iteration, newton),
+                        "fdm_kernels": fd.kernels.name, "compiled_steps": fd.compiled_steps})
         building = time.perf_counter()
         results = _results(problems, grid, be, out, True, settings, timings,
                            [extra | _newton_extra(newton, coarse_iterations, b)
                             for b in range(len(problems))])
         timings["results"] = time.perf_counter() - building   # the members share timings
         timings["total"] += timings["results"]
-        results = [replace(r, timings=timings) for r in results]   # (frozen copies)
+        shared = freeze(timings)   # (results hold frozen copies)
+        results = [replace(r, timings=shared) for r in results]
         if final:
             results = certify_in_float64(results, problems, be, tol, timings)
     if not finishing:
@@ -763,19 +772,21 @@ def _results(problems: Sequence[MFGProblem], grid: Any, be: Backend, out: FixedP
     Us, Ms = (out.U, out.M) if batched else (out.U[None], out.M[None])
     x, t = be.asarray(grid.x), be.asarray(grid.t)
     observables = _member_observables(problems, grid, Ms, be)
-    host: list[dict[str, np.ndarray]] = [{} for _ in problems]
+    host = {}   # {name: (the members that have it, their values stacked on the host)}
     for key in dict.fromkeys(k for o in observables for k in o):
         having = [b for b, o in enumerate(observables) if key in o]
-        values = to_numpy(be.xp.stack([observables[b][key] for b in having]))
-        for i, b in enumerate(having):
-            host[b][key] = values[i]
+        host[key] = having, to_numpy(be.xp.stack([observables[b][key] for b in having]))
+    summaries = member_summaries(problems, grid, host)
     converged, residual, iterations = (np.asarray(to_numpy(v)).reshape(-1) for v in (
         out.converged, out.residual, out.iterations))
-    history = out.history.as_dict()   # the batch's: one record shared by its members
+    # what the members share is frozen once (a Result freezes its mappings, keeping frozen
+    # ones as they are): the batch's history, timings and settings
+    history, timings = freeze(out.history.as_dict()), freeze(timings)
+    shared = freeze({"nx": grid.nx, "nt": grid.nt} | settings | {
+        "backend": be.name, "device": be.device, "dtype": be.dtype})
     results = []
     for b, p in enumerate(problems):
-        params = p.params() | {"nx": grid.nx, "nt": grid.nt} | settings | {
-            "backend": be.name, "device": be.device, "dtype": be.dtype}
+        params = p.params() | shared
         status = (derive_status(bool(converged[b]), int(iterations[b]), settings["max_iter"])
                   if out.status is None else str(out.status[b]))
         results.append(Result(
@@ -783,7 +794,7 @@ def _results(problems: Sequence[MFGProblem], grid: Any, be: Backend, out: FixedP
             residual=float(residual[b]), status=status, iterations=int(iterations[b]),
             history=history, params=params, timings=timings, backend=be.name,
             device=be.device, dtype=be.dtype, method=settings["method"],
-            observables=observables[b], summary=p.summary(grid, host[b]),
+            observables=observables[b], summary=summaries[b],
             state_name=p.state_name, extra=extras[b]))
     return results
 

@@ -12,7 +12,7 @@ import numpy as np
 import mfgwork as mw
 from mfgwork.core.backend import get_backend
 from mfgwork.numerics.batch_newton import member_potentials
-from mfgwork.problems.base import ScalarPotential
+from mfgwork.problems.base import ScalarPotential, member_summaries
 from mfgwork.solve import _member_observables
 from mfgwork.warm_start import _path, _result_paths
 
@@ -42,6 +42,28 @@ def test_observables_of_a_batch_equal_each_members_own():
                 np.testing.assert_allclose(np.asarray(together[b][k]), np.asarray(own[k]),
                                            rtol=1e-14, atol=0)
         assert float(together[2]["above"][0]) == 0.55
+
+
+class OwnSummary(mw.SantaFeBar):
+    """A summary of its own below the class whose ``summaries`` computes a batch at once."""
+
+    def summary(self, grid, observables):
+        return {"peak": float(np.max(observables["attendance"])) + self.threshold}
+
+
+def test_summaries_of_a_batch_equal_each_members_own():
+    problems = _problems() + [OwnSummary(threshold=0.5), mw.SantaFeBar(threshold=0.65),
+                              OwnSummary(threshold=0.2)]
+    grid = problems[0].grid(31, 21)
+    be = get_backend("numpy")
+    Ms = np.random.default_rng(4).random((len(problems), grid.nt + 1, grid.nx))
+    observables = _member_observables(problems, grid, Ms, be)
+    host = {k: (list(range(len(problems))), np.stack([o[k] for o in observables]))
+            for k in observables[0]}
+    together = member_summaries(problems, grid, host)   # each class's rows picked out
+    for b, p in enumerate(problems):
+        assert together[b] == p.summary(grid, observables[b])
+    assert set(together[2]) == {"peak"} and together[1]["time_overcrowded"] >= 0.0
 
 
 def test_price_slopes_of_members_in_one_call_equal_one_by_one():

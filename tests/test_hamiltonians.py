@@ -88,3 +88,18 @@ def test_parameters_out_of_range_are_named(make, words):
 def test_a_non_hamiltonian_is_refused():
     with pytest.raises(ParameterError, match="hamiltonian="):
         hm.check_hamiltonian(lambda p: p * p, X)
+
+
+def test_a_shipped_model_is_checked_once_per_domain_a_subclass_every_time(monkeypatch):
+    calls = []
+    check = hm.Hamiltonian.check
+    monkeypatch.setattr(hm.Hamiltonian, "check", lambda self, x: calls.append(
+        type(self).__name__) or check(self, x))
+    hm._check_shipped.cache_clear()
+    for x in (X, X, X + 1.0):
+        hm.check_hamiltonian(hm.Power(1.7), x)
+    assert calls == ["Power", "Power"]   # equal models on one domain share the check
+    for _ in range(2):   # a subclass (which may be changed) is checked, and refused, each time
+        with pytest.raises(ParameterError, match="not finite"):
+            hm.check_hamiltonian(_NotFinite(), X)
+    assert calls[2:] == ["_NotFinite", "_NotFinite"]

@@ -532,3 +532,47 @@ def test_a_float32_scan_writes_and_opens_its_store(tmp_path):
     again = mw.open_scan(tmp_path / "f32.zarr")
     single = mw.solve(mw.SantaFeBar(threshold=0.7), nx=21, nt=21, tol=1e-8)
     assert np.abs(np.asarray(again["M"][1]) - single.M).max() < 1e-2 * single.M.max()
+
+
+def test_block_record_digests_pieces_in_parallel_and_earlier_records_still_verify(
+        store, monkeypatch):
+    """A block record holds BLAKE2b of each array's dtype and shape and of its pieces'
+    digests (computed on several threads); a record of plain digests (what earlier versions
+    wrote) is still checked as such."""
+    import hashlib
+
+    from mfgwork.workflows import scan_check
+    from mfgwork.workflows.scan_check import block_record, check_store, parse_record
+
+    def plain(a):
+        a = np.ascontiguousarray(a)
+        return hashlib.blake2b(f"{a.dtype.str}{a.shape}".encode() + a.tobytes(),
+                               digest_size=8).hexdigest()
+
+    a = np.random.default_rng(5).random((3, 7, 5)).astype(np.float32)   # 420 bytes
+    raw = a.tobytes()
+    pieces = b"".join(hashlib.blake2b(raw[k: k + 64], digest_size=16).digest()
+                      for k in range(0, len(raw), 64))
+    expected = hashlib.blake2b(f"{a.dtype.str}{a.shape}".encode() + pieces, digest_size=8)
+    with monkeypatch.context() as patched:   # many pieces, several threads
+        patched.setattr(scan_check, "PIECE_BYTES", 64)
+        assert parse_record(block_record({"M": a}))["M"] == "p" + expected.hexdigest()
+
+    mw.scan(mw.SantaFeBar, GRID, store=store, **KW)
+    group = zarr.open_group(str(store), mode="r+")
+    names = set(parse_record(group["digest"][BLOCK][0, 0]))
+    assert scan_check.value_digest(group["M"][BLOCK]) == plain(group["M"][BLOCK])
+    earlier = ";".join(f"{name}={scan_check.value_digest(group[name][BLOCK])}"
+                       for name in sorted(names))
+    group["digest"][BLOCK] = np.full((1, 2), earlier, dtype=object)
+    check = check_store(store)
+    assert check.finished.all() and check.damaged == []
+    M = group["M"][BLOCK]
+    group["M"][BLOCK] = M * 1.0001
+    assert [d.region for d in check_store(store).damaged] == [BLOCK]
+
+
+def test_a_write_leaves_zarr_configuration_as_it_was(store):
+    before = zarr.config.get("array.write_empty_chunks")
+    mw.scan(mw.SantaFeBar, GRID, store=store, **KW)
+    assert zarr.config.get("array.write_empty_chunks") == before

@@ -100,6 +100,16 @@ def _latency_rows(data: Any) -> list[Row]:
              "solve_after_s": r["after"].get("solve_s")} for r in data["rows"]]
 
 
+def _outside_loop_rows(data: Any) -> list[Row]:
+    """The rows of ``benchmarks/outside_loop.py``: each box and dtype's batch and scan,
+    before and after."""
+    return [{"row": name, "batch_before_s": r["before"]["batch_s"],
+             "batch_after_s": r["after"]["batch_s"], "scan_before_s": r["before"]["scan_s"],
+             "scan_after_s": r["after"]["scan_s"],
+             "machinery": r["after"]["scan_s"] / r["after"]["batch_s"] - 1.0,
+             "converged": r["after"]["scan_converged"]} for name, r in data["rows"].items()]
+
+
 SECTIONS: list[Section] = [
     Section(
         "commands_2core.json", "The make commands on a two-core machine",
@@ -254,6 +264,23 @@ SECTIONS: list[Section] = [
         "first solve's own time inside the process, PyTorch's import (about 1.5 s) included; "
         "`seed` and `default` are later solves in one process.",
         LATENCY_COLUMNS, rows=_latency_rows, bars="after_s", label=("case",)),
+    Section(
+        "outside_loop_h200.json", "1024 points on one GPU: the batch and the scan (H200)",
+        "A 32 × 32 Santa Fe box at 201² (`benchmarks/outside_loop.py --device cuda --rounds 1 "
+        "--repeats 2`, `before` the code of the file's note, `after` the code that freezes a "
+        "batch's shared records once, sums a batch's summaries at once, moves its arrays to "
+        "the host in one transfer per name and digests a block in parallel beside its "
+        "writes): `easy` threshold 0.3–0.9 × σ 0.3–1.0, `hard` threshold 0.2–0.9 × ε "
+        "0.001–0.1 at σ 0.3; float32 to tol 1e-6, float64 to 1e-8. `batch` is "
+        "`mw.solve(list)`, `scan` is `mw.scan` into a new store, end to end; `machinery` is "
+        "scan / batch − 1 after.",
+        [Column("row", "box, dtype"), Column("batch_before_s", "batch before", seconds),
+         Column("batch_after_s", "batch after", seconds),
+         Column("scan_before_s", "scan before", seconds),
+         Column("scan_after_s", "scan after", seconds),
+         Column("machinery", "machinery after", number),
+         Column("converged", "converged", number)],
+        rows=_outside_loop_rows, bars="scan_after_s", label=("row",)),
     Section(
         "scan_gpus_h200x2.json", "A scan of 10⁵ points over one and two GPUs (2 × H200)",
         "Santa Fe threshold × σ × ε, 47 values each, at 201² in float32, tol 1e-6, one Dask "

@@ -137,6 +137,48 @@ class MFGProblem:
         """Scalar headline numbers from NumPy ``observables`` of one solution (JSON-ready)."""
         return {"final_mean_state": float(observables["mean_state"][-1])}
 
+    @classmethod
+    def summaries(cls, problems: Sequence[MFGProblem], grid: Grid,
+                  observables: dict[str, np.ndarray]) -> list[dict[str, float]]:
+        """The :meth:`summary` of each of ``problems`` (all of this class) from NumPy
+        ``observables`` stacked along a leading axis, one row per problem. A class may
+        override it to compute a batch's summaries at once."""
+        return [p.summary(grid, {k: v[b] for k, v in observables.items()})
+                for b, p in enumerate(problems)]
+
+
+def member_summaries(problems: Sequence[MFGProblem], grid: Grid,
+                     observables: dict[str, tuple[list[int], np.ndarray]]
+                     ) -> list[dict[str, float]]:
+    """The summary of each of a batch's ``problems`` from its NumPy ``observables``
+    ({name: (the members that have it, their values stacked)}): one :meth:`~MFGProblem.
+    summaries` call per class, unless the class overrides ``summary`` below the class that
+    defines ``summaries`` (then member by member)."""
+    out: list[dict[str, float]] = [{} for _ in problems]
+    classes: dict[type, list[int]] = {}
+    for b, p in enumerate(problems):
+        classes.setdefault(type(p), []).append(b)
+    for cls, members in classes.items():
+        rows = {}
+        for key, (having, values) in observables.items():
+            position = dict(zip(having, range(len(having)), strict=True))
+            if all(b in position for b in members):
+                rows[key] = (values if having == members
+                             else values[[position[b] for b in members]])
+        group = [problems[b] for b in members]
+        if issubclass(_definer(cls, "summaries"), _definer(cls, "summary")):
+            found = cls.summaries(group, grid, rows)
+        else:
+            found = MFGProblem.summaries(group, grid, rows)
+        for b, summary in zip(members, found, strict=True):
+            out[b] = summary
+    return out
+
+
+def _definer(cls: type, name: str) -> type:
+    """The class of ``cls``'s method resolution order that defines ``name``."""
+    return next(k for k in cls.__mro__ if name in vars(k))
+
 
 def warn_unresolved(problems: Sequence[Any], grid: Any) -> None:
     """One :class:`~mfgwork.core.errors.ResolutionWarning` per distinct reason the problems

@@ -36,6 +36,7 @@ cannot be traced (an operation outside the traced ``xp``) keeps the generic arra
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -322,5 +323,15 @@ def check_hamiltonian(value: object, x: np.ndarray) -> Hamiltonian:
         raise ParameterError(f"hamiltonian={value!r:.80} is invalid: must be an "
                              "mfgwork.Hamiltonian (Quadratic(), Power(q), Congestion(c, alpha) "
                              "or a subclass defining value)")
-    value.check(x)
+    if type(value) in SHIPPED.values():   # frozen, compared by value: checked once per domain
+        _check_shipped(value, tuple(np.asarray(x, dtype=np.float64).reshape(-1).tolist()))
+    else:
+        value.check(x)
     return value
+
+
+@lru_cache(maxsize=64)
+def _check_shipped(value: Hamiltonian, x: tuple[float, ...]) -> None:
+    """:meth:`Hamiltonian.check` of a shipped model on the nodes ``x`` (a refusal is not
+    cached: it is raised again)."""
+    value.check(np.asarray(x))

@@ -14,6 +14,7 @@ control volume with θ > 0 (½ at θ = 0 when 0 is a grid point), and A = Σ_i w
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import cached_property, lru_cache, partial
 from typing import Any
 
@@ -145,12 +146,22 @@ class SantaFeBar(MFGProblem):
             "attendance": backend.xp.sum(M * weights, axis=-1)}
 
     def summary(self, grid: Grid, observables: dict[str, np.ndarray]) -> dict[str, float]:
+        return self.summaries([self], grid, {k: np.asarray(v)[None]
+                                             for k, v in observables.items()})[0]
+
+    @classmethod
+    def summaries(cls, problems: Sequence[SantaFeBar], grid: Grid,
+                  observables: dict[str, np.ndarray]) -> list[dict[str, float]]:
+        """Mean, max and min attendance, the time A > A* (trapezoidal) and the final mean
+        preference of each problem, computed for the batch at once."""
         A = np.asarray(observables["attendance"], dtype=np.float64)
-        over = (A > self.threshold).astype(np.float64)
-        return {"mean_attendance": float(np.mean(A)), "max_attendance": float(np.max(A)),
-                "min_attendance": float(np.min(A)),
-                "time_overcrowded": float(np.sum(0.5 * (over[1:] + over[:-1]) * np.diff(grid.t))),
-                "final_mean_preference": float(observables["mean_state"][-1])}
+        over = (A > np.array([[p.threshold] for p in problems])).astype(np.float64)
+        columns = {"mean_attendance": np.mean(A, axis=-1), "max_attendance": np.max(A, axis=-1),
+                   "min_attendance": np.min(A, axis=-1),
+                   "time_overcrowded": np.sum(0.5 * (over[:, 1:] + over[:, :-1])
+                                              * np.diff(grid.t), axis=-1),
+                   "final_mean_preference": np.asarray(observables["mean_state"])[:, -1]}
+        return [{k: float(v[b]) for k, v in columns.items()} for b in range(len(problems))]
 
 
 def check_payoff(name: str, value: object) -> float:

@@ -13,7 +13,8 @@ Two records are kept, both checked by :func:`check_store`:
   differs. A store without one (written by an earlier mfgwork) is refused;
 - the *block records*: when a block is written
   (:func:`mfgwork.workflows.scan_store.write_region`), a digest of each variable's values in
-  the block (BLAKE2b of its dtype, shape and bytes; strings as UTF-8) is recorded in the
+  the block (BLAKE2b of its dtype, shape and bytes, the bytes digested in pieces on
+  several threads; strings as UTF-8) is recorded in the
   store's ``digest`` variable, after the data and before the ``done`` flag. Every block whose
   ``done`` chunk file exists is read back and compared (the work grows with the files on
   disk, not with the shape the metadata declares); each block whose chunks are missing,
@@ -32,7 +33,9 @@ import hashlib
 import itertools
 import json
 import math
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,8 +64,11 @@ __all__ = ["DIGEST", "DONE", "Damage", "StoreCheck", "block_record", "blocks", "
 WHOLE_BYTES, WHOLE_BLOCKS = 64 * 2**20, 4096
 
 
-def value_digest(values: Any) -> str:
-    """A short digest of an array's dtype, shape and values (strings compared as text)."""
+def value_digest(values: Any, pieces: bool = False) -> str:
+    """A short digest of an array's dtype, shape and values (strings compared as text):
+    BLAKE2b of them. With ``pieces`` (the digests of block records, marked by a leading
+    ``p``): the bytes are digested in pieces of :data:`PIECE_BYTES` on several threads, and
+    the pieces' digests digested (records written by earlier versions hold plain digests)."""
     a = np.asarray(values)
     h = hashlib.blake2b(digest_size=8)
     if a.dtype.kind in "OTUS":
@@ -70,14 +76,40 @@ def value_digest(values: Any) -> str:
         h.update("\x00".join(str(v) for v in a.ravel()).encode("utf-8", "surrogatepass"))
     else:
         h.update(f"{a.dtype.str}{a.shape}".encode())
-        h.update(np.ascontiguousarray(a).tobytes())
-    return h.hexdigest()
+        data = np.ascontiguousarray(a).reshape(-1).view(np.uint8)   # (no copy)
+        if not pieces:
+            h.update(data)
+        else:
+            for digest in _piece_digests(data):
+                h.update(digest)
+    return ("p" if pieces else "") + h.hexdigest()
+
+
+#: Bytes of a piece of an array that block records digest on its own (in parallel): part
+#: of the records' format (stores hold digests made with it).
+PIECE_BYTES = 16 * 2**20
+
+
+def _piece_digests(data: np.ndarray) -> list[bytes]:
+    """BLAKE2b digests of the consecutive :data:`PIECE_BYTES` pieces of ``data`` (bytes), on
+    up to one thread per core (hashing releases the GIL)."""
+    parts = [data[k: k + PIECE_BYTES] for k in range(0, data.size, PIECE_BYTES)] or [data]
+
+    def digest(part: np.ndarray) -> bytes:
+        return hashlib.blake2b(part, digest_size=16).digest()
+
+    threads = min(len(parts), os.cpu_count() or 1)
+    if threads < 2:
+        return [digest(part) for part in parts]
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="mfgwork-digest") as pool:
+        return list(pool.map(digest, parts))
 
 
 def block_record(arrays: Mapping[str, Any]) -> str:
-    """The record of a block's arrays: ``name=digest`` for each, sorted, ``;``-separated."""
-    return ";".join(f"{name}={value_digest(a)}" for name, a in sorted(arrays.items())
-                    if name not in (DONE, DIGEST))
+    """The record of a block's arrays: ``name=digest`` for each (in pieces, see
+    :func:`value_digest`), sorted, ``;``-separated."""
+    return ";".join(f"{name}={value_digest(a, pieces=True)}"
+                    for name, a in sorted(arrays.items()) if name not in (DONE, DIGEST))
 
 
 def parse_record(text: Any) -> dict[str, str] | None:
@@ -85,7 +117,7 @@ def parse_record(text: Any) -> dict[str, str] | None:
     out = {}
     for part in str(text).split(";"):
         name, sep, digest = part.partition("=")
-        if not (sep and name and len(digest) == 16):
+        if not (sep and name and len(digest.removeprefix("p")) == 16):
             return None
         out[name] = digest
     return out
@@ -240,7 +272,8 @@ def check_store(path: str | Path) -> StoreCheck:
             fail(i, name, f"has an unreadable chunk of {name} ({exc})")
 
         for index, values in _chunks(arr, ins, todo, unreadable):
-            if value_digest(values) != records[index][name]:
+            recorded = records[index][name]
+            if value_digest(values, pieces=recorded.startswith("p")) != recorded:
                 fail(index, name, f"holds values of {name} that differ from its record "
                                   "(a chunk missing, cut or changed)")
     finished = np.zeros(shape, dtype=bool)

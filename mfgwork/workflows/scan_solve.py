@@ -7,7 +7,7 @@ import os
 import time
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -158,9 +158,23 @@ def solve_points(problems: list[Problem], be: Backend, opts: Mapping[str, Any]
             pass
         else:
             share = (time.perf_counter() - started) / len(problems)
-            outcomes = [_outcome(r, share, opts) | {"finished_by": "batch"} for r in results]
+            outcomes = [_outcome(r, share, opts) | {"finished_by": "batch"}
+                        for r in _on_host(results, be)]
             return finish(problems, outcomes, [r.M for r in results], opts)
     return [_solve_one(p, kw, opts) for p in problems]
+
+
+def _on_host(results: list[Result], be: Backend) -> list[Result]:
+    """A batch's results with their arrays (grid, U, M, the observables all members have) as
+    NumPy arrays: one transfer per name for the whole batch, not one per point."""
+    xp, first = be.xp, results[0]
+    names = [k for k in first.observables if all(k in r.observables for r in results)]
+    U, M = (to_numpy(xp.stack([getattr(r, name) for r in results])) for name in ("U", "M"))
+    paths = {k: to_numpy(xp.stack([r.observables[k] for r in results])) for k in names}
+    x, t = to_numpy(first.x), to_numpy(first.t)
+    return [replace(r, x=x, t=t, U=U[b], M=M[b],
+                    observables=dict(r.observables) | {k: v[b] for k, v in paths.items()})
+            for b, r in enumerate(results)]
 
 
 def finish(problems: list[MFGProblem], outcomes: list[dict[str, Any]], iterates: list[Any],

@@ -26,8 +26,10 @@ import contextlib
 import itertools
 import os
 import stat
+import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -288,19 +290,29 @@ class ScanStore:
         write_region(self.path, region, arrays)
 
 
+#: Held while zarr's configuration is changed for a write (it is global to the process).
+_WRITING = threading.Lock()
+
+
 def write_region(path: str | os.PathLike, region: tuple[slice, ...],
                  arrays: Mapping[str, np.ndarray]) -> None:
     """Region write of one block into the store at ``path``: the data, then the block's
     record (:func:`~mfgwork.workflows.scan_check.block_record`), ``done`` last."""
     import zarr
 
-    group = zarr.open_group(str(path), mode="r+", zarr_format=3)
-    for name, value in arrays.items():
-        if name != DONE:
-            group[name][region] = value
-    shape = tuple(s.stop - s.start for s in region)
-    group[DIGEST][region] = np.full(shape, block_record(arrays), dtype=object)
-    group[DONE][region] = arrays[DONE]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mfgwork-record") as pool:
+        record = pool.submit(block_record, arrays)   # digested beside the writes
+        with _WRITING, zarr.config.set({"array.write_empty_chunks": True}):
+            # (every chunk is written: zarr's comparison of each with the fill value, to
+            # skip it, costs more than writing it)
+            group = zarr.open_group(str(path), mode="r+", zarr_format=3)
+            for name, value in arrays.items():
+                if name != DONE:
+                    group[name][region] = value
+            shape = tuple(s.stop - s.start for s in region)
+            group[DIGEST][region] = np.full(shape, record.result(), dtype=object)
+            group[DONE][region] = arrays[DONE]
+
 
 
 def digest_variable(dims: tuple[str, ...], shape: tuple[int, ...]) -> object:
