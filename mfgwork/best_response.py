@@ -1,17 +1,16 @@
 """One best response to a solution, and its relative fixed-point residual: what certifies an
 equilibrium (:meth:`mfgwork.Result.check`) and what the solvers' HJB and FP steps are built
-from. Below the front door's solve and results modules, which both use it.
+from. Below the front door's solve module, which uses it.
 
 The residual of a solution with coupling state z (Santa Fe and the two-state game: the
 attendance path at levels 1..nt; otherwise the density path) is
 ‖z(BR(z)) − z‖₂ / ‖z(BR(z))‖₂, where BR(z) solves HJB for the running cost of z and then FP.
-Each problem kind has its residual in :data:`RESIDUALS` (a table from problem type to
-function; a new kind adds one entry).
+Each problem kind has its residual in :data:`mfgwork.results.CERTIFICATES` (a table from
+problem type to function, filled here, where the solvers are; a new kind adds one entry).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,10 +23,11 @@ from .numerics.finite_state import TwoStateScheme
 from .numerics.iteration import FPSolver, HJBSolver, frozen_args, relative_residual
 from .numerics.particles import ParticleFP
 from .numerics.populations import populations_residual
-from .problems import TwoStateElFarol, problem_from_params
+from .problems import TwoStateElFarol
 from .problems.base import MFGProblem, batch_coupling, member_arrays
 from .problems.populations import Populations
 from .problems.two_d import MFGProblem2D
+from .results import CERTIFICATES
 
 
 def solvers(problem: MFGProblem, grid: Any, be: Backend, method: str,
@@ -60,23 +60,9 @@ def on_host(solve_hjb: Any, be: Backend) -> Any:
     return hjb
 
 
-def best_response_residual(result: Any, problem: Any = None) -> float:
-    """‖z(BR(z)) − z‖₂ / ‖z(BR(z))‖₂ for the coupling state z of ``result.M``: one best
-    response computed as the solve did (continuous problems: method, backend, device, dtype
-    and particles from ``result.params``; NumPy float64 for a float32 result re-certified in
-    float64, whose ``extra`` has a ``"certificate"``). ``problem`` defaults to the problem
-    of ``result.params`` rebuilt from the registry (:data:`mfgwork.problems.PROBLEMS`)."""
-    if problem is None:
-        problem = problem_from_params(result.params)
-    for kind in type(problem).__mro__:
-        if kind in RESIDUALS:
-            return RESIDUALS[kind](result, problem)
-    raise ParameterError(f"problem={problem!r:.80} is invalid: must be one of "
-                         f"{', '.join(f'mfgwork.{k.__name__}' for k in RESIDUALS)}")
-
-
 def continuous_residual(result: Any, problem: MFGProblem) -> float:
-    """:func:`best_response_residual` of a continuous problem's result."""
+    """The best-response residual of a continuous problem's result (:meth:`mfgwork.Result.
+    check`)."""
     if "certificate" in result.extra:   # a float32 result re-certified in float64
         return residual_on(result, problem, get_backend("numpy", "cpu", "float64"))
     return residual_on(result, problem,
@@ -84,8 +70,8 @@ def continuous_residual(result: Any, problem: MFGProblem) -> float:
 
 
 def residual_on(result: Any, problem: MFGProblem, be: Backend) -> float:
-    """:func:`best_response_residual` of ``result`` for the continuous ``problem``, computed
-    on ``be``."""
+    """The best-response residual of ``result`` for the continuous ``problem``, computed on
+    ``be``."""
     M = to_numpy(result.M)
     nt, nx = M.shape[0] - 1, M.shape[1]
     grid = problem.grid(nx, nt)
@@ -125,7 +111,7 @@ def batch_residuals_on(results: list[Any], problems: list[MFGProblem], be: Backe
 
 
 def two_state_residual(result: Any, problem: TwoStateElFarol) -> float:
-    """:func:`best_response_residual` of a two-state result: the attendance path
+    """The best-response residual of a two-state result: the attendance path
     A = M[1:, 1] against that of one best response to it (the implicit sweeps of
     :class:`~mfgwork.numerics.finite_state.TwoStateScheme`, rates from the carried gap)."""
     M = np.asarray(to_numpy(result.M), dtype=np.float64)
@@ -151,7 +137,6 @@ def best_response_residual_2d(result: Any, problem: MFGProblem2D) -> float:
     return float(res[0])
 
 
-#: The residual of each problem kind (the entry of the problem's most specific class).
-RESIDUALS: dict[type, Callable[[Any, Any], float]] = {
+CERTIFICATES.update({
     MFGProblem: continuous_residual, TwoStateElFarol: two_state_residual,
-    Populations: populations_residual, MFGProblem2D: best_response_residual_2d}
+    Populations: populations_residual, MFGProblem2D: best_response_residual_2d})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -18,7 +19,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .best_response import best_response_residual
 from .core import storage
 from .core.backend import to_numpy
 from .core.errors import LoadError, ParameterError, warn
@@ -27,6 +27,7 @@ from .core.figures import save_figure
 from .core.frozen import freeze
 from .core.grid import trapezoid_weights
 from .core.storage import load_table, provenance
+from .problems import problem_from_params
 
 __all__ = ["DIGESTS", "FIELDS", "RESULT_CLASSES", "STATUSES", "Result", "Status",
            "array_digest", "derive_status", "load", "load_table", "provenance", "save_run"]
@@ -90,6 +91,11 @@ class ObservablesByName:
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r} (observables: "
                              f"{', '.join(observables) or 'none'})")
 
+
+#: The best-response residual of each problem kind, ``(result, problem) -> float`` (the
+#: entry of the problem's most specific class): :meth:`Result.check`. Filled by
+#: :mod:`mfgwork.best_response`, where the solvers are: this module imports none.
+CERTIFICATES: dict[type, Callable[[Any, Any], float]] = {}
 
 #: The mappings of a :class:`Result`, read-only (:func:`~mfgwork.core.frozen.freeze`).
 MAPPINGS = ("history", "params", "timings", "observables", "summary", "extra", "labels",
@@ -245,7 +251,13 @@ class Result(ObservablesByName):
         the registry (:data:`mfgwork.problems.PROBLEMS`: Santa Fe, the two-state game; also
         one read by ``mw.load``) rebuilds it from ``params``, any other problem must be
         passed."""
-        return best_response_residual(self, problem)
+        if problem is None:
+            problem = problem_from_params(self.params)
+        for kind in type(problem).__mro__:
+            if kind in CERTIFICATES:
+                return CERTIFICATES[kind](self, problem)
+        raise ParameterError(f"problem={problem!r:.80} is invalid: must be one of "
+                             f"{', '.join(f'mfgwork.{k.__name__}' for k in CERTIFICATES)}")
 
     def metrics(self) -> dict[str, Any]:
         """Headline numbers, JSON-ready."""

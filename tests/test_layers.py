@@ -189,3 +189,13 @@ def test_private_names_are_found_imported_and_through_a_module():
     assert sorted(private_imports(PACKAGE / "numerics" / "example.py", source)) == [
         "core.storage._inner", "numerics.fdm.kernels._probe", "numerics.iteration._helper",
         "numerics.iteration._hidden", "solve._step"]
+
+
+@pytest.mark.parametrize("name", ["results.py", "results2d.py"])
+def test_the_result_family_imports_no_solver(name):
+    """A result reaches its certificate through the table the solvers fill
+    (``results.CERTIFICATES``): its modules import only the core and the problems (what a
+    result is made of), never a solver."""
+    found = imports(PACKAGE / name)
+    assert found and all(m.split(".")[0] in ("core", "problems", "results") for m in found), \
+        found
