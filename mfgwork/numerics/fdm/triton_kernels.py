@@ -108,6 +108,63 @@ def hjb_update(du, dp_i, cp_i, u, active, u_lvl, i, B, valid, step, size):
     return du, step, size
 
 @triton.jit
+def hjb_forward(src, nxt, f_lvl, m_lvl, x_ptr, prm, inv_hw_ptr, inv_w_ptr, cp_b, dp_b, nu,
+                inv_h, inv_dt, zero, NX, B, valid):
+    """The forward elimination of one Newton iteration of HJB at a level (the iterate at
+    ``src``, level n + 1 at ``nxt``): the Thomas factors of every row into cp, dp."""
+    cp = zero
+    dp = zero
+    for i0 in range(0, NX, 4):
+        u0 = load_row(src, i0 - 1, NX, B, valid)
+        u1 = load_row(src, i0, NX, B, valid)
+        u2 = load_row(src, i0 + 1, NX, B, valid)
+        u3 = load_row(src, i0 + 2, NX, B, valid)
+        u4 = load_row(src, i0 + 3, NX, B, valid)
+        u5 = load_row(src, i0 + 4, NX, B, valid)
+        lo0, dg0, up0, rs0 = hjb_row(u0, u1, u2, nxt, f_lvl, m_lvl, x_ptr, prm, inv_hw_ptr,
+                                     inv_w_ptr, i0, nu, inv_h, inv_dt, NX, B, valid)
+        lo1, dg1, up1, rs1 = hjb_row(u1, u2, u3, nxt, f_lvl, m_lvl, x_ptr, prm, inv_hw_ptr,
+                                     inv_w_ptr, i0 + 1, nu, inv_h, inv_dt, NX, B, valid)
+        lo2, dg2, up2, rs2 = hjb_row(u2, u3, u4, nxt, f_lvl, m_lvl, x_ptr, prm, inv_hw_ptr,
+                                     inv_w_ptr, i0 + 2, nu, inv_h, inv_dt, NX, B, valid)
+        lo3, dg3, up3, rs3 = hjb_row(u3, u4, u5, nxt, f_lvl, m_lvl, x_ptr, prm, inv_hw_ptr,
+                                     inv_w_ptr, i0 + 3, nu, inv_h, inv_dt, NX, B, valid)
+        cp, dp = eliminate(cp, dp, lo0, dg0, up0, rs0, cp_b, dp_b, i0, NX, B, valid)
+        cp, dp = eliminate(cp, dp, lo1, dg1, up1, rs1, cp_b, dp_b, i0 + 1, NX, B, valid)
+        cp, dp = eliminate(cp, dp, lo2, dg2, up2, rs2, cp_b, dp_b, i0 + 2, NX, B, valid)
+        cp, dp = eliminate(cp, dp, lo3, dg3, up3, rs3, cp_b, dp_b, i0 + 3, NX, B, valid)
+
+@triton.jit
+def hjb_backward(src, cp_b, dp_b, active, u_lvl, zero, NX, B, valid):
+    """The back substitution from the last row down, four rows per group, and the Newton
+    update written to the level at ``u_lvl``; returns the largest |du| and |u|."""
+    du = zero
+    step = zero
+    size = zero
+    for j0 in range(0, NX, 4):
+        i = NX - 1 - j0
+        d0 = load_row(dp_b, i, NX, B, valid)
+        c0 = load_row(cp_b, i, NX, B, valid)
+        v0 = load_row(src, i, NX, B, valid)
+        d1 = load_row(dp_b, i - 1, NX, B, valid)
+        c1 = load_row(cp_b, i - 1, NX, B, valid)
+        v1 = load_row(src, i - 1, NX, B, valid)
+        d2 = load_row(dp_b, i - 2, NX, B, valid)
+        c2 = load_row(cp_b, i - 2, NX, B, valid)
+        v2 = load_row(src, i - 2, NX, B, valid)
+        d3 = load_row(dp_b, i - 3, NX, B, valid)
+        c3 = load_row(cp_b, i - 3, NX, B, valid)
+        v3 = load_row(src, i - 3, NX, B, valid)
+        du, step, size = hjb_update(du, d0, c0, v0, active, u_lvl, i, B, valid, step, size)
+        du, step, size = hjb_update(du, d1, c1, v1, active, u_lvl, i - 1, B, valid, step,
+                                    size)
+        du, step, size = hjb_update(du, d2, c2, v2, active, u_lvl, i - 2, B, valid, step,
+                                    size)
+        du, step, size = hjb_update(du, d3, c3, v3, active, u_lvl, i - 3, B, valid, step,
+                                    size)
+    return step, size
+
+@triton.jit
 def hjb_sweep_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_ptr,
                      cp_ptr, dp_ptr, status_ptr, x_ptr, m_ptr, prm_ptr, B, NX, NT, max_newton,
                      USE_GUESS: tl.constexpr, BLOCK: tl.constexpr):
@@ -149,56 +206,9 @@ def hjb_sweep_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_
         active = valid
         it = 0
         while (it < max_newton) & (tl.max(active.to(tl.int32), axis=0) > 0):
-            cp = zero
-            dp = zero
-            for i0 in range(0, NX, 4):
-                u0 = load_row(src, i0 - 1, NX, B, valid)
-                u1 = load_row(src, i0, NX, B, valid)
-                u2 = load_row(src, i0 + 1, NX, B, valid)
-                u3 = load_row(src, i0 + 2, NX, B, valid)
-                u4 = load_row(src, i0 + 3, NX, B, valid)
-                u5 = load_row(src, i0 + 4, NX, B, valid)
-                lo0, dg0, up0, rs0 = hjb_row(u0, u1, u2, nxt, f_lvl, m_lvl, x_ptr, prm, inv_hw_ptr,
-                                             inv_w_ptr, i0, nu, inv_h, inv_dt, NX, B, valid)
-                lo1, dg1, up1, rs1 = hjb_row(u1, u2, u3, nxt, f_lvl, m_lvl, x_ptr, prm, inv_hw_ptr,
-                                             inv_w_ptr, i0 + 1, nu, inv_h, inv_dt, NX, B, valid)
-                lo2, dg2, up2, rs2 = hjb_row(u2, u3, u4, nxt, f_lvl, m_lvl, x_ptr, prm, inv_hw_ptr,
-                                             inv_w_ptr, i0 + 2, nu, inv_h, inv_dt, NX, B, valid)
-                lo3, dg3, up3, rs3 = hjb_row(u3, u4, u5, nxt, f_lvl, m_lvl, x_ptr, prm, inv_hw_ptr,
-                                             inv_w_ptr, i0 + 3, nu, inv_h, inv_dt, NX, B, valid)
-                cp, dp = eliminate(cp, dp, lo0, dg0, up0, rs0, cp_b, dp_b, i0, NX, B, valid)
-                cp, dp = eliminate(cp, dp, lo1, dg1, up1, rs1, cp_b, dp_b, i0 + 1, NX, B,
-                                   valid)
-                cp, dp = eliminate(cp, dp, lo2, dg2, up2, rs2, cp_b, dp_b, i0 + 2, NX, B,
-                                   valid)
-                cp, dp = eliminate(cp, dp, lo3, dg3, up3, rs3, cp_b, dp_b, i0 + 3, NX, B,
-                                   valid)
-            # back substitution from the last row down, four rows per group
-            du = zero
-            step = zero
-            size = zero
-            for j0 in range(0, NX, 4):
-                i = NX - 1 - j0
-                d0 = load_row(dp_b, i, NX, B, valid)
-                c0 = load_row(cp_b, i, NX, B, valid)
-                v0 = load_row(src, i, NX, B, valid)
-                d1 = load_row(dp_b, i - 1, NX, B, valid)
-                c1 = load_row(cp_b, i - 1, NX, B, valid)
-                v1 = load_row(src, i - 1, NX, B, valid)
-                d2 = load_row(dp_b, i - 2, NX, B, valid)
-                c2 = load_row(cp_b, i - 2, NX, B, valid)
-                v2 = load_row(src, i - 2, NX, B, valid)
-                d3 = load_row(dp_b, i - 3, NX, B, valid)
-                c3 = load_row(cp_b, i - 3, NX, B, valid)
-                v3 = load_row(src, i - 3, NX, B, valid)
-                du, step, size = hjb_update(du, d0, c0, v0, active, u_lvl, i, B, valid,
-                                            step, size)
-                du, step, size = hjb_update(du, d1, c1, v1, active, u_lvl, i - 1, B, valid,
-                                            step, size)
-                du, step, size = hjb_update(du, d2, c2, v2, active, u_lvl, i - 2, B, valid,
-                                            step, size)
-                du, step, size = hjb_update(du, d3, c3, v3, active, u_lvl, i - 3, B, valid,
-                                            step, size)
+            hjb_forward(src, nxt, f_lvl, m_lvl, x_ptr, prm, inv_hw_ptr, inv_w_ptr, cp_b, dp_b,
+                        nu, inv_h, inv_dt, zero, NX, B, valid)
+            step, size = hjb_backward(src, cp_b, dp_b, active, u_lvl, zero, NX, B, valid)
             iterations += active.to(tl.int32)
             active = active & ~(step <= tol * (1.0 + size))  # NaN keeps iterating
             src = u_lvl
