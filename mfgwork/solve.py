@@ -53,7 +53,7 @@ from .problems.base import (
     warn_unresolved,
 )
 from .results import Result, derive_status
-from .warm_start import densities_on, initial_state, per_problem
+from .warm_start import Start, densities_on, initial_state, per_problem
 
 METHODS = ("fdm", "particles")
 NEWTON_MEMORY = 2**29  # bytes: the tangent sweeps of grids up to about 400 × 400
@@ -353,9 +353,10 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
                  iteration: str | IterationScheme | None = None, progress: bool | None = None,
                  compile_steps: bool | str = "auto", max_memory: int | str | None = None,
                  initial: Any = None, coarse: bool = True, final: bool = True
-                 ) -> list[Result]:
+                 ) -> list[Result] | list[Start]:
     """:func:`solve_batch`; ``final=False`` (the coarse stage of a coarse-to-fine solve, a
-    start only): float32 results neither certified nor finished in float64."""
+    start only): each member's :class:`~mfgwork.warm_start.Start` (its arrays and
+    iterations; float32 ones neither certified nor finished in float64), no Result."""
     started, built = time.perf_counter(), compile_clock()
     problems = _check_batch(problems)
     grid = problems[0].grid(nx, nt)
@@ -418,6 +419,10 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
             coarse=coarse and not isinstance(newton, FrozenDensityNewton),
             max_memory=max_memory, warm=warm)
         fd.check_newton()
+        if not final:   # a coarse stage: its caller reads the members' arrays alone
+            iterations = np.asarray(to_numpy(out.iterations)).reshape(-1)
+            return [Start(out.M[b], out.U[b], int(iterations[b]))
+                    for b in range(len(problems))]
         timings = {"compile": compile_clock() - built, "setup": setup, "coarse": coarse_seconds,
                    **_phase_totals(out.history), "total": time.perf_counter() - started}
         settings = {"method": "fdm", "tol": tol, "max_iter": max_iter,
@@ -435,8 +440,7 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
         timings["total"] += timings["results"]
         shared = freeze(timings)   # (results hold frozen copies)
         results = [replace(r, timings=shared) for r in results]
-        if final:
-            results = certify_in_float64(results, problems, be, tol, timings)
+        results = certify_in_float64(results, problems, be, tol, timings)
     if not finishing:
         return results
 

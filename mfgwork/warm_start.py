@@ -9,7 +9,7 @@ starts from that state, interpolated linearly in time onto the grid's levels.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -20,16 +20,27 @@ from .problems.base import MFGProblem, batch_coupling
 from .results import Result
 
 
+class Start(NamedTuple):
+    """A member of a coarse batch as the start of a finer solve (what the coarse stage of a
+    coarse-to-fine solve hands on, without building a :class:`~mfgwork.Result`): its
+    densities M and values U (nt+1, nx), where the batch computed them, and its
+    iterations."""
+
+    M: Any
+    U: Any
+    iterations: int
+
+
 def initial_state(initial: Any, problems: Sequence[MFGProblem], grid: Grid, be: Backend,
                   batched: bool) -> dict[str, Any]:
     """The starting iterate as keyword arguments of the iteration: ``M_init`` and ``U_init``,
     or ``z_init`` (the coupling states). ``initial``: None, a Result, or (batches) a sequence
-    of one Result per problem, or paths shaped (nt,) / (nt+1,) (batches: (B, nt) or
-    (B, nt+1)). Errors name what is wrong, before any work."""
+    of one Result (or coarse :class:`Start`) per problem, or paths shaped (nt,) / (nt+1,)
+    (batches: (B, nt) or (B, nt+1)). Errors name what is wrong, before any work."""
     if initial is None:
         return {}
     items = per_problem(initial, len(problems), batched)
-    results = [r for r in items if isinstance(r, Result)]
+    results = [r for r in items if isinstance(r, Result | Start)]
     # the Results' densities and values on the backend, once
     M, U = ([be.asarray(getattr(r, name)) for r in results] for name in ("M", "U"))
     _check_finite({"M": M, "U": U}, be)

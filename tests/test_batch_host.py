@@ -104,3 +104,30 @@ def test_a_checked_compile_imports_dynamo_only_when_first_called():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["False", "True"]
+
+
+def test_the_coarse_stage_of_a_batch_hands_on_arrays_not_results(monkeypatch):
+    """A batch's coarse start builds no Results (what it hands on is each member's arrays and
+    iterations), and those are the arrays of the same coarse batch solved on its own."""
+    import importlib
+
+    from mfgwork.warm_start import Start
+
+    solve_module = importlib.import_module("mfgwork.solve")
+
+    problems = _problems()
+    be = get_backend("torch", "cpu", "float64")
+    built = []
+    results = solve_module._results
+    monkeypatch.setattr(solve_module, "_results", lambda problems, *a, **k: built.append(
+        len(problems)) or results(problems, *a, **k))
+    fine = mw.solve(problems, nx=103, nt=103, backend=be, tol=1e-8, progress=False)
+    assert built == [len(problems)] and all(r.converged for r in fine)
+    starts = solve_module._solve_batch(problems, nx=51, nt=51, backend=be, tol=1e-5,
+                                       max_iter=200, coarse=False, final=False, progress=False)
+    alone = mw.solve(problems, nx=51, nt=51, backend=be, tol=1e-5, coarse=False,
+                     progress=False)
+    for start, res, coarse in zip(starts, alone, fine, strict=True):
+        assert isinstance(start, Start) and start.iterations == res.iterations
+        assert start.iterations == coarse.extra["coarse_iterations"]
+        assert np.array_equal(start.M.numpy(), res.M.numpy())
