@@ -150,7 +150,7 @@ fig_comparison
 #   doing a fixed number of Newton iterations per step, checked once after the sweep.
 #
 # The accelerator pays off when there is enough independent work per step: **many problems at
-# once** (a parameter grid solved as a batch with `mw.solve_batch`, one problem per row of a
+# once** (a parameter grid solved as a batch with `mw.solve` of a list, one problem per row of a
 # leading batch axis) and **particles** (a million independent agents per time step, see
 # `mw.ParticleFP`). Placement is measured, not assumed: `device="auto"` chooses from such
 # measurements.

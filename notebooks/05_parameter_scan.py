@@ -26,7 +26,7 @@
 # own plotting.
 #
 # The points are solved in blocks: on a GPU each block is one batched solve
-# (`mw.solve_batch`, a leading batch axis); on the CPU the compiled NumPy solver takes them
+# (`mw.solve` of a list, a leading batch axis); on the CPU the compiled NumPy solver takes them
 # one by one. With `store` set, each finished block is written into a zarr store and a rerun
 # resumes where the last one stopped; `mw.open_scan(store)` opens it lazily, and
 # `ds.to_netcdf(...)` (or `python -m mfgwork scan ... --netcdf FILE`) exports NetCDF.

@@ -44,7 +44,7 @@
 # A patron leaves state $i$ when staying there costs more than switching, at a rate
 # proportional to the difference. Both equations are discretized by implicit Euler (each HJB
 # step is solved in closed form; the Kolmogorov step is its adjoint, so $m_0 + m_1 = 1$ to
-# round-off). `mw.solve_two_state` couples them by Newton's method on the attendance path
+# round-off). `mw.solve` couples them by Newton's method on the attendance path
 # $A(t_1), \dots, A(t_{nt})$, with the exact Jacobian of the discrete scheme (one backward and
 # one forward tangent sweep) and a line search on the potential of the game. It returns its
 # iterate itself: `res.converged` says that the best response to the returned attendance
@@ -82,7 +82,7 @@ from mfgwork.analysis.studies import format_table
 
 two_state = mw.TwoStateElFarol(T=T, switching_cost=switching_cost, attendance0=attendance0)
 continuous = mw.SantaFeBar(T=T, sigma=sigma)
-res_two = mw.solve_two_state(two_state, nt=nt_two_state)
+res_two = mw.solve(two_state, nt=nt_two_state)
 res_cont = mw.solve(continuous, nx=nx, nt=nt, tol=1e-8, max_iter=300, progress=False)
 level = two_state.plateau
 print(f"two-state: converged={res_two.converged} ({res_two.iterations} iterations, "
@@ -150,8 +150,8 @@ fig_rates
 # %%
 rows_c = []
 for c in switching_costs:
-    r = mw.solve_two_state(mw.TwoStateElFarol(T=T, switching_cost=c,
-                                              attendance0=attendance0), nt=nt_two_state)
+    r = mw.solve(mw.TwoStateElFarol(T=T, switching_cost=c, attendance0=attendance0),
+                 nt=nt_two_state)
     rows_c.append({"switching_cost": c, "converged": r.converged,
                    "time_to_plateau": mw.time_to_level(r.t, r.attendance, level, plateau_tol),
                    "attendance_mid": float(r.attendance[nt_two_state // 2])})
@@ -207,7 +207,7 @@ if out_dir:
 #
 # 1. **Cheap switching.** Lower `switching_cost` to 0.01. What happens to the rates at
 #    $t = 0$? Compare `res.iterations` with the damped fixed-point iteration alone,
-#    `mw.solve_two_state(..., warmup=500, max_iter=500)` (the Anderson mixing of
+#    `mw.solve(two_state, warmup=500, max_iter=500)` (the Anderson mixing of
 #    `mw.solve`), and explain why cheap switching makes the best response to a given
 #    attendance path jump (nearly everybody switches at once). Then set `T = 100` and
 #    estimate how much a change of $10^{-15}$ in the plateau attendance changes the best

@@ -25,7 +25,7 @@
 # - a **fresh small measurement on this machine** (`mw.crossover.measure_table`).
 #
 # Both time two kinds of work against their size: a **batch of B finite-difference problems**
-# (a parameter grid of thresholds × σ, solved by `mw.solve_batch`: on the CPU a loop of
+# (a parameter grid of thresholds × σ, solved by `mw.solve` of a list: on the CPU a loop of
 # compiled solves, on the accelerator one batched computation) and **one particle
 # Fokker–Planck solve with N particles**.
 #
@@ -104,7 +104,7 @@ fig_wall_time
 # 200 000, so the wall time of a batched solve stays nearly flat as B grows, while the CPU
 # loop grows linearly with B (the curve of slope one on the log-log plot).
 #
-# **Batching.** `mw.solve_batch` puts B problems on a leading axis: every kernel launch now
+# **Batching.** `mw.solve` of a list puts B problems on a leading axis: every kernel launch now
 # serves the whole batch, so the cost per problem falls like 1/B until the device is full.
 # The crossover B* is where the flat accelerator curve meets the rising CPU line. Particles
 # are independent of each other by nature: one time step moves all N of them, so the

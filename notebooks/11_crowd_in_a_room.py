@@ -45,12 +45,12 @@
 # that has left stays $1$. Since the cost $1 + \kappa m$ increases with the density, the
 # equilibrium is unique.
 #
-# **The scheme** (`mw.solve_2d`) is the one of the 1-D solver on an $n_x \times n_x$ grid:
+# **The scheme** (`mw.solve` of a room) is the one of the 1-D solver on an $n_x \times n_x$ grid:
 # implicit Euler in time, a monotone upwind discretization of $\tfrac12|\nabla u|^2$ with
 # Newton's method at each HJB step, and the Fokker–Planck step as the adjoint of the
 # linearized HJB step, so that $m \ge 0$ and mass plus outflow is conserved to round-off.
 # On NumPy each linear system is solved by BiCGStab preconditioned by an incomplete LU
-# factorization (ILU(0), compiled with numba; `mw.solve_2d(room, solver="direct")` takes
+# factorization (ILU(0), compiled with numba; `mw.solve(room, solver="direct")` takes
 # SuperLU's sparse LU instead); with PyTorch by a matrix-free BiCGStab with a Jacobi
 # preconditioner (on CUDA with Triton, each solve one kernel launch, preconditioned by the
 # first two terms of the Neumann series of $J^{-1}$: half the iterations). The coupling is
@@ -110,7 +110,7 @@ bars = mw.TwoBars(thresholds=(0.6, 0.4), T=T_bars)
 scan_grid = {"threshold_1": scan_thresholds, "threshold_2": scan_thresholds}
 for a in scan_thresholds:  # the scan's thresholds, checked before any solve
     mw.TwoBars(threshold_1=a, threshold_2=a, T=T_bars, spill=spill)
-res = mw.solve_2d(room, nx=nx, nt=nt, tol=tol, progress=False)
+res = mw.solve(room, nx=nx, nt=nt, tol=tol, progress=False)
 print(f"{room}: {res.status} in {res.iterations} iterations ({plots.describe_iteration(res)}), "
       f"certified residual "
       f"{res.residual:.1e} (tol {tol:g}), {res.timings['total']:.1f} s")
@@ -199,7 +199,7 @@ HTML(animation)
 # shown.
 
 # %%
-res_high = mw.solve_2d(crowded, nx=nx, nt=nt, tol=tol, progress=False)
+res_high = mw.solve(crowded, nx=nx, nt=nt, tol=tol, progress=False)
 
 
 def evacuation_row(kappa, r):
@@ -240,8 +240,8 @@ accelerator_table = []
 for target in targets:
     backend = mw.get_backend(target["backend"], target.get("device", "cpu"),
                              target.get("dtype"))
-    r = mw.solve_2d(room, nx=nx_accelerator, nt=nt_accelerator, backend=backend,
-                    tol=tol_float32 if backend.dtype == "float32" else tol, progress=False)
+    r = mw.solve(room, nx=nx_accelerator, nt=nt_accelerator, backend=backend,
+                 tol=tol_float32 if backend.dtype == "float32" else tol, progress=False)
     if reference is None:
         reference = r
     accelerator_table.append({
@@ -279,8 +279,8 @@ print(studies.format_table(accelerator_table))
 
 # %%
 bars_tol = 1e-10
-res_bars = mw.solve_2d(bars, nx=nx_bars, nt=nt_bars, tol=bars_tol, max_iter=400,
-                       progress=False)
+res_bars = mw.solve(bars, nx=nx_bars, nt=nt_bars, tol=bars_tol, max_iter=400,
+                    progress=False)
 weights = mw.Grid(-5.0, 5.0, nx_bars, T_bars, nt_bars).weights
 marginals = [(res_bars.M * weights[:, None]).sum(axis=1),
              (res_bars.M * weights[None, :]).sum(axis=2)]
@@ -317,7 +317,7 @@ fig_bars_density
 # `mw.scan` solves the game at every point of `scan_thresholds` × `scan_thresholds` on the
 # coarser grid `nx_scan` × `nx_scan`, `nt_scan` steps. `mw.TwoBars` takes the pair
 # `thresholds` and, for a scan, its components `threshold_1` and `threshold_2`, one axis
-# each. Each point is one `mw.solve_2d` with its own certificate (a point with spill-over
+# each. Each point is one `mw.solve` with its own certificate (a point with spill-over
 # takes several tens of best responses): `converged` is true only where the certified
 # residual is at most `tol`, and `residual`, `iterations` and `message` say how each point
 # ended. The result is an xarray Dataset with labelled axes: the density `M` over

@@ -462,3 +462,28 @@ def test_a_new_problem_kind_is_one_table_entry(monkeypatch, santa_fe):
     with pytest.raises(mw.ParameterError, match=r"method='fdm' is invalid for a Groups "
                        r"problem: its solver solve_groups takes nx, nt, tol"):
         mw.solve(Groups(), method="fdm")
+
+
+#: The solvers' own names, kept as aliases of ``mw.solve``; only their modules call them.
+OLD_NAMES = {"solve_continuous", "solve_batch", "solve_2d", "solve_2d_batch",
+             "solve_populations", "solve_two_state"}
+DEFINING = {"solve.py", "solve2d.py", "populations.py", "finite_state.py"}
+
+
+def _old_name_calls(path: Path) -> list[str]:
+    calls = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)
+            if name in OLD_NAMES:
+                calls.append(f"{path.name}:{node.lineno} {name}")
+    return calls
+
+
+def test_the_package_and_the_notebooks_solve_through_the_front_door():
+    paths = [p for p in PACKAGE.rglob("*.py")
+             if not (p.parent == PACKAGE and p.name in DEFINING)]
+    paths += sorted((PACKAGE.parent / "notebooks").glob("*.py"))
+    assert len(paths) > 100
+    assert [c for p in paths for c in _old_name_calls(p)] == []

@@ -259,7 +259,7 @@ def test_room_sliders_reach_the_problem_and_time_only_redraws(room_explorer):
 
 
 def test_room_explorer_refuses_bad_arguments_before_any_solve(monkeypatch):
-    monkeypatch.setattr(widgets, "solve_2d", lambda *a, **k: pytest.fail("solved"))
+    monkeypatch.setattr(widgets, "solve", lambda *a, **k: pytest.fail("solved"))
     with pytest.raises(mw.ParameterError, match="door_width=0.9"):
         widgets.RoomExplorer(door_width=0.9, **ROOM_GRID)
     with pytest.raises(mw.ParameterError, match="sigma=0.2 is not a parameter"):
@@ -272,7 +272,7 @@ def test_room_explorer_shows_a_failed_solve(room_explorer, monkeypatch):
     def fail(*args, **kwargs):
         raise mw.SolverError("non-finite values in U")
 
-    monkeypatch.setattr(widgets, "solve_2d", fail)
+    monkeypatch.setattr(widgets, "solve", fail)
     png = room_explorer.view.value
     room_explorer.controls["congestion"].value = 9.5
     assert room_explorer.error.startswith("SolverError") and room_explorer.view.value == png

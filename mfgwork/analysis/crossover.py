@@ -27,7 +27,7 @@ from ..core.backend import Backend, device_info, get_backend, mps_emulation, to_
 from ..core.errors import ConvergenceWarning
 from ..numerics.particles import ParticleFP
 from ..problems.santa_fe import SantaFeBar
-from ..solve import solve, solve_batch
+from ..solve import solve
 from .style import DPI, styled
 
 FDM_CASE = {"nx": 101, "nt": 101, "iterations": 3}
@@ -64,8 +64,8 @@ def time_fdm_batches(sizes: Sequence[int], backend: str | Backend = "numpy",
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 warnings.simplefilter("ignore", UserWarning)   # tol below the dtype's floor
-                solve_batch(problems, nx=nx, nt=nt, backend=be, tol=1e-300,
-                            max_iter=iterations, progress=False)
+                solve(problems, nx=nx, nt=nt, backend=be, tol=1e-300,
+                      max_iter=iterations, progress=False)
 
         seconds.append(_median_time(run, be, repeats))
     return {"sizes": [int(n) for n in sizes], "seconds": seconds}

@@ -14,7 +14,7 @@ Figures: with ``%matplotlib inline`` (the default) each figure is rendered to PN
 
 The 2-D room (:class:`mfgwork.Room`) has its own explorer, :class:`RoomExplorer`
 (``mw.widgets.explore(mw.Room())``): sliders for the door width and the congestion cost
-re-solve with :func:`mfgwork.solve_2d`; a time slider picks the density m(t, x, y) shown as an
+re-solve with :func:`mfgwork.solve`; a time slider picks the density m(t, x, y) shown as an
 image (redrawn from the solution, without solving again).
 """
 
@@ -42,7 +42,6 @@ from ..problems.santa_fe import DEFAULTS, SantaFeBar
 from ..results import Result
 from ..results2d import Result2D
 from ..solve import METHODS, solve
-from ..solve2d import solve_2d
 
 require("ipywidgets", extra="notebooks", feature="the explorer (mw.widgets)")
 import ipywidgets as w  # noqa: E402
@@ -283,7 +282,7 @@ ROOM_SLIDERS: dict[str, tuple[str, float, float, float]] = {
 
 class RoomExplorer:
     """The crowd in a room (:class:`mfgwork.Room`), explored: sliders for the width of both
-    doors and the congestion cost κ (each change re-solves with :func:`mfgwork.solve_2d`
+    doors and the congestion cost κ (each change re-solves with :func:`mfgwork.solve`
     on ``nx`` × ``nx`` nodes and ``nt`` steps, NumPy, to ``tol``), and for the time t at
     which the density m(t, x, y) is shown as a PNG image (no new solve).
 
@@ -384,8 +383,8 @@ class RoomExplorer:
         self.solves += 1
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)  # shown in the status line
-            return solve_2d(self.problem(), nx=self.nx, nt=self.nt, tol=self.tol,
-                            max_iter=self.max_iter, progress=False)
+            return solve(self.problem(), nx=self.nx, nt=self.nt, tol=self.tol,
+                         max_iter=self.max_iter, progress=False)
 
     def _on_change(self, change: Mapping[str, Any]) -> None:
         self.update()

@@ -59,7 +59,7 @@ def placement(device: str, backend: str | None, dtype: Any, problem: Problem | N
         be = get_backend(backend or "numpy", "cpu" if backend in (None, "numpy") else "auto",
                          dtype)
         return be, Placement("fdm", points, be.name, be.device, "a 2-D scan solves its "
-                             "points one by one with mw.solve_2d, by default the compiled "
+                             "points one by one with mw.solve, by default the compiled "
                              "NumPy solver (ILU-BiCGStab) on the CPU", None)
     if device == "auto" and problem is not None and backend in (None, *BACKENDS):
         chosen = place(problem, "fdm", nx=nx, nt=nt, backend=backend, batch_size=points)
@@ -147,13 +147,13 @@ def solve_points(problems: list[Problem], be: Backend, opts: Mapping[str, Any]
     kw = {"nx": opts["nx"], "nt": opts["nt"], "backend": be, "tol": opts["tol"],
           "max_iter": opts["max_iter"], "iteration": opts["iteration"], "progress": False}
     if be.name == "torch" and len(problems) > 1:
-        from ..solve import solve_batch
+        from ..solve import solve
 
         started = time.perf_counter()
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                results = solve_batch(problems, **kw)
+                results = solve(problems, **kw)   # a list: one batch
         except Exception:  # noqa: BLE001 - the points are solved one by one below
             pass
         else:
@@ -267,12 +267,12 @@ def _solve_one(problem: MFGProblem, kw: dict[str, Any], opts: Mapping[str, Any],
 
 def _solve_one_2d(problem: MFGProblem2D, opts: Mapping[str, Any], be: Backend
                   ) -> dict[str, Any]:
-    """One 2-D point by :func:`mfgwork.solve_2d` (its default linear solver on ``be``)."""
-    from ..solve2d import solve_2d
+    """One 2-D point by :func:`mfgwork.solve` (its default linear solver on ``be``)."""
+    from ..solve import solve
 
-    return _attempt(lambda: solve_2d(problem, nx=opts["nx"], ny=opts["ny"], nt=opts["nt"],
-                                     backend=be, tol=opts["tol"], max_iter=opts["max_iter"],
-                                     iteration=opts["iteration"], progress=False),
+    return _attempt(lambda: solve(problem, nx=opts["nx"], ny=opts["ny"], nt=opts["nt"],
+                                  backend=be, tol=opts["tol"], max_iter=opts["max_iter"],
+                                  iteration=opts["iteration"], progress=False),
                     "single", be, opts)
 
 
