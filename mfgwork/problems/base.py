@@ -158,10 +158,13 @@ def member_summaries(problems: Sequence[MFGProblem], grid: Grid,
     classes: dict[type, list[int]] = {}
     for b, p in enumerate(problems):
         classes.setdefault(type(p), []).append(b)
+    # each name's row of every member that has it (once, whatever the number of classes)
+    positions = {key: {b: i for i, b in enumerate(having)}
+                 for key, (having, _) in observables.items()}
     for cls, members in classes.items():
         rows = {}
         for key, (having, values) in observables.items():
-            position = dict(zip(having, range(len(having)), strict=True))
+            position = positions[key]
             if all(b in position for b in members):
                 rows[key] = (values if having == members
                              else values[[position[b] for b in members]])

@@ -158,9 +158,9 @@ def solve_points(problems: list[Problem], be: Backend, opts: Mapping[str, Any]
             pass
         else:
             share = (time.perf_counter() - started) / len(problems)
-            outcomes = [_outcome(r, share, opts) | {"finished_by": "batch"}
-                        for r in _on_host(results, be)]
-            return finish(problems, outcomes, [r.M for r in results], opts)
+            host = _on_host(results, be)
+            outcomes = [_outcome(r, share, opts) | {"finished_by": "batch"} for r in host]
+            return finish(problems, outcomes, [r.M for r in host], opts)
     return [_solve_one(p, kw, opts) for p in problems]
 
 
