@@ -285,7 +285,8 @@ SECTIONS: list[Section] = [
         "scan_gpus_h200x2.json", "A scan of 10⁵ points over one and two GPUs (2 × H200)",
         "Santa Fe threshold × σ × ε, 47 values each, at 201² in float32, tol 1e-6, one Dask "
         "worker per GPU (`benchmarks/scan_gpus.py --gpus 1,2 --side 47`; the store keeps the "
-        "paths). Blocks were sized by memory: 8 blocks of about 13 000 points.",
+        "paths). 8 blocks of about 13 000 points on one GPU and on two; one cluster per row, "
+        "warmed up before the timed scan.",
         [Column("workers", "GPUs", number), Column("points", "points", number),
          Column("wall_s", "time", seconds), Column("points_per_s", "points per second", number),
          Column("speedup", "speed-up", number), Column("converged", "converged", number)]),
