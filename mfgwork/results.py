@@ -100,6 +100,8 @@ CERTIFICATES: dict[type, Callable[[Any, Any], float]] = {}
 #: The mappings of a :class:`Result`, read-only (:func:`~mfgwork.core.frozen.freeze`).
 MAPPINGS = ("history", "params", "timings", "observables", "summary", "extra", "labels",
             "arrays", "axes")
+#: The arrays of a :class:`Result`, read-only views (those in its mappings too).
+ARRAYS = ("x", "t", "U", "M")
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,8 @@ class Result(ObservablesByName):
     """Solution of an MFG system (of any problem kind: continuous, finite-state, several
     populations; 2-D domains: the subclass :class:`~mfgwork.Result2D`, dims ("t", "y",
     "x")), frozen: its mappings too (:data:`MAPPINGS` refuse changes; ``res.extra | {...}``
-    is a changed plain dict); build a changed copy with ``dataclasses.replace``.
+    is a changed plain dict) and its arrays (read-only views: ``res.M.copy()`` is a changeable
+    array); build a changed copy with ``dataclasses.replace``.
 
     ``x`` (nx,), ``t`` (nt+1,), ``U`` and ``M`` (nt+1, nx) with axes named by ``dims``
     (default ``("t", state_name)``); an axis of named entries has them in ``labels`` (the
@@ -176,8 +179,12 @@ class Result(ObservablesByName):
         object.__setattr__(self, "dims", dims)
         object.__setattr__(self, "labels", {k: tuple(v) for k, v in self.labels.items()})
         object.__setattr__(self, "axes", {k: tuple(v) for k, v in self.axes.items()})
-        for name in MAPPINGS:   # read-only all the way down (core.frozen)
+        for name in MAPPINGS + ARRAYS:   # read-only all the way down (core.frozen)
             object.__setattr__(self, name, freeze(getattr(self, name)))
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled read-only again (pickle restores arrays writeable)."""
+        self.__dict__.update({k: freeze(v) if k in ARRAYS else v for k, v in state.items()})
 
     @property
     def scheme(self) -> str | None:

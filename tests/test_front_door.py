@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import mfgwork as mw
+from mfgwork.core.backend import torch_installed
 from mfgwork.results import STATUSES
 
 solve_module = importlib.import_module("mfgwork.solve")
@@ -110,6 +111,40 @@ def test_a_result_is_frozen_all_the_way_down(santa_fe, change):
     assert santa_fe.history["residual"] == list(santa_fe.history["residual"])
     assert pickle.loads(pickle.dumps(santa_fe)).params == santa_fe.params
     assert type(santa_fe.extra | {"a": 1}) is dict
+
+
+@pytest.mark.parametrize("name", ["x", "t", "U", "M", "attendance"])
+def test_a_result_s_arrays_refuse_writes_and_stay_so_through_pickle(santa_fe, name):
+    """Its arrays are read-only views (also after pickling); a copy is changeable, and a
+    tensor made from one does not alias it."""
+    before = np.array(getattr(santa_fe, name))
+    for res in (santa_fe, pickle.loads(pickle.dumps(santa_fe))):
+        with pytest.raises(ValueError, match="read-only"):
+            getattr(res, name)[...] = 0.0
+        np.testing.assert_array_equal(getattr(res, name), before)
+    changeable = getattr(santa_fe, name).copy()
+    changeable[...] = 0.0
+    np.testing.assert_array_equal(getattr(santa_fe, name), before)
+    if torch_installed():
+        tensor = mw.get_backend("torch").asarray(getattr(santa_fe, name))
+        tensor.zero_()
+        np.testing.assert_array_equal(getattr(santa_fe, name), before)
+
+
+def test_an_n_player_result_is_frozen_all_the_way_down(santa_fe):
+    from mfgwork.analysis.n_player import n_player
+
+    res = n_player(mw.SantaFeBar(), santa_fe, n_players=20, n_samples=4, seed=1)
+    for array in (res.t, res.attendance, res.distance, res.mean_field):
+        with pytest.raises(ValueError, match="read-only"):
+            array[...] = 0.0
+    with pytest.raises(TypeError, match="part of a frozen result"):
+        res.timings.clear()
+    assert isinstance(res.status, mw.Status) and res.status == "converged"
+    again = pickle.loads(pickle.dumps(res))
+    with pytest.raises(ValueError, match="read-only"):
+        again.attendance[...] = 0.0
+    np.testing.assert_array_equal(again.attendance, res.attendance)
 
 
 def test_status_is_converged_exactly_when_converged(santa_fe):

@@ -40,6 +40,7 @@ import numpy as np
 from ..core import memory
 from ..core.backend import Backend, get_backend, to_numpy
 from ..core.errors import MAX_COUNT, ParameterError, check_flag, check_int
+from ..core.frozen import freeze
 from ..numerics.fdm.policy import evaluate_policy
 from ..numerics.fdm.sweeps import FiniteDifferences
 from ..numerics.particles.counting import CHUNK_PARTICLES, count_above
@@ -53,6 +54,9 @@ PATH_ARRAYS = 3
 #: Float64 values per sample and grid node of the gaps: the running costs F, the policy
 #: values of every level and their stacked copy, with margin.
 GAP_ARRAYS = 4
+
+#: The fields of an :class:`NPlayerResult` made read-only (arrays, mappings).
+FROZEN = ("t", "mean_field", "attendance", "distance", "gap", "cost_error", "timings")
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,15 @@ class NPlayerResult:
     dtype: str
     timings: dict[str, float] = field(default_factory=dict)
     status: Status = Status.CONVERGED
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", Status(self.status))
+        for name in FROZEN:   # read-only all the way down, as a Result
+            object.__setattr__(self, name, freeze(getattr(self, name)))
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled read-only again (pickle restores arrays writeable)."""
+        self.__dict__.update({k: freeze(v) for k, v in state.items()})
 
     @property
     def distance_rms(self) -> tuple[float, float]:

@@ -187,8 +187,10 @@ class Backend:
         torch = _torch()
         if isinstance(a, torch.Tensor):
             return a.to(device=self.native_device, dtype=self.native_dtype)
-        arr = np.asarray(a, dtype=self.dtype)
-        return torch.from_numpy(np.ascontiguousarray(arr)).to(self.native_device)
+        arr = np.ascontiguousarray(np.asarray(a, dtype=self.dtype))
+        if not arr.flags.writeable:   # a result's read-only array: a tensor may not alias it
+            arr = arr.copy()
+        return torch.from_numpy(arr).to(self.native_device)
 
     def zeros(self, shape: int | tuple[int, ...]) -> Any:
         return self.xp.zeros(shape, dtype=self.native_dtype, device=self.native_device)

@@ -1,11 +1,14 @@
-"""Read-only mappings and lists for results: they compare, serialise (JSON, pickle) and copy
-as ``dict`` and ``list`` do, and refuse every change, so that a result's parameters,
-timings, history and extras stay what the solve recorded. ``d | {...}`` gives a changed
-plain ``dict`` (the way to build a changed copy with ``dataclasses.replace``)."""
+"""Read-only mappings, lists and arrays for results: they compare, serialise (JSON, pickle)
+and copy as ``dict``, ``list`` and ``ndarray`` do, and refuse every change, so that a
+result's arrays, parameters, timings, history and extras stay what the solve recorded.
+``d | {...}`` gives a changed plain ``dict`` (the way to build a changed copy with
+``dataclasses.replace``), ``a.copy()`` a changeable array."""
 
 from __future__ import annotations
 
 from typing import Any, NoReturn
+
+import numpy as np
 
 
 def _refuse(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
@@ -22,7 +25,7 @@ class FrozenDict(dict):
     clear = pop = popitem = setdefault = update = _refuse
 
     def __reduce__(self) -> tuple[Any, tuple[dict]]:
-        return FrozenDict, (dict(self),)
+        return freeze, (dict(self),)
 
     def copy(self) -> dict:
         """A plain (changeable) copy."""
@@ -37,19 +40,31 @@ class FrozenList(list):
     append = extend = insert = remove = pop = clear = sort = reverse = _refuse
 
     def __reduce__(self) -> tuple[Any, tuple[list]]:
-        return FrozenList, (list(self),)
+        return freeze, (list(self),)
 
     def copy(self) -> list:
         """A plain (changeable) copy."""
         return list(self)
 
 
+def read_only(array: np.ndarray) -> np.ndarray:
+    """A view of ``array`` that refuses writes (``array`` itself as it is, if it does)."""
+    if not array.flags.writeable:
+        return array
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
 def freeze(value: Any) -> Any:
-    """``value`` with every dict a :class:`FrozenDict` and every list a :class:`FrozenList`,
-    all the way down (tuples rebuilt around their frozen items; anything else as it is; a
-    frozen container, made here, as it is)."""
+    """``value`` with every dict a :class:`FrozenDict`, every list a :class:`FrozenList` and
+    every NumPy array a read-only view (:func:`read_only`), all the way down (tuples rebuilt
+    around their frozen items; anything else as it is; a frozen container, made here, as
+    it is)."""
     if isinstance(value, FrozenDict | FrozenList):
         return value
+    if isinstance(value, np.ndarray):
+        return read_only(value)
     if isinstance(value, dict):
         return FrozenDict({k: freeze(v) for k, v in value.items()})
     if isinstance(value, list):
@@ -57,3 +72,4 @@ def freeze(value: Any) -> Any:
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
         return tuple(freeze(v) for v in value)
     return value
+
