@@ -54,6 +54,7 @@ from .results import Result, Status, load, save_run
 from .results2d import Result2D
 from .solve import solve, solve_batch, solve_continuous
 from .solve2d import solve_2d, solve_2d_batch
+from .welfare import price_welfare, welfare
 from .workflows.scan import open_scan, scan
 from .workflows.sweeps import SweepIndex, load_sweep, sweep
 
@@ -74,7 +75,7 @@ __all__ = [
     "Hamiltonian", "Quadratic", "Power", "Congestion",
     "Population", "Populations", "SantaFePopulations", "solve_populations",
     "Exit", "Grid2D", "Obstacle", "MFGProblem2D", "Room", "TwoBars", "Result2D",
-    "solve_2d", "solve_2d_batch",
+    "solve_2d", "solve_2d_batch", "welfare", "price_welfare",
 ]
 
 

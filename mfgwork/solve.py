@@ -54,6 +54,7 @@ from .problems.base import (
 )
 from .results import Result, derive_status
 from .warm_start import Start, densities_on, initial_state, per_problem
+from .welfare import solve_objective
 
 METHODS = ("fdm", "particles")
 NEWTON_MEMORY = 2**29  # bytes: the tangent sweeps of grids up to about 400 × 400
@@ -167,7 +168,7 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
                      progress: bool | None = None, n_particles: int | None = None,
                      seed: int | None = None, compile_steps: bool | str = "auto",
                      initial: Result | Any = None, max_memory: int | str | None = None,
-                     coarse: bool = True) -> Result:
+                     coarse: bool = True, objective: str | None = None) -> Result:
     """Solve the MFG system of the continuous ``problem`` on an ``nx`` × ``nt`` grid (what
     :func:`solve` runs for an :class:`~mfgwork.MFGProblem`).
 
@@ -232,7 +233,16 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     ``"4 GiB"``; default: ``$MFGWORK_MAX_MEMORY``, else the free memory of the device). The
     estimate, the diffusion number ν Δt / h² and the ranges of h, Δt and ν are checked
     before any work.
+    ``objective``: "social" solves the planner's problem of a Santa Fe bar (mean field
+    control: the welfare's optimum) and its equilibrium with the same options, and returns
+    the planner's result with both welfares, their difference and ratio in its summary
+    (:mod:`mfgwork.welfare`); "equilibrium" the equilibrium; None (default) the problem as
+    it is.
     """
+    if objective is not None:   # the arguments as given (the first statement: nothing else)
+        options = {k: v for k, v in locals().items() if k not in ("problem", "objective")}
+        return solve_objective(lambda ps, **o: [solve_continuous(ps[0], **o)], [problem],
+                               objective, **options)[0]
     started, built = time.perf_counter(), compile_clock()
     if not isinstance(problem, MFGProblem):
         raise ParameterError(f"problem={problem!r} is invalid: must be an mfgwork.MFGProblem "
@@ -309,7 +319,7 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
                 progress: bool | None = None, compile_steps: bool | str = "auto",
                 max_memory: int | str | None = None,
                 initial: Sequence[Result] | Result | Any = None,
-                coarse: bool = True) -> list[Result]:
+                coarse: bool = True, objective: str | None = None) -> list[Result]:
     """Solve several problems on one grid as one batched computation (finite differences).
 
     The problems share the domain and T; they may differ in σ and in their couplings (e.g.
@@ -340,8 +350,12 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     attendance path, and a generic problem, which iterates on the density) cannot share
     one batched iteration: on torch they are solved as one batch per kind, one batch after
     the other, each with its own history and timings; results keep the order of
-    ``problems``.
+    ``problems``. ``objective``: as for :func:`solve` (a batch of planners, then one of
+    equilibria).
     """
+    if objective is not None:   # the arguments as given (the first statement: nothing else)
+        options = {k: v for k, v in locals().items() if k not in ("problems", "objective")}
+        return solve_objective(solve_batch, problems, objective, **options)
     return _solve_batch(problems, nx=nx, nt=nt, backend=backend, device=device, dtype=dtype,
                         tol=tol, max_iter=max_iter, iteration=iteration, progress=progress,
                         compile_steps=compile_steps, max_memory=max_memory, initial=initial,

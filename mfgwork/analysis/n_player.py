@@ -24,8 +24,13 @@ the grid): the gap then measures what the attendance's fluctuations are worth.
 
 Because α* is optimal against A, the gain is second order in F(A_N) − F(A): expect the
 gap to fall like N^(−1), faster than the distance and than the cost error
-∫ m0 (v_N − u)(0) of following α* (first order, N^(−1/2)). The gap and the costs are
-computed on the host in float64, on the result's grid.
+∫ m0 (v_N − v)(0) of following α* (first order, N^(−1/2); v the policy's value on the mean
+field's path, = u for an equilibrium). The gap and the costs are computed on the host in
+float64, on the result's grid.
+
+The feedback of the planner's optimum (``objective="social"``) can be simulated the same way:
+the patrons then earn the bar's payoff F, not the planner's price, and the gap is what one of
+them gains by leaving the planner's policy (of order one: it is not an equilibrium).
 """
 
 from __future__ import annotations
@@ -171,6 +176,8 @@ def n_player(problem: SantaFeBar, result: Result, n_players: int, n_samples: int
     """
     started = time.perf_counter()
     grid = _check(problem, result)
+    if result.params.get("objective") == "social":   # the planner's feedback, whatever bar
+        problem = problem.for_objective("social")
     n_players = check_int("n_players", n_players, low=1, high=MAX_COUNT)
     n_samples = check_int("n_samples", n_samples, low=2, high=MAX_COUNT)
     seed = fresh_seed() if seed is None else check_int("seed", seed, low=0)
@@ -193,7 +200,7 @@ def n_player(problem: SantaFeBar, result: Result, n_players: int, n_samples: int
     distance = np.max(np.abs(A_N - mean_field), axis=1)
     gaps = cost_error = None
     if gap:
-        gaps, cost_error = _gaps(problem, grid, host, U, m0, A_N, density)
+        gaps, cost_error = _gaps(problem, grid, host, U, m0, A_N, density, mean_field)
     t2 = time.perf_counter()
     return NPlayerResult(n_players=n_players, n_samples=n_samples, seed=seed,
                          t=np.asarray(grid.t), mean_field=mean_field, attendance=A_N,
@@ -244,11 +251,13 @@ def check_size(grid: Any, be: Backend, n_players: int, n_samples: int, gap: bool
 
 
 def _gaps(problem: SantaFeBar, grid: Any, host: Backend, U: np.ndarray, m0: np.ndarray,
-          A_N: np.ndarray, density: np.ndarray | None = None
+          A_N: np.ndarray, density: np.ndarray | None = None, A: np.ndarray | None = None
           ) -> tuple[np.ndarray, np.ndarray]:
     """Per sample: the best response's gain over α*, and α*'s cost change, against A_N
-    (``density``: m^1..m^nt that H sees, where it depends on m)."""
-    coupling = AttendanceCoupling(problem, grid, host)
+    (``density``: m^1..m^nt that H sees, where it depends on m). A patron earns the bar's
+    payoff F (also under the planner's policy, whose U is the planner's, not the patron's
+    value: the cost change is taken against α*'s value on the mean field's path ``A``)."""
+    coupling = AttendanceCoupling(problem.for_objective("equilibrium"), grid, host)
     U_T = problem.terminal_cost(grid, host)
     weights = grid.weights * m0
     H = problem.hamiltonian
@@ -257,7 +266,11 @@ def _gaps(problem: SantaFeBar, grid: Any, host: Backend, U: np.ndarray, m0: np.n
                          density=density)[:, 0, :] @ weights
     fd = FiniteDifferences(grid, problem.nu, host, hamiltonian=H)
     best = np.array([fd.solve_hjb(U_T, F_s, U, density)[0] @ weights for F_s in F])
-    return V0 - best, V0 - U[0] @ weights
+    if problem.objective == "equilibrium":
+        return V0 - best, V0 - U[0] @ weights
+    V = evaluate_policy(U, coupling.running_cost(A[1:])[None], U_T, grid, problem.nu, host,
+                        hamiltonian=H, density=density)[0, 0, :] @ weights
+    return V0 - best, V0 - V
 
 
 def n_player_study(problem: SantaFeBar, result: Result, sizes: Sequence[int],

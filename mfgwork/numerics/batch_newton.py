@@ -19,7 +19,8 @@ Problems whose new point was accepted get a new Newton direction d = S⁻¹ (S D
 - on devices (CUDA, MPS and its emulation) from the dense tangent Jacobians D of all these
   problems at once, in chunks that fit ``jacobian_memory`` bytes (a quarter of the free memory
   on CUDA), and one batched Cholesky factorisation (a problem whose factorisation fails steps
-  along R, the Picard direction). On CUDA with Triton, D comes from the fused tangent sweeps
+  along R, the Picard direction; an LU factorisation of S D S + Σ where a price rises, see
+  :func:`.potential.scaling`). On CUDA with Triton, D comes from the fused tangent sweeps
   of :mod:`.fdm.triton_tangent` (two launches per chunk, the time loop inside); elsewhere
   (MPS, its emulation, CUDA without Triton) from the batched torch sweeps of
   :mod:`.fdm.tangent_torch` (all nt directions as one wide batch of tridiagonal solves per
@@ -178,6 +179,17 @@ def conjugate_gradients(apply: Any, b: np.ndarray, rtol: float, max_steps: int
         r -= alpha * Ap
         rr, previous = float(r @ r), rr
         p = r + (rr / previous) * p
+    return x
+
+
+def minimal_residual(apply: Any, b: np.ndarray, rtol: float, max_steps: int) -> np.ndarray:
+    """x with ‖A x − b‖ ≤ rtol ‖b‖ (at best) for the symmetric, possibly indefinite operator
+    ``apply``: SciPy's MINRES from x = 0, at most ``max_steps`` products."""
+    from scipy.sparse.linalg import LinearOperator, minres
+
+    n = b.size
+    x, _ = minres(LinearOperator((n, n), matvec=apply, dtype=np.float64), b, rtol=rtol,
+                  maxiter=max_steps)
     return x
 
 
@@ -489,7 +501,8 @@ class BatchNewton:
         return xp.where(batch_mask(mode == CERTIFY, z, self.backend), z + cur["R"], trial)
 
     def _directions(self, d: Any, mask: np.ndarray, cur: dict, rel: np.ndarray) -> Any:
-        """d = S⁻¹ (S D S + I)⁻¹ S R for the problems of ``mask`` (others keep theirs)."""
+        """d = S⁻¹ Σ (S D S + Σ)⁻¹ S R for the problems of ``mask`` (others keep theirs;
+        :func:`.potential.scaling`)."""
         idx = np.flatnonzero(mask)
         self.newton_steps += idx.size
         if self.matrix_free:
@@ -500,13 +513,19 @@ class BatchNewton:
         index = torch.as_tensor(idx, device=d.device)
         z, R = (cur[k][index].to(sys_dtype) for k in ("z", "R"))
         D = self._jacobians(cur["U"][index], cur["M"][index], idx).to(sys_dtype)
+        from .potential import scaling
+
         slope = self.potential.price_slope(to_numpy(z).astype(np.float64), idx)
-        s = torch.as_tensor(np.sqrt(np.maximum(-slope, 0.0)), dtype=sys_dtype, device=d.device)
+        s, sign = (torch.as_tensor(a, dtype=sys_dtype, device=d.device)
+                   for a in scaling(slope))
         A = s[:, :, None] * (0.5 * (D + D.transpose(1, 2))) * s[:, None, :]
-        A = A + torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
-        L, info = torch.linalg.cholesky_ex(A)
-        v = torch.cholesky_solve((s * R)[..., None], L)[..., 0]
-        newton = torch.where(s > 0, v / torch.where(s > 0, s, torch.ones_like(s)), R)
+        A = A + torch.diag_embed(sign)
+        if bool((sign > 0).all()):   # Σ = I: SPD
+            L, info = torch.linalg.cholesky_ex(A)
+            v = torch.cholesky_solve((s * R)[..., None], L)[..., 0]
+        else:                        # symmetric indefinite (a price rising somewhere)
+            v, info = torch.linalg.solve_ex(A, s * R)
+        newton = torch.where(s > 0, sign * v / torch.where(s > 0, s, torch.ones_like(s)), R)
         step = torch.where((info == 0)[:, None], newton, R)
         d = d.clone()
         d[index] = step.to(d.dtype)
@@ -514,11 +533,12 @@ class BatchNewton:
 
     def _directions_krylov(self, d: Any, idx: np.ndarray, cur: dict, rel: np.ndarray) -> Any:
         """The Newton directions on the CPU, matrix-free: conjugate gradients on
-        (S D S + I) v = S R, each product D p by the compiled tangent sweeps of one direction
-        (O(nt nx), against O(nt² nx) for D itself), to the relative accuracy
+        (S D S + I) v = S R (MINRES on (S D S + Σ) v = S R where a price rises somewhere,
+        :func:`.potential.scaling`), each product D p by the compiled tangent sweeps of one
+        direction (O(nt nx), against O(nt² nx) for D itself), to the relative accuracy
         min(10⁻², r) (r: the relative residual of z; an inexact Newton step)."""
         from .fdm.tangent import tangent_product
-        from .potential import product_operands, tangent_operands
+        from .potential import product_operands, scaling, tangent_operands
 
         g = self.grid
         out = np.array(to_numpy(d), dtype=np.float64)
@@ -529,15 +549,16 @@ class BatchNewton:
             ops = product_operands(tangent_operands(U, mu, self.potential.chi,
                                                     float(self.nu[b]), g, self.hamiltonian,
                                                     self._density_of(b)))
-            s = np.sqrt(np.maximum(-self.potential.price_slope(z[None], [b])[0], 0.0))
+            s, sign = scaling(self.potential.price_slope(z[None], [b])[0])
 
-            def apply(p: np.ndarray, s: np.ndarray = s, ops: tuple = ops) -> np.ndarray:
+            def apply(p: np.ndarray, s: np.ndarray = s, sign: np.ndarray = sign,
+                      ops: tuple = ops) -> np.ndarray:
                 self.products += 1
-                return s * tangent_product(*ops, g.dt, s * p) + p
+                return s * tangent_product(*ops, g.dt, s * p) + sign * p
 
-            v = conjugate_gradients(apply, s * R, min(ETA, max(float(rel[b]), 1e-14)),
-                                    4 * z.size)
-            out[b] = np.where(s > 0, v / np.where(s > 0, s, 1.0), R)
+            krylov = conjugate_gradients if (sign > 0).all() else minimal_residual
+            v = krylov(apply, s * R, min(ETA, max(float(rel[b]), 1e-14)), 4 * z.size)
+            out[b] = np.where(s > 0, sign * v / np.where(s > 0, s, 1.0), R)
         xp = self.backend.xp
         return xp.asarray(out, device=d.device) if self.backend.name != "numpy" else out
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.linalg
 
 from ..core.backend import Backend, to_numpy
 from ..core.grid import Grid
@@ -149,15 +150,19 @@ class PotentialNewton:
         return {"z": z, "U": U, "M": M, "R": R, "norm": _norm(R)}
 
     def _direction(self, point: dict[str, Any]) -> np.ndarray:
-        """d = S⁻¹ (S D S + I)⁻¹ S R, the Newton step for R(z) = 0."""
+        """d = S⁻¹ Σ (S D S + Σ)⁻¹ S R, the Newton step for R(z) = 0
+        (:func:`scaling`)."""
         mu = np.asarray(to_numpy(point["M"]), dtype=np.float64) * self.grid.weights
         U = np.asarray(to_numpy(point["U"]), dtype=np.float64)
         D = observed_path_jacobian(U, mu, self.potential.chi, self.nu, self.grid,
                                    self.hamiltonian)
-        s = np.sqrt(-self.potential.price_slope(point["z"]))
-        A = s[:, None] * (0.5 * (D + D.T)) * s[None, :] + np.eye(s.size)
-        v = spd_solve(np.ascontiguousarray(A), s * point["R"])
-        return np.where(s > 0, v / np.where(s > 0, s, 1.0), point["R"])
+        s, sign = scaling(self.potential.price_slope(point["z"]))
+        A = s[:, None] * (0.5 * (D + D.T)) * s[None, :] + np.diag(sign)
+        if (sign > 0).all():
+            v = spd_solve(np.ascontiguousarray(A), s * point["R"])
+        else:   # a rising price (the planner's): symmetric indefinite
+            v = scipy.linalg.solve(A, s * point["R"], assume_a="sym")
+        return np.where(s > 0, sign * v / np.where(s > 0, s, 1.0), point["R"])
 
     def _certify(self, evaluate: Any, point: dict[str, Any]) -> dict[str, Any]:
         """The fixed-point residual of the densities of ``point``: one best response to Φ(z)."""
@@ -188,6 +193,15 @@ class PotentialNewton:
 
         return {"residual": res, "change_U": change("U"), "change_M": change("M"),
                 "time": time.perf_counter() - started}
+
+
+def scaling(slope: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(S, Σ) of the Newton system for the price slopes P': S = √|P'|, Σ = sign(−P') (+1 where
+    P' = 0), so that P' = −S Σ S. The step d of (I − D P') d = R is d = S⁻¹ Σ w with
+    (S D S + Σ) w = S R: symmetric positive definite where every price falls (Σ = I, a
+    monotone coupling), symmetric indefinite where one rises (the planner's price), and
+    nonsingular at a strict local optimum of the potential."""
+    return np.sqrt(np.abs(slope)), np.where(slope > 0, -1.0, 1.0)
 
 
 def _norm(a: np.ndarray) -> float:

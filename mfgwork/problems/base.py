@@ -303,9 +303,10 @@ class ScalarPotential:
     """A monotone scalar coupling with a potential (NumPy float64 functions, elementwise).
 
     The running cost is F^n = −y_n χ for the price path y = P(z) of the observed path
-    z_n = Σ_i χ_i μ_i^{n+1} (μ = w m), P decreasing: ``price_slope`` is P'(z) ≤ 0. Such a
-    game has a convex potential, and its equilibrium is found by Newton's method (see
-    :mod:`mfgwork.numerics.potential`)."""
+    z_n = Σ_i χ_i μ_i^{n+1} (μ = w m); ``price_slope`` is P'(z). Where P decreases (P' ≤ 0,
+    a monotone coupling) the game has a convex potential; where it rises somewhere (the
+    planner's price F + A F' of Santa Fe) the potential is not convex. Either way its
+    critical points are found by Newton's method (see :mod:`mfgwork.numerics.potential`)."""
 
     chi: np.ndarray
     price_slope: ArrayFn

@@ -9,6 +9,13 @@ State θ ∈ [−θ_max, θ_max]; agents with θ > 0 go to the bar.
 Attending earns F(A), staying home earns 0; F decreases in A (crowd aversion), so the
 coupling is monotone and the equilibrium unique. On the grid, 1{θ > 0} is the fraction of each
 control volume with θ > 0 (½ at θ = 0 when 0 is a grid point), and A = Σ_i w_i 1{θ_i > 0} m_i.
+
+The planner's problem (``objective="social"``, mean field control) maximises the total
+welfare ∫ A F(A) dt − E ∫ ½|α|² dt instead: its optimality system is the same HJB–FP system
+with the marginal payoff P(A) = d(A F(A))/dA = F(A) + A F'(A) in place of F, what one more
+patron adds to the total (F' < 0: less than F, the planner keeps the bar emptier). P is not
+monotone (P' = 2F' + A F'' changes sign above A* for small ε), so the planner's problem has no
+convex potential and may have several critical points.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..core.backend import Backend
-from ..core.errors import ParameterError, check_real
+from ..core.errors import ParameterError, check_choice, check_real
 from ..core.grid import Grid
 from .base import Coupling, DensityCoupling, MFGProblem, ScalarPotential, grid_only
 from .hamiltonians import Hamiltonian, Quadratic, hamiltonian_from_params
@@ -34,6 +41,9 @@ MAX_PAYOFF = 1e12
 MAX_THETA = 1e150
 DEFAULTS = {"threshold": 0.6, "sigma": 0.5, "T": 10.0, "theta_max": 5.0, "good": 10.0,
             "bad": -5.0, "eps": 0.05}
+#: What the agents' controls solve for: the Nash equilibrium (each agent's own payoff F), or
+#: the planner's optimum (mean field control: the marginal payoff F + A F').
+OBJECTIVES = ("equilibrium", "social")
 
 
 def logistic(z: Any, xp: Any) -> Any:
@@ -45,8 +55,10 @@ def logistic(z: Any, xp: Any) -> Any:
 class SantaFeBar(MFGProblem):
     """Santa Fe Bar with preference θ; see the module docstring for the model.
 
-    Observables: ``attendance`` A(t) and ``mean_state`` E[θ](t); summary: mean, min and max
-    attendance, ``time_overcrowded`` (time with A > A*) and ``final_mean_preference``.
+    ``objective``: "equilibrium" (the Nash equilibrium) or "social" (the planner's optimum;
+    see :meth:`for_objective`). Observables: ``attendance`` A(t) and ``mean_state`` E[θ](t);
+    summary: mean, min and max attendance, ``time_overcrowded`` (time with A > A*) and
+    ``final_mean_preference``.
     """
 
     state_name = "θ"
@@ -57,17 +69,21 @@ class SantaFeBar(MFGProblem):
         """The problem whose :meth:`params` are ``params`` (extra keys are ignored)."""
         H = params.get("hamiltonian")
         return cls(**{k: params[k] for k in DEFAULTS},
-                   hamiltonian=Quadratic() if H is None else hamiltonian_from_params(H))
+                   hamiltonian=Quadratic() if H is None else hamiltonian_from_params(H),
+                   objective=params.get("objective", "equilibrium"))
 
     threshold: float
     theta_max: float
     good: float
     bad: float
     eps: float
+    objective: str
 
     def __init__(self, threshold: float = 0.6, sigma: float = 0.5, T: float = 10.0,
                  theta_max: float = 5.0, good: float = 10.0, bad: float = -5.0,
-                 eps: float = 0.05, *, hamiltonian: Hamiltonian | None = None) -> None:
+                 eps: float = 0.05, *, hamiltonian: Hamiltonian | None = None,
+                 objective: str = "equilibrium") -> None:
+        object.__setattr__(self, "objective", check_choice("objective", objective, OBJECTIVES))
         values = {"threshold": check_real("threshold", threshold, low=0.0, high=1.0),
                   "theta_max": check_real("theta_max", theta_max, low=0.0, high=MAX_THETA,
                                           high_open=False),
@@ -88,15 +104,36 @@ class SantaFeBar(MFGProblem):
         args = ", ".join(f"{k}={getattr(self, k)!r}" for k in DEFAULTS)
         if self.hamiltonian != Quadratic():
             args += f", hamiltonian={self.hamiltonian!r}"
+        if self.objective != "equilibrium":
+            args += f", objective={self.objective!r}"
         return f"SantaFeBar({args})"
 
     def params(self) -> dict[str, Any]:
+        """The parameters (``objective`` only for the planner's problem: the equilibrium's
+        parameters stay those that earlier results and stores recorded)."""
+        social = {"objective": self.objective} if self.objective != "equilibrium" else {}
         return ({"problem": self.name} | {k: getattr(self, k) for k in DEFAULTS}
-                | {"hamiltonian": self.hamiltonian.params()})
+                | {"hamiltonian": self.hamiltonian.params()} | social)
+
+    def for_objective(self, objective: str) -> SantaFeBar:
+        """This bar with ``objective`` ("equilibrium" or "social"): the same parameters and
+        Hamiltonian, the agents' price F or the planner's F + A F'."""
+        check_choice("objective", objective, OBJECTIVES)
+        if objective == self.objective:
+            return self
+        return type(self)(**{k: getattr(self, k) for k in DEFAULTS},
+                          hamiltonian=self.hamiltonian, objective=objective)
 
     def payoff(self, A: Any, xp: Any = np) -> Any:
         """F(A) = G − (G − B) s((A − A*)/ε)."""
         return payoff(A, self.threshold, self.good, self.bad, self.eps, xp)
+
+    def price(self, A: Any, xp: Any = np) -> Any:
+        """The payoff of going that the controls respond to: F(A) for the equilibrium,
+        F(A) + A F'(A) for the planner."""
+        if self.objective == "social":
+            return marginal_payoff(A, self.threshold, self.good, self.bad, self.eps, xp)
+        return self.payoff(A, xp)
 
     def running_cost(self, t: float, theta: Any, m: Any) -> Any:
         """f(t, θ, m) = −F(A) · 1{θ > 0}, with A computed from m on the grid ``theta`` (the
@@ -107,7 +144,7 @@ class SantaFeBar(MFGProblem):
         fraction, weights = attendance_weights(self.grid(theta.shape[0], 1))
         chi, chi_w = (xp.asarray(a, dtype=theta.dtype, device=array_api_compat.device(theta))
                       for a in (fraction, weights))
-        return -self.payoff(xp.sum(chi_w * m), xp) * chi
+        return -self.price(xp.sum(chi_w * m), xp) * chi
 
     def unresolved(self, grid: Grid) -> list[str]:
         """The θ step h must resolve the initial density m0 ∝ exp(−θ²/2), whose standard
@@ -191,6 +228,25 @@ def logistic_price_slope(A: np.ndarray, *, threshold: Any, good: Any, bad: Any,
     return -(good - bad) / eps * e / (1.0 + e) ** 2
 
 
+def marginal_payoff(A: Any, threshold: Any, good: Any, bad: Any, eps: Any, xp: Any = np
+                    ) -> Any:
+    """P(A) = F(A) + A F'(A) = G − (G − B) (s(x) + (A/ε) s'(x)), x = (A − A*)/ε: the planner's
+    price (the parameters may be arrays, one per problem)."""
+    x = (A - threshold) / eps
+    e = xp.exp(-xp.abs(x))
+    return good - (good - bad) * (logistic(x, xp) + A / eps * e / (1.0 + e) ** 2)
+
+
+def marginal_price_slope(A: np.ndarray, *, threshold: Any, good: Any, bad: Any,
+                         eps: Any) -> np.ndarray:
+    """P'(A) = 2F'(A) + A F''(A) = −(G − B) s'(x)/ε · (2 + (A/ε)(1 − 2 s(x))), of either
+    sign; s'' = s'(1 − 2s)."""
+    x = (A - threshold) / eps
+    e = np.exp(-np.abs(x))
+    s = np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    return -(good - bad) / eps * e / (1.0 + e) ** 2 * (2.0 + A / eps * (1.0 - 2.0 * s))
+
+
 def gaussian_m0(theta: Any) -> Any:
     """m0 ∝ exp(−θ²/2) (normalized by the solver on the domain)."""
     import array_api_compat
@@ -223,17 +279,20 @@ class AttendanceCoupling(Coupling):
         return self.backend.xp.sum(M[1:, :] * self.attendance_weights, axis=-1)
 
     def running_cost(self, z: Any) -> Any:
-        return -self.problem.payoff(z, self.backend.xp)[:, None] * self.chi[None, :]
+        return -self.problem.price(z, self.backend.xp)[:, None] * self.chi[None, :]
 
     def project(self, z: Any) -> Any:
         return z.clip(0.0, 1.0)   # NumPy's and torch's own clip (the array-API one is slower)
 
     def potential(self) -> ScalarPotential:
         """Santa Fe is a potential game with price y = F(A), F'(A) = −(G − B) s'(x)/ε for
-        x = (A − A*)/ε, s'(x) = e^(−|x|)/(1 + e^(−|x|))² (no overflow where F saturates)."""
+        x = (A − A*)/ε, s'(x) = e^(−|x|)/(1 + e^(−|x|))² (no overflow where F saturates); the
+        planner's problem has the price F + A F' (:func:`marginal_price_slope`), whose
+        potential, the total welfare, is not convex."""
         p = self.problem
+        slope = marginal_price_slope if p.objective == "social" else logistic_price_slope
         return ScalarPotential(chi=self.chi_np, price_slope=partial(
-            logistic_price_slope, threshold=p.threshold, good=p.good, bad=p.bad, eps=p.eps))
+            slope, threshold=p.threshold, good=p.good, bad=p.bad, eps=p.eps))
 
     @classmethod
     def stacked(cls, couplings: list[Coupling], backend: Backend) -> Coupling:
@@ -250,12 +309,20 @@ class StackedAttendanceCoupling(Coupling):
         self.chi, self.attendance_weights = first.chi, first.attendance_weights
         self.params = [backend.asarray(np.array([[getattr(c.problem, k)] for c in couplings]))
                        for k in ("threshold", "good", "bad", "eps")]
+        social = np.array([[c.problem.objective == "social"] for c in couplings])
+        #: 1 for the planner's problems, 0 for equilibria (None: no planner in the batch)
+        self.social = backend.asarray(social.astype(np.float64)) if social.any() else None
 
     def state(self, M: Any) -> Any:
         return self.backend.xp.sum(M[:, 1:, :] * self.attendance_weights, axis=-1)
 
     def running_cost(self, z: Any) -> Any:
-        return -payoff(z, *self.params, self.backend.xp)[..., None] * self.chi
+        xp = self.backend.xp
+        price = payoff(z, *self.params, xp)
+        if self.social is not None:   # F + A F' = the planner's price where social is 1
+            price = (1.0 - self.social) * price + self.social * marginal_payoff(
+                z, *self.params, xp)
+        return -price[..., None] * self.chi
 
     def project(self, z: Any) -> Any:
         return z.clip(0.0, 1.0)

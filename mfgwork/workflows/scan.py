@@ -80,6 +80,7 @@ from ..problems import PROBLEMS
 from ..results import provenance
 from ..solve import reachable_tol
 from ..solve2d import default_iteration
+from ..welfare import COMPARISON
 from .dask_client import dask_client, visible_gpus
 from .scan_check import DIGEST, DONE, Damage, blocks, check_store, finished_points
 from .scan_inspect import RECORD_ATTR, check_metadata, inspect_store, read_record
@@ -127,6 +128,8 @@ def make_layout(plan: ScanPlan, be: Backend, chosen: Placement | None = None) ->
     m0 = to_numpy(first.initial_density(grid, host))
     paths = first.observables(grid, np.stack([m0] * (grid.nt + 1)), host)
     scalars = {} if plan.two_d else first.summary(grid, paths)
+    if plan.options.get("objective") == "social":
+        scalars |= dict.fromkeys(COMPARISON, 0.0)
     coords = {}
     for names, values in plan.spec.axes:
         for k, name in enumerate(names):
@@ -187,6 +190,8 @@ def _attributes(plan: ScanPlan, first: Any, be: Backend) -> dict[str, Any]:
     attrs |= {"nt": opts["nt"], "tol": opts["tol"], "max_iter": opts["max_iter"],
               "method": "fdm", "backend": be.name, "dtype": be.dtype,
               "iteration": _attr(as_json_value(opts["iteration"]) or default)}
+    if "objective" in opts:
+        attrs["objective"] = opts["objective"]
     prov = provenance()
     attrs |= {f"version_{k}": _attr(v) for k, v in prov["versions"].items()}
     attrs |= {"platform": prov["platform"], "machine": prov["machine"],
@@ -250,7 +255,8 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
          keep: Sequence[str] = FIELDS,
          store: str | os.PathLike | None = None, chunk_size: int | None = None,
          scheduler: str | None = None, dask: bool | str = False, workers: int | None = None,
-         progress: bool = True, max_points: int = MAX_POINTS) -> Any:
+         progress: bool = True, max_points: int = MAX_POINTS, objective: str | None = None
+         ) -> Any:
     """Solve ``problem`` at every point of ``grid``; return an ``xarray.Dataset``.
 
     ``problem``: a problem class or factory called with each point's parameters (e.g.
@@ -279,10 +285,15 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
     point, or whose Dataset when there is no store, does not fit in memory; every point is
     checked as :func:`mfgwork.solve` checks it (steps and diffusion numbers) before a store
     is made, and a grid too coarse for the points' model is warned once
-    (:class:`~mfgwork.core.errors.ResolutionWarning`).
+    (:class:`~mfgwork.core.errors.ResolutionWarning`). ``objective="social"`` (Santa Fe):
+    each point is the planner's optimum, compared with its equilibrium as by
+    :func:`mfgwork.solve` (the variables ``welfare``, ``equilibrium_welfare``,
+    ``welfare_loss`` and ``price_of_anarchy``; :mod:`mfgwork.welfare`).
     """
     options = {"nx": nx, "nt": nt, "tol": tol, "max_iter": max_iter, "dtype": dtype,
                "backend": backend, "iteration": iteration} | ({} if ny is None else {"ny": ny})
+    if objective is not None:   # (absent otherwise: the scans of before keep their identity)
+        options["objective"] = objective
     scheduler, dask = _given_client(scheduler, dask)
     workers = _check_options(store, device, scheduler, dask, workers, progress)
     _require(grid, store, dask, scheduler, "mw.scan")

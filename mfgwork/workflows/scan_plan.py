@@ -149,6 +149,10 @@ def make_plan(problem: Callable[..., Problem] | str, grid: Any,
         raise SpecError("the grid has no axis to scan: give at least one parameter a list, "
                         "linspace or range")
     plan = ScanPlan(factory, spec, opts, tuple(dict.fromkeys(keep)))
+    if "objective" in opts:   # the first point stands for the factory's kind
+        from ..welfare import check_objective
+
+        check_objective(opts["objective"], [plan.problem((0,) * len(plan.shape))])
     if isinstance(plan.problem((0,) * len(plan.shape)), MFGProblem2D):
         opts["ny"] = opts["nx"] if ny is None else check_int("ny", ny, low=3, high=MAX_GRID)
         plan = ScanPlan(factory, spec, opts, plan.keep, two_d=True)

@@ -145,7 +145,8 @@ def solve_points(problems: list[Problem], be: Backend, opts: Mapping[str, Any]
     if isinstance(problems[0], MFGProblem2D):
         return [_solve_one_2d(p, opts, be) for p in problems]
     kw = {"nx": opts["nx"], "nt": opts["nt"], "backend": be, "tol": opts["tol"],
-          "max_iter": opts["max_iter"], "iteration": opts["iteration"], "progress": False}
+          "max_iter": opts["max_iter"], "iteration": opts["iteration"], "progress": False,
+          **_objective(opts)}
     if be.name == "torch" and len(problems) > 1:
         from ..solve import solve
 
@@ -206,7 +207,7 @@ def _finish_one(problem: MFGProblem, initial: np.ndarray, opts: dict[str, Any]
     """One point by the single path: warm, then (if that does not converge) cold."""
     kw = {"nx": opts["nx"], "nt": opts["nt"], "backend": get_backend("numpy"),
           "tol": opts["tol"], "max_iter": opts["max_iter"], "iteration": opts["iteration"],
-          "progress": False}
+          "progress": False, **_objective(opts)}
     warm = _solve_one(problem, kw, opts, initial)
     if warm["status"] == "converged":
         return warm
@@ -214,6 +215,11 @@ def _finish_one(problem: MFGProblem, initial: np.ndarray, opts: dict[str, Any]
     cold["iterations"] = cold.get("iterations", 0) + warm.get("iterations", 0)
     cold["wall_time"] += warm["wall_time"]
     return cold
+
+
+def _objective(opts: Mapping[str, Any]) -> dict[str, Any]:
+    """The solve's ``objective`` where the scan has one (:func:`mfgwork.scan`)."""
+    return {"objective": opts["objective"]} if "objective" in opts else {}
 
 
 def _state(problem: MFGProblem, M: Any, opts: Mapping[str, Any]) -> np.ndarray:

@@ -1,0 +1,165 @@
+"""Welfare of a Santa Fe solution, and the planner's optimum against the equilibrium.
+
+The welfare (per patron, over [0, T]) of densities m moved by controls α is the bar's payoff
+to those who go less the cost of moving, W = ∫₀ᵀ A F(A) dt − ∫₀ᵀ ∫ L(α) m dθ dt (L the
+Lagrangian of H: ½α² for ½p²; g = 0). On the grid it is the scheme's own: the control of u^n
+moves m^n to m^{n+1}, level n pays for A_n = Σ_i w_i χ_i m_i^{n+1}, and the cost of moving is
+the Legendre transform of the Engquist–Osher Hamiltonian, L̂ = q₋ ∂Ĥ/∂q₋ + q₊ ∂Ĥ/∂q₊ − Ĥ
+(q₋, q₊ the one-sided gradients of u^n, 0 at the walls):
+
+    W = Σ_n Δt [A_n F(A_n) − Σ_i w_i m_i^{n+1} L̂_i(u^n)]                     (controls)
+
+By the adjoint structure of the scheme, Σ_i w_i m_i^0 u_i^0 = Σ_n Δt Σ_i w_i m_i^{n+1}
+(L̂_i − y_n χ_i) for the best response to any price path y, so the same number is
+
+    W = −Σ_i w_i m_i^0 u_i^0 − Σ_n Δt (y_n − F(A_n)) A_n                      (values)
+
+two computations that agree to round-off (tested). The planner (``objective="social"``)
+maximises W; its controls are the best response to the price y = F + A F'. The equilibrium's
+controls respond to y = F: ``welfare_loss`` W_opt − W_eq ≥ 0 is what selfish choices cost,
+and ``price_of_anarchy`` W_opt / W_eq (NaN unless both are positive: the ratio means nothing
+when a welfare is ≤ 0) its ratio.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from .core.backend import get_backend, to_numpy
+from .core.errors import ParameterError, check_choice
+from .numerics.fdm.sweeps import FiniteDifferences
+from .problems import problem_from_params
+from .problems.santa_fe import OBJECTIVES, SantaFeBar, attendance_weights
+from .results import Result
+
+#: What a planner's result adds to its summary (:func:`compare`).
+COMPARISON = ("welfare", "equilibrium_welfare", "welfare_loss", "price_of_anarchy")
+
+
+def welfare(result: Result, problem: SantaFeBar | None = None) -> float:
+    """W of a Santa Fe ``result`` (an equilibrium or the planner's optimum) from its controls
+    (module docstring); ``problem``: the bar that was solved (default: rebuilt from
+    ``result.params``)."""
+    problem = _bar(result, problem)
+    U, M = (np.asarray(to_numpy(a), dtype=np.float64) for a in (result.U, result.M))
+    return controls_welfare(problem, U, M)
+
+
+def value_welfare(result: Result, problem: SantaFeBar | None = None) -> float:
+    """W of ``result`` from its values: −Σ w m⁰ u⁰ − Σ_n Δt (y_n − F(A_n)) A_n, y the price
+    its controls respond to (F for an equilibrium, F + A F' for the planner)."""
+    problem = _bar(result, problem)
+    U, M = (np.asarray(to_numpy(a), dtype=np.float64) for a in (result.U, result.M))
+    grid = problem.grid(M.shape[1], M.shape[0] - 1)
+    A = M[1:] @ attendance_weights(grid)[1]
+    paid = problem.price(A) - problem.payoff(A)
+    return float(-np.sum(grid.weights * M[0] * U[0]) - grid.dt * np.sum(paid * A))
+
+
+def controls_welfare(problem: SantaFeBar, U: np.ndarray, M: np.ndarray) -> float:
+    """W = Σ_n Δt [A_n F(A_n) − Σ_i w_i m_i^{n+1} L̂_i(u^n)] of values U and densities M
+    ((nt+1, nx) each, float64) on the problem's grid."""
+    grid = problem.grid(M.shape[1], M.shape[0] - 1)
+    q = np.diff(U[:-1], axis=1) / grid.h
+    wall = np.zeros((q.shape[0], 1))
+    q_left, q_right = np.hstack([wall, q]), np.hstack([q, wall])
+    H, dH_left, dH_right = problem.hamiltonian.numerical(grid.x, q_left, q_right, None, np)
+    lagrangian = q_left * dH_left + q_right * dH_right - H
+    A = M[1:] @ attendance_weights(grid)[1]
+    return float(grid.dt * (np.sum(A * problem.payoff(A))
+                            - np.sum(grid.weights * M[1:] * lagrangian)))
+
+
+def price_welfare(problem: SantaFeBar, price: Any, nx: int = 201) -> float:
+    """W of the best response to the price path ``price`` (nt values: the payoff of going at
+    levels 1..nt, nt = len(price)) on the nx × nt grid, in float64 on the CPU: the welfare
+    of any policy of that form, e.g. to check the planner's optimum (no price path does
+    better near it)."""
+    price = np.asarray(price, dtype=np.float64)
+    if price.ndim != 1 or price.size < 1 or not np.isfinite(price).all():
+        raise ParameterError(f"price of shape {price.shape} is invalid: must be a finite "
+                             "path of nt >= 1 values (the payoff of going at levels 1..nt)")
+    grid = problem.grid(nx, price.size)
+    be = get_backend("numpy", "cpu", "float64")
+    fd = FiniteDifferences(grid, problem.nu, be, hamiltonian=problem.hamiltonian,
+                           compile_steps=False)
+    chi = attendance_weights(grid)[0]
+    U = fd.solve_hjb(problem.terminal_cost(grid, be), -price[:, None] * chi[None, :])
+    M = fd.solve_fp(U, problem.initial_density(grid, be))
+    fd.check_newton()
+    return controls_welfare(problem, np.asarray(U), np.asarray(M))
+
+
+def compare(optima: Sequence[Result], equilibria: Sequence[Result],
+            problems: Sequence[SantaFeBar], seconds: float) -> list[Result]:
+    """The planner's ``optima`` with the welfare of both in their summary (``welfare``,
+    ``equilibrium_welfare``, ``welfare_loss``, ``price_of_anarchy``), the equilibrium's
+    status in ``extra["equilibrium"]`` and its solve's ``seconds`` in the timings."""
+    out = []
+    for opt, eq, problem in zip(optima, equilibria, problems, strict=True):
+        w_opt, w_eq = welfare(opt, problem), welfare(eq, problem.for_objective("equilibrium"))
+        ratio = w_opt / w_eq if w_opt > 0 and w_eq > 0 else math.nan
+        summary = opt.summary | dict(zip(COMPARISON, (w_opt, w_eq, w_opt - w_eq, ratio),
+                                         strict=True))
+        extra = opt.extra | {"equilibrium": {
+            "status": str(eq.status), "residual": eq.residual, "iterations": eq.iterations,
+            "mean_attendance": eq.summary.get("mean_attendance")}}
+        timings = opt.timings | {"equilibrium": seconds,
+                                 "total": opt.timings.get("total", 0.0) + seconds}
+        out.append(replace(opt, summary=summary, extra=extra, timings=timings))
+    return out
+
+
+def solve_objective(solve: Any, problems: Sequence[Any], objective: object, **options: Any
+                    ) -> list[Result]:
+    """``problems`` solved by ``solve`` (a list in, a list of results out) for
+    ``objective``: "equilibrium" their equilibria; "social" their planners' optima and,
+    with the same options, their equilibria, compared (:func:`compare`). Refused before any
+    work for an objective, a problem or a method this does not define."""
+    check_objective(objective, problems)
+    if objective == "equilibrium":
+        return solve([p.for_objective("equilibrium") if isinstance(p, SantaFeBar) else p
+                      for p in problems], **options)
+    if options.get("method", "fdm") != "fdm":
+        raise ParameterError(f"method={options['method']!r} is invalid with "
+                             "objective='social': the welfare is that of the finite-difference "
+                             "scheme (method='fdm')")
+    optima = solve([p.for_objective("social") for p in problems], **options)
+    started = time.perf_counter()
+    equilibria = solve([p.for_objective("equilibrium") for p in problems], **options)
+    return compare(optima, equilibria, problems, time.perf_counter() - started)
+
+
+def check_objective(objective: object, problems: Sequence[Any]) -> str:
+    """``objective`` if it is one of :data:`~mfgwork.problems.santa_fe.OBJECTIVES` that every
+    problem defines (the planner's: Santa Fe bars whose H is independent of m)."""
+    check_choice("objective", objective, OBJECTIVES)
+    if not isinstance(problems, list | tuple) or not problems:
+        raise ParameterError(f"problems={problems!r:.80} is invalid: must be a non-empty "
+                             "list of problems")
+    for i, p in enumerate(problems if objective == "social" else ()):
+        if not isinstance(p, SantaFeBar) or p.hamiltonian.depends_on_m:
+            raise ParameterError(f"objective='social' is invalid for problem {i} "
+                                 f"({p!r:.80}): the planner's problem is defined for "
+                                 "mfgwork.SantaFeBar with a Hamiltonian independent of m")
+    return objective
+
+
+def _bar(result: Any, problem: SantaFeBar | None) -> SantaFeBar:
+    """The Santa Fe bar of ``result`` (``problem``, else rebuilt from its params), refused
+    in one line for any other result."""
+    if not isinstance(result, Result) or np.ndim(result.M) != 2:
+        raise ParameterError(f"result={type(result).__name__} is invalid: welfare needs the "
+                             "Result of a 1-D Santa Fe solve")
+    if problem is None:
+        problem = problem_from_params(dict(result.params))
+    if not isinstance(problem, SantaFeBar) or problem.hamiltonian.depends_on_m:
+        raise ParameterError(f"problem={problem!r:.80} is invalid: welfare is defined for "
+                             "mfgwork.SantaFeBar with a Hamiltonian independent of m")
+    return problem
