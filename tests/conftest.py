@@ -180,6 +180,9 @@ NOTEBOOK_PARAMETERS: dict[str, dict] = {
                                  "nt_accelerator": 8, "nx_bars": 11, "nt_bars": 10,
                                  "T_bars": 2.0, "scan_thresholds": [0.4, 0.7], "nx_scan": 11,
                                  "nt_scan": 10},
+    "12_planner.ipynb": {"nx": 41, "nt": 20, "T": 4.0, "map_thresholds": [0.3, 0.6, 0.9],
+                         "map_eps": [0.05, 0.1], "nx_map": 21, "nt_map": 20,
+                         "n_players": 300, "n_samples": 4},
 }
 #: Executed through the command line (``python -m mfgwork run``), as ``make run`` does.
 VIA_COMMAND_LINE = {"01_santa_fe_bar.ipynb"}

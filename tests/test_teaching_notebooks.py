@@ -1,7 +1,8 @@
 """Notebooks 06 (N patrons against the mean field), 07 (the two-state El Farol game), 09
-(your own model), 10 (congestion, power Hamiltonians and two populations) and 11 (a crowd in
-a room, two bars), executed once per test run by papermill at small parameters into run
-folders (the ``notebook_runs`` fixture of conftest.py) whose files are checked."""
+(your own model), 10 (congestion, power Hamiltonians and two populations), 11 (a crowd in
+a room, two bars) and 12 (the planner and the price of anarchy), executed once per test run
+by papermill at small parameters into run folders (the ``notebook_runs`` fixture of
+conftest.py) whose files are checked."""
 
 from __future__ import annotations
 
@@ -224,3 +225,22 @@ def test_crowd_in_a_room_notebook(notebook_runs):
     assert scan[0.4, 0.7]["A2(T/2)"] > scan[0.4, 0.4]["A2(T/2)"]
     assert scan[0.4, 0.7]["A1(T/2)"] < scan[0.4, 0.4]["A1(T/2)"]
     assert abs(scan[0.4, 0.4]["A1(T/2)"] - scan[0.4, 0.4]["A2(T/2)"]) <= 1e-6
+
+
+def test_planner_notebook(notebook_runs):
+    # 41 × 20 at T = 4, a 3 × 2 map of the price of anarchy at 21 × 20, 300 patrons
+    out = notebook_runs("12_planner.ipynb").folder
+    metrics = check_run_folder(out, "12_planner.ipynb", {"planner_paths", "price_of_anarchy"})
+    summary, checks = metrics["summary"], metrics["checks"]
+    assert summary["welfare"] > summary["equilibrium_welfare"]
+    assert summary["welfare_loss"] == pytest.approx(summary["welfare"]
+                                                    - summary["equilibrium_welfare"])
+    assert checks["welfare_from_values"] == pytest.approx(checks["welfare_from_controls"],
+                                                          rel=1e-6)
+    assert checks["largest_slope_at_optimum"] < 1e-3 * checks["smallest_slope_at_equilibrium"]
+    loss = np.array(metrics["welfare_loss"])
+    assert loss.shape == (3, 2) and (loss > 0).all()
+    assert all(r is None or r > 1 for row in metrics["price_of_anarchy"] for r in row)
+    rows = {r["policy"]: r for r in json.loads((out / "n_patrons.json").read_text())}
+    assert rows["planner"]["mean_attendance"] < rows["equilibrium"]["mean_attendance"]
+    assert rows["planner"]["gap"] > 10 * rows["equilibrium"]["gap"]

@@ -138,3 +138,52 @@ def plot_plateau_study(panels: Mapping[str, tuple[str, Sequence[Mapping[str, Any
             bottom.legend()
         bottom.set(xscale="log", xlabel=parameter, ylabel="attendance at half time A(T/2)")
     return fig
+
+
+@styled
+def plot_planner(bar: Any, equilibrium: Any, optimum: Any) -> Figure:
+    """The planner's optimum against the equilibrium of one Santa Fe ``bar``: their
+    attendance paths A(t) (left), and the bar's payoff F(A) with the planner's price
+    F + A F′ (right), each marked at its solve's mean attendance."""
+    fig = Figure(figsize=(10.5, 3.8), dpi=DPI, layout="constrained")
+    left, right = fig.subplots(1, 2)
+    for res, label, color in ((equilibrium, "equilibrium", "tab:red"),
+                              (optimum, "planner's optimum", "tab:blue")):
+        left.plot(to_numpy(res.t), to_numpy(res.attendance), color=color, label=label)
+    left.axhline(bar.threshold, color="gray", ls=":", lw=1, label="threshold A*")
+    left.set(xlabel=TIME, ylabel="attendance A(t)")
+    left.legend(loc="best")
+    A = np.linspace(0.0, 1.0, 401)
+    planner = bar.for_objective("social")
+    right.plot(A, bar.payoff(A), color="tab:red", label="payoff F(A)")
+    right.plot(A, planner.price(A), color="tab:blue", label="planner's price F + A F′")
+    for res, color in ((equilibrium, "tab:red"), (optimum, "tab:blue")):
+        right.axvline(res.summary["mean_attendance"], color=color, ls="--", lw=1)
+    right.axhline(0.0, color="gray", lw=0.8)
+    low = min(bar.bad, float(np.min(planner.price(A))))
+    right.set(xlabel="attendance A", ylabel="payoff of going",
+              ylim=(max(low, bar.bad - 3 * (bar.good - bar.bad)), bar.good + 1))
+    right.legend(loc="lower left")
+    return fig
+
+
+@styled
+def plot_price_of_anarchy(scan: Any) -> Figure:
+    """A scan over two parameters solved with ``objective="social"`` (:func:`mfgwork.scan`):
+    the welfare lost at the equilibrium and the price of anarchy W_opt / W_eq (blank where
+    it is undefined: a welfare ≤ 0), as maps over the scan's two dimensions."""
+    names = ("welfare_loss", "price_of_anarchy")
+    if any(n not in scan for n in names) or len(scan["welfare_loss"].dims) != 2:
+        raise ParameterError("scan is invalid: pass the Dataset of a scan over two parameters "
+                             "run with objective='social'")
+    dims = scan["welfare_loss"].dims
+    fig = Figure(figsize=(10.5, 3.8), dpi=DPI, layout="constrained")
+    for ax, name, title in zip(fig.subplots(1, 2), names,
+                               ("welfare lost to selfish choices W_opt − W_eq",
+                                "price of anarchy W_opt / W_eq"), strict=True):
+        values = np.asarray(scan[name].transpose(*dims).values, dtype=float)
+        y, x = (np.asarray(scan[d].values, dtype=float) for d in dims)
+        mesh = ax.pcolormesh(x, y, values, shading="nearest", cmap="viridis")
+        fig.colorbar(mesh, ax=ax)
+        ax.set(xlabel=dims[1], ylabel=dims[0], title=title)
+    return fig
