@@ -16,7 +16,7 @@ import numpy as np
 
 from .best_response import solvers
 from .core import memory
-from .core.backend import BACKENDS, Backend, get_backend, to_numpy
+from .core.backend import Backend, get_backend, to_numpy
 from .core.compile_clock import compile_clock, seconds_since
 from .core.compiling import check_compile_steps
 from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag, warn
@@ -42,7 +42,7 @@ from .numerics.iteration import (
 )
 from .numerics.particles import check_particle_args
 from .numerics.potential import PotentialNewton
-from .placement import placement
+from .placement import device_backend, resolve
 from .precision import certify_in_float64, finish_in_float64, has_float64
 from .problems import TwoStateElFarol
 from .problems.base import (
@@ -100,10 +100,9 @@ def _options_of(solver: Callable[..., Any]) -> tuple[str, ...]:
 
 def _device_implies_torch(options: dict[str, Any]) -> dict[str, Any]:
     """``options`` with ``backend="torch"`` where a device of PyTorch's alone is asked for
-    and no backend is."""
-    device = options.get("device")
-    if ("backend" not in options and isinstance(device, str)
-            and device.split(":")[0] in ("cuda", "mps")):
+    and no backend is (:func:`mfgwork.placement.device_backend`; NumPy, the other answer, is
+    the solvers' default already)."""
+    if "backend" not in options and device_backend(options.get("device")) == "torch":
         return options | {"backend": "torch"}
     return options
 
@@ -364,8 +363,8 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
     scheme = make_scheme(iteration)
     check_compile_steps(compile_steps)
     check_flag("progress", progress, optional=True)
-    backend, device, placed = place_solve(problems, "fdm", None, nx, nt, backend, device)
-    backend = _cpu_batch_on_numpy(backend, device, placed)
+    backend, device, placed = place_solve(problems, "fdm", None, nx, nt, backend, device,
+                                          numpy_on_cpu=True)
     be = get_backend(backend, device, dtype)
     if be.name == "numpy":
         check_size(problems, grid, be, scheme, max_memory, batch=1)
@@ -629,39 +628,16 @@ def _run_newton(newton: BatchNewton, coupling: Any, hjb: Any, fp: Any, m0: Any, 
 
 
 def place_solve(problems: Any, method: str, n_particles: int | None, nx: int, nt: int,
-           backend: str | Backend, device: str) -> tuple[str | Backend, str, dict[str, Any]]:
-    """(backend, device, params entry): with ``device="auto"`` (and a backend given by name)
-    the choice of :func:`mfgwork.placement`, recorded as ``params["placement"]``."""
-    if not isinstance(device, str) or device != "auto" or isinstance(backend, Backend):
+                backend: str | Backend, device: str, numpy_on_cpu: bool = False
+                ) -> tuple[str | Backend, str, dict[str, Any]]:
+    """(backend, device, params entry) of :func:`mfgwork.placement.resolve` (the entry
+    ``{"placement": ...}`` where it chose, else empty); a backend that is no name (a
+    :class:`~mfgwork.Backend` says where already) is passed on."""
+    if not isinstance(backend, str):
         return backend, device, {}
-    if not isinstance(backend, str) or backend not in BACKENDS:
-        return backend, device, {}   # get_backend names the error
-    chosen = placement(problems, method, n_particles=n_particles, nx=nx, nt=nt,
-                       backend=backend)
-    record = {k: v for k, v in chosen.as_dict().items() if k != "row"}
-    record["table_entry"] = _compact(chosen.row)
-    return chosen.backend, chosen.device, {"placement": record}
-
-
-def _cpu_batch_on_numpy(backend: str | Backend, device: str, placed: dict[str, Any]
-                        ) -> str | Backend:
-    """The backend of a batch placed (``device="auto"``) on the CPU: NumPy, whose compiled
-    loops solve the problems one after the other faster than a torch batch on the CPU (its
-    many small kernels per time step cost more than they share); the record says so."""
-    if not placed or device != "cpu" or backend == "numpy":
-        return backend
-    record = placed["placement"]
-    record["reason"] += (f"; on the CPU the compiled NumPy loops, one problem after the other, "
-                         f"are faster than a {backend} batch, so backend='numpy'")
-    record["backend"] = "numpy"
-    return "numpy"
-
-
-def _compact(row: dict[str, Any] | None) -> dict[str, Any] | None:
-    if row is None:
-        return None
-    return {"kind": row["kind"], "measured": row["measured"], "crossover": row.get("crossover"),
-            "machine": (row.get("machine") or {}).get("name")}
+    chosen = resolve(problems, method, backend=backend, device=device,
+                     n_particles=n_particles, nx=nx, nt=nt, numpy_on_cpu=numpy_on_cpu)
+    return chosen.backend, chosen.device, chosen.record()
 
 
 def check_size(problems: Sequence[MFGProblem], grid: Any, be: Backend,

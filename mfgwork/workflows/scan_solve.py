@@ -12,10 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core.backend import BACKENDS, Backend, device_info, get_backend, to_numpy
+from ..core.backend import Backend, device_info, get_backend, to_numpy
 from ..core.errors import ConvergenceWarning
-from ..placement import Placement
-from ..placement import placement as place
+from ..placement import Placement, resolve
 from ..problems import MFGProblem
 from ..problems.two_d import MFGProblem2D
 from ..results import Result
@@ -45,28 +44,14 @@ MESSAGE_CHARS = 400
 PARALLEL_MIN_CELLS = 10_000
 
 
-def placement(device: str, backend: str | None, dtype: Any, problem: Problem | None = None,
+def placement(device: str, backend: str | None, dtype: Any, problem: Problem,
               points: int = 1, nx: int = 201, nt: int = 201) -> tuple[Backend, Placement | None]:
-    """The backend a scan solves on, and the choice behind it: ``device="auto"`` asks
-    :func:`mfgwork.placement` for a batch of ``points`` problems like ``problem`` on the
-    nx × nt grid (an accelerator through torch from the measured crossover on, else the
-    compiled NumPy solver on the CPU); a 2-D ``problem``, whose points are solved one by one
-    (there is no batched 2-D path on the CPU), goes with "auto" to the default of
-    :func:`mfgwork.solve_2d`, NumPy on the CPU, unless ``backend`` says "torch"; an explicit
-    device runs NumPy on "cpu" and torch elsewhere unless ``backend`` says otherwise (no
-    choice to record: None)."""
-    if device == "auto" and isinstance(problem, MFGProblem2D):
-        be = get_backend(backend or "numpy", "cpu" if backend in (None, "numpy") else "auto",
-                         dtype)
-        return be, Placement("fdm", points, be.name, be.device, "a 2-D scan solves its "
-                             "points one by one with mw.solve, by default the compiled "
-                             "NumPy solver (ILU-BiCGStab) on the CPU", None)
-    if device == "auto" and problem is not None and backend in (None, *BACKENDS):
-        chosen = place(problem, "fdm", nx=nx, nt=nt, backend=backend, batch_size=points)
-        return get_backend(chosen.backend, chosen.device, dtype), chosen
-    if backend is None:
-        backend = "numpy" if device == "cpu" else "torch"
-    return get_backend(backend, device, dtype), None
+    """The backend a scan of ``points`` problems like ``problem`` on the nx × nt grid
+    solves on, and the choice behind it (None where ``device`` was given): that of
+    :func:`mfgwork.placement.resolve` for them as one batch."""
+    chosen = resolve(problem, backend=backend, device=device, nx=nx, nt=nt, batch_size=points)
+    return (get_backend(chosen.backend, chosen.device, dtype),
+            chosen if chosen.chosen else None)
 
 
 def points_per_block(be: Backend, nx: int, nt: int, kept: int, points: int,
@@ -117,7 +102,7 @@ def solve_block(task: Task) -> dict[str, Any]:
     plan, opts = task.plan, task.plan.options
     indices = region_points(task.region)
     problems = [plan.problem(i) for i in indices]
-    be, _ = placement(task.device, task.backend, opts["dtype"])
+    be, _ = placement(task.device, task.backend, opts["dtype"], problems[0])
     with warnings.catch_warnings():   # (the scan said it once, before any block)
         warnings.filterwarnings("ignore", FLOOR_SAID, UserWarning)
         outcomes = solve_points(problems, be, opts)
