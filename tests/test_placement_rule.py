@@ -1,17 +1,22 @@
-"""One placement rule: every solver and the scan run where mfgwork.placement.resolve says
-(table-driven, accelerators mocked, no solve on a device); no other module decides
-placement."""
+"""One placement rule and one memory figure: every solver and the scan run where
+mfgwork.placement.resolve says (table-driven, accelerators mocked, no solve on a device);
+no other module decides placement; a device batch is checked by the bytes the batched Newton
+declares, the figure a scan sizes its blocks by."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import sys
 import warnings
 from pathlib import Path
 
 import pytest
 
 import mfgwork as mw
+from mfgwork.core import memory
+from mfgwork.core.backend import Backend
+from mfgwork.numerics.batch_newton import DEVICE_GRID_ARRAYS, device_bytes
 from mfgwork.placement import resolve
 
 PACKAGE = Path(mw.__file__).resolve().parent
@@ -216,3 +221,64 @@ def test_no_module_but_placement_decides_where_to_run():
               if p != PACKAGE / "placement.py" and (names := placement_imports(p)) - PUBLIC_RULE}
     assert beyond == {}, f"placement internals used outside placement.py: {beyond}"
     assert placement_imports(PACKAGE / "workflows" / "scan_solve.py") >= {"resolve"}
+
+
+# -- one memory figure for device batches ---------------------------------------------------
+def _fake_gpu(monkeypatch, mock_accelerators, free: int) -> Backend:
+    """A CUDA device (mocked) with ``free`` bytes, as the memory check and the scan see it."""
+    from mfgwork.workflows import scan_solve
+
+    mock_accelerators(cuda=1)
+    monkeypatch.setattr(memory, "available_bytes", lambda backend: free)
+    monkeypatch.setattr(scan_solve, "device_info",
+                        lambda device: {"memory_total": free, "memory_reserved": 0})
+    monkeypatch.setattr(scan_solve, "_host_available", lambda: 10**15)
+    return Backend("torch", "cuda", "float32")
+
+
+def test_the_check_of_a_device_batch_and_the_scan_block_share_one_figure(monkeypatch,
+                                                                          mock_accelerators):
+    from mfgwork.solve import _newton_bytes
+    from mfgwork.workflows import scan_solve
+
+    free = 3 * 2**30
+    gpu = _fake_gpu(monkeypatch, mock_accelerators, free)
+    nx, nt = 201, 201
+    grid = mw.SantaFeBar().grid(nx, nt)
+    per_point = _newton_bytes(_bars(2), None, grid, gpu)
+    assert per_point == device_bytes(nx, nt, 4) == DEVICE_GRID_ARRAYS * (nt + 1) * nx * 4
+    block = scan_solve.points_per_block(gpu, nx, nt, 2, 10**6)
+    assert block == memory.batch_that_fits(free * memory.BLOCK_FRACTION, per_point) > 100
+    # the largest batch the check accepts under the block's share of the memory is the block
+    share = int(free * memory.BLOCK_FRACTION)
+    memory.check_fdm(nx, nt, gpu, [nt], 5, share, batch=block, per_problem=per_point)
+    with pytest.raises(mw.ParameterError, match=r"^nx, nt or the batch size too large"):
+        memory.check_fdm(nx, nt, gpu, [nt], 5, share, batch=block + 1, per_problem=per_point)
+    # the figure is the batched Newton's on devices alone: the CPU's Newton is matrix-free,
+    # and another iteration is counted by check_fdm's own estimate
+    assert _newton_bytes(_bars(2), None, grid, mw.get_backend("numpy")) == 0
+    assert _newton_bytes(_bars(2), "anderson", grid, gpu) == 0
+    assert _newton_bytes(_bars(2), None, grid, mw.mps_emulation()) == per_point
+    congested = [mw.SantaFeBar(hamiltonian=mw.Congestion(1.0))]
+    assert _newton_bytes(congested, None, grid, gpu) == 0
+
+
+def test_a_device_batch_beyond_memory_is_refused_before_any_allocation(monkeypatch,
+                                                                       mock_accelerators):
+    nx, nt, batch = 201, 201, 64
+    per_point = device_bytes(nx, nt, 4)
+    free = batch * per_point - 1   # the old estimate, 6 arrays a problem, fits 5 times over
+    assert 5 * batch * memory.FDM_GRID_ARRAYS * (nt + 1) * nx * 4 < free
+    _fake_gpu(monkeypatch, mock_accelerators, free)
+    solve = sys.modules["mfgwork.solve"]
+    for name in ("initial_state", "member_arrays", "FiniteDifferences", "_coupling_groups"):
+        monkeypatch.setattr(solve, name, _never)
+    with pytest.raises(mw.ParameterError, match=rf"^nx, nt or the batch size too large: a batch "
+                                                rf"of {batch} solves on an nx={nx} x nt={nt}"):
+        mw.solve(_bars(batch), nx=nx, nt=nt, device="cuda", dtype="float32")
+    with pytest.raises(mw.ParameterError, match=r"^nx, nt or the batch size too large"):
+        mw.solve(_bars(batch), nx=nx, nt=nt, backend="torch", device="auto", dtype="float32")
+
+
+def _never(*args, **kwargs):
+    raise AssertionError("work started before the memory check")

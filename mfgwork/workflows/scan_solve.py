@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from ..core import memory
 from ..core.backend import Backend, device_info, get_backend, to_numpy
 from ..core.errors import ConvergenceWarning
+from ..numerics.batch_newton import device_bytes
 from ..placement import Placement, resolve
 from ..problems import MFGProblem
 from ..problems.two_d import MFGProblem2D
@@ -24,14 +26,9 @@ from .scan_store import Layout, region_points, write_region
 #: Points per block on the host, where the NumPy solver takes them one by one: enough that
 #: writing a block costs little against solving it, few enough to lose little when killed.
 HOST_BLOCK_POINTS = 16
-#: Arrays of (nt + 1) × nx values a batched solve holds per point on a device (U, M, their
-#: next iterates, the running cost, Newton work arrays, Anderson history), with margin.
-DEVICE_ARRAYS_PER_POINT = 32
 #: Blocks per GPU worker at least, where several share a scan: a worker that drew a slow
 #: block is then not alone at the end (with one block each, the slowest sets the pace).
 BLOCKS_PER_WORKER = 4
-#: Fraction of free device memory (host memory for results) a block may take.
-MEMORY_FRACTION = 0.5
 #: The warning that tol is below the dtype's floor (1-D), which :func:`mfgwork.scan` gives
 #: once for the whole scan: its blocks do not repeat it.
 FLOOR_SAID = r"tol=\S+ is below what float(32|64) resolves;"
@@ -57,20 +54,24 @@ def placement(device: str, backend: str | None, dtype: Any, problem: Problem,
 def points_per_block(be: Backend, nx: int, nt: int, kept: int, points: int,
                      workers: int = 1) -> int:
     """Points per block: on the host a fixed count (the NumPy solver loops over them); on a
-    device as many as fit in a fraction of its free memory, and with several ``workers``
-    (GPUs) few enough that each gets :data:`BLOCKS_PER_WORKER` blocks; either way bounded by
-    host memory for the block's results (shared by the ``workers`` processes of this host,
-    each holding a block). ``nx``: the nodes of the state grid (nx × ny in 2-D)."""
+    device as many as fit in :data:`~mfgwork.core.memory.BLOCK_FRACTION` of its free memory
+    by the bytes the batched Newton declares per point
+    (:func:`~mfgwork.numerics.batch_newton.device_bytes`, the figure :func:`mfgwork.solve`
+    checks a device batch by), and with several ``workers`` (GPUs) few enough that each
+    gets :data:`BLOCKS_PER_WORKER` blocks; either way bounded by host memory for the block's
+    results (shared by the ``workers`` processes of this host, each holding a block).
+    ``nx``: the nodes of the state grid (nx × ny in 2-D)."""
     itemsize = 4 if be.dtype == "float32" else 8
-    per_point = (nt + 1) * nx * itemsize
-    host = _host_available() * MEMORY_FRACTION // max(1, workers * (kept + 1) * per_point)
+    level = (nt + 1) * nx * itemsize
+    host = _host_available() * memory.BLOCK_FRACTION // max(1, workers * (kept + 1) * level)
     if not be.is_accelerator:
         return int(max(1, min(points, HOST_BLOCK_POINTS, host)))
     info = device_info(be.device)
     free = None
     if info.get("memory_total"):
         free = info["memory_total"] - (info.get("memory_reserved") or 0)
-    device = free * MEMORY_FRACTION // (DEVICE_ARRAYS_PER_POINT * per_point) if free else points
+    device = (memory.batch_that_fits(free * memory.BLOCK_FRACTION, device_bytes(nx, nt, itemsize))
+              if free else points)
     shared = -(-points // (BLOCKS_PER_WORKER * workers)) if workers > 1 else points
     return int(max(1, min(points, device, host, shared)))
 
