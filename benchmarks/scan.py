@@ -91,9 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     spec = grid_spec(args.side)
     opts = {"nx": args.nx, "nt": args.nt, "tol": args.tol, "max_iter": args.max_iter,
             "dtype": args.dtype, "backend": args.backend}
-    be, _ = scan_module.placement(args.device, args.backend, args.dtype)
     plan = scan_module.make_plan(mw.SantaFeBar, spec, None, opts, ("M", "U"))
     n = int(np.prod(plan.shape))
+    be, _ = scan_module.placement(args.device, args.backend, args.dtype,
+                                  plan.problem((0,) * len(plan.shape)), n, args.nx, args.nt)
     chunk = args.chunk_size or scan_module.points_per_block(be, args.nx, args.nt, 2, n)
     common = {"device": args.device, "chunk_size": chunk, "progress": False} | opts
 
@@ -175,9 +176,10 @@ def hard_box(args: argparse.Namespace) -> int:
     opts = {"nx": args.nx, "nt": args.nt, "tol": args.tol, "max_iter": args.max_iter,
             "dtype": args.dtype, "backend": args.backend}
     plan = scan_module.make_plan(mw.SantaFeBar, spec, {"sigma": 0.3}, opts, ("M", "U"))
-    be, _ = scan_module.placement(args.device, args.backend, args.dtype)
-    host = mw.get_backend("numpy")
     n = int(np.prod(plan.shape))
+    be, _ = scan_module.placement(args.device, args.backend, args.dtype,
+                                  plan.problem((0,) * len(plan.shape)), n, args.nx, args.nt)
+    host = mw.get_backend("numpy")
     chunk = args.chunk_size or scan_module.points_per_block(be, args.nx, args.nt, 2, n)
     regions = blocks(plan.shape, block_shape(plan.shape, chunk))
     kw = {k: plan.options[k] for k in ("nx", "nt", "tol", "max_iter", "iteration")}

@@ -10,16 +10,19 @@ particles. Those crossovers are measured by ``benchmarks/crossover.py`` and ship
 
 An accelerator entry the table does not hold as measured falls back to a fixed rule (batches
 of at least :data:`FALLBACK_FDM_BATCH` problems, at least :data:`FALLBACK_PARTICLES`
-particles), and the reason says so. ``device="auto"`` in :func:`mfgwork.solve` and
-:func:`mfgwork.solve_batch` asks this function and records its answer in
-``res.params["placement"]``.
+particles), and the reason says so.
+
+:func:`resolve` is the one placement rule of the package: every solver and the scan ask it
+where to run (``device="auto"``: this measured choice, with the rules of 2-D problems and of
+batches on the CPU; an explicit device: the library that runs there), and a solve records its
+answer in ``res.params["placement"]`` (:meth:`Placement.record`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -29,6 +32,7 @@ from .core.backend import BACKENDS, available_devices, torch_installed
 from .core.errors import LoadError, ParameterError, check_choice, check_int
 from .numerics.particles.solver import DEFAULT_PARTICLES
 from .problems.base import MFGProblem
+from .problems.two_d import MFGProblem2D
 
 METHODS = ("fdm", "particles")
 FALLBACK_FDM_BATCH = 64
@@ -39,7 +43,8 @@ ACCELERATORS = ("cuda", "mps")   # in order of preference
 @dataclass(frozen=True)
 class Placement:
     """The choice for one solve: ``backend`` and ``device``, with the reason and the
-    crossover-table entry it rests on (None when no entry applies)."""
+    crossover-table entry it rests on (None when no entry applies). ``chosen``: False where
+    the caller gave the device (nothing was chosen, nothing is recorded)."""
 
     method: str
     size: int            # problems in the batch (fdm) or particles (particles)
@@ -47,9 +52,25 @@ class Placement:
     device: str
     reason: str
     row: dict[str, Any] | None
+    chosen: bool = field(default=True, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        del out["chosen"]
+        return out
+
+    def record(self) -> dict[str, Any]:
+        """A result's ``params`` entry ``{"placement": ...}`` of a choice (the table row
+        compacted to its kind, whether measured, crossover and machine); ``{}`` where the
+        caller gave the device."""
+        if not self.chosen:
+            return {}
+        entry = {k: v for k, v in self.as_dict().items() if k != "row"}
+        row = self.row
+        entry["table_entry"] = None if row is None else {
+            "kind": row["kind"], "measured": row["measured"], "crossover": row.get("crossover"),
+            "machine": (row.get("machine") or {}).get("name")}
+        return {"placement": entry}
 
     def __str__(self) -> str:
         return f"{self.backend} on {self.device}: {self.reason}"
@@ -105,6 +126,58 @@ def placement(problems: MFGProblem | Sequence[MFGProblem], method: str = "fdm", 
     if go:
         return Placement(method, size, "torch", kind, why, row)
     return Placement(method, size, cpu_backend, "cpu", why, row)
+
+
+def resolve(problems: Any, method: str = "fdm", *, backend: str | None = None,
+            device: Any = "auto", n_particles: int | None = None, nx: int = 201,
+            nt: int = 201, batch_size: int | None = None,
+            numpy_on_cpu: bool = False) -> Placement:
+    """Where ``problems`` (one problem, a batch, or with ``batch_size`` a scan's points like
+    it) run: the one placement rule of every solver and of the scan. ``backend``: a name,
+    or None for a free choice.
+
+    - An explicit ``device`` (anything but "auto"; :func:`mfgwork.get_backend` checks it):
+      ``backend``, else :func:`device_backend`. Nothing is chosen (``chosen=False``).
+    - ``device="auto"`` with a backend name not in :data:`BACKENDS`: passed on as given, for
+      get_backend to name the error.
+    - ``device="auto"``, 2-D problems: NumPy on the CPU, or with ``backend="torch"`` torch's
+      first device here (CUDA, else MPS, else the CPU): they are solved one by one (their
+      batches run on torch alone), and the crossover table measures 1-D batches.
+    - ``device="auto"``, others: :func:`placement`, from the measured crossovers. With
+      ``numpy_on_cpu`` (:func:`mfgwork.solve_batch`, which on NumPy solves its problems one
+      after the other) a batch placed on the CPU runs on NumPy whatever ``backend``: the
+      compiled NumPy loops are faster there than a torch batch, whose many small kernels
+      per time step cost more than they share.
+    """
+    size = batch_size or (len(problems) if isinstance(problems, list | tuple) else 1)
+    if not isinstance(device, str) or device != "auto":
+        return Placement(method, size, device_backend(device) if backend is None else backend,
+                         device, f"device={device!r} was given", None, chosen=False)
+    if backend is not None and backend not in BACKENDS:
+        return Placement(method, size, backend, device, f"backend={backend!r} is no name of "
+                         f"{BACKENDS}", None, chosen=False)
+    first = problems[0] if isinstance(problems, list | tuple) and problems else problems
+    if isinstance(first, MFGProblem2D):
+        on = (_torch_devices() or ["auto"])[0] if backend == "torch" else "cpu"
+        return Placement(method, size, backend or "numpy", on, "a 2-D problem is solved "
+                         "one by one with mw.solve, by default the compiled NumPy solver "
+                         "(ILU-BiCGStab) on the CPU" + (f"; backend='torch' runs it on {on}, "
+                         "torch's first device here" if backend == "torch" else ""), None)
+    chosen = placement(problems, method, n_particles=n_particles, nx=nx, nt=nt,
+                       backend=backend, batch_size=batch_size)
+    if numpy_on_cpu and chosen.device == "cpu" and chosen.backend != "numpy":
+        return replace(chosen, backend="numpy", reason=(
+            f"{chosen.reason}; on the CPU the compiled NumPy loops, one problem after the "
+            f"other, are faster than a {chosen.backend} batch, so backend='numpy'"))
+    return chosen
+
+
+def device_backend(device: object) -> str:
+    """The library of an explicit ``device`` when no backend is given: torch on CUDA and
+    MPS (``"cuda:1"`` too), which are PyTorch's alone; else NumPy, the solvers' default (a
+    device that does not exist is named by :func:`mfgwork.get_backend`)."""
+    kind = device.split(":")[0] if isinstance(device, str) else None
+    return "torch" if kind in ("cuda", "mps") else "numpy"
 
 
 def _decide(method: str, size: int, kind: str, row: dict[str, Any], table: dict[str, Any]

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from .core import memory
 from .core.backend import Backend, get_backend, to_numpy
 from .core.compiling import check_compile_steps
 from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag, warn
@@ -18,7 +19,6 @@ from .results import Result
 from .solve import (
     COARSE,
     COARSE_TOL,
-    NEWTON_MEMORY,
     SOLVERS,
     check_size,
     fixed_point_bar,
@@ -77,10 +77,11 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
     tol, max_iter = check_stopping(tol, max_iter)
     scheme = None if iteration is None else make_scheme(iteration)
     check_choice("newton_system", newton_system, SYSTEMS)
-    if newton_system == "dense" and 8 * (nt + 1) * nx * nt > NEWTON_MEMORY:
+    dense = memory.dense_tangent_bytes(nx, nt)
+    if newton_system == "dense" and dense > memory.NEWTON_MEMORY:
         raise ParameterError(f"newton_system='dense' is invalid on an nx={nx} x nt={nt} grid: "
-                             f"its tangent Jacobians need {8 * (nt + 1) * nx * nt:.3g} bytes "
-                             f"per group (at most {NEWTON_MEMORY:.3g}); use 'gmres'")
+                             f"its tangent Jacobians need {dense:.3g} bytes per group (at most "
+                             f"{memory.NEWTON_MEMORY:.3g}); use 'gmres'")
     check_compile_steps(compile_steps)
     check_flag("progress", progress, optional=True)
     check_flag("coarse", coarse)

@@ -16,7 +16,7 @@ import numpy as np
 
 from .best_response import solvers
 from .core import memory
-from .core.backend import BACKENDS, Backend, get_backend, to_numpy
+from .core.backend import Backend, get_backend, to_numpy
 from .core.compile_clock import compile_clock, seconds_since
 from .core.compiling import check_compile_steps
 from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag, warn
@@ -25,6 +25,9 @@ from .core.progress import progress_bar
 from .finite_state import solve_two_state
 from .numerics.batch_newton import (
     BatchNewton,
+    MemberPotentials,
+    dense_on,
+    device_bytes,
     member_potentials,
     newton_refusal,
     newton_tangent,
@@ -42,7 +45,7 @@ from .numerics.iteration import (
 )
 from .numerics.particles import check_particle_args
 from .numerics.potential import PotentialNewton
-from .placement import placement
+from .placement import device_backend, resolve
 from .precision import certify_in_float64, finish_in_float64, has_float64
 from .problems import TwoStateElFarol
 from .problems.base import (
@@ -57,7 +60,6 @@ from .warm_start import Start, densities_on, initial_state, per_problem
 from .welfare import solve_objective
 
 METHODS = ("fdm", "particles")
-NEWTON_MEMORY = 2**29  # bytes: the tangent sweeps of grids up to about 400 × 400
 
 
 def solve(problem: Any, **options: Any) -> Any:
@@ -101,10 +103,9 @@ def _options_of(solver: Callable[..., Any]) -> tuple[str, ...]:
 
 def _device_implies_torch(options: dict[str, Any]) -> dict[str, Any]:
     """``options`` with ``backend="torch"`` where a device of PyTorch's alone is asked for
-    and no backend is."""
-    device = options.get("device")
-    if ("backend" not in options and isinstance(device, str)
-            and device.split(":")[0] in ("cuda", "mps")):
+    and no backend is (:func:`mfgwork.placement.device_backend`; NumPy, the other answer, is
+    the solvers' default already)."""
+    if "backend" not in options and device_backend(options.get("device")) == "torch":
         return options | {"backend": "torch"}
     return options
 
@@ -260,7 +261,9 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     check_flag("progress", progress, optional=True)
     backend, device, placed = place_solve(problem, method, n_particles, nx, nt, backend, device)
     be = get_backend(backend, device, dtype)
-    check_size([problem], grid, be, scheme, max_memory)
+    check_size([problem], grid, be, scheme, max_memory,
+               per_problem=_newton_bytes([problem], iteration, grid, be) if method == "fdm"
+               else 0)
     tol = reachable_tol(tol, be)
     if method == "particles":
         tol = _above_noise_floor(tol, n_particles)
@@ -378,8 +381,8 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
     scheme = make_scheme(iteration)
     check_compile_steps(compile_steps)
     check_flag("progress", progress, optional=True)
-    backend, device, placed = place_solve(problems, "fdm", None, nx, nt, backend, device)
-    backend = _cpu_batch_on_numpy(backend, device, placed)
+    backend, device, placed = place_solve(problems, "fdm", None, nx, nt, backend, device,
+                                          numpy_on_cpu=True)
     be = get_backend(backend, device, dtype)
     if be.name == "numpy":
         check_size(problems, grid, be, scheme, max_memory, batch=1)
@@ -390,7 +393,8 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
                          initial=start, coarse=coarse)
                    for p, start in zip(problems, starts, strict=True)]
         return [replace(res, params=res.params | placed) for res in results]
-    check_size(problems, grid, be, scheme, max_memory, batch=len(problems))
+    check_size(problems, grid, be, scheme, max_memory, batch=len(problems),
+               per_problem=_newton_bytes(problems, iteration, grid, be))
     groups = _coupling_groups(problems, grid, be)
     if len(groups) > 1:
         starts = per_problem(initial, len(problems), batched=True)
@@ -488,10 +492,11 @@ def _newton_fallback(coupling: Any, scheme: IterationScheme, method: str, grid: 
     allows it (:func:`newton_refusal`), for schemes that ask for it
     (``scheme.newton_continuation``: Anderson, by name or instance) with finite differences in
     float64 (its exact Jacobian is that of the scheme) and grids whose tangent sweeps fit in
-    ``NEWTON_MEMORY`` bytes ((nt+1)·nx·nt floats)."""
+    :data:`~mfgwork.core.memory.NEWTON_MEMORY` bytes ((nt+1)·nx·nt floats)."""
     potential = coupling.potential()
     if (potential is None or not scheme.newton_continuation or method != "fdm"
-            or be.eps > 1e-10 or 8 * (grid.nt + 1) * grid.nx * grid.nt > NEWTON_MEMORY
+            or be.eps > 1e-10
+            or memory.dense_tangent_bytes(grid.nx, grid.nt) > memory.NEWTON_MEMORY
             or newton_refusal(problem.hamiltonian) is not None):
         return None
     return PotentialNewton(potential, grid=grid, nu=problem.nu, backend=be, tol=tol,
@@ -503,12 +508,37 @@ def _batch_newton(couplings: list[Any], iteration: Any, grid: Any,
     """Newton's method on the coupling state for a batch (or a single problem) whose problems
     all declare a potential, with the default iteration (on the CPU it is matrix-free; devices
     compute the tangent Jacobians in chunks that fit their memory)."""
+    potentials = _newton_potentials(couplings, iteration, problems)
+    if potentials is None:
+        return None
+    return BatchNewton(potentials, grid=grid, nu=np.array([p.nu for p in problems]),
+                       backend=be, tol=tol, hamiltonian=problems[0].hamiltonian)
+
+
+def _newton_potentials(couplings: list[Any], iteration: Any, problems: Sequence[MFGProblem]
+                       ) -> MemberPotentials | None:
+    """The potentials :func:`_batch_newton` runs on, or None where it does not run."""
     potentials = member_potentials([c.potential() for c in couplings])
     if (potentials is None or iteration is not None
             or newton_refusal(problems[0].hamiltonian) is not None):
         return None
-    return BatchNewton(potentials, grid=grid, nu=np.array([p.nu for p in problems]),
-                       backend=be, tol=tol, hamiltonian=problems[0].hamiltonian)
+    return potentials
+
+
+def _newton_bytes(problems: Sequence[MFGProblem], iteration: Any, grid: Any, be: Backend
+                  ) -> int:
+    """The bytes per problem that the batched Newton declares where it solves ``problems``
+    from dense tangent Jacobians (on a device: :func:`~mfgwork.numerics.batch_newton.
+    device_bytes`), else 0. Its question, whether the problems declare potentials, is put to
+    their couplings on the host, so that nothing is allocated on the device before the
+    memory check."""
+    if not dense_on(be) or iteration is not None:
+        return 0
+    host = get_backend("numpy")
+    if _newton_potentials([p.coupling(grid, host) for p in problems], iteration,
+                          problems) is None:
+        return 0
+    return device_bytes(grid.nx, grid.nt, 4 if be.dtype == "float32" else 8)
 
 
 def _frozen_density_newton(couplings: list[Any], iteration: Any, grid: Any,
@@ -643,47 +673,26 @@ def _run_newton(newton: BatchNewton, coupling: Any, hjb: Any, fp: Any, m0: Any, 
 
 
 def place_solve(problems: Any, method: str, n_particles: int | None, nx: int, nt: int,
-           backend: str | Backend, device: str) -> tuple[str | Backend, str, dict[str, Any]]:
-    """(backend, device, params entry): with ``device="auto"`` (and a backend given by name)
-    the choice of :func:`mfgwork.placement`, recorded as ``params["placement"]``."""
-    if not isinstance(device, str) or device != "auto" or isinstance(backend, Backend):
+                backend: str | Backend, device: str, numpy_on_cpu: bool = False
+                ) -> tuple[str | Backend, str, dict[str, Any]]:
+    """(backend, device, params entry) of :func:`mfgwork.placement.resolve` (the entry
+    ``{"placement": ...}`` where it chose, else empty); a backend that is no name (a
+    :class:`~mfgwork.Backend` says where already) is passed on."""
+    if not isinstance(backend, str):
         return backend, device, {}
-    if not isinstance(backend, str) or backend not in BACKENDS:
-        return backend, device, {}   # get_backend names the error
-    chosen = placement(problems, method, n_particles=n_particles, nx=nx, nt=nt,
-                       backend=backend)
-    record = {k: v for k, v in chosen.as_dict().items() if k != "row"}
-    record["table_entry"] = _compact(chosen.row)
-    return chosen.backend, chosen.device, {"placement": record}
-
-
-def _cpu_batch_on_numpy(backend: str | Backend, device: str, placed: dict[str, Any]
-                        ) -> str | Backend:
-    """The backend of a batch placed (``device="auto"``) on the CPU: NumPy, whose compiled
-    loops solve the problems one after the other faster than a torch batch on the CPU (its
-    many small kernels per time step cost more than they share); the record says so."""
-    if not placed or device != "cpu" or backend == "numpy":
-        return backend
-    record = placed["placement"]
-    record["reason"] += (f"; on the CPU the compiled NumPy loops, one problem after the other, "
-                         f"are faster than a {backend} batch, so backend='numpy'")
-    record["backend"] = "numpy"
-    return "numpy"
-
-
-def _compact(row: dict[str, Any] | None) -> dict[str, Any] | None:
-    if row is None:
-        return None
-    return {"kind": row["kind"], "measured": row["measured"], "crossover": row.get("crossover"),
-            "machine": (row.get("machine") or {}).get("name")}
+    chosen = resolve(problems, method, backend=backend, device=device,
+                     n_particles=n_particles, nx=nx, nt=nt, numpy_on_cpu=numpy_on_cpu)
+    return chosen.backend, chosen.device, chosen.record()
 
 
 def check_size(problems: Sequence[MFGProblem], grid: Any, be: Backend,
-                scheme: IterationScheme, max_memory: object, batch: int = 1) -> None:
-    """The memory estimate and the scales (h, Δt, ν, ν Δt / h²) of every problem, before
-    any allocation on the grid."""
+               scheme: IterationScheme, max_memory: object, batch: int = 1,
+               per_problem: int = 0) -> None:
+    """The memory estimate (``per_problem``: the bytes per problem the solver declares, see
+    :func:`mfgwork.core.memory.check_fdm`) and the scales (h, Δt, ν, ν Δt / h²) of every
+    problem, before any allocation on the grid."""
     memory.check_fdm(grid.nx, grid.nt, be, [p.coupling_size(grid.nx, grid.nt) for p in problems],
-                     getattr(scheme, "depth", 0), max_memory, batch)
+                     getattr(scheme, "depth", 0), max_memory, batch, per_problem=per_problem)
     for p in problems:
         grid.check_scales(p.sigma, be.dtype)
     warn_unresolved(problems, grid)

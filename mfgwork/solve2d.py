@@ -38,6 +38,7 @@ from .core.errors import ParameterError, check_choice, check_int
 from .numerics.fdm2d import equilibrium as eq
 from .numerics.fdm2d.sweeps import SOLVERS
 from .numerics.iteration import Anderson, IterationScheme, check_stopping, make_scheme
+from .placement import resolve
 from .problems.base import warn_unresolved
 from .problems.two_d import MFGProblem2D
 from .results2d import Result2D
@@ -84,6 +85,9 @@ def _check_args(problems: list[Any], nx: Any, ny: Any, nt: Any, backend: Any, de
     ny = nx if ny is None else check_int("ny", ny, low=3)
     nt = check_int("nt", nt, low=1)
     tol, max_iter = check_stopping(tol, max_iter)
+    if isinstance(backend, str):   # (a Backend says where already)
+        placed = resolve(problems, backend=backend, device=device)
+        backend, device = placed.backend, placed.device
     be = get_backend(backend, device, dtype)
     default = "ilu" if be.name == "numpy" else "krylov"
     solver = default if solver is None else check_choice("solver", solver, SOLVERS)

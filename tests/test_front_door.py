@@ -438,8 +438,7 @@ def test_the_scan_is_placed_by_mfgwork_placement(monkeypatch, mock_accelerators)
         asked.append(kwargs.get("batch_size"))
         return original(*args, **kwargs)
 
-    scan_solve = importlib.import_module("mfgwork.workflows.scan_solve")
-    monkeypatch.setattr(scan_solve, "place", spy)
+    monkeypatch.setattr(importlib.import_module("mfgwork.placement"), "placement", spy)
     mock_accelerators(cuda=1)   # an accelerator, but fewer points than its crossover
     ds = mw.scan(mw.SantaFeBar, {"threshold": [0.5, 0.6]}, nx=21, nt=20, tol=1e-6,
                  progress=False)

@@ -4,7 +4,11 @@ The one estimator of every entry point (solves, batches, scans, the two-state ga
 simulations, particles): each builds its estimate from parts, each part keyed by the
 parameters it grows with, and :func:`check_parts` decides (:func:`check_fdm` and
 :func:`check_two_state` for the finite-difference and two-state solves; the particle FP solver
-adds its per-particle bytes in :mod:`mfgwork.numerics.particles.memory`).
+adds its per-particle bytes in :mod:`mfgwork.numerics.particles.memory`). A solver that
+holds more than these estimates declares its own bytes per problem, which count instead where
+larger: the batched Newton on a device
+(:func:`mfgwork.numerics.batch_newton.device_bytes`), also the figure a scan's blocks are
+sized by (:func:`batch_that_fits`).
 Every estimate counts arrays of the working dtype on the space-time grid; the finite-difference
 coefficients below were measured with ``tracemalloc`` (a generic problem with Anderson depth 5
 peaks at 36 arrays of (nt + 1) × nx floats, Santa Fe, whose coupling state is A(t), at 6; the
@@ -36,6 +40,14 @@ FDM_GRID_ARRAYS = 6
 TWO_STATE_LEVEL_FLOATS = 40
 #: Anderson's default depth: a larger depth is blamed for the memory it adds.
 DEFAULT_DEPTH = 5
+#: Bytes the dense tangent Jacobian of one problem may take (8 (nt + 1) nx nt: its tangent
+#: sweeps on grids up to about 400 × 400): the Newton continuation of single float64 solves
+#: and the dense Newton system of populations are used only within it.
+NEWTON_MEMORY = 2**29
+#: Share of the free memory one block of a scan may plan to use (the device's for its
+#: batch, the host's for the block's results): room for the rest of the process and for the
+#: blocks of other workers; a scan's GPU throughput was measured with it.
+BLOCK_FRACTION = 0.5
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
           "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
           "tib": 2**40}
@@ -127,17 +139,34 @@ def anderson_bytes(coupling_size: int, itemsize: int, depth: int = 0, batch: int
     return batch * itemsize * (4 * depth + 10) * coupling_size
 
 
+def dense_tangent_bytes(nx: int, nt: int) -> int:
+    """Bytes of one problem's dense tangent Jacobian in float64 (nt + 1) × nx × nt: within
+    :data:`NEWTON_MEMORY` where the CPU paths may build it."""
+    return 8 * (nt + 1) * nx * nt
+
+
+def batch_that_fits(budget: float, per_problem: int) -> int:
+    """The most problems of ``per_problem`` bytes within ``budget`` bytes: the largest batch
+    :func:`check_fdm` accepts under the limit ``budget`` where ``per_problem`` is what the
+    solver declares, and the device share of a scan's block
+    (``budget`` = :data:`BLOCK_FRACTION` of the free memory)."""
+    return int(budget // per_problem)
+
+
 def two_state_bytes(nt: int, depth: int = 0) -> int:
     """Peak bytes of a two-state solve on ``nt`` steps (float64)."""
     return 8 * TWO_STATE_LEVEL_FLOATS * (nt + 1) + anderson_bytes(nt, 8, depth)
 
 
 def check_fdm(nx: int, nt: int, backend: Any, sizes: Sequence[int], depth: int,
-              max_memory: object = None, batch: int = 1, what: str = "") -> int:
+              max_memory: object = None, batch: int = 1, what: str = "",
+              per_problem: int = 0) -> int:
     """Bytes of a finite-difference solve of ``batch`` problems whose coupling states hold
     ``sizes`` values, with Anderson mixing of ``depth`` (0: none), refused by
     :func:`check_parts` when they do not fit: blaming the depth beyond
-    :data:`DEFAULT_DEPTH`, else the grid (and batch)."""
+    :data:`DEFAULT_DEPTH`, else the grid (and batch). ``per_problem``: the bytes per problem
+    that the solver declares for itself (the batched Newton on a device), counted instead
+    of the grid arrays and coupling states where larger."""
     itemsize = 4 if backend.dtype == "float32" else 8
     size = max(sizes)
     base = fdm_bytes(nx, nt, itemsize, size, min(depth, DEFAULT_DEPTH), batch)
@@ -145,8 +174,8 @@ def check_fdm(nx: int, nt: int, backend: Any, sizes: Sequence[int], depth: int,
     what = what or (f"a solve on an nx={nx} x nt={nt} grid" if batch == 1 else
                     f"a batch of {batch} solves on an nx={nx} x nt={nt} grid")
     grid_key = "nx, nt" if batch == 1 else "nx, nt or the batch size"
-    return check_parts({grid_key: base, "the Anderson depth": extra}, backend, what=what,
-                       max_memory=max_memory)
+    return check_parts({grid_key: max(base, batch * per_problem), "the Anderson depth": extra},
+                       backend, what=what, max_memory=max_memory)
 
 
 def check_two_state(nt: int, depth: int, backend: Any) -> int:

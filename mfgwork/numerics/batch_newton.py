@@ -65,6 +65,24 @@ TRIAL, CERTIFY, DONE = 0, 1, 2
 ARMIJO = 2e-4
 ETA = 1e-4
 GROW = 2.0
+#: Arrays of (nt + 1) × nx values the batched Newton holds per problem on a device (U, M,
+#: their trial and kept iterates, the running cost, the sweeps' work arrays, the dense
+#: tangent Jacobian and Newton system, nt × nt each), with margin: what
+#: :func:`mfgwork.solve` checks a device batch against and a scan sizes its blocks by (its
+#: GPU throughput was measured with these blocks).
+DEVICE_GRID_ARRAYS = 32
+
+
+def dense_on(backend: Backend) -> bool:
+    """Whether :class:`BatchNewton` solves its systems from dense tangent Jacobians on
+    ``backend`` (devices, MPS emulation) rather than matrix-free (the CPU)."""
+    return backend.is_accelerator
+
+
+def device_bytes(nx: int, nt: int, itemsize: int) -> int:
+    """Bytes per problem of a batch that :class:`BatchNewton` solves on a device
+    (:data:`DEVICE_GRID_ARRAYS` arrays of (nt + 1) × nx values of ``itemsize`` bytes)."""
+    return DEVICE_GRID_ARRAYS * (nt + 1) * nx * itemsize
 
 
 @dataclass(frozen=True)
@@ -308,7 +326,7 @@ class BatchNewton:
     def matrix_free(self) -> bool:
         """Whether Newton systems are solved by conjugate gradients (the CPU) rather than from
         the dense tangent Jacobians (devices)."""
-        return self.backend.kind == "cpu" and not self.backend.emulate_mps
+        return not dense_on(self.backend)
 
     # -- the iteration -----------------------------------------------------------------------
     def solve(self, coupling: Any, hjb: Any, fp: Any, *, m0: Any, U_T: Any, max_iter: int,

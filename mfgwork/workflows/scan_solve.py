@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from ..core.backend import BACKENDS, Backend, device_info, get_backend, to_numpy
+from ..core import memory
+from ..core.backend import Backend, device_info, get_backend, to_numpy
 from ..core.errors import ConvergenceWarning
-from ..placement import Placement
-from ..placement import placement as place
+from ..numerics.batch_newton import device_bytes
+from ..placement import Placement, resolve
 from ..problems import MFGProblem
 from ..problems.two_d import MFGProblem2D
 from ..results import Result
@@ -25,14 +26,9 @@ from .scan_store import Layout, region_points, write_region
 #: Points per block on the host, where the NumPy solver takes them one by one: enough that
 #: writing a block costs little against solving it, few enough to lose little when killed.
 HOST_BLOCK_POINTS = 16
-#: Arrays of (nt + 1) × nx values a batched solve holds per point on a device (U, M, their
-#: next iterates, the running cost, Newton work arrays, Anderson history), with margin.
-DEVICE_ARRAYS_PER_POINT = 32
 #: Blocks per GPU worker at least, where several share a scan: a worker that drew a slow
 #: block is then not alone at the end (with one block each, the slowest sets the pace).
 BLOCKS_PER_WORKER = 4
-#: Fraction of free device memory (host memory for results) a block may take.
-MEMORY_FRACTION = 0.5
 #: The warning that tol is below the dtype's floor (1-D), which :func:`mfgwork.scan` gives
 #: once for the whole scan: its blocks do not repeat it.
 FLOOR_SAID = r"tol=\S+ is below what float(32|64) resolves;"
@@ -45,47 +41,37 @@ MESSAGE_CHARS = 400
 PARALLEL_MIN_CELLS = 10_000
 
 
-def placement(device: str, backend: str | None, dtype: Any, problem: Problem | None = None,
+def placement(device: str, backend: str | None, dtype: Any, problem: Problem,
               points: int = 1, nx: int = 201, nt: int = 201) -> tuple[Backend, Placement | None]:
-    """The backend a scan solves on, and the choice behind it: ``device="auto"`` asks
-    :func:`mfgwork.placement` for a batch of ``points`` problems like ``problem`` on the
-    nx × nt grid (an accelerator through torch from the measured crossover on, else the
-    compiled NumPy solver on the CPU); a 2-D ``problem``, whose points are solved one by one
-    (there is no batched 2-D path on the CPU), goes with "auto" to the default of
-    :func:`mfgwork.solve_2d`, NumPy on the CPU, unless ``backend`` says "torch"; an explicit
-    device runs NumPy on "cpu" and torch elsewhere unless ``backend`` says otherwise (no
-    choice to record: None)."""
-    if device == "auto" and isinstance(problem, MFGProblem2D):
-        be = get_backend(backend or "numpy", "cpu" if backend in (None, "numpy") else "auto",
-                         dtype)
-        return be, Placement("fdm", points, be.name, be.device, "a 2-D scan solves its "
-                             "points one by one with mw.solve, by default the compiled "
-                             "NumPy solver (ILU-BiCGStab) on the CPU", None)
-    if device == "auto" and problem is not None and backend in (None, *BACKENDS):
-        chosen = place(problem, "fdm", nx=nx, nt=nt, backend=backend, batch_size=points)
-        return get_backend(chosen.backend, chosen.device, dtype), chosen
-    if backend is None:
-        backend = "numpy" if device == "cpu" else "torch"
-    return get_backend(backend, device, dtype), None
+    """The backend a scan of ``points`` problems like ``problem`` on the nx × nt grid
+    solves on, and the choice behind it (None where ``device`` was given): that of
+    :func:`mfgwork.placement.resolve` for them as one batch."""
+    chosen = resolve(problem, backend=backend, device=device, nx=nx, nt=nt, batch_size=points)
+    return (get_backend(chosen.backend, chosen.device, dtype),
+            chosen if chosen.chosen else None)
 
 
 def points_per_block(be: Backend, nx: int, nt: int, kept: int, points: int,
                      workers: int = 1) -> int:
     """Points per block: on the host a fixed count (the NumPy solver loops over them); on a
-    device as many as fit in a fraction of its free memory, and with several ``workers``
-    (GPUs) few enough that each gets :data:`BLOCKS_PER_WORKER` blocks; either way bounded by
-    host memory for the block's results (shared by the ``workers`` processes of this host,
-    each holding a block). ``nx``: the nodes of the state grid (nx × ny in 2-D)."""
+    device as many as fit in :data:`~mfgwork.core.memory.BLOCK_FRACTION` of its free memory
+    by the bytes the batched Newton declares per point
+    (:func:`~mfgwork.numerics.batch_newton.device_bytes`, the figure :func:`mfgwork.solve`
+    checks a device batch by), and with several ``workers`` (GPUs) few enough that each
+    gets :data:`BLOCKS_PER_WORKER` blocks; either way bounded by host memory for the block's
+    results (shared by the ``workers`` processes of this host, each holding a block).
+    ``nx``: the nodes of the state grid (nx × ny in 2-D)."""
     itemsize = 4 if be.dtype == "float32" else 8
-    per_point = (nt + 1) * nx * itemsize
-    host = _host_available() * MEMORY_FRACTION // max(1, workers * (kept + 1) * per_point)
+    level = (nt + 1) * nx * itemsize
+    host = _host_available() * memory.BLOCK_FRACTION // max(1, workers * (kept + 1) * level)
     if not be.is_accelerator:
         return int(max(1, min(points, HOST_BLOCK_POINTS, host)))
     info = device_info(be.device)
     free = None
     if info.get("memory_total"):
         free = info["memory_total"] - (info.get("memory_reserved") or 0)
-    device = free * MEMORY_FRACTION // (DEVICE_ARRAYS_PER_POINT * per_point) if free else points
+    device = (memory.batch_that_fits(free * memory.BLOCK_FRACTION, device_bytes(nx, nt, itemsize))
+              if free else points)
     shared = -(-points // (BLOCKS_PER_WORKER * workers)) if workers > 1 else points
     return int(max(1, min(points, device, host, shared)))
 
@@ -117,7 +103,7 @@ def solve_block(task: Task) -> dict[str, Any]:
     plan, opts = task.plan, task.plan.options
     indices = region_points(task.region)
     problems = [plan.problem(i) for i in indices]
-    be, _ = placement(task.device, task.backend, opts["dtype"])
+    be, _ = placement(task.device, task.backend, opts["dtype"], problems[0])
     with warnings.catch_warnings():   # (the scan said it once, before any block)
         warnings.filterwarnings("ignore", FLOOR_SAID, UserWarning)
         outcomes = solve_points(problems, be, opts)
