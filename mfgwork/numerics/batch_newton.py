@@ -542,7 +542,8 @@ class BatchNewton:
             L, info = torch.linalg.cholesky_ex(A)
             v = torch.cholesky_solve((s * R)[..., None], L)[..., 0]
         else:                        # symmetric indefinite (a price rising somewhere)
-            v, info = torch.linalg.solve_ex(A, s * R)
+            v, info = torch.linalg.solve_ex(A, (s * R)[..., None])   # one column per problem:
+            v = v[..., 0]                                            # no broadcast (MPS)
         newton = torch.where(s > 0, sign * v / torch.where(s > 0, s, torch.ones_like(s)), R)
         step = torch.where((info == 0)[:, None], newton, R)
         d = d.clone()
