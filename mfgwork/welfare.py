@@ -29,17 +29,23 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import array_api_compat
 import numpy as np
 
 from .core.backend import get_backend, to_numpy
 from .core.errors import ParameterError, check_choice
 from .numerics.fdm.sweeps import FiniteDifferences
 from .problems import problem_from_params
-from .problems.santa_fe import OBJECTIVES, SantaFeBar, attendance_weights
+from .problems.santa_fe import OBJECTIVES, SantaFeBar, attendance_weights, payoff
 from .results import Result
 
 #: What a planner's result adds to its summary (:func:`compare`).
 COMPARISON = ("welfare", "equilibrium_welfare", "welfare_loss", "price_of_anarchy")
+
+
+#: Members whose welfare is computed at once (bounds the temporaries: a few arrays of
+#: (nt + 1) × nx values per member).
+WELFARE_CHUNK = 256
 
 
 def welfare(result: Result, problem: SantaFeBar | None = None) -> float:
@@ -49,6 +55,26 @@ def welfare(result: Result, problem: SantaFeBar | None = None) -> float:
     problem = _bar(result, problem)
     U, M = (np.asarray(to_numpy(a), dtype=np.float64) for a in (result.U, result.M))
     return controls_welfare(problem, U, M)
+
+
+def welfares(results: Sequence[Result], problems: Sequence[SantaFeBar]) -> np.ndarray:
+    """:func:`welfare` of each of ``results`` (of ``problems``), computed on the arrays where
+    they are (a device's too), for runs of members that share a grid and a Hamiltonian in
+    chunks of :data:`WELFARE_CHUNK`: one number per member comes back."""
+    out, start = [], 0
+    while start < len(results):
+        stop = start + 1
+        while (stop < len(results) and stop - start < WELFARE_CHUNK
+               and np.shape(results[stop].M) == np.shape(results[start].M)
+               and problems[stop].hamiltonian == problems[start].hamiltonian):
+            stop += 1
+        part = results[start:stop]
+        xp = array_api_compat.array_namespace(part[0].M)
+        U, M = (xp.stack([getattr(r, name) for r in part]) for name in ("U", "M"))
+        out.append(np.asarray(to_numpy(batch_welfare(problems[start:stop], U, M, xp)),
+                              dtype=np.float64))
+        start = stop
+    return np.concatenate(out)
 
 
 def value_welfare(result: Result, problem: SantaFeBar | None = None) -> float:
@@ -65,15 +91,31 @@ def value_welfare(result: Result, problem: SantaFeBar | None = None) -> float:
 def controls_welfare(problem: SantaFeBar, U: np.ndarray, M: np.ndarray) -> float:
     """W = Σ_n Δt [A_n F(A_n) − Σ_i w_i m_i^{n+1} L̂_i(u^n)] of values U and densities M
     ((nt+1, nx) each, float64) on the problem's grid."""
-    grid = problem.grid(M.shape[1], M.shape[0] - 1)
-    q = np.diff(U[:-1], axis=1) / grid.h
-    wall = np.zeros((q.shape[0], 1))
-    q_left, q_right = np.hstack([wall, q]), np.hstack([q, wall])
-    H, dH_left, dH_right = problem.hamiltonian.numerical(grid.x, q_left, q_right, None, np)
+    return float(batch_welfare([problem], U[None], M[None], np)[0])
+
+
+def batch_welfare(problems: Sequence[SantaFeBar], U: Any, M: Any, xp: Any) -> Any:
+    """W of each member of the stacked values U and densities M ((B, nt+1, nx) arrays of
+    the namespace ``xp``; ``problems``: the B bars, one grid and one Hamiltonian)."""
+    first = problems[0]
+    grid = first.grid(M.shape[-1], M.shape[-2] - 1)
+
+    def put(a: Any) -> Any:   # a host array beside U (its dtype and device)
+        return xp.asarray(np.asarray(a), dtype=U.dtype,
+                          **({} if xp is np else {"device": U.device}))
+
+    q = (U[:, :-1, 1:] - U[:, :-1, :-1]) / grid.h
+    wall = xp.zeros(q.shape[:-1] + (1,), dtype=q.dtype,
+                    **({} if xp is np else {"device": q.device}))
+    q_left, q_right = xp.concat([wall, q], axis=-1), xp.concat([q, wall], axis=-1)
+    H, dH_left, dH_right = first.hamiltonian.numerical(put(grid.x), q_left, q_right, None, xp)
     lagrangian = q_left * dH_left + q_right * dH_right - H
-    A = M[1:] @ attendance_weights(grid)[1]
-    return float(grid.dt * (np.sum(A * problem.payoff(A))
-                            - np.sum(grid.weights * M[1:] * lagrangian)))
+    A = xp.sum(M[:, 1:, :] * put(attendance_weights(grid)[1]), axis=-1)
+    params = [put([[getattr(p, k)] for p in problems]) for k in ("threshold", "good", "bad",
+                                                                  "eps")]
+    paid = xp.sum(A * payoff(A, *params, xp), axis=-1)
+    cost = xp.sum(xp.sum(put(grid.weights) * M[:, 1:, :] * lagrangian, axis=-1), axis=-1)
+    return grid.dt * (paid - cost)
 
 
 def price_welfare(problem: SantaFeBar, price: Any, nx: int = 201) -> float:
@@ -102,8 +144,10 @@ def compare(optima: Sequence[Result], equilibria: Sequence[Result],
     ``equilibrium_welfare``, ``welfare_loss``, ``price_of_anarchy``), the equilibrium's
     status in ``extra["equilibrium"]`` and its solve's ``seconds`` in the timings."""
     out = []
-    for opt, eq, problem in zip(optima, equilibria, problems, strict=True):
-        w_opt, w_eq = welfare(opt, problem), welfare(eq, problem.for_objective("equilibrium"))
+    bars = [p.for_objective("equilibrium") for p in problems]
+    for opt, eq, w_opt, w_eq in zip(optima, equilibria, welfares(optima, bars),
+                                    welfares(equilibria, bars), strict=True):
+        w_opt, w_eq = float(w_opt), float(w_eq)
         ratio = w_opt / w_eq if w_opt > 0 and w_eq > 0 else math.nan
         summary = opt.summary | dict(zip(COMPARISON, (w_opt, w_eq, w_opt - w_eq, ratio),
                                          strict=True))

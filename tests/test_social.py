@@ -230,3 +230,15 @@ def test_a_scan_refuses_an_objective_before_any_store(problem, objective, patter
         mw.scan(problem, grid, nx=21, nt=10, objective=objective, store=tmp_path / "s.zarr",
                 progress=False)
     assert not (tmp_path / "s.zarr").exists()
+
+
+def test_a_batch_of_several_hamiltonians_gets_each_its_own_welfare():
+    problems = [mw.SantaFeBar(threshold=0.5, **BAR),
+                mw.SantaFeBar(threshold=0.5, hamiltonian=mw.Power(1.5), **BAR)]
+    results = mw.solve(problems, objective="social", **COARSE)
+    for problem, res in zip(problems, results, strict=True):
+        assert res.converged
+        assert res.summary["welfare"] == pytest.approx(welfare(res, problem.for_objective(
+            "social")), rel=1e-12)
+        assert res.summary["welfare"] == pytest.approx(value_welfare(res), rel=1e-9)
+    assert results[0].summary["welfare"] != pytest.approx(results[1].summary["welfare"])

@@ -46,7 +46,8 @@ def test_type_rule_refuses_other_kinds(value, default):
 def test_problem_signature_declares_scan_parameters():
     declared = signature_parameters(mw.SantaFeBar)
     assert declared == {"threshold": 0.6, "sigma": 0.5, "T": 10.0, "theta_max": 5.0,
-                        "good": 10.0, "bad": -5.0, "eps": 0.05, "hamiltonian": None}
+                        "good": 10.0, "bad": -5.0, "eps": 0.05, "hamiltonian": None,
+                        "objective": "equilibrium"}
 
     def factory(strength: float, n: int = 2, *, label: str = "a", **extra: float) -> None:
         return None
