@@ -63,6 +63,10 @@ def on_host(solve_hjb: Any, be: Backend) -> Any:
 def continuous_residual(result: Any, problem: MFGProblem) -> float:
     """The best-response residual of a continuous problem's result (:meth:`mfgwork.Result.
     check`)."""
+    if result.params.get("stationary"):   # the long run: its own best response
+        from .long_run import stationary_residual
+
+        return stationary_residual(result, problem)
     if "certificate" in result.extra:   # a float32 result re-certified in float64
         return residual_on(result, problem, get_backend("numpy", "cpu", "float64"))
     return residual_on(result, problem,

@@ -23,6 +23,7 @@ from .core.errors import ConvergenceWarning, ParameterError, check_choice, check
 from .core.frozen import freeze
 from .core.progress import progress_bar
 from .finite_state import solve_two_state
+from .long_run import solve_long_run
 from .numerics.batch_newton import (
     BatchNewton,
     MemberPotentials,
@@ -169,7 +170,8 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
                      progress: bool | None = None, n_particles: int | None = None,
                      seed: int | None = None, compile_steps: bool | str = "auto",
                      initial: Result | Any = None, max_memory: int | str | None = None,
-                     coarse: bool = True, objective: str | None = None) -> Result:
+                     coarse: bool = True, objective: str | None = None,
+                     stationary: bool = False) -> Result:
     """Solve the MFG system of the continuous ``problem`` on an ``nx`` × ``nt`` grid (what
     :func:`solve` runs for an :class:`~mfgwork.MFGProblem`).
 
@@ -239,6 +241,10 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     the planner's result with both welfares, their difference and ratio in its summary
     (:mod:`mfgwork.welfare`); "equilibrium" the equilibrium; None (default) the problem as
     it is.
+    ``stationary=True``: the long run instead, the ergodic system solved directly
+    (:mod:`mfgwork.long_run`: a result of one level with ``summary["ergodic_constant"]``; on
+    ``nx`` nodes, NumPy float64, to ``tol`` within ``max_iter`` Newton steps; ``nt`` and T
+    play no part).
     """
     if objective is not None:   # the arguments as given (the first statement: nothing else)
         options = {k: v for k, v in locals().items() if k not in ("problem", "objective")}
@@ -248,6 +254,10 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     if not isinstance(problem, MFGProblem):
         raise ParameterError(f"problem={problem!r} is invalid: must be an mfgwork.MFGProblem "
                              "(e.g. mw.SantaFeBar() or mw.MFGProblem(...))")
+    if check_flag("stationary", stationary):
+        tol, max_iter = check_stopping(tol, max_iter)
+        return solve_long_run(problem, nx=nx, tol=tol, max_iter=max_iter, method=method,
+                              backend=backend, device=device, dtype=dtype)
     grid = problem.grid(nx, nt)
     check_choice("method", method, METHODS)
     if method == "particles":

@@ -110,6 +110,11 @@ def _outside_loop_rows(data: Any) -> list[Row]:
              "converged": r["after"]["scan_converged"]} for name, r in data["rows"].items()]
 
 
+def _planner_batch_rows(data: Any) -> list[Row]:
+    """The rows of ``benchmarks/planner.py --batch-side``: one per dtype."""
+    return [{"dtype": dtype} | data[dtype] for dtype in ("float32", "float64")]
+
+
 SECTIONS: list[Section] = [
     Section(
         "commands_2core.json", "The make commands on a two-core machine",
@@ -281,6 +286,33 @@ SECTIONS: list[Section] = [
          Column("machinery", "machinery after", number),
          Column("converged", "converged", number)],
         rows=_outside_loop_rows, bars="scan_after_s", label=("row",)),
+    Section(
+        "planner_cpu_1core.json", "The planner's optimum against the equilibrium (one core)",
+        "Santa Fe at 201², tol 1e-8, σ 0.5, NumPy on one core (`benchmarks/planner.py`): the "
+        "equilibrium and the planner's problem alone, each the fastest of three, their ratio "
+        "(target ≤ 2), iterations, and the welfare of both (W_opt / W_eq where both are "
+        "positive).",
+        [Column("threshold", "threshold", number), Column("eps", "ε", number),
+         Column("equilibrium_s", "equilibrium", seconds),
+         Column("planner_s", "planner", seconds), Column("ratio", "ratio", number),
+         Column("equilibrium_iterations", "its (eq.)", number),
+         Column("planner_iterations", "its (planner)", number),
+         Column("welfare", "W_opt", number), Column("equilibrium_welfare", "W_eq", number),
+         Column("price_of_anarchy", "W_opt / W_eq", number)],
+        bars="planner_s", label=("threshold", "eps")),
+    Section(
+        "planner_h200.json", "1024 planners and equilibria as batches (one H200)",
+        "The 32 × 32 box threshold 0.3–0.9 × ε 0.03–0.1 at 201² on CUDA "
+        "(`benchmarks/planner.py --batch-side 32 --device cuda`): a batch of equilibria, one "
+        "of planners, and `objective=\"social\"` (both, and their welfares), the second run "
+        "of each.",
+        [Column("dtype", "dtype"), Column("equilibrium_s", "equilibria", seconds),
+         Column("planner_s", "planners", seconds),
+         Column("objective_social_s", "objective='social'", seconds),
+         Column("planner_converged", "converged", number),
+         Column("equilibrium_max_iterations", "max its (eq.)", number),
+         Column("planner_max_iterations", "max its (planner)", number)],
+        rows=_planner_batch_rows, bars="planner_s", label=("dtype",)),
     Section(
         "scan_gpus_h200x2.json", "A scan of 10⁵ points over one and two GPUs (2 × H200)",
         "Santa Fe threshold × σ × ε, 47 values each, at 201² in float32, tol 1e-6, one Dask "

@@ -11,6 +11,15 @@ L = x_max − x_min, k = π j / L, k' = π j' / L:
     u = −2ν log φ,  m = φ ψ / Z,  Z = ∫ φ(0) ψ(0) dx  (∫ φ ψ dx does not change in time)
 
 give exact solutions with g = u(T), m0 = m(0) and f = 0.
+
+Ergodic. For the long run (λ − ν v'' + ½ v'² = f(x, m), −ν m'' − (m v')' = 0, ∫ m = 1,
+∫ v = 0) pick v(x) = a cos(k (x − x_min)) with k = π j / L (Neumann): its stationary density
+is the Gibbs density m*(x) = e^{−v/ν} / ∫ e^{−v/ν} (zero flux ν m' + m v' = 0), and the
+monotone local coupling
+
+    f(x, m) = m − m*(x) + λ* − ν v''(x) + ½ v'(x)²
+
+makes (v, m*, λ*) the exact ergodic solution, for any λ* (unique: f increases in m).
 """
 
 from __future__ import annotations
@@ -78,6 +87,56 @@ class HopfColeProblem(MFGProblem):
 
         xp = array_api_compat.array_namespace(x)
         return self.phi(0.0, x, xp) * self.psi(0.0, x, xp)
+
+
+class ErgodicProblem(MFGProblem):
+    """A coupled problem whose ergodic solution (v, m*, λ*) is known exactly (module
+    docstring); T and m0 serve finite-horizon solves of the same problem."""
+
+    def __init__(self, x_min: float = 0.0, x_max: float = 1.0, sigma: float = 0.6,
+                 a: float = 0.3, mode: int = 1, ergodic_constant: float = 0.25,
+                 T: float = 1.0) -> None:
+        object.__setattr__(self, "a", check_real("a", a))
+        object.__setattr__(self, "mode", check_int("mode", mode, low=1))
+        object.__setattr__(self, "ergodic_constant",
+                           check_real("ergodic_constant", ergodic_constant))
+        super().__init__(x_min=x_min, x_max=x_max, T=T, sigma=sigma, m0=_uniform,
+                         g=_zero, f=self._f, name="ergodic")
+
+    def params(self) -> dict[str, Any]:
+        return super().params() | {"a": self.a, "mode": self.mode,
+                                   "ergodic_constant": self.ergodic_constant}
+
+    def exact_v(self, x: Any, xp: Any = np) -> Any:
+        """v(x) = a cos(k (x − x_min)), Σ-free: ∫ v = 0 for every mode."""
+        k = np.pi * self.mode / (self.x_max - self.x_min)
+        return self.a * xp.cos(k * (x - self.x_min))
+
+    def exact_m(self, x: Any, xp: Any = np) -> Any:
+        """m*(x) = e^{−v/ν} / Z, Z by a fine quadrature (a Bessel function in closed form)."""
+        fine = np.linspace(self.x_min, self.x_max, 20001)
+        Z = np.trapezoid(np.exp(-self.exact_v(fine) / self.nu), fine)
+        return xp.exp(-self.exact_v(x, xp) / self.nu) / Z
+
+    def _f(self, t: float, x: Any, m: Any) -> Any:
+        import array_api_compat
+
+        xp = array_api_compat.array_namespace(x)
+        k = np.pi * self.mode / (self.x_max - self.x_min)
+        dv = -self.a * k * xp.sin(k * (x - self.x_min))
+        d2v = -self.a * k * k * xp.cos(k * (x - self.x_min))
+        return (m - self.exact_m(x, xp) + self.ergodic_constant - self.nu * d2v
+                + 0.5 * dv * dv)
+
+
+def _uniform(x: Any) -> Any:
+    """m0 = 1 (normalized by the solver)."""
+    return 0.0 * x + 1.0
+
+
+def _zero(x: Any) -> Any:
+    """g = 0."""
+    return 0.0 * x
 
 
 def _no_coupling(t: float, x: Any, m: Any) -> Any:

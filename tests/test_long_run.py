@@ -1,0 +1,98 @@
+"""The long run (``mw.solve(problem, stationary=True)``): the ergodic system against an exact
+stationary solution (first order), against the middle of long finite horizons, certified by a
+best response, for several models; refusals before work; files."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mfgwork as mw
+from mfgwork.problems.verification import ErgodicProblem
+
+
+def errors(problem: ErgodicProblem, nx: int) -> tuple[float, float, float]:
+    res = mw.solve(problem, nx=nx, stationary=True, tol=1e-11)
+    assert res.converged and res.check(problem) <= 1e-11
+    x = np.asarray(res.x)
+    return (float(np.max(np.abs(res.M[0] - problem.exact_m(x)))),
+            float(np.max(np.abs(res.U[0] - problem.exact_v(x)))),
+            abs(res.summary["ergodic_constant"] - problem.ergodic_constant))
+
+
+@pytest.mark.parametrize("kw", [{}, {"a": -0.5, "mode": 2, "sigma": 0.8,
+                                     "ergodic_constant": -1.0}])
+def test_first_order_against_an_exact_ergodic_solution(kw):
+    problem = ErgodicProblem(**kw)
+    coarse, fine = errors(problem, 41), errors(problem, 161)
+    for e_coarse, e_fine, name in zip(coarse, fine, ("m", "v", "λ"), strict=True):
+        order = np.log2(e_coarse / e_fine) / 2
+        assert 0.85 < order < 1.2, (name, e_coarse, e_fine, order)
+
+
+@pytest.fixture(scope="module")
+def santa_fe():
+    return mw.solve(mw.SantaFeBar(), nx=51, stationary=True)
+
+
+def test_long_finite_horizons_approach_the_long_run(santa_fe):
+    """The middle of a finite-horizon solution tends to the stationary attendance as T grows,
+    and the value's mean falls at the rate λ there."""
+    A = santa_fe.summary["mean_attendance"]
+    assert santa_fe.converged and 0.63 < A < 0.64
+    gaps = []
+    for T in (30.0, 120.0):
+        nt = int(5 * T)
+        res = mw.solve(mw.SantaFeBar(T=T), nx=51, nt=nt, progress=False)
+        gaps.append(abs(float(res.attendance[nt // 2]) - A))
+        if T == 120.0:
+            w = mw.SantaFeBar().grid(51, nt).weights
+            a, b = nt // 4, nt // 2
+            rate = (res.U[a] @ w - res.U[b] @ w) / ((res.t[b] - res.t[a]) * w.sum())
+            assert rate == pytest.approx(santa_fe.summary["ergodic_constant"], rel=0.5)
+    assert gaps[1] < gaps[0] / 10 and gaps[1] < 1e-5, gaps
+
+
+def test_the_certificate_is_a_best_response(santa_fe):
+    assert santa_fe.check() == pytest.approx(santa_fe.residual, rel=1e-6, abs=1e-14)
+    assert santa_fe.residual <= 1e-8 and santa_fe.mass_error < 1e-12
+    assert (np.asarray(santa_fe.M) >= 0).all()
+    shifted = mw.Result(**{k: getattr(santa_fe, k) for k in (
+        "x", "t", "U", "converged", "iterations", "history", "params", "timings",
+        "observables", "summary", "residual")} | {"M": np.roll(santa_fe.M, 5, axis=-1)})
+    assert shifted.check() > 1e-3
+
+
+@pytest.mark.parametrize("hamiltonian", [mw.Power(1.5), mw.Congestion()],
+                         ids=["power", "congestion"])
+def test_other_models_reach_their_long_run(hamiltonian):
+    res = mw.solve(mw.SantaFeBar(hamiltonian=hamiltonian), nx=51, stationary=True)
+    assert res.converged and res.check() <= 1e-8
+
+
+@pytest.mark.parametrize(("options", "pattern"), [
+    ({"method": "particles"}, "method='particles' is invalid with stationary=True"),
+    ({"backend": "torch"}, "backend='torch', dtype='float64' is invalid with stationary"),
+    ({"dtype": "float32"}, "dtype='float32' is invalid with stationary"),
+    ({"stationary": "yes"}, r"stationary='yes' \(str\) is invalid"),
+])
+def test_what_the_long_run_does_not_do_is_refused_before_work(options, pattern, monkeypatch):
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("mfgwork.long_run"), "solve_stationary",
+                        lambda *a, **k: pytest.fail("work started"))
+    if options.get("backend") == "torch":
+        pytest.importorskip("torch")
+    with pytest.raises(mw.ParameterError, match=pattern):
+        mw.solve(mw.SantaFeBar(), nx=21, **({"stationary": True} | options))
+
+
+def test_a_stationary_result_is_saved_loaded_and_checked_again(santa_fe, tmp_path):
+    santa_fe.save(tmp_path / "run")
+    loaded = mw.load(tmp_path / "run")
+    assert loaded.params["stationary"] is True
+    assert loaded.summary["ergodic_constant"] == santa_fe.summary["ergodic_constant"]
+    assert loaded.check() == pytest.approx(santa_fe.residual, rel=1e-6, abs=1e-14)
+    data = santa_fe.to_xarray()
+    assert data["M"].shape == (1, 51) and float(data["attendance"][0]) == pytest.approx(
+        santa_fe.summary["mean_attendance"])
