@@ -72,8 +72,7 @@ def test_other_models_reach_their_long_run(hamiltonian):
 
 @pytest.mark.parametrize(("options", "pattern"), [
     ({"method": "particles"}, "method='particles' is invalid with stationary=True"),
-    ({"backend": "torch"}, "backend='torch', dtype='float64' is invalid with stationary"),
-    ({"dtype": "float32"}, "dtype='float32' is invalid with stationary"),
+    ({"dtype": "float32"}, "dtype='float32' is invalid with stationary=True"),
     ({"stationary": "yes"}, r"stationary='yes' \(str\) is invalid"),
 ])
 def test_what_the_long_run_does_not_do_is_refused_before_work(options, pattern, monkeypatch):
@@ -81,10 +80,19 @@ def test_what_the_long_run_does_not_do_is_refused_before_work(options, pattern, 
 
     monkeypatch.setattr(importlib.import_module("mfgwork.long_run"), "solve_stationary",
                         lambda *a, **k: pytest.fail("work started"))
-    if options.get("backend") == "torch":
-        pytest.importorskip("torch")
     with pytest.raises(mw.ParameterError, match=pattern):
         mw.solve(mw.SantaFeBar(), nx=21, **({"stationary": True} | options))
+
+
+@pytest.mark.skipif(not mw.core.backend.torch_installed(), reason="needs torch")
+def test_torch_and_numpy_agree_on_the_long_run(santa_fe):
+    res = mw.solve(mw.SantaFeBar(), nx=51, stationary=True, backend="torch",
+                   dtype="float64")
+    assert res.backend == "torch" and res.converged
+    np.testing.assert_allclose(res.M, santa_fe.M, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(res.U, santa_fe.U, rtol=0, atol=1e-10)
+    assert abs(res.summary["ergodic_constant"] - santa_fe.summary["ergodic_constant"]) < 1e-12
+    assert res.check() <= 1e-8
 
 
 def test_a_stationary_result_is_saved_loaded_and_checked_again(santa_fe, tmp_path):

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.backend import get_backend
+from ..core.backend import Backend, get_backend, to_numpy
 from ..core.errors import ConvergenceWarning, warn
 from ..problems.base import MFGProblem
 from .fdm.operators import hamiltonian_terms, tangent_weights
@@ -60,63 +60,77 @@ class Stationary:
 
 
 class ErgodicSystem:
-    """The discrete ergodic system of ``problem`` on ``nx`` nodes (NumPy, float64)."""
+    """The discrete ergodic system of ``problem`` on ``nx`` nodes, on ``backend`` (default
+    NumPy float64; torch on any device: the same operations, one dense solve per step)."""
 
-    def __init__(self, problem: MFGProblem, nx: int) -> None:
+    def __init__(self, problem: MFGProblem, nx: int, backend: Backend | None = None) -> None:
         self.problem, self.grid = problem, problem.grid(nx, 1)
-        self.backend = get_backend("numpy", "cpu", "float64")
-        g = self.grid
-        self.h, self.w, self.x, self.nu = g.h, np.asarray(g.weights), np.asarray(g.x), problem.nu
-        self.inv_hw = 1.0 / (g.h * self.w)
-        self.coupling = problem.coupling(g, self.backend)
+        self.backend = be = backend or get_backend("numpy", "cpu", "float64")
+        self.xp, g = be.xp, self.grid
+        self.h, self.nu = g.h, problem.nu
+        self.w, self.x = be.asarray(g.weights), be.asarray(g.x)
+        self.inv_hw = be.asarray(1.0 / (g.h * np.asarray(g.weights)))
+        self.coupling = problem.coupling(g, be)
         self.H = problem.hamiltonian
         self.potential = None if self.H.depends_on_m else self.coupling.potential()
 
     # -- the pieces -------------------------------------------------------------------------
-    def cost(self, mu: np.ndarray) -> np.ndarray:
+    def cost(self, mu: Any) -> Any:
         """F(μ): the running cost (nx,) of the coupling state of m = μ / w (one level)."""
         m = mu / self.w
-        return np.asarray(self.coupling.running_cost(self.coupling.state(np.stack([m, m]))))[0]
+        return self.coupling.running_cost(self.coupling.state(self.xp.stack([m, m])))[0]
 
-    def operator(self, v: np.ndarray, mu: np.ndarray) -> tuple[Any, np.ndarray, Any]:
+    def operator(self, v: Any, mu: Any) -> tuple[Any, Any, Any]:
         """(terms of Ĥ, E(v), J₀(v) as a dense matrix)."""
+        xp = self.xp
         m = mu / self.w if self.H.depends_on_m else None
-        terms = hamiltonian_terms(v, self.h, self.x, m, self.H, np)
+        terms = hamiltonian_terms(v, self.h, self.x, m, self.H, xp)
         diffusion = (terms.q_right - terms.q_left) / self.w
         E = -self.nu * diffusion + terms.value
-        lower = np.concatenate([[0.0], -self.nu * self.inv_hw[1:]]) - terms.d_left / self.h
-        upper = np.concatenate([-self.nu * self.inv_hw[:-1], [0.0]]) + terms.d_right / self.h
-        J0 = np.diag(-lower - upper) + np.diag(lower[1:], -1) + np.diag(upper[:-1], 1)
-        return terms, E, J0
+        zero = xp.zeros_like(v[:1])
+        lower = xp.concat([zero, -self.nu * self.inv_hw[1:]]) - terms.d_left / self.h
+        upper = xp.concat([-self.nu * self.inv_hw[:-1], zero]) + terms.d_right / self.h
+        return terms, E, self._tridiagonal(lower[1:], -lower - upper, upper[:-1])
 
-    def residual(self, v: np.ndarray, mu: np.ndarray, lam: float) -> np.ndarray:
+    def _tridiagonal(self, below: Any, diag: Any, above: Any) -> Any:
+        """The dense matrix with these three diagonals."""
+        n = diag.shape[0]
+        A = self.xp.zeros((n, n), dtype=diag.dtype, **self._on)
+        i = self.xp.arange(n, **self._on)
+        j = i[:-1]
+        A[i, i] = diag
+        A[j + 1, j] = below
+        A[j, j + 1] = above
+        return A
+
+    @property
+    def _on(self) -> dict[str, Any]:
+        return {} if self.backend.name == "numpy" else {"device": self.backend.native_device}
+
+    def residual(self, v: Any, mu: Any, lam: float) -> Any:
         """(HJB rows, FP rows with the mass last, the normalisation of v): 2 nx + 1 values."""
+        xp = self.xp
         _, E, J0 = self.operator(v, mu)
-        fp = J0.T @ mu
-        fp[-1] = mu.sum() - 1.0
-        return np.concatenate([lam + E - self.cost(mu), fp, [self.w @ v]])
+        fp = xp.concat([(J0.T @ mu)[:-1], xp.reshape(xp.sum(mu) - 1.0, (1,))])
+        return xp.concat([lam + E - self.cost(mu), fp, xp.reshape(self.w @ v, (1,))])
 
-    def jacobian(self, v: np.ndarray, mu: np.ndarray) -> np.ndarray:
+    def jacobian(self, v: Any, mu: Any) -> Any:
         """The exact Jacobian in v and λ; in μ exact for a scalar potential with H independent
         of m, else by central differences."""
-        n = self.grid.nx
+        xp, n = self.xp, self.grid.nx
         terms, _, J0 = self.operator(v, mu)
         m = mu / self.w if self.H.depends_on_m else None
-        c = tangent_weights(terms, mu, self.x, m, self.h, self.H, np)   # edges' c_e / h²
-        K = np.zeros((n, n))
-        idx = np.arange(n - 1)
-        K[idx, idx] += c
-        K[idx + 1, idx + 1] += c
-        K[idx, idx + 1] -= c
-        K[idx + 1, idx] -= c
-        jac = np.zeros((2 * n + 1, 2 * n + 1))
+        c = tangent_weights(terms, mu, self.x, m, self.h, self.H, xp)   # edges' c_e / h²
+        zero = xp.zeros_like(c[:1])
+        K = self._tridiagonal(-c, xp.concat([c, zero]) + xp.concat([zero, c]), -c)
+        jac = xp.zeros((2 * n + 1, 2 * n + 1), dtype=v.dtype, **self._on)
         jac[:n, :n], jac[:n, 2 * n] = J0, 1.0
         jac[n:2 * n, :n], jac[n:2 * n, n:2 * n] = K, J0.T
         if self.potential is not None:
-            chi = np.asarray(self.potential.chi)
-            A = chi @ mu
-            jac[:n, n:2 * n] = np.outer(chi, chi) * float(self.potential.price_slope(
-                np.array([A]))[0])   # F = −P(A) χ: ∂F/∂μ = −P′ χ χᵀ, the row is −∂F/∂μ
+            chi = self.backend.asarray(self.potential.chi)
+            A = float(to_numpy(chi @ mu))
+            slope = float(self.potential.price_slope(np.array([A]))[0])
+            jac[:n, n:2 * n] = slope * (chi[:, None] * chi[None, :])   # −∂F/∂μ = P′ χ χᵀ
         else:
             jac[:n, n:2 * n] = self._mass_columns(v, mu)
         jac[2 * n - 1, :] = 0.0
@@ -124,74 +138,72 @@ class ErgodicSystem:
         jac[2 * n, :n] = self.w
         return jac
 
-    def _mass_columns(self, v: np.ndarray, mu: np.ndarray) -> np.ndarray:
+    def _mass_columns(self, v: Any, mu: Any) -> Any:
         """∂(HJB rows)/∂μ by central differences (the FP rows' own μ-dependence through an H
         that depends on m is left to the line search: J₀ᵀ stands for it)."""
-        n = mu.size
-        step = MU_STEP * max(float(mu.max()), 1e-300)
-        cols = np.empty((n, n))
-        for j in range(n):
-            up, down = mu.copy(), mu.copy()
-            up[j] += step
-            down[j] -= step
-            cols[:, j] = (self._hjb_rows(v, up) - self._hjb_rows(v, down)) / (2 * step)
-        return cols
+        n = mu.shape[0]
+        step = MU_STEP * max(float(to_numpy(self.xp.max(mu))), 1e-300)
+        eye = self.xp.eye(n, dtype=mu.dtype, **self._on) * step
+        cols = [(self._hjb_rows(v, mu + eye[j]) - self._hjb_rows(v, mu - eye[j])) / (2 * step)
+                for j in range(n)]
+        return self.xp.stack(cols, axis=1)
 
-    def _hjb_rows(self, v: np.ndarray, mu: np.ndarray) -> np.ndarray:
+    def _hjb_rows(self, v: Any, mu: Any) -> Any:
         return self.operator(v, mu)[1] - self.cost(mu)
 
     # -- the best response (the certificate) ------------------------------------------------
-    def best_response(self, mu: np.ndarray, v: np.ndarray, lam: float
-                      ) -> tuple[np.ndarray, float, np.ndarray]:
+    def best_response(self, mu: Any, v: Any, lam: float) -> tuple[Any, float, Any]:
         """(v, λ) of the ergodic HJB with the running cost of μ frozen (Newton from v, λ),
         and the stationary density of that v: μ′ with J₀(v)ᵀ μ′ = 0, Σ μ′ = 1."""
-        n, F = mu.size, self.cost(mu)
+        xp, n, F = self.xp, mu.shape[0], self.cost(mu)
+        scale = max(1.0, float(to_numpy(xp.max(xp.abs(F)))))
         for _ in range(100):
-            terms, E, J0 = self.operator(v, mu)
-            r = np.concatenate([lam + E - F, [self.w @ v]])
-            if np.max(np.abs(r)) <= 1e-13 * max(1.0, np.max(np.abs(F))):
+            _, E, J0 = self.operator(v, mu)
+            r = xp.concat([lam + E - F, xp.reshape(self.w @ v, (1,))])
+            if float(to_numpy(xp.max(xp.abs(r)))) <= 1e-13 * scale:
                 break
-            jac = np.zeros((n + 1, n + 1))
+            jac = xp.zeros((n + 1, n + 1), dtype=v.dtype, **self._on)
             jac[:n, :n], jac[:n, n], jac[n, :n] = J0, 1.0, self.w
-            step = np.linalg.solve(jac, -r)
-            v, lam = v + step[:n], lam + step[n]
-        J0 = self.operator(v, mu)[2]
-        system = J0.T.copy()
-        system[-1, :] = 1.0
-        rhs = np.zeros(n)
-        rhs[-1] = 1.0
-        return v, float(lam), np.linalg.solve(system, rhs)
+            step = xp.linalg.solve(jac, -r)
+            v, lam = v + step[:n], lam + float(to_numpy(step[n]))
+        system = self.xp.concat([self.operator(v, mu)[2].T[:-1],
+                                 xp.ones((1, n), dtype=v.dtype, **self._on)])
+        rhs = xp.concat([xp.zeros(n - 1, dtype=v.dtype, **self._on),
+                         xp.ones(1, dtype=v.dtype, **self._on)])
+        return v, lam, xp.linalg.solve(system, rhs)
 
-    def certificate(self, mu: np.ndarray, v: np.ndarray, lam: float) -> float:
+    def certificate(self, mu: Any, v: Any, lam: float) -> float:
         """‖z(BR(μ)) − z(μ)‖ / ‖z(BR(μ))‖ for the coupling states z of the densities."""
         _, _, mu_br = self.best_response(mu, v, lam)
-        z = self._state(mu)
-        z_br = self._state(mu_br)
+        z, z_br = self._state(mu), self._state(mu_br)
         return float(np.linalg.norm(z_br - z) / max(np.linalg.norm(z_br), 1e-300))
 
-    def _state(self, mu: np.ndarray) -> np.ndarray:
+    def _state(self, mu: Any) -> np.ndarray:
         m = mu / self.w
-        return np.asarray(self.coupling.state(np.stack([m, m]))).ravel()
+        return np.asarray(to_numpy(self.coupling.state(self.xp.stack([m, m]))),
+                          dtype=np.float64).ravel()
 
 
-def solve_stationary(problem: MFGProblem, nx: int, tol: float, max_iter: int) -> Stationary:
-    """Newton's method on the ergodic system of ``problem`` (module docstring), from v = 0,
-    λ = 0 and the initial density, until the certificate is ≤ ``tol`` or ``max_iter``
-    Newton steps; a :class:`~mfgwork.ConvergenceWarning` where it is not reached."""
-    system = ErgodicSystem(problem, nx)
-    n = nx
-    m0 = np.asarray(problem.initial_density(system.grid, system.backend), dtype=np.float64)
-    v, mu, lam = np.zeros(n), m0 * system.w / float(m0 @ system.w), 0.0
+def solve_stationary(problem: MFGProblem, nx: int, tol: float, max_iter: int,
+                     backend: Backend | None = None) -> Stationary:
+    """Newton's method on the ergodic system of ``problem`` (module docstring) on
+    ``backend`` (default NumPy float64), from v = 0, λ = 0 and the initial density, until
+    the certificate is ≤ ``tol`` or ``max_iter`` Newton steps; a
+    :class:`~mfgwork.ConvergenceWarning` where it is not reached."""
+    system = ErgodicSystem(problem, nx, backend)
+    xp, be = system.xp, system.backend
+    m0 = problem.initial_density(system.grid, be)
+    v, mu, lam = xp.zeros_like(m0), m0 * system.w / xp.sum(m0 * system.w), 0.0
     history: dict[str, list[float]] = {"residual": [], "system": [], "time": []}
     best = (math.inf, v, mu, lam)
     for _ in range(max_iter):
         started = time.perf_counter()
         R = system.residual(v, mu, lam)
-        step = np.linalg.solve(system.jacobian(v, mu), -R)
-        v, mu, lam = _line_search(system, v, mu, lam, step, float(np.linalg.norm(R)))
+        step = xp.linalg.solve(system.jacobian(v, mu), -R)
+        v, mu, lam = _line_search(system, v, mu, lam, step, _norm(R))
         certified = system.certificate(mu, v, lam)
         history["residual"].append(certified)
-        history["system"].append(float(np.linalg.norm(system.residual(v, mu, lam))))
+        history["system"].append(_norm(system.residual(v, mu, lam)))
         history["time"].append(time.perf_counter() - started)
         if certified < best[0]:
             best = (certified, v, mu, lam)
@@ -203,18 +215,25 @@ def solve_stationary(problem: MFGProblem, nx: int, tol: float, max_iter: int) ->
         warn(f"the ergodic system did not reach tol={tol:g} in {k} Newton steps "
              f"(max_iter={max_iter}; final residual {residual:.3g}); returning the best "
              "certified iterate with converged=False", ConvergenceWarning)
-    return Stationary(v=v, m=mu / system.w, ergodic_constant=lam, residual=residual,
-                      converged=residual <= tol, iterations=k, history=history)
+    return Stationary(v=np.asarray(to_numpy(v)), m=np.asarray(to_numpy(mu / system.w)),
+                      ergodic_constant=lam, residual=residual, converged=residual <= tol,
+                      iterations=k, history=history)
 
 
-def _line_search(system: ErgodicSystem, v: np.ndarray, mu: np.ndarray, lam: float,
-                 step: np.ndarray, norm: float) -> tuple[np.ndarray, np.ndarray, float]:
+def _norm(a: Any) -> float:
+    return float(np.linalg.norm(np.asarray(to_numpy(a), dtype=np.float64)))
+
+
+def _line_search(system: ErgodicSystem, v: Any, mu: Any, lam: float, step: Any, norm: float
+                 ) -> tuple[Any, Any, float]:
     """The longest of the steps 1, ½, ¼, … that keeps μ ≥ 0 and lowers ‖R‖ (the last tried
     after :data:`MAX_HALVINGS`)."""
-    n, t = v.size, 1.0
+    n, t = v.shape[0], 1.0
+    d_lam = float(to_numpy(step[2 * n]))
     for _ in range(MAX_HALVINGS):
-        v_t, mu_t, lam_t = v + t * step[:n], mu + t * step[n:2 * n], lam + t * step[2 * n]
-        if (mu_t >= 0).all() and np.linalg.norm(system.residual(v_t, mu_t, lam_t)) < norm:
+        v_t, mu_t, lam_t = v + t * step[:n], mu + t * step[n:2 * n], lam + t * d_lam
+        if (bool(to_numpy(system.xp.all(mu_t >= 0)))
+                and _norm(system.residual(v_t, mu_t, lam_t)) < norm):
             return v_t, mu_t, lam_t
         t *= 0.5
-    return v_t, np.maximum(mu_t, 0.0), lam_t
+    return v_t, system.xp.clip(mu_t, min=0.0), lam_t
