@@ -243,8 +243,8 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     it is.
     ``stationary=True``: the long run instead, the ergodic system solved directly
     (:mod:`mfgwork.long_run`: a result of one level with ``summary["ergodic_constant"]``; on
-    ``nx`` nodes, NumPy float64, to ``tol`` within ``max_iter`` Newton steps; ``nt`` and T
-    play no part).
+    ``nx`` nodes, in float64 with NumPy or torch on the CPU or CUDA, to ``tol`` within
+    ``max_iter`` Newton steps; ``nt`` and T play no part).
     """
     if objective is not None:   # the arguments as given (the first statement: nothing else)
         options = {k: v for k, v in locals().items() if k not in ("problem", "objective")}

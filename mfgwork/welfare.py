@@ -174,6 +174,9 @@ def solve_objective(solve: Any, problems: Sequence[Any], objective: object, **op
         raise ParameterError(f"method={options['method']!r} is invalid with "
                              "objective='social': the welfare is that of the finite-difference "
                              "scheme (method='fdm')")
+    if options.get("stationary"):
+        raise ParameterError("stationary=True is invalid with objective='social': the welfare "
+                             "compared is that of a finite horizon")
     optima = solve([p.for_objective("social") for p in problems], **options)
     started = time.perf_counter()
     equilibria = solve([p.for_objective("equilibrium") for p in problems], **options)
@@ -198,9 +201,10 @@ def check_objective(objective: object, problems: Sequence[Any]) -> str:
 def _bar(result: Any, problem: SantaFeBar | None) -> SantaFeBar:
     """The Santa Fe bar of ``result`` (``problem``, else rebuilt from its params), refused
     in one line for any other result."""
-    if not isinstance(result, Result) or np.ndim(result.M) != 2:
+    if (not isinstance(result, Result) or np.ndim(result.M) != 2
+            or result.params.get("stationary")):
         raise ParameterError(f"result={type(result).__name__} is invalid: welfare needs the "
-                             "Result of a 1-D Santa Fe solve")
+                             "Result of a 1-D Santa Fe solve over a finite horizon")
     if problem is None:
         problem = problem_from_params(dict(result.params))
     if not isinstance(problem, SantaFeBar) or problem.hamiltonian.depends_on_m:

@@ -104,3 +104,8 @@ def test_a_stationary_result_is_saved_loaded_and_checked_again(santa_fe, tmp_pat
     data = santa_fe.to_xarray()
     assert data["M"].shape == (1, 51) and float(data["attendance"][0]) == pytest.approx(
         santa_fe.summary["mean_attendance"])
+
+
+def test_welfare_is_refused_for_a_long_run(santa_fe):
+    with pytest.raises(mw.ParameterError, match="over a finite horizon"):
+        mw.welfare(santa_fe)

@@ -163,6 +163,8 @@ def test_the_planner_s_problem_is_a_bar_with_its_own_price():
     (mw.HopfColeProblem(), {"objective": "social"}, "objective='social' is invalid"),
     ([mw.SantaFeBar(), mw.HopfColeProblem()], {"objective": "social"},
      "objective='social' is invalid for problem 1"),
+    (mw.SantaFeBar(), {"objective": "social", "stationary": True},
+     "stationary=True is invalid with objective='social'"),
 ])
 def test_objectives_it_does_not_define_are_refused_before_work(problem, options, pattern,
                                                                monkeypatch):
