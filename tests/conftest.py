@@ -183,6 +183,8 @@ NOTEBOOK_PARAMETERS: dict[str, dict] = {
     "12_planner.ipynb": {"nx": 41, "nt": 20, "T": 4.0, "map_thresholds": [0.3, 0.6, 0.9],
                          "map_eps": [0.05, 0.1], "nx_map": 21, "nt_map": 20,
                          "n_players": 300, "n_samples": 4},
+    "13_long_run.ipynb": {"nx": 41, "horizons": [10.0, 40.0], "steps_per_unit": 3,
+                          "sizes": [21, 41, 81]},
 }
 #: Executed through the command line (``python -m mfgwork run``), as ``make run`` does.
 VIA_COMMAND_LINE = {"01_santa_fe_bar.ipynb"}

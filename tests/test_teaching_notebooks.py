@@ -1,8 +1,8 @@
 """Notebooks 06 (N patrons against the mean field), 07 (the two-state El Farol game), 09
 (your own model), 10 (congestion, power Hamiltonians and two populations), 11 (a crowd in
-a room, two bars) and 12 (the planner and the price of anarchy), executed once per test run
-by papermill at small parameters into run folders (the ``notebook_runs`` fixture of
-conftest.py) whose files are checked."""
+a room, two bars), 12 (the planner and the price of anarchy) and 13 (the long run), executed
+once per test run by papermill at small parameters into run folders (the ``notebook_runs``
+fixture of conftest.py) whose files are checked."""
 
 from __future__ import annotations
 
@@ -244,3 +244,17 @@ def test_planner_notebook(notebook_runs):
     rows = {r["policy"]: r for r in json.loads((out / "n_patrons.json").read_text())}
     assert rows["planner"]["mean_attendance"] < rows["equilibrium"]["mean_attendance"]
     assert rows["planner"]["gap"] > 10 * rows["equilibrium"]["gap"]
+
+
+def test_long_run_notebook(notebook_runs):
+    # nx 41, horizons 10 and 40 at 3 steps per unit time, exact problem at 21, 41, 81
+    out = notebook_runs("13_long_run.ipynb").folder
+    metrics = check_run_folder(out, "13_long_run.ipynb", {"long_run"})
+    assert 0.63 < metrics["attendance"] < 0.64 and metrics["certificate"] <= 1e-8
+    assert all(0.85 < order < 1.2 for order in metrics["orders"].values()), metrics["orders"]
+    rows = json.loads((out / "horizons.json").read_text())
+    gaps = [abs(r["attendance_gap_at_T/2"]) for r in rows]
+    assert all(r["converged"] for r in rows) and gaps[1] < gaps[0]
+    # the value's slope in the middle of the longer horizon is nearer to λ
+    errors = [abs(r["lambda_from_the_value"] - r["lambda_long_run"]) for r in rows]
+    assert errors[1] < errors[0]

@@ -187,3 +187,28 @@ def plot_price_of_anarchy(scan: Any) -> Figure:
         fig.colorbar(mesh, ax=ax)
         ax.set(xlabel=dims[1], ylabel=dims[0], title=title)
     return fig
+
+
+@styled
+def plot_long_run(stationary: Any, finite: Sequence[Any]) -> Figure:
+    """The long run against finite horizons: each horizon's attendance A(t) with the
+    stationary attendance (dashed) on the left; the stationary density m(θ) and each horizon's
+    density at its middle on the right."""
+    fig = Figure(figsize=(10.5, 3.8), dpi=DPI, layout="constrained")
+    left, right = fig.subplots(1, 2)
+    level = float(stationary.summary["mean_attendance"])
+    x = np.asarray(to_numpy(stationary.x))
+    for res in finite:
+        t, A = np.asarray(to_numpy(res.t)), np.asarray(to_numpy(res.attendance))
+        horizon = float(t[-1])
+        left.plot(t / horizon, A, label=f"T = {horizon:g}")
+        middle = np.asarray(to_numpy(res.M))[t.size // 2]
+        right.plot(np.asarray(to_numpy(res.x)), middle, lw=1, label=f"m(T/2, θ), T = {horizon:g}")
+    left.axhline(level, color="black", ls="--", lw=1, label=f"long run A = {level:.4f}")
+    left.set(xlabel="t / T", ylabel="attendance A(t)")
+    left.legend(loc="lower right")
+    right.plot(x, np.asarray(to_numpy(stationary.M))[0], color="black", ls="--",
+               label="stationary m(θ)")
+    right.set(xlabel="preference θ", ylabel="density")
+    right.legend(loc="upper left")
+    return fig
