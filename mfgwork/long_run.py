@@ -24,15 +24,16 @@ from .results import Result
 
 
 def solve_long_run(problem: MFGProblem, *, nx: int, tol: float, max_iter: int,
-                   method: str, backend: Any, device: Any, dtype: Any) -> Result:
+                   method: str, backend: Any, device: Any, dtype: Any,
+                   placed: dict[str, Any]) -> Result:
     """The stationary solution of ``problem`` on ``nx`` nodes (module docstring) on the
-    backend of ``backend``/``device``/``dtype`` (NumPy by default, torch on the CPU or CUDA),
-    refused before any work for particles and for float32 (MPS)."""
+    backend of ``backend``/``device``/``dtype`` (NumPy by default, torch on the CPU or CUDA;
+    ``placed``: the placement's record, :func:`mfgwork.solve.place_solve`), refused before
+    any work for particles and for float32 (MPS)."""
     if method != "fdm":
         raise ParameterError(f"method={method!r} is invalid with stationary=True: the ergodic "
                              "system is solved by finite differences (method='fdm')")
-    be = backend if isinstance(backend, Backend) else get_backend(
-        backend, "cpu" if device == "auto" and backend == "numpy" else device, dtype)
+    be = backend if isinstance(backend, Backend) else get_backend(backend, device, dtype)
     if be.dtype != "float64":
         raise ParameterError(f"dtype={be.dtype!r} is invalid with stationary=True: the "
                              "ergodic system is ill-conditioned in float32 (its certificate "
@@ -50,7 +51,7 @@ def solve_long_run(problem: MFGProblem, *, nx: int, tol: float, max_iter: int,
     total = time.perf_counter() - started
     params = problem.params() | {"method": "fdm", "tol": tol, "max_iter": max_iter,
                                  "stationary": True, "iteration": {"scheme": "newton",
-                                                                   "system": "dense"}}
+                                                                   "system": "dense"}} | placed
     return Result(x=np.asarray(grid.x), t=np.zeros(1), U=out.v[None], M=M,
                   converged=out.converged, iterations=out.iterations,
                   history=out.history, params=params,

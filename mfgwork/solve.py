@@ -256,8 +256,9 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
                              "(e.g. mw.SantaFeBar() or mw.MFGProblem(...))")
     if check_flag("stationary", stationary):
         tol, max_iter = check_stopping(tol, max_iter)
+        backend, device, placed = place_solve(problem, "fdm", None, nx, 1, backend, device)
         return solve_long_run(problem, nx=nx, tol=tol, max_iter=max_iter, method=method,
-                              backend=backend, device=device, dtype=dtype)
+                              backend=backend, device=device, dtype=dtype, placed=placed)
     grid = problem.grid(nx, nt)
     check_choice("method", method, METHODS)
     if method == "particles":
