@@ -287,6 +287,18 @@ SECTIONS: list[Section] = [
          Column("converged", "converged", number)],
         rows=_outside_loop_rows, bars="scan_after_s", label=("row",)),
     Section(
+        "long_run_cpu_1core.json", "The long run against the finite horizon (one core)",
+        "Santa Fe at 201², NumPy on one core (`benchmarks/long_run.py`): the stationary solve "
+        "(`stationary=True`) and the finite-horizon equilibrium (T = 10, 201 steps, tol "
+        "1e-8), each the fastest of five, their ratio (target ≤ 2), Newton steps, the "
+        "certified residual and the stationary attendance. The file also holds the middle of "
+        "long horizons against it and the orders against an exact ergodic solution.",
+        [Column("model", "model"), Column("stationary_s", "stationary", seconds),
+         Column("finite_s", "finite horizon", seconds), Column("ratio", "ratio", number),
+         Column("newton_steps", "Newton steps", number),
+         Column("residual", "residual", number), Column("attendance", "attendance", number)],
+        bars="stationary_s", label=("model",)),
+    Section(
         "planner_cpu_1core.json", "The planner's optimum against the equilibrium (one core)",
         "Santa Fe at 201², tol 1e-8, σ 0.5, NumPy on one core (`benchmarks/planner.py`): the "
         "equilibrium and the planner's problem alone, each the fastest of three, their ratio "

@@ -15,8 +15,9 @@ F the running cost of the coupling state of m (one level). Rows of J₀ sum to z
 transposed equations sum to zero: one is redundant, and the mass takes its place. Newton's
 method runs on all 2 nx + 1 unknowns at once with the exact Jacobian in v and λ
 (∂(J₀ᵀ μ)/∂v is the Hessian of μ·Ĥ, :func:`.fdm.operators.tangent_weights`) and in μ either
-exactly (a coupling with a scalar potential: ∂F_i/∂μ_j = −P′(A) χ_i χ_j) or by central
-differences (any other coupling, and where H depends on m); a dense solve (the system is
+exactly (a running cost with a scalar potential: ∂F_i/∂μ_j = −P′(A) χ_i χ_j) or by central
+differences (any other coupling; and Ĥ's own dependence on m, which is local: one difference
+along all nodes); a dense solve (the system is
 small: 403 unknowns at nx = 201), and a line search on the residual's norm that keeps μ ≥ 0.
 
 The certificate is a best response, as for time-dependent solves: for the returned density,
@@ -72,7 +73,10 @@ class ErgodicSystem:
         self.inv_hw = be.asarray(1.0 / (g.h * np.asarray(g.weights)))
         self.coupling = problem.coupling(g, be)
         self.H = problem.hamiltonian
-        self.potential = None if self.H.depends_on_m else self.coupling.potential()
+        #: the running cost's scalar potential (F = −P(A) χ), also where H depends on m and
+        #: the coupling iterates on densities but observes a path with one (Santa Fe)
+        observed = getattr(self.coupling, "observed", None) or self.coupling
+        self.potential = observed.potential()
 
     # -- the pieces -------------------------------------------------------------------------
     def cost(self, mu: Any) -> Any:
@@ -126,30 +130,37 @@ class ErgodicSystem:
         jac = xp.zeros((2 * n + 1, 2 * n + 1), dtype=v.dtype, **self._on)
         jac[:n, :n], jac[:n, 2 * n] = J0, 1.0
         jac[n:2 * n, :n], jac[n:2 * n, n:2 * n] = K, J0.T
-        if self.potential is not None:
-            chi = self.backend.asarray(self.potential.chi)
-            A = float(to_numpy(chi @ mu))
-            slope = float(self.potential.price_slope(np.array([A]))[0])
-            jac[:n, n:2 * n] = slope * (chi[:, None] * chi[None, :])   # −∂F/∂μ = P′ χ χᵀ
-        else:
-            jac[:n, n:2 * n] = self._mass_columns(v, mu)
+        jac[:n, n:2 * n] = self._cost_block(mu) + self._hamiltonian_block(v, mu)
         jac[2 * n - 1, :] = 0.0
         jac[2 * n - 1, n:2 * n] = 1.0
         jac[2 * n, :n] = self.w
         return jac
 
-    def _mass_columns(self, v: Any, mu: Any) -> Any:
-        """∂(HJB rows)/∂μ by central differences (the FP rows' own μ-dependence through an H
-        that depends on m is left to the line search: J₀ᵀ stands for it)."""
+    def _cost_block(self, mu: Any) -> Any:
+        """−∂F/∂μ: P′(A) χ χᵀ for a scalar potential (exact), else central differences of
+        the running cost, one column per node."""
+        if self.potential is not None:
+            chi = self.backend.asarray(self.potential.chi)
+            A = float(to_numpy(chi @ mu))
+            slope = float(self.potential.price_slope(np.array([A]))[0])
+            return slope * (chi[:, None] * chi[None, :])
         n = mu.shape[0]
         step = MU_STEP * max(float(to_numpy(self.xp.max(mu))), 1e-300)
         eye = self.xp.eye(n, dtype=mu.dtype, **self._on) * step
-        cols = [(self._hjb_rows(v, mu + eye[j]) - self._hjb_rows(v, mu - eye[j])) / (2 * step)
-                for j in range(n)]
-        return self.xp.stack(cols, axis=1)
+        return self.xp.stack([(self.cost(mu - eye[j]) - self.cost(mu + eye[j])) / (2 * step)
+                              for j in range(n)], axis=1)
 
-    def _hjb_rows(self, v: Any, mu: Any) -> Any:
-        return self.operator(v, mu)[1] - self.cost(mu)
+    def _hamiltonian_block(self, v: Any, mu: Any) -> Any:
+        """∂Ĥ/∂μ where H depends on m (0 otherwise): diagonal, since Ĥ_i sees m_i alone,
+        so one central difference along all nodes at once (the FP rows' own dependence on
+        m through H is left to the line search: J₀ᵀ stands for it)."""
+        if not self.H.depends_on_m:
+            return 0.0
+        step = MU_STEP * max(float(to_numpy(self.xp.max(mu))), 1e-300)
+        diagonal = (self.operator(v, mu + step)[1] - self.operator(v, mu - step)[1]) / (2 * step)
+        n = mu.shape[0]
+        return self._tridiagonal(self.xp.zeros(n - 1, dtype=mu.dtype, **self._on), diagonal,
+                                 self.xp.zeros(n - 1, dtype=mu.dtype, **self._on))
 
     # -- the best response (the certificate) ------------------------------------------------
     def best_response(self, mu: Any, v: Any, lam: float) -> tuple[Any, float, Any]:
