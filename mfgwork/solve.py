@@ -541,13 +541,14 @@ def _newton_bytes(problems: Sequence[MFGProblem], iteration: Any, grid: Any, be:
     """The bytes per problem that the batched Newton declares where it solves ``problems``
     from dense tangent Jacobians (on a device: :func:`~mfgwork.numerics.batch_newton.
     device_bytes`), else 0. Its question, whether the problems declare potentials, is put to
-    their couplings on the host, so that nothing is allocated on the device before the
-    memory check."""
+    the couplings of one problem of each class on the host (nothing is allocated on the
+    device before the memory check, and a batch of 10⁴ bars builds one coupling, not 10⁴:
+    the members of a class declare potentials alike)."""
     if not dense_on(be) or iteration is not None:
         return 0
     host = get_backend("numpy")
-    if _newton_potentials([p.coupling(grid, host) for p in problems], iteration,
-                          problems) is None:
+    kinds = list({type(p): p for p in problems}.values())
+    if _newton_potentials([p.coupling(grid, host) for p in kinds], iteration, kinds) is None:
         return 0
     return device_bytes(grid.nx, grid.nt, 4 if be.dtype == "float32" else 8)
 
