@@ -16,11 +16,16 @@ from typing import Any
 
 import numpy as np
 
+from .core import memory
 from .core.backend import Backend, get_backend, to_numpy
 from .core.errors import ParameterError
 from .numerics.stationary import ErgodicSystem, solve_stationary
-from .problems.base import MFGProblem
+from .problems.base import MFGProblem, warn_unresolved
 from .results import Result
+
+#: Dense (2 nx + 1)² float64 arrays held at once by a Newton step (the Jacobian, its
+#: factorisation, the best response's system), with margin.
+DENSE_COPIES = 4
 
 
 def solve_long_run(problem: MFGProblem, *, nx: int, tol: float, max_iter: int,
@@ -41,7 +46,10 @@ def solve_long_run(problem: MFGProblem, *, nx: int, tol: float, max_iter: int,
                              "the CPU or CUDA)")
     started = time.perf_counter()
     grid = problem.grid(nx, 1)
-    grid.check_scales(problem.sigma, be.dtype)
+    grid.check_scales(problem.sigma, be.dtype, steady=True)
+    memory.check_parts({"nx": DENSE_COPIES * 8 * (2 * nx + 1) ** 2}, be,
+                       what=f"the long run on nx={nx} nodes (dense Newton systems)")
+    warn_unresolved([problem], grid)
     out = solve_stationary(problem, nx, tol, max_iter, be)
     M = out.m[None]
     observables = {k: np.asarray(v) for k, v in

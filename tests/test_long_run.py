@@ -109,3 +109,12 @@ def test_a_stationary_result_is_saved_loaded_and_checked_again(santa_fe, tmp_pat
 def test_welfare_is_refused_for_a_long_run(santa_fe):
     with pytest.raises(mw.ParameterError, match="over a finite horizon"):
         mw.welfare(santa_fe)
+
+
+def test_little_noise_and_huge_grids_are_refused_with_what_to_change():
+    with pytest.raises(mw.SolverError, match="use a larger sigma or more nodes"):
+        mw.solve(mw.SantaFeBar(sigma=1e-3), nx=51, stationary=True)
+    with pytest.raises(mw.ParameterError, match="nx too large: the long run on nx=40001"):
+        mw.solve(mw.SantaFeBar(), nx=40001, stationary=True)
+    with pytest.warns(mw.ResolutionWarning, match="nx=5 gives the θ step"):
+        mw.solve(mw.SantaFeBar(), nx=5, stationary=True)

@@ -43,13 +43,15 @@ class Grid:
         check_real("x_min", self.x_min)
         check_real("x_max", self.x_max, low=float(self.x_min))
 
-    def check_scales(self, sigma: float, dtype: str = "float64") -> float:
+    def check_scales(self, sigma: float, dtype: str = "float64", steady: bool = False
+                     ) -> float:
         """Check the quantities the scheme is built from, before any work: h, Δt, ν = σ²/2
         finite, > 0 and normal (not denormal) in float64 and in ``dtype``; h resolved next to
         the coordinates (grid points that differ by more than round-off, h at least
         :data:`MIN_RELATIVE_STEP` times the largest |x|); and the diffusion number
         r = ν Δt / h² at most :data:`MAX_DIFFUSION_NUMBER`. Returns r; a
-        :class:`ParameterError` names what to change."""
+        :class:`ParameterError` names what to change. ``steady``: a system without time
+        steps (the long run): Δt and r are not checked (r is returned as 0)."""
         setting = (f"x_min={self.x_min!r}, x_max={self.x_max!r}, T={self.T!r}, "
                    f"sigma={sigma!r}, nx={self.nx}, nt={self.nt}")
         with np.errstate(all="ignore"):
@@ -61,7 +63,8 @@ class Grid:
         info = np.finfo(np.float64 if dtype == "float64" else np.float32)
         for name, value, cause in (
                 ("h = (x_max - x_min)/(nx - 1)", h, "x_min, x_max or nx"),
-                ("dt = T/nt", dt, "T or nt"), ("nu = sigma**2/2", nu, "sigma")):
+                *([] if steady else [("dt = T/nt", dt, "T or nt")]),
+                ("nu = sigma**2/2", nu, "sigma")):
             if not (np.isfinite(value) and info.tiny <= value <= info.max):
                 raise ParameterError(f"{name} = {float(value)!r} is out of the range of "
                                      f"{dtype} (normal numbers {info.tiny:.3g} to "
@@ -73,6 +76,8 @@ class Grid:
                 f" times the largest |x| = {scale:.3g} ({setting}): grid points that far from 0"
                 " differ by little more than round-off; shift the domain towards 0 or use "
                 "fewer points nx")
+        if steady:
+            return 0.0
         if not (np.isfinite(hh) and info.tiny <= r):
             raise ParameterError(
                 f"the diffusion number nu*dt/h**2 = {float(r):.3g} underflows in {dtype} "

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..core.backend import Backend, get_backend, to_numpy
-from ..core.errors import ConvergenceWarning, warn
+from ..core.errors import ConvergenceWarning, SolverError, warn
 from ..problems.base import MFGProblem
 from .fdm.operators import hamiltonian_terms, tangent_weights
 
@@ -175,13 +175,24 @@ class ErgodicSystem:
                 break
             jac = xp.zeros((n + 1, n + 1), dtype=v.dtype, **self._on)
             jac[:n, :n], jac[:n, n], jac[n, :n] = J0, 1.0, self.w
-            step = xp.linalg.solve(jac, -r)
+            step = self.solve(jac, -r)
             v, lam = v + step[:n], lam + float(to_numpy(step[n]))
         system = self.xp.concat([self.operator(v, mu)[2].T[:-1],
                                  xp.ones((1, n), dtype=v.dtype, **self._on)])
         rhs = xp.concat([xp.zeros(n - 1, dtype=v.dtype, **self._on),
                          xp.ones(1, dtype=v.dtype, **self._on)])
-        return v, lam, xp.linalg.solve(system, rhs)
+        return v, lam, self.solve(system, rhs)
+
+    def solve(self, A: Any, b: Any) -> Any:
+        """A⁻¹ b, a singular A refused with what to change."""
+        try:
+            return self.xp.linalg.solve(A, b)
+        except (np.linalg.LinAlgError, RuntimeError) as exc:   # NumPy's, torch's
+            raise SolverError(
+                f"a Newton system of the long run is singular (sigma={self.problem.sigma:g}, "
+                f"nx={self.grid.nx}: {exc}); with little noise the stationary density "
+                "concentrates beyond what the grid resolves: use a larger sigma or more "
+                "nodes") from None
 
     def certificate(self, mu: Any, v: Any, lam: float) -> float:
         """‖z(BR(μ)) − z(μ)‖ / ‖z(BR(μ))‖ for the coupling states z of the densities."""
@@ -210,7 +221,7 @@ def solve_stationary(problem: MFGProblem, nx: int, tol: float, max_iter: int,
     for _ in range(max_iter):
         started = time.perf_counter()
         R = system.residual(v, mu, lam)
-        step = xp.linalg.solve(system.jacobian(v, mu), -R)
+        step = system.solve(system.jacobian(v, mu), -R)
         v, mu, lam = _line_search(system, v, mu, lam, step, _norm(R))
         certified = system.certificate(mu, v, lam)
         history["residual"].append(certified)
