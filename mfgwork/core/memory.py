@@ -187,17 +187,6 @@ def check_two_state(nt: int, depth: int, backend: Any) -> int:
                        backend, what=f"a two-state solve with nt={nt}")
 
 
-def check_fits(need: int, backend: Any, *, what: str, change: str,
-               max_memory: object = None) -> int:
-    """``need`` (bytes) if it fits the limit of :func:`limit`; else :class:`ParameterError`
-    with the estimate, the limit and ``change`` (the parameters to change)."""
-    available, where = limit(backend, max_memory)
-    if available is not None and need > available:
-        raise ParameterError(f"{what} needs about {format_bytes(need)} but {where}: "
-                             f"{change}")
-    return need
-
-
 def check_parts(parts: Mapping[str, int], backend: Any, *, what: str,
                 max_memory: object = None) -> int:
     """The sum of ``parts`` (bytes, keyed by the parameters each part grows with) if it fits
