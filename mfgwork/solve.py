@@ -23,7 +23,7 @@ from .core.errors import ConvergenceWarning, ParameterError, check_choice, check
 from .core.frozen import freeze
 from .core.progress import progress_bar
 from .finite_state import solve_two_state
-from .long_run import solve_long_run
+from .long_run import PLATEAU_STEPS, PLATEAU_T, solve_long_run
 from .numerics.batch_newton import (
     BatchNewton,
     MemberPotentials,
@@ -258,7 +258,9 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
         tol, max_iter = check_stopping(tol, max_iter)
         backend, device, placed = place_solve(problem, "fdm", None, nx, 1, backend, device)
         return solve_long_run(problem, nx=nx, tol=tol, max_iter=max_iter, method=method,
-                              backend=backend, device=device, dtype=dtype, placed=placed)
+                              backend=backend, device=device, dtype=dtype, placed=placed,
+                              plateau=partial(_plateau, nx=nx, tol=tol, backend=backend,
+                                              device=device, dtype=dtype))
     grid = problem.grid(nx, nt)
     check_choice("method", method, METHODS)
     if method == "particles":
@@ -495,6 +497,14 @@ def _compile_first(hjb: HJBSolver, be: Backend, compiled: dict[str, float],
             compiled["seconds"] = compile_kernels(be, hamiltonian)
         return hjb(U_T, F, guess, *density)
     return first
+
+
+def _plateau(problem: MFGProblem, **options: Any) -> Result:
+    """A finite horizon of :data:`~mfgwork.long_run.PLATEAU_T` of ``problem`` (rebuilt from
+    its params with that T), whose middle level starts its long run."""
+    longer = type(problem).from_params(problem.params() | {"T": PLATEAU_T})
+    return solve_continuous(longer, nt=int(PLATEAU_STEPS * PLATEAU_T), progress=False,
+                            **options)
 
 
 def _newton_fallback(coupling: Any, scheme: IterationScheme, method: str, grid: Any,

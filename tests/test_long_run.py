@@ -118,3 +118,18 @@ def test_little_noise_and_huge_grids_are_refused_with_what_to_change():
         mw.solve(mw.SantaFeBar(), nx=40001, stationary=True)
     with pytest.warns(mw.ResolutionWarning, match="nx=5 gives the θ step"):
         mw.solve(mw.SantaFeBar(), nx=5, stationary=True)
+
+
+def test_the_planner_s_long_run_starts_from_a_finite_horizon_and_matches_it():
+    """The planner's problem has no convex potential: its long run starts from the middle of
+    a finite horizon, converges, and agrees with the middle of a longer one."""
+    planner = mw.SantaFeBar(objective="social", T=4.0)
+    res = mw.solve(planner, nx=51, stationary=True)
+    assert res.converged and res.check() <= 1e-8
+    assert res.params["iteration"]["start"].startswith("the middle of a finite horizon")
+    assert mw.solve(mw.SantaFeBar(), nx=51, stationary=True).params["iteration"][
+        "start"] == "the initial density"
+    longer = mw.solve(mw.SantaFeBar(objective="social", T=60.0), nx=51, nt=300,
+                      progress=False)
+    assert abs(float(longer.attendance[150]) - res.summary["mean_attendance"]) < 1e-4
+    assert res.summary["mean_attendance"] < 0.5   # the planner keeps the bar emptier

@@ -207,15 +207,21 @@ class ErgodicSystem:
 
 
 def solve_stationary(problem: MFGProblem, nx: int, tol: float, max_iter: int,
-                     backend: Backend | None = None) -> Stationary:
+                     backend: Backend | None = None, start: tuple[Any, Any] | None = None
+                     ) -> Stationary:
     """Newton's method on the ergodic system of ``problem`` (module docstring) on
-    ``backend`` (default NumPy float64), from v = 0, λ = 0 and the initial density, until
-    the certificate is ≤ ``tol`` or ``max_iter`` Newton steps; a
+    ``backend`` (default NumPy float64), from λ = 0 and ``start`` = (v, m) (host arrays,
+    e.g. a level in the middle of a long finite horizon; default v = 0 and the initial
+    density), until the certificate is ≤ ``tol`` or ``max_iter`` Newton steps; a
     :class:`~mfgwork.ConvergenceWarning` where it is not reached."""
     system = ErgodicSystem(problem, nx, backend)
     xp, be = system.xp, system.backend
-    m0 = problem.initial_density(system.grid, be)
-    v, mu, lam = xp.zeros_like(m0), m0 * system.w / xp.sum(m0 * system.w), 0.0
+    if start is None:
+        v, m = xp.zeros_like(system.w), problem.initial_density(system.grid, be)
+    else:
+        v, m = (be.asarray(np.asarray(a, dtype=np.float64)) for a in start)
+        v = v - xp.sum(v * system.w) / xp.sum(system.w)
+    mu, lam = m * system.w / xp.sum(m * system.w), 0.0
     history: dict[str, list[float]] = {"residual": [], "system": [], "time": []}
     best = (math.inf, v, mu, lam)
     for _ in range(max_iter):
