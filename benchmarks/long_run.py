@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 import mfgwork as mw
+from mfgwork.analysis.studies import ergodic_refinement, fitted_order
 from mfgwork.core.storage import provenance
 from mfgwork.problems.verification import ErgodicProblem
 
@@ -75,18 +76,8 @@ def main() -> None:
                          "gap_at_T/2": float(res.attendance[nt // 2]) - level})
     print("finite horizons, A(T/2) − stationary attendance:",
           {h["T"]: f"{h['gap_at_T/2']:.2e}" for h in horizons})
-    exact, errors = ErgodicProblem(), []
-    for nx in (41, 81, 161, 321):
-        res = mw.solve(exact, nx=nx, stationary=True, tol=1e-11)
-        x = np.asarray(res.x)
-        errors.append({"nx": nx, "h": 1.0 / (nx - 1),
-                       "m": float(np.max(np.abs(res.M[0] - exact.exact_m(x)))),
-                       "v": float(np.max(np.abs(res.U[0] - exact.exact_v(x)))),
-                       "lambda": abs(res.summary["ergodic_constant"]
-                                     - exact.ergodic_constant)})
-    h = np.log([e["h"] for e in errors])
-    orders = {k: float(np.polyfit(h, np.log([e[k] for e in errors]), 1)[0])
-              for k in ("m", "v", "lambda")}
+    errors = ergodic_refinement(ErgodicProblem(), (41, 81, 161, 321), tol=1e-11)
+    orders = {k: fitted_order(errors, f"error_{k}") for k in ("m", "v", "lambda")}
     print("observed orders against the exact ergodic solution:",
           {k: round(v, 3) for k, v in orders.items()})
     out = Path(args.out)

@@ -53,7 +53,7 @@ import numpy as np
 
 import mfgwork as mw
 from mfgwork import game_plots
-from mfgwork.analysis.studies import format_table
+from mfgwork.analysis.studies import ergodic_refinement, fitted_order, format_table
 from mfgwork.problems.verification import ErgodicProblem
 
 # %matplotlib inline
@@ -105,19 +105,8 @@ fig_long_run
 # halves with $h$.
 
 # %%
-exact = ErgodicProblem()
-refinement = []
-for n in sizes:
-    res = mw.solve(exact, nx=n, stationary=True, tol=1e-11)
-    x = np.asarray(res.x)
-    refinement.append({"nx": n, "h": 1.0 / (n - 1),
-                       "error_m": float(np.max(np.abs(res.M[0] - exact.exact_m(x)))),
-                       "error_v": float(np.max(np.abs(res.U[0] - exact.exact_v(x)))),
-                       "error_lambda": abs(res.summary["ergodic_constant"]
-                                           - exact.ergodic_constant)})
-orders = {key: float(np.polyfit(np.log([r["h"] for r in refinement]),
-                                np.log([r[key] for r in refinement]), 1)[0])
-          for key in ("error_m", "error_v", "error_lambda")}
+refinement = ergodic_refinement(ErgodicProblem(), sizes, tol=1e-11)
+orders = {key: fitted_order(refinement, key) for key in ("error_m", "error_v", "error_lambda")}
 print(format_table(refinement))
 print("observed orders", {k: round(v, 3) for k, v in orders.items()})
 

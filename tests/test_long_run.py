@@ -133,3 +133,13 @@ def test_the_planner_s_long_run_starts_from_a_finite_horizon_and_matches_it():
                       progress=False)
     assert abs(float(longer.attendance[150]) - res.summary["mean_attendance"]) < 1e-4
     assert res.summary["mean_attendance"] < 0.5   # the planner keeps the bar emptier
+
+
+def test_an_ergodic_refinement_needs_an_exact_ergodic_solution():
+    from mfgwork.analysis.studies import ergodic_refinement, fitted_order
+
+    with pytest.raises(mw.ParameterError, match="needs the exact ergodic solution"):
+        ergodic_refinement(mw.SantaFeBar(), [21, 41])
+    rows = ergodic_refinement(ErgodicProblem(), [41, 81], tol=1e-11)
+    assert [r["nx"] for r in rows] == [41, 81]
+    assert 0.85 < fitted_order(rows, "error_m") < 1.2

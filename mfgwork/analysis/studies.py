@@ -149,6 +149,30 @@ def refinement_study(problem: MFGProblem, sizes: Sequence[int], **solve_options:
     return rows
 
 
+def ergodic_refinement(problem: MFGProblem, sizes: Sequence[int], **solve_options: Any
+                       ) -> list[dict[str, Any]]:
+    """Errors of the long run (``mw.solve(problem, stationary=True)``) against the exact
+    ergodic solution of ``problem`` (``exact_v``, ``exact_m``, ``ergodic_constant``, e.g.
+    :class:`mfgwork.problems.verification.ErgodicProblem`) on ``nx`` in ``sizes``. Rows: nx, h,
+    error_m, error_v = max |m − m*|, max |v − v*| over the nodes, error_lambda = |λ − λ*|
+    (:func:`fitted_order` reads their order)."""
+    for name in ("exact_v", "exact_m", "ergodic_constant"):
+        if getattr(problem, name, None) is None:
+            raise ParameterError(f"problem={problem!r:.80} is invalid: an ergodic refinement "
+                                 f"needs the exact ergodic solution ({name}), e.g. "
+                                 "mfgwork.problems.verification.ErgodicProblem()")
+    rows = []
+    for nx in [check_int("sizes", n, low=3) for n in sizes]:
+        res = solve(problem, nx=nx, stationary=True, **solve_options).to_numpy()
+        x = res.x
+        rows.append({"nx": nx, "h": float(x[1] - x[0]),
+                     "error_m": float(np.max(np.abs(res.M[0] - problem.exact_m(x)))),
+                     "error_v": float(np.max(np.abs(res.U[0] - problem.exact_v(x)))),
+                     "error_lambda": abs(res.summary["ergodic_constant"]
+                                         - problem.ergodic_constant)})
+    return rows
+
+
 def _order(e_coarse: float, e_fine: float, h_coarse: float, h_fine: float) -> float | None:
     if e_coarse <= 0 or e_fine <= 0:
         return None
