@@ -11,6 +11,7 @@ PyTorch is imported only when a torch backend is asked for.
 """
 
 from .analysis.n_player import NPlayerResult, n_player, n_player_study
+from .common_noise import solve_common_noise
 from .core.backend import (
     Backend,
     available_backends,
@@ -46,6 +47,7 @@ from .problems import (
     SantaFeBar,
     TwoStateElFarol,
 )
+from .problems.common_noise import CommonNoise
 from .problems.populations import Population, Populations, SantaFePopulations
 from .problems.room import Room
 from .problems.two_bars import TwoBars
@@ -76,6 +78,7 @@ __all__ = [
     "Population", "Populations", "SantaFePopulations", "solve_populations",
     "Exit", "Grid2D", "Obstacle", "MFGProblem2D", "Room", "TwoBars", "Result2D",
     "solve_2d", "solve_2d_batch", "welfare", "price_welfare",
+    "CommonNoise", "solve_common_noise",
 ]
 
 

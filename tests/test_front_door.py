@@ -256,8 +256,8 @@ def test_solve_refuses_options_and_problems_it_has_no_solver_for():
     with pytest.raises(mw.ParameterError, match=r"warmup=3 is invalid for a SantaFeBar"):
         mw.solve(mw.SantaFeBar(), warmup=3)
     with pytest.raises(mw.ParameterError, match=r"must be an mfgwork.MFGProblem, an "
-                       r"mfgwork.TwoStateElFarol, an mfgwork.Populations or an "
-                       r"mfgwork.MFGProblem2D"):
+                       r"mfgwork.TwoStateElFarol, an mfgwork.CommonNoise, an "
+                       r"mfgwork.Populations or an mfgwork.MFGProblem2D"):
         mw.solve("santa_fe")
     with pytest.raises(mw.ParameterError, match=r"problems\[1\]=TwoStateElFarol.* has no "
                        r"batched path"):
@@ -268,7 +268,8 @@ def test_the_solver_table_is_one_entry_per_kind():
     assert solve_module.SOLVERS == {mw.MFGProblem: mw.solve_continuous,
                                     mw.TwoStateElFarol: mw.solve_two_state,
                                     mw.Populations: mw.solve_populations,
-                                    mw.MFGProblem2D: mw.solve_2d}
+                                    mw.MFGProblem2D: mw.solve_2d,
+                                    mw.CommonNoise: mw.solve_common_noise}
     res = mw.solve(mw.SantaFeBar(), **SMALL)
     ref = mw.solve_continuous(mw.SantaFeBar(), **SMALL)
     np.testing.assert_array_equal(res.M, ref.M)

@@ -30,7 +30,7 @@ from ..results import Result
 from .style import DPI, TIME, state_label, styled
 
 __all__ = ["DPI", "SCHEME_NAMES", "describe_iteration", "equilibrium_attendance",
-           "plot_attendance", "plot_backend_comparison", "plot_convergence",
+           "plot_attendance", "plot_attendance_fan", "plot_backend_comparison", "plot_convergence",
            "plot_density_heatmap", "plot_density_snapshots", "plot_payoff",
            "plot_phase_portrait", "plot_refinement", "plot_value_snapshots", "save_figures",
            "standard_figures", "write_figures"]
@@ -135,6 +135,49 @@ def plot_attendance(result: Result, ax: Axes | None = None) -> Figure:
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=2,
               title=PAYOFF if level is not None else None, title_fontsize="small")
     return fig
+
+
+def plot_attendance_fan(result: Result, ax: Axes | None = None,
+                        band: tuple[float, float] = (0.1, 0.9)) -> Figure:
+    """The attendance of every scenario of a common-noise result (``mw.CommonNoise``), each
+    line as opaque as the scenario is likely, the band between the quantiles ``band`` of the
+    scenarios' law at each time, the expected attendance, and the epochs' starts (where the
+    noise state is revealed)."""
+    A = _need_attendance(result, "plot_attendance_fan")
+    if "probability" not in result.arrays or A.ndim != 2:
+        raise ParameterError(f"result={type(result).__name__}(problem="
+                             f"{result.params.get('problem')!r}) is invalid for "
+                             "plot_attendance_fan: it has no scenarios (solve an "
+                             "mw.CommonNoise)")
+    p = host_float64(result.arrays["probability"])
+    t = host_float64(result.t)
+    fig, ax = figure_axes(ax)
+    for path, weight in zip(A, p / p.max(), strict=True):
+        ax.plot(t, path, color="tab:blue", lw=0.8, alpha=0.1 + 0.6 * weight)
+    low, high = weighted_quantiles(A, p, band)
+    ax.fill_between(t, low, high, color="tab:blue", alpha=0.2,
+                    label=f"{band[0]:.0%}–{band[1]:.0%} of the scenarios' law")
+    ax.plot(t, p @ A, color="k", lw=2.0, label="expected attendance")
+    for start in host_float64(result.t)[:: (t.size - 1) // len(result.labels["epoch"])][1:-1]:
+        ax.axvline(start, color="0.5", lw=0.8, ls=":")
+    a_star = result.params.get("model", {}).get("threshold")
+    if a_star is not None:
+        ax.axhline(a_star, color="tab:red", lw=1.0, label="threshold A*")
+    ax.set(xlabel=TIME, ylabel="attendance A(t)", xlim=(t[0], t[-1]),
+           title=f"Attendance over {A.shape[0]} scenarios")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=2)
+    return fig
+
+
+def weighted_quantiles(values: np.ndarray, weights: np.ndarray, levels: Sequence[float]
+                       ) -> list[np.ndarray]:
+    """The quantiles ``levels`` at each column of ``values`` (scenarios, times) under the law
+    ``weights`` (scenarios,): the smallest value whose cumulative weight reaches the level."""
+    order = np.argsort(values, axis=0)
+    sorted_values = np.take_along_axis(values, order, axis=0)
+    cumulative = np.cumsum(weights[order], axis=0) / np.sum(weights)
+    return [np.take_along_axis(sorted_values, np.argmax(cumulative >= q - 1e-12, axis=0)[None],
+                               axis=0)[0] for q in levels]
 
 
 def _snapshots(result: Result, values: np.ndarray, times: Sequence[float] | None,
@@ -391,7 +434,11 @@ def plot_payoff(problem: Any, ax: Axes | None = None) -> Figure:
 
 def standard_figures(result: Result) -> dict[str, Figure]:
     """The standard set, by file stem: heatmap, snapshots, convergence, and for Santa Fe
-    also attendance and the phase portrait."""
+    also attendance and the phase portrait (common noise: the attendance fan and
+    convergence)."""
+    if "scenario" in result.dims:   # common noise: the fan over the scenarios
+        return {"attendance_fan": plot_attendance_fan(result),
+                "convergence": plot_convergence(result)}
     figures = {"density_heatmap": plot_density_heatmap(result)}
     attendance = "attendance" in result.observables
     if attendance:

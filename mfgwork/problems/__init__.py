@@ -4,6 +4,7 @@ observables. Imports from ``core`` only."""
 
 from ..core.errors import ParameterError
 from .base import Coupling, MFGProblem
+from .common_noise import CommonNoise
 from .hamiltonians import Congestion, Hamiltonian, Power, Quadratic
 from .populations import Population, Populations, SantaFePopulations
 from .room import Room
@@ -33,15 +34,18 @@ def problem_name(cls: object) -> str | None:
 
 def problem_from_params(params: dict) -> MFGProblem | TwoStateElFarol:
     """The problem a result's ``params`` describe, for the problems of the registry that
-    are rebuilt from their params (:data:`REBUILDABLE`)."""
+    are rebuilt from their params (:data:`REBUILDABLE`), and common noise on one of them."""
     name = params.get("problem")
-    cls = PROBLEMS.get(name) if name in REBUILDABLE else None
+    cls = PROBLEMS.get(name) if name in REBUILDABLE else (
+        CommonNoise if name == CommonNoise.name else None)
     if cls is None:
         raise ParameterError(f"problem=None is invalid for a result of problem "
                              f"{name!r:.80}: pass the problem that was solved "
                              f"(only {', '.join(map(repr, REBUILDABLE))} results are rebuilt "
                              "from their params)")
     try:
+        if cls is CommonNoise:   # the noise on its model, rebuilt first
+            return CommonNoise.from_params(params, problem_from_params(params["model"]))
         return cls.from_params(params)
     except KeyError as exc:
         raise ParameterError(f"the result's params lack {exc.args[0]!r}, which a {name} "
@@ -51,6 +55,7 @@ def problem_from_params(params: dict) -> MFGProblem | TwoStateElFarol:
                              f"({exc}): pass the problem that was solved") from None
 
 
-__all__ = ["PROBLEMS", "REBUILDABLE", "Congestion", "Coupling", "Hamiltonian", "HopfColeProblem",
-           "MFGProblem", "Population", "Populations", "Power", "Quadratic", "SantaFeBar",
-           "SantaFePopulations", "TwoStateElFarol", "problem_from_params", "problem_name"]
+__all__ = ["PROBLEMS", "REBUILDABLE", "CommonNoise", "Congestion", "Coupling", "Hamiltonian",
+           "HopfColeProblem", "MFGProblem", "Population", "Populations", "Power", "Quadratic",
+           "SantaFeBar", "SantaFePopulations", "TwoStateElFarol", "problem_from_params",
+           "problem_name"]

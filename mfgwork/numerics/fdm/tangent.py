@@ -260,3 +260,55 @@ def tangent_product(e, g, inv, e_t, g_t, inv_t, weights, chi, du, dt, v
     out[nt - 1] = _substitute(e_t[nt - 1], dmu[(nt - 1) % 2], _upwards(nt - 1, nt, False),
                               chi)
     return out
+
+# -- a tree of noise scenarios (mfgwork.problems.common_noise.ScenarioTree) -------------------
+# Node k of level l holds the L time steps of epoch l, after the noise state of that epoch is
+# revealed. The product below is the sweep of tangent_product node by node: backward, leaves
+# first, each node's end value the conditional mean Σ_c p_c δu_c^0 of its children's first
+# values (0 on the leaves); forward, the first level first, each node from the last δμ of its
+# parent (0 on the first level). With the probabilities π of the nodes, diag(π) D is the
+# Hessian of the expected potential: D is self-adjoint for the inner product weighted by π.
+
+
+@njit(cache=True, nogil=True)
+def tree_tangent_product(e, g, inv, e_t, g_t, inv_t, weights, chi, offsets, branching,
+                         conditional, dt, v, du, dmu):  # pragma: no cover - compiled
+    """D v (nodes, L) for one direction v (nodes, L), from the
+    :func:`.tangent.pipelined_factors` of J(u^n) (``backward``) and of J(u^n)ᵀ of every
+    node (nodes, L, nx), the edge weights (nodes, L, nx − 1) of K_n and χ; ``offsets``
+    (depth + 1,): the first node of each level; ``conditional`` (nodes,): the probability of
+    each node given its parent; ``du`` (nodes, L + 1, nx) and ``dmu`` (nodes, nx):
+    workspaces."""
+    nodes, L, nx = inv.shape
+    depth = offsets.shape[0] - 1
+    inv_dt = 1.0 / dt
+    src = np.empty(nx)
+    for level in range(depth - 1, -1, -1):
+        for k in range(offsets[level], offsets[level + 1]):
+            du[k, L] = 0.0
+            if level < depth - 1:
+                first = offsets[level + 1] + (k - offsets[level]) * branching
+                for c in range(first, first + branching):
+                    for i in range(nx):
+                        du[k, L, i] += conditional[c] * du[c, 0, i]
+            for m in range(L - 1, -1, -1):
+                for i in range(nx):
+                    src[i] = -v[k, m] * chi[i]
+                up = _upwards(m, L, True)
+                _eliminate(g[k, m], inv[k, m], src, inv_dt, du[k, m + 1], du[k, m], up)
+                _substitute(e[k, m], du[k, m], up, chi)
+    out = np.empty((nodes, L))
+    now = np.empty(nx)
+    for level in range(depth):
+        for k in range(offsets[level], offsets[level + 1]):
+            if level == 0:
+                now[:] = 0.0
+            else:
+                now[:] = dmu[offsets[level - 1] + (k - offsets[level]) // branching]
+            for m in range(L):
+                _transport(du[k, m], weights[k, m], src)
+                up = _upwards(m, L, False)
+                _eliminate(g_t[k, m], inv_t[k, m], src, inv_dt, now, dmu[k], up)
+                out[k, m] = _substitute(e_t[k, m], dmu[k], up, chi)
+                now[:] = dmu[k]
+    return out

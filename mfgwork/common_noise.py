@@ -1,0 +1,177 @@
+"""Common noise through the front door: ``mw.solve(mw.CommonNoise(problem, ...))``.
+
+The conditional equilibrium on the scenario tree (:mod:`mfgwork.problems.common_noise`,
+solved by :mod:`mfgwork.numerics.scenario_tree`), returned as one
+:class:`~mfgwork.Result` whose U and M carry a leading ``"scenario"`` axis (scenarios,
+nt + 1, nx), each scenario a path of the tree (labels: its states' names joined by "-"),
+with the observables per scenario, ``arrays["probability"]`` (scenarios,), the noise state
+of each epoch ``arrays["noise_state"]`` (scenarios, epoch; ``labels["epoch"]``: the
+epochs' start times) and ``arrays["scenario_residual"]``, the certificate of each scenario.
+``residual`` is the largest of them; ``summary`` holds the model's summary averaged over the
+scenarios with their probabilities. ``res.check()`` recomputes the certificates: one best
+response on the tree to the returned densities.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from .core import memory
+from .core.backend import Backend, get_backend, to_numpy
+from .core.errors import ParameterError, check_int
+from .numerics.iteration import check_stopping
+from .numerics.scenario_tree import TreeNewton, TreeScheme
+from .problems.base import MFGProblem, member_summaries, warn_unresolved
+from .problems.common_noise import CommonNoise
+from .results import CERTIFICATES, Result
+from .solve import SOLVERS, place_solve, reachable_tol, solve
+
+#: The tolerance of the model's own equilibria, one per noise state, that start Newton's
+#: method on the tree.
+START_TOL = 1e-6
+
+
+def solve_common_noise(noise: CommonNoise, nx: int = 201, nt: int = 201,
+                       backend: str | Backend = "numpy", device: str = "cpu",
+                       dtype: object = None, tol: float = 1e-8, max_iter: int = 200,
+                       max_memory: int | str | None = None) -> Result:
+    """The conditional equilibrium of ``noise`` on every scenario (module docstring), on
+    ``nx`` nodes and ``nt`` steps rounded up to a multiple of the depth. Newton's method on
+    the tree starts from the model's equilibrium of each noise state on the nodes of that
+    state; ``max_iter`` bounds the best responses on the tree (trial points and
+    certificates). Checked before any work: the states differ in their coupling alone, the
+    model declares a scalar potential, and the memory (:meth:`CommonNoise.estimate`) fits
+    ``max_memory``."""
+    started = time.perf_counter()
+    if not isinstance(noise, CommonNoise):
+        raise ParameterError(f"noise={noise!r:.80} is invalid: must be an mfgwork.CommonNoise")
+    nx = check_int("nx", nx, low=3)
+    nt = noise.steps(nt)
+    tol, max_iter = check_stopping(tol, max_iter)
+    backend, device, placed = place_solve(noise.problem, "fdm", None, nx, nt, backend,
+                                          device)
+    be = backend if isinstance(backend, Backend) else get_backend(backend, device, dtype)
+    tol = reachable_tol(tol, be)
+    grid = noise.problem.grid(nx, nt)
+    grid.check_scales(noise.problem.sigma, be.dtype)
+    _check_states(noise, grid)
+    estimate = noise.estimate(nx, nt)
+    memory.check_parts({"depth": int(estimate["bytes"])}, be, max_memory=max_memory,
+                       what=f"the {noise.scenarios} scenarios of depth={noise.depth} on "
+                            f"{nx} x {nt} (estimated {estimate['seconds']:.3g} s on one CPU "
+                            "core)")
+    warn_unresolved([noise.problem], grid)
+    scheme = TreeScheme(noise, nx, nt, be)
+    first = time.perf_counter()
+    z0 = _start(noise, scheme, backend=be, max_memory=max_memory, tol=max(START_TOL, tol))
+    solving = time.perf_counter()
+    out = TreeNewton(scheme, tol, max_iter).solve(z0)
+    finished = time.perf_counter()
+    result = _result(noise, scheme, out, tol, max_iter, placed, {
+        "setup": first - started, "start": solving - first, "solve": finished - solving})
+    return result
+
+
+def _check_states(noise: CommonNoise, grid: Any) -> None:
+    """The noise states must share the model's grid, diffusion, Hamiltonian, m0 and g (the
+    noise moves the coupling only) and declare a scalar potential (Newton's method on the
+    tree needs it)."""
+    host = get_backend("numpy")
+    model = noise.problem
+    first = model.coupling(grid, host)
+    if first.potential() is None or model.hamiltonian.depends_on_m:
+        raise ParameterError(f"problem={model!r:.80} is invalid with common noise: its "
+                             "coupling must pass through a scalar observed path with a "
+                             "potential (e.g. mfgwork.SantaFeBar with a Hamiltonian that does "
+                             "not depend on m)")
+    base = [model.initial_density(grid, host), model.terminal_cost(grid, host)]
+    for value, state in zip(noise.values, noise.states, strict=True):
+        same = (state.grid(grid.nx, grid.nt) == grid and state.nu == model.nu
+                and state.hamiltonian == model.hamiltonian
+                and all(np.array_equal(a, b) for a, b in zip(
+                    base, [state.initial_density(grid, host), state.terminal_cost(grid, host)],
+                    strict=True)))
+        if not same:
+            raise ParameterError(f"parameter={noise.parameter!r} is invalid for common noise: "
+                                 f"with {noise.parameter}={value!r} the problem changes its "
+                                 "domain, horizon, diffusion, Hamiltonian, m0 or g; the noise "
+                                 "may move the coupling only")
+        if state.coupling(grid, host).potential() is None:
+            raise ParameterError(f"{noise.parameter}={value!r} is invalid for common noise: "
+                                 "that state's coupling declares no scalar potential")
+
+
+def _start(noise: CommonNoise, scheme: TreeScheme, **options: Any) -> np.ndarray:
+    """The coupling state on every node from the model's equilibrium of the node's noise
+    state, over the node's epoch."""
+    g = scheme.grid
+    solved = solve(list(noise.states), nx=g.nx, nt=g.nt, progress=False, **options)
+    paths = np.stack([np.asarray(to_numpy(scheme.coupling_state(r.M)), dtype=np.float64)
+                      for r in solved])
+    tree, L = noise.tree, scheme.steps
+    z0 = np.empty((tree.nodes, L))
+    for level in range(tree.depth):
+        nodes = tree.level(level)
+        z0[nodes] = paths[tree.node_states[nodes], level * L:(level + 1) * L]
+    return z0
+
+
+def _result(noise: CommonNoise, scheme: TreeScheme, out: Any, tol: float, max_iter: int,
+            placed: dict[str, Any], timings: dict[str, float]) -> Result:
+    """The Result of the module docstring."""
+    be, tree, grid = scheme.backend, noise.tree, scheme.grid
+    U, M = scheme.scenario_paths(out.U), scheme.scenario_paths(out.M)
+    model: MFGProblem = noise.problem
+    observables = {k: np.asarray(to_numpy(v)) for k, v in
+                   model.observables(grid, M, be).items()}
+    probability = tree.probability[tree.level(tree.depth - 1)]
+    everyone = list(range(tree.scenarios))
+    summaries = member_summaries([model] * tree.scenarios, grid,
+                                 {k: (everyone, v) for k, v in observables.items()})
+    summary = {k: float(np.dot(probability, [s[k] for s in summaries])) for k in summaries[0]}
+    residual = out.residual
+    converged = bool(residual <= tol)
+    timings = timings | {"total": sum(timings.values())}
+    params = noise.params() | {"nx": grid.nx, "nt": grid.nt, "T": model.T, "method": "fdm",
+                               "tol": tol, "max_iter": max_iter, "iteration": {
+                                   "scheme": "newton", "system": "tree krylov",
+                                   "start": "the model's equilibrium of each noise state"}
+                               } | placed
+    return Result(
+        x=np.asarray(grid.x), t=np.asarray(grid.t), U=U, M=M, converged=converged,
+        iterations=out.iterations, history={"residual": [r["residual"] for r in out.records],
+                                            "time": [r["time"] for r in out.records]},
+        params=params, timings=timings, backend=be.name, device=be.device, dtype=be.dtype,
+        observables=observables, summary=summary | {"scenarios": float(tree.scenarios)},
+        state_name=model.state_name, residual=residual,
+        status="converged" if converged else ("max_iter" if out.iterations >= max_iter
+                                              else "stalled"),
+        dims=("scenario", "t", model.state_name),
+        labels={"scenario": noise.labels,
+                "epoch": tuple(f"t={t:g}" for t in np.asarray(grid.t)[::scheme.steps][:-1])},
+        arrays={"probability": probability, "noise_state": tree.path_states,
+                "scenario_residual": out.residuals},
+        axes={"probability": ("scenario",), "noise_state": ("scenario", "epoch"),
+              "scenario_residual": ("scenario",)},
+        extra={"newton_steps": len(out.records), "tangent_products": out.products,
+               "nodes": tree.nodes, "estimate": noise.estimate(grid.nx, grid.nt)})
+
+
+def common_noise_residual(result: Result, noise: CommonNoise) -> float:
+    """The certificate of ``result`` (:meth:`Result.check`): one best response on the tree
+    to its densities, the largest residual over the scenarios."""
+    be = get_backend(result.backend, result.device, result.dtype)
+    nt = int(np.size(to_numpy(result.t))) - 1
+    scheme = TreeScheme(noise, int(np.size(to_numpy(result.x))), nt, be)
+    M = be.asarray(np.asarray(to_numpy(result.M)))
+    z = np.asarray(to_numpy(scheme.coupling.state(scheme.node_arrays(M))), dtype=np.float64)
+    _, _, gz = scheme.respond(z)
+    return float(np.max(scheme.scenario_norms(gz - z)
+                        / np.maximum(scheme.scenario_norms(gz), 1e-300)))
+
+
+SOLVERS[CommonNoise] = solve_common_noise
+CERTIFICATES[CommonNoise] = common_noise_residual
