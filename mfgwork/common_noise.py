@@ -81,6 +81,11 @@ def _check_states(noise: CommonNoise, grid: Any) -> None:
     tree needs it)."""
     host = get_backend("numpy")
     model = noise.problem
+    objective = getattr(model, "objective", "equilibrium")
+    if objective != "equilibrium":
+        raise ParameterError(f"objective={objective!r} is invalid with common noise: the "
+                             "tree is solved for the equilibrium only (use the model with "
+                             "objective='equilibrium')")
     first = model.coupling(grid, host)
     if first.potential() is None or model.hamiltonian.depends_on_m:
         raise ParameterError(f"problem={model!r:.80} is invalid with common noise: its "
