@@ -11,8 +11,7 @@ import pytest
 
 import mfgwork as mw
 from mfgwork.core.backend import get_backend
-from mfgwork.numerics.fdm.tangent import tree_tangent_product
-from mfgwork.numerics.scenario_tree import TreeNewton, TreeScheme
+from mfgwork.numerics.scenario_tree import TreeScheme, TreeTangent
 
 SMALL = {"nx": 41, "nt": 24}
 SHOCK = {"transition": [[0.8, 0.2], [0.3, 0.7]], "depth": 3}
@@ -55,16 +54,11 @@ def test_the_tree_tangent_is_the_derivative_of_the_scheme():
     the tree, and diag(π) D symmetric (the Hessian of the expected potential)."""
     noise = shock()
     scheme = TreeScheme(noise, 31, 18, get_backend("numpy"))
-    newton = TreeNewton(scheme, 1e-10, 10)
     rng = np.random.default_rng(3)
     tree = noise.tree
     z = np.clip(0.55 + 0.1 * rng.standard_normal((tree.nodes, scheme.steps)), 0, 1)
-    ops = newton._operands(newton._respond(z, None))
-    work = (np.empty((tree.nodes, scheme.steps + 1, 31)), np.empty((tree.nodes, 31)))
-
-    def product(v):
-        return tree_tangent_product(*ops, tree.offsets, tree.branching, tree.conditional,
-                                    scheme.epoch.dt, v, *work)
+    U, M, _ = scheme.respond(z)
+    product = TreeTangent(scheme, U, M)
 
     chi = scheme.potentials.chi
     y = np.where(tree.node_states[:, None] == 0, noise.states[0].price(z),

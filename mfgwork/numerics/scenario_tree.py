@@ -9,22 +9,23 @@ node (nodes, L), Φ(z) that of the best response to the prices of z.
 
 The fixed point is found by Newton's method on R(z) = Φ(z) − z (as in :mod:`.potential` for one
 problem): the direction d = S⁻¹ Σ w with (S D S + Σ) w = S R, D the exact tangent of the
-scheme on the tree (:func:`.fdm.tangent.tree_tangent_product`), each product one tangent
-sweep of the tree. D is self-adjoint for the inner product weighted by the nodes'
-probabilities only where all are positive (a node of probability 0, after a transition that
-cannot happen, still has its equilibrium, but no weight), so the system is solved by GMRES,
-which asks neither symmetry nor definiteness (it takes as many products as conjugate
-gradients on the symmetrised system: 117 against 124 on the depth-6 Santa Fe tree at 201²).
-Steps are damped by backtracking on ½‖R‖².
-The returned densities are those of the best response to z; their residual, max over the
-scenarios of ‖Φ(z') − z'‖ / ‖Φ(z')‖ on the scenario's nodes for z' = Φ(z), is certified by one
-more best response.
+scheme on the tree (:class:`TreeTangent`), each product one tangent sweep of the tree (a
+level's nodes shared among threads). D is self-adjoint for the inner product weighted by the
+nodes' probabilities only where all are positive (a node of probability 0, after a
+transition that cannot happen, still has its equilibrium, but no weight), so the system is
+solved by GMRES, which asks neither symmetry nor definiteness (it takes as many products as
+conjugate gradients on the symmetrised system: 117 against 124 on the depth-6 Santa Fe tree
+at 201²). Steps are damped by backtracking on ½‖R‖². The returned densities are those of the
+best response to z; their residual, max over the scenarios of ‖Φ(z') − z'‖ / ‖Φ(z')‖ on the
+scenario's nodes for z' = Φ(z), is certified by one more best response.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +38,7 @@ from ..problems.base import MFGProblem, batch_coupling
 from ..problems.common_noise import CommonNoise
 from .batch_newton import ETA, member_potentials
 from .fdm.sweeps import FiniteDifferences
-from .fdm.tangent import pipelined_factors, tree_tangent_product
+from .fdm.tangent import tree_backward, tree_factors, tree_forward
 from .potential import scaling, tangent_operands
 
 #: Armijo's constant of the line search on ½‖R‖².
@@ -169,6 +170,42 @@ class TreeScheme:
         return _concat(be, [*parts, last], 1)
 
 
+class TreeTangent:
+    """The tangent D = ∂Φ/∂y of the scheme on the tree at the best response U, M (node arrays):
+    ``tangent(v)`` = D v for a direction v (nodes, L) of the prices, by the compiled sweeps
+    of :mod:`.fdm.tangent` (the factors of every step matrix made once here), the nodes of
+    each level shared among :func:`threads` threads."""
+
+    def __init__(self, scheme: TreeScheme, U: Any, M: Any) -> None:
+        self.scheme, tree = scheme, scheme.tree
+        U = np.asarray(to_numpy(U), dtype=np.float64)
+        mu = np.asarray(to_numpy(M), dtype=np.float64) * scheme.grid.weights
+        nodes, L, nx = tree.nodes, scheme.steps, scheme.grid.nx
+        bands, self.weights = np.empty((5, nodes, L, nx)), np.empty((nodes, L, nx - 1))
+        model = scheme.noise.problem
+        for k in range(nodes):
+            *bands[:, k], self.weights[k], _ = tangent_operands(
+                U[k], mu[k], scheme.potentials.chi, model.nu, scheme.epoch, model.hamiltonian)
+        self.factors = tree_factors(*bands)
+        self.chi = np.ascontiguousarray(scheme.potentials.chi, dtype=np.float64)
+        self.du, self.dmu = np.empty((nodes, L + 1, nx)), np.empty((nodes, nx))
+
+    def __call__(self, v: np.ndarray) -> np.ndarray:
+        tree, dt = self.scheme.tree, self.scheme.epoch.dt
+        e, g, inv, e_t, g_t, inv_t = self.factors
+        n, offsets = tree.branching, tree.offsets
+        out = np.empty_like(v)
+        for level in range(tree.depth - 1, -1, -1):
+            children = int(offsets[level + 1]) if level < tree.depth - 1 else -1
+            _shared(tree_backward, tree.level(level), e, g, inv, self.chi,
+                    int(offsets[level]), children, n, tree.conditional, dt, v, self.du)
+        for level in range(tree.depth):
+            parents = int(offsets[level - 1]) if level else -1
+            _shared(tree_forward, tree.level(level), e_t, g_t, inv_t, self.weights, self.chi,
+                    int(offsets[level]), parents, n, dt, self.du, self.dmu, out)
+        return out
+
+
 class TreeNewton:
     """Damped Newton–Krylov on R(z) = Φ(z) − z on the tree (module docstring)."""
 
@@ -224,19 +261,13 @@ class TreeNewton:
         :data:`KRYLOV_RESTART` products) to the relative accuracy min(ETA, r) (an inexact
         Newton step; r the relative residual of z)."""
         scheme = self.scheme
-        ops = self._operands(point)
-        slope = scheme.potentials.price_slope(point.z, scheme.tree.node_states)
-        s, sign = scaling(slope)
-        workspace = (np.empty(ops[0].shape[:1] + (scheme.steps + 1, scheme.grid.nx)),
-                     np.empty((ops[0].shape[0], scheme.grid.nx)))
-        tree = scheme.tree
+        tangent = TreeTangent(scheme, point.U, point.M)
+        s, sign = scaling(scheme.potentials.price_slope(point.z, scheme.tree.node_states))
 
         def apply(x: np.ndarray) -> np.ndarray:
             self.products += 1
-            v = s * x.reshape(s.shape)
-            Dv = tree_tangent_product(*ops, tree.offsets, tree.branching, tree.conditional,
-                                      scheme.epoch.dt, v, *workspace)
-            return (s * Dv + sign * x.reshape(s.shape)).reshape(-1)
+            x = x.reshape(s.shape)
+            return (s * tangent(s * x) + sign * x).reshape(-1)
 
         n = point.z.size
         rel = point.norm / max(_norm(point.z + point.R), 1e-300)
@@ -245,21 +276,6 @@ class TreeNewton:
                      restart=KRYLOV_RESTART, maxiter=KRYLOV_CYCLES)
         w = w.reshape(s.shape)
         return np.where(s > 0, sign * w / np.where(s > 0, s, 1.0), point.R)
-
-    def _operands(self, point: TreePoint) -> tuple[np.ndarray, ...]:
-        """The factors of J(u^n), J(u^n)ᵀ, the edge weights of K_n (every node) and χ."""
-        scheme = self.scheme
-        U = np.asarray(to_numpy(point.U), dtype=np.float64)
-        mu = np.asarray(to_numpy(point.M), dtype=np.float64) * scheme.grid.weights
-        chi = scheme.potentials.chi
-        per_node = [tangent_operands(U[k], mu[k], chi, scheme.noise.problem.nu, scheme.epoch,
-                                     scheme.noise.problem.hamiltonian)
-                    for k in range(scheme.tree.nodes)]
-        factors = [pipelined_factors(*o[:3], True) + pipelined_factors(o[3], o[1], o[4], False)
-                   for o in per_node]
-        stacked = [np.stack([f[i] for f in factors]) for i in range(6)]
-        weights = np.stack([o[5] for o in per_node])
-        return (*stacked, weights, np.ascontiguousarray(chi, dtype=np.float64))
 
     def _line_search(self, point: TreePoint, direction: np.ndarray) -> TreePoint | None:
         """Backtracking from the full step until ‖R(z + t d)‖² ≤ (1 − 2·10⁻⁴ t) ‖R(z)‖²."""
@@ -273,6 +289,36 @@ class TreeNewton:
                 return trial
             t *= 0.5
         return None
+
+
+#: Fewest nodes a thread takes of a level.
+NODES_PER_THREAD = 4
+#: The threads of the tangent sweeps, by the process that made them (a forked child makes
+#: its own: it inherits the pool's bookkeeping but none of its threads).
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
+def threads() -> int:
+    """The threads of the tangent sweeps: the cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+
+
+def _shared(kernel: Any, nodes: slice, *args: Any) -> None:
+    """``kernel(*args, first, last)`` over the nodes of one level, in ranges run by a pool of
+    :func:`threads` threads (the kernels release the GIL) where the level is large enough."""
+    count = min(threads(), (nodes.stop - nodes.start) // NODES_PER_THREAD)
+    if count < 2:
+        kernel(*args, nodes.start, nodes.stop)
+        return
+    pool = _POOLS.get(os.getpid())
+    if pool is None:
+        pool = _POOLS[os.getpid()] = ThreadPoolExecutor(max_workers=threads(),
+                                                        thread_name_prefix="mfgwork-tangent")
+    bounds = np.linspace(nodes.start, nodes.stop, count + 1).astype(int)
+    for job in [pool.submit(kernel, *args, int(a), int(b))
+                for a, b in zip(bounds[:-1], bounds[1:], strict=True)]:
+        job.result()
 
 
 def _norm(a: np.ndarray) -> float:

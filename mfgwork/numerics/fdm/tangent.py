@@ -263,52 +263,92 @@ def tangent_product(e, g, inv, e_t, g_t, inv_t, weights, chi, du, dt, v
 
 # -- a tree of noise scenarios (mfgwork.problems.common_noise.ScenarioTree) -------------------
 # Node k of level l holds the L time steps of epoch l, after the noise state of that epoch is
-# revealed. The product below is the sweep of tangent_product node by node: backward, leaves
-# first, each node's end value the conditional mean Σ_c p_c δu_c^0 of its children's first
-# values (0 on the leaves); forward, the first level first, each node from the last δμ of its
-# parent (0 on the first level). With the probabilities π of the nodes, diag(π) D is the
-# Hessian of the expected potential: D is self-adjoint for the inner product weighted by π.
+# revealed. A product D v on the tree is the sweep of tangent_product node by node: backward,
+# level by level from the leaves (tree_backward), each node's end value the conditional mean
+# Σ_c p_c δu_c^0 of its children's first values (0 on the leaves); then forward from the
+# first level (tree_forward), each node from the last δμ of its parent (0 on the first level).
+# The nodes of one level are independent: each kernel takes a range of them, so that threads
+# share a level; within a node, each level's substitution runs in one loop with the next
+# level's elimination, as in tangent_product. With the probabilities π > 0 of the nodes,
+# diag(π) D is the Hessian of the expected potential: D is self-adjoint for the inner
+# product weighted by π.
 
 
 @njit(cache=True, nogil=True)
-def tree_tangent_product(e, g, inv, e_t, g_t, inv_t, weights, chi, offsets, branching,
-                         conditional, dt, v, du, dmu):  # pragma: no cover - compiled
-    """D v (nodes, L) for one direction v (nodes, L), from the
-    :func:`.tangent.pipelined_factors` of J(u^n) (``backward``) and of J(u^n)ᵀ of every
-    node (nodes, L, nx), the edge weights (nodes, L, nx − 1) of K_n and χ; ``offsets``
-    (depth + 1,): the first node of each level; ``conditional`` (nodes,): the probability of
-    each node given its parent; ``du`` (nodes, L + 1, nx) and ``dmu`` (nodes, nx):
-    workspaces."""
-    nodes, L, nx = inv.shape
-    depth = offsets.shape[0] - 1
+def tree_factors(lower, diag, upper, lower_t, upper_t):  # pragma: no cover - compiled
+    """The :func:`pipelined_factors` (e, g, inv) of J(u^n) (``backward``) and of J(u^n)ᵀ of
+    every node, stacked (6, nodes, L, nx), from the bands (nodes, L, nx) of each."""
+    nodes, L, n = diag.shape
+    out = np.empty((6, nodes, L, n))
+    for k in range(nodes):
+        for m in range(L):
+            if _upwards(m, L, True):
+                _factor(lower[k, m], diag[k, m], upper[k, m], out[0, k, m], out[1, k, m],
+                        out[2, k, m], 0, 1)
+            else:
+                _factor(upper[k, m], diag[k, m], lower[k, m], out[0, k, m], out[1, k, m],
+                        out[2, k, m], n - 1, -1)
+            if _upwards(m, L, False):
+                _factor(lower_t[k, m], diag[k, m], upper_t[k, m], out[3, k, m], out[4, k, m],
+                        out[5, k, m], 0, 1)
+            else:
+                _factor(upper_t[k, m], diag[k, m], lower_t[k, m], out[3, k, m], out[4, k, m],
+                        out[5, k, m], n - 1, -1)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def tree_backward(e, g, inv, chi, level, children, branching, conditional, dt, v, du, first,
+                  last):  # pragma: no cover - compiled
+    """δu of the nodes first..last−1 of the level whose first node is ``level``: J_n δu^n =
+    δu^{n+1}/Δt − v_n χ from the end value Σ_c p_c δu_c^0 over the children (node k's are
+    ``children`` + (k − level) branching + j, the next level's first node ``children``; −1:
+    leaves, end value 0). ``du`` (nodes, L + 1, nx); factors as :func:`tree_factors` gives
+    them."""
+    L, nx = inv.shape[1], inv.shape[2]
     inv_dt = 1.0 / dt
     src = np.empty(nx)
-    for level in range(depth - 1, -1, -1):
-        for k in range(offsets[level], offsets[level + 1]):
-            du[k, L] = 0.0
-            if level < depth - 1:
-                first = offsets[level + 1] + (k - offsets[level]) * branching
-                for c in range(first, first + branching):
-                    for i in range(nx):
-                        du[k, L, i] += conditional[c] * du[c, 0, i]
-            for m in range(L - 1, -1, -1):
+    for k in range(first, last):
+        du[k, L] = 0.0
+        if children >= 0:
+            c0 = children + (k - level) * branching
+            for c in range(c0, c0 + branching):
                 for i in range(nx):
-                    src[i] = -v[k, m] * chi[i]
-                up = _upwards(m, L, True)
-                _eliminate(g[k, m], inv[k, m], src, inv_dt, du[k, m + 1], du[k, m], up)
-                _substitute(e[k, m], du[k, m], up, chi)
-    out = np.empty((nodes, L))
-    now = np.empty(nx)
-    for level in range(depth):
-        for k in range(offsets[level], offsets[level + 1]):
-            if level == 0:
-                now[:] = 0.0
-            else:
-                now[:] = dmu[offsets[level - 1] + (k - offsets[level]) // branching]
-            for m in range(L):
-                _transport(du[k, m], weights[k, m], src)
-                up = _upwards(m, L, False)
-                _eliminate(g_t[k, m], inv_t[k, m], src, inv_dt, now, dmu[k], up)
-                out[k, m] = _substitute(e_t[k, m], dmu[k], up, chi)
-                now[:] = dmu[k]
-    return out
+                    du[k, L, i] += conditional[c] * du[c, 0, i]
+        for i in range(nx):
+            src[i] = -v[k, L - 1] * chi[i]
+        _eliminate(g[k, L - 1], inv[k, L - 1], src, inv_dt, du[k, L], du[k, L - 1], True)
+        for m in range(L - 1, 0, -1):
+            for i in range(nx):
+                src[i] = -v[k, m - 1] * chi[i]
+            _substitute_and_eliminate(e[k, m], du[k, m], g[k, m - 1], inv[k, m - 1], src,
+                                      inv_dt, du[k, m - 1], _upwards(m, L, True), chi)
+        _substitute(e[k, 0], du[k, 0], _upwards(0, L, True), chi)
+
+
+@njit(cache=True, nogil=True)
+def tree_forward(e_t, g_t, inv_t, weights, chi, level, parents, branching, dt, du, dmu, out,
+                 first, last):  # pragma: no cover - compiled
+    """δμ of the nodes first..last−1 of the level whose first node is ``level``: J_nᵀ δμ^{n+1}
+    = δμ^n/Δt − K_n δu^n from the last δμ of the parent (node k's is ``parents`` +
+    (k − level) // branching, the level above's first node ``parents``; −1: the first level,
+    from 0); writes out[k, n] = χ·δμ^{n+1} and the last δμ into ``dmu`` (nodes, nx)."""
+    L, nx = inv_t.shape[1], inv_t.shape[2]
+    inv_dt = 1.0 / dt
+    src = np.empty(nx)
+    now = np.empty((2, nx))
+    for k in range(first, last):
+        if parents < 0:
+            now[1] = 0.0
+        else:
+            now[1] = dmu[parents + (k - level) // branching]
+        _transport(du[k, 0], weights[k, 0], src)
+        _eliminate(g_t[k, 0], inv_t[k, 0], src, inv_dt, now[1], now[0], True)
+        for m in range(L - 1):
+            _transport(du[k, m + 1], weights[k, m + 1], src)
+            out[k, m] = _substitute_and_eliminate(
+                e_t[k, m], now[m % 2], g_t[k, m + 1], inv_t[k, m + 1], src, inv_dt,
+                now[(m + 1) % 2], _upwards(m, L, False), chi)
+        out[k, L - 1] = _substitute(e_t[k, L - 1], now[(L - 1) % 2], _upwards(L - 1, L, False),
+                                    chi)
+        dmu[k] = now[(L - 1) % 2]
