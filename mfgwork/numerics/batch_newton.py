@@ -367,10 +367,10 @@ class BatchNewton:
             n_w = np.sqrt(sums[0])
             r_w = n_w / np.maximum(np.sqrt(sums[1]), 1e-300)
             active = s.mode != DONE
-            history.residual.append(float(np.max(r_w[active])))
+            history.residual.append(float(r_w[active].max()))
             for name, j in (("change_U", 2), ("change_M", 4)):
                 change = np.sqrt(sums[j] / np.maximum(sums[j + 1], 1e-300))
-                getattr(history, name).append(float(np.max(change[active])))
+                getattr(history, name).append(float(change[active].max()))
             check = s.mode == CERTIFY
             history.certificate.append(of_largest(check, r_w, active))
             finished = self._certify(s, check, r_w)
@@ -393,6 +393,8 @@ class BatchNewton:
         the densities of z: the best certified densities are kept, a refused certificate
         lowers the trigger by the observed amplification. Returns the problems finished
         (certified, or certified while stuck)."""
+        if not check.any():
+            return np.zeros_like(check)
         better = check & (r_w < s.best)
         s.best = np.where(better, r_w, s.best)
         if better.any():
@@ -502,14 +504,15 @@ class BatchNewton:
         B = R.shape[0]
 
         def squares(a: Any) -> Any:
-            a = xp.reshape(a, (B, -1))
-            return xp.astype(xp.sum(a * a, axis=-1), R.dtype)
+            a = a.reshape(B, -1)
+            total = xp.sum(a * a, axis=-1)
+            return total if total.dtype == R.dtype else xp.astype(total, R.dtype)
 
         rows = [squares(R), squares(g)]
         for new, old in ((U, U_old), (M, M_old)):
             rows += [0.0 * rows[0] if old is None else squares(new - old), squares(new)]
         rows.append(squares(F))
-        return to_numpy(xp.stack(rows)).astype(np.float64)
+        return to_numpy(xp.reshape(xp.concat(rows), (len(rows), B))).astype(np.float64)
 
     def _next_points(self, mode: np.ndarray, t: np.ndarray, cur: dict, d: Any,
                      coupling: Any) -> Any:
@@ -519,7 +522,10 @@ class BatchNewton:
         step = xp.asarray(np.where(mode == TRIAL, t, 0.0), dtype=z.dtype,
                           **({} if self.backend.name == "numpy" else {"device": z.device}))
         trial = coupling.project(z + step[:, None] * d)
-        return xp.where(batch_mask(mode == CERTIFY, z, self.backend), z + cur["R"], trial)
+        certify = mode == CERTIFY
+        if not certify.any():
+            return trial
+        return xp.where(batch_mask(certify, z, self.backend), z + cur["R"], trial)
 
     def _directions(self, d: Any, mask: np.ndarray, cur: dict, rel: np.ndarray) -> Any:
         """d = S⁻¹ Σ (S D S + Σ)⁻¹ S R for the problems of ``mask`` (others keep theirs;
