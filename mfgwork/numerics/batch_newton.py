@@ -505,7 +505,7 @@ class BatchNewton:
 
         def squares(a: Any) -> Any:
             a = a.reshape(B, -1)
-            total = xp.sum(a * a, axis=-1)
+            total = (a * a).sum(axis=-1)
             return total if total.dtype == R.dtype else xp.astype(total, R.dtype)
 
         rows = [squares(R), squares(g)]
