@@ -156,7 +156,8 @@ def hjb_sweep(U, F, guess, use_guess, density, x, prm, nu, h, dt, inv_hw, inv_w,
     _node_values(x, density[0], prm, aux)
     for n in range(nt - 1, -1, -1):
         if use_guess:   # the guess shifted by the change found at level n + 1
-            u[:] = guess[n] + (U[n + 1] - guess[n + 1])
+            for i in range(nx):
+                u[i] = guess[n, i] + (U[n + 1, i] - guess[n + 1, i])
         else:
             u[:] = U[n + 1]
         row = n if frozen else 0
