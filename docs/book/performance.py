@@ -251,9 +251,10 @@ SECTIONS: list[Section] = [
          Column("time_s", "time", seconds)]),
     Section(
         "latency_cpu_1core.json", "The first solve of a process on one CPU core",
-        "Fresh processes on one core of the two-core machine (`taskset -c 0 python "
-        "benchmarks/latency.py --rounds 2 --repeats 5`, `before` the code of the file's "
-        "baseline, `after` the code that reads the models from the cache without SymPy): "
+        "Fresh processes on one core of the two-core machine (`taskset -c 1 python "
+        "benchmarks/latency.py --rounds 5`, `before` the code of the file's baseline, "
+        "`after` the compiled sweeps' tridiagonal solves eliminating from both ends and "
+        "less Python per Newton iteration): "
         "`import`, then the first default Santa Fe solve and the first of a model no process "
         "solved (Power(1.5)), with every cache empty (`cold`) or written by an earlier "
         "process (`warm`); `solve` is the first solve's own time inside the process; `seed` "

@@ -7,7 +7,7 @@ Integrals are the trapezoidal rule ∫ φ dx ≈ Σ_i w_i φ_i, and densities ha
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -125,6 +125,20 @@ class Grid:
         lo = np.maximum(self.x - self.h / 2, self.x_min)
         hi = np.minimum(self.x + self.h / 2, self.x_max)
         return np.clip((hi - np.maximum(lo, threshold)) / (hi - lo), 0.0, 1.0)
+
+
+def grid_of(x_min: float, x_max: float, nx: int, T: float, nt: int) -> Grid:
+    """The :class:`Grid` of these arguments, one object for equal arguments of equal types
+    (its arrays, read by every solve on it, are computed once)."""
+    try:
+        return _grid_of(x_min, x_max, nx, T, nt)
+    except TypeError:   # an unhashable argument: refused by Grid's own checks
+        return Grid(x_min, x_max, nx, T, nt)
+
+
+@lru_cache(maxsize=64, typed=True)
+def _grid_of(x_min: float, x_max: float, nx: int, T: float, nt: int) -> Grid:
+    return Grid(x_min, x_max, nx, T, nt)
 
 
 def trapezoid_weights(n: int, h: float) -> np.ndarray:

@@ -98,10 +98,14 @@ def available_bytes(backend: Any) -> int | None:
 def host_available() -> int | None:
     """:data:`HOST_FRACTION` of the host's available memory (None if it cannot be told)."""
     try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(HOST_FRACTION * int(line.split()[1]) * 1024)
+        fd = os.open("/proc/meminfo", os.O_RDONLY)
+        try:
+            text = os.read(fd, 1 << 16)
+        finally:
+            os.close(fd)
+        for line in text.splitlines():
+            if line.startswith(b"MemAvailable:"):
+                return int(HOST_FRACTION * int(line.split()[1]) * 1024)
     except OSError:
         pass
     try:

@@ -95,10 +95,11 @@ class MemberPotentials:
     def price_slope(self, z: np.ndarray, members: Sequence[int]) -> np.ndarray:
         """P'(z) (k, nt) of the problems ``members`` at their observed paths z (host). Slopes
         given as ``functools.partial`` of one function with scalar keywords (Santa Fe's) are
-        evaluated in one call with the keywords stacked per member; others one by one."""
+        evaluated in one call with the keywords stacked per member; others, and a single
+        member, one by one."""
         slopes = [self.members[b].price_slope for b in members]
         first = slopes[0]
-        if isinstance(first, partial) and not first.args and all(
+        if len(slopes) > 1 and isinstance(first, partial) and not first.args and all(
                 isinstance(s, partial) and s.func is first.func and not s.args
                 and s.keywords.keys() == first.keywords.keys() for s in slopes):
             keywords = {k: np.array([s.keywords[k] for s in slopes], dtype=np.float64)[:, None]
@@ -217,7 +218,8 @@ def backtrack(t: np.ndarray, norm: np.ndarray, trial: np.ndarray) -> np.ndarray:
     phi0 = np.where(np.isfinite(norm), norm, 1.0) ** 2
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         s = phi0 * t * t / (trial**2 - phi0 + 2.0 * phi0 * t)
-    return np.clip(np.nan_to_num(s, nan=0.5 * t, posinf=0.5 * t), 0.1 * t, 0.5 * t)
+    s = np.where(np.isnan(s) | (s == math.inf), 0.5 * t, s)
+    return np.minimum(np.maximum(s, 0.1 * t), 0.5 * t)
 
 
 def batch_mask(mask: np.ndarray, like: Any, backend: Backend) -> Any:
@@ -231,7 +233,7 @@ def keep_where(kept: dict, mask: np.ndarray, U: Any, M: Any, backend: Backend) -
     """The kept iterates {"U", "M"}: the new U, M for the problems of ``mask``, the kept ones
     elsewhere (all new where none is kept yet)."""
     xp = backend.xp
-    if kept["U"] is None:
+    if kept["U"] is None or mask.all():
         return {"U": U, "M": M}
     return {"U": xp.where(batch_mask(mask, U, backend), U, kept["U"]),
             "M": xp.where(batch_mask(mask, M, backend), M, kept["M"])}
@@ -365,10 +367,10 @@ class BatchNewton:
             n_w = np.sqrt(sums[0])
             r_w = n_w / np.maximum(np.sqrt(sums[1]), 1e-300)
             active = s.mode != DONE
-            history.residual.append(float(np.max(r_w[active])))
+            history.residual.append(float(r_w[active].max()))
             for name, j in (("change_U", 2), ("change_M", 4)):
                 change = np.sqrt(sums[j] / np.maximum(sums[j + 1], 1e-300))
-                getattr(history, name).append(float(np.max(change[active])))
+                getattr(history, name).append(float(change[active].max()))
             check = s.mode == CERTIFY
             history.certificate.append(of_largest(check, r_w, active))
             finished = self._certify(s, check, r_w)
@@ -391,6 +393,8 @@ class BatchNewton:
         the densities of z: the best certified densities are kept, a refused certificate
         lowers the trigger by the observed amplification. Returns the problems finished
         (certified, or certified while stuck)."""
+        if not check.any():
+            return np.zeros_like(check)
         better = check & (r_w < s.best)
         s.best = np.where(better, r_w, s.best)
         if better.any():
@@ -430,9 +434,10 @@ class BatchNewton:
         below its trigger (or stuck) certifies it; the others take a new direction where
         their point moved."""
         refused = (s.mode == TRIAL) & active & ~accept
-        s.t = np.where(refused, backtrack(s.t, norm_before, n_w), s.t)
-        s.halvings = s.halvings + refused
-        s.stuck |= refused & (s.halvings > self.max_halvings)
+        if refused.any():
+            s.t = np.where(refused, backtrack(s.t, norm_before, n_w), s.t)
+            s.halvings = s.halvings + refused
+            s.stuck |= refused & (s.halvings > self.max_halvings)
         going = active & ~finished
         finished = finished | (going & s.stuck & s.certified)
         going &= ~finished
@@ -482,7 +487,7 @@ class BatchNewton:
 
     def _accept(self, cur: dict, mask: np.ndarray, z: Any, R: Any, U: Any, M: Any) -> dict:
         xp = self.backend.xp
-        if cur["R"] is None:
+        if cur["R"] is None or mask.all():
             return {"z": z, "R": R, "U": U, "M": M}
         return {"z": xp.where(batch_mask(mask, z, self.backend), z, cur["z"]),
                 "R": xp.where(batch_mask(mask, R, self.backend), R, cur["R"]),
@@ -493,20 +498,21 @@ class BatchNewton:
                         F: Any) -> np.ndarray:
         """Per problem (rows): ‖R‖², ‖g‖², ‖U − U_old‖², ‖U‖², ‖M − M_old‖², ‖M‖², ‖F‖²
         (an old array None: no change), in the one host read of an iteration. Each is a
-        2-norm reduction that reads its array once; a non-finite value anywhere in U, M or F
-        (or R, g) makes its row non-finite."""
+        sum of squares; a non-finite value anywhere in U, M or F (or R, g) makes its row
+        non-finite."""
         xp = self.backend.xp
         B = R.shape[0]
 
-        def norm(a: Any) -> Any:
-            return xp.astype(xp.linalg.vector_norm(xp.reshape(a, (B, -1)), axis=-1),
-                             R.dtype)
+        def squares(a: Any) -> Any:
+            a = a.reshape(B, -1)
+            total = (a * a).sum(axis=-1)
+            return total if total.dtype == R.dtype else xp.astype(total, R.dtype)
 
-        rows = [norm(R), norm(g)]
+        rows = [squares(R), squares(g)]
         for new, old in ((U, U_old), (M, M_old)):
-            rows += [0.0 * rows[0] if old is None else norm(new - old), norm(new)]
-        rows.append(norm(F))
-        return to_numpy(xp.stack(rows)).astype(np.float64) ** 2
+            rows += [0.0 * rows[0] if old is None else squares(new - old), squares(new)]
+        rows.append(squares(F))
+        return to_numpy(xp.reshape(xp.concat(rows), (len(rows), B))).astype(np.float64)
 
     def _next_points(self, mode: np.ndarray, t: np.ndarray, cur: dict, d: Any,
                      coupling: Any) -> Any:
@@ -516,7 +522,10 @@ class BatchNewton:
         step = xp.asarray(np.where(mode == TRIAL, t, 0.0), dtype=z.dtype,
                           **({} if self.backend.name == "numpy" else {"device": z.device}))
         trial = coupling.project(z + step[:, None] * d)
-        return xp.where(batch_mask(mode == CERTIFY, z, self.backend), z + cur["R"], trial)
+        certify = mode == CERTIFY
+        if not certify.any():
+            return trial
+        return xp.where(batch_mask(certify, z, self.backend), z + cur["R"], trial)
 
     def _directions(self, d: Any, mask: np.ndarray, cur: dict, rel: np.ndarray) -> Any:
         """d = S⁻¹ Σ (S D S + Σ)⁻¹ S R for the problems of ``mask`` (others keep theirs;

@@ -62,17 +62,41 @@ def heaviside(a, h0):  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True)
 def _thomas(a, b, c, d, x, cp, dp):  # pragma: no cover - compiled
+    """x = A⁻¹ d for the tridiagonal A (a_i = A[i, i−1], b_i, c_i = A[i, i+1]), eliminated
+    from both ends towards the middle row k = n // 2 (rows above k downwards, rows below
+    upwards, in one loop): two independent chains of one division a row whose latencies
+    overlap (the elimination's latency is its chain), then substituted outwards from k."""
     n = b.shape[0]
-    inv = 1.0 / b[0]   # one division a row: the elimination's latency is its chain
+    k = n // 2
+    inv = 1.0 / b[0]
     cp[0] = c[0] * inv
     dp[0] = d[0] * inv
-    for i in range(1, n):
-        inv = 1.0 / (b[i] - a[i] * cp[i - 1])
-        cp[i] = c[i] * inv if i < n - 1 else 0.0
-        dp[i] = (d[i] - a[i] * dp[i - 1]) * inv
-    x[n - 1] = dp[n - 1]
-    for i in range(n - 2, -1, -1):
-        x[i] = dp[i] - cp[i] * x[i + 1]
+    inv = 1.0 / b[n - 1]
+    cp[n - 1] = a[n - 1] * inv
+    dp[n - 1] = d[n - 1] * inv
+    for j in range(1, k):
+        inv = 1.0 / (b[j] - a[j] * cp[j - 1])
+        cp[j] = c[j] * inv
+        dp[j] = (d[j] - a[j] * dp[j - 1]) * inv
+        i = n - 1 - j
+        if i > k:
+            inv = 1.0 / (b[i] - c[i] * cp[i + 1])
+            cp[i] = a[i] * inv
+            dp[i] = (d[i] - c[i] * dp[i + 1]) * inv
+    pivot, rhs = b[k], d[k]
+    if k > 0:
+        pivot -= a[k] * cp[k - 1]
+        rhs -= a[k] * dp[k - 1]
+    if k < n - 1:
+        pivot -= c[k] * cp[k + 1]
+        rhs -= c[k] * dp[k + 1]
+    up = down = x[k] = rhs / pivot
+    for j in range(1, k + 1):
+        up = dp[k - j] - cp[k - j] * up
+        x[k - j] = up
+        if k + j < n:
+            down = dp[k + j] - cp[k + j] * down
+            x[k + j] = down
 
 
 @njit(cache=True, nogil=True)
@@ -132,7 +156,8 @@ def hjb_sweep(U, F, guess, use_guess, density, x, prm, nu, h, dt, inv_hw, inv_w,
     _node_values(x, density[0], prm, aux)
     for n in range(nt - 1, -1, -1):
         if use_guess:   # the guess shifted by the change found at level n + 1
-            u[:] = guess[n] + (U[n + 1] - guess[n + 1])
+            for i in range(nx):
+                u[i] = guess[n, i] + (U[n + 1, i] - guess[n + 1, i])
         else:
             u[:] = U[n + 1]
         row = n if frozen else 0

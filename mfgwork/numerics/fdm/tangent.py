@@ -120,7 +120,11 @@ def pipelined_factors(a, b, c, backward):  # pragma: no cover - compiled
     e = np.empty((L, n))
     g = np.empty((L, n))
     inv = np.empty((L, n))
-    for m in range(L):
+    for m in range(0, L - 1, 2):   # two levels a loop: independent chains that overlap
+        _factor_two(a, b, c, e, g, inv, m, _upwards(m, L, backward),
+                    _upwards(m + 1, L, backward))
+    if L % 2:
+        m = L - 1
         if _upwards(m, L, backward):
             _factor(a[m], b[m], c[m], e[m], g[m], inv[m], 0, 1)
         else:
@@ -147,6 +151,43 @@ def _factor(before, b, after, e, g, inv, first, step):  # pragma: no cover - com
         ek = after[i] * r
         e[i] = ek
     e[i] = 0.0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _factor_two(a, b, c, e, g, inv, m, up, up_next):  # pragma: no cover - compiled
+    """:func:`_factor` of the levels m (upwards where ``up``) and m + 1 (where ``up_next``)
+    in one loop, row by row: the same operations in the same order per level."""
+    n = b.shape[1]
+    p, q = m, m + 1
+    before_p, after_p = (a[p], c[p]) if up else (c[p], a[p])
+    before_q, after_q = (a[q], c[q]) if up_next else (c[q], a[q])
+    i, step = (0, 1) if up else (n - 1, -1)
+    j, step_q = (0, 1) if up_next else (n - 1, -1)
+    r = 1.0 / b[p, i]
+    inv[p, i] = r
+    g[p, i] = 0.0
+    ek = after_p[i] * r
+    e[p, i] = ek
+    r = 1.0 / b[q, j]
+    inv[q, j] = r
+    g[q, j] = 0.0
+    fk = after_q[j] * r
+    e[q, j] = fk
+    for _ in range(n - 1):
+        i += step
+        r = 1.0 / (b[p, i] - before_p[i] * ek)
+        inv[p, i] = r
+        g[p, i] = before_p[i] * r
+        ek = after_p[i] * r
+        e[p, i] = ek
+        j += step_q
+        r = 1.0 / (b[q, j] - before_q[j] * fk)
+        inv[q, j] = r
+        g[q, j] = before_q[j] * r
+        fk = after_q[j] * r
+        e[q, j] = fk
+    e[p, i] = 0.0
+    e[q, j] = 0.0
 
 
 @njit(cache=True, nogil=True, inline="always")
