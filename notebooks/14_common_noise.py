@@ -42,7 +42,7 @@
 # %% nbmake={"mock": {"depth": 3, "nx": 41}} tags=["parameters"]
 # grid (nx points in θ, as many time steps, rounded up to a multiple of depth)
 nx = 201
-# the epochs, and the payoff good of an uncrowded bar in each noise state
+# the epochs, and the payoff good of an uncrowded bar in the two noise states
 depth = 6
 values = [12.0, 8.0]
 # the chain stays in its state with probability persistence; the persistences compared
