@@ -185,6 +185,7 @@ NOTEBOOK_PARAMETERS: dict[str, dict] = {
                          "n_players": 300, "n_samples": 4},
     "13_long_run.ipynb": {"nx": 41, "horizons": [10.0, 40.0], "steps_per_unit": 3,
                           "sizes": [21, 41, 81]},
+    "14_common_noise.ipynb": {"nx": 41, "depth": 3},
 }
 #: Executed through the command line (``python -m mfgwork run``), as ``make run`` does.
 VIA_COMMAND_LINE = {"01_santa_fe_bar.ipynb"}

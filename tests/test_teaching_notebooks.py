@@ -1,8 +1,8 @@
 """Notebooks 06 (N patrons against the mean field), 07 (the two-state El Farol game), 09
 (your own model), 10 (congestion, power Hamiltonians and two populations), 11 (a crowd in
-a room, two bars), 12 (the planner and the price of anarchy) and 13 (the long run), executed
-once per test run by papermill at small parameters into run folders (the ``notebook_runs``
-fixture of conftest.py) whose files are checked."""
+a room, two bars), 12 (the planner and the price of anarchy), 13 (the long run) and 14
+(common noise), executed once per test run by papermill at small parameters into run folders
+(the ``notebook_runs`` fixture of conftest.py) whose files are checked."""
 
 from __future__ import annotations
 
@@ -258,3 +258,39 @@ def test_long_run_notebook(notebook_runs):
     # the value's slope in the middle of the longer horizon is nearer to λ
     errors = [abs(r["lambda_from_the_value"] - r["lambda_long_run"]) for r in rows]
     assert errors[1] < errors[0]
+
+
+def test_common_noise_notebook(notebook_runs):
+    # nx 41 (nt 42: a multiple of the depth), depth 3: 8 scenarios
+    run = notebook_runs("14_common_noise.ipynb")
+    out, nx, depth = run.folder, run.parameters["nx"], run.parameters["depth"]
+    metrics = check_run_folder(out, "14_common_noise.ipynb", {"attendance_fan", "persistence"})
+    tol = json.loads((out / "parameters.json").read_text())["tol"]
+    assert metrics["converged"] is True and metrics["residual"] <= tol
+    assert metrics["certificate"] == pytest.approx(metrics["residual"], rel=1e-6)
+    assert metrics["probability_sum"] == pytest.approx(1.0, abs=1e-12)
+    # the noiseless tree is the bar itself; a frozen chain's constant scenarios are the bar
+    # with that state's payoff
+    assert metrics["noiseless_difference"] < 1e-10
+    assert metrics["persistent_difference"] < 1e-10
+    nt = depth * math.ceil(nx / depth)
+    with np.load(out / "arrays.npz") as data:
+        assert data["M"].shape == (2**depth, nt + 1, nx)
+        assert data["noise_state"].shape == (2**depth, depth)
+        assert data["probability"].sum() == pytest.approx(1.0)
+        assert (data["scenario_residual"] <= tol).all()
+        A = data["attendance"]
+        assert ((A > 0) & (A < 1)).all() and np.ptp(A[:, -1]) > 0
+    rows = json.loads((out / "persistence.json").read_text())
+    low, high = sorted(rows, key=lambda r: r["persistence"])
+    assert all(r["converged"] for r in rows)
+    # a persistent chain: the first news lasts (the gap between the first states' halves in the
+    # middle of the second epoch nearly 2p - 1 times that of the first) and the scenarios
+    # spread more; the expected attendance moves less than the spread
+    for r in rows:
+        assert r["gap_ratio"] == pytest.approx(r["correlation"], abs=0.05)
+    assert high["gap_end_epoch_1"] > low["gap_end_epoch_1"]
+    assert high["gap_mid_epoch_2"] > low["gap_mid_epoch_2"]
+    assert high["mean_spread"] > low["mean_spread"]
+    assert abs(high["mean_attendance"] - low["mean_attendance"]) \
+        < high["mean_spread"] - low["mean_spread"]
