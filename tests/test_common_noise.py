@@ -181,3 +181,17 @@ def test_what_the_tree_cannot_solve_is_refused_before_any_work(monkeypatch):
         mw.solve_common_noise(mw.SantaFeBar())
     with pytest.raises(mw.ParameterError, match="n_particles=10 is invalid for a CommonNoise"):
         mw.solve(shock(), n_particles=10)
+
+
+def test_threads_share_a_level_without_changing_the_product(monkeypatch):
+    """The nodes of a level split among threads give the serial product exactly."""
+    module = importlib.import_module("mfgwork.numerics.scenario_tree")
+    noise = shock(depth=5)
+    scheme = TreeScheme(noise, 21, 10, get_backend("numpy"))
+    z = np.full((noise.tree.nodes, scheme.steps), 0.6)
+    U, M, _ = scheme.respond(z)
+    v = np.random.default_rng(5).standard_normal(z.shape)
+    monkeypatch.setattr(module, "threads", lambda: 1)
+    serial = TreeTangent(scheme, U, M)(v)
+    monkeypatch.setattr(module, "threads", lambda: 3)
+    np.testing.assert_array_equal(TreeTangent(scheme, U, M)(v), serial)

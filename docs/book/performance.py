@@ -91,6 +91,15 @@ LATENCY_COLUMNS = [Column("case", "case"), Column("before_s", "before", seconds)
                    Column("solve_after_s", "solve after", seconds),
                    Column("ratio", "after / before", number)]
 
+#: The columns of ``benchmarks/common_noise.py``'s rows.
+COMMON_NOISE_COLUMNS = [Column("depth", "depth", number), Column("scenarios", "scenarios", number),
+                        Column("tree_s", "tree", seconds), Column("model_s", "model", seconds),
+                        Column("ratio", "ratio", number),
+                        Column("estimate_s", "estimate (1 core)", seconds),
+                        Column("best_responses", "best responses", number),
+                        Column("tangent_products", "tangent products", number),
+                        Column("residual", "residual", number)]
+
 
 def _latency_rows(data: Any) -> list[Row]:
     """The rows of ``benchmarks/latency.py``: each case's fastest run before and after."""
@@ -299,6 +308,22 @@ SECTIONS: list[Section] = [
          Column("newton_steps", "Newton steps", number),
          Column("residual", "residual", number), Column("attendance", "attendance", number)],
         bars="stationary_s", label=("model",)),
+    Section(
+        "common_noise_cpu_1core.json", "Common noise on a scenario tree (one core)",
+        "Santa Fe whose payoff `good` switches between 12 and 8 (persistence 0.8), trees of "
+        "depth 2, 4 and 6 (4 to 64 scenarios) at 201², tol 1e-8, NumPy on one core "
+        "(`benchmarks/common_noise.py`): the conditional equilibrium on the tree and the "
+        "model's own equilibrium on the same grid, each the fastest of three, their ratio, "
+        "the one-core estimate made before the solve, best responses, tangent products and "
+        "the certified residual (target: depth 6 ≤ 5 s).",
+        COMMON_NOISE_COLUMNS, bars="tree_s", label=("depth",)),
+    Section(
+        "common_noise_h200.json", "Common noise on a scenario tree (H200)",
+        "The same trees with every solve on torch float64 on one H200 (`benchmarks/"
+        "common_noise.py --device cuda`): each level of the tree one batched sweep on the "
+        "device, the tangent products of Newton's method on the host's cores (target: depth "
+        "6 ≤ 1 s).",
+        COMMON_NOISE_COLUMNS, bars="tree_s", label=("depth",)),
     Section(
         "planner_cpu_1core.json", "The planner's optimum against the equilibrium (one core)",
         "Santa Fe at 201², tol 1e-8, σ 0.5, NumPy on one core (`benchmarks/planner.py`): the "

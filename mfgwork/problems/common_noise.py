@@ -115,8 +115,9 @@ class CommonNoise:
                  transition: Any, depth: int, initial: Sequence[float] | None = None,
                  names: Sequence[str] | None = None) -> None:
         if not isinstance(problem, MFGProblem) or not hasattr(type(problem), "from_params"):
-            raise ParameterError(f"problem={problem!r:.80} is invalid: must be a problem "
-                                 "rebuilt from its parameters (e.g. mfgwork.SantaFeBar)")
+            raise ParameterError(f"problem={problem!r:.80} is invalid: must be an "
+                                 "mfgwork.MFGProblem rebuilt from its parameters (e.g. "
+                                 "mfgwork.SantaFeBar)")
         params = problem.params()
         numeric = [k for k, v in params.items() if isinstance(v, int | float)
                    and not isinstance(v, bool)]
@@ -145,9 +146,12 @@ class CommonNoise:
         self.tree = ScenarioTree(n, self.depth, self.transition, self.initial)
 
     def __repr__(self) -> str:
+        def rounded(a: np.ndarray) -> list:
+            return np.round(a, 12).tolist()
+
         return (f"CommonNoise({self.problem!r}, {self.parameter!r}, {self.values!r}, "
-                f"transition={self.transition.tolist()!r}, depth={self.depth}, "
-                f"initial={self.initial.tolist()!r})")
+                f"transition={rounded(self.transition)!r}, depth={self.depth}, "
+                f"initial={rounded(self.initial)!r})")
 
     @property
     def scenarios(self) -> int:
