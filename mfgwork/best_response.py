@@ -23,6 +23,7 @@ from .numerics.finite_state import TwoStateScheme
 from .numerics.iteration import FPSolver, HJBSolver, frozen_args, relative_residual
 from .numerics.particles import ParticleFP
 from .numerics.populations import populations_residual
+from .numerics.stationary2d import ErgodicSystem2D
 from .problems import TwoStateElFarol
 from .problems.base import MFGProblem, batch_coupling, member_arrays
 from .problems.populations import Populations
@@ -135,6 +136,11 @@ def best_response_residual_2d(result: Any, problem: MFGProblem2D) -> float:
         raise ParameterError(f"problem={problem!r:.80} is invalid: pass the MFGProblem2D "
                              "that was solved")
     nt, ny, nx = result.M.shape[0] - 1, result.y.size, result.x.size
+    if result.params.get("stationary"):   # the long run: its own best response
+        system = ErgodicSystem2D(problem, nx, ny)
+        return system.certificate(*(np.asarray(to_numpy(a), dtype=np.float64)[0]
+                                    for a in (result.M, result.U)),
+                                  float(result.summary["ergodic_constant"]))
     setup = fdm2d_equilibrium.build(problem, nx, ny, nt, get_backend("numpy"), "direct")
     res = fdm2d_equilibrium.best_response_residual(setup, np.asarray(result.M, dtype=np.float64),
                                     np.asarray(result.U, dtype=np.float64))

@@ -34,10 +34,11 @@ import numpy as np
 
 from .core import memory
 from .core.backend import Backend, get_backend, to_numpy
-from .core.errors import ParameterError, check_choice, check_int
+from .core.errors import ParameterError, check_choice, check_flag, check_int
 from .numerics.fdm2d import equilibrium as eq
 from .numerics.fdm2d.sweeps import SOLVERS
 from .numerics.iteration import Anderson, IterationScheme, check_stopping, make_scheme
+from .numerics.stationary2d import ErgodicSystem2D
 from .placement import resolve
 from .problems.base import warn_unresolved
 from .problems.two_d import MFGProblem2D
@@ -123,7 +124,7 @@ def solve_2d(problem: MFGProblem2D, nx: int = 101, ny: int | None = None, nt: in
              backend: str | Backend = "numpy", device: str = "cpu", dtype: object = None,
              tol: float = 1e-6, max_iter: int = 200, solver: str | None = None,
              iteration: str | IterationScheme | None = None, progress: bool | None = None,
-             max_memory: int | str | None = None) -> Result2D:
+             max_memory: int | str | None = None, stationary: bool = False) -> Result2D:
     """Solve ``problem`` on ``nx`` × ``ny`` nodes (walls included; ``ny`` defaults to ``nx``)
     and ``nt`` time steps, to a certified relative fixed-point residual ``tol``.
 
@@ -138,7 +139,13 @@ def solve_2d(problem: MFGProblem2D, nx: int = 101, ny: int | None = None, nt: in
     are checked and the memory estimated (``max_memory``) before any work. A solve that does
     not reach ``tol`` in ``max_iter`` best responses returns its best iterate with
     ``converged=False`` and a :class:`~mfgwork.ConvergenceWarning`.
+
+    ``stationary=True``: the long run instead, the ergodic system of a domain without exits
+    (:mod:`mfgwork.numerics.stationary2d`; ``nt``, T, ``solver`` and ``iteration`` play no
+    part), solved in float64 on the CPU by sparse LU and returned on ``backend``.
     """
+    if check_flag("stationary", stationary):
+        return _long_run(problem, nx, ny, backend, device, dtype, tol, max_iter, max_memory)
     return _solve([problem], False, nx, ny, nt, backend, device, dtype, tol, max_iter,
                   solver, iteration, progress, max_memory)[0]
 
@@ -229,6 +236,47 @@ def _solve_one(problems: Any, batch: bool, nx: int, ny: int, nt: int, be: Backen
                     "door_outflow": flows, "obstacle": g.obstacle, "exit": g.exit},
             problem=p))
     return results
+
+
+def _long_run(problem: Any, nx: Any, ny: Any, backend: Any, device: Any, dtype: Any,
+              tol: Any, max_iter: Any, max_memory: Any) -> Result2D:
+    """:func:`solve_2d` with ``stationary=True``: one level (t = 0), U the ergodic value v
+    (Σ V v = 0), M the stationary density, ``summary["ergodic_constant"]`` λ."""
+    started = time.perf_counter()
+    nx, ny, _, be, tol, max_iter, _, _ = _check_args([problem], nx, ny, 1, backend, device,
+                                                     dtype, tol, max_iter, None, None)
+    if be.dtype != "float64":
+        raise ParameterError(f"dtype={be.dtype!r} is invalid with stationary=True: the "
+                             "ergodic system is solved in float64 (on the CPU)")
+    n = nx * ny
+    memory.check_parts({"nx and ny": int(LU_BYTES * n * math.log2(n))},
+                       get_backend("numpy"), max_memory=max_memory,
+                       what=f"the long run on {nx} x {ny} nodes (sparse factorisations)")
+    system = ErgodicSystem2D(problem, nx, ny)
+    g = system.grid
+    g.check_scales(problem.sigma, "float64", steady=True)
+    warn_unresolved([problem], g)
+    out = system.solve(tol, max_iter)
+    host = get_backend("numpy")
+    M = out.m[None]
+    obs = {k: to_numpy(v) for k, v in problem.observables(g, M, host).items()}
+    labels, axes = _observable_axes(problem, obs)
+    vx, vy = (v[None] for v in system.stencil.velocity(out.v, None))
+    wall = time.perf_counter() - started
+    return Result2D(
+        x=g.x, t=np.zeros(1), U=be.asarray(out.v[None]), M=be.asarray(M),
+        converged=out.converged, iterations=out.iterations, history=out.history,
+        params=problem.params() | {"nx": nx, "ny": ny, "tol": tol, "max_iter": max_iter,
+                                   "stationary": True, "iteration": {
+                                       "scheme": "newton", "system": "sparse LU on the CPU"}},
+        timings={"solve": wall, "total": wall}, backend=be.name, device=be.device,
+        dtype=be.dtype, observables=obs, residual=out.residual, axes=axes,
+        summary={"ergodic_constant": float(out.ergodic_constant)},
+        labels=labels | {"door": ()},
+        arrays={"y": g.y, "velocity_x": vx, "velocity_y": vy, "outflow": np.zeros(1),
+                "exit_flux": np.zeros(1), "door_outflow": np.zeros((1, 0)),
+                "obstacle": g.obstacle, "exit": g.exit},
+        extra={"best_responses": out.iterations}, problem=problem)
 
 
 def _resolvable_tol(tol: float, setup: eq.Setup) -> float:

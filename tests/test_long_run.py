@@ -143,3 +143,29 @@ def test_an_ergodic_refinement_needs_an_exact_ergodic_solution():
     rows = ergodic_refinement(ErgodicProblem(), [41, 81], tol=1e-11)
     assert [r["nx"] for r in rows] == [41, 81]
     assert 0.85 < fitted_order(rows, "error_m") < 1.2
+
+
+def test_the_two_bars_long_run_is_the_line_on_each_axis():
+    """Independent bars: the 2-D ergodic system (sparse, Newton–Krylov on the attendance
+    pair) is the 1-D one (dense Newton on the whole system) on each axis: product density,
+    the 1-D attendance per bar, twice the 1-D ergodic constant."""
+    bars = mw.solve(mw.TwoBars(), nx=31, stationary=True, tol=1e-8)
+    line = mw.solve(mw.SantaFeBar(), nx=31, stationary=True, tol=1e-12)
+    assert bars.converged and bars.residual <= 1e-8 and bars.M.shape == (1, 31, 31)
+    assert bars.check() == pytest.approx(bars.residual, rel=1e-3, abs=1e-12)
+    np.testing.assert_allclose(bars.M[0], np.outer(line.M[0], line.M[0]), atol=1e-10)
+    np.testing.assert_allclose(bars.attendance[0], line.summary["mean_attendance"], atol=1e-10)
+    assert bars.summary["ergodic_constant"] == pytest.approx(
+        2 * line.summary["ergodic_constant"], rel=1e-8)
+    assert bars.mass[0] == pytest.approx(1.0, abs=1e-12)
+    on_torch = mw.solve(mw.TwoBars(), nx=21, stationary=True, backend="torch")
+    assert on_torch.backend == "torch" and on_torch.converged
+
+
+def test_a_long_run_without_a_stationary_state_is_refused_before_any_work():
+    with pytest.raises(mw.ParameterError, match="exit.*no stationary state"):
+        mw.solve(mw.Room(), nx=21, stationary=True)
+    with pytest.raises(mw.ParameterError, match="dtype='float32' is invalid with stationary"):
+        mw.solve(mw.TwoBars(), nx=21, stationary=True, dtype="float32", backend="torch")
+    with pytest.raises(mw.ParameterError, match="stationary=1 is invalid|stationary"):
+        mw.solve(mw.TwoBars(), nx=21, stationary=1)

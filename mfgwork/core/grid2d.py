@@ -217,10 +217,12 @@ class Grid2D:
         free, ex = ~self.obstacle, self.exit
         return free[1:, :] & free[:-1, :] & ~(ex[1:, :] & ex[:-1, :])
 
-    def check_scales(self, sigma: float, dtype: str = "float64") -> None:
+    def check_scales(self, sigma: float, dtype: str = "float64", steady: bool = False
+                     ) -> None:
         """h, Δt and ν finite and normal; the diffusion numbers ν Δt / h² at most the 1-D
-        limit (the checks of :meth:`mfgwork.core.grid.Grid.check_scales`, per axis)."""
+        limit (the checks of :meth:`mfgwork.core.grid.Grid.check_scales`, per axis;
+        ``steady``: no time steps, Δt unchecked)."""
         from .grid import Grid
 
-        Grid(self.x_min, self.x_max, self.nx, self.T, self.nt).check_scales(sigma, dtype)
-        Grid(self.y_min, self.y_max, self.ny, self.T, self.nt).check_scales(sigma, dtype)
+        for low, high, n in ((self.x_min, self.x_max, self.nx), (self.y_min, self.y_max, self.ny)):
+            Grid(low, high, n, self.T, self.nt).check_scales(sigma, dtype, steady=steady)
