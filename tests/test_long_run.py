@@ -169,3 +169,24 @@ def test_a_long_run_without_a_stationary_state_is_refused_before_any_work():
         mw.solve(mw.TwoBars(), nx=21, stationary=True, dtype="float32", backend="torch")
     with pytest.raises(mw.ParameterError, match="stationary=1 is invalid|stationary"):
         mw.solve(mw.TwoBars(), nx=21, stationary=1)
+
+
+def test_a_2d_model_of_ones_own_settles_on_its_long_run():
+    """A density coupling in 2-D (Newton–Krylov on the whole density): the middle of finite
+    horizons approaches the stationary density as T grows, and the value falls at the rate
+    λ there."""
+    def room(T):
+        return mw.MFGProblem2D(-1, 1, -1, 1, T, 0.6, m0=lambda x, y: np.exp(-(x**2 + y**2)),
+                               g=lambda x, y: 0 * x,
+                               f=lambda t, x, y, m: m + 0.5 * (x + 0.3 * y) ** 2)
+
+    long_run = mw.solve(room(1.0), nx=15, stationary=True, tol=1e-10)
+    assert long_run.converged and long_run.check() <= 1e-10
+    gaps = []
+    for T in (4.0, 8.0):
+        n = int(10 * T)
+        res = mw.solve(room(T), nx=15, nt=n, tol=1e-8, progress=False)
+        gaps.append(np.abs(res.M[n // 2] - long_run.M[0]).max() / long_run.M.max())
+        rate = (res.U[n // 2 - 10] - res.U[n // 2 + 10]).mean() / 2.0
+    assert gaps[1] < 5e-3 and gaps[1] < gaps[0] / 5
+    assert rate == pytest.approx(long_run.summary["ergodic_constant"], rel=1e-3)
