@@ -7,8 +7,8 @@ epochs), tol 1e-8, each the fastest of ``--repeats`` end-to-end ``mw.solve`` cal
 the model's equilibrium on the same grid and backend (the baseline), their ratio, the nodes,
 the best responses and tangent products, the certified residual and the one ``res.check()``
 recomputes, the estimate made before the solve, and the largest gap to the model's
-equilibrium where every state is alike (``--depths``' largest, the noiseless limit). On the
-CPU pin one core (targets: depth 6 at 201² ≤ 5 s); ``--device cuda`` runs every solve on
+equilibrium where every state is alike (``--depths``' largest, the noiseless limit), and on a
+device the largest gap to NumPy's solve of the deepest tree. On the CPU pin one core (targets: depth 6 at 201² ≤ 5 s); ``--device cuda`` runs every solve on
 torch on that device (target ≤ 1 s).
 
     taskset -c 0 python benchmarks/common_noise.py [--nx 201] [--depths 2,4,6] [--out F]
@@ -80,9 +80,17 @@ def main() -> None:
     model = mw.solve(mw.SantaFeBar(), nx=args.nx, nt=nt, tol=1e-12, progress=False, **on)
     gap = float(np.max(np.abs(mw.to_numpy(flat.M) - mw.to_numpy(model.M)[None])))
     print(f"noiseless limit (depth {depths[-1]}): max |M - M_model| = {gap:.1e}")
+    backend_gap = None
+    if on:   # the device's tree against NumPy's, float64
+        host = mw.solve(noise(depths[-1]), nx=args.nx, nt=nt, tol=1e-12)
+        device = mw.solve(noise(depths[-1]), nx=args.nx, nt=nt, tol=1e-12, **on)
+        backend_gap = float(np.max(np.abs(mw.to_numpy(device.M) - host.M)))
+        print(f"{args.device} against NumPy (depth {depths[-1]}, tol 1e-12): max |ΔM| = "
+              f"{backend_gap:.1e}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"rows": rows, "noiseless_gap": gap, "device": args.device,
+    out.write_text(json.dumps({"rows": rows, "noiseless_gap": gap, "backend_gap": backend_gap,
+                               "device": args.device,
                                "persistence": PERSISTENCE, "provenance": provenance()},
                               indent=2) + "\n")
     print(f"wrote {out}")
