@@ -8,8 +8,9 @@ the model's equilibrium on the same grid and backend (the baseline), their ratio
 the best responses and tangent products, the certified residual and the one ``res.check()``
 recomputes, the estimate made before the solve, and the largest gap to the model's
 equilibrium where every state is alike (``--depths``' largest, the noiseless limit), and on a
-device the largest gap to NumPy's solve of the deepest tree. On the CPU pin one core (targets: depth 6 at 201² ≤ 5 s); ``--device cuda`` runs every solve on
-torch on that device (target ≤ 1 s).
+device the largest gap to NumPy's solve of the deepest tree. On the CPU pin one core
+(target: depth 6 at 201² ≤ 5 s); ``--device cuda`` runs every solve on torch on that
+device (target ≤ 1 s).
 
     taskset -c 0 python benchmarks/common_noise.py [--nx 201] [--depths 2,4,6] [--out F]
     python benchmarks/common_noise.py --device cuda --out F
