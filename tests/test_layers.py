@@ -203,10 +203,6 @@ def test_the_result_family_imports_no_solver(name):
 
 #: The longest a function of ``mfgwork/numerics`` may be (lines, docstring included).
 LONGEST = 80
-#: Longer ones left as they are, and why: their split into helper functions is to be
-#: measured on a GPU first (a split of the cooperative BiCGStab kernel did not finish its
-#: room benchmark on an H200; the 1-D HJB sweep's split ran as fast as before).
-LONG_KERNELS = {("fdm2d/triton_krylov.py", "_solve"), ("fdm2d/triton_system.py", "system_kernel")}
 
 
 @pytest.mark.parametrize("path", sorted((PACKAGE / "numerics").rglob("*.py")),
@@ -216,5 +212,4 @@ def test_no_numerics_function_is_longer_than_80_lines(path):
     long = {(where, node.name) for node in ast.walk(ast.parse(path.read_text()))
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
             and node.end_lineno - node.lineno + 1 > LONGEST}
-    expected = {k for k in LONG_KERNELS if k[0] == where}
-    assert long == expected, f"functions over {LONGEST} lines: {sorted(long)}"
+    assert long == set(), f"functions over {LONGEST} lines: {sorted(long)}"

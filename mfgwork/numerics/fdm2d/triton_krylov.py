@@ -399,15 +399,7 @@ def _solve(x, r, p, v, t, w, z, r_hat, inv, diag, W, E, S, N, b_norm, part, sync
     bn = tl.load(b_norm + b)
     scale = tl.where(bn == 0.0, 1.0, bn)
     zero = bn * 0.0
-    rr = zero
-    r2 = zero
-    for tile in tl.range(q, tiles, P):
-        k, inside, mw, me, ms, mn = tile_nodes(tile, NY, NX, BLOCK)
-        r_k = _ld(r + k, inside, ".cg")
-        rr += tl.sum(tl.load(r_hat + k, mask=inside, other=0.0) * r_k, axis=0)
-        r2 += tl.sum(r_k * r_k, axis=0)
-        if NEUMANN:
-            tl.store(z + k, tl.zeros_like(r_k), mask=inside)
+    rr, r2 = _first_sums(r, r_hat, z, q, P, tiles, NY, NX, zero, NEUMANN, BLOCK)
     tl.store(part + 3 * P + q, rr)
     tl.store(part + 4 * P + q, r2)
     arrivals = P
@@ -422,60 +414,24 @@ def _solve(x, r, p, v, t, w, z, r_hat, inv, diag, W, E, S, N, b_norm, part, sync
         beta = _div(rho_new, rho) * _div(alpha, omega)
         src = (it % 2) * second
         dst = second - src
-        rv = zero
-        if NEUMANN:
-            for tile in tl.range(q, tiles, P):
-                _neumann_direction_tile(r, p + src, v + src, inv, W, E, S, N, p + dst, w,
-                                        tile, NY, NX, beta, omega, TRANSPOSE, BLOCK, ".cg")
-            arrivals += P
-            ok = ok & _sync(counter, arrivals, LIMIT)
-            for tile in tl.range(q, tiles, P):
-                rv += _neumann_v_tile(p + dst, w, W, E, S, N, r_hat, v + dst, tile, NY, NX,
-                                      TRANSPOSE, BLOCK, ".cg")
-        else:
-            for tile in tl.range(q, tiles, P):
-                rv += _direction_tile(r, p + src, v + src, inv, diag, W, E, S, N, r_hat,
-                                      p + dst, v + dst, tile, NY, NX, beta, omega, TRANSPOSE,
-                                      BLOCK, ".cg")
+        rv, arrivals, ok = _direction_pass(r, p + src, v + src, p + dst, v + dst, w, inv, diag,
+                                           W, E, S, N, r_hat, q, P, tiles, NY, NX, beta, omega,
+                                           counter, arrivals, ok, zero, TRANSPOSE, NEUMANN,
+                                           BLOCK, LIMIT)
         tl.store(part + q, rv)
         arrivals += P
         ok = ok & _sync(counter, arrivals, LIMIT)
         alpha = _div(rho_new, _total(part, P, PB, ".cg"))
-        ts = zero
-        tt = zero
-        if NEUMANN:
-            for tile in tl.range(q, tiles, P):
-                _neumann_s_tile(r, v + dst, inv, W, E, S, N, w, tile, NY, NX, alpha, TRANSPOSE,
-                                BLOCK, ".cg")
-            arrivals += P
-            ok = ok & _sync(counter, arrivals, LIMIT)
-            for tile in tl.range(q, tiles, P):
-                a, c = _neumann_t_tile(r, v + dst, w, W, E, S, N, t, tile, NY, NX, alpha,
-                                       TRANSPOSE, BLOCK, ".cg")
-                ts += a
-                tt += c
-        else:
-            for tile in tl.range(q, tiles, P):
-                a, c = _step_tile(r, v + dst, inv, diag, W, E, S, N, t, tile, NY, NX, alpha,
-                                  TRANSPOSE, BLOCK, ".cg")
-                ts += a
-                tt += c
+        ts, tt, arrivals, ok = _step_pass(r, v + dst, w, t, inv, diag, W, E, S, N, q, P, tiles,
+                                          NY, NX, alpha, counter, arrivals, ok, zero, TRANSPOSE,
+                                          NEUMANN, BLOCK, LIMIT)
         tl.store(part + P + q, ts)
         tl.store(part + 2 * P + q, tt)
         arrivals += P
         ok = ok & _sync(counter, arrivals, LIMIT)
         omega = _div(_total(part + P, P, PB, ".cg"), _total(part + 2 * P, P, PB, ".cg"))
-        rr = zero
-        r2 = zero
-        for tile in tl.range(q, tiles, P):
-            if NEUMANN:
-                a, c = _update_tile(z, r, v + dst, p + dst, t, inv, r_hat, z, r, tile, NY, NX,
-                                    alpha, omega, BLOCK, ".cg", False)
-            else:
-                a, c = _update_tile(x, r, v + dst, p + dst, t, inv, r_hat, x, r, tile, NY, NX,
-                                    alpha, omega, BLOCK, ".cg")
-            rr += a
-            r2 += c
+        rr, r2 = _update_pass(x, z, r, v + dst, p + dst, t, inv, r_hat, q, P, tiles, NY, NX,
+                              alpha, omega, zero, NEUMANN, BLOCK)
         tl.store(part + 3 * P + q, rr)
         tl.store(part + 4 * P + q, r2)
         arrivals += P
@@ -493,3 +449,90 @@ def _solve(x, r, p, v, t, w, z, r_hat, inv, diag, W, E, S, N, b_norm, part, sync
         tl.store(status + 3 * b, it.to(status.dtype.element_ty))
         tl.store(status + 3 * b + 1, norm / scale)
         tl.store(status + 3 * b + 2, ok.to(status.dtype.element_ty))
+
+
+@triton.jit
+def _first_sums(r, r_hat, z, q, P, tiles, NY, NX, zero, NEUMANN: tl.constexpr,
+                BLOCK: tl.constexpr):
+    """Program q's parts of r̂·r and r·r (and z = 0 with the Neumann preconditioner);
+    ``zero``: 0 in the solve's dtype."""
+    rr = zero
+    r2 = zero
+    for tile in tl.range(q, tiles, P):
+        k, inside, mw, me, ms, mn = tile_nodes(tile, NY, NX, BLOCK)
+        r_k = _ld(r + k, inside, ".cg")
+        rr += tl.sum(tl.load(r_hat + k, mask=inside, other=0.0) * r_k, axis=0)
+        r2 += tl.sum(r_k * r_k, axis=0)
+        if NEUMANN:
+            tl.store(z + k, tl.zeros_like(r_k), mask=inside)
+    return rr, r2
+
+
+@triton.jit
+def _direction_pass(r, p, v, p_out, v_out, w, inv, diag, W, E, S, N, r_hat, q, P, tiles, NY,
+                    NX, beta, omega, counter, arrivals, ok, zero, TRANSPOSE: tl.constexpr,
+                    NEUMANN: tl.constexpr, BLOCK: tl.constexpr, LIMIT: tl.constexpr):
+    """BiCGStab's new direction p and v = A p over program q's tiles, and its part of r̂·v
+    (the Neumann preconditioner meets at one barrier more); returns (r̂·v, arrivals, ok)."""
+    rv = zero
+    if NEUMANN:
+        for tile in tl.range(q, tiles, P):
+            _neumann_direction_tile(r, p, v, inv, W, E, S, N, p_out, w, tile, NY, NX, beta,
+                                    omega, TRANSPOSE, BLOCK, ".cg")
+        arrivals += P
+        ok = ok & _sync(counter, arrivals, LIMIT)
+        for tile in tl.range(q, tiles, P):
+            rv += _neumann_v_tile(p_out, w, W, E, S, N, r_hat, v_out, tile, NY, NX,
+                                  TRANSPOSE, BLOCK, ".cg")
+    else:
+        for tile in tl.range(q, tiles, P):
+            rv += _direction_tile(r, p, v, inv, diag, W, E, S, N, r_hat, p_out, v_out, tile,
+                                  NY, NX, beta, omega, TRANSPOSE, BLOCK, ".cg")
+    return rv, arrivals, ok
+
+
+@triton.jit
+def _step_pass(r, v, w, t, inv, diag, W, E, S, N, q, P, tiles, NY, NX, alpha, counter,
+               arrivals, ok, zero, TRANSPOSE: tl.constexpr, NEUMANN: tl.constexpr,
+               BLOCK: tl.constexpr, LIMIT: tl.constexpr):
+    """s = r − α v and t = A s over program q's tiles, and its parts of t·s and t·t; returns
+    (t·s, t·t, arrivals, ok)."""
+    ts = zero
+    tt = zero
+    if NEUMANN:
+        for tile in tl.range(q, tiles, P):
+            _neumann_s_tile(r, v, inv, W, E, S, N, w, tile, NY, NX, alpha, TRANSPOSE, BLOCK,
+                            ".cg")
+        arrivals += P
+        ok = ok & _sync(counter, arrivals, LIMIT)
+        for tile in tl.range(q, tiles, P):
+            a, c = _neumann_t_tile(r, v, w, W, E, S, N, t, tile, NY, NX, alpha, TRANSPOSE,
+                                   BLOCK, ".cg")
+            ts += a
+            tt += c
+    else:
+        for tile in tl.range(q, tiles, P):
+            a, c = _step_tile(r, v, inv, diag, W, E, S, N, t, tile, NY, NX, alpha, TRANSPOSE,
+                              BLOCK, ".cg")
+            ts += a
+            tt += c
+    return ts, tt, arrivals, ok
+
+
+@triton.jit
+def _update_pass(x, z, r, v, p, t, inv, r_hat, q, P, tiles, NY, NX, alpha, omega, zero,
+                 NEUMANN: tl.constexpr, BLOCK: tl.constexpr):
+    """x (z with the Neumann preconditioner) and r updated over program q's tiles, and its
+    parts of r̂·r and r·r."""
+    rr = zero
+    r2 = zero
+    for tile in tl.range(q, tiles, P):
+        if NEUMANN:
+            a, c = _update_tile(z, r, v, p, t, inv, r_hat, z, r, tile, NY, NX, alpha, omega,
+                                BLOCK, ".cg", False)
+        else:
+            a, c = _update_tile(x, r, v, p, t, inv, r_hat, x, r, tile, NY, NX, alpha, omega,
+                                BLOCK, ".cg")
+        rr += a
+        r2 += c
+    return rr, r2

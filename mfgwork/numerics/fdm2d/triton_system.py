@@ -127,17 +127,26 @@ def system_kernel(u, x, u_out, u_next, F, dens, prm_ptr, flags, inv_wx, inv_wy, 
     if LOW:
         _store_coefficients(low, plane, k, inside, diag, w, e, s, n)
     if not JACOBIAN:
-        R = ((c - tl.load(u_next + k, mask=inside, other=0.0)) * inv_dt
-             - nu_b * lap + value - tl.load(F + k, mask=inside, other=0.0)) * act
-        tl.store(r + k, R, mask=inside)
-        tl.store(r_hat + k, R, mask=inside)
-        tl.store(p + k, tl.zeros_like(R), mask=inside)
-        tl.store(v + k, tl.zeros_like(R), mask=inside)
-        tl.store(u_out + k, c, mask=whole)
-        part = part + b * 3 * tiles + tile
-        tl.store(part, tl.max(tl.where(inside, tl.abs(R), 0.0), axis=0), mask=flag)
-        tl.store(part + tiles, tl.max(tl.where(inside, tl.abs(c), 0.0), axis=0), mask=flag)
-        tl.store(part + 2 * tiles, tl.sum(R * R, axis=0), mask=flag)
+        _store_residual(r, r_hat, p, v, u_out, part + b * 3 * tiles + tile, tiles, u_next, F,
+                        k, inside, whole, flag, c, lap, value, act, nu_b, inv_dt)
+
+
+@triton.jit
+def _store_residual(r, r_hat, p, v, u_out, part, tiles, u_next, F, k, inside, whole, flag, c,
+                    lap, value, act, nu_b, inv_dt):
+    """R of the step at the nodes k (0 where inactive) into r and r̂, the solver's start
+    p = v = 0 and u_out = c; the tile's max|R|, max|u| and Σ R² into ``part`` (where
+    ``flag``)."""
+    R = ((c - tl.load(u_next + k, mask=inside, other=0.0)) * inv_dt
+         - nu_b * lap + value - tl.load(F + k, mask=inside, other=0.0)) * act
+    tl.store(r + k, R, mask=inside)
+    tl.store(r_hat + k, R, mask=inside)
+    tl.store(p + k, tl.zeros_like(R), mask=inside)
+    tl.store(v + k, tl.zeros_like(R), mask=inside)
+    tl.store(u_out + k, c, mask=whole)
+    tl.store(part, tl.max(tl.where(inside, tl.abs(R), 0.0), axis=0), mask=flag)
+    tl.store(part + tiles, tl.max(tl.where(inside, tl.abs(c), 0.0), axis=0), mask=flag)
+    tl.store(part + 2 * tiles, tl.sum(R * R, axis=0), mask=flag)
 
 
 @triton.jit
