@@ -7,7 +7,7 @@ Integrals are the trapezoidal rule ∫ φ dx ≈ Σ_i w_i φ_i, and densities ha
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 
 import numpy as np
 
@@ -103,18 +103,18 @@ class Grid:
 
     @cached_property
     def x(self) -> np.ndarray:
-        """Grid points, shape (nx,), read-only (a grid is shared by the solves on it)."""
-        return _read_only(np.linspace(self.x_min, self.x_max, self.nx))
+        """Grid points, shape (nx,)."""
+        return np.linspace(self.x_min, self.x_max, self.nx)
 
     @cached_property
     def t(self) -> np.ndarray:
-        """Time levels, shape (nt + 1,), read-only."""
-        return _read_only(np.linspace(0.0, self.T, self.nt + 1))
+        """Time levels, shape (nt + 1,)."""
+        return np.linspace(0.0, self.T, self.nt + 1)
 
     @cached_property
     def weights(self) -> np.ndarray:
-        """Control-volume widths (trapezoidal quadrature weights), shape (nx,), read-only."""
-        return _read_only(trapezoid_weights(self.nx, self.h))
+        """Control-volume widths (trapezoidal quadrature weights), shape (nx,)."""
+        return trapezoid_weights(self.nx, self.h)
 
     def cell_fraction_above(self, threshold: float) -> np.ndarray:
         """Fraction of each control volume lying in {x > threshold}: 0, 1, or in between.
@@ -125,25 +125,6 @@ class Grid:
         lo = np.maximum(self.x - self.h / 2, self.x_min)
         hi = np.minimum(self.x + self.h / 2, self.x_max)
         return np.clip((hi - np.maximum(lo, threshold)) / (hi - lo), 0.0, 1.0)
-
-
-def _read_only(a: np.ndarray) -> np.ndarray:
-    a.setflags(write=False)
-    return a
-
-
-def grid_of(x_min: float, x_max: float, nx: int, T: float, nt: int) -> Grid:
-    """The :class:`Grid` of these arguments, one object for equal arguments of equal types
-    (its arrays, read by every solve on it, are computed once)."""
-    try:
-        return _grid_of(x_min, x_max, nx, T, nt)
-    except TypeError:   # an unhashable argument: refused by Grid's own checks
-        return Grid(x_min, x_max, nx, T, nt)
-
-
-@lru_cache(maxsize=64, typed=True)
-def _grid_of(x_min: float, x_max: float, nx: int, T: float, nt: int) -> Grid:
-    return Grid(x_min, x_max, nx, T, nt)
 
 
 def trapezoid_weights(n: int, h: float) -> np.ndarray:

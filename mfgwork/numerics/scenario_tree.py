@@ -173,20 +173,26 @@ class TreeScheme:
 class TreeTangent:
     """The tangent D = ∂Φ/∂y of the scheme on the tree at the best response U, M (node arrays):
     ``tangent(v)`` = D v for a direction v (nodes, L) of the prices, by the compiled sweeps
-    of :mod:`.fdm.tangent` (the factors of every step matrix made once here), the nodes of
-    each level shared among :func:`threads` threads."""
+    of :mod:`.fdm.tangent` (the factors of every step matrix made once here, the nodes shared
+    among :func:`threads` threads), the nodes of each level shared among them."""
 
     def __init__(self, scheme: TreeScheme, U: Any, M: Any) -> None:
         self.scheme, tree = scheme, scheme.tree
         U = np.asarray(to_numpy(U), dtype=np.float64)
         mu = np.asarray(to_numpy(M), dtype=np.float64) * scheme.grid.weights
         nodes, L, nx = tree.nodes, scheme.steps, scheme.grid.nx
-        bands, self.weights = np.empty((5, nodes, L, nx)), np.empty((nodes, L, nx - 1))
+        self.factors, self.weights = np.empty((6, nodes, L, nx)), np.empty((nodes, L, nx - 1))
         model = scheme.noise.problem
-        for k in range(nodes):
-            *bands[:, k], self.weights[k], _ = tangent_operands(
-                U[k], mu[k], scheme.potentials.chi, model.nu, scheme.epoch, model.hamiltonian)
-        self.factors = tree_factors(*bands)
+
+        def factor(first: int, last: int) -> None:   # the nodes first..last−1
+            bands = np.empty((5, last - first, L, nx))
+            for k in range(first, last):
+                *bands[:, k - first], self.weights[k], _ = tangent_operands(
+                    U[k], mu[k], scheme.potentials.chi, model.nu, scheme.epoch,
+                    model.hamiltonian)
+            self.factors[:, first:last] = tree_factors(*bands)
+
+        _shared(factor, slice(0, nodes))
         self.chi = np.ascontiguousarray(scheme.potentials.chi, dtype=np.float64)
         self.du, self.dmu = np.empty((nodes, L + 1, nx)), np.empty((nodes, nx))
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..core.backend import Backend, to_numpy
 from ..core.errors import ParameterError, ResolutionWarning, SolverError, check_real, warn
-from ..core.grid import Grid, grid_of
+from ..core.grid import Grid
 from .hamiltonians import Hamiltonian, Quadratic, check_hamiltonian
 
 ArrayFn = Callable[..., Any]
@@ -76,7 +76,7 @@ class MFGProblem:
         return 0.5 * self.sigma**2
 
     def grid(self, nx: int, nt: int) -> Grid:
-        return grid_of(self.x_min, self.x_max, nx, self.T, nt)
+        return Grid(self.x_min, self.x_max, nx, self.T, nt)
 
     def params(self) -> dict[str, Any]:
         """JSON-ready description of the problem (callables by name)."""
