@@ -136,7 +136,7 @@ def best_response_residual_2d(result: Any, problem: MFGProblem2D) -> float:
         raise ParameterError(f"problem={problem!r:.80} is invalid: pass the MFGProblem2D "
                              "that was solved")
     nt, ny, nx = result.M.shape[0] - 1, result.y.size, result.x.size
-    if result.params.get("stationary"):   # the long run: its own best response
+    if getattr(result, "params", {}).get("stationary"):   # the long run: its own response
         system = ErgodicSystem2D(problem, nx, ny)
         return system.certificate(*(np.asarray(to_numpy(a), dtype=np.float64)[0]
                                     for a in (result.M, result.U)),
