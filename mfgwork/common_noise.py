@@ -152,8 +152,6 @@ def _result(noise: CommonNoise, scheme: TreeScheme, out: Any, tol: float, max_it
         params=params, timings=timings, backend=be.name, device=be.device, dtype=be.dtype,
         observables=observables, summary=summary | {"scenarios": float(tree.scenarios)},
         state_name=model.state_name, residual=residual,
-        status="converged" if converged else ("max_iter" if out.iterations >= max_iter
-                                              else "stalled"),
         dims=("scenario", "t", model.state_name),
         labels={"scenario": noise.labels,
                 "epoch": tuple(f"t={t:g}" for t in np.asarray(grid.t)[::scheme.steps][:-1])},

@@ -15,7 +15,7 @@ from .core.errors import ConvergenceWarning, ParameterError, check_choice, check
 from .numerics.iteration import IterationScheme, check_stopping, make_scheme
 from .numerics.populations import SYSTEMS, best_response_residuals, equilibrium, setup
 from .problems.populations import Populations
-from .results import Result
+from .results import Result, derive_status
 from .solve import (
     COARSE,
     COARSE_TOL,
@@ -128,8 +128,7 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
     residual = max(path_residual, float(np.max(groups)))
     converged = residual <= tol
     iterations = int(out.iterations[0])
-    stopped = ("converged" if converged else "max_iter" if iterations >= max_iter
-               else "stalled")
+    stopped = derive_status(converged, iterations, max_iter)
     if not converged:
         why = (f"max_iter={max_iter} reached" if stopped == "max_iter" else
                "stalled: no step decreases the residual any more")
