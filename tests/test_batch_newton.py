@@ -203,3 +203,16 @@ def test_a_non_finite_best_response_stops_newton_with_an_error(monkeypatch, pois
     with pytest.raises(mw.SolverError, match=f"non-finite values at iteration "
                                              f"{poisoned_call - 1} of Newton"):
         mw.solve_batch(MIXED[:2], backend="torch", coarse=False, tol=1e-10, **SMALL)
+
+
+def test_a_stall_at_the_precision_floor_says_why():
+    """A long horizon with a steep payoff and little noise: the iterate goes far below tol
+    but one more best response amplifies its rounding above it; the warning says so, with
+    the amplification and the accuracy that is reachable (the returned residual)."""
+    bar = mw.SantaFeBar(T=80, sigma=0.05, threshold=0.6, eps=0.01)
+    with pytest.warns(mw.ConvergenceWarning, match=r"amplifies the rounding .* about "
+                                                   r"\de\+0[4-6]-fold") as caught:
+        res = mw.solve(bar, nx=101, progress=False)
+    assert res.status == "stalled" and 1e-8 < res.residual < 1e-5
+    floor = float(str(caught[-1].message).split("so about ")[1].split(" ")[0])
+    assert floor == pytest.approx(res.residual, rel=0.5)

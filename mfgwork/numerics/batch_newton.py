@@ -65,6 +65,9 @@ TRIAL, CERTIFY, DONE = 0, 1, 2
 ARMIJO = 2e-4
 ETA = 1e-4
 GROW = 2.0
+#: A stopped problem whose certified residual is this many times its iterate's is at the
+#: floor of what the working precision resolves (:func:`_amplified`).
+AMPLIFIED = 1e3
 #: Arrays of (nt + 1) × nx values the batched Newton holds per problem on a device (U, M,
 #: their trial and kept iterates, the running cost, the sweeps' work arrays, the dense
 #: tangent Jacobian and Newton system, nt × nt each), with margin: what
@@ -220,6 +223,22 @@ def backtrack(t: np.ndarray, norm: np.ndarray, trial: np.ndarray) -> np.ndarray:
         s = phi0 * t * t / (trial**2 - phi0 + 2.0 * phi0 * t)
     s = np.where(np.isnan(s) | (s == math.inf), 0.5 * t, s)
     return np.minimum(np.maximum(s, 0.1 * t), 0.5 * t)
+
+
+def _amplified(s: _NewtonState, converged: np.ndarray) -> str:
+    """Why a problem stopped above tol when its iterate went far below it: the best response
+    amplifies the rounding of the coupling state (said with the worst such problem), else
+    nothing."""
+    floor = ~converged & np.isfinite(s.best) & (s.rel * AMPLIFIED < s.best)
+    if not floor.any():
+        return ""
+    b = int(np.argmax(np.where(floor, s.best, -np.inf)))
+    return (f". Its iterate reached the residual {s.rel[b]:.1e}, but one more best response "
+            f"moves the densities it returns by {s.best[b]:.1e}: the best response amplifies "
+            f"the rounding of the coupling state about {s.best[b] / s.rel[b]:.0e}-fold here (a "
+            "steep payoff over a long horizon, or little noise), so about "
+            f"{s.best[b]:.0e} is what the working precision resolves for this problem: raise "
+            "tol to it")
 
 
 def batch_mask(mask: np.ndarray, like: Any, backend: Backend) -> Any:
@@ -473,7 +492,8 @@ class BatchNewton:
                  f"{int((~converged).sum())} of {converged.size} problems in {k} "
                  f"iterations (max_iter={max_iter}; final residual "
                  f"{float(np.max(s.best[~converged])):.3g}); returning the best "
-                 "certified iterate with converged=False", ConvergenceWarning)
+                 "certified iterate with converged=False" + _amplified(s, converged),
+                 ConvergenceWarning)
         return FixedPointResult(U=s.kept["U"], M=s.kept["M"], converged=converged,
                                 residual=s.best, iterations=done_at, history=history)
 
