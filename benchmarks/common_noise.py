@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import numpy as np
+from device_timing import fastest_solve
 
 import mfgwork as mw
 from mfgwork.core.storage import provenance
@@ -36,14 +36,6 @@ def noise(depth: int, values: tuple[float, float] = (12.0, 8.0)) -> mw.CommonNoi
     return mw.CommonNoise(mw.SantaFeBar(), "good", list(values),
                           transition=[[p, 1 - p], [1 - p, p]], depth=depth)
 
-
-def fastest(problem: object, repeats: int, **options: object) -> tuple[float, mw.Result]:
-    best: tuple[float, mw.Result | None] = (np.inf, None)
-    for _ in range(repeats):
-        started = time.perf_counter()
-        res = mw.solve(problem, **options)
-        best = min(best, (time.perf_counter() - started, res), key=lambda b: b[0])
-    return best
 
 
 def main() -> None:
@@ -63,8 +55,8 @@ def main() -> None:
     for depth in depths:
         shock = noise(depth)
         nt = shock.steps(args.nx)
-        t_tree, res = fastest(shock, args.repeats, nx=args.nx, nt=nt, **on)
-        t_model, _ = fastest(mw.SantaFeBar(), args.repeats, nx=args.nx, nt=nt,
+        t_tree, res = fastest_solve(shock, args.repeats, nx=args.nx, nt=nt, **on)
+        t_model, _ = fastest_solve(mw.SantaFeBar(), args.repeats, nx=args.nx, nt=nt,
                              progress=False, **on)
         row = {"depth": depth, "scenarios": shock.scenarios, "nodes": shock.tree.nodes,
                "nx": args.nx, "nt": nt, "tree_s": t_tree, "model_s": t_model,

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
-import warnings
 from pathlib import Path
 
-import numpy as np
+from device_timing import fastest_solve
 
 import mfgwork as mw
 from mfgwork.analysis.studies import ergodic_refinement, fitted_order
@@ -29,16 +27,6 @@ from mfgwork.problems.verification import ErgodicProblem
 
 MODELS = {"quadratic": None, "power 1.5": mw.Power(1.5), "congestion": mw.Congestion()}
 
-
-def fastest(problem: mw.MFGProblem, repeats: int, **options: object) -> tuple[float, mw.Result]:
-    best = (np.inf, None)
-    for _ in range(repeats):
-        started = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", mw.ConvergenceWarning)
-            res = mw.solve(problem, progress=False, **options)
-        best = min(best, (time.perf_counter() - started, res), key=lambda b: b[0])
-    return best
 
 
 def main() -> None:
@@ -56,8 +44,9 @@ def main() -> None:
         bar = mw.SantaFeBar(hamiltonian=hamiltonian)
         mw.solve(bar, nx=41, stationary=True)   # the model's kernels, compiled once
         mw.solve(bar, nx=41, nt=40, progress=False)
-        t_long, long_run = fastest(bar, args.repeats, nx=args.nx, stationary=True)
-        t_finite, _ = fastest(bar, args.repeats, nx=args.nx, nt=args.nx)
+        t_long, long_run = fastest_solve(bar, args.repeats, nx=args.nx, stationary=True,
+                                       progress=False)
+        t_finite, _ = fastest_solve(bar, args.repeats, nx=args.nx, nt=args.nx, progress=False)
         row = {"model": name, "stationary_s": t_long, "finite_s": t_finite,
                "ratio": t_long / t_finite, "newton_steps": int(long_run.iterations),
                "residual": float(long_run.residual), "check": float(long_run.check()),

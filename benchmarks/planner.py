@@ -28,6 +28,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from device_timing import fastest_solve
 
 import mfgwork as mw
 from mfgwork.core.storage import provenance
@@ -35,24 +36,12 @@ from mfgwork.problems.santa_fe import attendance_weights
 from mfgwork.welfare import value_welfare
 
 
-def fastest(problem: mw.SantaFeBar, repeats: int, **options: object) -> tuple[float, mw.Result]:
-    """(the fastest wall time of ``repeats`` solves, its result)."""
-    best = (np.inf, None)
-    for _ in range(repeats):
-        started = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", mw.ConvergenceWarning)
-            res = mw.solve(problem, progress=False, **options)
-        best = min(best, (time.perf_counter() - started, res), key=lambda b: b[0])
-    return best
-
-
 def row(threshold: float, eps: float, args: argparse.Namespace) -> dict:
     bar = mw.SantaFeBar(threshold=threshold, eps=eps, sigma=args.sigma)
     planner = bar.for_objective("social")
     options = {"nx": args.nx, "nt": args.nt, "tol": args.tol}
-    t_eq, eq = fastest(bar, args.repeats, **options)
-    t_opt, opt = fastest(planner, args.repeats, **options)
+    t_eq, eq = fastest_solve(bar, args.repeats, progress=False, **options)
+    t_opt, opt = fastest_solve(planner, args.repeats, progress=False, **options)
     w_opt, w_eq = mw.welfare(opt, planner), mw.welfare(eq, bar)
     A = np.asarray(opt.M)[1:] @ attendance_weights(bar.grid(args.nx, args.nt))[1]
     again = mw.price_welfare(bar, planner.price(A), args.nx)

@@ -70,9 +70,8 @@ def solve_common_noise(noise: CommonNoise, nx: int = 201, nt: int = 201,
     solving = time.perf_counter()
     out = TreeNewton(scheme, tol, max_iter).solve(z0)
     finished = time.perf_counter()
-    result = _result(noise, scheme, out, tol, max_iter, placed, {
+    return _result(noise, scheme, out, tol, max_iter, placed, {
         "setup": first - started, "start": solving - first, "solve": finished - solving})
-    return result
 
 
 def _check_states(noise: CommonNoise, grid: Any) -> None:

@@ -149,7 +149,7 @@ class TreeScheme:
             first = np.arange(tree.branching ** (level + 1)) * tree.branching ** (
                 tree.depth - 1 - level)
             parts.append(a[_index(first, a), level * L:(level + 1) * L + 1])
-        return _concat(self.backend, parts, 0)
+        return self.backend.xp.concat(parts, axis=0)
 
     def scenario_norms(self, a: np.ndarray) -> np.ndarray:
         """‖a‖ on each scenario's nodes (scenarios,) for a on the nodes (nodes, L)."""
@@ -167,7 +167,7 @@ class TreeScheme:
         parts = [a[tree.level(level)][_index(tree.path_nodes(level), a), :L]
                  for level in range(tree.depth)]
         last = a[tree.level(tree.depth - 1)][_index(tree.path_nodes(tree.depth - 1), a), L:]
-        return _concat(be, [*parts, last], 1)
+        return be.xp.concat([*parts, last], axis=1)
 
 
 class TreeTangent:
@@ -329,11 +329,6 @@ def _shared(kernel: Any, nodes: slice, *args: Any) -> None:
 
 def _norm(a: np.ndarray) -> float:
     return math.sqrt(float(np.sum(a * a)))
-
-
-def _concat(backend: Backend, parts: list[Any], axis: int) -> Any:
-    xp = backend.xp
-    return (xp.concat if hasattr(xp, "concat") else xp.concatenate)(parts, axis=axis)
 
 
 def _index(rows: np.ndarray, like: Any) -> Any:

@@ -48,8 +48,9 @@ MAX_HALVINGS = 30
 
 @dataclass(frozen=True)
 class Stationary:
-    """The ergodic solution on nx nodes: the value v (Σ w v = 0), the density m, the
-    ergodic constant λ, the certified residual and Newton's history."""
+    """The ergodic solution on the nodes (1-D, and (ny, nx) in 2-D: :mod:`.stationary2d`):
+    the value v (Σ w v = 0), the density m, the ergodic constant λ, the certified residual,
+    the iterations and Newton's history."""
 
     v: np.ndarray
     m: np.ndarray

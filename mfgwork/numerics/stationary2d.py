@@ -30,7 +30,6 @@ returned density: one best response, as for time-dependent solves.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,6 +42,7 @@ from ..problems.two_d import MFGProblem2D
 from .batch_newton import ARMIJO, backtrack
 from .fdm2d.stencil import Coefficients, Stencil
 from .fdm2d.sweeps import SparsePattern
+from .stationary import Stationary
 
 #: Relative step of the differences of Φ.
 STEP = 1e-7
@@ -53,20 +53,6 @@ CERTIFY_BELOW = 1e-3
 HJB_STEPS = 60
 #: Refused steps of a line search before the iteration stops.
 MAX_HALVINGS = 30
-
-
-@dataclass(frozen=True)
-class Stationary2D:
-    """The ergodic solution: the value v and density m (ny, nx; 0 off the active nodes),
-    the ergodic constant λ, the certified residual, the Newton steps and their residuals."""
-
-    v: np.ndarray
-    m: np.ndarray
-    ergodic_constant: float
-    residual: float
-    converged: bool
-    iterations: int
-    history: dict[str, list[float]]
 
 
 class ErgodicSystem2D:
@@ -166,7 +152,7 @@ class ErgodicSystem2D:
         return x
 
     # -- Newton–Krylov on the coupling state -------------------------------------------------
-    def solve(self, tol: float, max_iter: int) -> Stationary2D:
+    def solve(self, tol: float, max_iter: int) -> Stationary:
         """The ergodic solution, Newton from the initial density's coupling state; each step
         whose iterate residual is below :data:`CERTIFY_BELOW` certified by one more best
         response (to the state of the density it returns)."""
@@ -197,7 +183,7 @@ class ErgodicSystem2D:
         if not converged:
             warn(f"the long run did not reach tol={tol:g}: residual {residual:.3g} after "
                  f"{self.evaluations} best responses (max_iter={max_iter})", ConvergenceWarning)
-        return Stationary2D(v=v, m=m, ergodic_constant=lam, residual=residual,
+        return Stationary(v=v, m=m, ergodic_constant=lam, residual=residual,
                             converged=converged, iterations=self.evaluations,
                             history={"residual": residuals})
 
