@@ -77,10 +77,10 @@ class ErgodicSystem2D:
         self.volumes = np.asarray(self.grid.volumes, dtype=np.float64) * self.active
         self.evaluations = 0
         self.last_step = 0.5
-        m0 = np.asarray(problem.initial_density(self.grid, be))
+        self.m0 = np.asarray(problem.initial_density(self.grid, be))
         #: the active node (counted among the active ones) that fixes the gauge of v and
         #: stands for the redundant FP row: where m0 is largest
-        self.pinned = int(np.argmax(m0[self.active]))
+        self.pinned = int(np.argmax(self.m0[self.active]))
 
     # -- the best response -------------------------------------------------------------------
     def cost(self, z: np.ndarray) -> np.ndarray:
@@ -156,8 +156,7 @@ class ErgodicSystem2D:
         """The ergodic solution, Newton from the initial density's coupling state; each step
         whose iterate residual is below :data:`CERTIFY_BELOW` certified by one more best
         response (to the state of the density it returns)."""
-        m0 = np.asarray(self.problem.initial_density(self.grid, self.backend))
-        z = self.state(m0)
+        z = self.state(self.m0)
         v, lam, m, gz = self.respond(z, np.zeros(self.active.shape), 0.0)
         residuals: list[float] = []
         best = None
