@@ -38,11 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     length, dev, dtype = 10.0, be.native_device, be.native_dtype
     gen = torch.Generator(device=dev).manual_seed(0)
     y0 = torch.rand(n, generator=gen, device=dev, dtype=dtype) * length
-    xi = torch.randn(n, generator=gen, device=dev, dtype=dtype)
     b = torch.sin(torch.linspace(0, 6, args.nx, device=dev, dtype=dtype))
     b0, db = b[:-1].contiguous(), (b[1:] - b[:-1]).contiguous()
     default = (tk.BLOCK, tk.NUM_WARPS, default_copies(True, args.nx, args.nx))
-    variants = [default] + [v for v in itertools.product([256, 1024, 4096], [4, 8],
+    variants = [default] + [v for v in itertools.product([256, 512, 1024], [2, 4, 8],
                                                           [1, 16, 64, 128, 256, 512, 1024])
                             if v != default]
     rows, ref = [], None
@@ -53,12 +52,12 @@ def main(argv: list[str] | None = None) -> int:
                             num_warps=warps)
         out = k.mass_buffer(1)[0]
         y = y0.clone()
-        k.step_deposit(y, xi, b0, db, out)
-        us = 1e3 * do_bench(lambda k=k, y=y, out=out: k.step_deposit(y, xi, b0, db, out),
+        k.step_deposit(y, b0, db, out, 0)
+        us = 1e3 * do_bench(lambda k=k, y=y, out=out: k.step_deposit(y, b0, db, out, 0),
                             return_mode="median")
         y = y0.clone()
         out.zero_()
-        k.step_deposit(y, xi, b0, db, out)
+        k.step_deposit(y, b0, db, out, 0)
         masses = k.node_masses(out[None]).double() / 2.0**k.k  # in particles
         ref = masses if ref is None else ref
         diff = float((masses - ref).abs().max() / ref.abs().max())

@@ -26,7 +26,7 @@ def fused_device(monkeypatch) -> str:
     """"cuda" where Triton compiles for a GPU, else "cpu" under Triton's interpreter."""
     device = triton_device(monkeypatch)
     if device == "cpu":
-        monkeypatch.setattr(tk, "_STEP_DEPOSIT", None)  # jit it again, for the interpreter
+        monkeypatch.setattr(tk, "_KERNELS", None)  # jit it again, for the interpreter
     return device
 
 
@@ -57,11 +57,14 @@ def test_fused_kernel_matches_the_numpy_reference(fused_device, dtype, check):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_fused_solve_matches_plain_torch_and_repeats_bitwise(fused_device, dtype):
+def test_fused_solve_matches_plain_torch_and_repeats_bitwise(fused_device, dtype, monkeypatch):
+    """Given the normals the fused kernel draws, the plain torch solve gives its densities."""
     be = mw.get_backend("torch", fused_device, dtype)
     U, m0 = _drift_inputs(be)
-    plain = _solver(be, fused_device, fused=False).solve_fp(U, m0)
     solver = _solver(be, fused_device, fused=True)
+    monkeypatch.setattr(paths.TORCH_OPS, "normals",
+                        lambda fp, step, out: solver._fused_kernels.normals(step, out))
+    plain = _solver(be, fused_device, fused=False).solve_fp(U, m0)
     fused = solver.solve_fp(U, m0)
     assert solver._fused_kernels is not None and solver.path.fused
     scale = float(plain.abs().max())
@@ -81,6 +84,27 @@ def test_fused_is_refused_where_it_cannot_run():
     assert not ParticleFP(GRID, 0.7, be, n_particles=10).fused
 
 
+def test_fused_normals_are_standard_normal_and_keyed_by_seed_and_step(fused_device):
+    """The kernel's increments: N(0, 1) (Kolmogorov–Smirnov), the same numbers for the same
+    seed and step, independent between steps and seeds."""
+    from scipy import stats
+
+    be = mw.get_backend("torch", fused_device, "float64")
+    n = 20_000
+    draws = {}
+    for seed, step in [(5, 0), (5, 1), (6, 0), (5, 0)]:
+        kernels = tk.FusedKernels(11, 1.0, n, 0.1, 0.1, be.asarray(np.zeros(1)), seed=seed)
+        draws.setdefault((seed, step), []).append(
+            mw.to_numpy(kernels.normals(step, be.asarray(np.empty(n)))))
+    first = draws[(5, 0)][0]
+    assert np.array_equal(first, draws[(5, 0)][1])
+    assert stats.kstest(first, "norm").pvalue > 1e-3
+    for other in [draws[(5, 1)][0], draws[(6, 0)][0]]:
+        assert abs(np.corrcoef(first, other)[0, 1]) < 0.05
+        assert stats.ks_2samp(first, other).pvalue > 1e-3
+    assert len({tk.step_seed(s, k) for s in range(50) for k in range(50)}) == 2500
+
+
 @pytest.mark.parametrize(("n", "copies"), [(1000, 1), (20_000, 3), (50_000, 256)])
 def test_packed_deposit_unpacks_to_the_two_sided_fixed_point_masses(n, copies):
     """The packed fields of the fused deposit, filled here by NumPy as the kernel fills them,
@@ -95,7 +119,8 @@ def test_packed_deposit_unpacks_to_the_two_sided_fixed_point_masses(n, copies):
                              (np.full(n, nx - 2), np.ones(n))]:
         r = np.floor(fractions * 2.0**fused.k).astype(np.int64)
         packed = np.zeros(copies * nx, dtype=np.int64)
-        np.add.at(packed, np.arange(n) % copies * nx + cells, (1 << fused.shift) + r)
+        copy = np.arange(n) // fused.block % copies  # the program's copy
+        np.add.at(packed, copy * nx + cells, (1 << fused.shift) + r)
         two_sided = np.zeros(nx, dtype=np.int64)
         np.add.at(two_sided, cells, (1 << fused.k) - r)
         np.add.at(two_sided, cells + 1, r)
@@ -104,8 +129,10 @@ def test_packed_deposit_unpacks_to_the_two_sided_fixed_point_masses(n, copies):
 
 
 def test_packing_leaves_enough_bits_or_refuses():
-    assert tk.packing_bits(10**6, 256)[0] == 39
-    assert tk.packing_bits(10**7, 256)[0] == 31
+    # 10^6 particles in programs of 256, 256 copies: 16 programs a copy, 4096 particles a slot
+    assert tk.packing_bits(10**6, 256, 256) == (37, 37 + 13)
+    assert tk.packing_bits(10**7, 256, 256)[0] == 31
+    assert tk.packing_bits(1000, 256, 256) == (40, 40 + 9)  # 4 programs, one a copy: 256
     with pytest.raises(ParameterError, match="n_particles=1000000000 with deposit_copies=1"):
         tk.packing_bits(10**9, 1)
 

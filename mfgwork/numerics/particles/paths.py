@@ -114,11 +114,18 @@ class TorchOps(ParticlePath):
         b0, db = k.drift_tables(U, fp.hamiltonian, fp._x, fp._density)
         xi = torch.empty(n, **_options(fp))
         for step in range(g.nt):
-            torch.randn(n, generator=fp.generator, out=xi)
+            self.normals(fp, step, xi)
             i, f, *cic = fp._advance_checked(y, xi, b0[step], db[step], i, f, g.dt, fp.noise)
             k.scatter(masses[step + 1], *cic)
         fp._offsets = y
         return masses
+
+    def normals(self, fp: Any, step: int, out: Any) -> None:
+        """``out`` filled with the Gaussian increments of time step ``step`` (from the
+        solver's seeded generator)."""
+        import torch
+
+        torch.randn(out.shape, generator=fp.generator, out=out)
 
     def node_masses(self, fp: Any, masses: Any) -> Any:
         return fp.kernels.node_masses(masses)
@@ -140,7 +147,7 @@ class FusedTriton(TorchOps):
 
         super().prepare(fp)
         fp._fused_kernels = FusedKernels(fp.grid.nx, fp.length, fp.n_particles, fp.grid.dt,
-                                         fp.noise, fp.weights, fp.deposit_copies)
+                                         fp.noise, fp.weights, fp.deposit_copies, fp.seed)
 
     def run(self, fp: Any, U: Any, m0: Any) -> Any:
         import torch
@@ -151,10 +158,8 @@ class FusedTriton(TorchOps):
         masses = fk.mass_buffer(g.nt + 1)
         fk.deposit(y, masses[0])
         b0, db = fp.kernels.drift_tables(U, fp.hamiltonian, fp._x, fp._density)
-        xi = torch.empty_like(y)
         for step in range(g.nt):
-            torch.randn(y.shape, generator=fp.generator, out=xi)
-            fk.step_deposit(y, xi, b0[step], db[step], masses[step + 1])
+            fk.step_deposit(y, b0[step], db[step], masses[step + 1], step)
         fp._offsets = y
         return masses
 

@@ -105,7 +105,7 @@ def _fused(be: Backend, n: int) -> Any:
 
     g = GRID
     return FusedKernels(g.nx, g.x_max - g.x_min, n, DT, NOISE, be.asarray(g.weights),
-                        copies=64)
+                        copies=64, seed=20261122)
 
 
 def fused_deposit_check(be: Backend) -> tuple[Any, np.ndarray]:
@@ -120,12 +120,15 @@ def fused_deposit_check(be: Backend) -> tuple[Any, np.ndarray]:
 
 
 def fused_step_check(be: Backend) -> tuple[Any, np.ndarray]:
-    """The fused Triton kernel's step (torch CUDA) against :func:`reference_step`."""
-    y, xi, b = _inputs()
+    """The fused Triton kernel's step (torch CUDA) against :func:`reference_step` with the
+    normals the kernel draws (:meth:`~.triton_kernels.FusedKernels.normals`)."""
+    y, _, b = _inputs()
     g = GRID
-    ref = reference_step(y, xi, b, g, DT, NOISE)
     fused = _fused(be, y.size)
+    step = 3
+    xi = fused.normals(step, be.asarray(np.empty_like(y)))
+    ref = reference_step(y, xi.cpu().numpy().astype(np.float64), b, g, DT, NOISE)
     y_be, b_be = be.asarray(y.copy()), be.asarray(b)
-    fused.step_deposit(y_be, be.asarray(xi), b_be[:-1].contiguous(),
-                       (b_be[1:] - b_be[:-1]).contiguous(), fused.mass_buffer(1)[0])
+    fused.step_deposit(y_be, b_be[:-1].contiguous(), (b_be[1:] - b_be[:-1]).contiguous(),
+                       fused.mass_buffer(1)[0], step)
     return y_be, ref

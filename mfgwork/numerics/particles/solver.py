@@ -15,7 +15,10 @@ has Σ_i w_i m_i = 1 exactly up to rounding. Only the positions are kept, never 
 
 Common random numbers: every call of :meth:`ParticleFP.solve_fp` restarts the generator from
 the same seed, so inside one ``mw.solve`` the fixed-point map U ↦ M is deterministic and the
-Picard iteration can converge. Same seed, backend and device → identical results.
+Picard iteration can converge. Same seed, backend and device → identical results. The fused
+CUDA path draws its increments inside its kernel (Triton's Philox generator, keyed by the seed
+and the time step), the other paths from a torch or NumPy generator: one seed gives different
+draws on the two.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from .memory import check_fits
 from .paths import ParticlePath, particle_path
 
 DEFAULT_PARTICLES = 100_000
-CUDA_DEPOSIT_COPIES = 256  # fastest measured on an H100 at 1e6 particles (1.6x over 64)
+CUDA_DEPOSIT_COPIES = 256  # fastest whole solve measured on an H200 at 1e6 particles
 COPIES_MAX_BYTES = 2**28  # ... unless the node masses of every level would exceed this
 
 
@@ -72,9 +75,9 @@ class ParticleFP:
     (default True); it is checked bitwise against an eager solve the first time and dropped,
     with a warning, if it differs or cannot be recorded. ``compile_step`` (torch, plain ops
     only): fuse the element-wise part of a step with ``torch.compile`` (compiled on the first
-    solve; if that fails, a warning and the plain torch ops). Compiled and fused steps round
+    solve; if that fails, a warning and the plain torch ops). Compiled steps round
     differently from the plain ones (fused multiply-adds), so their results match those of
-    the plain path to rounding, not bitwise.
+    the plain path to rounding, not bitwise; fused steps draw other normals (module doc).
     """
 
     def __init__(self, grid: Grid, sigma: float, backend: Backend,
