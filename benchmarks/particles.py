@@ -19,6 +19,9 @@ the normals and the fused kernel). Finally one hybrid Picard iteration (FDM HJB 
 particle FP, Santa Fe, N = 1e6 unless --hybrid-n) per backend. Times are taken with
 ``backend.timer()`` (device synchronized) after a warm-up solve; on the CPU a solve longer than
 ``--budget`` is timed once (the compiled kernels are loaded by then).
+
+Before and after a change, on one machine: run this script from each revision's tree, then
+``--compare BEFORE.json AFTER.json --out F`` prints and writes the two side by side.
 """
 
 from __future__ import annotations
@@ -64,6 +67,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="seconds of repeats per measurement after the warm-up")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch CPU threads (torch.set_num_threads); default: torch's choice")
+    ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"),
+                    help="instead of measuring: join two outputs of this script (e.g. of two "
+                         "revisions, run one after the other on one machine) into a before/after "
+                         "table of the accelerator rows, written to --out")
     ap.add_argument("--out", default="particles_benchmark.json")
     return ap.parse_args(argv)
 
@@ -198,8 +205,35 @@ def hybrid_iteration(be: mw.Backend, n: int, budget: float) -> dict[str, Any]:
             "iterations_timed": len(per_iteration)}
 
 
+def compare(before_path: str, after_path: str, out: str) -> dict[str, Any]:
+    """Rows (dtype, N, mode) of both files' accelerator rows: step time before and after and
+    their ratio; the hybrid iteration likewise."""
+    before, after = (json.loads(Path(p).read_text(encoding="utf-8"))
+                     for p in (before_path, after_path))
+
+    def keyed(data: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
+        return {(r["dtype"], r["n"], r["mode"]): r for r in data["rows"] if r["device"] != "cpu"}
+
+    old, new = keyed(before), keyed(after)
+    rows = [{"dtype": k[0], "n": k[1], "mode": k[2], "before_step_s": old[k]["step_us"] / 1e6,
+             "after_step_s": new[k]["step_us"] / 1e6,
+             "ratio": old[k]["step_us"] / new[k]["step_us"]} for k in new if k in old]
+    print(f"{'dtype':<8} {'N':>9} {'mode':<12} {'step before':>11} {'after':>8} {'ratio':>6}")
+    for r in rows:
+        print(f"{r['dtype']:<8} {r['n']:>9.0e} {r['mode']:<12} {1e6 * r['before_step_s']:8.1f} "
+              f"µs {1e6 * r['after_step_s']:5.1f} µs {r['ratio']:6.2f}")
+    result = {"benchmark": "particles", "card": after["device"], "rows": rows,
+              "before": before, "after": after}
+    Path(out).write_text(json.dumps(result, indent=2, default=str))
+    print(f"wrote {out}")
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.compare:
+        compare(*args.compare, args.out)
+        return 0
     sizes = [int(float(s)) for s in args.sizes.split(",") if s]
     dtypes = args.dtypes.split(",")
     if args.threads is not None and args.backend == "torch":

@@ -352,6 +352,17 @@ SECTIONS: list[Section] = [
          Column("planner_max_iterations", "max its (planner)", number)],
         rows=_planner_batch_rows, bars="planner_s", label=("dtype",)),
     Section(
+        "particles_h200.json", "The fused particle step before and after (one H200)",
+        "One particle FP solve of Santa Fe at 201² (`benchmarks/particles.py --backend torch "
+        "--device cuda --sizes 1e6,1e7 --modes fused`, run from both revisions one after the "
+        "other, joined by `--compare`): the solve's time per step, CUDA graph replayed, "
+        "before and after the normals moved into the kernel and the deposit into each "
+        "program's copy (targets at 10⁶: ≤ 15 µs float32, ≤ 20 µs float64).",
+        [Column("dtype", "dtype"), Column("n", "particles", number),
+         Column("before_step_s", "step before", seconds),
+         Column("after_step_s", "step after", seconds), Column("ratio", "speed-up", number)],
+        bars="after_step_s", label=("dtype", "n")),
+    Section(
         "scan_gpus_h200x2.json", "A scan of 10⁵ points over one and two GPUs (2 × H200)",
         "Santa Fe threshold × σ × ε, 47 values each, at 201² in float32, tol 1e-6, one Dask "
         "worker per GPU (`benchmarks/scan_gpus.py --gpus 1,2 --side 47`; the store keeps the "
