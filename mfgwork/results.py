@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar
@@ -225,10 +225,7 @@ class Result(ObservablesByName):
     @property
     def weights(self) -> np.ndarray:
         """Trapezoidal weights of the grid (ones over named states)."""
-        x = to_numpy(self.x).astype(np.float64)
-        if self.states is not None:
-            return np.ones(x.size)
-        return trapezoid_weights(x.size, float(x[1] - x[0]))
+        return grid_weights(self.x, self.states)
 
     @property
     def mass(self) -> np.ndarray:
@@ -332,6 +329,62 @@ class Result(ObservablesByName):
             "labels": {k: list(v) for k, v in self.labels.items()}, "extra": self.extra,
             "provenance": provenance()} | (metrics or {})
             | {DIGESTS: {k: array_digest(a) for k, a in arrays.items()}})
+
+
+def grid_weights(x: Any, states: tuple[str, ...] | None = None) -> np.ndarray:
+    """The weights of :attr:`Result.weights` for the grid ``x`` (any backend's array):
+    trapezoidal, or ones over named ``states``."""
+    x = to_numpy(x).astype(np.float64)
+    if states is not None:
+        return np.ones(x.size)
+    return trapezoid_weights(x.size, float(x[1] - x[0]))
+
+
+def mass_error(M: Any, weights: np.ndarray) -> float:
+    """:attr:`Result.mass_error` of the densities ``M`` (any backend's array) on a grid of
+    ``weights`` (:func:`grid_weights`)."""
+    return float(np.max(np.abs(to_numpy(M).astype(np.float64) @ weights - 1.0)))
+
+
+#: The fields that :meth:`Result.__post_init__` checks against one another (the status with
+#: ``converged``; ``dims`` with the state name and the axes of ``M``) or normalises (the
+#: status, ``labels``, ``axes``): :func:`updated` checks a copy again where one of them changes.
+CHECKED = frozenset({"converged", "status", "dims", "state_name", "M", "labels", "axes"})
+_FIELD_NAMES = frozenset(f.name for f in fields(Result))
+
+
+def _frozen_field(name: str, value: Any) -> Any:
+    return freeze(value) if name in MAPPINGS or name in ARRAYS else value
+
+
+def updated(results: Sequence[Result], changes: Sequence[Mapping[str, Any]] | None = None,
+            **shared: Any) -> list[Result]:
+    """``[dataclasses.replace(res, **shared, **change) for res, change in zip(results,
+    changes)]`` for the results of a batch, at the cost of one check per copy at most: the
+    values of ``shared`` (e.g. the batch's timings) are frozen once for all, those of each
+    change once (a change's value wins over a shared one of the same name), and a copy is
+    checked as a construction checks it only where a change touches what the construction
+    checks (:data:`CHECKED`); its other fields are the result's own, checked and frozen when
+    it was built. A result of a subclass (whose construction may check more) is copied by
+    ``dataclasses.replace``."""
+    unknown = (set(shared) | {k for c in changes or () for k in c}) - _FIELD_NAMES
+    if unknown:
+        raise TypeError(f"Result has no field {sorted(unknown)[0]!r}")
+    shared = {k: _frozen_field(k, v) for k, v in shared.items()}
+    out = []
+    for b, res in enumerate(results):
+        change = shared if changes is None else shared | {
+            k: _frozen_field(k, v) for k, v in changes[b].items()}
+        if type(res) is not Result:
+            out.append(replace(res, **change))
+            continue
+        copy = object.__new__(Result)
+        copy.__dict__.update(res.__dict__)
+        copy.__dict__.update(change)
+        if not CHECKED.isdisjoint(change):
+            copy.__post_init__()
+        out.append(copy)
+    return out
 
 
 #: Entry of ``metrics.json`` holding the SHA-256 of each array of ``arrays.npz``.
