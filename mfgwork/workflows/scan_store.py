@@ -29,7 +29,7 @@ import stat
 import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -296,23 +296,44 @@ _WRITING = threading.Lock()
 
 def write_region(path: str | os.PathLike, region: tuple[slice, ...],
                  arrays: Mapping[str, np.ndarray]) -> None:
-    """Region write of one block into the store at ``path``: the data, then the block's
-    record (:func:`~mfgwork.workflows.scan_check.block_record`), ``done`` last."""
+    """Region write of one block into the store at ``path``: the data and the block's record
+    (:func:`~mfgwork.workflows.scan_check.block_record`, digested beside the writes)
+    together, ``done`` last."""
     import zarr
+    from zarr.core.sync import sync
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mfgwork-record") as pool:
-        record = pool.submit(block_record, arrays)   # digested beside the writes
+        record = pool.submit(block_record, arrays)
         with _WRITING, zarr.config.set({"array.write_empty_chunks": True}):
             # (every chunk is written: zarr's comparison of each with the fill value, to
             # skip it, costs more than writing it)
-            group = zarr.open_group(str(path), mode="r+", zarr_format=3)
-            for name, value in arrays.items():
-                if name != DONE:
-                    group[name][region] = value
-            shape = tuple(s.stop - s.start for s in region)
-            group[DIGEST][region] = np.full(shape, record.result(), dtype=object)
-            group[DONE][region] = arrays[DONE]
+            sync(_write_block(str(path), region, arrays, record))
 
+
+async def _write_block(path: str, region: tuple[slice, ...], arrays: Mapping[str, np.ndarray],
+                       record: Future) -> None:
+    """The writes of :func:`write_region`, on zarr's event loop: every variable but ``done``
+    and the record at once (the chunk files written concurrently), then ``done``. A write
+    that fails is raised once the others have ended, before ``done``."""
+    import asyncio
+
+    from zarr.api.asynchronous import open_group
+
+    group = await open_group(path, mode="r+", zarr_format=3)
+
+    async def put(name: str, value: Any) -> None:
+        await (await group.getitem(name)).setitem(region, value)
+
+    async def put_record() -> None:
+        text = await asyncio.wrap_future(record)
+        await put(DIGEST, np.full(tuple(s.stop - s.start for s in region), text, dtype=object))
+
+    outcomes = await asyncio.gather(*(put(name, value) for name, value in arrays.items()
+                                      if name != DONE), put_record(), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    await put(DONE, arrays[DONE])
 
 
 def digest_variable(dims: tuple[str, ...], shape: tuple[int, ...]) -> object:
