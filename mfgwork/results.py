@@ -164,6 +164,20 @@ class Result(ObservablesByName):
         RESULT_CLASSES[cls.__name__] = cls
 
     def __post_init__(self) -> None:
+        self._check_status()
+        dims = ("t", self.state_name) if self.dims is None else tuple(self.dims)
+        if len(dims) != np.ndim(self.M):
+            raise ParameterError(f"dims={dims!r} is invalid: must name the {np.ndim(self.M)} "
+                                 "axes of U and M")
+        object.__setattr__(self, "dims", dims)
+        object.__setattr__(self, "labels", {k: tuple(v) for k, v in self.labels.items()})
+        object.__setattr__(self, "axes", {k: tuple(v) for k, v in self.axes.items()})
+        for name in MAPPINGS + ARRAYS:   # read-only all the way down (core.frozen)
+            object.__setattr__(self, name, freeze(getattr(self, name)))
+
+    def _check_status(self) -> None:
+        """The status (None: derived) checked against ``converged``, kept as a
+        :class:`Status`."""
         status = self.status
         if status is None:
             status = derive_status(self.converged, self.iterations, self.params.get("max_iter"))
@@ -171,16 +185,7 @@ class Result(ObservablesByName):
             raise ParameterError(f"status={status!r} is invalid with converged="
                                  f"{self.converged!r}: must be one of {STATUSES}, "
                                  "'converged' exactly when converged")
-        dims = ("t", self.state_name) if self.dims is None else tuple(self.dims)
-        if len(dims) != np.ndim(self.M):
-            raise ParameterError(f"dims={dims!r} is invalid: must name the {np.ndim(self.M)} "
-                                 "axes of U and M")
         object.__setattr__(self, "status", Status(status))
-        object.__setattr__(self, "dims", dims)
-        object.__setattr__(self, "labels", {k: tuple(v) for k, v in self.labels.items()})
-        object.__setattr__(self, "axes", {k: tuple(v) for k, v in self.axes.items()})
-        for name in MAPPINGS + ARRAYS:   # read-only all the way down (core.frozen)
-            object.__setattr__(self, name, freeze(getattr(self, name)))
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickled read-only again (pickle restores arrays writeable)."""
@@ -350,6 +355,8 @@ def mass_error(M: Any, weights: np.ndarray) -> float:
 #: ``converged``; ``dims`` with the state name and the axes of ``M``) or normalises (the
 #: status, ``labels``, ``axes``): :func:`updated` checks a copy again where one of them changes.
 CHECKED = frozenset({"converged", "status", "dims", "state_name", "M", "labels", "axes"})
+#: Of :data:`CHECKED`, those checked by the status alone (:meth:`Result._check_status`).
+STATUS_CHECKED = frozenset({"converged", "status"})
 _FIELD_NAMES = frozenset(f.name for f in fields(Result))
 
 
@@ -364,9 +371,9 @@ def updated(results: Sequence[Result], changes: Sequence[Mapping[str, Any]] | No
     values of ``shared`` (e.g. the batch's timings) are frozen once for all, those of each
     change once (a change's value wins over a shared one of the same name), and a copy is
     checked as a construction checks it only where a change touches what the construction
-    checks (:data:`CHECKED`); its other fields are the result's own, checked and frozen when
-    it was built. A result of a subclass (whose construction may check more) is copied by
-    ``dataclasses.replace``."""
+    checks (:data:`CHECKED`; the status alone where only it or ``converged`` changes); its
+    other fields are the result's own, checked and frozen when it was built. A result of a
+    subclass (whose construction may check more) is copied by ``dataclasses.replace``."""
     unknown = (set(shared) | {k for c in changes or () for k in c}) - _FIELD_NAMES
     if unknown:
         raise TypeError(f"Result has no field {sorted(unknown)[0]!r}")
@@ -381,7 +388,11 @@ def updated(results: Sequence[Result], changes: Sequence[Mapping[str, Any]] | No
         copy = object.__new__(Result)
         copy.__dict__.update(res.__dict__)
         copy.__dict__.update(change)
-        if not CHECKED.isdisjoint(change):
+        touched = CHECKED.intersection(change)
+        if touched <= STATUS_CHECKED:
+            if touched:
+                copy._check_status()
+        else:
             copy.__post_init__()
         out.append(copy)
     return out
