@@ -24,6 +24,8 @@ LAYOUTS = {
                      None, {"nx": 21, "nt": 20}, ("M", "U"), 4),
     "santa-fe-social-m-only": (mw.SantaFeBar, {"threshold": [0.4, 0.6]}, None,
                                {"nx": 11, "nt": 10, "objective": "social"}, ("M",), 1),
+    "santa-fe-float32": (mw.SantaFeBar, {"threshold": [0.4, 0.6], "sigma": [0.5, 0.7]}, None,
+                         {"nx": 11, "nt": 10, "dtype": "float32"}, ("M", "U"), 4),
     "long-x-coordinate": (mw.SantaFeBar, {"sigma": [0.5, 0.6, 0.7]}, None,
                           {"nx": 60001, "nt": 1}, (), 2),
     "two-bars-axis": (mw.TwoBars, {"threshold_1": [0.4, 0.5]}, {"spill": 0.5},
@@ -44,7 +46,8 @@ def _layout(name: str):
                                  build_points=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        layout = scan_module.make_layout(plan, mw.get_backend("numpy"))
+        layout = scan_module.make_layout(plan, mw.get_backend("numpy", "cpu",
+                                                             options.get("dtype")))
     return layout, block_shape(plan.shape, chunk), plan.hash()
 
 
