@@ -22,9 +22,8 @@ from .best_response import batch_residuals_on, residual_on
 from .core.backend import Backend, get_backend
 from .core.compile_clock import book_phase, compile_clock
 from .core.errors import ConvergenceWarning, warn
-from .core.frozen import freeze
 from .problems.base import MFGProblem
-from .results import Result
+from .results import Result, updated
 
 
 def has_float64(be: Backend) -> bool:
@@ -78,9 +77,7 @@ def certify_in_float64(results: list[Result], problems: Sequence[MFGProblem], be
              f"tol={tol:g}); returning them with converged=False",
              ConvergenceWarning)
     book_phase(timings, "certify", started, built)
-    shared = freeze(timings)   # (results hold frozen copies)
-    return [replace(res, timings=shared, **change)
-            for res, change in zip(results, changes, strict=True)]
+    return updated(results, changes, timings=timings)   # (one frozen copy, shared)
 
 
 def float64_residuals(results: list[Result], problems: Sequence[MFGProblem], be: Backend
@@ -137,8 +134,7 @@ def finish_in_float64(results: list[Result], problems: Sequence[MFGProblem], be:
             else:
                 out[b] = replace(out[b], extra=before.extra | {"finished": record})
     book_phase(timings, "finish", started, built)
-    shared = freeze(timings)   # (results hold frozen copies)
-    out = [replace(res, timings=shared) for res in out]
+    out = updated(out, timings=timings)   # (one frozen copy, shared)
     left = [r.residual for r in out if not r.converged]
     if left:
         warn(f"{len(left)} of {len(results)} float32 problems did not converge, also "

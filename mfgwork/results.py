@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar
@@ -164,6 +164,20 @@ class Result(ObservablesByName):
         RESULT_CLASSES[cls.__name__] = cls
 
     def __post_init__(self) -> None:
+        self._check_status()
+        dims = ("t", self.state_name) if self.dims is None else tuple(self.dims)
+        if len(dims) != np.ndim(self.M):
+            raise ParameterError(f"dims={dims!r} is invalid: must name the {np.ndim(self.M)} "
+                                 "axes of U and M")
+        object.__setattr__(self, "dims", dims)
+        object.__setattr__(self, "labels", {k: tuple(v) for k, v in self.labels.items()})
+        object.__setattr__(self, "axes", {k: tuple(v) for k, v in self.axes.items()})
+        for name in MAPPINGS + ARRAYS:   # read-only all the way down (core.frozen)
+            object.__setattr__(self, name, freeze(getattr(self, name)))
+
+    def _check_status(self) -> None:
+        """The status (None: derived) checked against ``converged``, kept as a
+        :class:`Status`."""
         status = self.status
         if status is None:
             status = derive_status(self.converged, self.iterations, self.params.get("max_iter"))
@@ -171,16 +185,7 @@ class Result(ObservablesByName):
             raise ParameterError(f"status={status!r} is invalid with converged="
                                  f"{self.converged!r}: must be one of {STATUSES}, "
                                  "'converged' exactly when converged")
-        dims = ("t", self.state_name) if self.dims is None else tuple(self.dims)
-        if len(dims) != np.ndim(self.M):
-            raise ParameterError(f"dims={dims!r} is invalid: must name the {np.ndim(self.M)} "
-                                 "axes of U and M")
         object.__setattr__(self, "status", Status(status))
-        object.__setattr__(self, "dims", dims)
-        object.__setattr__(self, "labels", {k: tuple(v) for k, v in self.labels.items()})
-        object.__setattr__(self, "axes", {k: tuple(v) for k, v in self.axes.items()})
-        for name in MAPPINGS + ARRAYS:   # read-only all the way down (core.frozen)
-            object.__setattr__(self, name, freeze(getattr(self, name)))
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickled read-only again (pickle restores arrays writeable)."""
@@ -225,10 +230,7 @@ class Result(ObservablesByName):
     @property
     def weights(self) -> np.ndarray:
         """Trapezoidal weights of the grid (ones over named states)."""
-        x = to_numpy(self.x).astype(np.float64)
-        if self.states is not None:
-            return np.ones(x.size)
-        return trapezoid_weights(x.size, float(x[1] - x[0]))
+        return grid_weights(self.x, self.states)
 
     @property
     def mass(self) -> np.ndarray:
@@ -332,6 +334,68 @@ class Result(ObservablesByName):
             "labels": {k: list(v) for k, v in self.labels.items()}, "extra": self.extra,
             "provenance": provenance()} | (metrics or {})
             | {DIGESTS: {k: array_digest(a) for k, a in arrays.items()}})
+
+
+def grid_weights(x: Any, states: tuple[str, ...] | None = None) -> np.ndarray:
+    """The weights of :attr:`Result.weights` for the grid ``x`` (any backend's array):
+    trapezoidal, or ones over named ``states``."""
+    x = to_numpy(x).astype(np.float64)
+    if states is not None:
+        return np.ones(x.size)
+    return trapezoid_weights(x.size, float(x[1] - x[0]))
+
+
+def mass_error(M: Any, weights: np.ndarray) -> float:
+    """:attr:`Result.mass_error` of the densities ``M`` (any backend's array) on a grid of
+    ``weights`` (:func:`grid_weights`)."""
+    return float(np.max(np.abs(to_numpy(M).astype(np.float64) @ weights - 1.0)))
+
+
+#: The fields that :meth:`Result.__post_init__` checks against one another (the status with
+#: ``converged``; ``dims`` with the state name and the axes of ``M``) or normalises (the
+#: status, ``labels``, ``axes``): :func:`updated` checks a copy again where one of them changes.
+CHECKED = frozenset({"converged", "status", "dims", "state_name", "M", "labels", "axes"})
+#: Of :data:`CHECKED`, those checked by the status alone (:meth:`Result._check_status`).
+STATUS_CHECKED = frozenset({"converged", "status"})
+_FIELD_NAMES = frozenset(f.name for f in fields(Result))
+
+
+def _frozen_field(name: str, value: Any) -> Any:
+    return freeze(value) if name in MAPPINGS or name in ARRAYS else value
+
+
+def updated(results: Sequence[Result], changes: Sequence[Mapping[str, Any]] | None = None,
+            **shared: Any) -> list[Result]:
+    """``[dataclasses.replace(res, **shared, **change) for res, change in zip(results,
+    changes)]`` for the results of a batch, at the cost of one check per copy at most: the
+    values of ``shared`` (e.g. the batch's timings) are frozen once for all, those of each
+    change once (a change's value wins over a shared one of the same name), and a copy is
+    checked as a construction checks it only where a change touches what the construction
+    checks (:data:`CHECKED`; the status alone where only it or ``converged`` changes); its
+    other fields are the result's own, checked and frozen when it was built. A result of a
+    subclass (whose construction may check more) is copied by ``dataclasses.replace``."""
+    unknown = (set(shared) | {k for c in changes or () for k in c}) - _FIELD_NAMES
+    if unknown:
+        raise TypeError(f"Result has no field {sorted(unknown)[0]!r}")
+    shared = {k: _frozen_field(k, v) for k, v in shared.items()}
+    out = []
+    for b, res in enumerate(results):
+        change = shared if changes is None else shared | {
+            k: _frozen_field(k, v) for k, v in changes[b].items()}
+        if type(res) is not Result:
+            out.append(replace(res, **change))
+            continue
+        copy = object.__new__(Result)
+        copy.__dict__.update(res.__dict__)
+        copy.__dict__.update(change)
+        touched = CHECKED.intersection(change)
+        if touched <= STATUS_CHECKED:
+            if touched:
+                copy._check_status()
+        else:
+            copy.__post_init__()
+        out.append(copy)
+    return out
 
 
 #: Entry of ``metrics.json`` holding the SHA-256 of each array of ``arrays.npz``.

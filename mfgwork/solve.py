@@ -56,7 +56,7 @@ from .problems.base import (
     member_summaries,
     warn_unresolved,
 )
-from .results import Result, derive_status
+from .results import Result, derive_status, updated
 from .warm_start import Start, densities_on, initial_state, per_problem
 from .welfare import solve_objective
 
@@ -469,8 +469,7 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
                             for b in range(len(problems))])
         timings["results"] = time.perf_counter() - building   # the members share timings
         timings["total"] += timings["results"]
-        shared = freeze(timings)   # (results hold frozen copies)
-        results = [replace(r, timings=shared) for r in results]
+        results = updated(results, timings=timings)   # (one frozen copy, shared)
         results = certify_in_float64(results, problems, be, tol, timings)
     if not finishing:
         return results

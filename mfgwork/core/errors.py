@@ -67,18 +67,20 @@ def check_real(name: str, value: object, *, low: float | None = None,
                high: float | None = None, low_open: bool = True,
                high_open: bool = True) -> float:
     """Return ``value`` as a float if it is a finite real number inside the given bounds."""
-    bounds = []
-    if low is not None:
-        bounds.append(f"{'>' if low_open else '>='} {low:g}")
-    if high is not None:
-        bounds.append(f"{'<' if high_open else '<='} {high:g}")
-    allowed = "a finite real number" + (" " + " and ".join(bounds) if bounds else "")
+    def allowed() -> str:   # (the message, built only for a refusal)
+        bounds = []
+        if low is not None:
+            bounds.append(f"{'>' if low_open else '>='} {low:g}")
+        if high is not None:
+            bounds.append(f"{'<' if high_open else '<='} {high:g}")
+        return "a finite real number" + (" " + " and ".join(bounds) if bounds else "")
+
     if isinstance(value, bool) or not isinstance(value, Real):
-        raise ParameterError(f"{name}={_describe(value)} is invalid: must be {allowed}")
+        raise ParameterError(f"{name}={_describe(value)} is invalid: must be {allowed()}")
     try:
         v = float(value)
     except OverflowError:  # an integer beyond the range of float64
-        raise ParameterError(f"{name}={_short(value)} is invalid: must be {allowed} "
+        raise ParameterError(f"{name}={_short(value)} is invalid: must be {allowed()} "
                              "(it is beyond the range of float64)") from None
     ok = math.isfinite(v)
     if ok and low is not None:
@@ -86,7 +88,7 @@ def check_real(name: str, value: object, *, low: float | None = None,
     if ok and high is not None:
         ok = v < high if high_open else v <= high
     if not ok:
-        raise ParameterError(f"{name}={v!r} is invalid: must be {allowed}")
+        raise ParameterError(f"{name}={v!r} is invalid: must be {allowed()}")
     return v
 
 

@@ -324,14 +324,15 @@ def check_hamiltonian(value: object, x: np.ndarray) -> Hamiltonian:
                              "mfgwork.Hamiltonian (Quadratic(), Power(q), Congestion(c, alpha) "
                              "or a subclass defining value)")
     if type(value) in SHIPPED.values():   # frozen, compared by value: checked once per domain
-        _check_shipped(value, tuple(np.asarray(x, dtype=np.float64).reshape(-1).tolist()))
+        _check_shipped(value, np.ascontiguousarray(x, dtype=np.float64).reshape(-1).tobytes())
     else:
         value.check(x)
     return value
 
 
 @lru_cache(maxsize=64)
-def _check_shipped(value: Hamiltonian, x: tuple[float, ...]) -> None:
-    """:meth:`Hamiltonian.check` of a shipped model on the nodes ``x`` (a refusal is not
-    cached: it is raised again)."""
-    value.check(np.asarray(x))
+def _check_shipped(value: Hamiltonian, x: bytes) -> None:
+    """:meth:`Hamiltonian.check` of a shipped model on the nodes ``x`` (their float64 bytes:
+    a key hashed at the cost of a copy, not of a tuple of floats; a refusal is not cached:
+    it is raised again)."""
+    value.check(np.frombuffer(x, dtype=np.float64).copy())

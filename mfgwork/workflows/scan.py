@@ -306,7 +306,7 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
     be, chosen = placement(device, backend, dtype, plan.problem((0,) * len(plan.shape)),
                            n_points, plan.options["nx"], plan.options["nt"])
     check_size(plan, be, in_memory=store is None)
-    check_points(plan, be)  # every point as mw.solve checks it: before any store
+    problems = check_points(plan, be)  # every point as mw.solve checks it: before any store
     if not plan.two_d:   # the dtype's floor of tol said once here, not by every block
         reachable_tol(plan.options["tol"], be)
     layout = make_layout(plan, be, chosen)
@@ -317,9 +317,12 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
                                           plan.options["nt"], len(plan.keep), n_points,
                                           sharing) for b in on)
     block = block_shape(plan.shape, check_int("chunk_size", chunk_size, low=1))
+    # (solved here, a block takes its points' problems as checked; on Dask workers, its
+    # worker builds them)
+    built = problems if scheduler is None and not dask else None
     if store is None:
         dataset = layout.dataset()
-        tasks = [Task(plan, r, layout, None, be.device, be.name)
+        tasks = [Task(plan, r, layout, None, be.device, be.name, _region(built, plan.shape, r))
                  for r in blocks(plan.shape, block)]
         _run(tasks, scheduler, dask, workers, progress, n_points, 0, dataset)
         return dataset
@@ -329,10 +332,19 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
         if target.check.damaged:
             warn(resolving(target.path, layout, target.check.damaged),
                  RuntimeWarning)
-        tasks = [Task(plan, r, layout, str(target.path), be.device, be.name)
+        tasks = [Task(plan, r, layout, str(target.path), be.device, be.name,
+                      _region(built, plan.shape, r))
                  for r in blocks(plan.shape, target.block) if not finished[r].all()]
         _run(tasks, scheduler, dask, workers, progress, n_points, int(finished.sum()), None)
     return open_scan(target.path, verify=False)  # (checked above, then written whole)
+
+
+def _region(problems: list[Problem] | None, shape: tuple[int, ...],
+            region: tuple[slice, ...]) -> list[Problem] | None:
+    """The problems of ``region`` (C order) of all the grid's ``problems`` (C order)."""
+    if problems is None:
+        return None
+    return [problems[i] for i in np.arange(len(problems)).reshape(shape)[region].ravel()]
 
 
 def _region_text(region: tuple[slice, ...], layout: Layout) -> str:

@@ -256,9 +256,10 @@ def resolve_problem(problem: Callable[..., MFGProblem] | str) -> Callable[..., M
     return problem
 
 
-def check_points(plan: ScanPlan, be: Backend | None = None) -> None:
+def check_points(plan: ScanPlan, be: Backend | None = None) -> list[Problem]:
     """Construct every point's problem (cheap; validates the values) and check that they are
-    of one kind (1-D or 2-D) and share the domain and horizon, so the scan has one grid.
+    of one kind (1-D or 2-D) and share the domain and horizon, so the scan has one grid;
+    return them (in C order of the grid).
     With ``be``, check every point as :func:`mfgwork.solve` checks it before work, on the
     scan's grid: the memory of the largest point (by its coupling state) and, once per
     distinct σ (the domain and T are shared), the steps and diffusion numbers; a refusal
@@ -268,8 +269,10 @@ def check_points(plan: ScanPlan, be: Backend | None = None) -> None:
     most = 0                                        # the largest point's coupling state
     by_sigma: dict[float, tuple[int, ...]] = {}
     unresolved: dict[str, None] = {}                # what the grid misses, once each
+    problems = []
     for index in np.ndindex(*plan.shape):
         p = plan.problem(index)
+        problems.append(p)
         if first is None:
             first = p
             grid = plan.grid(p) if be is not None else None
@@ -281,16 +284,17 @@ def check_points(plan: ScanPlan, be: Backend | None = None) -> None:
             if (size := _coupling_size(plan, p)) > most:
                 largest, most = p, size
     if be is None:
-        return
+        return problems
     _check_point_size(plan, be, largest)
     for index in by_sigma.values():
         try:
-            _check_scales(plan, be, plan.problem(index))
+            _check_scales(plan, be, problems[int(np.ravel_multi_index(index, plan.shape))])
         except ParameterError as exc:
             raise ParameterError(f"{exc} (at the scan point {plan.parameters(index)})") \
                 from None
     for reason in unresolved:   # before any work: the solves (on Dask workers too) say it late
         warn(f"{reason} (points of the scan)", ResolutionWarning)
+    return problems
 
 
 def _check_same_grid(plan: ScanPlan, index: tuple[int, ...], p: Problem, first: Problem

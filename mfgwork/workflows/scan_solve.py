@@ -7,7 +7,7 @@ import os
 import time
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,7 @@ from ..numerics.batch_newton import device_bytes
 from ..placement import Placement, resolve
 from ..problems import MFGProblem
 from ..problems.two_d import MFGProblem2D
-from ..results import Result
+from ..results import Result, grid_weights, mass_error
 from .scan_plan import Problem, ScanPlan
 from .scan_store import Layout, region_points, write_region
 
@@ -86,7 +86,9 @@ def _host_available() -> int:
 @dataclass
 class Task:
     """One block for a worker: the plan, the region, where to write it (or None), and where
-    to solve it (the device and backend the scan placed it on)."""
+    to solve it (the device and backend the scan placed it on); ``problems``: the region's
+    problems in C order where the scan built them already (in its own process), else None
+    (built from the plan)."""
 
     plan: ScanPlan
     region: tuple[slice, ...]
@@ -94,6 +96,7 @@ class Task:
     store: str | None
     device: str
     backend: str | None = None
+    problems: list[Problem] | None = None
 
 
 def solve_block(task: Task) -> dict[str, Any]:
@@ -101,24 +104,59 @@ def solve_block(task: Task) -> dict[str, Any]:
     when there is one. Returns ``{"region", "statuses", "arrays"}`` (arrays only without a
     store). Runs in the scan's process or on a Dask worker."""
     plan, opts = task.plan, task.plan.options
-    indices = region_points(task.region)
-    problems = [plan.problem(i) for i in indices]
+    problems = task.problems if task.problems is not None else \
+        [plan.problem(i) for i in region_points(task.region)]
     be, _ = placement(task.device, task.backend, opts["dtype"], problems[0])
     with warnings.catch_warnings():   # (the scan said it once, before any block)
         warnings.filterwarnings("ignore", FLOOR_SAID, UserWarning)
-        outcomes = solve_points(problems, be, opts)
+        outcomes, rows = _solve(problems, be, opts)
     shape = tuple(s.stop - s.start for s in task.region)
-    arrays = task.layout.empty_block(shape)
-    for k, outcome in enumerate(outcomes):
-        at = np.unravel_index(k, shape)
-        for name, value in outcome.items():
-            if name in arrays:
-                arrays[name][at] = value
+    arrays = block_arrays(task.layout, shape, outcomes, rows)
     arrays["done"][...] = True
     if task.store is not None:
         write_region(task.store, task.region, arrays)
     return {"region": task.region, "statuses": [o["status"] for o in outcomes],
             "arrays": None if task.store is not None else arrays}
+
+
+def block_arrays(layout: Layout, shape: tuple[int, ...], outcomes: list[dict[str, Any]],
+                 rows: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """The arrays of a block of ``shape`` from its points' outcomes (in C order): each
+    variable at its fill value where a point's outcome lacks it. ``rows``: arrays of a
+    batch with one row per point (B, ...), of which outcomes hold views: an array of the
+    variable's dtype becomes the block's array as it is (its rows that an outcome does not
+    hold replaced), so a batch's fields are not copied."""
+    arrays = {}
+    for name, (trailing, dtype, fill) in layout.variables().items():
+        if not trailing:   # (one value per point)
+            arrays[name] = np.array([o.get(name, fill) for o in outcomes],
+                                    dtype=dtype).reshape(shape)
+            continue
+        level = layout.trailing_shape(trailing)
+        source = (rows or {}).get(name)
+        if source is not None and source.shape != (len(outcomes), *level):
+            source = None
+        if source is not None and source.dtype == dtype and source.flags.writeable:
+            flat = source
+        elif source is not None:
+            flat = source.astype(dtype)
+        else:
+            flat = np.empty((len(outcomes), *level), dtype=dtype)
+        for k, outcome in enumerate(outcomes):
+            value = outcome.get(name)
+            if value is None:
+                flat[k] = fill
+            elif source is None or not _same_array(value, source[k]):
+                flat[k] = value
+        arrays[name] = flat.reshape(shape + level)
+    return arrays
+
+
+def _same_array(a: Any, b: np.ndarray) -> bool:
+    """``a`` is ``b``'s memory read the same way (a view of the same values)."""
+    return (isinstance(a, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape
+            and a.strides == b.strides
+            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
 
 
 def solve_points(problems: list[Problem], be: Backend, opts: Mapping[str, Any]
@@ -128,8 +166,16 @@ def solve_points(problems: list[Problem], be: Backend, opts: Mapping[str, Any]
     batch raised (so the failing point is found and the others are solved). 2-D points one
     by one with :func:`mfgwork.solve_2d` (a scan spreads them over Dask workers, a block
     each)."""
+    return _solve(problems, be, opts)[0]
+
+
+def _solve(problems: list[Problem], be: Backend, opts: Mapping[str, Any]
+           ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+    """:func:`solve_points`, and the batch's host arrays with a row per point (U, M and the
+    observables every point has; empty without a batch), of which the outcomes of the
+    points the batch solved hold views."""
     if isinstance(problems[0], MFGProblem2D):
-        return [_solve_one_2d(p, opts, be) for p in problems]
+        return [_solve_one_2d(p, opts, be) for p in problems], {}
     kw = {"nx": opts["nx"], "nt": opts["nt"], "backend": be, "tol": opts["tol"],
           "max_iter": opts["max_iter"], "iteration": opts["iteration"], "progress": False,
           **_objective(opts)}
@@ -145,23 +191,23 @@ def solve_points(problems: list[Problem], be: Backend, opts: Mapping[str, Any]
             pass
         else:
             share = (time.perf_counter() - started) / len(problems)
-            host = _on_host(results, be)
-            outcomes = [_outcome(r, share, opts) | {"finished_by": "batch"} for r in host]
-            return finish(problems, outcomes, [r.M for r in host], opts)
-    return [_solve_one(p, kw, opts) for p in problems]
+            rows, x = _on_host(results, be)
+            outcomes = [_outcome(r, share, opts, {k: v[b] for k, v in rows.items()}, x)
+                        | {"finished_by": "batch"} for b, r in enumerate(results)]
+            return finish(problems, outcomes, list(rows["M"]), opts), rows
+    return [_solve_one(p, kw, opts) for p in problems], {}
 
 
-def _on_host(results: list[Result], be: Backend) -> list[Result]:
-    """A batch's results with their arrays (grid, U, M, the observables all members have) as
-    NumPy arrays: one transfer per name for the whole batch, not one per point."""
+def _on_host(results: list[Result], be: Backend) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """A batch's arrays (U, M, the observables all members have) as NumPy arrays with a row
+    per member, and its grid ``x``: one transfer per name for the whole batch, not one per
+    point."""
     xp, first = be.xp, results[0]
     names = [k for k in first.observables if all(k in r.observables for r in results)]
-    U, M = (to_numpy(xp.stack([getattr(r, name) for r in results])) for name in ("U", "M"))
-    paths = {k: to_numpy(xp.stack([r.observables[k] for r in results])) for k in names}
-    x, t = to_numpy(first.x), to_numpy(first.t)
-    return [replace(r, x=x, t=t, U=U[b], M=M[b],
-                    observables=dict(r.observables) | {k: v[b] for k, v in paths.items()})
-            for b, r in enumerate(results)]
+    rows = {name: to_numpy(xp.stack([getattr(r, name) for r in results]))
+            for name in ("U", "M")}
+    rows |= {k: to_numpy(xp.stack([r.observables[k] for r in results])) for k in names}
+    return rows, to_numpy(first.x)
 
 
 def finish(problems: list[MFGProblem], outcomes: list[dict[str, Any]], iterates: list[Any],
@@ -283,9 +329,12 @@ def _attempt(run: Any, how: str, be: Backend, opts: Mapping[str, Any]) -> dict[s
     return _outcome(result, wall_time, opts) | {"finished_by": how}
 
 
-def _outcome(result: Result, wall_time: float, opts: Mapping[str, Any]) -> dict[str, Any]:
+def _outcome(result: Result, wall_time: float, opts: Mapping[str, Any],
+             host: Mapping[str, np.ndarray] | None = None, x: np.ndarray | None = None
+             ) -> dict[str, Any]:
     """A solved point's entries (any Result, 2-D too): metrics, fields, observables and
-    summaries (NumPy)."""
+    summaries (NumPy). ``host``, ``x``: the result's arrays (``U``, ``M``, observables) and
+    grid on the host, read in place of its own (a batch's, transferred at once)."""
     residual = np.nan if result.residual is None else float(result.residual)
     why = {"max_iter": f"max_iter={opts['max_iter']} reached",
            "stalled": f"stalled before max_iter={opts['max_iter']}"}.get(result.status, "")
@@ -293,13 +342,16 @@ def _outcome(result: Result, wall_time: float, opts: Mapping[str, Any]) -> dict[
         result.extra.get("certificate", {}).get("message")
         or f"did not reach tol={opts['tol']:g}: stopped after {int(result.iterations)} "
            f"iterations ({why}; final residual {residual:.3g})")
+    host = host or {}
+    arrays = {name: host[name] if name in host else to_numpy(value) for name, value in
+              ({"M": result.M, "U": result.U} | dict(result.observables)).items()}
     out = {"status": "converged" if result.converged else "not_converged",
            "converged": bool(result.converged), "iterations": int(result.iterations),
-           "residual": residual, "mass_error": float(result.mass_error),
+           "residual": residual,
+           "mass_error": float(result.mass_error) if x is None
+           else mass_error(arrays["M"], grid_weights(x, result.states)),
            "wall_time": wall_time, "device": str(result.device), "message": message}
-    out |= {"M": to_numpy(result.M), "U": to_numpy(result.U)}
-    out |= {name: to_numpy(path) for name, path in result.observables.items()}
-    return out | {name: float(value) for name, value in result.summary.items()}
+    return out | arrays | {name: float(value) for name, value in result.summary.items()}
 
 
 def _clip(text: str) -> str:

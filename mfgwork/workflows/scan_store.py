@@ -22,14 +22,16 @@ rerun recognizes its own store and refuses any other existing path.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import itertools
 import os
 import stat
+import struct
 import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,15 +175,22 @@ class Layout:
                 arr = da.full(full, fill, dtype=dtype,
                               chunks=tuple(block) + self.trailing_shape(trailing))
             data[name] = xr.Variable(self.dims + trailing, arr, ATTRS.get(name, {}))
-        coords = {name: xr.Variable((dim,), np.asarray(values))
+        coords = {name: xr.Variable(dims, values, attrs)
+                  for name, (dims, values, attrs) in self.coordinates().items()}
+        return xr.Dataset(data, coords=coords, attrs=dict(self.attrs))
+
+    def coordinates(self) -> dict[str, tuple[tuple[str, ...], np.ndarray, dict[str, Any]]]:
+        """name -> (dims, values, attributes) of every coordinate: the scanned parameters,
+        then t, (y,) x and the paths' further axes."""
+        coords = {name: ((dim,), np.asarray(values), {})
                   for name, (dim, values) in self.coords.items()}
         # the state's symbols (``state_name``: "θ", or "θ1, θ2" for x and y in 2-D)
         labels = dict(zip(("x", "y"), str(self.attrs.get("state_name", "x")).split(", "),
                           strict=False))
         for dim, values in self.grid_coords().items():
             attrs = {"long_name": labels[dim]} if dim in labels else ATTRS.get(dim, {})
-            coords[dim] = xr.Variable((dim,), np.asarray(values), attrs)
-        return xr.Dataset(data, coords=coords, attrs=dict(self.attrs))
+            coords[dim] = ((dim,), np.asarray(values), dict(attrs))
+        return coords
 
 
 # -- the store ---------------------------------------------------------------------------------
@@ -205,18 +214,10 @@ class ScanStore:
     def _create(self, block: tuple[int, ...]) -> None:
         tmp = storage.temporary_sibling(self.path, "tmp")
         try:
-            template = self.layout.dataset(block)
-            template.attrs[PLAN_ATTR] = self.plan_hash
-            encoding = {name: {"chunks": tuple(block) + var.shape[len(block):]}
-                        for name, var in template.data_vars.items()}
-            for name in [*self.layout.fields, *self.layout.paths]:
-                encoding[name]["compressors"] = None  # (float noise: zstd saves < 10 %)
-            template[DIGEST] = digest_variable(self.layout.dims, self.layout.shape)
-            encoding[DIGEST] = {"chunks": tuple(block)}
             with warnings.catch_warnings():  # (zarr: consolidated metadata is not in v3 spec)
                 warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
-                template.to_zarr(tmp, mode="w", compute=False, consolidated=True,
-                                 encoding=encoding)
+                if not create_arrays(tmp, self.layout, block, self.plan_hash):
+                    write_template(tmp, self.layout, block, self.plan_hash)
             seal(tmp)
             os.chmod(tmp, 0o755)
             os.rename(tmp, self.path)
@@ -290,29 +291,144 @@ class ScanStore:
         write_region(self.path, region, arrays)
 
 
+# -- creating a store ---------------------------------------------------------------------------
+def write_template(path: str | os.PathLike, layout: Layout, block: tuple[int, ...],
+                   plan_hash: str) -> None:
+    """Write a new store at ``path``: xarray's ``to_zarr`` of the layout's lazy template
+    (:meth:`Layout.dataset`), nothing computed but the coordinates and the strings, chunked
+    by ``block``, the fields and paths uncompressed, with consolidated metadata."""
+    template = layout.dataset(block)
+    template.attrs[PLAN_ATTR] = plan_hash
+    encoding = {name: {"chunks": tuple(block) + var.shape[len(block):]}
+                for name, var in template.data_vars.items()}
+    for name in [*layout.fields, *layout.paths]:
+        encoding[name]["compressors"] = None  # (float noise: zstd saves < 10 %)
+    template[DIGEST] = digest_variable(layout.dims, layout.shape)
+    encoding[DIGEST] = {"chunks": tuple(block)}
+    template.to_zarr(path, mode="w", compute=False, consolidated=True, encoding=encoding)
+
+
+#: The dtypes of the coordinates that :func:`create_arrays` writes itself (the values of
+#: numeric axes); any other (e.g. strings) leaves the store to :func:`write_template`.
+DIRECT_COORDINATES = ("float64", "int64")
+
+
+def create_arrays(path: str | os.PathLike, layout: Layout, block: tuple[int, ...],
+                  plan_hash: str) -> bool:
+    """Write the new store at ``path`` that :func:`write_template` writes, by zarr directly:
+    the same arrays with the same metadata (what xarray's encoding gives them: NaN fill
+    values recorded as ``_FillValue``, the ``coordinates`` of zipped parameters), the
+    coordinates and strings written, in three passes on zarr's event loop (the arrays
+    created, the values written, the metadata consolidated) instead of xarray's one call
+    per array and Dask's graph of the writes it leaves uncomputed. False (nothing written)
+    where a coordinate is not one of :data:`DIRECT_COORDINATES`."""
+    coords = layout.coordinates()
+    if any(values.dtype.name not in DIRECT_COORDINATES or " " in name
+           for name, (_, values, _) in coords.items()):
+        return False
+    from zarr.core.sync import sync
+
+    # non-index coordinates (zipped parameters) are named by the variables along their dim
+    aside = {name: dims for name, (dims, _, _) in coords.items() if dims != (name,)}
+    arrays = {}
+    variables = layout.variables() | {DIGEST: ((), "object", "")}
+    for name, (trailing, dtype, fill) in variables.items():
+        dims = layout.dims + trailing
+        shape = layout.shape + layout.trailing_shape(trailing)
+        attrs = dict(ATTRS.get(name, {}))
+        on = sorted(c for c, along in aside.items() if set(along) <= set(dims))
+        if on:
+            attrs["coordinates"] = " ".join(on)
+        options: dict[str, Any] = {"chunks": tuple(block) + shape[len(block):]}
+        if name in layout.fields or name in layout.paths:
+            options["compressors"] = None  # (float noise: zstd saves < 10 %)
+        # strings are written (zarr's fill value for them is "": a chunk of "" is not)
+        values = np.full(shape, fill, dtype=object) if dtype == "object" and fill != "" \
+            else None
+        arrays[name] = _array(dims, shape, np.dtype(dtype), attrs, options, values)
+    for name, (dims, values, attrs) in coords.items():
+        arrays[name] = _array(dims, values.shape, values.dtype, attrs, {"chunks": "auto"},
+                              values)
+    sync(_create_arrays(str(path), layout.attrs | {PLAN_ATTR: plan_hash}, arrays))
+    return True
+
+
+def _array(dims: tuple[str, ...], shape: tuple[int, ...], dtype: np.dtype,
+           attrs: dict[str, Any], options: dict[str, Any], values: np.ndarray | None
+           ) -> tuple[dict[str, Any], np.ndarray | None]:
+    """The arguments of zarr's ``create_array`` for one variable as xarray gives them (its
+    fill value NaN, recorded in ``_FillValue``, for floats; zarr's own for the others;
+    strings of zarr's variable-length type), and the values to write (None: none)."""
+    if dtype.kind == "f":
+        attrs = attrs | {"_FillValue": base64.standard_b64encode(
+            struct.pack("<d", np.nan)).decode()}
+    return {"shape": shape, "dtype": str if dtype.kind == "O" else dtype,
+            "fill_value": np.nan if dtype.kind == "f" else None, "dimension_names": dims,
+            "attributes": attrs, "overwrite": True,
+            "config": {"write_empty_chunks": False}} | options, values   # (xarray's default)
+
+
+async def _create_arrays(path: str, attrs: Mapping[str, Any],
+                         arrays: Mapping[str, tuple[dict[str, Any], np.ndarray | None]]
+                         ) -> None:
+    import asyncio
+
+    from zarr.api.asynchronous import consolidate_metadata, open_group
+
+    group = await open_group(path, mode="w", zarr_format=3, attributes=dict(attrs))
+    names = list(arrays)
+    made = await asyncio.gather(*(group.create_array(name, **arrays[name][0])
+                                  for name in names))
+    await asyncio.gather(*(array.setitem(slice(None), arrays[name][1])
+                           for name, array in zip(names, made, strict=True)
+                           if arrays[name][1] is not None))
+    await consolidate_metadata(group.store_path.store)
+
+
 #: Held while zarr's configuration is changed for a write (it is global to the process).
 _WRITING = threading.Lock()
 
 
 def write_region(path: str | os.PathLike, region: tuple[slice, ...],
                  arrays: Mapping[str, np.ndarray]) -> None:
-    """Region write of one block into the store at ``path``: the data, then the block's
-    record (:func:`~mfgwork.workflows.scan_check.block_record`), ``done`` last."""
+    """Region write of one block into the store at ``path``: the data and the block's record
+    (:func:`~mfgwork.workflows.scan_check.block_record`, digested beside the writes)
+    together, ``done`` last."""
     import zarr
+    from zarr.core.sync import sync
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mfgwork-record") as pool:
-        record = pool.submit(block_record, arrays)   # digested beside the writes
+        record = pool.submit(block_record, arrays)
         with _WRITING, zarr.config.set({"array.write_empty_chunks": True}):
             # (every chunk is written: zarr's comparison of each with the fill value, to
             # skip it, costs more than writing it)
-            group = zarr.open_group(str(path), mode="r+", zarr_format=3)
-            for name, value in arrays.items():
-                if name != DONE:
-                    group[name][region] = value
-            shape = tuple(s.stop - s.start for s in region)
-            group[DIGEST][region] = np.full(shape, record.result(), dtype=object)
-            group[DONE][region] = arrays[DONE]
+            sync(_write_block(str(path), region, arrays, record))
 
+
+async def _write_block(path: str, region: tuple[slice, ...], arrays: Mapping[str, np.ndarray],
+                       record: Future) -> None:
+    """The writes of :func:`write_region`, on zarr's event loop: every variable but ``done``
+    and the record at once (the chunk files written concurrently), then ``done``. A write
+    that fails is raised once the others have ended, before ``done``."""
+    import asyncio
+
+    from zarr.api.asynchronous import open_group
+
+    group = await open_group(path, mode="r+", zarr_format=3)
+
+    async def put(name: str, value: Any) -> None:
+        await (await group.getitem(name)).setitem(region, value)
+
+    async def put_record() -> None:
+        text = await asyncio.wrap_future(record)
+        await put(DIGEST, np.full(tuple(s.stop - s.start for s in region), text, dtype=object))
+
+    outcomes = await asyncio.gather(*(put(name, value) for name, value in arrays.items()
+                                      if name != DONE), put_record(), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    await put(DONE, arrays[DONE])
 
 
 def digest_variable(dims: tuple[str, ...], shape: tuple[int, ...]) -> object:
