@@ -170,9 +170,8 @@ def batch_rows(name: str, points: list, dtype: str, device: str, tol: float, max
 def system_rows(problems: list, sizes: list[int]) -> list[dict]:
     """Dense Jacobian + Cholesky against matrix-free CG for the Newton systems of
     ``problems`` at ``sizes``² (at the first iterate and at the solution of each)."""
-    from mfgwork.numerics.batch_newton import conjugate_gradients
-    from mfgwork.numerics.fdm.tangent import spd_solve, tangent_jacobian, tangent_product
-    from mfgwork.numerics.potential import product_operands, tangent_operands
+    from mfgwork.numerics.fdm.tangent import spd_solve, tangent_cg, tangent_jacobian
+    from mfgwork.numerics.potential import tangent_operands
 
     rows = []
     be = mw.get_backend("numpy")
@@ -197,17 +196,10 @@ def system_rows(problems: list, sizes: list[int]) -> list[dict]:
                 A = s[:, None] * (0.5 * (D + D.T)) * s[None, :] + np.eye(grid.nt)
                 v_dense = spd_solve(np.ascontiguousarray(A), s * R)
                 dense.append(time.perf_counter() - t0)
-                products = [0]
                 t0 = time.perf_counter()
-                factored = product_operands(ops)
-
-                def apply(p, s=s, products=products, grid=grid, factored=factored):
-                    products[0] += 1
-                    return s * tangent_product(*factored, grid.dt, s * p) + p
-
-                v = conjugate_gradients(apply, s * R, 1e-6, 4 * grid.nt)
+                v, products = tangent_cg(*ops, grid.dt, s, s * R, 1e-6, 4 * grid.nt)
                 krylov.append(time.perf_counter() - t0)
-                counts.append(products[0])
+                counts.append(products)
                 gaps.append(float(np.linalg.norm(v - v_dense) / np.linalg.norm(v_dense)))
         rows.append({"case": "system", "variant": "after", "solver": f"one CPU core, {n}x{n}",
                      "problems": len(problems), "systems": len(counts),

@@ -59,7 +59,9 @@ from ..core.grid import Grid
 from ..problems.base import ScalarPotential
 from ..problems.hamiltonians import Hamiltonian
 from .fdm.operators import CURVATURE_FLOOR, QUADRATIC
+from .fdm.tangent import tangent_cg, tangent_product
 from .iteration import FixedPointResult, History, evaluator, of_largest, record_times
+from .potential import product_operands, scaling, tangent_operands
 
 TRIAL, CERTIFY, DONE = 0, 1, 2
 ARMIJO = 2e-4
@@ -181,27 +183,6 @@ def _quarter_of_free_memory(backend: Backend) -> int:
 
         return int(torch.cuda.mem_get_info(backend.native_device)[0] // 4)
     return 2**30
-
-
-def conjugate_gradients(apply: Any, b: np.ndarray, rtol: float, max_steps: int
-                        ) -> np.ndarray:
-    """x with ‖A x − b‖ ≤ rtol ‖b‖ for the SPD operator ``apply`` (from x = 0; at most
-    ``max_steps`` products)."""
-    x = np.zeros_like(b)
-    r = b.copy()
-    p = r.copy()
-    rr = float(r @ r)
-    stop = (rtol * math.sqrt(rr)) ** 2
-    for _ in range(max_steps):
-        if rr <= stop:
-            break
-        Ap = apply(p)
-        alpha = rr / float(p @ Ap)
-        x += alpha * p
-        r -= alpha * Ap
-        rr, previous = float(r @ r), rr
-        p = r + (rr / previous) * p
-    return x
 
 
 def minimal_residual(apply: Any, b: np.ndarray, rtol: float, max_steps: int) -> np.ndarray:
@@ -560,8 +541,6 @@ class BatchNewton:
         index = torch.as_tensor(idx, device=d.device)
         z, R = (cur[k][index].to(sys_dtype) for k in ("z", "R"))
         D = self._jacobians(cur["U"][index], cur["M"][index], idx).to(sys_dtype)
-        from .potential import scaling
-
         slope = self.potential.price_slope(to_numpy(z).astype(np.float64), idx)
         s, sign = (torch.as_tensor(a, dtype=sys_dtype, device=d.device)
                    for a in scaling(slope))
@@ -581,34 +560,40 @@ class BatchNewton:
 
     def _directions_krylov(self, d: Any, idx: np.ndarray, cur: dict, rel: np.ndarray) -> Any:
         """The Newton directions on the CPU, matrix-free: conjugate gradients on
-        (S D S + I) v = S R (MINRES on (S D S + Σ) v = S R where a price rises somewhere,
-        :func:`.potential.scaling`), each product D p by the compiled tangent sweeps of one
-        direction (O(nt nx), against O(nt² nx) for D itself), to the relative accuracy
-        min(10⁻², r) (r: the relative residual of z; an inexact Newton step)."""
-        from .fdm.tangent import tangent_product
-        from .potential import product_operands, scaling, tangent_operands
-
+        (S D S + I) v = S R, compiled whole (:func:`.fdm.tangent.tangent_cg`; MINRES on
+        (S D S + Σ) v = S R where a price rises somewhere, :func:`.potential.scaling`), each
+        product D p by the compiled tangent sweeps of one direction (O(nt nx), against
+        O(nt² nx) for D itself), to the relative accuracy min(10⁻², r) (r: the relative
+        residual of z; an inexact Newton step)."""
         g = self.grid
         out = np.array(to_numpy(d), dtype=np.float64)
         for b in idx:
             z, R = (np.asarray(to_numpy(cur[k][b]), dtype=np.float64) for k in ("z", "R"))
             U = np.asarray(to_numpy(cur["U"][b]), dtype=np.float64)
             mu = np.asarray(to_numpy(cur["M"][b]), dtype=np.float64) * g.weights
-            ops = product_operands(tangent_operands(U, mu, self.potential.chi,
-                                                    float(self.nu[b]), g, self.hamiltonian,
-                                                    self._density_of(b)))
+            ops = tangent_operands(U, mu, self.potential.chi, float(self.nu[b]), g,
+                                   self.hamiltonian, self._density_of(b))
             s, sign = scaling(self.potential.price_slope(z[None], [b])[0])
-
-            def apply(p: np.ndarray, s: np.ndarray = s, sign: np.ndarray = sign,
-                      ops: tuple = ops) -> np.ndarray:
-                self.products += 1
-                return s * tangent_product(*ops, g.dt, s * p) + sign * p
-
-            krylov = conjugate_gradients if (sign > 0).all() else minimal_residual
-            v = krylov(apply, s * R, min(ETA, max(float(rel[b]), 1e-14)), 4 * z.size)
+            rtol, steps = min(ETA, max(float(rel[b]), 1e-14)), 4 * z.size
+            if (sign > 0).all():
+                v, products = tangent_cg(*ops, g.dt, s, s * R, rtol, steps)
+                self.products += products
+            else:
+                v = minimal_residual(self._product(ops, s, sign), s * R, rtol, steps)
             out[b] = np.where(s > 0, sign * v / np.where(s > 0, s, 1.0), R)
         xp = self.backend.xp
         return xp.asarray(out, device=d.device) if self.backend.name != "numpy" else out
+
+    def _product(self, operands: tuple[np.ndarray, ...], s: np.ndarray, sign: np.ndarray
+                 ) -> Any:
+        """p ↦ (S D S + Σ) p by the compiled tangent sweeps of the ``operands`` of
+        :func:`.potential.tangent_operands` (factored once), counted in :attr:`products`."""
+        factored = product_operands(operands)
+
+        def apply(p: np.ndarray) -> np.ndarray:
+            self.products += 1
+            return s * tangent_product(*factored, self.grid.dt, s * p) + sign * p
+        return apply
 
     @property
     def jacobian_kernels(self) -> str:

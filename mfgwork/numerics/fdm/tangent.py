@@ -302,6 +302,36 @@ def tangent_product(e, g, inv, e_t, g_t, inv_t, weights, chi, du, dt, v
                               chi)
     return out
 
+
+@njit(cache=True, nogil=True)
+def tangent_cg(lower, diag, upper, lower_t, upper_t, weights, chi, dt, s, b, rtol, max_steps
+               ):  # pragma: no cover - compiled
+    """(v, products): conjugate gradients from v = 0 on the SPD system (S D S + I) v = b,
+    S = diag(s), D the tangent Jacobian of the bands of J(u^n) and J(u^n)ᵀ and the edge
+    weights (as :func:`tangent_jacobian` takes them), stopped once ‖b − (S D S + I) v‖ ≤
+    rtol ‖b‖ or after ``max_steps`` products: the matrix-free Newton system of one problem in
+    one call, each product D p a :func:`tangent_product` from the eliminations factored once
+    here (:func:`pipelined_factors`)."""
+    e, g, inv = pipelined_factors(lower, diag, upper, True)
+    e_t, g_t, inv_t = pipelined_factors(lower_t, diag, upper_t, False)
+    du = np.empty((diag.shape[0] + 1, diag.shape[1]))
+    x = np.zeros_like(b)
+    r = b.copy()
+    p = r.copy()
+    rr = r @ r
+    stop = (rtol * np.sqrt(rr)) ** 2
+    products = 0
+    while products < max_steps and rr > stop:
+        Ap = s * tangent_product(e, g, inv, e_t, g_t, inv_t, weights, chi, du, dt, s * p) + p
+        products += 1
+        alpha = rr / (p @ Ap)
+        x += alpha * p
+        r -= alpha * Ap
+        rr, previous = r @ r, rr
+        p = r + (rr / previous) * p
+    return x, products
+
+
 # -- a tree of noise scenarios (mfgwork.problems.common_noise.ScenarioTree) -------------------
 # Node k of level l holds the L time steps of epoch l, after the noise state of that epoch is
 # revealed. A product D v on the tree is the sweep of tangent_product node by node: backward,

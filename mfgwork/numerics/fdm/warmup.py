@@ -53,12 +53,12 @@ def compile_kernels(backend: Backend, hamiltonian: Hamiltonian = QUADRATIC) -> f
 
 def compile_tangent(backend: Backend, hamiltonian: Hamiltonian = QUADRATIC) -> float:
     """Seconds spent compiling (or loading) the tangent sweeps of matrix-free Newton's method
-    (:mod:`.tangent`, the CPU's, whatever the backend's dtype: the Newton system is float64)
-    and ``hamiltonian``'s model's loop of their operands, on a 1 × 2 system with the argument
-    types of a solve's; 0.0 once done in this process, and on devices (their Newton systems
-    run in torch)."""
+    and its conjugate gradients (:mod:`.tangent`, the CPU's, whatever the backend's dtype:
+    the Newton system is float64) and ``hamiltonian``'s model's loop of their operands, on
+    a 1 × 2 system with the argument types of a solve's; 0.0 once done in this process, and
+    on devices (their Newton systems run in torch)."""
     from ..potential import tangent_operands
-    from .tangent import pipelined_factors, tangent_product
+    from .tangent import pipelined_factors, tangent_cg, tangent_product
 
     traced = hamiltonian.traced()
     key = ("float64", "tangent", traced.structure.key if traced is not None
@@ -72,7 +72,9 @@ def compile_tangent(backend: Backend, hamiltonian: Hamiltonian = QUADRATIC) -> f
                     np.zeros(2), np.zeros((2, 2)), 1.0, np.zeros(1))
     grid = Grid(-1.0, 1.0, 5, 1.0, 2)
     density = np.full((grid.nt, grid.nx), 0.5) if hamiltonian.depends_on_m else None
-    tangent_operands(np.zeros((grid.nt + 1, grid.nx)), np.full((grid.nt + 1, grid.nx), 0.2),
-                     np.ones(grid.nx), 0.1, grid, hamiltonian, density)
+    ops = tangent_operands(np.zeros((grid.nt + 1, grid.nx)),
+                           np.full((grid.nt + 1, grid.nx), 0.2), np.ones(grid.nx), 0.1, grid,
+                           hamiltonian, density)
+    tangent_cg(*ops, grid.dt, np.ones(grid.nt), np.ones(grid.nt), 0.1, 1)
     _compiled.add(key)
     return time.perf_counter() - started
