@@ -46,12 +46,14 @@ the best certified densities.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from ..core.backend import Backend, to_numpy
 from ..core.errors import ConvergenceWarning, SolverError, warn
@@ -60,7 +62,7 @@ from ..problems.base import ScalarPotential
 from ..problems.hamiltonians import Hamiltonian
 from .fdm.operators import CURVATURE_FLOOR, QUADRATIC
 from .fdm.tangent import tangent_cg, tangent_product
-from .iteration import FixedPointResult, History, evaluator, of_largest, record_times
+from .iteration import FixedPointResult, History, evaluator, record_times
 from .potential import product_operands, scaling, tangent_operands
 
 TRIAL, CERTIFY, DONE = 0, 1, 2
@@ -206,6 +208,95 @@ def backtrack(t: np.ndarray, norm: np.ndarray, trial: np.ndarray) -> np.ndarray:
     return np.minimum(np.maximum(s, 0.1 * t), 0.5 * t)
 
 
+#: The rows of the moves :func:`advance` sets: the certified densities are the best yet
+#: (kept), the evaluated point is accepted (current), a new Newton direction is needed.
+KEEP, ACCEPT, FRESH = 0, 1, 2
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def advance(k, sums, tol, max_halvings, moves, mode, t, start, halvings, norm, rel, trigger,
+            best, certified, stuck, done_at):  # pragma: no cover - compiled
+    """Iteration ``k`` of every problem's state machine (the module docstring; the host
+    arrays (B,) of :class:`_NewtonState`, changed in place) once its point is evaluated, from
+    the iteration's sums (:meth:`BatchNewton._iteration_sums`), in one compiled pass: the
+    certificate of a CERTIFY point, the acceptance of a point, a refused trial's step
+    (:func:`backtrack`; stuck after ``max_halvings`` refusals), and what the problem does
+    next. Sets its ``moves`` (rows
+    :data:`KEEP`, :data:`ACCEPT`, :data:`FRESH`; none where it was done already) and returns
+    the history's entries: the largest relative residual, change of U and change of M over
+    the problems that were active, and whether the problem of the largest residual was
+    certifying."""
+    residual = change_U = change_M = -math.inf
+    certificate = False
+    for b in range(mode.size):
+        moves[KEEP, b] = moves[ACCEPT, b] = moves[FRESH, b] = False
+        if mode[b] == DONE:
+            continue
+        n_w = math.sqrt(sums[0, b])
+        r_w = n_w / max(math.sqrt(sums[1, b]), 1e-300)
+        check = mode[b] == CERTIFY
+        if r_w > residual:
+            residual, certificate = r_w, check
+        change_U = max(change_U, math.sqrt(sums[2, b] / max(sums[3, b], 1e-300)))
+        change_M = max(change_M, math.sqrt(sums[4, b] / max(sums[5, b], 1e-300)))
+        # a certificate: r_w is the residual of the densities of z, kept where best; a refused
+        # one lowers the trigger by the amplification it shows
+        finished = False
+        if check:
+            if r_w < best[b]:
+                best[b] = r_w
+                moves[KEEP, b] = True
+            certified[b] = True
+            if r_w <= tol[b]:
+                finished = True
+            else:
+                amplification = max(r_w / max(rel[b], 1e-300), 1e-300)
+                trigger[b] = min(trigger[b], 0.5 * tol[b] / amplification)
+                finished = stuck[b]
+        # acceptance: the first point, an Armijo trial, or a refused certificate's Φ(z)
+        decrease = 1.0 - ARMIJO * (1.0 if check else t[b])
+        accept = not finished and (not math.isfinite(norm[b])
+                                   or n_w**2 <= decrease * norm[b] ** 2)
+        moves[ACCEPT, b] = accept
+        if accept:
+            if mode[b] == TRIAL:
+                start[b] = min(1.0, GROW * t[b])
+            norm[b], rel[b] = n_w, r_w
+            certified[b] = stuck[b] = False
+            halvings[b] = 0
+        elif mode[b] == TRIAL:   # refused: the step of backtrack(t, ‖R(z)‖, n_w)
+            phi0 = (norm[b] if math.isfinite(norm[b]) else 1.0) ** 2
+            s = phi0 * t[b] * t[b] / (n_w**2 - phi0 + 2.0 * phi0 * t[b])
+            if math.isnan(s) or s == math.inf:
+                s = 0.5 * t[b]
+            t[b] = min(max(s, 0.1 * t[b]), 0.5 * t[b])
+            halvings[b] += 1
+            stuck[b] |= halvings[b] > max_halvings
+        # next: stop (finished, or stuck at a certified point); certify an accepted point
+        # below the trigger (or a stuck one); else a trial along d, new where the point moved
+        if finished or (stuck[b] and certified[b]):
+            mode[b], done_at[b] = DONE, k
+        elif not certified[b] and (stuck[b] or (accept and rel[b] <= trigger[b])):
+            mode[b] = CERTIFY
+        else:
+            mode[b] = TRIAL
+            if not stuck[b] and (accept or check):
+                moves[FRESH, b] = True
+                t[b], halvings[b] = start[b], 0
+    return residual, change_U, change_M, certificate
+
+
+def compile_step() -> float:
+    """Seconds spent compiling (or loading) :func:`advance` on a batch of one (the argument
+    types of every solve); 0.0 once done in this process."""
+    if advance.signatures:
+        return 0.0
+    started = time.perf_counter()
+    s = _NewtonState.first(np.zeros((1, 1)), None, 1.0, np)
+    advance(1, np.zeros((7, 1)), np.ones(1), 1, np.zeros((3, 1), dtype=bool), *s.host())
+    return time.perf_counter() - started
+
+
 def _amplified(s: _NewtonState, converged: np.ndarray) -> str:
     """Why a problem stopped above tol when its iterate went far below it: the best response
     amplifies the rounding of the coupling state (said with the worst such problem), else
@@ -265,8 +356,8 @@ class _NewtonState:
     accepted point (``norm``, ``rel``), the residual below which it is certified
     (``trigger``), the certified residual of the best densities (``best``), whether the
     accepted point's densities are certified and whether its search is ``stuck``, the
-    iteration it finished at; and on the device the accepted point (``cur``: z, R, U, M),
-    the kept densities and the directions ``d``."""
+    iteration it finished at (changed in place by :func:`advance`); and on the device the
+    accepted point (``cur``: z, R, U, M), the kept densities and the directions ``d``."""
 
     mode: np.ndarray
     t: np.ndarray
@@ -294,6 +385,12 @@ class _NewtonState:
                    stuck=np.zeros(B, dtype=bool), done_at=np.zeros(B, dtype=np.int64),
                    cur={"z": w, "R": None, "U": U_init, "M": None},
                    kept={"U": None, "M": None}, d=xp.zeros_like(w))
+
+    def host(self) -> tuple[np.ndarray, ...]:
+        """The host arrays in the order :func:`advance` takes them (after its first four
+        arguments)."""
+        return (self.mode, self.t, self.start, self.halvings, self.norm, self.rel, self.trigger,
+                self.best, self.certified, self.stuck, self.done_at)
 
 
 class BatchNewton:
@@ -354,6 +451,8 @@ class BatchNewton:
         M0 = xp.stack([m0] * (nt + 1), axis=-2) if M_init is None else M_init
         w = coupling.state(M0) if z_init is None else coupling.project(z_init)
         s = _NewtonState.first(w, U_init, self.tol, xp)
+        tol = np.full(w.shape[0], self.tol, dtype=np.float64)
+        moves = np.zeros((3, w.shape[0]), dtype=bool)
         history, stamps = History(), []
         k = 0
         for k in range(1, max_iter + 1):
@@ -364,19 +463,16 @@ class BatchNewton:
             if not np.isfinite(sums).all():
                 raise SolverError(f"non-finite values at iteration {k} of Newton's method on "
                                   "the coupling state: the iteration diverged")
-            n_w = np.sqrt(sums[0])
-            r_w = n_w / np.maximum(np.sqrt(sums[1]), 1e-300)
-            active = s.mode != DONE
-            history.residual.append(float(r_w[active].max()))
-            for name, j in (("change_U", 2), ("change_M", 4)):
-                change = np.sqrt(sums[j] / np.maximum(sums[j + 1], 1e-300))
-                getattr(history, name).append(float(change[active].max()))
-            check = s.mode == CERTIFY
-            history.certificate.append(of_largest(check, r_w, active))
-            finished = self._certify(s, check, r_w)
-            accept, norm_before = self._accept_points(s, active, finished, check, n_w, r_w,
-                                                      w, R_w, U_w, M_w)
-            self._next_modes(s, k, active, finished, accept, check, n_w, norm_before)
+            record = advance(k, sums, tol, self.max_halvings, moves, *s.host())
+            for name, value in zip(("residual", "change_U", "change_M", "certificate"), record,
+                                   strict=True):
+                getattr(history, name).append(value)
+            if moves[KEEP].any():   # the current point's densities are certified and best
+                s.kept = keep_where(s.kept, moves[KEEP], s.cur["U"], s.cur["M"], be)
+            if moves[ACCEPT].any():
+                s.cur = self._accept(s.cur, moves[ACCEPT], w, R_w, U_w, M_w)
+            if moves[FRESH].any():
+                s.d = self._directions(s.d, moves[FRESH], s.cur, s.rel)
             if progress is not None:
                 progress.update(1)
                 progress.set_postfix(residual=f"{history.residual[-1]:.2e}", refresh=False)
@@ -386,69 +482,6 @@ class BatchNewton:
             w = self._next_points(s.mode, s.t, s.cur, s.d, coupling)
         record_times(history, stamps, be)
         return self._result(s, evaluate, k, max_iter, history)
-
-    # -- the steps of an iteration -----------------------------------------------------------
-    def _certify(self, s: _NewtonState, check: np.ndarray, r_w: np.ndarray) -> np.ndarray:
-        """Where Φ(z) was evaluated to certify (``check``), its residual ``r_w`` is that of
-        the densities of z: the best certified densities are kept, a refused certificate
-        lowers the trigger by the observed amplification. Returns the problems finished
-        (certified, or certified while stuck)."""
-        if not check.any():
-            return np.zeros_like(check)
-        better = check & (r_w < s.best)
-        s.best = np.where(better, r_w, s.best)
-        if better.any():
-            s.kept = keep_where(s.kept, better, s.cur["U"], s.cur["M"], self.backend)
-        s.certified |= check
-        passed = check & (r_w <= self.tol)
-        amplification = np.maximum(r_w / np.maximum(s.rel, 1e-300), 1e-300)
-        s.trigger = np.where(check & ~passed,
-                             np.minimum(s.trigger, 0.5 * self.tol / amplification), s.trigger)
-        return passed | (check & s.stuck)
-
-    def _accept_points(self, s: _NewtonState, active: np.ndarray, finished: np.ndarray,
-                       check: np.ndarray, n_w: np.ndarray, r_w: np.ndarray, w: Any, R_w: Any,
-                       U_w: Any, M_w: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Acceptance: the first point, an Armijo trial, or a refused certificate's Φ(z);
-        the accepted points become the current ones. Returns (accepted, ‖R‖ of the points
-        before)."""
-        decrease = 1.0 - ARMIJO * np.where(check, 1.0, s.t)
-        accept = active & ~finished & (~np.isfinite(s.norm) | (n_w**2 <= decrease * s.norm**2))
-        norm_before = s.norm
-        if accept.any():
-            s.cur = self._accept(s.cur, accept, w, R_w, U_w, M_w)
-            s.start = np.where(accept & (s.mode == TRIAL), np.minimum(1.0, GROW * s.t),
-                               s.start)
-            s.norm, s.rel = np.where(accept, n_w, s.norm), np.where(accept, r_w, s.rel)
-            s.certified &= ~accept
-            s.stuck &= ~accept
-            s.halvings = np.where(accept, 0, s.halvings)
-        return accept, norm_before
-
-    def _next_modes(self, s: _NewtonState, k: int, active: np.ndarray, finished: np.ndarray,
-                    accept: np.ndarray, check: np.ndarray, n_w: np.ndarray,
-                    norm_before: np.ndarray) -> None:
-        """What each problem does next: a refused trial backtracks (the minimiser of the
-        quadratic model of ‖R‖² along d, kept within [0.1 t, 0.5 t]; after ``max_halvings``
-        the problem is stuck); a finished one stops; one whose accepted point's residual is
-        below its trigger (or stuck) certifies it; the others take a new direction where
-        their point moved."""
-        refused = (s.mode == TRIAL) & active & ~accept
-        if refused.any():
-            s.t = np.where(refused, backtrack(s.t, norm_before, n_w), s.t)
-            s.halvings = s.halvings + refused
-            s.stuck |= refused & (s.halvings > self.max_halvings)
-        going = active & ~finished
-        finished = finished | (going & s.stuck & s.certified)
-        going &= ~finished
-        s.mode = np.where(finished, DONE, s.mode)
-        s.done_at = np.where(finished, k, s.done_at)
-        to_certify = going & ~s.certified & (s.stuck | (accept & (s.rel <= s.trigger)))
-        fresh = going & ~s.stuck & ~to_certify & (accept | check)  # new direction
-        s.mode = np.where(to_certify, CERTIFY, np.where(going, TRIAL, s.mode))
-        if fresh.any():
-            s.d = self._directions(s.d, fresh, s.cur, s.rel)
-            s.t, s.halvings = np.where(fresh, s.start, s.t), np.where(fresh, 0, s.halvings)
 
     def _result(self, s: _NewtonState, evaluate: Any, k: int, max_iter: int,
                 history: History) -> FixedPointResult:
