@@ -289,7 +289,6 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
                                              compile_steps, max_memory)
     setup = seconds_since(started, built)
     compiled: dict[str, float] = {}
-    hjb = _compile_first(hjb, be, compiled, problem.hamiltonian)
     newton = (_batch_newton([coupling], iteration, grid, [problem], be, tol)
               or _frozen_density_newton([coupling], iteration, grid, [problem], be, tol,
                                         coarse and not warm, max_iter, max_memory,
@@ -299,6 +298,8 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
         compiled["seconds"] = compile_kernels(be, problem.hamiltonian) + compile_tangent(
             be, problem.hamiltonian)
         compiled["apart"] = 1.0
+    else:
+        hjb = _compile_first(hjb, be, compiled, problem.hamiltonian)
     fallback = None if newton is not None else _newton_fallback(
         coupling, scheme, method, grid, problem, be, tol)
     out, coarse_iterations, coarse_seconds = _equilibrium(

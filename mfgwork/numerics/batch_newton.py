@@ -112,7 +112,7 @@ class MemberPotentials:
             keywords = {k: np.array([s.keywords[k] for s in slopes], dtype=np.float64)[:, None]
                         for k in first.keywords}
             return np.asarray(first.func(z, **keywords), dtype=np.float64)
-        return np.stack([s(z[i]) for i, s in enumerate(slopes)])
+        return np.array([s(z[i]) for i, s in enumerate(slopes)])
 
 
 def member_potentials(potentials: list[ScalarPotential | None]) -> MemberPotentials | None:
@@ -120,7 +120,8 @@ def member_potentials(potentials: list[ScalarPotential | None]) -> MemberPotenti
     if not potentials or any(p is None for p in potentials):
         return None
     chi = potentials[0].chi
-    if any(p.chi.shape != chi.shape or not np.array_equal(p.chi, chi) for p in potentials):
+    if any(p.chi.shape != chi.shape or not np.array_equal(p.chi, chi)
+           for p in potentials[1:]):
         return None
     return MemberPotentials(chi=chi, members=tuple(potentials))
 
@@ -297,6 +298,12 @@ def compile_step() -> float:
     return time.perf_counter() - started
 
 
+def _at_every_level(m0: Any, nt: int, xp: Any) -> Any:
+    """Densities (..., nt + 1, nx) equal to ``m0`` (..., nx) at every level: a read-only
+    broadcast view (the first point's state is all that is read of them)."""
+    return xp.broadcast_to(m0[..., None, :], (*m0.shape[:-1], nt + 1, m0.shape[-1]))
+
+
 def _amplified(s: _NewtonState, converged: np.ndarray) -> str:
     """Why a problem stopped above tol when its iterate went far below it: the best response
     amplifies the rounding of the coupling state (said with the worst such problem), else
@@ -313,11 +320,18 @@ def _amplified(s: _NewtonState, converged: np.ndarray) -> str:
             "tol to it")
 
 
+def on_backend(host: np.ndarray, like: Any, backend: Backend, dtype: Any = None) -> Any:
+    """The host array ``host`` as an array of ``backend`` where ``like`` is (in ``dtype``;
+    default: its own)."""
+    if backend.name == "numpy":
+        return np.asarray(host, dtype=dtype)
+    return backend.xp.asarray(host, dtype=dtype, device=like.device)
+
+
 def batch_mask(mask: np.ndarray, like: Any, backend: Backend) -> Any:
     """The host mask (B,) as a backend array broadcastable against ``like``."""
-    m = backend.xp.asarray(mask) if backend.name == "numpy" else (
-        backend.xp.asarray(mask, device=like.device))
-    return backend.xp.reshape(m, mask.shape + (1,) * (like.ndim - 1))
+    return backend.xp.reshape(on_backend(mask, like, backend),
+                              mask.shape + (1,) * (like.ndim - 1))
 
 
 def keep_where(kept: dict, mask: np.ndarray, U: Any, M: Any, backend: Backend) -> dict:
@@ -437,7 +451,7 @@ class BatchNewton:
         be, xp, nt = self.backend, self.backend.xp, self.grid.nt
         if not batched:
             one = Unbatched(coupling, hjb, fp)
-            M0 = xp.stack([m0] * (nt + 1), axis=-2) if M_init is None else M_init
+            M0 = _at_every_level(m0, nt, xp) if M_init is None else M_init
             out = self.solve(one, one.hjb, one.fp, m0=m0, U_T=U_T, max_iter=max_iter,
                              M_init=M0[None], U_init=None if U_init is None else U_init[None],
                              z_init=None if z_init is None else z_init[None],
@@ -448,7 +462,7 @@ class BatchNewton:
             coupling = Float64State(coupling, be)
             z_init = None if z_init is None else xp.astype(z_init, xp.float64)
         evaluate = evaluator(coupling, hjb, fp, U_T, m0, be)
-        M0 = xp.stack([m0] * (nt + 1), axis=-2) if M_init is None else M_init
+        M0 = _at_every_level(m0, nt, xp) if M_init is None else M_init
         w = coupling.state(M0) if z_init is None else coupling.project(z_init)
         s = _NewtonState.first(w, U_init, self.tol, xp)
         tol = np.full(w.shape[0], self.tol, dtype=np.float64)
@@ -463,15 +477,18 @@ class BatchNewton:
             if not np.isfinite(sums).all():
                 raise SolverError(f"non-finite values at iteration {k} of Newton's method on "
                                   "the coupling state: the iteration diverged")
-            record = advance(k, sums, tol, self.max_halvings, moves, *s.host())
-            for name, value in zip(("residual", "change_U", "change_M", "certificate"), record,
-                                   strict=True):
-                getattr(history, name).append(value)
-            if moves[KEEP].any():   # the current point's densities are certified and best
+            residual, change_U, change_M, certificate = advance(
+                k, sums, tol, self.max_halvings, moves, *s.host())
+            history.residual.append(residual)
+            history.change_U.append(change_U)
+            history.change_M.append(change_M)
+            history.certificate.append(certificate)
+            keep, accept, fresh = moves.any(axis=1)
+            if keep:   # the current point's densities are certified and the best yet
                 s.kept = keep_where(s.kept, moves[KEEP], s.cur["U"], s.cur["M"], be)
-            if moves[ACCEPT].any():
+            if accept:
                 s.cur = self._accept(s.cur, moves[ACCEPT], w, R_w, U_w, M_w)
-            if moves[FRESH].any():
+            if fresh:
                 s.d = self._directions(s.d, moves[FRESH], s.cur, s.rel)
             if progress is not None:
                 progress.update(1)
@@ -553,8 +570,7 @@ class BatchNewton:
         """z + t d (trials), Φ(z) = z + R (certificates), z (finished problems)."""
         xp = self.backend.xp
         z = cur["z"]
-        step = xp.asarray(np.where(mode == TRIAL, t, 0.0), dtype=z.dtype,
-                          **({} if self.backend.name == "numpy" else {"device": z.device}))
+        step = on_backend(np.where(mode == TRIAL, t, 0.0), z, self.backend, z.dtype)
         trial = coupling.project(z + step[:, None] * d)
         certify = mode == CERTIFY
         if not certify.any():
