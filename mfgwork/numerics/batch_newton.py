@@ -61,7 +61,7 @@ from ..core.grid import Grid
 from ..problems.base import ScalarPotential
 from ..problems.hamiltonians import Hamiltonian
 from .fdm.operators import CURVATURE_FLOOR, QUADRATIC
-from .fdm.tangent import tangent_cg, tangent_product
+from .fdm.tangent import newton_direction, tangent_product
 from .iteration import FixedPointResult, History, evaluator, record_times
 from .potential import product_operands, scaling, tangent_operands
 
@@ -609,27 +609,27 @@ class BatchNewton:
 
     def _directions_krylov(self, d: Any, idx: np.ndarray, cur: dict, rel: np.ndarray) -> Any:
         """The Newton directions on the CPU, matrix-free: conjugate gradients on
-        (S D S + I) v = S R, compiled whole (:func:`.fdm.tangent.tangent_cg`; MINRES on
-        (S D S + Σ) v = S R where a price rises somewhere, :func:`.potential.scaling`), each
-        product D p by the compiled tangent sweeps of one direction (O(nt nx), against
+        (S D S + I) v = S R, compiled whole (:func:`.fdm.tangent.newton_direction`; MINRES
+        on (S D S + Σ) v = S R where a price rises somewhere, :func:`.potential.scaling`),
+        each product D p by the compiled tangent sweeps of one direction (O(nt nx), against
         O(nt² nx) for D itself), to the relative accuracy min(10⁻², r) (r: the relative
         residual of z; an inexact Newton step)."""
         g = self.grid
         out = np.array(to_numpy(d), dtype=np.float64)
         for b in idx:
-            z, R = (np.asarray(to_numpy(cur[k][b]), dtype=np.float64) for k in ("z", "R"))
-            U = np.asarray(to_numpy(cur["U"][b]), dtype=np.float64)
-            mu = np.asarray(to_numpy(cur["M"][b]), dtype=np.float64) * g.weights
-            ops = tangent_operands(U, mu, self.potential.chi, float(self.nu[b]), g,
+            z, R, U, M = (np.asarray(to_numpy(cur[k][b]), dtype=np.float64)
+                          for k in ("z", "R", "U", "M"))
+            ops = tangent_operands(U, M * g.weights, self.potential.chi, float(self.nu[b]), g,
                                    self.hamiltonian, self._density_of(b))
-            s, sign = scaling(self.potential.price_slope(z[None], [b])[0])
+            slope = self.potential.price_slope(z[None], [b])[0]
             rtol, steps = min(ETA, max(float(rel[b]), 1e-14)), 4 * z.size
-            if (sign > 0).all():
-                v, products = tangent_cg(*ops, g.dt, s, s * R, rtol, steps)
-                self.products += products
-            else:
+            if (slope > 0).any():   # a price rises: symmetric indefinite
+                s, sign = scaling(slope)
                 v = minimal_residual(self._product(ops, s, sign), s * R, rtol, steps)
-            out[b] = np.where(s > 0, sign * v / np.where(s > 0, s, 1.0), R)
+                out[b] = np.where(s > 0, sign * v / np.where(s > 0, s, 1.0), R)
+            else:
+                out[b], products = newton_direction(*ops, g.dt, slope, R, rtol, steps)
+                self.products += products
         xp = self.backend.xp
         return xp.asarray(out, device=d.device) if self.backend.name != "numpy" else out
 

@@ -304,19 +304,22 @@ def tangent_product(e, g, inv, e_t, g_t, inv_t, weights, chi, du, dt, v
 
 
 @njit(cache=True, nogil=True)
-def tangent_cg(lower, diag, upper, lower_t, upper_t, weights, chi, dt, s, b, rtol, max_steps
-               ):  # pragma: no cover - compiled
-    """(v, products): conjugate gradients from v = 0 on the SPD system (S D S + I) v = b,
-    S = diag(s), D the tangent Jacobian of the bands of J(u^n) and J(u^n)ᵀ and the edge
-    weights (as :func:`tangent_jacobian` takes them), stopped once ‖b − (S D S + I) v‖ ≤
-    rtol ‖b‖ or after ``max_steps`` products: the matrix-free Newton system of one problem in
-    one call, each product D p a :func:`tangent_product` from the eliminations factored once
-    here (:func:`pipelined_factors`)."""
+def newton_direction(lower, diag, upper, lower_t, upper_t, weights, chi, dt, slope, R, rtol,
+                     max_steps):  # pragma: no cover - compiled
+    """(d, products): the Newton step d = S⁻¹ v, v = (S D S + I)⁻¹ S R, of one problem whose
+    prices all fall (P' = ``slope`` ≤ 0, S = diag(√−P'): :func:`..potential.scaling` with
+    Σ = I; d = R, the Picard step, where P' = 0), D the tangent Jacobian of the bands of
+    J(u^n) and J(u^n)ᵀ and the edge weights (as :func:`tangent_jacobian` takes them): the
+    matrix-free Newton system in one call, by conjugate gradients from v = 0 on the SPD
+    system, stopped once ‖S R − (S D S + I) v‖ ≤ rtol ‖S R‖ or after ``max_steps``
+    products, each product D p a :func:`tangent_product` from the eliminations factored
+    once here (:func:`pipelined_factors`)."""
     e, g, inv = pipelined_factors(lower, diag, upper, True)
     e_t, g_t, inv_t = pipelined_factors(lower_t, diag, upper_t, False)
     du = np.empty((diag.shape[0] + 1, diag.shape[1]))
-    x = np.zeros_like(b)
-    r = b.copy()
+    s = np.sqrt(np.abs(slope))
+    x = np.zeros_like(R)
+    r = s * R
     p = r.copy()
     rr = r @ r
     stop = (rtol * np.sqrt(rr)) ** 2
@@ -329,7 +332,11 @@ def tangent_cg(lower, diag, upper, lower_t, upper_t, weights, chi, dt, s, b, rto
         r -= alpha * Ap
         rr, previous = r @ r, rr
         p = r + (rr / previous) * p
-    return x, products
+    d = R.copy()
+    for i in range(d.size):
+        if s[i] > 0:
+            d[i] = x[i] / s[i]
+    return d, products
 
 
 # -- a tree of noise scenarios (mfgwork.problems.common_noise.ScenarioTree) -------------------

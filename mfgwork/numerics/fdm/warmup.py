@@ -61,7 +61,7 @@ def compile_tangent(backend: Backend, hamiltonian: Hamiltonian = QUADRATIC) -> f
     done in this process."""
     from ..batch_newton import compile_step
     from ..potential import tangent_operands
-    from .tangent import pipelined_factors, tangent_cg, tangent_product
+    from .tangent import newton_direction, pipelined_factors, tangent_product
 
     traced = hamiltonian.traced()
     key = ("float64", "tangent", traced.structure.key if traced is not None
@@ -79,6 +79,6 @@ def compile_tangent(backend: Backend, hamiltonian: Hamiltonian = QUADRATIC) -> f
     ops = tangent_operands(np.zeros((grid.nt + 1, grid.nx)),
                            np.full((grid.nt + 1, grid.nx), 0.2), np.ones(grid.nx), 0.1, grid,
                            hamiltonian, density)
-    tangent_cg(*ops, grid.dt, np.ones(grid.nt), np.ones(grid.nt), 0.1, 1)
+    newton_direction(*ops, grid.dt, -np.ones(grid.nt), np.ones(grid.nt), 0.1, 1)
     _compiled.add(key)
     return step + time.perf_counter() - started
