@@ -49,7 +49,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 import numpy as np
@@ -63,7 +63,7 @@ from ..problems.hamiltonians import Hamiltonian
 from .fdm.operators import CURVATURE_FLOOR, QUADRATIC
 from .fdm.tangent import newton_direction, tangent_product
 from .iteration import FixedPointResult, History, evaluator, record_times
-from .potential import product_operands, scaling, tangent_operands
+from .potential import TangentOperands, product_operands, scaling
 
 TRIAL, CERTIFY, DONE = 0, 1, 2
 ARMIJO = 2e-4
@@ -290,7 +290,7 @@ def advance(k, sums, tol, max_halvings, moves, mode, t, start, halvings, norm, r
 def compile_step() -> float:
     """Seconds spent compiling (or loading) :func:`advance` on a batch of one (the argument
     types of every solve); 0.0 once done in this process."""
-    if advance.signatures:
+    if advance.overloads:   # compiled or loaded already
         return 0.0
     started = time.perf_counter()
     s = _NewtonState.first(np.zeros((1, 1)), None, 1.0, np)
@@ -619,8 +619,8 @@ class BatchNewton:
         for b in idx:
             z, R, U, M = (np.asarray(to_numpy(cur[k][b]), dtype=np.float64)
                           for k in ("z", "R", "U", "M"))
-            ops = tangent_operands(U, M * g.weights, self.potential.chi, float(self.nu[b]), g,
-                                   self.hamiltonian, self._density_of(b))
+            ops = self._tangent_operands(U, M * g.weights, self.potential.chi,
+                                         float(self.nu[b]), self._density_of(b))
             slope = self.potential.price_slope(z[None], [b])[0]
             rtol, steps = min(ETA, max(float(rel[b]), 1e-14)), 4 * z.size
             if (slope > 0).any():   # a price rises: symmetric indefinite
@@ -632,6 +632,11 @@ class BatchNewton:
                 self.products += products
         xp = self.backend.xp
         return xp.asarray(out, device=d.device) if self.backend.name != "numpy" else out
+
+    @cached_property
+    def _tangent_operands(self) -> TangentOperands:
+        """The operands of the tangent sweeps on this grid (the CPU's matrix-free systems)."""
+        return TangentOperands(self.grid, self.hamiltonian)
 
     def _product(self, operands: tuple[np.ndarray, ...], s: np.ndarray, sign: np.ndarray
                  ) -> Any:
