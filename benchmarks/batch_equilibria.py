@@ -171,7 +171,7 @@ def system_rows(problems: list, sizes: list[int]) -> list[dict]:
     """Dense Jacobian + Cholesky against matrix-free CG for the Newton systems of
     ``problems`` at ``sizes``² (at the first iterate and at the solution of each)."""
     from mfgwork.numerics.fdm.tangent import newton_direction, spd_solve, tangent_jacobian
-    from mfgwork.numerics.potential import tangent_operands
+    from mfgwork.numerics.potential import product_operands, tangent_operands
 
     rows = []
     be = mw.get_backend("numpy")
@@ -199,7 +199,8 @@ def system_rows(problems: list, sizes: list[int]) -> list[dict]:
                 dense.append(time.perf_counter() - t0)
                 d_dense = np.where(s > 0, v_dense / np.where(s > 0, s, 1.0), R)
                 t0 = time.perf_counter()
-                d, products = newton_direction(*ops, grid.dt, slope, R, 1e-6, 4 * grid.nt)
+                d, products = newton_direction(*product_operands(ops), grid.dt, slope, R,
+                                               1e-6, 4 * grid.nt)
                 krylov.append(time.perf_counter() - t0)
                 counts.append(products)
                 gaps.append(float(np.linalg.norm(d - d_dense) / np.linalg.norm(d_dense)))

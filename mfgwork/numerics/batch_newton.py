@@ -621,14 +621,15 @@ class BatchNewton:
                           for k in ("z", "R", "U", "M"))
             ops = self._tangent_operands(U, M * g.weights, self.potential.chi,
                                          float(self.nu[b]), self._density_of(b))
+            factored = product_operands(ops)
             slope = self.potential.price_slope(z[None], [b])[0]
             rtol, steps = min(ETA, max(float(rel[b]), 1e-14)), 4 * z.size
             if (slope > 0).any():   # a price rises: symmetric indefinite
                 s, sign = scaling(slope)
-                v = minimal_residual(self._product(ops, s, sign), s * R, rtol, steps)
+                v = minimal_residual(self._product(factored, s, sign), s * R, rtol, steps)
                 out[b] = np.where(s > 0, sign * v / np.where(s > 0, s, 1.0), R)
             else:
-                out[b], products = newton_direction(*ops, g.dt, slope, R, rtol, steps)
+                out[b], products = newton_direction(*factored, g.dt, slope, R, rtol, steps)
                 self.products += products
         xp = self.backend.xp
         return xp.asarray(out, device=d.device) if self.backend.name != "numpy" else out
@@ -638,12 +639,9 @@ class BatchNewton:
         """The operands of the tangent sweeps on this grid (the CPU's matrix-free systems)."""
         return TangentOperands(self.grid, self.hamiltonian)
 
-    def _product(self, operands: tuple[np.ndarray, ...], s: np.ndarray, sign: np.ndarray
-                 ) -> Any:
-        """p ↦ (S D S + Σ) p by the compiled tangent sweeps of the ``operands`` of
-        :func:`.potential.tangent_operands` (factored once), counted in :attr:`products`."""
-        factored = product_operands(operands)
-
+    def _product(self, factored: tuple[Any, ...], s: np.ndarray, sign: np.ndarray) -> Any:
+        """p ↦ (S D S + Σ) p by the compiled tangent sweeps of the ``factored`` operands
+        (:func:`.potential.product_operands`), counted in :attr:`products`."""
         def apply(p: np.ndarray) -> np.ndarray:
             self.products += 1
             return s * tangent_product(*factored, self.grid.dt, s * p) + sign * p

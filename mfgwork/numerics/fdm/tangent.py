@@ -304,19 +304,15 @@ def tangent_product(e, g, inv, e_t, g_t, inv_t, weights, chi, du, dt, v
 
 
 @njit(cache=True, nogil=True)
-def newton_direction(lower, diag, upper, lower_t, upper_t, weights, chi, dt, slope, R, rtol,
+def newton_direction(e, g, inv, e_t, g_t, inv_t, weights, chi, du, dt, slope, R, rtol,
                      max_steps):  # pragma: no cover - compiled
     """(d, products): the Newton step d = S⁻¹ v, v = (S D S + I)⁻¹ S R, of one problem whose
     prices all fall (P' = ``slope`` ≤ 0, S = diag(√−P'): :func:`..potential.scaling` with
-    Σ = I; d = R, the Picard step, where P' = 0), D the tangent Jacobian of the bands of
-    J(u^n) and J(u^n)ᵀ and the edge weights (as :func:`tangent_jacobian` takes them): the
-    matrix-free Newton system in one call, by conjugate gradients from v = 0 on the SPD
-    system, stopped once ‖S R − (S D S + I) v‖ ≤ rtol ‖S R‖ or after ``max_steps``
-    products, each product D p a :func:`tangent_product` from the eliminations factored
-    once here (:func:`pipelined_factors`)."""
-    e, g, inv = pipelined_factors(lower, diag, upper, True)
-    e_t, g_t, inv_t = pipelined_factors(lower_t, diag, upper_t, False)
-    du = np.empty((diag.shape[0] + 1, diag.shape[1]))
+    Σ = I; d = R, the Picard step, where P' = 0), D the tangent Jacobian of the operands of
+    :func:`tangent_product` (the :func:`pipelined_factors` of J(u^n) and J(u^n)ᵀ, the edge
+    weights, χ and the workspace ``du``): the matrix-free Newton system in one call, by
+    conjugate gradients from v = 0 on the SPD system, stopped once
+    ‖S R − (S D S + I) v‖ ≤ rtol ‖S R‖ or after ``max_steps`` products D p."""
     s = np.sqrt(np.abs(slope))
     x = np.zeros_like(R)
     r = s * R

@@ -56,12 +56,12 @@ def compile_tangent(backend: Backend, hamiltonian: Hamiltonian = QUADRATIC) -> f
     coupling state: the step of its state machine (:func:`..batch_newton.compile_step`, on
     every backend) and, on the CPU, the tangent sweeps of its matrix-free systems and their
     conjugate gradients (:mod:`.tangent`, whatever the backend's dtype: the Newton system is
-    float64) with ``hamiltonian``'s model's loop of their operands, on a 1 × 2 system with
+    float64) with ``hamiltonian``'s model's loop of their operands, on a 5 × 2 grid with
     the argument types of a solve's (devices solve their Newton systems in torch); 0.0 once
     done in this process."""
     from ..batch_newton import compile_step
-    from ..potential import tangent_operands
-    from .tangent import newton_direction, pipelined_factors, tangent_product
+    from ..potential import product_operands, tangent_operands
+    from .tangent import newton_direction
 
     traced = hamiltonian.traced()
     key = ("float64", "tangent", traced.structure.key if traced is not None
@@ -70,15 +70,12 @@ def compile_tangent(backend: Backend, hamiltonian: Hamiltonian = QUADRATIC) -> f
     if backend.kind != "cpu" or backend.emulate_mps or key in _compiled:
         return step
     started = time.perf_counter()
-    bands, ones = np.zeros((1, 2)), np.ones((1, 2))
-    tangent_product(*pipelined_factors(bands, ones, bands, True),
-                    *pipelined_factors(bands, ones, bands, False), np.zeros((1, 1)),
-                    np.zeros(2), np.zeros((2, 2)), 1.0, np.zeros(1))
     grid = Grid(-1.0, 1.0, 5, 1.0, 2)
     density = np.full((grid.nt, grid.nx), 0.5) if hamiltonian.depends_on_m else None
     ops = tangent_operands(np.zeros((grid.nt + 1, grid.nx)),
                            np.full((grid.nt + 1, grid.nx), 0.2), np.ones(grid.nx), 0.1, grid,
                            hamiltonian, density)
-    newton_direction(*ops, grid.dt, -np.ones(grid.nt), np.ones(grid.nt), 0.1, 1)
+    newton_direction(*product_operands(ops), grid.dt, -np.ones(grid.nt), np.ones(grid.nt), 0.1,
+                     1)
     _compiled.add(key)
     return step + time.perf_counter() - started
