@@ -210,27 +210,31 @@ def backtrack(t: np.ndarray, norm: np.ndarray, trial: np.ndarray) -> np.ndarray:
 
 
 #: The rows of the moves :func:`advance` sets: the certified densities are the best yet
-#: (kept), the evaluated point is accepted (current), a new Newton direction is needed.
-KEEP, ACCEPT, FRESH = 0, 1, 2
+#: (kept), the evaluated point is accepted (current), a new Newton direction is needed, the
+#: next point is Φ(z) (a certificate).
+KEEP, ACCEPT, FRESH, CERTIFYING = 0, 1, 2, 3
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def advance(k, sums, tol, max_halvings, moves, mode, t, start, halvings, norm, rel, trigger,
-            best, certified, stuck, done_at):  # pragma: no cover - compiled
+def advance(k, sums, tol, max_halvings, moves, step, mode, t, start, halvings, norm, rel,
+            trigger, best, certified, stuck, done_at):  # pragma: no cover - compiled
     """Iteration ``k`` of every problem's state machine (the module docstring; the host
     arrays (B,) of :class:`_NewtonState`, changed in place) once its point is evaluated, from
     the iteration's sums (:meth:`BatchNewton._iteration_sums`), in one compiled pass: the
     certificate of a CERTIFY point, the acceptance of a point, a refused trial's step
     (:func:`backtrack`; stuck after ``max_halvings`` refusals), and what the problem does
-    next. Sets its ``moves`` (rows
-    :data:`KEEP`, :data:`ACCEPT`, :data:`FRESH`; none where it was done already) and returns
-    the history's entries: the largest relative residual, change of U and change of M over
-    the problems that were active, and whether the problem of the largest residual was
-    certifying."""
+    next. Sets its ``moves`` (rows :data:`KEEP`, :data:`ACCEPT`, :data:`FRESH`,
+    :data:`CERTIFYING`; none where it was done already) and the ``step`` t of its next
+    trial z + t d (0 where it certifies or is done), and returns the history's entries (the
+    largest relative residual, change of U and change of M over the problems that were
+    active, and whether the problem of the largest residual was certifying) and the number
+    of problems still running."""
     residual = change_U = change_M = -math.inf
     certificate = False
+    running = 0
     for b in range(mode.size):
-        moves[KEEP, b] = moves[ACCEPT, b] = moves[FRESH, b] = False
+        moves[KEEP, b] = moves[ACCEPT, b] = moves[FRESH, b] = moves[CERTIFYING, b] = False
+        step[b] = 0.0
         if mode[b] == DONE:
             continue
         n_w = math.sqrt(sums[0, b])
@@ -277,14 +281,18 @@ def advance(k, sums, tol, max_halvings, moves, mode, t, start, halvings, norm, r
         # below the trigger (or a stuck one); else a trial along d, new where the point moved
         if finished or (stuck[b] and certified[b]):
             mode[b], done_at[b] = DONE, k
-        elif not certified[b] and (stuck[b] or (accept and rel[b] <= trigger[b])):
+            continue
+        running += 1
+        if not certified[b] and (stuck[b] or (accept and rel[b] <= trigger[b])):
             mode[b] = CERTIFY
+            moves[CERTIFYING, b] = True
         else:
             mode[b] = TRIAL
             if not stuck[b] and (accept or check):
                 moves[FRESH, b] = True
                 t[b], halvings[b] = start[b], 0
-    return residual, change_U, change_M, certificate
+            step[b] = t[b]
+    return residual, change_U, change_M, certificate, running
 
 
 def compile_step() -> float:
@@ -294,7 +302,8 @@ def compile_step() -> float:
         return 0.0
     started = time.perf_counter()
     s = _NewtonState.first(np.zeros((1, 1)), None, 1.0, np)
-    advance(1, np.zeros((7, 1)), np.ones(1), 1, np.zeros((3, 1), dtype=bool), *s.host())
+    advance(1, np.zeros((7, 1)), np.ones(1), 1, np.zeros((4, 1), dtype=bool), np.zeros(1),
+            *s.host())
     return time.perf_counter() - started
 
 
@@ -466,7 +475,7 @@ class BatchNewton:
         w = coupling.state(M0) if z_init is None else coupling.project(z_init)
         s = _NewtonState.first(w, U_init, self.tol, xp)
         tol = np.full(w.shape[0], self.tol, dtype=np.float64)
-        moves = np.zeros((3, w.shape[0]), dtype=bool)
+        moves, step = np.zeros((4, w.shape[0]), dtype=bool), np.zeros(w.shape[0])
         history, stamps = History(), []
         k = 0
         for k in range(1, max_iter + 1):
@@ -477,13 +486,13 @@ class BatchNewton:
             if not np.isfinite(sums).all():
                 raise SolverError(f"non-finite values at iteration {k} of Newton's method on "
                                   "the coupling state: the iteration diverged")
-            residual, change_U, change_M, certificate = advance(
-                k, sums, tol, self.max_halvings, moves, *s.host())
+            residual, change_U, change_M, certificate, running = advance(
+                k, sums, tol, self.max_halvings, moves, step, *s.host())
             history.residual.append(residual)
             history.change_U.append(change_U)
             history.change_M.append(change_M)
             history.certificate.append(certificate)
-            keep, accept, fresh = moves.any(axis=1)
+            keep, accept, fresh, certifying = moves.any(axis=1)
             if keep:   # the current point's densities are certified and the best yet
                 s.kept = keep_where(s.kept, moves[KEEP], s.cur["U"], s.cur["M"], be)
             if accept:
@@ -494,9 +503,10 @@ class BatchNewton:
                 progress.update(1)
                 progress.set_postfix(residual=f"{history.residual[-1]:.2e}", refresh=False)
             stamps.append((t0, t1, t2, t3, be.stamp()))
-            if (s.mode == DONE).all():
+            if not running:
                 break
-            w = self._next_points(s.mode, s.t, s.cur, s.d, coupling)
+            w = self._next_points(step, moves[CERTIFYING] if certifying else None, s.cur,
+                                  s.d, coupling)
         record_times(history, stamps, be)
         return self._result(s, evaluate, k, max_iter, history)
 
@@ -565,17 +575,15 @@ class BatchNewton:
         rows.append(squares(F))
         return to_numpy(xp.reshape(xp.concat(rows), (len(rows), B))).astype(np.float64)
 
-    def _next_points(self, mode: np.ndarray, t: np.ndarray, cur: dict, d: Any,
+    def _next_points(self, step: np.ndarray, certify: np.ndarray | None, cur: dict, d: Any,
                      coupling: Any) -> Any:
-        """z + t d (trials), Φ(z) = z + R (certificates), z (finished problems)."""
-        xp = self.backend.xp
+        """z + t d (trials; ``step``: t, 0 elsewhere), Φ(z) = z + R (the problems of
+        ``certify``, None: none), z (finished problems)."""
         z = cur["z"]
-        step = on_backend(np.where(mode == TRIAL, t, 0.0), z, self.backend, z.dtype)
-        trial = coupling.project(z + step[:, None] * d)
-        certify = mode == CERTIFY
-        if not certify.any():
+        trial = coupling.project(z + on_backend(step, z, self.backend, z.dtype)[:, None] * d)
+        if certify is None:
             return trial
-        return xp.where(batch_mask(certify, z, self.backend), z + cur["R"], trial)
+        return self.backend.xp.where(batch_mask(certify, z, self.backend), z + cur["R"], trial)
 
     def _directions(self, d: Any, mask: np.ndarray, cur: dict, rel: np.ndarray) -> Any:
         """d = S⁻¹ Σ (S D S + Σ)⁻¹ S R for the problems of ``mask`` (others keep theirs;
