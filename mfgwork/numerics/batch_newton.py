@@ -630,7 +630,7 @@ class BatchNewton:
             ops = self._tangent_operands(U, M * g.weights, self.potential.chi,
                                          float(self.nu[b]), self._density_of(b))
             factored = product_operands(ops)
-            slope = self.potential.price_slope(z[None], [b])[0]
+            slope = np.asarray(self.potential.members[b].price_slope(z), dtype=np.float64)
             rtol, steps = min(ETA, max(float(rel[b]), 1e-14)), 4 * z.size
             if (slope > 0).any():   # a price rises: symmetric indefinite
                 s, sign = scaling(slope)

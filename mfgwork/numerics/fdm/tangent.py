@@ -10,6 +10,8 @@ at once (direction j is zero in δu^n for n > j), one Thomas elimination per lev
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -313,23 +315,31 @@ def newton_direction(e, g, inv, e_t, g_t, inv_t, weights, chi, du, dt, slope, R,
     weights, χ and the workspace ``du``): the matrix-free Newton system in one call, by
     conjugate gradients from v = 0 on the SPD system, stopped once
     ‖S R − (S D S + I) v‖ ≤ rtol ‖S R‖ or after ``max_steps`` products D p."""
-    s = np.sqrt(np.abs(slope))
-    x = np.zeros_like(R)
-    r = s * R
-    p = r.copy()
+    n = R.size
+    s, x, r, p, sp = np.empty(n), np.zeros(n), np.empty(n), np.empty(n), np.empty(n)
+    for i in range(n):   # (loops, not array expressions: they take numba longer to compile)
+        s[i] = math.sqrt(abs(slope[i]))
+        r[i] = p[i] = s[i] * R[i]
     rr = r @ r
-    stop = (rtol * np.sqrt(rr)) ** 2
+    stop = (rtol * math.sqrt(rr)) ** 2
     products = 0
     while products < max_steps and rr > stop:
-        Ap = s * tangent_product(e, g, inv, e_t, g_t, inv_t, weights, chi, du, dt, s * p) + p
+        for i in range(n):
+            sp[i] = s[i] * p[i]
+        Ap = tangent_product(e, g, inv, e_t, g_t, inv_t, weights, chi, du, dt, sp)
         products += 1
+        for i in range(n):
+            Ap[i] = s[i] * Ap[i] + p[i]
         alpha = rr / (p @ Ap)
-        x += alpha * p
-        r -= alpha * Ap
+        for i in range(n):
+            x[i] += alpha * p[i]
+            r[i] -= alpha * Ap[i]
         rr, previous = r @ r, rr
-        p = r + (rr / previous) * p
+        beta = rr / previous
+        for i in range(n):
+            p[i] = r[i] + beta * p[i]
     d = R.copy()
-    for i in range(d.size):
+    for i in range(n):
         if s[i] > 0:
             d[i] = x[i] / s[i]
     return d, products
