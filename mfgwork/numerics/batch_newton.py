@@ -518,8 +518,8 @@ class BatchNewton:
         xp = self.backend.xp
         open_ = (s.mode != DONE) & ~s.certified
         if open_.any():   # the accepted points of unfinished problems: one more evaluation
-            g = evaluate(s.cur["z"] + s.cur["R"], s.cur["U"])[3]
             z = s.cur["z"] + s.cur["R"]
+            g = evaluate(z, s.cur["U"])[3]
             sums = to_numpy(xp.stack([xp.sum((g - z) ** 2, axis=-1), xp.sum(g * g, axis=-1)]))
             r = np.sqrt(sums[0]) / np.maximum(np.sqrt(sums[1]), 1e-300)
             better = open_ & (r < s.best)
