@@ -227,11 +227,11 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     falls back to eager with a warning; ``res.extra["compiled_steps"]`` says what ran.
     ``res.timings``: seconds of ``compile`` (compiling or loading the NumPy backend's
     kernels and Newton's compiled step and tangent sweeps, done on a tiny grid by the first
-    solve of a process; on a device, Triton's builds of kernels its cache did not hold, taken out of
-    the phases they happened in; 0 afterwards), ``setup``, ``coarse`` (the 51 × 51 start,
-    0 without one), the phases ``hjb``, ``fp`` and ``coupling`` summed over the iterations,
-    ``other`` (what none of them holds, e.g. starting a progress display) and ``total``,
-    their sum.
+    solve of a process; on a device, Triton's builds of kernels its cache did not hold,
+    taken out of the phases they happened in; 0 afterwards), ``setup``, ``coarse`` (the
+    51 × 51 start, 0 without one), the phases ``hjb``, ``fp`` and ``coupling`` summed over
+    the iterations, ``other`` (what none of them holds, e.g. starting a progress display)
+    and ``total``, their sum.
     ``max_memory``: refuse solves whose estimated memory exceeds this (bytes or text such as
     ``"4 GiB"``; default: ``$MFGWORK_MAX_MEMORY``, else the free memory of the device). The
     estimate, the diffusion number ν Δt / h² and the ranges of h, Δt and ν are checked

@@ -25,9 +25,10 @@ Problems whose new point was accepted get a new Newton direction d = S⁻¹ (S D
   (MPS, its emulation, CUDA without Triton) from the batched torch sweeps of
   :mod:`.fdm.tangent_torch` (all nt directions as one wide batch of tridiagonal solves per
   level);
-- on the CPU matrix-free (Newton–Krylov): conjugate gradients on the SPD system, each product
-  D p one tangent sweep of a single direction (:func:`.fdm.tangent.tangent_product`, the
-  Thomas factors of the step matrices computed once per direction), O(nt nx) against
+- on the CPU matrix-free (Newton–Krylov): conjugate gradients on the SPD system, compiled
+  whole (:func:`.fdm.tangent.newton_direction`), each product D p one tangent sweep of a
+  single direction (:func:`.fdm.tangent.tangent_product`, the Thomas factors of the step
+  matrices computed once per direction), O(nt nx) against
   O(nt² nx) for D. Measured on one core (``benchmarks/batch_equilibria.py --cases system``):
   10–14 products per system (at most 26); 1.7 ms against 30 ms for D and its Cholesky
   solve at 81², the same at 41².
@@ -410,7 +411,7 @@ class _NewtonState:
                    kept={"U": None, "M": None}, d=xp.zeros_like(w))
 
     def host(self) -> tuple[np.ndarray, ...]:
-        """The host arrays in the order :func:`advance` takes them (after its first four
+        """The host arrays in the order :func:`advance` takes them (after its first six
         arguments)."""
         return (self.mode, self.t, self.start, self.halvings, self.norm, self.rel, self.trigger,
                 self.best, self.certified, self.stuck, self.done_at)

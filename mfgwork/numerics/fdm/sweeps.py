@@ -307,8 +307,8 @@ class FiniteDifferences:
         ``dtype`` for the compiled sweeps (made once per dtype; the sweeps only read them)."""
         if dtype not in self._host_arrays:
             self._host_arrays[dtype] = (self._inv_hw_np.astype(dtype),
-                                          self._inv_w_np.astype(dtype),
-                                          np.zeros((1, self.grid.nx), dtype=dtype))
+                                        self._inv_w_np.astype(dtype),
+                                        np.zeros((1, self.grid.nx), dtype=dtype))
         return self._host_arrays[dtype]
 
     def _compiled_sweep_done(self, U: np.ndarray, iterations: int, bad: int) -> Any:
