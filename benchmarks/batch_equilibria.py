@@ -170,8 +170,7 @@ def batch_rows(name: str, points: list, dtype: str, device: str, tol: float, max
 def system_rows(problems: list, sizes: list[int]) -> list[dict]:
     """Dense Jacobian + Cholesky against matrix-free CG for the Newton systems of
     ``problems`` at ``sizes``² (at the first iterate and at the solution of each)."""
-    from mfgwork.numerics.batch_newton import conjugate_gradients
-    from mfgwork.numerics.fdm.tangent import spd_solve, tangent_jacobian, tangent_product
+    from mfgwork.numerics.fdm.tangent import newton_direction, spd_solve, tangent_jacobian
     from mfgwork.numerics.potential import product_operands, tangent_operands
 
     rows = []
@@ -191,24 +190,20 @@ def system_rows(problems: list, sizes: list[int]) -> list[dict]:
                 R = coupling.state(M) - z
                 ops = tangent_operands(U, M * grid.weights, coupling.potential().chi,
                                        problem.nu, grid)
-                s = np.sqrt(-coupling.potential().price_slope(z))
+                slope = coupling.potential().price_slope(z)
+                s = np.sqrt(-slope)
                 t0 = time.perf_counter()
                 D = tangent_jacobian(*ops, grid.dt)
                 A = s[:, None] * (0.5 * (D + D.T)) * s[None, :] + np.eye(grid.nt)
                 v_dense = spd_solve(np.ascontiguousarray(A), s * R)
                 dense.append(time.perf_counter() - t0)
-                products = [0]
+                d_dense = np.where(s > 0, v_dense / np.where(s > 0, s, 1.0), R)
                 t0 = time.perf_counter()
-                factored = product_operands(ops)
-
-                def apply(p, s=s, products=products, grid=grid, factored=factored):
-                    products[0] += 1
-                    return s * tangent_product(*factored, grid.dt, s * p) + p
-
-                v = conjugate_gradients(apply, s * R, 1e-6, 4 * grid.nt)
+                d, products = newton_direction(*product_operands(ops), grid.dt, slope, R,
+                                               1e-6, 4 * grid.nt)
                 krylov.append(time.perf_counter() - t0)
-                counts.append(products[0])
-                gaps.append(float(np.linalg.norm(v - v_dense) / np.linalg.norm(v_dense)))
+                counts.append(products)
+                gaps.append(float(np.linalg.norm(d - d_dense) / np.linalg.norm(d_dense)))
         rows.append({"case": "system", "variant": "after", "solver": f"one CPU core, {n}x{n}",
                      "problems": len(problems), "systems": len(counts),
                      "dense_median_ms": 1e3 * statistics.median(dense),

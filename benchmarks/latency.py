@@ -30,6 +30,7 @@ rows time ``mw.solve`` after one warm-up solve, with the phases of the fastest r
 start included). Pin it to one core (on the CPU):
 
     taskset -c 0 python benchmarks/latency.py [--baseline REV] [--rounds 5] [--out F]
+    taskset -c 1 python benchmarks/latency.py --cases seed default   # the in-process rows
     python benchmarks/latency.py --device cuda --baseline REV --rounds 3
 """
 
@@ -125,11 +126,19 @@ def _trees(baseline: str | Path, folder: Path) -> dict[str, Path]:
     return trees
 
 
-def measure(baseline: str | Path, rounds: int, repeats: int, device: str = "cpu") -> list[dict]:
-    """The rows (module docstring), each with the runs of "before" and "after": wall and CPU
-    seconds (the CPU time of a shared machine's load changes less)."""
+#: The groups of rows ``--cases`` chooses from: the in-process cases, ``import``, and the
+#: first solves (each with its warm and cold rows).
+GROUPS = (*CASES, "import", *FIRST)
+
+
+def measure(baseline: str | Path, rounds: int, repeats: int, device: str = "cpu",
+            cases: tuple[str, ...] = GROUPS) -> list[dict]:
+    """The rows (module docstring) of the groups ``cases``, each with the runs of "before"
+    and "after": wall and CPU seconds (the CPU time of a shared machine's load changes
+    less)."""
     on = f"ON = {DEVICES[device]!r}\n"
-    firsts = [k for k in FIRST if k != "room" or device == "cuda"]
+    firsts = [k for k in FIRST if (k != "room" or device == "cuda") and k in cases]
+    in_process = {name: case for name, case in CASES.items() if name in cases}
 
     def first(case: str) -> str:
         return on + _FIRST_SOLVE.replace("SOLVE", FIRST[case])
@@ -151,11 +160,12 @@ def measure(baseline: str | Path, rounds: int, repeats: int, device: str = "cpu"
                 w, c, out = _python(first(case), tree, caches[label])
                 record((f"{case}-cold", label), [w], [c])
                 extra[(f"{case}-cold", label)] = json.loads(out)
-        in_process = f"CASES = {CASES!r}\nREPEATS = {repeats}\n" + on + _IN_PROCESS
+        code = f"CASES = {in_process!r}\nREPEATS = {repeats}\n" + on + _IN_PROCESS
         for _ in range(rounds):
             for label, tree in trees.items():
-                w, c, _ = _python("import mfgwork", tree, caches[label])
-                record(("import", label), [w], [c])
+                if "import" in cases:
+                    w, c, _ = _python("import mfgwork", tree, caches[label])
+                    record(("import", label), [w], [c])
                 for case in firsts:
                     w, c, out = _python(first(case), tree, caches[label])
                     record((f"{case}-warm", label), [w], [c])
@@ -163,7 +173,7 @@ def measure(baseline: str | Path, rounds: int, repeats: int, device: str = "cpu"
                     best = extra.get((f"{case}-warm", label))
                     if best is None or found["solve_s"] < best["solve_s"]:
                         extra[(f"{case}-warm", label)] = found
-                found = json.loads(_python(in_process, tree, caches[label])[2])
+                found = json.loads(_python(code, tree, caches[label])[2]) if in_process else {}
                 for case, row in found.items():
                     record((case, label), row["times"], row["cpu"])
                     best = extra.get((case, label))
@@ -172,7 +182,7 @@ def measure(baseline: str | Path, rounds: int, repeats: int, device: str = "cpu"
                                                 if k not in ("times", "cpu")
                                                 } | {"fastest_s": min(row["times"])}
     rows = []
-    for case in ("seed", "default", "import",
+    for case in (*in_process, *(["import"] if "import" in cases else []),
                  *(f"{case}-{state}" for case in firsts for state in ("warm", "cold"))):
         row: dict = {"case": case}
         for label in ("before", "after"):
@@ -204,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="timed solves per case in each in-process round")
     parser.add_argument("--device", choices=sorted(DEVICES), default="cpu",
                         help="where every solve runs (cuda: torch, float64 in 1-D)")
+    parser.add_argument("--cases", nargs="+", choices=GROUPS, default=list(GROUPS),
+                        help="the rows to measure: in-process cases, import, first solves "
+                             "(default: all)")
     parser.add_argument("--out", default="benchmarks/results/latency.json")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.repeats < 1:
@@ -216,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         baseline = args.baseline
         revision = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", baseline],
                                   capture_output=True, text=True, check=True).stdout.strip()
-    rows = measure(baseline, args.rounds, args.repeats, args.device)
+    rows = measure(baseline, args.rounds, args.repeats, args.device, tuple(args.cases))
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     print(f"before: {baseline} ({revision}); after: the working tree; CPU cores {cores}; "
           "minimum (median) over the runs")
@@ -235,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rows": rows, "baseline": str(baseline), "revision": revision,
                                "rounds": args.rounds, "repeats": args.repeats, "cores": cores,
-                               "cases": CASES, "device": args.device,
+                               "cases": {k: v for k, v in CASES.items() if k in args.cases},
+                               "device": args.device,
                                "host": platform.node(),
                                "processor": platform.processor() or platform.machine(),
                                "python": platform.python_version()}, indent=2) + "\n")

@@ -226,12 +226,12 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     False: never. The first compiled call is checked against the eager one, and a failure
     falls back to eager with a warning; ``res.extra["compiled_steps"]`` says what ran.
     ``res.timings``: seconds of ``compile`` (compiling or loading the NumPy backend's
-    kernels and of Newton's tangent sweeps, done on a tiny grid by the first solve of a
-    process; on a device, Triton's builds of kernels its cache did not hold, taken out of
-    the phases they happened in; 0 afterwards), ``setup``, ``coarse`` (the 51 × 51 start,
-    0 without one), the phases ``hjb``, ``fp`` and ``coupling`` summed over the iterations,
-    ``other`` (what none of them holds, e.g. starting a progress display) and ``total``,
-    their sum.
+    kernels and Newton's compiled step and tangent sweeps, done on a tiny grid by the first
+    solve of a process; on a device, Triton's builds of kernels its cache did not hold,
+    taken out of the phases they happened in; 0 afterwards), ``setup``, ``coarse`` (the
+    51 × 51 start, 0 without one), the phases ``hjb``, ``fp`` and ``coupling`` summed over
+    the iterations, ``other`` (what none of them holds, e.g. starting a progress display)
+    and ``total``, their sum.
     ``max_memory``: refuse solves whose estimated memory exceeds this (bytes or text such as
     ``"4 GiB"``; default: ``$MFGWORK_MAX_MEMORY``, else the free memory of the device). The
     estimate, the diffusion number ν Δt / h² and the ranges of h, Δt and ν are checked
@@ -289,7 +289,6 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
                                              compile_steps, max_memory)
     setup = seconds_since(started, built)
     compiled: dict[str, float] = {}
-    hjb = _compile_first(hjb, be, compiled, problem.hamiltonian)
     newton = (_batch_newton([coupling], iteration, grid, [problem], be, tol)
               or _frozen_density_newton([coupling], iteration, grid, [problem], be, tol,
                                         coarse and not warm, max_iter, max_memory,
@@ -299,6 +298,8 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
         compiled["seconds"] = compile_kernels(be, problem.hamiltonian) + compile_tangent(
             be, problem.hamiltonian)
         compiled["apart"] = 1.0
+    else:
+        hjb = _compile_first(hjb, be, compiled, problem.hamiltonian)
     fallback = None if newton is not None else _newton_fallback(
         coupling, scheme, method, grid, problem, be, tol)
     out, coarse_iterations, coarse_seconds = _equilibrium(
@@ -435,6 +436,7 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
               or _frozen_density_newton(couplings, iteration, grid, problems, be, tol,
                                         coarse and not warm, max_iter, max_memory,
                                         batched=True))
+    compiling = 0.0 if newton is None else compile_tangent(be, problems[0].hamiltonian)
     finishing = final and has_float64(be) and newton is not None
     if finishing:
         # a float32 line search refused this often is at float32's noise: the member stops
@@ -454,7 +456,8 @@ def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: s
             iterations = np.asarray(to_numpy(out.iterations)).reshape(-1)
             return [Start(out.M[b], out.U[b], int(iterations[b]))
                     for b in range(len(problems))]
-        timings = {"compile": compile_clock() - built, "setup": setup, "coarse": coarse_seconds,
+        timings = {"compile": compiling + compile_clock() - built, "setup": setup,
+                   "coarse": coarse_seconds,
                    **_phase_totals(out.history), "total": time.perf_counter() - started}
         settings = {"method": "fdm", "tol": tol, "max_iter": max_iter,
                     "iteration": _describe(scheme, newton),

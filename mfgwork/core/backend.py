@@ -18,6 +18,7 @@ import importlib.util
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import ModuleType
 from typing import Any
 
@@ -155,12 +156,12 @@ class Backend:
             object.__setattr__(self, "_xp", xp)
         return self._xp
 
-    @property
+    @cached_property
     def kind(self) -> str:
         """"cpu", "cuda" or "mps" (the device without its index)."""
         return self.device.split(":")[0]
 
-    @property
+    @cached_property
     def is_accelerator(self) -> bool:
         """True on CUDA and MPS, and under MPS emulation: loops avoid host round trips."""
         return self.kind != "cpu" or self.emulate_mps

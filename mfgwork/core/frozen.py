@@ -56,12 +56,16 @@ def read_only(array: np.ndarray) -> np.ndarray:
     return view
 
 
+#: The types :func:`freeze` returns as they are at once (the leaves of most results).
+_LEAVES = frozenset({float, int, bool, str, type(None)})
+
+
 def freeze(value: Any) -> Any:
     """``value`` with every dict a :class:`FrozenDict`, every list a :class:`FrozenList` and
     every NumPy array a read-only view (:func:`read_only`), all the way down (tuples rebuilt
     around their frozen items; anything else as it is; a frozen container, made here, as
     it is)."""
-    if isinstance(value, FrozenDict | FrozenList):
+    if type(value) in _LEAVES or isinstance(value, (FrozenDict, FrozenList)):
         return value
     if isinstance(value, np.ndarray):
         return read_only(value)

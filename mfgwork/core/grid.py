@@ -7,7 +7,7 @@ Integrals are the trapezoidal rule ∫ φ dx ≈ Σ_i w_i φ_i, and densities ha
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -52,8 +52,10 @@ class Grid:
         r = ν Δt / h² at most :data:`MAX_DIFFUSION_NUMBER`. Returns r; a
         :class:`ParameterError` names what to change. ``steady``: a system without time
         steps (the long run): Δt and r are not checked (r is returned as 0)."""
-        setting = (f"x_min={self.x_min!r}, x_max={self.x_max!r}, T={self.T!r}, "
-                   f"sigma={sigma!r}, nx={self.nx}, nt={self.nt}")
+        def setting() -> str:   # (said only in a refusal)
+            return (f"x_min={self.x_min!r}, x_max={self.x_max!r}, T={self.T!r}, "
+                    f"sigma={sigma!r}, nx={self.nx}, nt={self.nt}")
+
         with np.errstate(all="ignore"):
             h, dt = np.float64(self.x_max) - np.float64(self.x_min), np.float64(self.T)
             h, dt = h / (self.nx - 1), dt / self.nt
@@ -68,12 +70,12 @@ class Grid:
             if not (np.isfinite(value) and info.tiny <= value <= info.max):
                 raise ParameterError(f"{name} = {float(value)!r} is out of the range of "
                                      f"{dtype} (normal numbers {info.tiny:.3g} to "
-                                     f"{info.max:.3g}; {setting}): change {cause}")
+                                     f"{info.max:.3g}; {setting()}): change {cause}")
         scale = max(abs(self.x_min), abs(self.x_max))
         if h < MIN_RELATIVE_STEP * scale:
             raise ParameterError(
                 f"h = (x_max - x_min)/(nx - 1) = {float(h):.3g} is below {MIN_RELATIVE_STEP:g}"
-                f" times the largest |x| = {scale:.3g} ({setting}): grid points that far from 0"
+                f" times the largest |x| = {scale:.3g} ({setting()}): grid points that far from 0"
                 " differ by little more than round-off; shift the domain towards 0 or use "
                 "fewer points nx")
         if steady:
@@ -81,12 +83,12 @@ class Grid:
         if not (np.isfinite(hh) and info.tiny <= r):
             raise ParameterError(
                 f"the diffusion number nu*dt/h**2 = {float(r):.3g} underflows in {dtype} "
-                f"({setting}): h is far too large for sigma and T; use a smaller domain "
+                f"({setting()}): h is far too large for sigma and T; use a smaller domain "
                 "(x_min, x_max) or larger sigma or T")
         if not (np.isfinite(r) and r <= MAX_DIFFUSION_NUMBER):
             raise ParameterError(
                 f"the diffusion number nu*dt/h**2 = {float(r):.3g} is above "
-                f"{MAX_DIFFUSION_NUMBER:g} ({setting}): the implicit scheme would lose mass "
+                f"{MAX_DIFFUSION_NUMBER:g} ({setting()}): the implicit scheme would lose mass "
                 f"conservation (mass error about {float(r) * 2.2e-16:.1g} instead of "
                 f"round-off); lower sigma or T, or raise nt or lower nx")
         return float(r)
@@ -125,6 +127,22 @@ class Grid:
         lo = np.maximum(self.x - self.h / 2, self.x_min)
         hi = np.minimum(self.x + self.h / 2, self.x_max)
         return np.clip((hi - np.maximum(lo, threshold)) / (hi - lo), 0.0, 1.0)
+
+
+def shared_grid(x_min: float, x_max: float, nx: int, T: float, nt: int) -> Grid:
+    """The :class:`Grid` of these parameters, one per process for the most recent ones
+    (:func:`_shared`): its arrays are computed at their first use and kept, so that a
+    process's solves on one grid share them (nothing writes them). Parameters that cannot be
+    a key (unhashable) get a grid of their own, which refuses them."""
+    try:
+        return _shared(x_min, x_max, nx, T, nt)
+    except TypeError:
+        return Grid(x_min, x_max, nx, T, nt)
+
+
+@lru_cache(maxsize=32, typed=True)
+def _shared(x_min: float, x_max: float, nx: int, T: float, nt: int) -> Grid:
+    return Grid(x_min, x_max, nx, T, nt)
 
 
 def trapezoid_weights(n: int, h: float) -> np.ndarray:

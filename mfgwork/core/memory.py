@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .errors import ParameterError
@@ -103,9 +103,9 @@ def host_available() -> int | None:
             text = os.read(fd, 1 << 16)
         finally:
             os.close(fd)
-        for line in text.splitlines():
-            if line.startswith(b"MemAvailable:"):
-                return int(HOST_FRACTION * int(line.split()[1]) * 1024)
+        at = text.find(b"\nMemAvailable:")
+        if at >= 0:
+            return int(HOST_FRACTION * int(text[at:].split(maxsplit=2)[1]) * 1024)
     except OSError:
         pass
     try:
@@ -114,8 +114,9 @@ def host_available() -> int | None:
         return None
 
 
-def limit(backend: Any, max_memory: object = None) -> tuple[int | None, str]:
-    """The memory a computation may use on ``backend`` and where that limit comes from."""
+def limit(backend: Any, max_memory: object = None) -> tuple[int | None, Callable[[], str]]:
+    """The memory a computation may use on ``backend`` and where that limit comes from (said
+    by the function returned, called only to refuse)."""
     if max_memory is None and os.environ.get(ENV_MAX_MEMORY):
         cap, origin = parse_bytes(ENV_MAX_MEMORY, os.environ[ENV_MAX_MEMORY]), ENV_MAX_MEMORY
     elif max_memory is not None:
@@ -124,8 +125,9 @@ def limit(backend: Any, max_memory: object = None) -> tuple[int | None, str]:
         cap, origin = None, ""
     free = available_bytes(backend)
     if cap is not None and (free is None or cap <= free):
-        return cap, f"the limit {origin} is {format_bytes(cap)}"
-    return free, f"about {format_bytes(free or 0)} is free on {backend.name}/{backend.device}"
+        return cap, lambda: f"the limit {origin} is {format_bytes(cap)}"
+    return free, lambda: (f"about {format_bytes(free or 0)} is free on "
+                          f"{backend.name}/{backend.device}")
 
 
 def fdm_bytes(nx: int, nt: int, itemsize: int, coupling_size: int, depth: int = 0,
@@ -203,5 +205,5 @@ def check_parts(parts: Mapping[str, int], backend: Any, *, what: str,
     blame = max(parts, key=lambda k: parts[k])
     detail = ", ".join(f"{k}: {format_bytes(v)}" for k, v in parts.items() if v)
     raise ParameterError(f"{blame} too large: {what} needs about {format_bytes(need)} "
-                         f"({detail}) but {where}: lower {blame} (or raise the limit: max_memory "
+                         f"({detail}) but {where()}: lower {blame} (or raise the limit: max_memory "
                          f"where taken, or ${ENV_MAX_MEMORY})")

@@ -25,9 +25,10 @@ Problems whose new point was accepted get a new Newton direction d = S⁻¹ (S D
   (MPS, its emulation, CUDA without Triton) from the batched torch sweeps of
   :mod:`.fdm.tangent_torch` (all nt directions as one wide batch of tridiagonal solves per
   level);
-- on the CPU matrix-free (Newton–Krylov): conjugate gradients on the SPD system, each product
-  D p one tangent sweep of a single direction (:func:`.fdm.tangent.tangent_product`, the
-  Thomas factors of the step matrices computed once per direction), O(nt nx) against
+- on the CPU matrix-free (Newton–Krylov): conjugate gradients on the SPD system, compiled
+  whole (:func:`.fdm.tangent.newton_direction`), each product D p one tangent sweep of a
+  single direction (:func:`.fdm.tangent.tangent_product`, the Thomas factors of the step
+  matrices computed once per direction), O(nt nx) against
   O(nt² nx) for D. Measured on one core (``benchmarks/batch_equilibria.py --cases system``):
   10–14 products per system (at most 26); 1.7 ms against 30 ms for D and its Cholesky
   solve at 81², the same at 41².
@@ -46,12 +47,14 @@ the best certified densities.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from ..core.backend import Backend, to_numpy
 from ..core.errors import ConvergenceWarning, SolverError, warn
@@ -59,7 +62,9 @@ from ..core.grid import Grid
 from ..problems.base import ScalarPotential
 from ..problems.hamiltonians import Hamiltonian
 from .fdm.operators import CURVATURE_FLOOR, QUADRATIC
-from .iteration import FixedPointResult, History, evaluator, of_largest, record_times
+from .fdm.tangent import newton_direction, tangent_product
+from .iteration import FixedPointResult, History, evaluator, record_times
+from .potential import TangentOperands, product_operands, scaling
 
 TRIAL, CERTIFY, DONE = 0, 1, 2
 ARMIJO = 2e-4
@@ -108,7 +113,7 @@ class MemberPotentials:
             keywords = {k: np.array([s.keywords[k] for s in slopes], dtype=np.float64)[:, None]
                         for k in first.keywords}
             return np.asarray(first.func(z, **keywords), dtype=np.float64)
-        return np.stack([s(z[i]) for i, s in enumerate(slopes)])
+        return np.array([s(z[i]) for i, s in enumerate(slopes)])
 
 
 def member_potentials(potentials: list[ScalarPotential | None]) -> MemberPotentials | None:
@@ -116,7 +121,8 @@ def member_potentials(potentials: list[ScalarPotential | None]) -> MemberPotenti
     if not potentials or any(p is None for p in potentials):
         return None
     chi = potentials[0].chi
-    if any(p.chi.shape != chi.shape or not np.array_equal(p.chi, chi) for p in potentials):
+    if any(p.chi.shape != chi.shape or not np.array_equal(p.chi, chi)
+           for p in potentials[1:]):
         return None
     return MemberPotentials(chi=chi, members=tuple(potentials))
 
@@ -183,27 +189,6 @@ def _quarter_of_free_memory(backend: Backend) -> int:
     return 2**30
 
 
-def conjugate_gradients(apply: Any, b: np.ndarray, rtol: float, max_steps: int
-                        ) -> np.ndarray:
-    """x with ‖A x − b‖ ≤ rtol ‖b‖ for the SPD operator ``apply`` (from x = 0; at most
-    ``max_steps`` products)."""
-    x = np.zeros_like(b)
-    r = b.copy()
-    p = r.copy()
-    rr = float(r @ r)
-    stop = (rtol * math.sqrt(rr)) ** 2
-    for _ in range(max_steps):
-        if rr <= stop:
-            break
-        Ap = apply(p)
-        alpha = rr / float(p @ Ap)
-        x += alpha * p
-        r -= alpha * Ap
-        rr, previous = float(r @ r), rr
-        p = r + (rr / previous) * p
-    return x
-
-
 def minimal_residual(apply: Any, b: np.ndarray, rtol: float, max_steps: int) -> np.ndarray:
     """x with ‖A x − b‖ ≤ rtol ‖b‖ (at best) for the symmetric, possibly indefinite operator
     ``apply``: SciPy's MINRES from x = 0, at most ``max_steps`` products."""
@@ -225,6 +210,110 @@ def backtrack(t: np.ndarray, norm: np.ndarray, trial: np.ndarray) -> np.ndarray:
     return np.minimum(np.maximum(s, 0.1 * t), 0.5 * t)
 
 
+#: The rows of the moves :func:`advance` sets: the certified densities are the best yet
+#: (kept), the evaluated point is accepted (current), a new Newton direction is needed, the
+#: next point is Φ(z) (a certificate).
+KEEP, ACCEPT, FRESH, CERTIFYING = 0, 1, 2, 3
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def advance(k, sums, tol, max_halvings, moves, step, mode, t, start, halvings, norm, rel,
+            trigger, best, certified, stuck, done_at):  # pragma: no cover - compiled
+    """Iteration ``k`` of every problem's state machine (the module docstring; the host
+    arrays (B,) of :class:`_NewtonState`, changed in place) once its point is evaluated, from
+    the iteration's sums (:meth:`BatchNewton._iteration_sums`), in one compiled pass: the
+    certificate of a CERTIFY point, the acceptance of a point, a refused trial's step
+    (:func:`backtrack`; stuck after ``max_halvings`` refusals), and what the problem does
+    next. Sets its ``moves`` (rows :data:`KEEP`, :data:`ACCEPT`, :data:`FRESH`,
+    :data:`CERTIFYING`; none where it was done already) and the ``step`` t of its next
+    trial z + t d (0 where it certifies or is done), and returns the history's entries (the
+    largest relative residual, change of U and change of M over the problems that were
+    active, and whether the problem of the largest residual was certifying) and the number
+    of problems still running."""
+    residual = change_U = change_M = -math.inf
+    certificate = False
+    running = 0
+    for b in range(mode.size):
+        moves[KEEP, b] = moves[ACCEPT, b] = moves[FRESH, b] = moves[CERTIFYING, b] = False
+        step[b] = 0.0
+        if mode[b] == DONE:
+            continue
+        n_w = math.sqrt(sums[0, b])
+        r_w = n_w / max(math.sqrt(sums[1, b]), 1e-300)
+        check = mode[b] == CERTIFY
+        if r_w > residual:
+            residual, certificate = r_w, check
+        change_U = max(change_U, math.sqrt(sums[2, b] / max(sums[3, b], 1e-300)))
+        change_M = max(change_M, math.sqrt(sums[4, b] / max(sums[5, b], 1e-300)))
+        # a certificate: r_w is the residual of the densities of z, kept where best; a refused
+        # one lowers the trigger by the amplification it shows
+        finished = False
+        if check:
+            if r_w < best[b]:
+                best[b] = r_w
+                moves[KEEP, b] = True
+            certified[b] = True
+            if r_w <= tol[b]:
+                finished = True
+            else:
+                amplification = max(r_w / max(rel[b], 1e-300), 1e-300)
+                trigger[b] = min(trigger[b], 0.5 * tol[b] / amplification)
+                finished = stuck[b]
+        # acceptance: the first point, an Armijo trial, or a refused certificate's Φ(z)
+        decrease = 1.0 - ARMIJO * (1.0 if check else t[b])
+        accept = not finished and (not math.isfinite(norm[b])
+                                   or n_w**2 <= decrease * norm[b] ** 2)
+        moves[ACCEPT, b] = accept
+        if accept:
+            if mode[b] == TRIAL:
+                start[b] = min(1.0, GROW * t[b])
+            norm[b], rel[b] = n_w, r_w
+            certified[b] = stuck[b] = False
+            halvings[b] = 0
+        elif mode[b] == TRIAL:   # refused: the step of backtrack(t, ‖R(z)‖, n_w)
+            phi0 = (norm[b] if math.isfinite(norm[b]) else 1.0) ** 2
+            s = phi0 * t[b] * t[b] / (n_w**2 - phi0 + 2.0 * phi0 * t[b])
+            if math.isnan(s) or s == math.inf:
+                s = 0.5 * t[b]
+            t[b] = min(max(s, 0.1 * t[b]), 0.5 * t[b])
+            halvings[b] += 1
+            stuck[b] |= halvings[b] > max_halvings
+        # next: stop (finished, or stuck at a certified point); certify an accepted point
+        # below the trigger (or a stuck one); else a trial along d, new where the point moved
+        if finished or (stuck[b] and certified[b]):
+            mode[b], done_at[b] = DONE, k
+            continue
+        running += 1
+        if not certified[b] and (stuck[b] or (accept and rel[b] <= trigger[b])):
+            mode[b] = CERTIFY
+            moves[CERTIFYING, b] = True
+        else:
+            mode[b] = TRIAL
+            if not stuck[b] and (accept or check):
+                moves[FRESH, b] = True
+                t[b], halvings[b] = start[b], 0
+            step[b] = t[b]
+    return residual, change_U, change_M, certificate, running
+
+
+def compile_step() -> float:
+    """Seconds spent compiling (or loading) :func:`advance` on a batch of one (the argument
+    types of every solve); 0.0 once done in this process."""
+    if advance.overloads:   # compiled or loaded already
+        return 0.0
+    started = time.perf_counter()
+    s = _NewtonState.first(np.zeros((1, 1)), None, 1.0, np)
+    advance(1, np.zeros((7, 1)), np.ones(1), 1, np.zeros((4, 1), dtype=bool), np.zeros(1),
+            *s.host())
+    return time.perf_counter() - started
+
+
+def _at_every_level(m0: Any, nt: int, xp: Any) -> Any:
+    """Densities (..., nt + 1, nx) equal to ``m0`` (..., nx) at every level: a read-only
+    broadcast view (the first point's state is all that is read of them)."""
+    return xp.broadcast_to(m0[..., None, :], (*m0.shape[:-1], nt + 1, m0.shape[-1]))
+
+
 def _amplified(s: _NewtonState, converged: np.ndarray) -> str:
     """Why a problem stopped above tol when its iterate went far below it: the best response
     amplifies the rounding of the coupling state (said with the worst such problem), else
@@ -241,11 +330,18 @@ def _amplified(s: _NewtonState, converged: np.ndarray) -> str:
             "tol to it")
 
 
+def on_backend(host: np.ndarray, like: Any, backend: Backend, dtype: Any = None) -> Any:
+    """The host array ``host`` as an array of ``backend`` where ``like`` is (in ``dtype``;
+    default: its own)."""
+    if backend.name == "numpy":
+        return np.asarray(host, dtype=dtype)
+    return backend.xp.asarray(host, dtype=dtype, device=like.device)
+
+
 def batch_mask(mask: np.ndarray, like: Any, backend: Backend) -> Any:
     """The host mask (B,) as a backend array broadcastable against ``like``."""
-    m = backend.xp.asarray(mask) if backend.name == "numpy" else (
-        backend.xp.asarray(mask, device=like.device))
-    return backend.xp.reshape(m, mask.shape + (1,) * (like.ndim - 1))
+    return backend.xp.reshape(on_backend(mask, like, backend),
+                              mask.shape + (1,) * (like.ndim - 1))
 
 
 def keep_where(kept: dict, mask: np.ndarray, U: Any, M: Any, backend: Backend) -> dict:
@@ -284,8 +380,8 @@ class _NewtonState:
     accepted point (``norm``, ``rel``), the residual below which it is certified
     (``trigger``), the certified residual of the best densities (``best``), whether the
     accepted point's densities are certified and whether its search is ``stuck``, the
-    iteration it finished at; and on the device the accepted point (``cur``: z, R, U, M),
-    the kept densities and the directions ``d``."""
+    iteration it finished at (changed in place by :func:`advance`); and on the device the
+    accepted point (``cur``: z, R, U, M), the kept densities and the directions ``d``."""
 
     mode: np.ndarray
     t: np.ndarray
@@ -313,6 +409,12 @@ class _NewtonState:
                    stuck=np.zeros(B, dtype=bool), done_at=np.zeros(B, dtype=np.int64),
                    cur={"z": w, "R": None, "U": U_init, "M": None},
                    kept={"U": None, "M": None}, d=xp.zeros_like(w))
+
+    def host(self) -> tuple[np.ndarray, ...]:
+        """The host arrays in the order :func:`advance` takes them (after its first six
+        arguments)."""
+        return (self.mode, self.t, self.start, self.halvings, self.norm, self.rel, self.trigger,
+                self.best, self.certified, self.stuck, self.done_at)
 
 
 class BatchNewton:
@@ -359,7 +461,7 @@ class BatchNewton:
         be, xp, nt = self.backend, self.backend.xp, self.grid.nt
         if not batched:
             one = Unbatched(coupling, hjb, fp)
-            M0 = xp.stack([m0] * (nt + 1), axis=-2) if M_init is None else M_init
+            M0 = _at_every_level(m0, nt, xp) if M_init is None else M_init
             out = self.solve(one, one.hjb, one.fp, m0=m0, U_T=U_T, max_iter=max_iter,
                              M_init=M0[None], U_init=None if U_init is None else U_init[None],
                              z_init=None if z_init is None else z_init[None],
@@ -370,9 +472,11 @@ class BatchNewton:
             coupling = Float64State(coupling, be)
             z_init = None if z_init is None else xp.astype(z_init, xp.float64)
         evaluate = evaluator(coupling, hjb, fp, U_T, m0, be)
-        M0 = xp.stack([m0] * (nt + 1), axis=-2) if M_init is None else M_init
+        M0 = _at_every_level(m0, nt, xp) if M_init is None else M_init
         w = coupling.state(M0) if z_init is None else coupling.project(z_init)
         s = _NewtonState.first(w, U_init, self.tol, xp)
+        tol = np.full(w.shape[0], self.tol, dtype=np.float64)
+        moves, step = np.zeros((4, w.shape[0]), dtype=bool), np.zeros(w.shape[0])
         history, stamps = History(), []
         k = 0
         for k in range(1, max_iter + 1):
@@ -383,91 +487,29 @@ class BatchNewton:
             if not np.isfinite(sums).all():
                 raise SolverError(f"non-finite values at iteration {k} of Newton's method on "
                                   "the coupling state: the iteration diverged")
-            n_w = np.sqrt(sums[0])
-            r_w = n_w / np.maximum(np.sqrt(sums[1]), 1e-300)
-            active = s.mode != DONE
-            history.residual.append(float(r_w[active].max()))
-            for name, j in (("change_U", 2), ("change_M", 4)):
-                change = np.sqrt(sums[j] / np.maximum(sums[j + 1], 1e-300))
-                getattr(history, name).append(float(change[active].max()))
-            check = s.mode == CERTIFY
-            history.certificate.append(of_largest(check, r_w, active))
-            finished = self._certify(s, check, r_w)
-            accept, norm_before = self._accept_points(s, active, finished, check, n_w, r_w,
-                                                      w, R_w, U_w, M_w)
-            self._next_modes(s, k, active, finished, accept, check, n_w, norm_before)
+            residual, change_U, change_M, certificate, running = advance(
+                k, sums, tol, self.max_halvings, moves, step, *s.host())
+            history.residual.append(residual)
+            history.change_U.append(change_U)
+            history.change_M.append(change_M)
+            history.certificate.append(certificate)
+            keep, accept, fresh, certifying = moves.any(axis=1)
+            if keep:   # the current point's densities are certified and the best yet
+                s.kept = keep_where(s.kept, moves[KEEP], s.cur["U"], s.cur["M"], be)
+            if accept:
+                s.cur = self._accept(s.cur, moves[ACCEPT], w, R_w, U_w, M_w)
+            if fresh:
+                s.d = self._directions(s.d, moves[FRESH], s.cur, s.rel)
             if progress is not None:
                 progress.update(1)
                 progress.set_postfix(residual=f"{history.residual[-1]:.2e}", refresh=False)
             stamps.append((t0, t1, t2, t3, be.stamp()))
-            if (s.mode == DONE).all():
+            if not running:
                 break
-            w = self._next_points(s.mode, s.t, s.cur, s.d, coupling)
+            w = self._next_points(step, moves[CERTIFYING] if certifying else None, s.cur,
+                                  s.d, coupling)
         record_times(history, stamps, be)
         return self._result(s, evaluate, k, max_iter, history)
-
-    # -- the steps of an iteration -----------------------------------------------------------
-    def _certify(self, s: _NewtonState, check: np.ndarray, r_w: np.ndarray) -> np.ndarray:
-        """Where Φ(z) was evaluated to certify (``check``), its residual ``r_w`` is that of
-        the densities of z: the best certified densities are kept, a refused certificate
-        lowers the trigger by the observed amplification. Returns the problems finished
-        (certified, or certified while stuck)."""
-        if not check.any():
-            return np.zeros_like(check)
-        better = check & (r_w < s.best)
-        s.best = np.where(better, r_w, s.best)
-        if better.any():
-            s.kept = keep_where(s.kept, better, s.cur["U"], s.cur["M"], self.backend)
-        s.certified |= check
-        passed = check & (r_w <= self.tol)
-        amplification = np.maximum(r_w / np.maximum(s.rel, 1e-300), 1e-300)
-        s.trigger = np.where(check & ~passed,
-                             np.minimum(s.trigger, 0.5 * self.tol / amplification), s.trigger)
-        return passed | (check & s.stuck)
-
-    def _accept_points(self, s: _NewtonState, active: np.ndarray, finished: np.ndarray,
-                       check: np.ndarray, n_w: np.ndarray, r_w: np.ndarray, w: Any, R_w: Any,
-                       U_w: Any, M_w: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Acceptance: the first point, an Armijo trial, or a refused certificate's Φ(z);
-        the accepted points become the current ones. Returns (accepted, ‖R‖ of the points
-        before)."""
-        decrease = 1.0 - ARMIJO * np.where(check, 1.0, s.t)
-        accept = active & ~finished & (~np.isfinite(s.norm) | (n_w**2 <= decrease * s.norm**2))
-        norm_before = s.norm
-        if accept.any():
-            s.cur = self._accept(s.cur, accept, w, R_w, U_w, M_w)
-            s.start = np.where(accept & (s.mode == TRIAL), np.minimum(1.0, GROW * s.t),
-                               s.start)
-            s.norm, s.rel = np.where(accept, n_w, s.norm), np.where(accept, r_w, s.rel)
-            s.certified &= ~accept
-            s.stuck &= ~accept
-            s.halvings = np.where(accept, 0, s.halvings)
-        return accept, norm_before
-
-    def _next_modes(self, s: _NewtonState, k: int, active: np.ndarray, finished: np.ndarray,
-                    accept: np.ndarray, check: np.ndarray, n_w: np.ndarray,
-                    norm_before: np.ndarray) -> None:
-        """What each problem does next: a refused trial backtracks (the minimiser of the
-        quadratic model of ‖R‖² along d, kept within [0.1 t, 0.5 t]; after ``max_halvings``
-        the problem is stuck); a finished one stops; one whose accepted point's residual is
-        below its trigger (or stuck) certifies it; the others take a new direction where
-        their point moved."""
-        refused = (s.mode == TRIAL) & active & ~accept
-        if refused.any():
-            s.t = np.where(refused, backtrack(s.t, norm_before, n_w), s.t)
-            s.halvings = s.halvings + refused
-            s.stuck |= refused & (s.halvings > self.max_halvings)
-        going = active & ~finished
-        finished = finished | (going & s.stuck & s.certified)
-        going &= ~finished
-        s.mode = np.where(finished, DONE, s.mode)
-        s.done_at = np.where(finished, k, s.done_at)
-        to_certify = going & ~s.certified & (s.stuck | (accept & (s.rel <= s.trigger)))
-        fresh = going & ~s.stuck & ~to_certify & (accept | check)  # new direction
-        s.mode = np.where(to_certify, CERTIFY, np.where(going, TRIAL, s.mode))
-        if fresh.any():
-            s.d = self._directions(s.d, fresh, s.cur, s.rel)
-            s.t, s.halvings = np.where(fresh, s.start, s.t), np.where(fresh, 0, s.halvings)
 
     def _result(self, s: _NewtonState, evaluate: Any, k: int, max_iter: int,
                 history: History) -> FixedPointResult:
@@ -477,8 +519,8 @@ class BatchNewton:
         xp = self.backend.xp
         open_ = (s.mode != DONE) & ~s.certified
         if open_.any():   # the accepted points of unfinished problems: one more evaluation
-            g = evaluate(s.cur["z"] + s.cur["R"], s.cur["U"])[3]
             z = s.cur["z"] + s.cur["R"]
+            g = evaluate(z, s.cur["U"])[3]
             sums = to_numpy(xp.stack([xp.sum((g - z) ** 2, axis=-1), xp.sum(g * g, axis=-1)]))
             r = np.sqrt(sums[0]) / np.maximum(np.sqrt(sums[1]), 1e-300)
             better = open_ & (r < s.best)
@@ -534,18 +576,15 @@ class BatchNewton:
         rows.append(squares(F))
         return to_numpy(xp.reshape(xp.concat(rows), (len(rows), B))).astype(np.float64)
 
-    def _next_points(self, mode: np.ndarray, t: np.ndarray, cur: dict, d: Any,
+    def _next_points(self, step: np.ndarray, certify: np.ndarray | None, cur: dict, d: Any,
                      coupling: Any) -> Any:
-        """z + t d (trials), Φ(z) = z + R (certificates), z (finished problems)."""
-        xp = self.backend.xp
+        """z + t d (trials; ``step``: t, 0 elsewhere), Φ(z) = z + R (the problems of
+        ``certify``, None: none), z (finished problems)."""
         z = cur["z"]
-        step = xp.asarray(np.where(mode == TRIAL, t, 0.0), dtype=z.dtype,
-                          **({} if self.backend.name == "numpy" else {"device": z.device}))
-        trial = coupling.project(z + step[:, None] * d)
-        certify = mode == CERTIFY
-        if not certify.any():
+        trial = coupling.project(z + on_backend(step, z, self.backend, z.dtype)[:, None] * d)
+        if certify is None:
             return trial
-        return xp.where(batch_mask(certify, z, self.backend), z + cur["R"], trial)
+        return self.backend.xp.where(batch_mask(certify, z, self.backend), z + cur["R"], trial)
 
     def _directions(self, d: Any, mask: np.ndarray, cur: dict, rel: np.ndarray) -> Any:
         """d = S⁻¹ Σ (S D S + Σ)⁻¹ S R for the problems of ``mask`` (others keep theirs;
@@ -560,8 +599,6 @@ class BatchNewton:
         index = torch.as_tensor(idx, device=d.device)
         z, R = (cur[k][index].to(sys_dtype) for k in ("z", "R"))
         D = self._jacobians(cur["U"][index], cur["M"][index], idx).to(sys_dtype)
-        from .potential import scaling
-
         slope = self.potential.price_slope(to_numpy(z).astype(np.float64), idx)
         s, sign = (torch.as_tensor(a, dtype=sys_dtype, device=d.device)
                    for a in scaling(slope))
@@ -581,34 +618,43 @@ class BatchNewton:
 
     def _directions_krylov(self, d: Any, idx: np.ndarray, cur: dict, rel: np.ndarray) -> Any:
         """The Newton directions on the CPU, matrix-free: conjugate gradients on
-        (S D S + I) v = S R (MINRES on (S D S + Σ) v = S R where a price rises somewhere,
-        :func:`.potential.scaling`), each product D p by the compiled tangent sweeps of one
-        direction (O(nt nx), against O(nt² nx) for D itself), to the relative accuracy
-        min(10⁻², r) (r: the relative residual of z; an inexact Newton step)."""
-        from .fdm.tangent import tangent_product
-        from .potential import product_operands, scaling, tangent_operands
-
+        (S D S + I) v = S R, compiled whole (:func:`.fdm.tangent.newton_direction`; MINRES
+        on (S D S + Σ) v = S R where a price rises somewhere, :func:`.potential.scaling`),
+        each product D p by the compiled tangent sweeps of one direction (O(nt nx), against
+        O(nt² nx) for D itself), to the relative accuracy min(10⁻², r) (r: the relative
+        residual of z; an inexact Newton step)."""
         g = self.grid
         out = np.array(to_numpy(d), dtype=np.float64)
         for b in idx:
-            z, R = (np.asarray(to_numpy(cur[k][b]), dtype=np.float64) for k in ("z", "R"))
-            U = np.asarray(to_numpy(cur["U"][b]), dtype=np.float64)
-            mu = np.asarray(to_numpy(cur["M"][b]), dtype=np.float64) * g.weights
-            ops = product_operands(tangent_operands(U, mu, self.potential.chi,
-                                                    float(self.nu[b]), g, self.hamiltonian,
-                                                    self._density_of(b)))
-            s, sign = scaling(self.potential.price_slope(z[None], [b])[0])
-
-            def apply(p: np.ndarray, s: np.ndarray = s, sign: np.ndarray = sign,
-                      ops: tuple = ops) -> np.ndarray:
-                self.products += 1
-                return s * tangent_product(*ops, g.dt, s * p) + sign * p
-
-            krylov = conjugate_gradients if (sign > 0).all() else minimal_residual
-            v = krylov(apply, s * R, min(ETA, max(float(rel[b]), 1e-14)), 4 * z.size)
-            out[b] = np.where(s > 0, sign * v / np.where(s > 0, s, 1.0), R)
+            z, R, U, M = (np.asarray(to_numpy(cur[k][b]), dtype=np.float64)
+                          for k in ("z", "R", "U", "M"))
+            ops = self._tangent_operands(U, M * g.weights, self.potential.chi,
+                                         float(self.nu[b]), self._density_of(b))
+            factored = product_operands(ops)
+            slope = np.asarray(self.potential.members[b].price_slope(z), dtype=np.float64)
+            rtol, steps = min(ETA, max(float(rel[b]), 1e-14)), 4 * z.size
+            if (slope > 0).any():   # a price rises: symmetric indefinite
+                s, sign = scaling(slope)
+                v = minimal_residual(self._product(factored, s, sign), s * R, rtol, steps)
+                out[b] = np.where(s > 0, sign * v / np.where(s > 0, s, 1.0), R)
+            else:
+                out[b], products = newton_direction(*factored, g.dt, slope, R, rtol, steps)
+                self.products += products
         xp = self.backend.xp
         return xp.asarray(out, device=d.device) if self.backend.name != "numpy" else out
+
+    @cached_property
+    def _tangent_operands(self) -> TangentOperands:
+        """The operands of the tangent sweeps on this grid (the CPU's matrix-free systems)."""
+        return TangentOperands(self.grid, self.hamiltonian)
+
+    def _product(self, factored: tuple[Any, ...], s: np.ndarray, sign: np.ndarray) -> Any:
+        """p ↦ (S D S + Σ) p by the compiled tangent sweeps of the ``factored`` operands
+        (:func:`.potential.product_operands`), counted in :attr:`products`."""
+        def apply(p: np.ndarray) -> np.ndarray:
+            self.products += 1
+            return s * tangent_product(*factored, self.grid.dt, s * p) + sign * p
+        return apply
 
     @property
     def jacobian_kernels(self) -> str:

@@ -333,10 +333,14 @@ def check_stopping(tol: object, max_iter: object) -> tuple[float, int]:
             check_int("max_iter", max_iter, low=1))
 
 
+#: The scheme of ``iteration=None`` (a scheme holds no state between solves: one serves all).
+DEFAULT_SCHEME = Anderson()
+
+
 def make_scheme(iteration: str | IterationScheme | None) -> IterationScheme:
     """An :class:`IterationScheme` from a name or an instance (None: the default Anderson)."""
     if iteration is None:
-        return Anderson()
+        return DEFAULT_SCHEME
     if isinstance(iteration, IterationScheme):
         return iteration
     if isinstance(iteration, str) and iteration in SCHEMES:

@@ -65,34 +65,46 @@ def tangent_operands(U: np.ndarray, mu: np.ndarray, chi: np.ndarray, nu: float,
     (:func:`.fdm.operators.tangent_weights`, from ∂pp H) and χ; ``density`` (nt, nx): the
     frozen densities m^1..m^nt where H depends on m (the tangent of that frozen game). From
     the model's compiled loops (:func:`.fdm.numba_kernels.compiled_model`) where it has them,
-    else from the array operators."""
-    U, mu = (np.ascontiguousarray(a, dtype=np.float64) for a in (U, mu))
-    compiled = compiled_model(hamiltonian)
-    if compiled is not None:
-        return _compiled_operands(compiled, U, mu, chi, nu, grid, hamiltonian, density)
-    inv_hw = 1.0 / (grid.h * grid.weights)
-    lower, diag, upper, terms = jacobian_bands(U[:-1], nu, grid.h, grid.dt, inv_hw, np,
-                                               hamiltonian, grid.x, density)
-    lower_t, _, upper_t = transpose_bands(lower, diag, upper, np)
-    weights = tangent_weights(terms, mu[1:], grid.x, density, grid.h, hamiltonian, np)
-    return tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (
-        lower, diag, upper, lower_t, upper_t, weights, chi))
+    else from the array operators (:class:`TangentOperands`, made for this call)."""
+    return TangentOperands(grid, hamiltonian)(U, mu, chi, nu, density)
 
 
-def _compiled_operands(compiled: tuple[Any, np.ndarray], U: np.ndarray, mu: np.ndarray,
-                       chi: np.ndarray, nu: float, grid: Grid, hamiltonian: Hamiltonian,
-                       density: np.ndarray | None) -> tuple[np.ndarray, ...]:
-    """:func:`tangent_operands` by the model's compiled ``tangent_bands`` (one pass)."""
-    module, prm = compiled
-    nt, nx = U.shape[0] - 1, U.shape[1]
-    bands = np.empty((5, nt, nx))
-    weights = np.empty((nt, nx - 1))
-    rows = (np.zeros((1, nx)) if density is None
-            else np.ascontiguousarray(density, dtype=np.float64))
-    module.tangent_bands(U, mu, rows, grid.x, prm, float(nu), grid.h, grid.dt,
-                         1.0 / (grid.h * grid.weights), curvature_floor(hamiltonian, grid.h),
-                         *bands, weights)
-    return (*bands, weights, np.ascontiguousarray(chi, dtype=np.float64))
+class TangentOperands:
+    """:func:`tangent_operands` on one grid for one Hamiltonian, with what its calls share made
+    once: the model's compiled loops (None: the array operators), 1/(h w), the curvature
+    floor (:func:`.fdm.operators.curvature_floor`) and the density row of a model without
+    one."""
+
+    def __init__(self, grid: Grid, hamiltonian: Hamiltonian = QUADRATIC) -> None:
+        self.grid, self.hamiltonian = grid, hamiltonian
+        self.compiled = compiled_model(hamiltonian)
+        self.inv_hw = 1.0 / (grid.h * grid.weights)
+        self.floor = curvature_floor(hamiltonian, grid.h)
+        self.no_density = np.zeros((1, grid.nx))
+
+    def __call__(self, U: np.ndarray, mu: np.ndarray, chi: np.ndarray, nu: float,
+                 density: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+        """The operands at the best response U with cell masses mu (:func:`tangent_operands`)."""
+        U = np.ascontiguousarray(U, dtype=np.float64)
+        mu = np.ascontiguousarray(mu, dtype=np.float64)
+        grid, hamiltonian = self.grid, self.hamiltonian
+        if self.compiled is None:
+            lower, diag, upper, terms = jacobian_bands(U[:-1], nu, grid.h, grid.dt,
+                                                       self.inv_hw, np, hamiltonian, grid.x,
+                                                       density)
+            lower_t, _, upper_t = transpose_bands(lower, diag, upper, np)
+            weights = tangent_weights(terms, mu[1:], grid.x, density, grid.h, hamiltonian, np)
+            return tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (
+                lower, diag, upper, lower_t, upper_t, weights, chi))
+        module, prm = self.compiled
+        nt, nx = U.shape[0] - 1, U.shape[1]
+        bands = np.empty((5, nt, nx))
+        weights = np.empty((nt, nx - 1))
+        rows = (self.no_density if density is None
+                else np.ascontiguousarray(density, dtype=np.float64))
+        module.tangent_bands(U, mu, rows, grid.x, prm, float(nu), grid.h, grid.dt,
+                             self.inv_hw, self.floor, *bands, weights)
+        return (*bands, weights, np.ascontiguousarray(chi, dtype=np.float64))
 
 
 def product_operands(operands: tuple[np.ndarray, ...]) -> tuple[Any, ...]:

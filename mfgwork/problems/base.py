@@ -19,7 +19,7 @@ import numpy as np
 
 from ..core.backend import Backend, to_numpy
 from ..core.errors import ParameterError, ResolutionWarning, SolverError, check_real, warn
-from ..core.grid import Grid
+from ..core.grid import Grid, shared_grid
 from .hamiltonians import Hamiltonian, Quadratic, check_hamiltonian
 
 ArrayFn = Callable[..., Any]
@@ -76,7 +76,9 @@ class MFGProblem:
         return 0.5 * self.sigma**2
 
     def grid(self, nx: int, nt: int) -> Grid:
-        return Grid(self.x_min, self.x_max, nx, self.T, nt)
+        """The grid of ``nx`` points on [x_min, x_max] and ``nt`` steps on [0, T] (shared by
+        the solves of a process on it: :func:`~mfgwork.core.grid.shared_grid`)."""
+        return shared_grid(self.x_min, self.x_max, nx, self.T, nt)
 
     def params(self) -> dict[str, Any]:
         """JSON-ready description of the problem (callables by name)."""
@@ -92,8 +94,8 @@ class MFGProblem:
         """m0 on the grid, normalized so that Σ w_i m0_i = 1; errors name what is wrong."""
         x = backend.asarray(grid.x)
         m0 = _evaluate("m0", self.m0, grid, backend, x)
-        m0_np = to_numpy(m0).astype(np.float64)
-        if np.any(m0_np < 0):
+        m0_np = np.asarray(to_numpy(m0), dtype=np.float64)
+        if (m0_np < 0).any():
             raise ParameterError(f"m0 is invalid: it takes negative values (min {m0_np.min():g});"
                                  " a density must be >= 0")
         mass = float(np.dot(grid.weights, m0_np))

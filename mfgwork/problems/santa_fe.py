@@ -49,7 +49,8 @@ OBJECTIVES = ("equilibrium", "social")
 def logistic(z: Any, xp: Any) -> Any:
     """s(z) = 1 / (1 + e^(−z)), written to avoid overflow for large |z|."""
     e = xp.exp(-xp.abs(z))
-    return xp.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    d = 1.0 + e
+    return xp.where(z >= 0, 1.0 / d, e / d)
 
 
 class SantaFeBar(MFGProblem):
@@ -193,10 +194,10 @@ class SantaFeBar(MFGProblem):
         preference of each problem, computed for the batch at once."""
         A = np.asarray(observables["attendance"], dtype=np.float64)
         over = (A > np.array([[p.threshold] for p in problems])).astype(np.float64)
-        columns = {"mean_attendance": np.mean(A, axis=-1), "max_attendance": np.max(A, axis=-1),
-                   "min_attendance": np.min(A, axis=-1),
-                   "time_overcrowded": np.sum(0.5 * (over[:, 1:] + over[:, :-1])
-                                              * np.diff(grid.t), axis=-1),
+        columns = {"mean_attendance": A.mean(axis=-1), "max_attendance": A.max(axis=-1),
+                   "min_attendance": A.min(axis=-1),
+                   "time_overcrowded": (0.5 * (over[:, 1:] + over[:, :-1])
+                                        * (grid.t[1:] - grid.t[:-1])).sum(axis=-1),
                    "final_mean_preference": np.asarray(observables["mean_state"])[:, -1]}
         return [{k: float(v[b]) for k, v in columns.items()} for b in range(len(problems))]
 

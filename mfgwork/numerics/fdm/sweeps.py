@@ -30,7 +30,7 @@ first call, see :mod:`mfgwork.core.compiling`).
 
 from __future__ import annotations
 
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 import numpy as np
@@ -127,11 +127,13 @@ class FiniteDifferences:
                  kernels: FDKernels | None = None) -> None:
         self.grid, self.backend = grid, backend
         self.hamiltonian = Quadratic() if hamiltonian is None else hamiltonian
-        self.kernels = fdm_kernels(backend, self.hamiltonian) if kernels is None else kernels
-        if not self.kernels.carries(self.hamiltonian):
-            raise ParameterError(f"kernels={self.kernels.name!r} is invalid with "
+        if kernels is None:   # the first of the table that carries the Hamiltonian
+            kernels = fdm_kernels(backend, self.hamiltonian)
+        elif not kernels.carries(self.hamiltonian):
+            raise ParameterError(f"kernels={kernels.name!r} is invalid with "
                                  f"hamiltonian={self.hamiltonian!r}: those kernels carry "
-                                 f"{self.kernels.carries_what} only")
+                                 f"{kernels.carries_what} only")
+        self.kernels = kernels
         self._hjb_sweep = partial(self.kernels.hjb, self)
         self._fp_sweep = partial(self.kernels.fp, self)
         self.x = backend.asarray(grid.x)
@@ -142,14 +144,12 @@ class FiniteDifferences:
         self.inv_w = backend.asarray(self._inv_w_np)
         self.inv_hw = backend.asarray(self._inv_hw_np)
         self._model: tuple[Any, np.ndarray] | None = None   # the compiled loops' module, prm
-        self._host_inverses: dict[np.dtype, tuple[np.ndarray, np.ndarray]] = {}
+        self._host_arrays: dict[np.dtype, tuple[np.ndarray, ...]] = {}
         self.newton_tol = 64 * backend.eps
         self.accept_tol = max(self.newton_tol, 0.1 * self.newton_tol**0.5)
         self.newton_steps = accelerator_newton_steps
         self.newton_iterations = 0
         self._solve = self.kernels.tridiagonal
-        self._consts = step_constants(self.nu, grid.h, grid.dt, self._inv_hw_np, grid.x,
-                                      backend.asarray)
         self._newton = partial(newton_step, solve=self._solve, xp=backend.xp,
                                hamiltonian=self.hamiltonian)
         self._device_newton = partial(device_newton_step, xp=backend.xp,
@@ -169,6 +169,13 @@ class FiniteDifferences:
             self._device_newton = CheckedCompile(self._device_newton, mode, "HJB Newton step",
                                                  rtol)
             self._fp_step = CheckedCompile(pcr_apply_padded, mode, "FP time step", rtol)
+
+    @cached_property
+    def _consts(self) -> StepConstants:
+        """The constants of the array-API time steps (made at their first use: the compiled
+        loops need none)."""
+        return step_constants(self.nu, self.grid.h, self.grid.dt, self._inv_hw_np, self.grid.x,
+                              self.backend.asarray)
 
     @property
     def compiled_steps(self) -> dict[str, Any]:
@@ -272,15 +279,15 @@ class FiniteDifferences:
                       ) -> Any:
         """The compiled (numba) sweep of one problem on host arrays: the template scheme
         with the model's generated functions (:mod:`.numba_kernels`)."""
-        U_T, F, guess = (None if a is None else _host(a) for a in (U_T, F, guess))
+        F = _host(F)
         module, prm, rows = self._compiled_model(density, F.dtype)
         g = self.grid
         U = np.empty((g.nt + 1, g.nx), dtype=F.dtype)
-        U[-1] = U_T
-        inv_hw, inv_w = self._host_constants(F.dtype)
-        its, bad = module.hjb_sweep(U, F, U if guess is None else guess, guess is not None,
-                                    rows, self.grid.x, prm, float(self.nu), g.h, g.dt,
-                                    inv_hw, inv_w, self.newton_tol, MAX_NEWTON)
+        U[-1] = _host(U_T)
+        inv_hw, inv_w, _ = self._host_constants(F.dtype)
+        its, bad = module.hjb_sweep(U, F, U if guess is None else _host(guess),
+                                    guess is not None, rows, g.x, prm, float(self.nu), g.h,
+                                    g.dt, inv_hw, inv_w, self.newton_tol, MAX_NEWTON)
         return self._compiled_sweep_done(U, its, bad)
 
     def _compiled_model(self, density: Any | None, dtype: Any) -> tuple[Any, Any, Any]:
@@ -291,16 +298,18 @@ class FiniteDifferences:
 
             self._model = numba_kernels.compiled_model(self.hamiltonian)
         module, prm = self._model
-        rows = (np.zeros((1, self.grid.nx), dtype=dtype) if density is None
+        rows = (self._host_constants(dtype)[2] if density is None
                 else np.ascontiguousarray(_host(density), dtype=dtype))
         return module, prm, rows
 
-    def _host_constants(self, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
-        """1/(h w) and 1/w in ``dtype`` for the compiled sweeps (made once per dtype)."""
-        key = np.dtype(dtype)
-        if key not in self._host_inverses:
-            self._host_inverses[key] = (self._inv_hw_np.astype(key), self._inv_w_np.astype(key))
-        return self._host_inverses[key]
+    def _host_constants(self, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """1/(h w), 1/w and a row of zeros (the density of a model without one) in
+        ``dtype`` for the compiled sweeps (made once per dtype; the sweeps only read them)."""
+        if dtype not in self._host_arrays:
+            self._host_arrays[dtype] = (self._inv_hw_np.astype(dtype),
+                                        self._inv_w_np.astype(dtype),
+                                        np.zeros((1, self.grid.nx), dtype=dtype))
+        return self._host_arrays[dtype]
 
     def _compiled_sweep_done(self, U: np.ndarray, iterations: int, bad: int) -> Any:
         """U of a compiled HJB sweep, its Newton iterations counted; :class:`SolverError` if

@@ -10,6 +10,8 @@ at once (direction j is zero in δu^n for n > j), one Thomas elimination per lev
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -301,6 +303,47 @@ def tangent_product(e, g, inv, e_t, g_t, inv_t, weights, chi, du, dt, v
     out[nt - 1] = _substitute(e_t[nt - 1], dmu[(nt - 1) % 2], _upwards(nt - 1, nt, False),
                               chi)
     return out
+
+
+@njit(cache=True, nogil=True)
+def newton_direction(e, g, inv, e_t, g_t, inv_t, weights, chi, du, dt, slope, R, rtol,
+                     max_steps):  # pragma: no cover - compiled
+    """(d, products): the Newton step d = S⁻¹ v, v = (S D S + I)⁻¹ S R, of one problem whose
+    prices all fall (P' = ``slope`` ≤ 0, S = diag(√−P'): :func:`..potential.scaling` with
+    Σ = I; d = R, the Picard step, where P' = 0), D the tangent Jacobian of the operands of
+    :func:`tangent_product` (the :func:`pipelined_factors` of J(u^n) and J(u^n)ᵀ, the edge
+    weights, χ and the workspace ``du``): the matrix-free Newton system in one call, by
+    conjugate gradients from v = 0 on the SPD system, stopped once
+    ‖S R − (S D S + I) v‖ ≤ rtol ‖S R‖ or after ``max_steps`` products D p."""
+    n = R.size
+    s, x, r, p, sp = np.empty(n), np.zeros(n), np.empty(n), np.empty(n), np.empty(n)
+    for i in range(n):   # (loops, not array expressions: they take numba longer to compile)
+        s[i] = math.sqrt(abs(slope[i]))
+        r[i] = p[i] = s[i] * R[i]
+    rr = r @ r
+    stop = (rtol * math.sqrt(rr)) ** 2
+    products = 0
+    while products < max_steps and rr > stop:
+        for i in range(n):
+            sp[i] = s[i] * p[i]
+        Ap = tangent_product(e, g, inv, e_t, g_t, inv_t, weights, chi, du, dt, sp)
+        products += 1
+        for i in range(n):
+            Ap[i] = s[i] * Ap[i] + p[i]
+        alpha = rr / (p @ Ap)
+        for i in range(n):
+            x[i] += alpha * p[i]
+            r[i] -= alpha * Ap[i]
+        rr, previous = r @ r, rr
+        beta = rr / previous
+        for i in range(n):
+            p[i] = r[i] + beta * p[i]
+    d = R.copy()
+    for i in range(n):
+        if s[i] > 0:
+            d[i] = x[i] / s[i]
+    return d, products
+
 
 # -- a tree of noise scenarios (mfgwork.problems.common_noise.ScenarioTree) -------------------
 # Node k of level l holds the L time steps of epoch l, after the noise state of that epoch is

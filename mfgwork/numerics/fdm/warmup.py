@@ -6,8 +6,8 @@ makes that first call on a tiny grid, so that a solve can report the compile tim
 its phases: ``res.timings["compile"]`` (0 for every later solve in the process). The
 compiled loops of each model structure are separate kernels (written and cached on disk by
 :func:`.numba_kernels.compiled_model`), compiled or loaded for the model solved: the time
-includes generating the module. :func:`compile_tangent` does the same for the tangent sweeps
-of Newton's method on the CPU.
+includes generating the module. :func:`compile_tangent` does the same for Newton's method on
+the coupling state (the step of its state machine, and on the CPU its tangent sweeps).
 """
 
 from __future__ import annotations
@@ -52,27 +52,30 @@ def compile_kernels(backend: Backend, hamiltonian: Hamiltonian = QUADRATIC) -> f
 
 
 def compile_tangent(backend: Backend, hamiltonian: Hamiltonian = QUADRATIC) -> float:
-    """Seconds spent compiling (or loading) the tangent sweeps of matrix-free Newton's method
-    (:mod:`.tangent`, the CPU's, whatever the backend's dtype: the Newton system is float64)
-    and ``hamiltonian``'s model's loop of their operands, on a 1 × 2 system with the argument
-    types of a solve's; 0.0 once done in this process, and on devices (their Newton systems
-    run in torch)."""
-    from ..potential import tangent_operands
-    from .tangent import pipelined_factors, tangent_product
+    """Seconds spent compiling (or loading) the compiled parts of Newton's method on the
+    coupling state: the step of its state machine (:func:`..batch_newton.compile_step`, on
+    every backend) and, on the CPU, the tangent sweeps of its matrix-free systems and their
+    conjugate gradients (:mod:`.tangent`, whatever the backend's dtype: the Newton system is
+    float64) with ``hamiltonian``'s model's loop of their operands, on a 5 × 2 grid with
+    the argument types of a solve's (devices solve their Newton systems in torch); 0.0 once
+    done in this process."""
+    from ..batch_newton import compile_step
+    from ..potential import product_operands, tangent_operands
+    from .tangent import newton_direction
 
     traced = hamiltonian.traced()
     key = ("float64", "tangent", traced.structure.key if traced is not None
            else type(hamiltonian))
+    step = compile_step()
     if backend.kind != "cpu" or backend.emulate_mps or key in _compiled:
-        return 0.0
+        return step
     started = time.perf_counter()
-    bands, ones = np.zeros((1, 2)), np.ones((1, 2))
-    tangent_product(*pipelined_factors(bands, ones, bands, True),
-                    *pipelined_factors(bands, ones, bands, False), np.zeros((1, 1)),
-                    np.zeros(2), np.zeros((2, 2)), 1.0, np.zeros(1))
     grid = Grid(-1.0, 1.0, 5, 1.0, 2)
     density = np.full((grid.nt, grid.nx), 0.5) if hamiltonian.depends_on_m else None
-    tangent_operands(np.zeros((grid.nt + 1, grid.nx)), np.full((grid.nt + 1, grid.nx), 0.2),
-                     np.ones(grid.nx), 0.1, grid, hamiltonian, density)
+    ops = tangent_operands(np.zeros((grid.nt + 1, grid.nx)),
+                           np.full((grid.nt + 1, grid.nx), 0.2), np.ones(grid.nx), 0.1, grid,
+                           hamiltonian, density)
+    newton_direction(*product_operands(ops), grid.dt, -np.ones(grid.nt), np.ones(grid.nt), 0.1,
+                     1)
     _compiled.add(key)
-    return time.perf_counter() - started
+    return step + time.perf_counter() - started
