@@ -8,9 +8,10 @@ A Santa Fe scan over ``--side`` thresholds × ``--side`` noise levels (σ), at `
 2. solve only: the same blocks solved by the same calls (``solve_batch`` on torch, the NumPy
    solver point by point) with nothing written, once before and once after the scan (the
    faster of the two is kept, so a warm-up the scan paid for is not counted against it);
-   the machinery's overhead is (end to end − solve only) / solve only, and the sum of the
-   per-point ``wall_time`` the scan records gives a second estimate of the solve time from
-   inside the same run;
+   the machinery's seconds are end to end − solve only, its overhead those over solve only,
+   and the sum of the per-point ``wall_time`` the scan records gives a second estimate of
+   the solve time from inside the same run (steadier where other work shares the machine:
+   solve only runs at other moments);
 3. baseline: a loop of ``mw.solve`` (NumPy, float64, on the CPU) at ``--baseline-points``
    points of the grid: seconds per point against the scan's, and the largest difference of
    the attendance A(t) between the two at those points (a check of the scan's values).
