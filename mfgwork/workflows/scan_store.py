@@ -154,11 +154,6 @@ class Layout:
         sizes = {name: len(values) for name, values in self.grid_coords().items()}
         return tuple(sizes[d] for d in trailing)
 
-    def empty_block(self, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
-        """Arrays for a block of ``shape`` points, filled with each variable's fill value."""
-        return {name: np.full(shape + self.trailing_shape(trailing), fill, dtype=dtype)
-                for name, (trailing, dtype, fill) in self.variables().items()}
-
     def dataset(self, block: tuple[int, ...] | None = None) -> Any:
         """The Dataset: in memory (NumPy, every point at its fill value), or with ``block``
         a lazy template of Dask arrays chunked by blocks, to create a store from."""
