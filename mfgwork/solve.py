@@ -826,7 +826,8 @@ def _results(problems: Sequence[MFGProblem], grid: Any, be: Backend, out: FixedP
     host = {}   # {name: (the members that have it, their values stacked on the host)}
     for key in dict.fromkeys(k for o in observables for k in o):
         having = [b for b, o in enumerate(observables) if key in o]
-        host[key] = having, to_numpy(be.xp.stack([observables[b][key] for b in having]))
+        host[key] = having, to_numpy(be.xp.concat([observables[b][key][None]   # (stacked)
+                                                   for b in having]))
     summaries = member_summaries(problems, grid, host)
     converged, residual, iterations = (np.asarray(to_numpy(v)).reshape(-1) for v in (
         out.converged, out.residual, out.iterations))

@@ -262,8 +262,9 @@ SECTIONS: list[Section] = [
         "latency_cpu_1core.json", "The first solve of a process on one CPU core",
         "Fresh processes on one core of the two-core machine (`taskset -c 1 python "
         "benchmarks/latency.py --rounds 5`, `before` the code of the file's baseline, "
-        "`after` the compiled sweeps' tridiagonal solves eliminating from both ends and "
-        "less Python per Newton iteration): "
+        "`after` the compiled sweeps' tridiagonal solves eliminating from both ends, and "
+        "Newton's iteration with its state machine and conjugate gradients compiled and its "
+        "per-solve work done once): "
         "`import`, then the first default Santa Fe solve and the first of a model no process "
         "solved (Power(1.5)), with every cache empty (`cold`) or written by an earlier "
         "process (`warm`); `solve` is the first solve's own time inside the process; `seed` "
