@@ -200,14 +200,16 @@ def minimal_residual(apply: Any, b: np.ndarray, rtol: float, max_steps: int) -> 
     return x
 
 
-def backtrack(t: np.ndarray, norm: np.ndarray, trial: np.ndarray) -> np.ndarray:
-    """The next step length after t was refused: the minimiser of the quadratic through
-    φ(0) = ‖R‖², φ'(0) = −2‖R‖² (the Newton direction) and φ(t), within [0.1 t, 0.5 t]."""
-    phi0 = np.where(np.isfinite(norm), norm, 1.0) ** 2
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        s = phi0 * t * t / (trial**2 - phi0 + 2.0 * phi0 * t)
-    s = np.where(np.isnan(s) | (s == math.inf), 0.5 * t, s)
-    return np.minimum(np.maximum(s, 0.1 * t), 0.5 * t)
+@njit(cache=True, nogil=True, error_model="numpy")
+def backtrack(t, norm, trial):  # pragma: no cover - compiled
+    """The next step length after the step t was refused (floats): the minimiser of the
+    quadratic through φ(0) = ‖R‖² (``norm``, 1 where not finite), φ'(0) = −2‖R‖² (the Newton
+    direction) and φ(t) = ``trial``², within [0.1 t, 0.5 t]."""
+    phi0 = (norm if math.isfinite(norm) else 1.0) ** 2
+    s = phi0 * t * t / (trial**2 - phi0 + 2.0 * phi0 * t)
+    if math.isnan(s) or s == math.inf:
+        s = 0.5 * t
+    return min(max(s, 0.1 * t), 0.5 * t)
 
 
 #: The rows of the moves :func:`advance` sets: the certified densities are the best yet
@@ -270,12 +272,8 @@ def advance(k, sums, tol, max_halvings, moves, step, mode, t, start, halvings, n
             norm[b], rel[b] = n_w, r_w
             certified[b] = stuck[b] = False
             halvings[b] = 0
-        elif mode[b] == TRIAL:   # refused: the step of backtrack(t, ‖R(z)‖, n_w)
-            phi0 = (norm[b] if math.isfinite(norm[b]) else 1.0) ** 2
-            s = phi0 * t[b] * t[b] / (n_w**2 - phi0 + 2.0 * phi0 * t[b])
-            if math.isnan(s) or s == math.inf:
-                s = 0.5 * t[b]
-            t[b] = min(max(s, 0.1 * t[b]), 0.5 * t[b])
+        elif mode[b] == TRIAL:   # refused: a shorter step
+            t[b] = backtrack(t[b], norm[b], n_w)
             halvings[b] += 1
             stuck[b] |= halvings[b] > max_halvings
         # next: stop (finished, or stuck at a certified point); certify an accepted point

@@ -334,8 +334,7 @@ class PathNewton:
             trial = respond(respond.coupling.project(point["z"] + t * d), point["U"])
             if trial["norm"] ** 2 <= (1.0 - ARMIJO * t) * point["norm"] ** 2:
                 return trial, t
-            t = float(backtrack(np.array(t), np.array(point["norm"]),
-                                 np.array(trial["norm"])))
+            t = backtrack(float(t), float(point["norm"]), float(trial["norm"]))
         return None, t
 
     def _direction(self, point: dict[str, Any]) -> np.ndarray:

@@ -221,7 +221,7 @@ class ErgodicSystem2D:
             if found**2 <= (1.0 - ARMIJO * t) * norm**2:
                 self.last_step = t
                 return trial, out
-            t = float(backtrack(np.array([t]), np.array([norm]), np.array([found]))[0])
+            t = backtrack(float(t), float(norm), found)
         return None
 
     def certificate(self, m: np.ndarray, v: np.ndarray, lam: float) -> float:
