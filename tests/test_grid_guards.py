@@ -296,3 +296,15 @@ def test_a_tol_below_round_off_states_an_approximate_floor_that_the_result_keeps
     assert (res.status == "stalled") == any(isinstance(w.message, mw.ConvergenceWarning)
                                             for w in caught)
     assert res.converged == (res.residual <= 100 * np.finfo(float).eps)
+
+
+def test_a_grid_its_caller_writes_into_changes_no_later_solve():
+    """``problem.grid`` gives the caller arrays of its own: writing them (hostile, or a
+    plotting helper working in place) leaves the next solve as it was."""
+    problem = mw.SantaFeBar()
+    before = mw.solve(problem, nx=41, nt=40, progress=False)
+    grid = problem.grid(41, 40)
+    grid.x[:] = 0.0
+    grid.weights[:] = 1.0
+    after = mw.solve(problem, nx=41, nt=40, progress=False)
+    assert np.array_equal(before.M, after.M)

@@ -7,7 +7,7 @@ Integrals are the trapezoidal rule ∫ φ dx ≈ Σ_i w_i φ_i, and densities ha
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 
 import numpy as np
 
@@ -127,22 +127,6 @@ class Grid:
         lo = np.maximum(self.x - self.h / 2, self.x_min)
         hi = np.minimum(self.x + self.h / 2, self.x_max)
         return np.clip((hi - np.maximum(lo, threshold)) / (hi - lo), 0.0, 1.0)
-
-
-def shared_grid(x_min: float, x_max: float, nx: int, T: float, nt: int) -> Grid:
-    """The :class:`Grid` of these parameters, one per process for the most recent ones
-    (:func:`_shared`): its arrays are computed at their first use and kept, so that a
-    process's solves on one grid share them (nothing writes them). Parameters that cannot be
-    a key (unhashable) get a grid of their own, which refuses them."""
-    try:
-        return _shared(x_min, x_max, nx, T, nt)
-    except TypeError:
-        return Grid(x_min, x_max, nx, T, nt)
-
-
-@lru_cache(maxsize=32, typed=True)
-def _shared(x_min: float, x_max: float, nx: int, T: float, nt: int) -> Grid:
-    return Grid(x_min, x_max, nx, T, nt)
 
 
 def trapezoid_weights(n: int, h: float) -> np.ndarray:

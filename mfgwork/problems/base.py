@@ -19,7 +19,7 @@ import numpy as np
 
 from ..core.backend import Backend, to_numpy
 from ..core.errors import ParameterError, ResolutionWarning, SolverError, check_real, warn
-from ..core.grid import Grid, shared_grid
+from ..core.grid import Grid
 from .hamiltonians import Hamiltonian, Quadratic, check_hamiltonian
 
 ArrayFn = Callable[..., Any]
@@ -76,9 +76,9 @@ class MFGProblem:
         return 0.5 * self.sigma**2
 
     def grid(self, nx: int, nt: int) -> Grid:
-        """The grid of ``nx`` points on [x_min, x_max] and ``nt`` steps on [0, T] (shared by
-        the solves of a process on it: :func:`~mfgwork.core.grid.shared_grid`)."""
-        return shared_grid(self.x_min, self.x_max, nx, self.T, nt)
+        """The grid of ``nx`` points on [x_min, x_max] and ``nt`` steps on [0, T] (a new one
+        each call: its arrays are the caller's)."""
+        return Grid(self.x_min, self.x_max, nx, self.T, nt)
 
     def params(self) -> dict[str, Any]:
         """JSON-ready description of the problem (callables by name)."""
