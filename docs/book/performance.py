@@ -285,8 +285,9 @@ SECTIONS: list[Section] = [
         "A 32 × 32 Santa Fe box at 201² (`benchmarks/outside_loop.py --device cuda --rounds 1 "
         "--repeats 2`, `before` and `after` the code of the file's note: a scan's blocks "
         "made of the batch's host arrays, the store created by zarr directly, one region "
-        "write per block, a batch's results copied once, Newton's bookkeeping compiled): `easy` threshold 0.3–0.9 × σ 0.3–1.0, `hard` threshold 0.2–0.9 × ε "
-        "0.001–0.1 at σ 0.3; float32 to tol 1e-6, float64 to 1e-8. `batch` is "
+        "write per block, a batch's results copied once, Newton's bookkeeping compiled): "
+        "`easy` threshold 0.3–0.9 × σ 0.3–1.0, `hard` threshold 0.2–0.9 × ε 0.001–0.1 at "
+        "σ 0.3; float32 to tol 1e-6, float64 to 1e-8. `batch` is "
         "`mw.solve(list)`, `scan` is `mw.scan` into a new store, end to end; `machinery` is "
         "scan / batch − 1 after.",
         [Column("row", "box, dtype"), Column("batch_before_s", "batch before", seconds),
