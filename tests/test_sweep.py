@@ -223,7 +223,7 @@ def test_resume_after_sigkill_of_the_sweep_process(tiny_notebook, tmp_path) -> N
     import psutil
 
     out, grid = tmp_path / "killed", tmp_path / "grid.yaml"
-    grid.write_text("threshold: [0.3, 0.45, 0.6]\nsigma: [0.4, 0.6]\n")
+    grid.write_text("threshold: [0.3, 0.45, 0.6]\n")   # three runs on two workers
     cmd = [sys.executable, "-m", "mfgwork", "sweep", str(tiny_notebook), "--grid", str(grid),
            "-o", str(out), "--workers", "2", "--no-progress"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -234,18 +234,18 @@ def test_resume_after_sigkill_of_the_sweep_process(tiny_notebook, tmp_path) -> N
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     done_before = _stamp(out)
-    assert 1 <= len(done_before) < 6, "the sweep must be killed mid-way"
+    assert 1 <= len(done_before) < 3, "the sweep must be killed mid-way"
     gone, alive = psutil.wait_procs(children, timeout=15)
     assert not alive, f"workers or kernels outlived the killed sweep: {alive}"
 
     rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
     index = mw.load_sweep(out)
-    assert index.counts() == {"done": 6, "failed": 0, "pending": 0}
+    assert index.counts() == {"done": 3, "failed": 0, "pending": 0}
     after = _stamp(out)
     assert sorted(after) == sorted(r["run"] for r in index)           # one folder per run
     assert {k: after[k] for k in done_before} == done_before            # none run twice
-    assert [r["status"] for r in _csv(out)] == ["done"] * 6
+    assert [r["status"] for r in _csv(out)] == ["done"] * 3
     assert _leftovers(out) == []
 
 
