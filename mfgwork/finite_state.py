@@ -1,10 +1,12 @@
-"""The front door of the two-state El Farol game: ``mw.solve_two_state(problem, nt=...)``."""
+"""The two-state El Farol game's discretization (:class:`FiniteState`, what ``mw.solve`` of a
+:class:`~mfgwork.TwoStateElFarol` runs) and its analysis (switching rates, times to a level)."""
 
 from __future__ import annotations
 
 import math
 import sys
 import time
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -15,6 +17,7 @@ from .core.errors import MAX_COUNT, ConvergenceWarning, ParameterError, check_in
 from .numerics.attendance_newton import AttendanceNewton
 from .numerics.finite_state import TwoStateScheme
 from .numerics.iteration import IterationScheme, check_stopping, make_scheme
+from .pipeline import Discretization, Where, solver_of
 from .problems.two_state import STATES, TwoStateElFarol
 from .results import Result
 
@@ -56,10 +59,10 @@ def check_time_step(problem: TwoStateElFarol, nt: int) -> float:
     return dt
 
 
-def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
-                    max_iter: int = 500, iteration: str | IterationScheme | None = None,
-                    warmup: int = 0) -> Result:
-    """Solve the two-state El Farol game on ``nt`` implicit Euler steps.
+@dataclass(frozen=True)
+class FiniteState(Discretization):
+    """Solve the two-state El Farol game on ``nt`` implicit Euler steps (``mw.solve`` of a
+    :class:`~mfgwork.TwoStateElFarol`; ``mw.solve_two_state`` is its old name).
 
     Newton's method on the attendance path A(t_1..t_nt) with the exact Jacobian of the
     discrete scheme and a line search on the game's potential
@@ -74,8 +77,7 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
     ``converged=False``, a :class:`~mfgwork.ConvergenceWarning` naming the iterations done
     and why they stopped (``max_iter``, or ``stalled``: no step decreases the residual any
     more), and that reason in ``status``. Raises :class:`ParameterError` for a time step
-    the scheme cannot resolve (:func:`check_time_step`). ``mw.solve(problem, ...)`` takes
-    the same options.
+    the scheme cannot resolve (:func:`check_time_step`). NumPy float64 on the CPU.
 
     Returns a :class:`~mfgwork.Result` with ``dims=("t", "state")``, ``labels={"state":
     ("home", "bar")}``, ``x`` the state index (0, 1), ``U`` and ``M`` (nt + 1, 2), the
@@ -84,45 +86,79 @@ def solve_two_state(problem: TwoStateElFarol, nt: int = 400, tol: float = 1e-8,
     by the sweep; :func:`switching_rates` gives the rates), and in ``extra`` the best
     responses computed (``evaluations``) and the plateau level of the problem.
     """
-    started = time.perf_counter()
-    if not isinstance(problem, TwoStateElFarol):
-        raise ParameterError(f"problem={problem!r} is invalid: must be an "
-                             "mfgwork.TwoStateElFarol")
-    nt = check_int("nt", nt, low=1, high=MAX_COUNT)
-    tol, max_iter = check_stopping(tol, max_iter)
-    warmup = check_int("warmup", warmup, low=0)
-    scheme = make_scheme(iteration)
-    check_size(problem, nt, scheme)
-    dt = check_time_step(problem, nt)
-    t = problem.time_levels(nt)
-    sweeps = TwoStateScheme(nt, dt, problem.switching_cost)
-    solver = AttendanceNewton(sweeps, problem.payoff, problem.payoff_slope,
-                              problem.payoff_integral, m0=problem.initial_distribution(),
-                              U_T=problem.terminal_cost(), tol=tol, max_iter=max_iter,
-                              warmup=warmup, mixing=scheme)
-    start = problem.attendance0 if problem.plateau is None else problem.plateau
-    out = solver.run(np.full(nt, start))
-    if not out.converged:
-        why = {"max_iter": f"max_iter={max_iter} reached",
-               "stalled": "stalled: no step decreases the residual any more"}
-        warn(f"two-state iteration did not reach tol={tol:g}: stopped after "
-             f"{out.iterations} iterations ({why[out.reason]}); returning the "
-             f"iterate of lowest certified residual {out.residual:.3g} with "
-             "converged=False", ConvergenceWarning)
-    timings = {"iterations": sum(out.history["time"]), "total": time.perf_counter() - started}
-    params = problem.params() | {"nt": nt, "tol": tol, "max_iter": max_iter,
-                                 "iteration": _described(scheme, warmup, max_iter),
-                                 "warmup": warmup}
-    observables = problem.observables(out.M)
-    converged = bool(out.converged)
-    return Result(x=np.arange(len(STATES), dtype=np.float64), t=t, U=out.U, M=out.M,
-                  converged=converged, iterations=out.iterations,
-                  residual=float(out.residual), history=out.history, params=params,
-                  timings=timings, method="finite_state", observables=observables,
-                  summary=problem.summary(t, observables), state_name="state",
-                  extra={"evaluations": out.evaluations, "plateau": problem.plateau},
-                  status=out.reason,
-                  dims=("t", "state"), labels={"state": STATES}, arrays={"gap": out.gap})
+
+    problem: TwoStateElFarol
+    nt: int = 400
+    tol: float = 1e-8
+    max_iter: int = 500
+    iteration: str | IterationScheme | None = None
+    warmup: int = 0
+
+    def checked(self) -> FiniteState:
+        if not isinstance(self.problem, TwoStateElFarol):
+            raise ParameterError(f"problem={self.problem!r} is invalid: must be an "
+                                 "mfgwork.TwoStateElFarol")
+        nt = check_int("nt", self.nt, low=1, high=MAX_COUNT)
+        tol, max_iter = check_stopping(self.tol, self.max_iter)
+        warmup = check_int("warmup", self.warmup, low=0)
+        iteration = make_scheme(self.iteration)
+        check_time_range(self.problem, nt)
+        check_time_step(self.problem, nt)
+        return replace(self, nt=nt, tol=tol, max_iter=max_iter, iteration=iteration,
+                       warmup=warmup)
+
+    def place(self) -> Where:
+        return Where(get_backend("numpy"))
+
+    def memory(self, where: Where) -> tuple[dict[str, int], str]:
+        depth = getattr(self.iteration, "depth", 0)
+        base = memory.two_state_bytes(self.nt, min(depth, memory.DEFAULT_DEPTH))
+        return ({"nt": base, "the Anderson depth": memory.two_state_bytes(self.nt, depth) - base},
+                f"a two-state solve with nt={self.nt}")
+
+    def start(self, where: Where, started: float) -> tuple[AttendanceNewton, float]:
+        p = self.problem
+        sweeps = TwoStateScheme(self.nt, p.T / self.nt, p.switching_cost)
+        return AttendanceNewton(sweeps, p.payoff, p.payoff_slope, p.payoff_integral,
+                                m0=p.initial_distribution(), U_T=p.terminal_cost(),
+                                tol=self.tol, max_iter=self.max_iter, warmup=self.warmup,
+                                mixing=self.iteration), started
+
+    def iterate(self, state: tuple[AttendanceNewton, float]) -> tuple[Any, float]:
+        solver, started = state
+        p = self.problem
+        out = solver.run(np.full(self.nt, p.attendance0 if p.plateau is None else p.plateau))
+        if not out.converged:
+            why = {"max_iter": f"max_iter={self.max_iter} reached",
+                   "stalled": "stalled: no step decreases the residual any more"}
+            warn(f"two-state iteration did not reach tol={self.tol:g}: stopped after "
+                 f"{out.iterations} iterations ({why[out.reason]}); returning the "
+                 f"iterate of lowest certified residual {out.residual:.3g} with "
+                 "converged=False", ConvergenceWarning)
+        return out, started
+
+    def results(self, outcome: tuple[Any, float]) -> list[Result]:
+        out, started = outcome
+        p = self.problem
+        t = p.time_levels(self.nt)
+        timings = {"iterations": sum(out.history["time"]),
+                   "total": time.perf_counter() - started}
+        params = p.params() | {"nt": self.nt, "tol": self.tol, "max_iter": self.max_iter,
+                               "iteration": _described(self.iteration, self.warmup,
+                                                       self.max_iter),
+                               "warmup": self.warmup}
+        observables = p.observables(out.M)
+        return [Result(x=np.arange(len(STATES), dtype=np.float64), t=t, U=out.U, M=out.M,
+                       converged=bool(out.converged), iterations=out.iterations,
+                       residual=float(out.residual), history=out.history, params=params,
+                       timings=timings, method="finite_state", observables=observables,
+                       summary=p.summary(t, observables), state_name="state",
+                       extra={"evaluations": out.evaluations, "plateau": p.plateau},
+                       status=out.reason, dims=("t", "state"), labels={"state": STATES},
+                       arrays={"gap": out.gap})]
+
+
+solve_two_state = solver_of(FiniteState, "solve_two_state")
 
 
 def _described(scheme: IterationScheme, warmup: int, max_iter: int) -> dict[str, Any]:
@@ -133,15 +169,12 @@ def _described(scheme: IterationScheme, warmup: int, max_iter: int) -> dict[str,
     return {"scheme": "newton", "mixing": scheme.describe()}
 
 
-def check_size(problem: TwoStateElFarol, nt: int, scheme: IterationScheme) -> int:
-    """Bytes of a two-state solve on ``nt`` steps, refused before any work when they do not
-    fit (blaming the Anderson depth beyond its default, else nt), or when the step
-    dt = T/nt is not a normal float64 number."""
+def check_time_range(problem: TwoStateElFarol, nt: int) -> None:
+    """Refuse a step dt = T/nt that is not a normal float64 number."""
     dt = problem.T / nt
     if not sys.float_info.min <= dt < math.inf:
         raise ParameterError(f"dt = T/nt = {dt!r} is out of the range of float64 (T="
                              f"{problem.T!r}, nt={nt}): use fewer time steps nt")
-    return memory.check_two_state(nt, getattr(scheme, "depth", 0), get_backend("numpy"))
 
 
 def time_to_level(t: Any, values: Any, level: float, tol: float) -> float | None:

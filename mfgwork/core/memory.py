@@ -2,13 +2,13 @@
 
 The one estimator of every entry point (solves, batches, scans, the two-state game, N-player
 simulations, particles): each builds its estimate from parts, each part keyed by the
-parameters it grows with, and :func:`check_parts` decides (:func:`check_fdm` and
-:func:`check_two_state` for the finite-difference and two-state solves; the particle FP solver
-adds its per-particle bytes in :mod:`mfgwork.numerics.particles.memory`). A solver that
-holds more than these estimates declares its own bytes per problem, which count instead where
-larger: the batched Newton on a device
-(:func:`mfgwork.numerics.batch_newton.device_bytes`), also the figure a scan's blocks are
-sized by (:func:`batch_that_fits`).
+parameters it grows with, and :func:`check_parts` decides (:func:`check_fdm` for the
+finite-difference solves; a :class:`~mfgwork.pipeline.Discretization` declares its parts to
+the pipeline, which checks them; the particle FP solver adds its per-particle bytes in
+:mod:`mfgwork.numerics.particles.memory`). A solver that holds more than these estimates
+declares its own bytes per problem, which count instead where larger: the batched Newton on
+a device (:func:`mfgwork.numerics.batch_newton.device_bytes`), also the figure a scan's
+blocks are sized by (:func:`batch_that_fits`).
 Every estimate counts arrays of the working dtype on the space-time grid; the finite-difference
 coefficients below were measured with ``tracemalloc`` (a generic problem with Anderson depth 5
 peaks at 36 arrays of (nt + 1) × nx floats, Santa Fe, whose coupling state is A(t), at 6; the
@@ -182,15 +182,6 @@ def check_fdm(nx: int, nt: int, backend: Any, sizes: Sequence[int], depth: int,
     grid_key = "nx, nt" if batch == 1 else "nx, nt or the batch size"
     return check_parts({grid_key: max(base, batch * per_problem), "the Anderson depth": extra},
                        backend, what=what, max_memory=max_memory)
-
-
-def check_two_state(nt: int, depth: int, backend: Any) -> int:
-    """Bytes of a two-state solve on ``nt`` steps with Anderson mixing of ``depth``, refused
-    by :func:`check_parts` when they do not fit (blaming the depth beyond
-    :data:`DEFAULT_DEPTH`, else nt)."""
-    base = two_state_bytes(nt, min(depth, DEFAULT_DEPTH))
-    return check_parts({"nt": base, "the Anderson depth": two_state_bytes(nt, depth) - base},
-                       backend, what=f"a two-state solve with nt={nt}")
 
 
 def check_parts(parts: Mapping[str, int], backend: Any, *, what: str,
