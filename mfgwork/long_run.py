@@ -12,14 +12,18 @@ certificate: one best response (the ergodic HJB for its density, then the statio
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from .core import memory
 from .core.backend import Backend, get_backend, to_numpy
 from .core.errors import ParameterError
+from .numerics.iteration import check_stopping
 from .numerics.stationary import ErgodicSystem, solve_stationary
+from .pipeline import Discretization, Where
+from .placement import place_solve
 from .problems.base import MFGProblem, warn_unresolved
 from .results import Result
 
@@ -34,55 +38,90 @@ PLATEAU_STEPS = 5
 DENSE_COPIES = 4
 
 
-def solve_long_run(problem: MFGProblem, *, nx: int, tol: float, max_iter: int,
-                   method: str, backend: Any, device: Any, dtype: Any,
-                   placed: dict[str, Any], plateau: Any = None) -> Result:
-    """The stationary solution of ``problem`` on ``nx`` nodes (module docstring) on the
-    backend of ``backend``/``device``/``dtype`` (NumPy by default, torch on the CPU or CUDA;
-    ``placed``: the placement's record, :func:`mfgwork.solve.place_solve`), refused before
-    any work for particles and for float32 (MPS). A problem without a convex potential (the
-    planner's, ``objective="social"``: Newton's method from the initial density finds
-    another critical point or none) starts from the middle of a finite horizon of
-    :data:`PLATEAU_T` (``plateau(problem)``: the finite-horizon result, from the front
-    door), where the solution already rests near the long run."""
-    if method != "fdm":
-        raise ParameterError(f"method={method!r} is invalid with stationary=True: the ergodic "
-                             "system is solved by finite differences (method='fdm')")
-    be = backend if isinstance(backend, Backend) else get_backend(backend, device, dtype)
-    if be.dtype != "float64":
-        raise ParameterError(f"dtype={be.dtype!r} is invalid with stationary=True: the "
-                             "ergodic system is ill-conditioned in float32 (its certificate "
-                             "stalls near 1e-3 at nx = 101); use float64 (NumPy, or torch on "
-                             "the CPU or CUDA)")
-    started = time.perf_counter()
-    grid = problem.grid(nx, 1)
-    grid.check_scales(problem.sigma, be.dtype, steady=True)
-    memory.check_parts({"nx": DENSE_COPIES * 8 * (2 * nx + 1) ** 2}, be,
-                       what=f"the long run on nx={nx} nodes (dense Newton systems)")
-    warn_unresolved([problem], grid)
-    start, started_from = None, "the initial density"
-    if getattr(problem, "objective", "equilibrium") != "equilibrium" and plateau is not None:
-        finite = plateau(problem)
-        middle = np.shape(finite.M)[0] // 2
-        start = (to_numpy(finite.U)[middle], to_numpy(finite.M)[middle])
-        started_from = f"the middle of a finite horizon T={PLATEAU_T:g}"
-    out = solve_stationary(problem, nx, tol, max_iter, be, start)
-    M = out.m[None]
-    observables = {k: np.asarray(v) for k, v in
-                   problem.observables(grid, M, get_backend("numpy")).items()}
-    summary = problem.summary(grid, observables) | {
-        "ergodic_constant": float(out.ergodic_constant)}
-    total = time.perf_counter() - started
-    params = problem.params() | {"method": "fdm", "tol": tol, "max_iter": max_iter,
-                                 "stationary": True, "iteration": {
-                                     "scheme": "newton", "system": "dense",
-                                     "start": started_from}} | placed
-    return Result(x=np.asarray(grid.x), t=np.zeros(1), U=out.v[None], M=M,
-                  converged=out.converged, iterations=out.iterations,
-                  history=out.history, params=params,
-                  timings={"solve": total, "total": total}, backend=be.name,
-                  device=be.device, dtype=be.dtype, observables=observables, summary=summary,
-                  state_name=problem.state_name, residual=out.residual)
+@dataclass(frozen=True, eq=False)
+class Ergodic1D(Discretization):
+    """The stationary solution of ``problem`` on ``nx`` nodes (module docstring): what
+    ``mw.solve(problem, stationary=True)`` runs, on the backend of ``backend``/``device``/
+    ``dtype`` (NumPy by default, torch on the CPU or CUDA), refused before any work for
+    particles and for float32 (MPS). A problem without a convex potential (the planner's,
+    ``objective="social"``: Newton's method from the initial density finds another critical
+    point or none) starts from the middle of a finite horizon of :data:`PLATEAU_T`
+    (``plateau(problem)``: the finite-horizon result, from the front door), where the
+    solution already rests near the long run."""
+
+    problem: MFGProblem
+    nx: int
+    tol: float
+    max_iter: int
+    method: str
+    backend: Any
+    device: Any
+    dtype: Any
+    plateau: Callable[[MFGProblem], Result] | None = None
+
+    def checked(self) -> Ergodic1D:
+        if self.method != "fdm":
+            raise ParameterError(f"method={self.method!r} is invalid with stationary=True: "
+                                 "the ergodic system is solved by finite differences "
+                                 "(method='fdm')")
+        tol, max_iter = check_stopping(self.tol, self.max_iter)
+        return replace(self, tol=tol, max_iter=max_iter)
+
+    def place(self) -> Where:
+        backend, device, placed = place_solve(self.problem, "fdm", None, self.nx, 1,
+                                              self.backend, self.device)
+        be = backend if isinstance(backend, Backend) else get_backend(backend, device,
+                                                                      self.dtype)
+        if be.dtype != "float64":
+            raise ParameterError(f"dtype={be.dtype!r} is invalid with stationary=True: the "
+                                 "ergodic system is ill-conditioned in float32 (its "
+                                 "certificate stalls near 1e-3 at nx = 101); use float64 "
+                                 "(NumPy, or torch on the CPU or CUDA)")
+        self.problem.grid(self.nx, 1).check_scales(self.problem.sigma, be.dtype, steady=True)
+        return Where(be, placed)
+
+    def memory(self, where: Where) -> tuple[dict[str, int], str]:
+        return ({"nx": DENSE_COPIES * 8 * (2 * self.nx + 1) ** 2},
+                f"the long run on nx={self.nx} nodes (dense Newton systems)")
+
+    def start(self, where: Where, started: float) -> tuple[Where, float, Any, str]:
+        problem = self.problem
+        warn_unresolved([problem], problem.grid(self.nx, 1))
+        if (getattr(problem, "objective", "equilibrium") != "equilibrium"
+                and self.plateau is not None):
+            finite = self.plateau(problem)
+            middle = np.shape(finite.M)[0] // 2
+            return (where, started, (to_numpy(finite.U)[middle], to_numpy(finite.M)[middle]),
+                    f"the middle of a finite horizon T={PLATEAU_T:g}")
+        return where, started, None, "the initial density"
+
+    def iterate(self, state: tuple[Where, float, Any, str]) -> tuple[Any, ...]:
+        where, started, first, started_from = state
+        out = solve_stationary(self.problem, self.nx, self.tol, self.max_iter,
+                               where.backend, first)
+        return out, where, started, started_from
+
+    def results(self, outcome: tuple[Any, ...]) -> list[Result]:
+        out, where, started, started_from = outcome
+        problem, be = self.problem, where.backend
+        grid = problem.grid(self.nx, 1)
+        M = out.m[None]
+        observables = {k: np.asarray(v) for k, v in
+                       problem.observables(grid, M, get_backend("numpy")).items()}
+        summary = problem.summary(grid, observables) | {
+            "ergodic_constant": float(out.ergodic_constant)}
+        total = time.perf_counter() - started
+        params = problem.params() | {"method": "fdm", "tol": self.tol,
+                                     "max_iter": self.max_iter, "stationary": True,
+                                     "iteration": {"scheme": "newton", "system": "dense",
+                                                   "start": started_from}} | where.record
+        return [Result(x=np.asarray(grid.x), t=np.zeros(1), U=out.v[None], M=M,
+                       converged=out.converged, iterations=out.iterations,
+                       history=out.history, params=params,
+                       timings={"solve": total, "total": total}, backend=be.name,
+                       device=be.device, dtype=be.dtype, observables=observables,
+                       summary=summary, state_name=problem.state_name,
+                       residual=out.residual)]
 
 
 def stationary_residual(result: Result, problem: MFGProblem) -> float:

@@ -17,10 +17,15 @@ the stages that :func:`run` calls in this order, the same for every kind:
    allocation on the grid;
 4. :meth:`~Discretization.start`: the set-up on the backend (grid, kernels, first iterate)
    as the kind's state;
-5. :meth:`~Discretization.iterate`: the equilibrium from that state;
-6. :meth:`~Discretization.certify`: the certificate checked again where the iteration's
-   own cannot stand alone (e.g. float32 iterations re-certified in float64);
-7. :meth:`~Discretization.results`: one frozen :class:`~mfgwork.Result` per problem.
+5. :meth:`~Discretization.iterate`: the equilibrium from that state, as the kind's outcome;
+6. :meth:`~Discretization.results`: one frozen :class:`~mfgwork.Result` per problem;
+7. :meth:`~Discretization.certify`: the Results with their certificate checked again where
+   the iteration's own cannot stand alone (e.g. float32 iterations re-certified by one best
+   response in float64).
+
+A kind that is solved through another (a problem's long run, a batch solved one problem
+after the other) returns that other discretization from ``checked`` or runs it inside its
+stages: every solve goes through :func:`run`.
 """
 
 from __future__ import annotations
@@ -77,14 +82,14 @@ class Discretization(ABC):
     def iterate(self, state: Any) -> Any:
         """The equilibrium from ``state``: the iteration's outcome."""
 
-    def certify(self, outcome: Any) -> Any:
-        """``outcome`` with its certificate checked again where needed (default: the
-        iteration's own stands)."""
-        return outcome
-
     @abstractmethod
     def results(self, outcome: Any) -> list[Result]:
         """One :class:`~mfgwork.Result` per problem, in order."""
+
+    def certify(self, outcome: Any, results: list[Result]) -> list[Result]:
+        """``results`` (of ``outcome``) with their certificates checked again where needed
+        (default: the iteration's own stand)."""
+        return results
 
 
 def run(discretization: Discretization) -> list[Result]:
@@ -94,7 +99,8 @@ def run(discretization: Discretization) -> list[Result]:
     where = checked.place()
     parts, what = checked.memory(where)
     memory.check_parts(parts, where.backend, what=what, max_memory=checked.max_memory)
-    return checked.results(checked.certify(checked.iterate(checked.start(where, started))))
+    outcome = checked.iterate(checked.start(where, started))
+    return checked.certify(outcome, checked.results(outcome))
 
 
 def solver_of(kind: type[Discretization], name: str) -> Callable[..., Any]:

@@ -28,7 +28,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .core.backend import BACKENDS, available_devices, torch_installed
+from .core.backend import BACKENDS, Backend, available_devices, torch_installed
 from .core.errors import LoadError, ParameterError, check_choice, check_int
 from .numerics.particles.solver import DEFAULT_PARTICLES
 from .problems.base import MFGProblem
@@ -170,6 +170,19 @@ def resolve(problems: Any, method: str = "fdm", *, backend: str | None = None,
             f"{chosen.reason}; on the CPU the compiled NumPy loops, one problem after the "
             f"other, are faster than a {chosen.backend} batch, so backend='numpy'"))
     return chosen
+
+
+def place_solve(problems: Any, method: str, n_particles: int | None, nx: int, nt: int,
+                backend: str | Backend, device: str, numpy_on_cpu: bool = False
+                ) -> tuple[str | Backend, str, dict[str, Any]]:
+    """(backend, device, params entry) of :func:`mfgwork.placement.resolve` (the entry
+    ``{"placement": ...}`` where it chose, else empty); a backend that is no name (a
+    :class:`~mfgwork.Backend` says where already) is passed on."""
+    if not isinstance(backend, str):
+        return backend, device, {}
+    chosen = resolve(problems, method, backend=backend, device=device,
+                     n_particles=n_particles, nx=nx, nt=nt, numpy_on_cpu=numpy_on_cpu)
+    return chosen.backend, chosen.device, chosen.record()
 
 
 def device_backend(device: object) -> str:

@@ -7,10 +7,10 @@ import inspect
 import math
 import time
 import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from .core.errors import ConvergenceWarning, ParameterError, check_choice, check
 from .core.frozen import freeze
 from .core.progress import progress_bar
 from .finite_state import solve_two_state
-from .long_run import PLATEAU_STEPS, PLATEAU_T, solve_long_run
+from .long_run import PLATEAU_STEPS, PLATEAU_T, Ergodic1D
 from .numerics.batch_newton import (
     BatchNewton,
     MemberPotentials,
@@ -46,7 +46,8 @@ from .numerics.iteration import (
 )
 from .numerics.particles import check_particle_args
 from .numerics.potential import PotentialNewton
-from .placement import device_backend, resolve
+from .pipeline import Discretization, Where, run, solver_of
+from .placement import device_backend, place_solve
 from .precision import certify_in_float64, finish_in_float64, has_float64
 from .problems import TwoStateElFarol
 from .problems.base import (
@@ -58,7 +59,7 @@ from .problems.base import (
 )
 from .results import Result, derive_status, updated
 from .warm_start import Start, densities_on, initial_state, per_problem
-from .welfare import solve_objective
+from .welfare import Objective
 
 METHODS = ("fdm", "particles")
 
@@ -163,17 +164,11 @@ def _check_options(problem: Any, solver: Callable[..., Any], options: dict[str, 
                              f"{solver.__name__} takes {', '.join(accepted)}")
 
 
-def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: str = "fdm",
-                     backend: str | Backend = "numpy", device: str = "cpu",
-                     dtype: object = None, tol: float = 1e-8, max_iter: int = 200,
-                     iteration: str | IterationScheme | None = None,
-                     progress: bool | None = None, n_particles: int | None = None,
-                     seed: int | None = None, compile_steps: bool | str = "auto",
-                     initial: Result | Any = None, max_memory: int | str | None = None,
-                     coarse: bool = True, objective: str | None = None,
-                     stationary: bool = False) -> Result:
+@dataclass(frozen=True, eq=False)
+class FDM1D(Discretization):
     """Solve the MFG system of the continuous ``problem`` on an ``nx`` × ``nt`` grid (what
-    :func:`solve` runs for an :class:`~mfgwork.MFGProblem`).
+    :func:`solve` runs for an :class:`~mfgwork.MFGProblem`; ``mw.solve_continuous`` is its
+    name).
 
     ``nx`` counts grid points including both walls; ``nt`` time steps give ``nt + 1`` levels.
     ``method="fdm"``: implicit upwind finite differences for HJB and FP (Achdou's adjoint
@@ -246,98 +241,178 @@ def solve_continuous(problem: MFGProblem, nx: int = 201, nt: int = 201, method: 
     ``nx`` nodes, in float64 with NumPy or torch on the CPU or CUDA, to ``tol`` within
     ``max_iter`` Newton steps; ``nt`` and T play no part).
     """
-    if objective is not None:   # the arguments as given (the first statement: nothing else)
-        options = {k: v for k, v in locals().items() if k not in ("problem", "objective")}
-        return solve_objective(lambda ps, **o: [solve_continuous(ps[0], **o)], [problem],
-                               objective, **options)[0]
-    started, built = time.perf_counter(), compile_clock()
-    if not isinstance(problem, MFGProblem):
-        raise ParameterError(f"problem={problem!r} is invalid: must be an mfgwork.MFGProblem "
-                             "(e.g. mw.SantaFeBar() or mw.MFGProblem(...))")
-    if check_flag("stationary", stationary):
-        tol, max_iter = check_stopping(tol, max_iter)
-        backend, device, placed = place_solve(problem, "fdm", None, nx, 1, backend, device)
-        return solve_long_run(problem, nx=nx, tol=tol, max_iter=max_iter, method=method,
-                              backend=backend, device=device, dtype=dtype, placed=placed,
-                              plateau=partial(_plateau, nx=nx, tol=tol, backend=backend,
-                                              device=device, dtype=dtype))
-    grid = problem.grid(nx, nt)
-    check_choice("method", method, METHODS)
-    if method == "particles":
-        n_particles, seed = check_particle_args(n_particles, seed)
-    elif n_particles is not None or seed is not None:
-        raise ParameterError(f"n_particles={n_particles!r}, seed={seed!r} are invalid with "
-                             f"method={method!r}: they apply only to method='particles'")
-    tol, max_iter = check_stopping(tol, max_iter)
-    scheme = make_scheme(iteration)
-    check_compile_steps(compile_steps)
-    check_flag("progress", progress, optional=True)
-    backend, device, placed = place_solve(problem, method, n_particles, nx, nt, backend, device)
-    be = get_backend(backend, device, dtype)
-    check_size([problem], grid, be, scheme, max_memory,
-               per_problem=_newton_bytes([problem], iteration, grid, be) if method == "fdm"
-               else 0)
-    tol = reachable_tol(tol, be)
-    if method == "particles":
-        tol = _above_noise_floor(tol, n_particles)
-    warm = initial_state(initial, [problem], grid, be, batched=False)
 
-    m0 = problem.initial_density(grid, be)
-    U_T = problem.terminal_cost(grid, be)
-    coupling = problem.coupling(grid, be)
-    fd, hjb, fp, fp_params = solvers(problem, grid, be, method, n_particles, seed,
-                                             compile_steps, max_memory)
-    setup = seconds_since(started, built)
-    compiled: dict[str, float] = {}
-    newton = (_batch_newton([coupling], iteration, grid, [problem], be, tol)
-              or _frozen_density_newton([coupling], iteration, grid, [problem], be, tol,
-                                        coarse and not warm, max_iter, max_memory,
-                                        batched=False)
-              if method == "fdm" else None)
-    if newton is not None:   # its sweeps bypass ``hjb``: compile (or load) the model's now
-        compiled["seconds"] = compile_kernels(be, problem.hamiltonian) + compile_tangent(
-            be, problem.hamiltonian)
-        compiled["apart"] = 1.0
-    else:
-        hjb = _compile_first(hjb, be, compiled, problem.hamiltonian)
-    fallback = None if newton is not None else _newton_fallback(
-        coupling, scheme, method, grid, problem, be, tol)
-    out, coarse_iterations, coarse_seconds = _equilibrium(
-        newton, [problem], coupling, hjb, fp, m0, U_T, grid, be, scheme, tol, max_iter,
-        progress, batched=False, coarse=coarse and not isinstance(newton, FrozenDensityNewton),
-        max_memory=max_memory, warm=warm, fallback=fallback)
-    fd.check_newton()
-    compiling = compiled.get("seconds", 0.0)
-    if "apart" not in compiled:
-        out.history.time_hjb[0] -= compiling   # the first HJB phase, without the compilation
-    timings = {"compile": compiling + compile_clock() - built, "setup": setup,
-               "coarse": coarse_seconds, **_phase_totals(out.history)}
-    total = time.perf_counter() - started
-    timings |= {"other": max(0.0, total - sum(timings.values())), "total": total}
-    settings = {"method": method, "tol": tol, "max_iter": max_iter,
-                "iteration": _describe(scheme, newton)} | fp_params | placed
-    result = _results([problem], grid, be, out, False, settings, timings,
-                      [{"newton_iterations": fd.newton_iterations,
-                        **_newton_extra(newton, coarse_iterations, 0),
-                        **_model_extra([coupling], [problem], iteration, newton),
-                        "fdm_kernels": fd.kernels.name,
-                        "compiled_steps": fd.compiled_steps}])[0]
-    return certify_in_float64([result], [problem], be, tol, timings)[0]
+    problem: MFGProblem
+    nx: int = 201
+    nt: int = 201
+    method: str = "fdm"
+    backend: str | Backend = "numpy"
+    device: str = "cpu"
+    dtype: object = None
+    tol: float = 1e-8
+    max_iter: int = 200
+    iteration: str | IterationScheme | None = None
+    progress: bool | None = None
+    n_particles: int | None = None
+    seed: int | None = None
+    compile_steps: bool | str = "auto"
+    initial: Result | Any = None
+    max_memory: int | str | None = None
+    coarse: bool = True
+    objective: str | None = None
+    stationary: bool = False
+
+    def checked(self) -> Discretization:
+        if self.objective is not None:   # the options as given, twice (welfare.Objective)
+            return Objective(replace(self, objective=None), self.objective)
+        if not isinstance(self.problem, MFGProblem):
+            raise ParameterError(f"problem={self.problem!r} is invalid: must be an "
+                                 "mfgwork.MFGProblem (e.g. mw.SantaFeBar() or "
+                                 "mw.MFGProblem(...))")
+        if check_flag("stationary", self.stationary):
+            return Ergodic1D(self.problem, self.nx, self.tol, self.max_iter, self.method,
+                             self.backend, self.device, self.dtype,
+                             plateau=partial(_plateau, nx=self.nx, tol=self.tol,
+                                             backend=self.backend, device=self.device,
+                                             dtype=self.dtype)).checked()
+        self.problem.grid(self.nx, self.nt)
+        check_choice("method", self.method, METHODS)
+        n_particles, seed = self.n_particles, self.seed
+        if self.method == "particles":
+            n_particles, seed = check_particle_args(n_particles, seed)
+        elif n_particles is not None or seed is not None:
+            raise ParameterError(f"n_particles={n_particles!r}, seed={seed!r} are invalid with "
+                                 f"method={self.method!r}: they apply only to "
+                                 "method='particles'")
+        tol, max_iter = check_stopping(self.tol, self.max_iter)
+        make_scheme(self.iteration)
+        check_compile_steps(self.compile_steps)
+        check_flag("progress", self.progress, optional=True)
+        return replace(self, tol=tol, max_iter=max_iter, n_particles=n_particles, seed=seed)
+
+    def place(self) -> Where:
+        backend, device, placed = place_solve(self.problem, self.method, self.n_particles,
+                                              self.nx, self.nt, self.backend, self.device)
+        return Where(get_backend(backend, device, self.dtype), placed)
+
+    def memory(self, where: Where) -> tuple[dict[str, int], str]:
+        be, grid = where.backend, self.problem.grid(self.nx, self.nt)
+        return fdm_memory([self.problem], grid, be, make_scheme(self.iteration),
+                          per_problem=_newton_bytes([self.problem], self.iteration, grid, be)
+                          if self.method == "fdm" else 0)
+
+    def start(self, where: Where, started: float) -> Picard:
+        built = compile_clock()
+        problem, be, grid = self.problem, where.backend, self.problem.grid(self.nx, self.nt)
+        check_scales([problem], grid, be)
+        tol = reachable_tol(self.tol, be)
+        if self.method == "particles":
+            tol = _above_noise_floor(tol, self.n_particles)
+        warm = initial_state(self.initial, [problem], grid, be, batched=False)
+        m0 = problem.initial_density(grid, be)
+        U_T = problem.terminal_cost(grid, be)
+        coupling = problem.coupling(grid, be)
+        fd, hjb, fp, fp_params = solvers(problem, grid, be, self.method, self.n_particles,
+                                         self.seed, self.compile_steps, self.max_memory)
+        setup = seconds_since(started, built)
+        compiled: dict[str, float] = {}
+        newton = (_batch_newton([coupling], self.iteration, grid, [problem], be, tol)
+                  or _frozen_density_newton([coupling], self.iteration, grid, [problem], be,
+                                            tol, self.coarse and not warm, self.max_iter,
+                                            self.max_memory, batched=False)
+                  if self.method == "fdm" else None)
+        scheme = make_scheme(self.iteration)
+        if newton is not None:   # its sweeps bypass ``hjb``: compile (or load) the model's now
+            compiled["seconds"] = compile_kernels(be, problem.hamiltonian) + compile_tangent(
+                be, problem.hamiltonian)
+            compiled["apart"] = 1.0
+        else:
+            hjb = _compile_first(hjb, be, compiled, problem.hamiltonian)
+        fallback = None if newton is not None else _newton_fallback(
+            coupling, scheme, self.method, grid, problem, be, tol)
+        return Picard(where, grid, [problem], scheme, tol, newton, coupling, fd, hjb, fp, m0,
+                      U_T, warm, started, built, setup, fallback=fallback, fp_params=fp_params,
+                      compiled=compiled, couplings=[coupling])
+
+    def iterate(self, state: Picard) -> Picard:
+        s = state
+        out, coarse_iterations, coarse_seconds = _equilibrium(
+            s.newton, s.problems, s.coupling, s.hjb, s.fp, s.m0, s.U_T, s.grid, s.backend,
+            s.scheme, s.tol, self.max_iter, self.progress, batched=False,
+            coarse=self.coarse and not isinstance(s.newton, FrozenDensityNewton),
+            max_memory=self.max_memory, warm=s.warm, fallback=s.fallback)
+        s.fd.check_newton()
+        compiling = s.compiled.get("seconds", 0.0)
+        if "apart" not in s.compiled:
+            out.history.time_hjb[0] -= compiling   # the first HJB phase, without compiling
+        timings = {"compile": compiling + compile_clock() - s.built, "setup": s.setup,
+                   "coarse": coarse_seconds, **_phase_totals(out.history)}
+        total = time.perf_counter() - s.started
+        timings |= {"other": max(0.0, total - sum(timings.values())), "total": total}
+        return replace(s, out=out, coarse_iterations=coarse_iterations, timings=timings)
+
+    def results(self, outcome: Picard) -> list[Result]:
+        s = outcome
+        settings = {"method": self.method, "tol": s.tol, "max_iter": self.max_iter,
+                    "iteration": _describe(s.scheme, s.newton)} | s.fp_params | s.where.record
+        return _results(s.problems, s.grid, s.backend, s.out, False, settings, s.timings,
+                        [{"newton_iterations": s.fd.newton_iterations,
+                          **_newton_extra(s.newton, s.coarse_iterations, 0),
+                          **_model_extra(s.couplings, s.problems, self.iteration, s.newton),
+                          "fdm_kernels": s.fd.kernels.name,
+                          "compiled_steps": s.fd.compiled_steps}])
+
+    def certify(self, outcome: Picard, results: list[Result]) -> list[Result]:
+        return certify_in_float64(results, outcome.problems, outcome.backend, outcome.tol,
+                                  outcome.timings)
+
+
+@dataclass(eq=False)
+class Picard:
+    """The state of a 1-D finite-difference solve between the pipeline's stages: where it
+    runs, its grid, problems, iteration (``newton``: Newton's method on the coupling state
+    where it runs, else ``scheme`` with ``fallback``), the best responses' solvers, the first
+    iterate, the seconds of its set-up and, after the iteration, its output ``out`` and
+    timings."""
+
+    where: Where
+    grid: Any
+    problems: list[MFGProblem]
+    scheme: IterationScheme
+    tol: float
+    newton: Any
+    coupling: Any
+    fd: FiniteDifferences
+    hjb: Any
+    fp: Any
+    m0: Any
+    U_T: Any
+    warm: dict[str, Any]
+    started: float
+    built: float
+    setup: float
+    fallback: PotentialNewton | None = None
+    fp_params: dict[str, Any] = field(default_factory=dict)
+    compiled: dict[str, float] = field(default_factory=dict)
+    couplings: list[Any] = field(default_factory=list)
+    out: FixedPointResult | None = None
+    coarse_iterations: list[int] | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def backend(self) -> Backend:
+        return self.where.backend
 
 
 #: Line-search refusals after which a float32 batch member is left to the float64 finish
 FINISHED_AFTER_HALVINGS = 4
 
 
-def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
-                backend: str | Backend = "numpy", device: str = "cpu", dtype: object = None,
-                tol: float = 1e-8, max_iter: int = 200,
-                iteration: str | IterationScheme | None = None,
-                progress: bool | None = None, compile_steps: bool | str = "auto",
-                max_memory: int | str | None = None,
-                initial: Sequence[Result] | Result | Any = None,
-                coarse: bool = True, objective: str | None = None) -> list[Result]:
-    """Solve several problems on one grid as one batched computation (finite differences).
+@dataclass(frozen=True, eq=False)
+class FDM1DBatch(Discretization):
+    """Solve several problems on one grid as one batched computation (finite differences;
+    what :func:`solve` runs for a list of :class:`~mfgwork.MFGProblem`, ``mw.solve_batch``
+    its name).
 
     The problems share the domain and T; they may differ in σ and in their couplings (e.g.
     Santa Fe thresholds and payoffs over a parameter grid). On torch every array carries a
@@ -370,121 +445,201 @@ def solve_batch(problems: Sequence[MFGProblem], nx: int = 201, nt: int = 201,
     ``problems``. ``objective``: as for :func:`solve` (a batch of planners, then one of
     equilibria).
     """
-    if objective is not None:   # the arguments as given (the first statement: nothing else)
-        options = {k: v for k, v in locals().items() if k not in ("problems", "objective")}
-        return solve_objective(solve_batch, problems, objective, **options)
-    return _solve_batch(problems, nx=nx, nt=nt, backend=backend, device=device, dtype=dtype,
-                        tol=tol, max_iter=max_iter, iteration=iteration, progress=progress,
-                        compile_steps=compile_steps, max_memory=max_memory, initial=initial,
-                        coarse=coarse)
 
+    batched: ClassVar[bool] = True
 
-def _solve_batch(problems: Sequence[MFGProblem], *, nx: int, nt: int, backend: str | Backend,
-                 tol: float, max_iter: int, device: str = "cpu", dtype: object = None,
-                 iteration: str | IterationScheme | None = None, progress: bool | None = None,
-                 compile_steps: bool | str = "auto", max_memory: int | str | None = None,
-                 initial: Any = None, coarse: bool = True, final: bool = True
-                 ) -> list[Result] | list[Start]:
-    """:func:`solve_batch`; ``final=False`` (the coarse stage of a coarse-to-fine solve, a
-    start only): each member's :class:`~mfgwork.warm_start.Start` (its arrays and
-    iterations; float32 ones neither certified nor finished in float64), no Result."""
-    started, built = time.perf_counter(), compile_clock()
-    problems = _check_batch(problems)
-    grid = problems[0].grid(nx, nt)
-    tol, max_iter = check_stopping(tol, max_iter)
-    scheme = make_scheme(iteration)
-    check_compile_steps(compile_steps)
-    check_flag("progress", progress, optional=True)
-    backend, device, placed = place_solve(problems, "fdm", None, nx, nt, backend, device,
-                                          numpy_on_cpu=True)
-    be = get_backend(backend, device, dtype)
-    if be.name == "numpy":
-        check_size(problems, grid, be, scheme, max_memory, batch=1)
-        tol = reachable_tol(tol, be)
-        starts = per_problem(initial, len(problems), batched=True)
-        results = [solve_continuous(p, nx=nx, nt=nt, backend=be, tol=tol, max_iter=max_iter,
-                         iteration=iteration, progress=progress, max_memory=max_memory,
-                         initial=start, coarse=coarse)
-                   for p, start in zip(problems, starts, strict=True)]
-        return [replace(res, params=res.params | placed) for res in results]
-    check_size(problems, grid, be, scheme, max_memory, batch=len(problems),
-               per_problem=_newton_bytes(problems, iteration, grid, be))
-    groups = _coupling_groups(problems, grid, be)
-    if len(groups) > 1:
-        starts = per_problem(initial, len(problems), batched=True)
-        results: list[Any] = [None] * len(problems)
-        for group in groups:
-            solved = _solve_batch([problems[i] for i in group], nx=nx, nt=nt, backend=be,
-                                  tol=tol, max_iter=max_iter, iteration=iteration,
-                                  progress=progress, compile_steps=compile_steps,
-                                  max_memory=max_memory, coarse=coarse, final=final,
-                                  initial=None if initial is None
-                                  else [starts[i] for i in group])
-            for i, res in zip(group, solved, strict=True):
-                results[i] = replace(res, params=res.params | placed)
-        return results
-    tol = reachable_tol(tol, be)
-    warm = initial_state(initial, problems, grid, be, batched=True)
-    m0 = member_arrays(problems, "initial_density", grid, be)
-    U_T = member_arrays(problems, "terminal_cost", grid, be)
-    couplings = [p.coupling(grid, be) for p in problems]
-    coupling = batch_coupling(couplings, be)
-    fd = FiniteDifferences(grid, np.array([[p.nu] for p in problems]), be,
-                           hamiltonian=problems[0].hamiltonian, compile_steps=compile_steps)
-    setup = seconds_since(started, built)
-    newton = (_batch_newton(couplings, iteration, grid, problems, be, tol)
-              or _frozen_density_newton(couplings, iteration, grid, problems, be, tol,
-                                        coarse and not warm, max_iter, max_memory,
-                                        batched=True))
-    compiling = 0.0 if newton is None else compile_tangent(be, problems[0].hamiltonian)
-    finishing = final and has_float64(be) and newton is not None
-    if finishing:
-        # a float32 line search refused this often is at float32's noise: the member stops
-        # there and is finished in float64 below (12 refusals cost 13 more iterations of the
-        # whole batch for nothing; measured on the hard scan: 47 -> 28 iterations at most)
-        newton.max_halvings = FINISHED_AFTER_HALVINGS
-    with warnings.catch_warnings():
-        if finishing:   # members left open are finished in float64 below, which warns
-            warnings.simplefilter("ignore", ConvergenceWarning)
-        out, coarse_iterations, coarse_seconds = _equilibrium(
-            newton, problems, coupling, fd.solve_hjb, fd.solve_fp, m0, U_T, grid, be, scheme,
-            tol, max_iter, progress, batched=True,
-            coarse=coarse and not isinstance(newton, FrozenDensityNewton),
-            max_memory=max_memory, warm=warm)
-        fd.check_newton()
-        if not final:   # a coarse stage: its caller reads the members' arrays alone
-            iterations = np.asarray(to_numpy(out.iterations)).reshape(-1)
-            return [Start(out.M[b], out.U[b], int(iterations[b]))
-                    for b in range(len(problems))]
-        timings = {"compile": compiling + compile_clock() - built, "setup": setup,
-                   "coarse": coarse_seconds,
-                   **_phase_totals(out.history), "total": time.perf_counter() - started}
-        settings = {"method": "fdm", "tol": tol, "max_iter": max_iter,
-                    "iteration": _describe(scheme, newton),
-                    "batch_size": len(problems)} | placed
-        extra = freeze({"newton_iterations": fd.newton_iterations,
-                        "batch_size": len(problems),
-                        **_model_extra(couplings, problems, iteration, newton),
-                        "fdm_kernels": fd.kernels.name, "compiled_steps": fd.compiled_steps})
+    problem: Sequence[MFGProblem]
+    nx: int = 201
+    nt: int = 201
+    backend: str | Backend = "numpy"
+    device: str = "cpu"
+    dtype: object = None
+    tol: float = 1e-8
+    max_iter: int = 200
+    iteration: str | IterationScheme | None = None
+    progress: bool | None = None
+    compile_steps: bool | str = "auto"
+    max_memory: int | str | None = None
+    initial: Sequence[Result] | Result | Any = None
+    coarse: bool = True
+    objective: str | None = None
+
+    def checked(self) -> Discretization:
+        if self.objective is not None:   # the options as given, twice (welfare.Objective)
+            return Objective(replace(self, objective=None), self.objective)
+        problems = _check_batch(self.problem)
+        problems[0].grid(self.nx, self.nt)
+        tol, max_iter = check_stopping(self.tol, self.max_iter)
+        make_scheme(self.iteration)
+        check_compile_steps(self.compile_steps)
+        check_flag("progress", self.progress, optional=True)
+        return replace(self, problem=problems, tol=tol, max_iter=max_iter)
+
+    def place(self) -> Where:
+        backend, device, placed = place_solve(self.problem, "fdm", None, self.nx, self.nt,
+                                              self.backend, self.device, numpy_on_cpu=True)
+        return Where(get_backend(backend, device, self.dtype), placed)
+
+    def memory(self, where: Where) -> tuple[dict[str, int], str]:
+        be, grid, problems = where.backend, self.problem[0].grid(self.nx, self.nt), self.problem
+        if be.name == "numpy":   # one problem after the other
+            return fdm_memory(problems, grid, be, make_scheme(self.iteration), batch=1)
+        return fdm_memory(problems, grid, be, make_scheme(self.iteration), batch=len(problems),
+                          per_problem=_newton_bytes(problems, self.iteration, grid, be))
+
+    def start(self, where: Where, started: float) -> Picard | Members:
+        built = compile_clock()
+        problems, be = list(self.problem), where.backend
+        grid = problems[0].grid(self.nx, self.nt)
+        check_scales(problems, grid, be)
+        if be.name == "numpy":   # one problem after the other, each through the pipeline
+            tol = reachable_tol(self.tol, be)
+            starts = per_problem(self.initial, len(problems), batched=True)
+            return Members([([b], FDM1D(p, nx=self.nx, nt=self.nt, backend=be, tol=tol,
+                                        max_iter=self.max_iter, iteration=self.iteration,
+                                        progress=self.progress, max_memory=self.max_memory,
+                                        initial=start, coarse=self.coarse))
+                            for b, (p, start) in enumerate(zip(problems, starts, strict=True))],
+                           len(problems), where.record)
+        groups = _coupling_groups(problems, grid, be)
+        if len(groups) > 1:   # one batch per kind of coupling, one after the other
+            starts = per_problem(self.initial, len(problems), batched=True)
+            return Members([(group, replace(
+                self, problem=[problems[i] for i in group], backend=be, tol=self.tol,
+                initial=None if self.initial is None else [starts[i] for i in group]))
+                for group in groups], len(problems), where.record)
+        tol = reachable_tol(self.tol, be)
+        warm = initial_state(self.initial, problems, grid, be, batched=True)
+        m0 = member_arrays(problems, "initial_density", grid, be)
+        U_T = member_arrays(problems, "terminal_cost", grid, be)
+        couplings = [p.coupling(grid, be) for p in problems]
+        fd = FiniteDifferences(grid, np.array([[p.nu] for p in problems]), be,
+                               hamiltonian=problems[0].hamiltonian,
+                               compile_steps=self.compile_steps)
+        setup = seconds_since(started, built)
+        newton = (_batch_newton(couplings, self.iteration, grid, problems, be, tol)
+                  or _frozen_density_newton(couplings, self.iteration, grid, problems, be, tol,
+                                            self.coarse and not warm, self.max_iter,
+                                            self.max_memory, batched=True))
+        compiled = {} if newton is None else {
+            "seconds": compile_tangent(be, problems[0].hamiltonian)}
+        if self.finishing(be, newton):
+            # a float32 line search refused this often is at float32's noise: the member
+            # stops there and is finished in float64 below (12 refusals cost 13 more
+            # iterations of the whole batch for nothing; measured on the hard scan: 47 -> 28
+            # iterations at most)
+            newton.max_halvings = FINISHED_AFTER_HALVINGS
+        return Picard(where, grid, problems, make_scheme(self.iteration), tol, newton,
+                      batch_coupling(couplings, be), fd, fd.solve_hjb, fd.solve_fp, m0, U_T,
+                      warm, started, built, setup, compiled=compiled, couplings=couplings)
+
+    #: Whether the Results are final (False: a coarse stage, its members' Starts)
+    final: ClassVar[bool] = True
+
+    def finishing(self, be: Backend, newton: Any) -> bool:
+        """Whether members left open by float32 Newton are finished in float64."""
+        return self.final and has_float64(be) and newton is not None
+
+    def iterate(self, state: Picard | Members) -> Picard | list[Result]:
+        if isinstance(state, Members):
+            return state.solved()
+        s = state
+        with warnings.catch_warnings():
+            if self.finishing(s.backend, s.newton):   # members left open are finished in
+                warnings.simplefilter("ignore", ConvergenceWarning)   # float64, which warns
+            out, coarse_iterations, coarse_seconds = _equilibrium(
+                s.newton, s.problems, s.coupling, s.hjb, s.fp, s.m0, s.U_T, s.grid,
+                s.backend, s.scheme, s.tol, self.max_iter, self.progress, batched=True,
+                coarse=self.coarse and not isinstance(s.newton, FrozenDensityNewton),
+                max_memory=self.max_memory, warm=s.warm)
+        s.fd.check_newton()
+        timings = {"compile": s.compiled.get("seconds", 0.0) + compile_clock() - s.built,
+                   "setup": s.setup, "coarse": coarse_seconds, **_phase_totals(out.history),
+                   "total": time.perf_counter() - s.started}
+        return replace(s, out=out, coarse_iterations=coarse_iterations, timings=timings)
+
+    def results(self, outcome: Picard | list[Result]) -> list[Result]:
+        if not isinstance(outcome, Picard):
+            return outcome
+        s = outcome
+        settings = {"method": "fdm", "tol": s.tol, "max_iter": self.max_iter,
+                    "iteration": _describe(s.scheme, s.newton),
+                    "batch_size": len(s.problems)} | s.where.record
+        extra = freeze({"newton_iterations": s.fd.newton_iterations,
+                        "batch_size": len(s.problems),
+                        **_model_extra(s.couplings, s.problems, self.iteration, s.newton),
+                        "fdm_kernels": s.fd.kernels.name,
+                        "compiled_steps": s.fd.compiled_steps})
         building = time.perf_counter()
-        results = _results(problems, grid, be, out, True, settings, timings,
-                           [extra | _newton_extra(newton, coarse_iterations, b)
-                            for b in range(len(problems))])
-        timings["results"] = time.perf_counter() - building   # the members share timings
-        timings["total"] += timings["results"]
-        results = updated(results, timings=timings)   # (one frozen copy, shared)
-        results = certify_in_float64(results, problems, be, tol, timings)
-    if not finishing:
+        results = _results(s.problems, s.grid, s.backend, s.out, True, settings, s.timings,
+                           [extra | _newton_extra(s.newton, s.coarse_iterations, b)
+                            for b in range(len(s.problems))])
+        s.timings["results"] = time.perf_counter() - building   # the members share timings
+        s.timings["total"] += s.timings["results"]
+        return updated(results, timings=s.timings)   # (one frozen copy, shared)
+
+    def certify(self, outcome: Picard | list[Result], results: list[Result]) -> list[Result]:
+        if not isinstance(outcome, Picard):   # each certified by its own solve
+            return results
+        s = outcome
+        finishing = self.finishing(s.backend, s.newton)
+        with warnings.catch_warnings():
+            if finishing:
+                warnings.simplefilter("ignore", ConvergenceWarning)
+            results = certify_in_float64(results, s.problems, s.backend, s.tol, s.timings)
+        if not finishing:
+            return results
+
+        def solve_again(members: list[MFGProblem], initial: list[Result] | None,
+                        float64: Backend) -> list[Result]:
+            # a tenth of tol: the float32 cast of the result must still pass it
+            return run(FDM1DBatch(members, nx=self.nx, nt=self.nt, backend=float64,
+                                  tol=0.1 * s.tol, max_iter=self.max_iter, progress=False,
+                                  compile_steps=self.compile_steps,
+                                  max_memory=self.max_memory, initial=initial,
+                                  coarse=initial is None))
+
+        return finish_in_float64(results, s.problems, s.backend, s.tol, s.timings,
+                                 solve_again)
+
+
+@dataclass(frozen=True, eq=False)
+class CoarseBatch(FDM1DBatch):
+    """The first stage of a coarse-to-fine batch: each member's
+    :class:`~mfgwork.warm_start.Start` (its arrays and iterations; float32 ones neither
+    certified nor finished in float64), no Result."""
+
+    final: ClassVar[bool] = False
+
+    def results(self, outcome: Picard | list[Start]) -> list[Start]:   # type: ignore[override]
+        if not isinstance(outcome, Picard):
+            return outcome
+        iterations = np.asarray(to_numpy(outcome.out.iterations)).reshape(-1)
+        return [Start(outcome.out.M[b], outcome.out.U[b], int(iterations[b]))
+                for b in range(len(outcome.problems))]
+
+    def certify(self, outcome: Any, results: list[Start]) -> list[Start]:  # type: ignore[override]
         return results
 
-    def solve_again(members: list[MFGProblem], initial: list[Result] | None,
-                    float64: Backend) -> list[Result]:
-        # a tenth of tol: the float32 cast of the result must still pass it
-        return solve_batch(members, nx=nx, nt=nt, backend=float64, tol=0.1 * tol,
-                           max_iter=max_iter, progress=False, compile_steps=compile_steps,
-                           max_memory=max_memory, initial=initial, coarse=initial is None)
 
-    return finish_in_float64(results, problems, be, tol, timings, solve_again)
+@dataclass(eq=False)
+class Members:
+    """A batch solved as other discretizations, each through the pipeline: ``runs`` of
+    (the positions of its problems in the batch, the discretization solving them), the
+    batch's size ``n`` and its placement's ``record``, added to each result's params."""
+
+    runs: list[tuple[list[int], Discretization]]
+    n: int
+    record: Mapping[str, Any]
+
+    def solved(self) -> list[Any]:
+        """The results of the runs, in the batch's order."""
+        out: list[Any] = [None] * self.n
+        for positions, discretization in self.runs:
+            for b, res in zip(positions, run(discretization), strict=True):
+                out[b] = res if isinstance(res, Start) else replace(
+                    res, params=res.params | self.record)
+        return out
 
 
 def _compile_first(hjb: HJBSolver, be: Backend, compiled: dict[str, float],
@@ -505,8 +660,7 @@ def _plateau(problem: MFGProblem, **options: Any) -> Result:
     """A finite horizon of :data:`~mfgwork.long_run.PLATEAU_T` of ``problem`` (rebuilt from
     its params with that T), whose middle level starts its long run."""
     longer = type(problem).from_params(problem.params() | {"T": PLATEAU_T})
-    return solve_continuous(longer, nt=int(PLATEAU_STEPS * PLATEAU_T), progress=False,
-                            **options)
+    return run(FDM1D(longer, nt=int(PLATEAU_STEPS * PLATEAU_T), progress=False, **options))[0]
 
 
 def _newton_fallback(coupling: Any, scheme: IterationScheme, method: str, grid: Any,
@@ -586,10 +740,9 @@ def _frozen_density_newton(couplings: list[Any], iteration: Any, grid: Any,
 
     def start() -> tuple[Any, list[int]]:
         if not batched:
-            first = _coarse_solve(solve, problems[0], be, tol, max_iter, max_memory)
+            first = _coarse_solve(problems, be, tol, max_iter, max_memory, batched=False)[0]
             return densities_on([first], problems, grid, be)[0], [first.iterations]
-        firsts = _coarse_solve(partial(_solve_batch, final=False), problems, be, tol,
-                               max_iter, max_memory)
+        firsts = _coarse_solve(problems, be, tol, max_iter, max_memory, batched=True)
         return densities_on(firsts, problems, grid, be), [r.iterations for r in firsts]
 
     return FrozenDensityNewton(batch_coupling(observed, be) if batched else observed[0], inner,
@@ -623,14 +776,18 @@ def starts_coarse(grid: Any) -> bool:
     return min(grid.nx, grid.nt) >= 2 * COARSE
 
 
-def _coarse_solve(solver: Any, problems: Any, be: Backend, tol: float, max_iter: int,
-                  max_memory: object) -> Any:
-    """The first stage of a coarse-to-fine solve (its own ConvergenceWarning silenced: the
-    fine solve reports)."""
+def _coarse_solve(problems: Sequence[MFGProblem], be: Backend, tol: float, max_iter: int,
+                  max_memory: object, batched: bool) -> list[Any]:
+    """The first stage of a coarse-to-fine solve on the COARSE × COARSE grid: the Result of
+    one problem, or the :class:`~mfgwork.warm_start.Start` of each member of a batch
+    (:class:`CoarseBatch`); its own ConvergenceWarning silenced: the fine solve reports."""
+    options = {"nx": COARSE, "nt": COARSE, "backend": be, "tol": max(tol, COARSE_TOL),
+               "max_iter": max_iter, "progress": False, "max_memory": max_memory,
+               "coarse": False}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        return solver(problems, nx=COARSE, nt=COARSE, backend=be, tol=max(tol, COARSE_TOL),
-                      max_iter=max_iter, progress=False, max_memory=max_memory, coarse=False)
+        return run(CoarseBatch(list(problems), **options) if batched
+                   else FDM1D(problems[0], **options))
 
 
 def _describe(scheme: IterationScheme, newton: BatchNewton | None) -> dict[str, Any]:
@@ -665,10 +822,7 @@ def _equilibrium(newton: BatchNewton | None, problems: Sequence[MFGProblem], cou
     stage per problem (None without one) and its seconds."""
     coarse_iterations, started, built = None, time.perf_counter(), compile_clock()
     if newton is not None and coarse and not warm and starts_coarse(grid):
-        starts = (_coarse_solve(partial(_solve_batch, final=False), problems, be, tol,
-                                max_iter, max_memory)
-                  if batched else [_coarse_solve(solve_continuous, problems[0], be, tol, max_iter,
-                                                 max_memory)])
+        starts = _coarse_solve(problems, be, tol, max_iter, max_memory, batched)
         warm = initial_state(starts if batched else starts[0], problems, grid, be,
                              batched=batched)
         coarse_iterations = [r.iterations for r in starts]
@@ -696,30 +850,33 @@ def _run_newton(newton: BatchNewton, coupling: Any, hjb: Any, fp: Any, m0: Any, 
     return out
 
 
-def place_solve(problems: Any, method: str, n_particles: int | None, nx: int, nt: int,
-                backend: str | Backend, device: str, numpy_on_cpu: bool = False
-                ) -> tuple[str | Backend, str, dict[str, Any]]:
-    """(backend, device, params entry) of :func:`mfgwork.placement.resolve` (the entry
-    ``{"placement": ...}`` where it chose, else empty); a backend that is no name (a
-    :class:`~mfgwork.Backend` says where already) is passed on."""
-    if not isinstance(backend, str):
-        return backend, device, {}
-    chosen = resolve(problems, method, backend=backend, device=device,
-                     n_particles=n_particles, nx=nx, nt=nt, numpy_on_cpu=numpy_on_cpu)
-    return chosen.backend, chosen.device, chosen.record()
+def fdm_memory(problems: Sequence[MFGProblem], grid: Any, be: Backend,
+               scheme: IterationScheme, batch: int = 1, per_problem: int = 0
+               ) -> tuple[dict[str, int], str]:
+    """The memory parts of a finite-difference solve of ``problems`` on ``grid``
+    (:func:`mfgwork.core.memory.fdm_parts`; ``per_problem``: the bytes per problem the
+    solver declares)."""
+    return memory.fdm_parts(grid.nx, grid.nt, be,
+                            [p.coupling_size(grid.nx, grid.nt) for p in problems],
+                            getattr(scheme, "depth", 0), batch, per_problem=per_problem)
+
+
+def check_scales(problems: Sequence[MFGProblem], grid: Any, be: Backend) -> None:
+    """The scales (h, Δt, ν, ν Δt / h²) of every problem on ``grid``, and the grid's
+    resolution of their features (a warning), before any allocation on the grid."""
+    for p in problems:
+        grid.check_scales(p.sigma, be.dtype)
+    warn_unresolved(problems, grid)
 
 
 def check_size(problems: Sequence[MFGProblem], grid: Any, be: Backend,
                scheme: IterationScheme, max_memory: object, batch: int = 1,
                per_problem: int = 0) -> None:
-    """The memory estimate (``per_problem``: the bytes per problem the solver declares, see
-    :func:`mfgwork.core.memory.check_fdm`) and the scales (h, Δt, ν, ν Δt / h²) of every
-    problem, before any allocation on the grid."""
-    memory.check_fdm(grid.nx, grid.nt, be, [p.coupling_size(grid.nx, grid.nt) for p in problems],
-                     getattr(scheme, "depth", 0), max_memory, batch, per_problem=per_problem)
-    for p in problems:
-        grid.check_scales(p.sigma, be.dtype)
-    warn_unresolved(problems, grid)
+    """The memory estimate (:func:`fdm_memory`) against ``max_memory`` and the scales
+    (:func:`check_scales`), before any allocation on the grid."""
+    parts, what = fdm_memory(problems, grid, be, scheme, batch, per_problem)
+    memory.check_parts(parts, be, what=what, max_memory=max_memory)
+    check_scales(problems, grid, be)
 
 
 def raised_tol(tol: float, floor: float, below: str, *, hint: str = "") -> float:
@@ -884,6 +1041,8 @@ def fixed_point_bar(progress: bool | None, total: int) -> Any:
 #: The solver of each problem kind (:func:`solve` takes the entry of the problem's most
 #: specific class). A new kind adds one entry: its type and a function
 #: ``(problem, **options) -> Result`` (options as keywords with defaults).
+solve_continuous = solver_of(FDM1D, "solve_continuous")
+solve_batch = solver_of(FDM1DBatch, "solve_batch")
 SOLVERS: dict[type, Callable[..., Result]] = {
     MFGProblem: solve_continuous, TwoStateElFarol: solve_two_state}
 #: The batch solver of each problem kind that has one (:func:`solve` of a list).

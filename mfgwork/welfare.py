@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import array_api_compat
@@ -35,6 +35,7 @@ import numpy as np
 from .core.backend import get_backend, to_numpy
 from .core.errors import ParameterError, check_choice
 from .numerics.fdm.sweeps import FiniteDifferences
+from .pipeline import Discretization, Where, run
 from .problems import problem_from_params
 from .problems.santa_fe import OBJECTIVES, SantaFeBar, attendance_weights, payoff
 from .results import Result
@@ -160,27 +161,63 @@ def compare(optima: Sequence[Result], equilibria: Sequence[Result],
     return out
 
 
-def solve_objective(solve: Any, problems: Sequence[Any], objective: object, **options: Any
-                    ) -> list[Result]:
-    """``problems`` solved by ``solve`` (a list in, a list of results out) for
+@dataclass(frozen=True, eq=False)
+class Objective(Discretization):
+    """The problems of ``inner`` (a discretization given ``objective=None``) solved for
     ``objective``: "equilibrium" their equilibria; "social" their planners' optima and,
-    with the same options, their equilibria, compared (:func:`compare`). Refused before any
-    work for an objective, a problem or a method this does not define."""
-    check_objective(objective, problems)
-    if objective == "equilibrium":
-        return solve([p.for_objective("equilibrium") if isinstance(p, SantaFeBar) else p
-                      for p in problems], **options)
-    if options.get("method", "fdm") != "fdm":
-        raise ParameterError(f"method={options['method']!r} is invalid with "
-                             "objective='social': the welfare is that of the finite-difference "
-                             "scheme (method='fdm')")
-    if options.get("stationary"):
-        raise ParameterError("stationary=True is invalid with objective='social': the welfare "
-                             "compared is that of a finite horizon")
-    optima = solve([p.for_objective("social") for p in problems], **options)
-    started = time.perf_counter()
-    equilibria = solve([p.for_objective("equilibrium") for p in problems], **options)
-    return compare(optima, equilibria, problems, time.perf_counter() - started)
+    with the same options, their equilibria, compared (:func:`compare`). Each solve goes
+    through the pipeline with its own placement and memory plan. Refused before any work
+    for an objective, a problem or a method this does not define."""
+
+    inner: Discretization
+    objective: str
+
+    def checked(self) -> Objective:
+        check_objective(self.objective, self.problems)
+        if self.objective == "social":
+            method = getattr(self.inner, "method", "fdm")
+            if method != "fdm":
+                raise ParameterError(f"method={method!r} is invalid with objective='social': "
+                                     "the welfare is that of the finite-difference scheme "
+                                     "(method='fdm')")
+            if getattr(self.inner, "stationary", False):
+                raise ParameterError("stationary=True is invalid with objective='social': the "
+                                     "welfare compared is that of a finite horizon")
+        return self
+
+    @property
+    def problems(self) -> Any:
+        """The inner discretization's problems (a list for a single problem; a batch's as
+        given, checked by :meth:`checked`)."""
+        problem = self.inner.problem   # type: ignore[attr-defined]
+        return problem if self.inner.batched else [problem]
+
+    def place(self) -> Where:   # (each solve places itself)
+        return Where(get_backend("numpy"))
+
+    def memory(self, where: Where) -> tuple[dict[str, int], str]:   # (each solve plans its own)
+        return {}, f"the {self.objective} of {len(self.problems)} problems"
+
+    def start(self, where: Where, started: float) -> None:
+        return None
+
+    def iterate(self, state: None) -> list[Result]:
+        def solve(problems: list[Any]) -> list[Result]:
+            return run(replace(self.inner, problem=problems if self.inner.batched
+                               else problems[0]))
+
+        problems = list(self.problems)
+
+        if self.objective == "equilibrium":
+            return solve([p.for_objective("equilibrium") if isinstance(p, SantaFeBar) else p
+                          for p in problems])
+        optima = solve([p.for_objective("social") for p in problems])
+        started = time.perf_counter()
+        equilibria = solve([p.for_objective("equilibrium") for p in problems])
+        return compare(optima, equilibria, problems, time.perf_counter() - started)
+
+    def results(self, outcome: list[Result]) -> list[Result]:
+        return outcome
 
 
 def check_objective(objective: object, problems: Sequence[Any]) -> str:
