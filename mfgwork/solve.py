@@ -264,7 +264,7 @@ class FDM1D(Discretization):
 
     def checked(self) -> Discretization:
         if self.objective is not None:   # the options as given, twice (welfare.Objective)
-            return Objective(replace(self, objective=None), self.objective)
+            return Objective(replace(self, objective=None), self.objective).checked()
         if not isinstance(self.problem, MFGProblem):
             raise ParameterError(f"problem={self.problem!r} is invalid: must be an "
                                  "mfgwork.MFGProblem (e.g. mw.SantaFeBar() or "
@@ -466,7 +466,7 @@ class FDM1DBatch(Discretization):
 
     def checked(self) -> Discretization:
         if self.objective is not None:   # the options as given, twice (welfare.Objective)
-            return Objective(replace(self, objective=None), self.objective)
+            return Objective(replace(self, objective=None), self.objective).checked()
         problems = _check_batch(self.problem)
         problems[0].grid(self.nx, self.nt)
         tol, max_iter = check_stopping(self.tol, self.max_iter)

@@ -111,6 +111,7 @@ def test_the_coarse_stage_of_a_batch_hands_on_arrays_not_results(monkeypatch):
     iterations), and those are the arrays of the same coarse batch solved on its own."""
     import importlib
 
+    from mfgwork.pipeline import run
     from mfgwork.warm_start import Start
 
     solve_module = importlib.import_module("mfgwork.solve")
@@ -123,8 +124,8 @@ def test_the_coarse_stage_of_a_batch_hands_on_arrays_not_results(monkeypatch):
         len(problems)) or results(problems, *a, **k))
     fine = mw.solve(problems, nx=103, nt=103, backend=be, tol=1e-8, progress=False)
     assert built == [len(problems)] and all(r.converged for r in fine)
-    starts = solve_module._solve_batch(problems, nx=51, nt=51, backend=be, tol=1e-5,
-                                       max_iter=200, coarse=False, final=False, progress=False)
+    starts = run(solve_module.CoarseBatch(problems, nx=51, nt=51, backend=be, tol=1e-5,
+                                          max_iter=200, coarse=False, progress=False))
     alone = mw.solve(problems, nx=51, nt=51, backend=be, tol=1e-5, coarse=False,
                      progress=False)
     for start, res, coarse in zip(starts, alone, fine, strict=True):

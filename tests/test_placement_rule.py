@@ -118,8 +118,9 @@ def test_the_rule_itself(mock_accelerators):
 
 
 # -- no module but placement.py decides -----------------------------------------------------
-#: what the package's modules may take from mfgwork.placement: the rule and its answer
-PUBLIC_RULE = {"Placement", "resolve", "device_backend"}
+#: what the package's modules may take from mfgwork.placement: the rule and its answer (also
+#: as a solve's backend, device and record: place_solve)
+PUBLIC_RULE = {"Placement", "resolve", "device_backend", "place_solve"}
 #: core/backend.py resolves the device name "auto" of a backend already given (CUDA, else
 #: MPS, else the CPU: get_backend's documented meaning); it chooses no backend
 RESOLVES_DEVICE_NAMES = {PACKAGE / "core" / "backend.py"}
