@@ -4,7 +4,10 @@ Printed and written as JSON, for the working tree (or ``--tree`` a folder holdin
 ``mfgwork`` package, e.g. one extracted with ``git archive REV mfgwork | tar -x -C DIR``):
 
   front doors      public names of ``mw.__all__`` that solve (``solve``, ``solve_*``)
-  pipelines        modules that define a solver of the front door's tables
+  pipelines        modules whose functions sequence the solves of the front door's tables
+                   (``mfgwork.pipeline`` for the entries that are discretizations run by
+                   ``pipeline.run``, the module of each entry that is a function of its own)
+  discretizations  the kinds of the tables that are :class:`~mfgwork.pipeline.Discretization`
   private imports  names with a leading underscore imported from another module
   longest          the longest functions (lines), in the package and in ``numerics``
   over 80          functions of ``numerics`` longer than 80 lines
@@ -27,6 +30,24 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+_TABLES = """
+import json, mfgwork as mw
+from mfgwork.solve import SOLVERS, BATCH_SOLVERS
+try:
+    from mfgwork.pipeline import Discretization
+except ImportError:   # (revisions before the pipeline)
+    Discretization = None
+entries = [*SOLVERS.values(), *BATCH_SOLVERS.values()]
+kinds = [f.__wrapped__ for f in entries if Discretization is not None
+         and isinstance(getattr(f, "__wrapped__", None), type)
+         and issubclass(f.__wrapped__, Discretization)]
+print(json.dumps({
+    "doors": [n for n in mw.__all__ if n == "solve" or n.startswith("solve_")],
+    "pipelines": sorted({"mfgwork.pipeline" if getattr(f, "__wrapped__", None) in kinds
+                         else f.__module__ for f in entries}),
+    "discretizations": sorted(f"{k.__module__}.{k.__name__}" for k in kinds)}))
+"""
 
 _WALK = """
 import json, sys
@@ -97,10 +118,7 @@ def main() -> None:
     package = args.tree / "mfgwork"
     env_path = str(args.tree)
     listed = subprocess.run(
-        [sys.executable, "-c", "import json, mfgwork as mw; from mfgwork.solve import SOLVERS,"
-         " BATCH_SOLVERS; print(json.dumps({'doors': [n for n in mw.__all__ if n == 'solve' "
-         "or n.startswith('solve_')], 'pipelines': sorted({f.__module__ for f in [*SOLVERS."
-         "values(), *BATCH_SOLVERS.values()]})}))"],
+        [sys.executable, "-c", _TABLES],
         capture_output=True, text=True, check=True, cwd=env_path,
         env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"})
     tables = json.loads(listed.stdout)
@@ -111,6 +129,7 @@ def main() -> None:
     every = functions(package)
     numerics = [f for f in every if f[1].startswith("mfgwork/numerics")]
     counts = {"front_doors": tables["doors"], "pipelines": tables["pipelines"],
+              "discretizations": tables.get("discretizations", []),
               "private_imports": private_imports(package),
               "longest": every[:5], "longest_numerics": numerics[:5],
               "numerics_over_80": [f for f in numerics if f[0] > 80],
