@@ -804,9 +804,11 @@ def _newton_extra(newton: BatchNewton | None, coarse_iterations: list[int] | Non
         return {}
     if coarse_iterations is None and isinstance(newton, FrozenDensityNewton):
         coarse_iterations = newton.coarse_iterations   # its own coarse stage
+    reachable = getattr(newton, "reachable", {}).get(member)   # a float64 certificate floor
     return {"newton_steps": newton.newton_steps, "krylov_products": newton.products,
             "coarse_iterations": None if coarse_iterations is None
-            else coarse_iterations[member]}
+            else coarse_iterations[member]} | ({} if reachable is None
+                                               else {"reachable_tol": reachable})
 
 
 def _equilibrium(newton: BatchNewton | None, problems: Sequence[MFGProblem], coupling: Any,

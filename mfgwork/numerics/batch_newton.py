@@ -42,6 +42,21 @@ at 201², float64): the same certified counts and iteration counts as float64 Ja
 path. A problem stops when its certificate is ≤ ``tol``
 (converged) or when it is stuck and its current point is certified (not converged); it returns
 the best certified densities.
+
+The floor of the certificate in float64. The certificate of an iterate z is the residual of its
+densities, whose state is w = Φ(z): R(w) ≈ Φ'(z) R(z). Where the best response is steep
+(little noise over a long horizon, agents near the threshold: L = ‖Φ'‖ measured from 10⁴ to
+3·10⁵, as R(z) is pushed down to the rounding of its evaluation) both factors grow with L:
+R(z) stops at about L ε (the rounding of z and of the running cost, amplified by Φ'), and the
+certificate at about L² ε. Measured over 56 stalled float64 solves (Santa Fe, T 80 and 160,
+σ 0.03 to 0.05, nx 41 to 201, nt 81 to 201): certified residual / (L² ε) from 9·10⁻⁴ to 0.031,
+while the HJB sweeps' own rounding (their Newton started from another guess) moves Φ(z) by
+6·10⁻¹⁶ only. A problem that stops above ``tol`` is therefore told apart by
+:func:`certificate_floor` ``= FLOOR_FACTOR · L² ε`` with L estimated at its last point by the
+power iteration of :meth:`BatchNewton.lipschitz`: certified at or below it, it is converged to
+that floor (recorded in :attr:`BatchNewton.reachable`, with a warning); above it, not.
+Iterations and results of solves that reach ``tol`` are unchanged: the floor is consulted only
+where the iteration stopped above ``tol``.
 """
 
 from __future__ import annotations
@@ -79,6 +94,11 @@ AMPLIFIED = 1e3
 #: :func:`mfgwork.solve` checks a device batch against and a scan sizes its blocks by (its
 #: GPU throughput was measured with these blocks).
 DEVICE_GRID_ARRAYS = 32
+#: The float64 certificate floor over L² ε (:func:`certificate_floor`): above the largest
+#: ratio measured at stalls (0.031, see the module docstring).
+FLOOR_FACTOR = 0.05
+#: Power iterations of :meth:`BatchNewton.lipschitz` (each one tangent product, O(nt nx)).
+POWER_STEPS = 30
 
 
 def dense_on(backend: Backend) -> bool:
@@ -328,6 +348,14 @@ def _amplified(s: _NewtonState, converged: np.ndarray) -> str:
             "tol to it")
 
 
+def certificate_floor(lipschitz: float, eps: float) -> float:
+    """The certified residual a float64 solve can be expected to reach: ``FLOOR_FACTOR`` ·
+    L² ε for the Lipschitz constant L = ‖Φ'‖ of the best response at the equilibrium and the
+    machine epsilon ε (2.2·10⁻¹⁶ in float64; the module docstring: R(z) stops near L ε, the
+    certificate R(Φ(z)) ≈ Φ' R(z) near L² ε)."""
+    return FLOOR_FACTOR * lipschitz**2 * eps
+
+
 def on_backend(host: np.ndarray, like: Any, backend: Backend, dtype: Any = None) -> Any:
     """The host array ``host`` as an array of ``backend`` where ``like`` is (in ``dtype``;
     default: its own)."""
@@ -442,6 +470,13 @@ class BatchNewton:
         #: the frozen densities m^1..m^nt ((nt, nx), or (B, nt, nx): one per problem; on the
         #: backend) that H sees where it depends on m (:mod:`.frozen_density`); None otherwise
         self.density: Any = None
+        #: per problem that stopped above ``tol`` in float64: {"tol": its certificate floor
+        #: (:func:`certificate_floor`), "lipschitz": L, "reached": whether its certified
+        #: residual is at or below the floor (then it is converged to that tol)}
+        self.reachable: dict[int, dict[str, Any]] = {}
+        #: whether a problem stopped above ``tol`` is converged at its float64 certificate
+        #: floor (False where ``tol`` is an inner tolerance, :mod:`.frozen_density`)
+        self.floors = True
 
     @property
     def matrix_free(self) -> bool:
@@ -525,17 +560,70 @@ class BatchNewton:
             s.best = np.where(better, r, s.best)
             if better.any():
                 s.kept = keep_where(s.kept, better, s.cur["U"], s.cur["M"], self.backend)
-        converged = s.best <= self.tol
+        converged = (s.best <= self.tol) | self._at_floor(s, s.best > self.tol)
         done_at = np.where(s.done_at == 0, k, s.done_at)
         if not converged.all():
             warn(f"Newton's method did not reach tol={np.max(self.tol):g} for "
                  f"{int((~converged).sum())} of {converged.size} problems in {k} "
                  f"iterations (max_iter={max_iter}; final residual "
                  f"{float(np.max(s.best[~converged])):.3g}); returning the best "
-                 "certified iterate with converged=False" + _amplified(s, converged),
-                 ConvergenceWarning)
+                 "certified iterate with converged=False" + _amplified(s, converged)
+                 + self._floors_missed(converged), ConvergenceWarning)
         return FixedPointResult(U=s.kept["U"], M=s.kept["M"], converged=converged,
                                 residual=s.best, iterations=done_at, history=history)
+
+    def _at_floor(self, s: _NewtonState, above: np.ndarray) -> np.ndarray:
+        """Which problems of ``above`` (stopped above ``tol``) are certified at or below their
+        float64 certificate floor (:func:`certificate_floor`, L at the accepted point): those
+        are converged to it, recorded in :attr:`reachable` and warned about. None in float32
+        (its own floor is raised before iterating, :func:`mfgwork.solve.reachable_tol`)."""
+        at = np.zeros_like(above)
+        if not self.floors or self.system_dtype != "float64" or self.backend.eps > 1e-10:
+            return at
+        for b in np.flatnonzero(above & np.isfinite(s.best)):
+            L = self.lipschitz(b, s.cur)
+            floor = certificate_floor(L, self.backend.eps)
+            at[b] = s.best[b] <= floor
+            self.reachable[int(b)] = {"tol": floor, "lipschitz": L, "reached": bool(at[b])}
+        if at.any():
+            worst = max(v["tol"] for v in self.reachable.values() if v["reached"])
+            warn(f"tol={np.max(self.tol):g} is below what float64 resolves for {int(at.sum())} of "
+                 f"{at.size} problems: the best response amplifies a change of its coupling "
+                 f"state up to L = {max(v['lipschitz'] for v in self.reachable.values()):.1e}"
+                 f"-fold here (little noise over a long horizon), so the certificate of the "
+                 f"densities stops near {FLOOR_FACTOR:g}·L²·ε; certified below that floor, "
+                 f"they are converged to tol={worst:.1e} at most "
+                 "(res.extra['reachable_tol'])", UserWarning)
+        return at
+
+    def _floors_missed(self, converged: np.ndarray) -> str:
+        """The predicted floor of the worst unconverged problem that has one, else nothing."""
+        missed = {b: v for b, v in self.reachable.items() if not converged[b]}
+        if not missed:
+            return ""
+        v = max(missed.values(), key=lambda v: v["tol"])
+        return (f". The float64 certificate floor {FLOOR_FACTOR:g}·L²·ε predicted for it is "
+                f"{v['tol']:.1e} (L = {v['lipschitz']:.1e})")
+
+    def lipschitz(self, b: int, cur: dict) -> float:
+        """L = ‖Φ'‖ of problem ``b`` at the accepted point ``cur`` (its z and best response
+        U, M): Φ'(z) = D diag(P'(z)) is similar to −S D S (S = diag(√−P')), whose largest
+        eigenvalue in modulus the power iteration with :data:`POWER_STEPS` tangent products
+        on the host estimates (|P'| where a price rises)."""
+        g = self.grid
+        z, U, M = (np.asarray(to_numpy(cur[k][b]), dtype=np.float64) for k in ("z", "U", "M"))
+        factored = product_operands(self._tangent_operands(
+            U, M * g.weights, self.potential.chi, float(self.nu[b]), self._density_of(b)))
+        root = np.sqrt(np.abs(self.potential.members[b].price_slope(z)))
+        v, L = np.full(z.size, 1.0 / math.sqrt(z.size)), 0.0
+        self.products += POWER_STEPS
+        for _ in range(POWER_STEPS):
+            Av = root * tangent_product(*factored, g.dt, root * v)
+            L = float(np.linalg.norm(Av))
+            if not L > 0.0:
+                return 0.0
+            v = Av / L
+        return L
 
     # -- pieces ------------------------------------------------------------------------------
     def _density_of(self, b: int) -> np.ndarray | None:

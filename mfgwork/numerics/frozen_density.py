@@ -56,6 +56,9 @@ class FrozenDensityNewton:
         #: the tightest inner tolerance: tol/10, but tol itself in float32, whose ``tol`` is
         #: already the floor that float32 resolves (below it, inner line searches stall)
         self.inner_floor = 0.1 * tol if self.backend.eps < 1e-10 else tol
+        # the inner tolerances are this iteration's, not the user's: the outer certificate
+        # decides, so an inner solve stopped above its tol is not converged to a floor
+        inner.floors = False
 
     # what the front door reads of a Newton solver
     matrix_free = property(lambda self: self.inner.matrix_free)
