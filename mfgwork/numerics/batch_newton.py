@@ -53,9 +53,10 @@ certificate at about L² ε. Measured over 56 stalled float64 solves (Santa Fe, 
 while the HJB sweeps' own rounding (their Newton started from another guess) moves Φ(z) by
 6·10⁻¹⁶ only. A problem that stops above ``tol`` is therefore told apart by
 :func:`certificate_floor` ``= FLOOR_FACTOR · L² ε`` with L estimated at its last point by the
-power iteration of :meth:`BatchNewton.lipschitz`: certified at or below it, it is converged to
-that floor (recorded in :attr:`BatchNewton.reachable`, with a warning); above it, not.
-Iterations and results of solves that reach ``tol`` are unchanged: the floor is consulted only
+power iteration of :meth:`BatchNewton.lipschitz`, recorded in :attr:`BatchNewton.reachable`
+with whether its certificate reached it, and named by its ConvergenceWarning: the tol that is
+reachable there. It stays not converged (``converged`` means ``tol`` itself is reached).
+Iterations and results of solves that reach ``tol`` are unchanged: the floor is computed only
 where the iteration stopped above ``tol``.
 """
 
@@ -472,10 +473,10 @@ class BatchNewton:
         self.density: Any = None
         #: per problem that stopped above ``tol`` in float64: {"tol": its certificate floor
         #: (:func:`certificate_floor`), "lipschitz": L, "reached": whether its certified
-        #: residual is at or below the floor (then it is converged to that tol)}
+        #: residual is at or below the floor}
         self.reachable: dict[int, dict[str, Any]] = {}
-        #: whether a problem stopped above ``tol`` is converged at its float64 certificate
-        #: floor (False where ``tol`` is an inner tolerance, :mod:`.frozen_density`)
+        #: whether the float64 certificate floors of problems stopped above ``tol`` are
+        #: computed (False where ``tol`` is an inner tolerance, :mod:`.frozen_density`)
         self.floors = True
 
     @property
@@ -560,7 +561,8 @@ class BatchNewton:
             s.best = np.where(better, r, s.best)
             if better.any():
                 s.kept = keep_where(s.kept, better, s.cur["U"], s.cur["M"], self.backend)
-        converged = (s.best <= self.tol) | self._at_floor(s, s.best > self.tol)
+        converged = s.best <= self.tol
+        self._floors(s, ~converged)
         done_at = np.where(s.done_at == 0, k, s.done_at)
         if not converged.all():
             warn(f"Newton's method did not reach tol={np.max(self.tol):g} for "
@@ -572,38 +574,34 @@ class BatchNewton:
         return FixedPointResult(U=s.kept["U"], M=s.kept["M"], converged=converged,
                                 residual=s.best, iterations=done_at, history=history)
 
-    def _at_floor(self, s: _NewtonState, above: np.ndarray) -> np.ndarray:
-        """Which problems of ``above`` (stopped above ``tol``) are certified at or below their
-        float64 certificate floor (:func:`certificate_floor`, L at the accepted point): those
-        are converged to it, recorded in :attr:`reachable` and warned about. None in float32
-        (its own floor is raised before iterating, :func:`mfgwork.solve.reachable_tol`)."""
-        at = np.zeros_like(above)
+    def _floors(self, s: _NewtonState, above: np.ndarray) -> None:
+        """The float64 certificate floor (:func:`certificate_floor`, L at the accepted point)
+        of each problem of ``above`` (stopped above ``tol``), recorded in :attr:`reachable`
+        with whether its certified residual reached it. None in float32 (its own floor is
+        raised before iterating, :func:`mfgwork.solve.reachable_tol`)."""
         if not self.floors or self.system_dtype != "float64" or self.backend.eps > 1e-10:
-            return at
+            return
         for b in np.flatnonzero(above & np.isfinite(s.best)):
             L = self.lipschitz(b, s.cur)
             floor = certificate_floor(L, self.backend.eps)
-            at[b] = s.best[b] <= floor
-            self.reachable[int(b)] = {"tol": floor, "lipschitz": L, "reached": bool(at[b])}
-        if at.any():
-            worst = max(v["tol"] for v in self.reachable.values() if v["reached"])
-            warn(f"tol={np.max(self.tol):g} is below what float64 resolves for {int(at.sum())} of "
-                 f"{at.size} problems: the best response amplifies a change of its coupling "
-                 f"state up to L = {max(v['lipschitz'] for v in self.reachable.values()):.1e}"
-                 f"-fold here (little noise over a long horizon), so the certificate of the "
-                 f"densities stops near {FLOOR_FACTOR:g}·L²·ε; certified below that floor, "
-                 f"they are converged to tol={worst:.1e} at most "
-                 "(res.extra['reachable_tol'])", UserWarning)
-        return at
+            self.reachable[int(b)] = {"tol": floor, "lipschitz": L,
+                                      "reached": bool(s.best[b] <= floor)}
 
     def _floors_missed(self, converged: np.ndarray) -> str:
-        """The predicted floor of the worst unconverged problem that has one, else nothing."""
-        missed = {b: v for b, v in self.reachable.items() if not converged[b]}
+        """What the float64 floors above ``tol`` of the unconverged problems say (the
+        largest), else nothing: the accuracy float64 resolves where the best response is
+        this steep."""
+        missed = {b: v for b, v in self.reachable.items()
+                  if not converged[b] and v["tol"] > np.max(self.tol)}
         if not missed:
             return ""
         v = max(missed.values(), key=lambda v: v["tol"])
-        return (f". The float64 certificate floor {FLOOR_FACTOR:g}·L²·ε predicted for it is "
-                f"{v['tol']:.1e} (L = {v['lipschitz']:.1e})")
+        reached = sum(w["reached"] for w in missed.values())
+        return (f". The best response amplifies a change of the coupling state up to "
+                f"L = {v['lipschitz']:.1e}-fold here (little noise over a long horizon), so "
+                f"float64 certifies to about {FLOOR_FACTOR:g}·L²·ε = {v['tol']:.1e} at best; "
+                f"{reached} of {len(missed)} reached that floor (res.extra['reachable_tol']): "
+                "a tol at or above it is reachable")
 
     def lipschitz(self, b: int, cur: dict) -> float:
         """L = ‖Φ'‖ of problem ``b`` at the accepted point ``cur`` (its z and best response

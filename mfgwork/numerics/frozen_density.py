@@ -57,7 +57,7 @@ class FrozenDensityNewton:
         #: already the floor that float32 resolves (below it, inner line searches stall)
         self.inner_floor = 0.1 * tol if self.backend.eps < 1e-10 else tol
         # the inner tolerances are this iteration's, not the user's: the outer certificate
-        # decides, so an inner solve stopped above its tol is not converged to a floor
+        # decides, and no float64 floor is computed for an inner solve
         inner.floors = False
 
     # what the front door reads of a Newton solver
