@@ -15,15 +15,16 @@ response on the tree to the returned densities.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from .core import memory
 from .core.backend import Backend, get_backend, to_numpy
 from .core.errors import ParameterError, check_int
 from .numerics.iteration import check_stopping
 from .numerics.scenario_tree import TreeNewton, TreeScheme
+from .pipeline import Discretization, Where, solver_of
 from .problems.base import MFGProblem, member_summaries, warn_unresolved
 from .problems.common_noise import CommonNoise
 from .results import CERTIFICATES, Result
@@ -34,44 +35,136 @@ from .solve import SOLVERS, place_solve, reachable_tol, solve
 START_TOL = 1e-6
 
 
-def solve_common_noise(noise: CommonNoise, nx: int = 201, nt: int = 201,
-                       backend: str | Backend = "numpy", device: str = "cpu",
-                       dtype: object = None, tol: float = 1e-8, max_iter: int = 200,
-                       max_memory: int | str | None = None) -> Result:
+@dataclass(frozen=True)
+class _Solve:
+    """A solve on the tree between the stages of :class:`ScenarioTree`: where it runs, its
+    scheme, the tolerance it iterates to, the coupling state on every node it starts from,
+    its timings so far; then Newton's outcome."""
+
+    where: Where
+    scheme: TreeScheme
+    tol: float
+    z0: np.ndarray
+    timings: dict[str, float]
+    out: Any = None
+
+
+@dataclass(frozen=True)
+class ScenarioTree(Discretization):
     """The conditional equilibrium of ``noise`` on every scenario (module docstring), on
-    ``nx`` nodes and ``nt`` steps rounded up to a multiple of the depth. Newton's method on
+    ``nx`` nodes and ``nt`` steps rounded up to a multiple of the depth (``mw.solve`` of a
+    :class:`~mfgwork.CommonNoise`; ``mw.solve_common_noise`` its name). Newton's method on
     the tree starts from the model's equilibrium of each noise state on the nodes of that
     state; ``max_iter`` bounds the best responses on the tree (trial points and
     certificates). Checked before any work: the states differ in their coupling alone, the
     model declares a scalar potential, and the memory (:meth:`CommonNoise.estimate`) fits
     ``max_memory``."""
-    started = time.perf_counter()
-    if not isinstance(noise, CommonNoise):
-        raise ParameterError(f"noise={noise!r:.80} is invalid: must be an mfgwork.CommonNoise")
-    nx = check_int("nx", nx, low=3)
-    nt = noise.steps(nt)
-    tol, max_iter = check_stopping(tol, max_iter)
-    backend, device, placed = place_solve(noise.problem, "fdm", None, nx, nt, backend,
-                                          device)
-    be = backend if isinstance(backend, Backend) else get_backend(backend, device, dtype)
-    tol = reachable_tol(tol, be)
-    grid = noise.problem.grid(nx, nt)
-    grid.check_scales(noise.problem.sigma, be.dtype)
-    _check_states(noise, grid)
-    estimate = noise.estimate(nx, nt)
-    memory.check_parts({"depth": int(estimate["bytes"])}, be, max_memory=max_memory,
-                       what=f"the {noise.scenarios} scenarios of depth={noise.depth} on "
-                            f"{nx} x {nt} (estimated {estimate['seconds']:.3g} s on one CPU "
-                            "core)")
-    warn_unresolved([noise.problem], grid)
-    scheme = TreeScheme(noise, nx, nt, be)
-    first = time.perf_counter()
-    z0 = _start(noise, scheme, backend=be, max_memory=max_memory, tol=max(START_TOL, tol))
-    solving = time.perf_counter()
-    out = TreeNewton(scheme, tol, max_iter).solve(z0)
-    finished = time.perf_counter()
-    return _result(noise, scheme, out, tol, max_iter, placed, {
-        "setup": first - started, "start": solving - first, "solve": finished - solving})
+
+    noise: CommonNoise
+    nx: int = 201
+    nt: int = 201
+    backend: str | Backend = "numpy"
+    device: str = "cpu"
+    dtype: object = None
+    tol: float = 1e-8
+    max_iter: int = 200
+    max_memory: int | str | None = None
+
+    def checked(self) -> ScenarioTree:
+        noise = self.noise
+        if not isinstance(noise, CommonNoise):
+            raise ParameterError(f"noise={noise!r:.80} is invalid: must be an "
+                                 "mfgwork.CommonNoise")
+        nx = check_int("nx", self.nx, low=3)
+        nt = noise.steps(self.nt)
+        tol, max_iter = check_stopping(self.tol, self.max_iter)
+        _check_states(noise, noise.problem.grid(nx, nt))
+        return replace(self, nx=nx, nt=nt, tol=tol, max_iter=max_iter)
+
+    def place(self) -> Where:
+        backend, device, placed = place_solve(self.noise.problem, "fdm", None, self.nx,
+                                              self.nt, self.backend, self.device)
+        return Where(get_backend(backend, device, self.dtype), placed)
+
+    def memory(self, where: Where) -> tuple[dict[str, int], str]:
+        noise, nx, nt = self.noise, self.nx, self.nt
+        estimate = noise.estimate(nx, nt)
+        return ({"depth": int(estimate["bytes"])},
+                f"the {noise.scenarios} scenarios of depth={noise.depth} on {nx} x {nt} "
+                f"(estimated {estimate['seconds']:.3g} s on one CPU core)")
+
+    def start(self, where: Where, started: float) -> _Solve:
+        """The tolerance raised to what the dtype resolves, the grid's scales checked, the
+        scheme on the tree, and the coupling state on every node from the model's
+        equilibrium of the node's noise state, over the node's epoch."""
+        noise, be = self.noise, where.backend
+        tol = reachable_tol(self.tol, be)
+        grid = noise.problem.grid(self.nx, self.nt)
+        grid.check_scales(noise.problem.sigma, be.dtype)
+        warn_unresolved([noise.problem], grid)
+        scheme = TreeScheme(noise, self.nx, self.nt, be)
+        first = time.perf_counter()
+        solved = solve(list(noise.states), nx=self.nx, nt=self.nt, progress=False, backend=be,
+                       max_memory=self.max_memory, tol=max(START_TOL, tol))
+        paths = np.stack([np.asarray(to_numpy(scheme.coupling_state(r.M)), dtype=np.float64)
+                          for r in solved])
+        tree, L = noise.tree, scheme.steps
+        z0 = np.empty((tree.nodes, L))
+        for level in range(tree.depth):
+            nodes = tree.level(level)
+            z0[nodes] = paths[tree.node_states[nodes], level * L:(level + 1) * L]
+        timings = {"setup": first - started, "start": time.perf_counter() - first}
+        return _Solve(where, scheme, tol, z0, timings)
+
+    def iterate(self, state: _Solve) -> _Solve:
+        solving = time.perf_counter()
+        out = TreeNewton(state.scheme, state.tol, self.max_iter).solve(state.z0)
+        return replace(state, out=out,
+                       timings=state.timings | {"solve": time.perf_counter() - solving})
+
+    def results(self, outcome: _Solve) -> list[Result]:
+        """The Result of the module docstring."""
+        noise, scheme, out = self.noise, outcome.scheme, outcome.out
+        be, tree, grid = scheme.backend, noise.tree, scheme.grid
+        U, M = scheme.scenario_paths(out.U), scheme.scenario_paths(out.M)
+        model: MFGProblem = noise.problem
+        observables = {k: np.asarray(to_numpy(v)) for k, v in
+                       model.observables(grid, M, be).items()}
+        probability = tree.probability[tree.level(tree.depth - 1)]
+        everyone = list(range(tree.scenarios))
+        summaries = member_summaries([model] * tree.scenarios, grid,
+                                     {k: (everyone, v) for k, v in observables.items()})
+        summary = {k: float(np.dot(probability, [s[k] for s in summaries]))
+                   for k in summaries[0]}
+        residual = out.residual
+        converged = bool(residual <= outcome.tol)
+        timings = outcome.timings | {"total": sum(outcome.timings.values())}
+        params = noise.params() | {"nx": grid.nx, "nt": grid.nt, "T": model.T,
+                                   "method": "fdm", "tol": outcome.tol,
+                                   "max_iter": self.max_iter, "iteration": {
+                                       "scheme": "newton", "system": "tree krylov",
+                                       "start": "the model's equilibrium of each noise state"}
+                                   } | outcome.where.record
+        return [Result(
+            x=np.asarray(grid.x), t=np.asarray(grid.t), U=U, M=M, converged=converged,
+            iterations=out.iterations, history={"residual": [r["residual"] for r in out.records],
+                                                "time": [r["time"] for r in out.records]},
+            params=params, timings=timings, backend=be.name, device=be.device, dtype=be.dtype,
+            observables=observables, summary=summary | {"scenarios": float(tree.scenarios)},
+            state_name=model.state_name, residual=residual,
+            dims=("scenario", "t", model.state_name),
+            labels={"scenario": noise.labels,
+                    "epoch": tuple(f"t={t:g}"
+                                   for t in np.asarray(grid.t)[::scheme.steps][:-1])},
+            arrays={"probability": probability, "noise_state": tree.path_states,
+                    "scenario_residual": out.residuals},
+            axes={"probability": ("scenario",), "noise_state": ("scenario", "epoch"),
+                  "scenario_residual": ("scenario",)},
+            extra={"newton_steps": len(out.records), "tangent_products": out.products,
+                   "nodes": tree.nodes, "estimate": noise.estimate(grid.nx, grid.nt)})]
+
+
+solve_common_noise = solver_of(ScenarioTree, "solve_common_noise")
 
 
 def _check_states(noise: CommonNoise, grid: Any) -> None:
@@ -106,60 +199,6 @@ def _check_states(noise: CommonNoise, grid: Any) -> None:
         if state.coupling(grid, host).potential() is None:
             raise ParameterError(f"{noise.parameter}={value!r} is invalid for common noise: "
                                  "that state's coupling declares no scalar potential")
-
-
-def _start(noise: CommonNoise, scheme: TreeScheme, **options: Any) -> np.ndarray:
-    """The coupling state on every node from the model's equilibrium of the node's noise
-    state, over the node's epoch."""
-    g = scheme.grid
-    solved = solve(list(noise.states), nx=g.nx, nt=g.nt, progress=False, **options)
-    paths = np.stack([np.asarray(to_numpy(scheme.coupling_state(r.M)), dtype=np.float64)
-                      for r in solved])
-    tree, L = noise.tree, scheme.steps
-    z0 = np.empty((tree.nodes, L))
-    for level in range(tree.depth):
-        nodes = tree.level(level)
-        z0[nodes] = paths[tree.node_states[nodes], level * L:(level + 1) * L]
-    return z0
-
-
-def _result(noise: CommonNoise, scheme: TreeScheme, out: Any, tol: float, max_iter: int,
-            placed: dict[str, Any], timings: dict[str, float]) -> Result:
-    """The Result of the module docstring."""
-    be, tree, grid = scheme.backend, noise.tree, scheme.grid
-    U, M = scheme.scenario_paths(out.U), scheme.scenario_paths(out.M)
-    model: MFGProblem = noise.problem
-    observables = {k: np.asarray(to_numpy(v)) for k, v in
-                   model.observables(grid, M, be).items()}
-    probability = tree.probability[tree.level(tree.depth - 1)]
-    everyone = list(range(tree.scenarios))
-    summaries = member_summaries([model] * tree.scenarios, grid,
-                                 {k: (everyone, v) for k, v in observables.items()})
-    summary = {k: float(np.dot(probability, [s[k] for s in summaries])) for k in summaries[0]}
-    residual = out.residual
-    converged = bool(residual <= tol)
-    timings = timings | {"total": sum(timings.values())}
-    params = noise.params() | {"nx": grid.nx, "nt": grid.nt, "T": model.T, "method": "fdm",
-                               "tol": tol, "max_iter": max_iter, "iteration": {
-                                   "scheme": "newton", "system": "tree krylov",
-                                   "start": "the model's equilibrium of each noise state"}
-                               } | placed
-    return Result(
-        x=np.asarray(grid.x), t=np.asarray(grid.t), U=U, M=M, converged=converged,
-        iterations=out.iterations, history={"residual": [r["residual"] for r in out.records],
-                                            "time": [r["time"] for r in out.records]},
-        params=params, timings=timings, backend=be.name, device=be.device, dtype=be.dtype,
-        observables=observables, summary=summary | {"scenarios": float(tree.scenarios)},
-        state_name=model.state_name, residual=residual,
-        dims=("scenario", "t", model.state_name),
-        labels={"scenario": noise.labels,
-                "epoch": tuple(f"t={t:g}" for t in np.asarray(grid.t)[::scheme.steps][:-1])},
-        arrays={"probability": probability, "noise_state": tree.path_states,
-                "scenario_residual": out.residuals},
-        axes={"probability": ("scenario",), "noise_state": ("scenario", "epoch"),
-              "scenario_residual": ("scenario",)},
-        extra={"newton_steps": len(out.records), "tangent_products": out.products,
-               "nodes": tree.nodes, "estimate": noise.estimate(grid.nx, grid.nt)})
 
 
 def common_noise_residual(result: Result, noise: CommonNoise) -> float:

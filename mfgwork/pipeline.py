@@ -108,13 +108,14 @@ def solver_of(kind: type[Discretization], name: str) -> Callable[..., Any]:
     docstring of its fields, that returns the pipeline's Result (its list of Results for a
     batched kind): the entry of the front door's tables, and the kind's own name in
     ``mfgwork`` (``mw.solve_two_state``, ...)."""
-    def solver(problem: Any, **options: Any) -> Any:
-        solved = run(kind(problem, **options))
+    def solver(*args: Any, **options: Any) -> Any:   # any argument by position or name
+        solved = run(kind(*args, **options))
         return solved if kind.batched else solved[0]
 
     solver.__name__ = solver.__qualname__ = name
     solver.__module__ = kind.__module__
-    solver.__signature__ = inspect.signature(kind)   # type: ignore[attr-defined]
+    solver.__signature__ = inspect.signature(kind).replace(   # type: ignore[attr-defined]
+        return_annotation="list[Result]" if kind.batched else "Result")
     solver.__doc__ = kind.__doc__
     solver.__wrapped__ = kind   # type: ignore[attr-defined]
     return solver

@@ -1,9 +1,11 @@
-"""Solving several populations: ``solve_populations(problem, ...)`` and its certificate."""
+"""Several populations' discretization (:class:`PopulationsFDM`, what ``mw.solve`` of a
+:class:`~mfgwork.Populations` runs; ``mw.solve_populations`` its name) and its certificate."""
 
 from __future__ import annotations
 
 import time
 import warnings
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -12,15 +14,23 @@ from .core import memory
 from .core.backend import Backend, get_backend, to_numpy
 from .core.compiling import check_compile_steps
 from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag, warn
-from .numerics.iteration import IterationScheme, check_stopping, make_scheme
-from .numerics.populations import SYSTEMS, best_response_residuals, equilibrium, setup
+from .core.grid import Grid
+from .numerics.iteration import FixedPointResult, IterationScheme, check_stopping, make_scheme
+from .numerics.populations import (
+    SYSTEMS,
+    Setup,
+    best_response_residuals,
+    equilibrium,
+    setup,
+)
+from .pipeline import Discretization, Where, run, solver_of
+from .problems.base import warn_unresolved
 from .problems.populations import Populations
 from .results import Result, derive_status
 from .solve import (
     COARSE,
     COARSE_TOL,
     SOLVERS,
-    check_size,
     fixed_point_bar,
     place_solve,
     reachable_tol,
@@ -28,15 +38,31 @@ from .solve import (
 )
 
 
-def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
-                      method: str = "fdm", backend: str | Backend = "numpy",
-                      device: str = "cpu", dtype: object = None, tol: float = 1e-8,
-                      max_iter: int = 200, iteration: str | IterationScheme | None = None,
-                      newton_system: str = "gmres", progress: bool | None = None,
-                      compile_steps: bool | str = "auto", initial: Result | Any = None,
-                      max_memory: int | str | None = None, coarse: bool = True) -> Result:
+@dataclass(frozen=True)
+class _Solve:
+    """A populations solve between the stages of :class:`PopulationsFDM`: where it runs,
+    its grid and set-up, the tolerance it iterates to, the path it starts from (None: agents
+    who do not move), its clock, the coarse stage's iterations and the timings so far; then
+    the iteration's outcome and the certificate (path residual, group residuals, dtype)."""
+
+    where: Where
+    grid: Grid
+    setup: Setup
+    tol: float
+    z_init: Any
+    started: float
+    coarse_iterations: int | None
+    timings: dict[str, float]
+    out: FixedPointResult | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    certificate: tuple[float, np.ndarray, str] | None = None
+
+
+@dataclass(frozen=True)
+class PopulationsFDM(Discretization):
     """Solve the equilibrium of several populations (:class:`~mfgwork.Populations`, e.g.
-    :class:`~mfgwork.SantaFePopulations`) on an ``nx`` × ``nt`` grid by finite differences.
+    :class:`~mfgwork.SantaFePopulations`) on an ``nx`` × ``nt`` grid by finite differences
+    (``mw.solve`` of a :class:`~mfgwork.Populations`; ``mw.solve_populations`` its name).
 
     Grid, ``method`` ("fdm" only), ``backend``/``device``/``dtype``, ``tol``, ``max_iter``,
     ``progress``, ``compile_steps`` and ``max_memory`` as for :func:`mfgwork.solve`.
@@ -68,106 +94,161 @@ def solve_populations(problem: Populations, nx: int = 201, nt: int = 201,
     ``res.populations``; ``res.observables`` the problem's (Santa Fe: ``attendance``,
     ``mean_state`` and per group ``attendance_<name>``, ``mean_state_<name>``).
     """
-    started = time.perf_counter()
-    if not isinstance(problem, Populations):
-        raise ParameterError(f"problem={problem!r:.80} is invalid: must be an "
-                             "mfgwork.Populations (e.g. mw.SantaFePopulations([...]))")
-    grid = problem.grid(nx, nt)
-    check_choice("method", method, ("fdm",))
-    tol, max_iter = check_stopping(tol, max_iter)
-    scheme = None if iteration is None else make_scheme(iteration)
-    check_choice("newton_system", newton_system, SYSTEMS)
-    dense = memory.dense_tangent_bytes(nx, nt)
-    if newton_system == "dense" and dense > memory.NEWTON_MEMORY:
-        raise ParameterError(f"newton_system='dense' is invalid on an nx={nx} x nt={nt} grid: "
-                             f"its tangent Jacobians need {dense:.3g} bytes per group (at most "
-                             f"{memory.NEWTON_MEMORY:.3g}); use 'gmres'")
-    check_compile_steps(compile_steps)
-    check_flag("progress", progress, optional=True)
-    check_flag("coarse", coarse)
-    models = list(problem.models)
-    backend, device, placed = place_solve(models, "fdm", None, nx, nt, backend, device)
-    be = get_backend(backend, device, dtype)
-    check_size(models, grid, be, scheme or make_scheme(None), max_memory, batch=len(models))
-    tol = reachable_tol(tol, be)
-    z_init = _initial_path(initial, problem, grid)
 
-    s = setup(problem, grid, be, compile_steps)
-    setup_seconds = time.perf_counter() - started
-    coarse_iterations = None
-    if z_init is not None:
-        z_init = be.asarray(z_init)
-    elif coarse and scheme is None and s.potentials is not None and starts_coarse(grid):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            first = solve_populations(problem, nx=COARSE, nt=COARSE, backend=be,
-                                      tol=max(tol, COARSE_TOL), max_iter=max_iter,
-                                      newton_system=newton_system, progress=False,
-                                      max_memory=max_memory, coarse=False)
-        z_init = be.asarray(_interpolated_path(first, problem, grid))
-        coarse_iterations = first.iterations
-    coarse_seconds = time.perf_counter() - started - setup_seconds
-    bar = fixed_point_bar(progress, max_iter)
-    try:
-        out, info = equilibrium(s, problem, grid, be, scheme=scheme, tol=tol,
-                                max_iter=max_iter, system=newton_system, z_init=z_init,
-                                progress=bar)
-    finally:
-        if bar is not None:
-            bar.close()
-    s.sweeps.check_newton()
-    be.synchronize()
-    history = out.history
-    timings = {"setup": setup_seconds, "coarse": coarse_seconds, "hjb": sum(history.time_hjb),
-               "fp": sum(history.time_fp), "coupling": sum(history.time_coupling)}
-    certify_started = time.perf_counter()
-    certificate = _certificate(problem, grid, be, out.U, out.M)
-    timings["certify"] = time.perf_counter() - certify_started
-    timings["total"] = time.perf_counter() - started
-    path_residual, groups, on = certificate
-    residual = max(path_residual, float(np.max(groups)))
-    converged = residual <= tol
-    iterations = int(out.iterations[0])
-    stopped = derive_status(converged, iterations, max_iter)
-    if not converged:
-        why = (f"max_iter={max_iter} reached" if stopped == "max_iter" else
-               "stalled: no step decreases the residual any more")
-        warn(f"the populations' equilibrium did not reach tol={tol:g}: stopped after "
-             f"{iterations} iterations ({why}; certified residual {residual:.3g}); "
-             "returning the best iterate with converged=False", ConvergenceWarning)
-    observables = problem.observables(grid, out.M, be)
-    summary = problem.summary(grid, {k: to_numpy(v) for k, v in observables.items()})
-    described = ({"scheme": "newton", "system": newton_system, "fallback": "anderson"}
-                 if scheme is None and s.potentials is not None
-                 else (scheme or make_scheme(None)).describe())
-    params = problem.params() | {"nx": nx, "nt": nt, "method": method, "tol": tol,
-                                 "max_iter": max_iter, "iteration": described} | placed | {
-        "backend": be.name, "device": be.device, "dtype": be.dtype}
-    extra = {"populations": list(problem.names), "shares": problem.shares.tolist(),
-             "path_residual": path_residual,
-             "group_residuals": dict(zip(problem.names, groups.tolist(), strict=True)),
-             "certified_in": on, "newton_iterations": s.sweeps.newton_iterations,
-             "fdm_kernels": s.sweeps.kernels, "coarse_iterations": coarse_iterations,
-             "stopped": stopped} | info
-    return Result(x=be.asarray(grid.x), t=be.asarray(grid.t), U=out.U, M=out.M,
-                  converged=bool(converged), residual=residual,
-                  iterations=iterations, history=history.as_dict(), params=params,
-                  timings=timings, backend=be.name, device=be.device, dtype=be.dtype,
-                  method="fdm", observables=observables, summary=summary,
-                  state_name=problem.state_name, extra=extra, status=stopped,
-                  dims=("population", "t", problem.state_name),
-                  labels={"population": tuple(problem.names)})
+    problem: Populations
+    nx: int = 201
+    nt: int = 201
+    method: str = "fdm"
+    backend: str | Backend = "numpy"
+    device: str = "cpu"
+    dtype: object = None
+    tol: float = 1e-8
+    max_iter: int = 200
+    iteration: str | IterationScheme | None = None
+    newton_system: str = "gmres"
+    progress: bool | None = None
+    compile_steps: bool | str = "auto"
+    initial: Result | Any = None
+    max_memory: int | str | None = None
+    coarse: bool = True
+
+    def checked(self) -> PopulationsFDM:
+        if not isinstance(self.problem, Populations):
+            raise ParameterError(f"problem={self.problem!r:.80} is invalid: must be an "
+                                 "mfgwork.Populations (e.g. mw.SantaFePopulations([...]))")
+        nx, nt = self.nx, self.nt
+        self.problem.grid(nx, nt)
+        check_choice("method", self.method, ("fdm",))
+        tol, max_iter = check_stopping(self.tol, self.max_iter)
+        scheme = None if self.iteration is None else make_scheme(self.iteration)
+        check_choice("newton_system", self.newton_system, SYSTEMS)
+        dense = memory.dense_tangent_bytes(nx, nt)
+        if self.newton_system == "dense" and dense > memory.NEWTON_MEMORY:
+            raise ParameterError(f"newton_system='dense' is invalid on an nx={nx} x nt={nt} "
+                                 f"grid: its tangent Jacobians need {dense:.3g} bytes per "
+                                 f"group (at most {memory.NEWTON_MEMORY:.3g}); use 'gmres'")
+        check_compile_steps(self.compile_steps)
+        check_flag("progress", self.progress, optional=True)
+        check_flag("coarse", self.coarse)
+        return replace(self, tol=tol, max_iter=max_iter, iteration=scheme)
+
+    def place(self) -> Where:
+        backend, device, placed = place_solve(list(self.problem.models), "fdm", None, self.nx,
+                                              self.nt, self.backend, self.device)
+        return Where(get_backend(backend, device, self.dtype), placed)
+
+    def memory(self, where: Where) -> tuple[dict[str, int], str]:
+        grid = self.problem.grid(self.nx, self.nt)
+        models = self.problem.models
+        depth = getattr(self.iteration or make_scheme(None), "depth", 0)
+        return memory.fdm_parts(grid.nx, grid.nt, where.backend,
+                                [p.coupling_size(grid.nx, grid.nt) for p in models], depth,
+                                batch=len(models))
+
+    def start(self, where: Where, started: float) -> _Solve:
+        """The scales of every group's grid (h, Δt, ν, ν Δt / h²) checked, the tolerance
+        raised to what the dtype resolves, the set-up on the backend and the path Newton
+        starts from: ``initial``'s, or a COARSE × COARSE solve's on fine grids."""
+        problem, be = self.problem, where.backend
+        grid = problem.grid(self.nx, self.nt)
+        for p in problem.models:
+            grid.check_scales(p.sigma, be.dtype)
+        warn_unresolved(problem.models, grid)
+        tol = reachable_tol(self.tol, be)
+        z_init = _initial_path(self.initial, problem, grid)
+        s = setup(problem, grid, be, self.compile_steps)
+        setup_seconds = time.perf_counter() - started
+        coarse_iterations = None
+        if z_init is not None:
+            z_init = be.asarray(z_init)
+        elif (self.coarse and self.iteration is None and s.potentials is not None
+              and starts_coarse(grid)):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                first = run(PopulationsFDM(problem, nx=COARSE, nt=COARSE, backend=be,
+                                           tol=max(tol, COARSE_TOL), max_iter=self.max_iter,
+                                           newton_system=self.newton_system, progress=False,
+                                           max_memory=self.max_memory, coarse=False))[0]
+            z_init = be.asarray(_interpolated_path(first, problem, grid))
+            coarse_iterations = first.iterations
+        coarse_seconds = time.perf_counter() - started - setup_seconds
+        return _Solve(where, grid, s, tol, z_init, started, coarse_iterations,
+                      {"setup": setup_seconds, "coarse": coarse_seconds})
+
+    def iterate(self, state: _Solve) -> _Solve:
+        be = state.where.backend
+        bar = fixed_point_bar(self.progress, self.max_iter)
+        try:
+            out, info = equilibrium(state.setup, self.problem, state.grid, be,
+                                    scheme=self.iteration, tol=state.tol,
+                                    max_iter=self.max_iter, system=self.newton_system,
+                                    z_init=state.z_init, progress=bar)
+        finally:
+            if bar is not None:
+                bar.close()
+        state.setup.sweeps.check_newton()
+        be.synchronize()
+        history = out.history
+        return replace(state, out=out, info=info, timings=state.timings | {
+            "hjb": sum(history.time_hjb), "fp": sum(history.time_fp),
+            "coupling": sum(history.time_coupling)})
+
+    def certify(self, outcome: _Solve) -> _Solve:
+        """One best response of every group to the returned densities: on the backend, or
+        in NumPy float64 on the host for float32 off MPS (where float64 exists)."""
+        certify_started = time.perf_counter()
+        be, U, M = outcome.where.backend, outcome.out.U, outcome.out.M
+        if be.dtype == "float32" and be.kind != "mps" and not be.emulate_mps:
+            be = get_backend("numpy", "cpu", "float64")
+            U, M = (be.asarray(to_numpy(a)) for a in (U, M))
+        residual, groups = best_response_residuals(setup(self.problem, outcome.grid, be), U, M)
+        finished = time.perf_counter()
+        return replace(outcome, certificate=(residual, groups, be.dtype),
+                       timings=outcome.timings | {"certify": finished - certify_started,
+                                                  "total": finished - outcome.started})
+
+    def results(self, outcome: _Solve) -> list[Result]:
+        problem, be, grid, out = self.problem, outcome.where.backend, outcome.grid, outcome.out
+        tol, max_iter, s = outcome.tol, self.max_iter, outcome.setup
+        path_residual, groups, on = outcome.certificate
+        residual = max(path_residual, float(np.max(groups)))
+        converged = residual <= tol
+        iterations = int(out.iterations[0])
+        stopped = derive_status(converged, iterations, max_iter)
+        if not converged:
+            why = (f"max_iter={max_iter} reached" if stopped == "max_iter" else
+                   "stalled: no step decreases the residual any more")
+            warn(f"the populations' equilibrium did not reach tol={tol:g}: stopped after "
+                 f"{iterations} iterations ({why}; certified residual {residual:.3g}); "
+                 "returning the best iterate with converged=False", ConvergenceWarning)
+        observables = problem.observables(grid, out.M, be)
+        summary = problem.summary(grid, {k: to_numpy(v) for k, v in observables.items()})
+        scheme = self.iteration
+        described = ({"scheme": "newton", "system": self.newton_system, "fallback": "anderson"}
+                     if scheme is None and s.potentials is not None
+                     else (scheme or make_scheme(None)).describe())
+        params = problem.params() | {"nx": self.nx, "nt": self.nt, "method": self.method,
+                                     "tol": tol, "max_iter": max_iter,
+                                     "iteration": described} | outcome.where.record | {
+            "backend": be.name, "device": be.device, "dtype": be.dtype}
+        extra = {"populations": list(problem.names), "shares": problem.shares.tolist(),
+                 "path_residual": path_residual,
+                 "group_residuals": dict(zip(problem.names, groups.tolist(), strict=True)),
+                 "certified_in": on, "newton_iterations": s.sweeps.newton_iterations,
+                 "fdm_kernels": s.sweeps.kernels,
+                 "coarse_iterations": outcome.coarse_iterations, "stopped": stopped
+                 } | outcome.info
+        return [Result(x=be.asarray(grid.x), t=be.asarray(grid.t), U=out.U, M=out.M,
+                       converged=bool(converged), residual=residual,
+                       iterations=iterations, history=out.history.as_dict(), params=params,
+                       timings=outcome.timings, backend=be.name, device=be.device,
+                       dtype=be.dtype, method="fdm", observables=observables,
+                       summary=summary, state_name=problem.state_name, extra=extra,
+                       status=stopped, dims=("population", "t", problem.state_name),
+                       labels={"population": tuple(problem.names)})]
 
 
-def _certificate(problem: Populations, grid: Any, be: Backend, U: Any, M: Any
-                 ) -> tuple[float, np.ndarray, str]:
-    """(residual, group residuals, dtype) of one best response of every group: on ``be``, or
-    in NumPy float64 on the host for float32 off MPS (where float64 exists)."""
-    if be.dtype == "float32" and be.kind != "mps" and not be.emulate_mps:
-        be = get_backend("numpy", "cpu", "float64")
-        U, M = (be.asarray(to_numpy(a)) for a in (U, M))
-    residual, groups = best_response_residuals(setup(problem, grid, be), U, M)
-    return residual, groups, be.dtype
+solve_populations = solver_of(PopulationsFDM, "solve_populations")
 
 
 def _initial_path(initial: Any, problem: Populations, grid: Any) -> np.ndarray | None:

@@ -3,8 +3,9 @@
 The one estimator of every entry point (solves, batches, scans, the two-state game, N-player
 simulations, particles): each builds its estimate from parts, each part keyed by the
 parameters it grows with, and :func:`check_parts` decides (:func:`check_fdm` for the
-finite-difference solves; a :class:`~mfgwork.pipeline.Discretization` declares its parts to
-the pipeline, which checks them; the particle FP solver adds its per-particle bytes in
+finite-difference solves, of the parts :func:`fdm_parts` gives; a
+:class:`~mfgwork.pipeline.Discretization` declares its parts to the pipeline, which checks
+them; the particle FP solver adds its per-particle bytes in
 :mod:`mfgwork.numerics.particles.memory`). A solver that holds more than these estimates
 declares its own bytes per problem, which count instead where larger: the batched Newton on
 a device (:func:`mfgwork.numerics.batch_newton.device_bytes`), also the figure a scan's
@@ -165,20 +166,19 @@ def two_state_bytes(nt: int, depth: int = 0) -> int:
 
 
 def fdm_parts(nx: int, nt: int, backend: Any, sizes: Sequence[int], depth: int,
-              batch: int = 1, what: str = "", per_problem: int = 0
-              ) -> tuple[dict[str, int], str]:
-    """(bytes by the parameters they grow with, what is solved) of a finite-difference solve
-    of ``batch`` problems whose coupling states hold ``sizes`` values, with Anderson mixing
-    of ``depth`` (0: none): the depth beyond :data:`DEFAULT_DEPTH` apart from the grid (and
-    batch). ``per_problem``: the bytes per problem that the solver declares for itself (the
-    batched Newton on a device), counted instead of the grid arrays and coupling states
-    where larger."""
+              batch: int = 1, per_problem: int = 0) -> tuple[dict[str, int], str]:
+    """(parts, what) of a finite-difference solve of ``batch`` problems whose coupling states
+    hold ``sizes`` values, with Anderson mixing of ``depth`` (0: none), for
+    :func:`check_parts`: the grid (and batch) part, and the depth's beyond
+    :data:`DEFAULT_DEPTH`. ``per_problem``: the bytes per problem that the solver declares
+    for itself (the batched Newton on a device), counted instead of the grid arrays and
+    coupling states where larger."""
     itemsize = 4 if backend.dtype == "float32" else 8
     size = max(sizes)
     base = fdm_bytes(nx, nt, itemsize, size, min(depth, DEFAULT_DEPTH), batch)
     extra = fdm_bytes(nx, nt, itemsize, size, depth, batch) - base
-    what = what or (f"a solve on an nx={nx} x nt={nt} grid" if batch == 1 else
-                    f"a batch of {batch} solves on an nx={nx} x nt={nt} grid")
+    what = (f"a solve on an nx={nx} x nt={nt} grid" if batch == 1 else
+            f"a batch of {batch} solves on an nx={nx} x nt={nt} grid")
     grid_key = "nx, nt" if batch == 1 else "nx, nt or the batch size"
     return {grid_key: max(base, batch * per_problem), "the Anderson depth": extra}, what
 
@@ -186,10 +186,12 @@ def fdm_parts(nx: int, nt: int, backend: Any, sizes: Sequence[int], depth: int,
 def check_fdm(nx: int, nt: int, backend: Any, sizes: Sequence[int], depth: int,
               max_memory: object = None, batch: int = 1, what: str = "",
               per_problem: int = 0) -> int:
-    """The bytes of :func:`fdm_parts`, refused by :func:`check_parts` when they do not fit
-    (blaming the depth beyond :data:`DEFAULT_DEPTH`, else the grid and batch)."""
-    parts, what = fdm_parts(nx, nt, backend, sizes, depth, batch, what, per_problem)
-    return check_parts(parts, backend, what=what, max_memory=max_memory)
+    """Bytes of a finite-difference solve (:func:`fdm_parts`), refused by
+    :func:`check_parts` when they do not fit: blaming the depth beyond
+    :data:`DEFAULT_DEPTH`, else the grid (and batch); ``what``: the solve as the refusal
+    names it (default: its grid and batch)."""
+    parts, default = fdm_parts(nx, nt, backend, sizes, depth, batch, per_problem)
+    return check_parts(parts, backend, what=what or default, max_memory=max_memory)
 
 
 def check_parts(parts: Mapping[str, int], backend: Any, *, what: str,
