@@ -25,10 +25,11 @@ from .core.errors import ParameterError, check_int
 from .numerics.iteration import check_stopping
 from .numerics.scenario_tree import TreeNewton, TreeScheme
 from .pipeline import Discretization, Where, solver_of
-from .problems.base import MFGProblem, member_summaries, warn_unresolved
+from .placement import place_solve
+from .problems.base import MFGProblem, member_summaries
 from .problems.common_noise import CommonNoise
 from .results import CERTIFICATES, Result
-from .solve import SOLVERS, place_solve, reachable_tol, solve
+from .solve import SOLVERS, check_scales, reachable_tol, solve
 
 #: The tolerance of the model's own equilibria, one per noise state, that start Newton's
 #: method on the tree.
@@ -100,8 +101,7 @@ class ScenarioTree(Discretization):
         noise, be = self.noise, where.backend
         tol = reachable_tol(self.tol, be)
         grid = noise.problem.grid(self.nx, self.nt)
-        grid.check_scales(noise.problem.sigma, be.dtype)
-        warn_unresolved([noise.problem], grid)
+        check_scales([noise.problem], grid, be)
         scheme = TreeScheme(noise, self.nx, self.nt, be)
         first = time.perf_counter()
         solved = solve(list(noise.states), nx=self.nx, nt=self.nt, progress=False, backend=be,

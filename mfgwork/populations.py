@@ -24,15 +24,15 @@ from .numerics.populations import (
     setup,
 )
 from .pipeline import Discretization, Where, run, solver_of
-from .problems.base import warn_unresolved
+from .placement import place_solve
 from .problems.populations import Populations
 from .results import Result, derive_status
 from .solve import (
     COARSE,
     COARSE_TOL,
     SOLVERS,
+    check_scales,
     fixed_point_bar,
-    place_solve,
     reachable_tol,
     starts_coarse,
 )
@@ -151,9 +151,7 @@ class PopulationsFDM(Discretization):
         starts from: ``initial``'s, or a COARSE × COARSE solve's on fine grids."""
         problem, be = self.problem, where.backend
         grid = problem.grid(self.nx, self.nt)
-        for p in problem.models:
-            grid.check_scales(p.sigma, be.dtype)
-        warn_unresolved(problem.models, grid)
+        check_scales(problem.models, grid, be)
         tol = reachable_tol(self.tol, be)
         z_init = _initial_path(self.initial, problem, grid)
         s = setup(problem, grid, be, self.compile_steps)
@@ -193,7 +191,7 @@ class PopulationsFDM(Discretization):
             "hjb": sum(history.time_hjb), "fp": sum(history.time_fp),
             "coupling": sum(history.time_coupling)})
 
-    def certify(self, outcome: _Solve) -> _Solve:
+    def _certified(self, outcome: _Solve) -> _Solve:
         """One best response of every group to the returned densities: on the backend, or
         in NumPy float64 on the host for float32 off MPS (where float64 exists)."""
         certify_started = time.perf_counter()
@@ -208,6 +206,8 @@ class PopulationsFDM(Discretization):
                                                   "total": finished - outcome.started})
 
     def results(self, outcome: _Solve) -> list[Result]:
+        """The Result, of ``outcome`` with its certificate (:meth:`_certified`)."""
+        outcome = self._certified(outcome)
         problem, be, grid, out = self.problem, outcome.where.backend, outcome.grid, outcome.out
         tol, max_iter, s = outcome.tol, self.max_iter, outcome.setup
         path_residual, groups, on = outcome.certificate

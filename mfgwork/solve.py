@@ -871,16 +871,6 @@ def check_scales(problems: Sequence[MFGProblem], grid: Any, be: Backend) -> None
     warn_unresolved(problems, grid)
 
 
-def check_size(problems: Sequence[MFGProblem], grid: Any, be: Backend,
-               scheme: IterationScheme, max_memory: object, batch: int = 1,
-               per_problem: int = 0) -> None:
-    """The memory estimate (:func:`fdm_memory`) against ``max_memory`` and the scales
-    (:func:`check_scales`), before any allocation on the grid."""
-    parts, what = fdm_memory(problems, grid, be, scheme, batch, per_problem)
-    memory.check_parts(parts, be, what=what, max_memory=max_memory)
-    check_scales(problems, grid, be)
-
-
 def raised_tol(tol: float, floor: float, below: str, *, hint: str = "") -> float:
     """``tol``, or ``floor`` when ``tol`` is below it, with the warning "tol=… is below
     ``below``; iterating to tol=floor instead``hint``"."""

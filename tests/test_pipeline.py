@@ -125,7 +125,7 @@ def test_the_kinds_of_the_front_door_are_discretizations_with_their_options_as_f
     for solver in (mw.solve_continuous, mw.solve_batch, mw.solve_two_state):
         kind = solver.__wrapped__
         assert issubclass(kind, Discretization)
-        assert inspect.signature(solver) == inspect.signature(kind)
+        assert inspect.signature(solver).parameters == inspect.signature(kind).parameters
     small = {"nx": 41, "nt": 40, "progress": False}
     res = mw.solve(mw.SantaFeBar(), **small)
     again, = run(mw.solve_continuous.__wrapped__(mw.SantaFeBar(), **small))
