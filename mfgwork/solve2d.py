@@ -1,20 +1,23 @@
-"""The 2-D front door: ``mw.solve_2d(problem, nx, ny, nt, ...)`` and ``mw.solve_2d_batch``.
+"""The 2-D kind of the pipeline (:mod:`mfgwork.pipeline`): :class:`FDM2D`, :class:`FDM2DBatch`
+and the long run :class:`Ergodic2D`, behind ``mw.solve`` of an
+:class:`~mfgwork.problems.two_d.MFGProblem2D` (or a list), and ``mw.solve_2d`` and
+``mw.solve_2d_batch``, their names.
 
-Solves the MFG system of a :class:`~mfgwork.problems.two_d.MFGProblem2D` (the room, the two
+They solve the MFG system of a :class:`~mfgwork.problems.two_d.MFGProblem2D` (the room, the two
 bars, or a user problem) with the implicit upwind scheme of :mod:`mfgwork.numerics.fdm2d`
-and returns a :class:`~mfgwork.results2d.Result2D` (a :class:`~mfgwork.Result` with dims
+and return a :class:`~mfgwork.results2d.Result2D` (a :class:`~mfgwork.Result` with dims
 ("t", "y", "x")). Linear systems (see
 :mod:`mfgwork.numerics.fdm2d.sweeps`): ``solver="ilu"`` (numba ILU(0)-BiCGStab, the default
 with NumPy), ``"direct"`` (SuperLU) or ``"krylov"`` (matrix-free stencil + batched
 Jacobi-BiCGStab, the default and only choice with torch on any device; CUDA graphs on CUDA,
 and with Triton one launch a solve preconditioned by two terms of the Neumann series).
 
-API (stable):
+API (stable; the fields of :class:`FDM2D` and :class:`FDM2DBatch`):
 
     solve_2d(problem, nx=101, ny=None, nt=100, backend="numpy", device="cpu", dtype=None,
              tol=1e-6, max_iter=200, solver=None, iteration=None, progress=None,
-             max_memory=None) -> Result2D
-    solve_2d_batch(problems, <same keywords>) -> list[Result2D]
+             max_memory=None, stationary=False) -> Result2D
+    solve_2d_batch(problems, <the same keywords but stationary>) -> list[Result2D]
 
 Models: :class:`~mfgwork.problems.room.Room`, :class:`~mfgwork.problems.two_bars.TwoBars`,
 any :class:`~mfgwork.problems.two_d.MFGProblem2D` (with any isotropic Hamiltonian). A
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import math
 import time
+from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Self
@@ -121,9 +125,9 @@ class _FiniteDifferences2D(Discretization):
     progress: bool | None
 
     @property
+    @abstractmethod
     def members(self) -> list[MFGProblem2D]:
         """The problems solved."""
-        raise NotImplementedError
 
     def _options_checked(self) -> Self:
         """This discretization with the options checked that need no backend."""
@@ -259,9 +263,10 @@ class FDM2D(_FiniteDifferences2D):
     and ``nt`` time steps, to a certified relative fixed-point residual ``tol``
     (``mw.solve`` of an :class:`~mfgwork.MFGProblem2D`; ``mw.solve_2d`` is its name).
 
-    The system, with ν = σ²/2 on the domain Ω ⊂ R² (walls reflecting, exits absorbing):
+    The system (ν = σ²/2 on Ω ⊂ ℝ², the rectangle less the obstacles; zero flux through
+    walls, exits absorbing; :mod:`mfgwork.problems.two_d`):
     −∂t u − ν Δu + H(x, ∇u, m) = f(t, x, m), u(T) = g; ∂t m − ν Δm − div(m ∂pH(x, ∇u, m)) = 0,
-    m(0) = m0; implicit in time, monotone upwind in space
+    m(0) = m0 / ∫ m0; implicit in time, monotone upwind in space
     (:mod:`mfgwork.numerics.fdm2d`).
 
     ``backend``/``device``/``dtype`` as :func:`mfgwork.get_backend`; ``solver``: "ilu"
@@ -358,11 +363,13 @@ class OnTheHost(Where):
 
 @dataclass(frozen=True)
 class Ergodic2D(Discretization):
-    """The long run of a 2-D problem without exits (``mw.solve_2d(..., stationary=True)``):
-    the ergodic system −ν Δv + H(x, ∇v, m) − f(x, m) + λ = 0, −ν Δm − div(m ∂pH) = 0,
-    ∫ m = 1, Σ v = 0 (:mod:`mfgwork.numerics.stationary2d`), solved by Newton's method with
-    sparse LU in float64 on the CPU and returned on ``backend``: one level (t = 0), U the
-    ergodic value v, M the stationary density, ``summary["ergodic_constant"]`` λ."""
+    """The long run of a 2-D problem without exits (``mw.solve_2d(..., stationary=True)``,
+    which :meth:`FDM2D.checked` turns into this): the ergodic system
+    λ − ν Δv + H(x, ∇v, m) = f(x, m), −ν Δm − div(m ∂pH(x, ∇v, m)) = 0, ∫ m = 1, Σ V v = 0
+    (:mod:`mfgwork.numerics.stationary2d`: Newton–Krylov on the coupling state, each best
+    response by sparse LU), in float64 on the CPU (:class:`OnTheHost`), returned on
+    ``backend``: one level (t = 0), U the ergodic value v, M the stationary density,
+    ``summary["ergodic_constant"]`` λ. Refuses a dtype other than float64."""
 
     problem: MFGProblem2D
     nx: int = 101
