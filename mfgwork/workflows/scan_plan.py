@@ -203,12 +203,12 @@ def _check_point_size(plan: ScanPlan, be: Backend, problem: Problem) -> None:
     opts = plan.options
     nx, nt = opts["nx"], opts["nt"]
     if plan.two_d:
-        from ..solve2d import check_size_2d, default_iteration
+        from ..pipeline import Where
+        from ..solve2d import FDM2D
 
-        scheme = default_iteration(be.dtype) if opts["iteration"] is None \
-            else make_scheme(opts["iteration"])
-        check_size_2d([problem], nx, opts["ny"], nt, be,
-                    "ilu" if be.name == "numpy" else "krylov", scheme, None)
+        parts, what = FDM2D(problem, nx=nx, ny=opts["ny"], nt=nt, iteration=opts["iteration"]
+                            ).checked().memory(Where(be))
+        memory.check_parts(parts, be, what=what)
     else:
         memory.check_fdm(nx, nt, be, [_coupling_size(plan, problem)],
                          getattr(make_scheme(opts["iteration"]), "depth", 0),
