@@ -222,7 +222,7 @@ def end_to_end_rows(args: argparse.Namespace) -> list[dict]:
                                                                                 args.easy)]
     rows = []
     original = batch_newton.BatchNewton._jacobians
-    front = importlib.import_module("mfgwork.solve")
+    front = importlib.import_module("mfgwork.fdm1d")
     build = front._results
     spent = [0.0]
     building = [0.0]

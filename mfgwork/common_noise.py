@@ -22,6 +22,7 @@ import numpy as np
 
 from .core.backend import Backend, get_backend, to_numpy
 from .core.errors import ParameterError, check_int
+from .fdm1d import check_scales, reachable_tol
 from .numerics.iteration import check_stopping
 from .numerics.scenario_tree import TreeNewton, TreeScheme
 from .pipeline import Discretization, Where, solver_of
@@ -29,7 +30,7 @@ from .placement import place_solve
 from .problems.base import MFGProblem, member_summaries
 from .problems.common_noise import CommonNoise
 from .results import CERTIFICATES, Result
-from .solve import SOLVERS, check_scales, reachable_tol, solve
+from .solve import SOLVERS, solve
 
 #: The tolerance of the model's own equilibria, one per noise state, that start Newton's
 #: method on the tree.

@@ -15,6 +15,14 @@ from .core.backend import Backend, get_backend, to_numpy
 from .core.compiling import check_compile_steps
 from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag, warn
 from .core.grid import Grid
+from .fdm1d import (
+    COARSE,
+    COARSE_TOL,
+    check_scales,
+    fixed_point_bar,
+    reachable_tol,
+    starts_coarse,
+)
 from .numerics.iteration import FixedPointResult, IterationScheme, check_stopping, make_scheme
 from .numerics.populations import (
     SYSTEMS,
@@ -27,15 +35,7 @@ from .pipeline import Discretization, Where, run, solver_of
 from .placement import place_solve
 from .problems.populations import Populations
 from .results import Result, derive_status
-from .solve import (
-    COARSE,
-    COARSE_TOL,
-    SOLVERS,
-    check_scales,
-    fixed_point_bar,
-    reachable_tol,
-    starts_coarse,
-)
+from .solve import SOLVERS
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ import numpy as np
 from .core import memory
 from .core.backend import Backend, get_backend, to_numpy
 from .core.errors import ParameterError, check_choice, check_flag, check_int
+from .fdm1d import raised_tol
 from .numerics.fdm2d import equilibrium as eq
 from .numerics.fdm2d.sweeps import SOLVERS
 from .numerics.iteration import Anderson, IterationScheme, check_stopping, make_scheme
@@ -49,7 +50,7 @@ from .placement import resolve
 from .problems.base import warn_unresolved
 from .problems.two_d import MFGProblem2D
 from .results2d import Result2D
-from .solve import BATCH_SOLVERS, raised_tol
+from .solve import BATCH_SOLVERS
 from .solve import SOLVERS as FRONT_DOOR
 
 #: Arrays of (nt+1) × ny × nx floats a solve holds besides the coupling states: U, M, their

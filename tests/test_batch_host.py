@@ -11,9 +11,9 @@ import numpy as np
 
 import mfgwork as mw
 from mfgwork.core.backend import get_backend
+from mfgwork.fdm1d import _member_observables
 from mfgwork.numerics.batch_newton import member_potentials
 from mfgwork.problems.base import ScalarPotential, member_summaries
-from mfgwork.solve import _member_observables
 from mfgwork.warm_start import _path, _result_paths
 
 
@@ -114,7 +114,7 @@ def test_the_coarse_stage_of_a_batch_hands_on_arrays_not_results(monkeypatch):
     from mfgwork.pipeline import run
     from mfgwork.warm_start import Start
 
-    solve_module = importlib.import_module("mfgwork.solve")
+    solve_module = importlib.import_module("mfgwork.fdm1d")
 
     problems = _problems()
     be = get_backend("torch", "cpu", "float64")

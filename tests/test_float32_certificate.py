@@ -13,7 +13,7 @@ from test_scan_finish import independent_residual
 import mfgwork as mw
 
 torch = pytest.importorskip("torch")
-solve_module = importlib.import_module("mfgwork.solve")
+solve_module = importlib.import_module("mfgwork.fdm1d")
 precision = importlib.import_module("mfgwork.precision")
 
 TOL = 3e-4

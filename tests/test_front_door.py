@@ -22,6 +22,7 @@ from mfgwork.core.backend import torch_installed
 from mfgwork.results import STATUSES
 
 solve_module = importlib.import_module("mfgwork.solve")
+fdm1d = importlib.import_module("mfgwork.fdm1d")
 
 SMALL = {"nx": 41, "nt": 40, "progress": False}
 
@@ -29,14 +30,14 @@ SMALL = {"nx": 41, "nt": 40, "progress": False}
 # -- iteration schemes hold no state between solves ---------------------------------------
 def _spy_fallback(monkeypatch):
     offered = []
-    original = solve_module._newton_fallback
+    original = fdm1d._newton_fallback
 
     def spy(*args, **kwargs):
         out = original(*args, **kwargs)
         offered.append(out is not None)
         return out
 
-    monkeypatch.setattr(solve_module, "_newton_fallback", spy)
+    monkeypatch.setattr(fdm1d, "_newton_fallback", spy)
     return offered
 
 
@@ -396,7 +397,7 @@ def test_the_module_graph_has_no_cycle():
 
 
 @pytest.mark.parametrize("module", ["mfgwork.results", "mfgwork.best_response",
-                                    "mfgwork.solve", "mfgwork.finite_state"])
+                                    "mfgwork.solve", "mfgwork.fdm1d", "mfgwork.finite_state"])
 def test_a_front_door_module_imports_alone(module):
     out = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
                          text=True, cwd=PACKAGE.parent, timeout=120)

@@ -155,7 +155,7 @@ def test_n_player_refuses_a_result_with_non_finite_values(solved):
     (lambda: _generic(x_min=-1e160, x_max=1e160), r"nu\*dt/h\*\*2 = .* underflows"),
 ])
 def test_steps_that_underflow_or_lose_precision_are_refused(problem, named, monkeypatch):
-    monkeypatch.setattr(sys.modules["mfgwork.solve"], "_equilibrium", _never)
+    monkeypatch.setattr(sys.modules["mfgwork.fdm1d"], "_equilibrium", _never)
     with pytest.raises(mw.ParameterError, match=named):
         mw.solve(problem(), nx=21, nt=20, progress=False)
 

@@ -52,7 +52,7 @@ def _call(fn, *args, **kwargs):
 @pytest.fixture
 def no_work(monkeypatch):
     monkeypatch.setenv("MFGWORK_MAX_MEMORY", "256 MiB")
-    monkeypatch.setattr(sys.modules["mfgwork.solve"], "_equilibrium", _reached)
+    monkeypatch.setattr(sys.modules["mfgwork.fdm1d"], "_equilibrium", _reached)
     monkeypatch.setattr(sys.modules["mfgwork.workflows.scan"], "_run", _reached)
     monkeypatch.setattr(sys.modules["mfgwork.finite_state"], "AttendanceNewton", _reached)
     monkeypatch.setattr(sys.modules["mfgwork.analysis.n_player"], "count_above", _reached)

@@ -65,7 +65,7 @@ def _float32_floor() -> float:
     import warnings
 
     import mfgwork as mw
-    from mfgwork.solve import reachable_tol
+    from mfgwork.fdm1d import reachable_tol
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

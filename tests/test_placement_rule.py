@@ -39,9 +39,9 @@ def _populations() -> mw.SantaFePopulations:
 #: kind -> (the module whose get_backend the solve calls first, the solve, the problems
 #: resolve is asked about, its keywords there, the backend a solver takes by default)
 KINDS = {
-    "1-D single": ("mfgwork.solve", lambda kw: mw.solve(mw.SantaFeBar(), **SMALL, **kw),
+    "1-D single": ("mfgwork.fdm1d", lambda kw: mw.solve(mw.SantaFeBar(), **SMALL, **kw),
                    mw.SantaFeBar(), {}, "numpy"),
-    "1-D list": ("mfgwork.solve", lambda kw: mw.solve(_bars(2), **SMALL, **kw), _bars(2),
+    "1-D list": ("mfgwork.fdm1d", lambda kw: mw.solve(_bars(2), **SMALL, **kw), _bars(2),
                  {"numpy_on_cpu": True}, "numpy"),
     "2-D": ("mfgwork.solve2d",
             lambda kw: mw.solve(mw.TwoBars(T=2.0), nx=9, nt=6, tol=1e-6, progress=False, **kw),
@@ -239,7 +239,7 @@ def _fake_gpu(monkeypatch, mock_accelerators, free: int) -> Backend:
 
 def test_the_check_of_a_device_batch_and_the_scan_block_share_one_figure(monkeypatch,
                                                                           mock_accelerators):
-    from mfgwork.solve import _newton_bytes
+    from mfgwork.fdm1d import _newton_bytes
     from mfgwork.workflows import scan_solve
 
     free = 3 * 2**30
@@ -271,7 +271,7 @@ def test_a_device_batch_beyond_memory_is_refused_before_any_allocation(monkeypat
     free = batch * per_point - 1   # the old estimate, 6 arrays a problem, fits 5 times over
     assert 5 * batch * memory.FDM_GRID_ARRAYS * (nt + 1) * nx * 4 < free
     _fake_gpu(monkeypatch, mock_accelerators, free)
-    solve = sys.modules["mfgwork.solve"]
+    solve = sys.modules["mfgwork.fdm1d"]
     for name in ("initial_state", "member_arrays", "FiniteDifferences", "_coupling_groups"):
         monkeypatch.setattr(solve, name, _never)
     with pytest.raises(mw.ParameterError, match=rf"^nx, nt or the batch size too large: a batch "

@@ -23,7 +23,7 @@ def test_a_point_the_batch_cannot_bring_in_is_finished_by_the_single_path(monkey
     batch; the scan finishes the first by mw.solve."""
     import importlib
 
-    solve_module = importlib.import_module("mfgwork.solve")
+    solve_module = importlib.import_module("mfgwork.fdm1d")
     newton = solve_module._batch_newton
     monkeypatch.setattr(solve_module, "_batch_newton", lambda couplings, *a:
                         None if len(couplings) > 1 else newton(couplings, *a))

@@ -170,7 +170,7 @@ def test_objectives_it_does_not_define_are_refused_before_work(problem, options,
                                                                monkeypatch):
     import importlib
 
-    solve_module = importlib.import_module("mfgwork.solve")
+    solve_module = importlib.import_module("mfgwork.fdm1d")
 
     def no_work(*args, **kwargs):
         raise AssertionError("work started")

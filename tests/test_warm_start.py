@@ -46,7 +46,7 @@ def test_attendance_path_warm_start_saves_iterations_and_reaches_the_same_equili
     ({"A": 1}, ["(dict) is invalid"]),
 ])
 def test_bad_initial_is_refused_before_any_solve(initial, words, monkeypatch):
-    solve_module = importlib.import_module("mfgwork.solve")
+    solve_module = importlib.import_module("mfgwork.fdm1d")
 
     def no_solvers(*args, **kwargs):
         raise AssertionError("solvers built before initial was checked")

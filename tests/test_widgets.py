@@ -15,7 +15,7 @@ pytest.importorskip("ipywidgets")
 
 import mfgwork as mw  # noqa: E402
 from mfgwork.apps import explorer as widgets  # noqa: E402
-from mfgwork.solve import METHODS  # noqa: E402
+from mfgwork.fdm1d import METHODS  # noqa: E402
 
 NUMPY_ONLY = [("numpy", "cpu")]
 # ipympl's toolbar passes an argument traitlets deprecates; not ours to fix

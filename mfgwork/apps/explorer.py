@@ -37,11 +37,12 @@ from ..analysis import plots, plots2d
 from ..core.backend import available_backends
 from ..core.errors import ConvergenceWarning, ParameterError, check_choice, check_int, check_real
 from ..core.extras import require
+from ..fdm1d import METHODS
 from ..problems.room import Room
 from ..problems.santa_fe import DEFAULTS, SantaFeBar
 from ..results import Result
 from ..results2d import Result2D
-from ..solve import METHODS, solve
+from ..solve import solve
 
 require("ipywidgets", extra="notebooks", feature="the explorer (mw.widgets)")
 import ipywidgets as w  # noqa: E402

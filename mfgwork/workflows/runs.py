@@ -315,7 +315,7 @@ def solve_options(*, nx: int, nt: int, method: str, backend: str, device: str, t
     ``n_particles`` and ``seed`` are passed on only for ``method="particles"``. Unavailable
     backends or devices raise :class:`~mfgwork.core.errors.BackendError` listing what is here.
     """
-    from ..solve import METHODS
+    from ..fdm1d import METHODS
 
     options = {"nx": check_int("nx", nx, low=3), "nt": check_int("nt", nt, low=1),
                "method": check_choice("method", method, METHODS),

@@ -75,10 +75,10 @@ from ..core.errors import LoadError, ParameterError, check_flag, check_int, warn
 from ..core.extras import require
 from ..core.processes import check_spawn_safe
 from ..core.progress import progress_bar, ticking
+from ..fdm1d import reachable_tol
 from ..placement import Placement
 from ..problems import PROBLEMS
 from ..results import provenance
-from ..solve import reachable_tol
 from ..solve2d import default_iteration
 from ..welfare import COMPARISON
 from .dask_client import dask_client, visible_gpus
