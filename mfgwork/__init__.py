@@ -35,6 +35,7 @@ from .core.grid2d import Exit, Grid2D, Obstacle
 from .finite_state import solve_two_state, switching_rates, time_to_level
 from .numerics.iteration import Anderson, FictitiousPlay, Relaxation
 from .numerics.particles import ParticleFP
+from .pipeline import Discretization, Where
 from .placement import Placement, crossover_table, placement
 from .populations import solve_populations
 from .problems import (
@@ -54,7 +55,7 @@ from .problems.two_bars import TwoBars
 from .problems.two_d import MFGProblem2D
 from .results import Result, Status, load, save_run
 from .results2d import Result2D
-from .solve import solve, solve_batch, solve_continuous
+from .solve import register_kind, solve, solve_batch, solve_continuous
 from .solve2d import solve_2d, solve_2d_batch
 from .welfare import price_welfare, welfare
 from .workflows.scan import open_scan, scan
@@ -79,6 +80,7 @@ __all__ = [
     "Exit", "Grid2D", "Obstacle", "MFGProblem2D", "Room", "TwoBars", "Result2D",
     "solve_2d", "solve_2d_batch", "welfare", "price_welfare",
     "CommonNoise", "solve_common_noise",
+    "Discretization", "Where", "register_kind",
 ]
 
 

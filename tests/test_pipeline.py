@@ -132,3 +132,27 @@ def test_the_kinds_of_the_front_door_are_discretizations_with_their_options_as_f
     np.testing.assert_array_equal(res.M, again.M)
     kind = mw.solve_two_state.__wrapped__
     assert replace(kind(mw.TwoStateElFarol()), nt=50).checked().nt == 50
+
+
+def test_register_kind_adds_a_kind_to_the_front_door_and_refuses_what_is_none(monkeypatch):
+    monkeypatch.setattr(solve_module, "SOLVERS", dict(solve_module.SOLVERS))
+    monkeypatch.setattr(solve_module, "BATCH_SOLVERS", dict(solve_module.BATCH_SOLVERS))
+    solver = mw.register_kind(Toy, Cosine)
+    assert solver.__name__ == "solve_cosine" and solve_module.SOLVERS[Toy] is solver
+    z, _ = mw.solve(Toy(), calls=[])
+    assert abs(np.cos(z) - z) < 1e-9
+
+    @dataclass(frozen=True, eq=False)
+    class Cosines(Cosine):
+        batched = True
+
+        def results(self, outcome):
+            return [outcome] * len(self.problem)
+
+    mw.register_kind(Toy, Cosines, name="solve_cosines")
+    assert len(mw.solve([Toy(), Toy()], calls=[])) == 2
+    with pytest.raises(mw.ParameterError, match=r"kind=.* is invalid: must be a dataclass "
+                       r"subclass of mfgwork.Discretization"):
+        mw.register_kind(Toy, lambda problem: None)
+    with pytest.raises(mw.ParameterError, match=r"problem_type=.* is invalid: must be a class"):
+        mw.register_kind(Toy(), Cosine)
