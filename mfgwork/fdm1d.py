@@ -46,6 +46,8 @@ from .numerics.iteration import (
     make_scheme,
 )
 from .numerics.particles import check_particle_args
+from .numerics.particles.memory import particle_parts
+from .numerics.particles.solver import default_copies
 from .numerics.potential import PotentialNewton
 from .pipeline import Discretization, Where, run, solver_of
 from .placement import place_solve
@@ -196,10 +198,17 @@ class FDM1D(Discretization):
         return Where(get_backend(backend, device, self.dtype), placed)
 
     def memory(self, where: Where) -> tuple[dict[str, int], str]:
+        """The finite-difference parts; with particles, the particles' added (their FP
+        solver, :class:`~mfgwork.ParticleFP`, checks them again alone)."""
         be, grid = where.backend, self.problem.grid(self.nx, self.nt)
-        return fdm_memory([self.problem], grid, be, make_scheme(self.iteration),
-                          per_problem=_newton_bytes([self.problem], self.iteration, grid, be)
-                          if self.method == "fdm" else 0)
+        if self.method == "fdm":
+            return fdm_memory([self.problem], grid, be, make_scheme(self.iteration),
+                              per_problem=_newton_bytes([self.problem], self.iteration, grid,
+                                                        be))
+        parts, _ = fdm_memory([self.problem], grid, be, make_scheme(self.iteration))
+        particles, what = particle_parts(self.n_particles, grid.nx, grid.nt, be, default_copies(
+            be.name == "torch" and be.kind == "cuda", grid.nx, grid.nt))
+        return {k: parts.get(k, 0) + particles.get(k, 0) for k in parts | particles}, what
 
     def start(self, where: Where, started: float) -> Picard:
         built = compile_clock()

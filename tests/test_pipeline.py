@@ -156,3 +156,23 @@ def test_register_kind_adds_a_kind_to_the_front_door_and_refuses_what_is_none(mo
         mw.register_kind(Toy, lambda problem: None)
     with pytest.raises(mw.ParameterError, match=r"problem_type=.* is invalid: must be a class"):
         mw.register_kind(Toy(), Cosine)
+
+
+def test_a_particle_solve_declares_its_particles_to_the_memory_plan(monkeypatch):
+    """method='particles': the plan holds the particles besides the grid's arrays, refused
+    before the set-up (no solver built), blaming the particles where they take the most."""
+    fdm1d = importlib.import_module("mfgwork.fdm1d")
+
+    def never(*args, **kwargs):
+        raise AssertionError("set-up before the memory check")
+
+    monkeypatch.setattr(fdm1d, "solvers", never)
+    with pytest.raises(mw.ParameterError, match=r"^n_particles too large: a particle solve "
+                       r"with n_particles=10000000"):
+        mw.solve(mw.SantaFeBar(), method="particles", n_particles=10**7, nx=41, nt=40,
+                 max_memory="100 MB")
+    kind = fdm1d.FDM1D(mw.SantaFeBar(), method="particles", n_particles=1000, nx=41, nt=40)
+    parts, _ = kind.memory(Where(get_backend("numpy")))
+    alone, _ = kind.checked().memory(Where(get_backend("numpy")))
+    grid_only, _ = fdm1d.FDM1D(mw.SantaFeBar(), nx=41, nt=40).memory(Where(get_backend("numpy")))
+    assert parts == alone and parts["nx, nt"] > grid_only["nx, nt"] and parts["n_particles"] > 0

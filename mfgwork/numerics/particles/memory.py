@@ -27,16 +27,22 @@ def estimate_bytes(n_particles: int, nx: int, nt: int, itemsize: int, copies: in
     return n_particles * bytes_per_particle(itemsize) + grid_bytes(nx, nt, itemsize, copies)
 
 
-def check_fits(n_particles: int, nx: int, nt: int, backend: Backend, copies: int = 1,
-               max_memory: object = None) -> int:
-    """The estimate in bytes; refused by :func:`mfgwork.core.memory.check_parts` when it
-    exceeds the free memory (or ``max_memory``), blaming the particles or the grid, whichever
-    takes more."""
+def particle_parts(n_particles: int, nx: int, nt: int, backend: Backend, copies: int = 1
+                   ) -> tuple[dict[str, int], str]:
+    """(bytes by the parameters they grow with, what is solved) of a particle FP solve, for
+    :func:`mfgwork.core.memory.check_parts`: the particles and the node masses."""
     itemsize = 4 if backend.dtype == "float32" else 8
     per = bytes_per_particle(itemsize)
-    return memory.check_parts(
-        {"n_particles": n_particles * per, "nx, nt": grid_bytes(nx, nt, itemsize, copies)},
-        backend, max_memory=max_memory,
-        what=f"a particle solve with n_particles={n_particles}, nx={nx}, nt={nt} ({per} bytes "
-             f"per particle in {backend.dtype} plus the node masses of {nt + 1} levels of "
-             f"{nx} nodes)")
+    return ({"n_particles": n_particles * per, "nx, nt": grid_bytes(nx, nt, itemsize, copies)},
+            f"a particle solve with n_particles={n_particles}, nx={nx}, nt={nt} ({per} bytes "
+            f"per particle in {backend.dtype} plus the node masses of {nt + 1} levels of "
+            f"{nx} nodes)")
+
+
+def check_fits(n_particles: int, nx: int, nt: int, backend: Backend, copies: int = 1,
+               max_memory: object = None) -> int:
+    """The estimate in bytes (:func:`particle_parts`); refused by
+    :func:`mfgwork.core.memory.check_parts` when it exceeds the free memory (or
+    ``max_memory``), blaming the particles or the grid, whichever takes more."""
+    parts, what = particle_parts(n_particles, nx, nt, backend, copies)
+    return memory.check_parts(parts, backend, max_memory=max_memory, what=what)
