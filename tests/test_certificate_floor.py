@@ -92,14 +92,13 @@ def test_cases_predicted_fine_reach_tol_without_a_floor(case):
     assert certificate_floor(L, EPS) <= 1e-8
 
 
-def test_a_floor_below_tol_explains_nothing():
-    # a max_iter too small to get near the equilibrium: the residual is far above the floor
-    # of the point reached, and that floor (the best response is not steep there) below tol
+def test_a_solve_that_runs_out_of_iterations_gets_no_floor():
+    # a max_iter too small to get near the equilibrium: its point says nothing of the
+    # floor (the best response is not steep there), so none is computed or named
     with pytest.warns(mw.ConvergenceWarning) as caught:
         res = _solve(*STALLING[0], max_iter=3)
     assert not res.converged and res.status == "max_iter"
-    floor = res.extra["reachable_tol"]
-    assert res.residual > 1e-8 > floor["tol"] and not floor["reached"]
+    assert "reachable_tol" not in res.extra
     assert not any("float64 certifies" in str(w.message) for w in caught)
 
 

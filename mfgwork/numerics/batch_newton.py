@@ -562,7 +562,7 @@ class BatchNewton:
             if better.any():
                 s.kept = keep_where(s.kept, better, s.cur["U"], s.cur["M"], self.backend)
         converged = s.best <= self.tol
-        self._floors(s, ~converged)
+        self._floors(s, ~converged & s.stuck)
         done_at = np.where(s.done_at == 0, k, s.done_at)
         if not converged.all():
             warn(f"Newton's method did not reach tol={np.max(self.tol):g} for "
@@ -576,9 +576,11 @@ class BatchNewton:
 
     def _floors(self, s: _NewtonState, above: np.ndarray) -> None:
         """The float64 certificate floor (:func:`certificate_floor`, L at the accepted point)
-        of each problem of ``above`` (stopped above ``tol``), recorded in :attr:`reachable`
-        with whether its certified residual reached it. None in float32 (its own floor is
-        raised before iterating, :func:`mfgwork.solve.reachable_tol`)."""
+        of each problem of ``above`` (stuck above ``tol``: its line search refused every
+        step; not one that ran out of iterations, whose point says nothing of the floor),
+        recorded in :attr:`reachable` with whether its certified residual reached it. None
+        in float32 (its own floor is raised before iterating,
+        :func:`mfgwork.fdm1d.reachable_tol`)."""
         if not self.floors or self.system_dtype != "float64" or self.backend.eps > 1e-10:
             return
         for b in np.flatnonzero(above & np.isfinite(s.best)):
