@@ -21,6 +21,9 @@ iterate is the plain Picard step z_{k+1} = Φ(z_k), whose evaluation certifies M
 iteration stops when a certified residual is ≤ ``tol``. A failed certificate lowers the
 threshold for the next try by the observed amplification. Differences of U and M between
 iterates are recorded for the history only; they never stop the iteration.
+
+:class:`FixedPoint` is this iteration as an equilibrium strategy (:mod:`.equilibrium`: its
+state a :class:`PicardState`, stepped by the one driver); :func:`fixed_point` runs it.
 """
 
 from __future__ import annotations
