@@ -34,15 +34,17 @@ from .numerics.batch_newton import (
     newton_refusal,
     newton_tangent,
 )
+from .numerics.equilibrium import System
+from .numerics.equilibrium import solve as solve_equilibrium
 from .numerics.fdm.sweeps import FiniteDifferences
 from .numerics.fdm.warmup import compile_kernels, compile_tangent
 from .numerics.frozen_density import FrozenDensityNewton
 from .numerics.iteration import (
+    FixedPoint,
     FixedPointResult,
     HJBSolver,
     IterationScheme,
     check_stopping,
-    fixed_point,
     make_scheme,
 )
 from .numerics.particles import check_particle_args
@@ -726,8 +728,9 @@ def _equilibrium(newton: BatchNewton | None, problems: Sequence[MFGProblem], cou
                  batched: bool, coarse: bool, max_memory: object, warm: dict[str, Any],
                  fallback: PotentialNewton | None = None
                  ) -> tuple[FixedPointResult, list[int] | None, float]:
-    """The fixed point of one problem (unbatched arrays) or of a batch: Newton's method
-    when ``newton`` is given (from a COARSE × COARSE solve on fine grids, unless ``warm``
+    """The fixed point of one problem (unbatched arrays) or of a batch, one run of the
+    equilibrium driver (:func:`~mfgwork.numerics.equilibrium.solve`) with the strategy
+    ``newton`` where given (from a COARSE × COARSE solve on fine grids, unless ``warm``
     already starts it or ``coarse`` is False), else the iteration ``scheme`` (with
     ``fallback`` for single problems). Returns the result and the iterations of the coarse
     stage per problem (None without one) and its seconds."""
@@ -738,27 +741,16 @@ def _equilibrium(newton: BatchNewton | None, problems: Sequence[MFGProblem], cou
                              batched=batched)
         coarse_iterations = [r.iterations for r in starts]
     coarse_seconds = seconds_since(started, built)
-    if newton is not None:
-        out = _run_newton(newton, coupling, hjb, fp, m0, U_T, max_iter, progress,
-                          batched=batched, **warm)
-    else:
-        out = _iterate(coupling, hjb, fp, m0, U_T, grid.nt, be, scheme, tol, max_iter,
-                       progress, batched=batched, fallback=fallback, **warm)
-    return out, coarse_iterations, coarse_seconds
-
-
-def _run_newton(newton: BatchNewton, coupling: Any, hjb: Any, fp: Any, m0: Any, U_T: Any,
-                max_iter: int, progress: bool | None, batched: bool, **warm: Any
-                ) -> FixedPointResult:
+    strategy = newton if newton is not None else FixedPoint(scheme, tol, fallback=fallback)
+    system = System(coupling, hjb, fp, m0, U_T, grid.nt, be, batched=batched, **warm)
     bar = fixed_point_bar(progress, max_iter)
     try:
-        out = newton.solve(coupling, hjb, fp, m0=m0, U_T=U_T, max_iter=max_iter,
-                           progress=bar, batched=batched, **warm)
+        out = solve_equilibrium(strategy, system, max_iter=max_iter, progress=bar)
     finally:
         if bar is not None:
             bar.close()
-    newton.backend.synchronize()
-    return out
+    be.synchronize()
+    return out, coarse_iterations, coarse_seconds
 
 
 def fdm_memory(problems: Sequence[MFGProblem], grid: Any, be: Backend,
@@ -855,20 +847,6 @@ def _coupling_groups(problems: Sequence[MFGProblem], grid: Any, be: Backend
     for i, p in enumerate(problems):
         groups.setdefault((type(p.coupling(grid, be)), p.hamiltonian), []).append(i)
     return list(groups.values())
-
-
-def _iterate(coupling: Any, hjb: Any, fp: Any, m0: Any, U_T: Any, nt: int, be: Backend,
-             scheme: IterationScheme, tol: float, max_iter: int, progress: bool | None,
-             batched: bool, **warm: Any) -> FixedPointResult:
-    bar = fixed_point_bar(progress, max_iter)
-    try:
-        out = fixed_point(coupling, hjb, fp, m0=m0, U_T=U_T, nt=nt, backend=be, scheme=scheme,
-                          tol=tol, max_iter=max_iter, progress=bar, batched=batched, **warm)
-    finally:
-        if bar is not None:
-            bar.close()
-    be.synchronize()
-    return out
 
 
 def _phase_totals(history: Any) -> dict[str, float]:

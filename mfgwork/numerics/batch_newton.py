@@ -65,7 +65,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any
 
@@ -77,6 +77,7 @@ from ..core.errors import ConvergenceWarning, SolverError, warn
 from ..core.grid import Grid
 from ..problems.base import ScalarPotential
 from ..problems.hamiltonians import Hamiltonian
+from .equilibrium import System
 from .fdm.operators import CURVATURE_FLOOR, QUADRATIC
 from .fdm.tangent import newton_direction, tangent_product
 from .iteration import FixedPointResult, History, evaluator, record_times
@@ -400,15 +401,38 @@ def newton_tangent(hamiltonian: Hamiltonian) -> str | None:
 
 
 @dataclass
+class _Solve:
+    """What :class:`BatchNewton` keeps of a solve around the problems' state machine: the
+    best response ``evaluate`` of its ``coupling`` (``single``: one problem seen as a batch
+    of one), the iterations ``k`` of ``max_iter``, the problems' tolerances, how many are
+    still ``running``, the moves and trial steps of :func:`advance`, the points ``w``
+    evaluated next, the history and the phase stamps."""
+
+    evaluate: Any
+    coupling: Any
+    single: bool
+    max_iter: int
+    tol: np.ndarray
+    running: int
+    moves: np.ndarray
+    step: np.ndarray
+    w: Any
+    k: int = 0
+    history: History = field(default_factory=History)
+    stamps: list[tuple] = field(default_factory=list)
+
+
+@dataclass
 class _NewtonState:
-    """Where each problem of :meth:`BatchNewton.solve` stands (host arrays (B,)): its
+    """Where each problem of a :class:`BatchNewton` solve stands (host arrays (B,)): its
     ``mode`` (TRIAL, CERTIFY, DONE), step length ``t`` and the first one of its next line
     search (``start``), the halvings of this search, ‖R(z)‖ and the relative residual of the
     accepted point (``norm``, ``rel``), the residual below which it is certified
     (``trigger``), the certified residual of the best densities (``best``), whether the
     accepted point's densities are certified and whether its search is ``stuck``, the
     iteration it finished at (changed in place by :func:`advance`); and on the device the
-    accepted point (``cur``: z, R, U, M), the kept densities and the directions ``d``."""
+    accepted point (``cur``: z, R, U, M), the kept densities and the directions ``d``; the
+    ``solve`` around them (:class:`_Solve`, set by :meth:`BatchNewton.init`)."""
 
     mode: np.ndarray
     t: np.ndarray
@@ -424,6 +448,15 @@ class _NewtonState:
     cur: dict[str, Any]
     kept: dict[str, Any]
     d: Any
+    solve: _Solve | None = None
+
+    @property
+    def history(self) -> History:
+        return self.solve.history
+
+    @property
+    def evaluations(self) -> int:
+        return self.solve.k
 
     @classmethod
     def first(cls, w: Any, U_init: Any, tol: Any, xp: Any) -> _NewtonState:
@@ -485,65 +518,78 @@ class BatchNewton:
         the dense tangent Jacobians (devices)."""
         return not dense_on(self.backend)
 
-    # -- the iteration -----------------------------------------------------------------------
-    def solve(self, coupling: Any, hjb: Any, fp: Any, *, m0: Any, U_T: Any, max_iter: int,
-              M_init: Any = None, U_init: Any = None, z_init: Any = None,
-              progress: Any = None, batched: bool = True) -> FixedPointResult:
-        """Iterate until every problem has stopped or ``max_iter`` best responses were
-        evaluated; arrays carry the leading batch axis where ``batched`` (else one problem).
-        The first point: ``z_init``, else the state of ``M_init``, else of m0 at all times."""
+    # -- the iteration (an equilibrium strategy, :mod:`.equilibrium`) -----------------------
+    def init(self, system: System, max_iter: int) -> _NewtonState:
+        """Every problem at its first point: the system's ``z_init``, else the state of its
+        ``M_init``, else of m0 at all times (a single problem as a batch of one)."""
         be, xp, nt = self.backend, self.backend.xp, self.grid.nt
-        if not batched:
+        coupling, hjb, fp = system.coupling, system.hjb, system.fp
+        M_init, U_init, z_init = system.M_init, system.U_init, system.z_init
+        if not system.batched:
             one = Unbatched(coupling, hjb, fp)
-            M0 = _at_every_level(m0, nt, xp) if M_init is None else M_init
-            out = self.solve(one, one.hjb, one.fp, m0=m0, U_T=U_T, max_iter=max_iter,
-                             M_init=M0[None], U_init=None if U_init is None else U_init[None],
-                             z_init=None if z_init is None else z_init[None],
-                             progress=progress)
-            out.U, out.M = out.U[0], out.M[0]
-            return out
+            coupling, hjb, fp = one, one.hjb, one.fp
+            M_init = (_at_every_level(system.m0, nt, xp) if M_init is None else M_init)[None]
+            U_init = None if U_init is None else U_init[None]
+            z_init = None if z_init is None else z_init[None]
         if self.system_dtype != be.dtype:
             coupling = Float64State(coupling, be)
             z_init = None if z_init is None else xp.astype(z_init, xp.float64)
-        evaluate = evaluator(coupling, hjb, fp, U_T, m0, be)
-        M0 = _at_every_level(m0, nt, xp) if M_init is None else M_init
+        M0 = _at_every_level(system.m0, nt, xp) if M_init is None else M_init
         w = coupling.state(M0) if z_init is None else coupling.project(z_init)
         s = _NewtonState.first(w, U_init, self.tol, xp)
-        tol = np.full(w.shape[0], self.tol, dtype=np.float64)
-        moves, step = np.zeros((4, w.shape[0]), dtype=bool), np.zeros(w.shape[0])
-        history, stamps = History(), []
-        k = 0
-        for k in range(1, max_iter + 1):
-            t0 = be.stamp()
-            F, U_w, M_w, g_w, (t1, t2, t3) = evaluate(w, s.cur["U"])
-            R_w = g_w - w
-            sums = self._iteration_sums(R_w, g_w, U_w, s.cur["U"], M_w, s.cur["M"], F)
-            if not np.isfinite(sums).all():
-                raise SolverError(f"non-finite values at iteration {k} of Newton's method on "
-                                  "the coupling state: the iteration diverged")
-            residual, change_U, change_M, certificate, running = advance(
-                k, sums, tol, self.max_halvings, moves, step, *s.host())
-            history.residual.append(residual)
-            history.change_U.append(change_U)
-            history.change_M.append(change_M)
-            history.certificate.append(certificate)
-            keep, accept, fresh, certifying = moves.any(axis=1)
-            if keep:   # the current point's densities are certified and the best yet
-                s.kept = keep_where(s.kept, moves[KEEP], s.cur["U"], s.cur["M"], be)
-            if accept:
-                s.cur = self._accept(s.cur, moves[ACCEPT], w, R_w, U_w, M_w)
-            if fresh:
-                s.d = self._directions(s.d, moves[FRESH], s.cur, s.rel)
-            if progress is not None:
-                progress.update(1)
-                progress.set_postfix(residual=f"{history.residual[-1]:.2e}", refresh=False)
-            stamps.append((t0, t1, t2, t3, be.stamp()))
-            if not running:
-                break
-            w = self._next_points(step, moves[CERTIFYING] if certifying else None, s.cur,
-                                  s.d, coupling)
-        record_times(history, stamps, be)
-        return self._result(s, evaluate, k, max_iter, history)
+        B = w.shape[0]
+        s.solve = _Solve(evaluate=evaluator(coupling, hjb, fp, system.U_T, system.m0, be),
+                         coupling=coupling, single=not system.batched, max_iter=max_iter,
+                         tol=np.full(B, self.tol, dtype=np.float64), running=B,
+                         moves=np.zeros((4, B), dtype=bool), step=np.zeros(B), w=w)
+        return s
+
+    def done(self, s: _NewtonState) -> bool:
+        """Every problem stopped, or ``max_iter`` best responses evaluated."""
+        return not s.solve.running or s.solve.k >= s.solve.max_iter
+
+    def step(self, s: _NewtonState) -> _NewtonState:
+        """One batched best response at each problem's point, :func:`advance`, then the
+        moves it asks for (keep, accept, new directions) and the next points."""
+        be, run = self.backend, s.solve
+        k = run.k = run.k + 1
+        t0 = be.stamp()
+        F, U_w, M_w, g_w, (t1, t2, t3) = run.evaluate(run.w, s.cur["U"])
+        R_w = g_w - run.w
+        sums = self._iteration_sums(R_w, g_w, U_w, s.cur["U"], M_w, s.cur["M"], F)
+        if not np.isfinite(sums).all():
+            raise SolverError(f"non-finite values at iteration {k} of Newton's method on "
+                              "the coupling state: the iteration diverged")
+        residual, change_U, change_M, certificate, run.running = advance(
+            k, sums, run.tol, self.max_halvings, run.moves, run.step, *s.host())
+        history = run.history
+        history.residual.append(residual)
+        history.change_U.append(change_U)
+        history.change_M.append(change_M)
+        history.certificate.append(certificate)
+        moves = run.moves
+        keep, accept, fresh, certifying = moves.any(axis=1)
+        if keep:   # the current point's densities are certified and the best yet
+            s.kept = keep_where(s.kept, moves[KEEP], s.cur["U"], s.cur["M"], be)
+        if accept:
+            s.cur = self._accept(s.cur, moves[ACCEPT], run.w, R_w, U_w, M_w)
+        if fresh:
+            s.d = self._directions(s.d, moves[FRESH], s.cur, s.rel)
+        run.stamps.append((t0, t1, t2, t3, be.stamp()))
+        if run.running:
+            run.w = self._next_points(run.step, moves[CERTIFYING] if certifying else None,
+                                      s.cur, s.d, run.coupling)
+        return s
+
+    def certify(self, s: _NewtonState) -> FixedPointResult:
+        """The best certified densities per problem (:meth:`_result`), a single problem's
+        without the batch axis."""
+        run = s.solve
+        record_times(run.history, run.stamps, self.backend)
+        out = self._result(s, run.evaluate, run.k, run.max_iter, run.history)
+        if run.single:
+            out.U, out.M = out.U[0], out.M[0]
+        return out
 
     def _result(self, s: _NewtonState, evaluate: Any, k: int, max_iter: int,
                 history: History) -> FixedPointResult:

@@ -25,6 +25,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -32,10 +33,38 @@ import numpy as np
 from ..core.backend import Backend, to_numpy
 from ..core.errors import ConvergenceWarning, SolverError, warn
 from .batch_newton import BatchNewton, Unbatched, batch_mask, keep_where
+from .equilibrium import System, solve
 from .iteration import Anderson, FixedPointResult, History
 
 INNER_MAX = 1e-3   # loosest tolerance of an inner Newton solve
 INNER_RATIO = 0.1  # inner tolerance / outer residual
+
+
+@dataclass
+class FrozenState:
+    """A frozen-density solve between its outer iterations (arrays with the batch axis): its
+    ``system`` as a batch (``single``: of one problem), the ``observed`` coupling, the best
+    responses used (``evaluations``) of ``max_iter``, the outer iterations ``k``, the outer
+    ``mixer``, the frozen density ``rho``, the observed path ``path`` and the U, M the next
+    inner solve starts from, the best certified densities (``best``, ``best_res``), the last
+    certified residuals and the best responses at which each problem converged (0: open)."""
+
+    system: System
+    observed: Any
+    max_iter: int
+    mixer: Any
+    rho: Any
+    path: Any
+    U: Any
+    M: Any
+    best: dict[str, Any]
+    best_res: np.ndarray
+    residual: np.ndarray
+    done_at: np.ndarray
+    single: bool = False
+    k: int = 0
+    evaluations: int = 0
+    history: History = field(default_factory=History)
 
 
 class FrozenDensityNewton:
@@ -74,84 +103,86 @@ class FrozenDensityNewton:
     def max_halvings(self, value: int) -> None:
         self.inner.max_halvings = value
 
-    def solve(self, coupling: Any, hjb: Any, fp: Any, *, m0: Any, U_T: Any, max_iter: int,
-              M_init: Any = None, U_init: Any = None, z_init: Any = None,
-              progress: Any = None, batched: bool = False) -> FixedPointResult:
-        """The equilibria of a batch of problems (a leading axis where ``batched``, else one)
-        whose ``coupling`` is the density path (H sees it frozen:
+    # -- the iteration (an equilibrium strategy, :mod:`.equilibrium`) -----------------------
+    def init(self, system: System, max_iter: int) -> FrozenState:
+        """The first frozen density of a batch of problems (one where the system is not
+        batched) whose coupling is the density path (H sees it frozen:
         :meth:`~mfgwork.problems.base.Coupling.frozen_density`); ``z_init``: the observed
         paths to start from, or density paths (levels 1..nt). Without a start, the densities
         (levels 0..nt) and best responses of ``start()`` (e.g. a coarse grid's equilibria
-        interpolated) are the first iterate. Each problem has its own outer iteration,
-        inner tolerance and certificate; it stops when its certificate is ≤ tol."""
+        interpolated) are the first iterate."""
+        M_init, U_init, z_init = system.M_init, system.U_init, system.z_init
         if M_init is None and z_init is None and self.start is not None:
             M_init, self.coarse_iterations = self.start()
-        if not batched:
-            one, observed = Unbatched(coupling, hjb, fp), Unbatched(self.observed, None, None)
-            out = self._solve(one, observed, one.hjb, one.fp, m0=m0, U_T=U_T,
-                              max_iter=max_iter, M_init=_one(M_init), U_init=_one(U_init),
-                              z_init=_one(z_init), progress=progress)
-            out.U, out.M = out.U[0], out.M[0]
-            return out
-        return self._solve(coupling, self.observed, hjb, fp, m0=m0, U_T=U_T, max_iter=max_iter,
-                           M_init=M_init, U_init=U_init, z_init=z_init, progress=progress)
-
-    def _solve(self, coupling: Any, observed: Any, hjb: Any, fp: Any, *, m0: Any, U_T: Any,
-               max_iter: int, M_init: Any, U_init: Any, z_init: Any, progress: Any
-               ) -> FixedPointResult:
-        """:meth:`solve` on arrays with the leading batch axis."""
-        xp = self.backend.xp
-        rho, path, M_init = _first_densities(coupling, m0, M_init, z_init, self.inner.grid.nt,
-                                             xp)
+        coupling, observed, hjb, fp = system.coupling, self.observed, system.hjb, system.fp
+        if not system.batched:
+            coupling, observed = Unbatched(coupling, hjb, fp), Unbatched(observed, None, None)
+            hjb, fp = coupling.hjb, coupling.fp
+            M_init, U_init, z_init = _one(M_init), _one(U_init), _one(z_init)
+        rho, path, M_init = _first_densities(coupling, system.m0, M_init, z_init,
+                                             self.inner.grid.nt, self.backend.xp)
         B = rho.shape[0]
-        history = History()
-        mixer = Anderson(depth=5, mixing=1.0, newton=False).start(batched=True)
-        U, M = U_init, M_init
-        best: dict[str, Any] = {"U": None, "M": None}
-        best_res = np.full(B, math.inf)
-        residual = np.full(B, math.inf)
-        done_at = np.zeros(B, dtype=np.int64)
-        used = k = 0
-        while used < max_iter:
-            k += 1
-            frozen = rho
-            self.inner.tol = np.maximum(self.inner_floor,
-                                        np.minimum(INNER_MAX, INNER_RATIO * residual))
-            self.inner.density = frozen
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ConvergenceWarning)
-                out = self.inner.solve(
-                    observed,
-                    lambda U_T, F, guess, _r=frozen: hjb(U_T, F, guess, _r),
-                    lambda U, m0, _r=frozen: fp(U, m0, _r),
-                    m0=m0, U_T=U_T, max_iter=max(1, max_iter - used - 1),
-                    M_init=M, U_init=U, z_init=path, batched=True)
-            used += int(np.max(out.iterations)) + 1   # (and the certificate's best response)
-            _extend(history, out.history)
-            U, M = out.U, out.M
-            path, z, residual, change_U = self._certificate(coupling, observed, hjb, fp, U, M,
-                                                            U_T, m0, history)
-            open_ = done_at == 0
-            if not np.isfinite(residual[open_]).all():
-                raise SolverError(f"non-finite values at outer iteration {k} of the "
-                                  "frozen-density iteration: the iteration diverged")
-            better = open_ & (residual < best_res)
-            best_res = np.where(better, residual, best_res)
-            best = keep_where(best, better, U, M, self.backend)
-            done_at = np.where(open_ & (residual <= self.tol), used, done_at)
-            history.residual.append(float(np.max(residual[open_])))
-            history.certificate.append(True)
-            history.change_U.append(float(np.max(change_U[open_])))
-            history.change_M.append(history.residual[-1])
-            if progress is not None:
-                progress.update(int(np.max(out.iterations)) + 1)
-                progress.set_postfix(residual=f"{history.residual[-1]:.2e}", refresh=False)
-            if (done_at > 0).all():
-                break
-            mixed = coupling.project(mixer.update(k, frozen, coupling.project(z), xp))
-            rho = xp.where(batch_mask(done_at == 0, mixed, self.backend), mixed, frozen)
-        self.outer_iterations = k
-        return self._result(best, best_res, done_at, used, max_iter, history)
+        return FrozenState(
+            system=replace(system, coupling=coupling, hjb=hjb, fp=fp, batched=True),
+            observed=observed, max_iter=max_iter,
+            mixer=Anderson(depth=5, mixing=1.0, newton=False).start(batched=True), rho=rho,
+            path=path, U=U_init, M=M_init, best={"U": None, "M": None},
+            best_res=np.full(B, math.inf), residual=np.full(B, math.inf),
+            done_at=np.zeros(B, dtype=np.int64), single=not system.batched)
+
+    def done(self, state: FrozenState) -> bool:
+        """Every problem certified to ``tol``, or ``max_iter`` best responses used."""
+        return state.evaluations >= state.max_iter or bool((state.done_at > 0).all())
+
+    def step(self, state: FrozenState) -> FrozenState:
+        """One outer iteration: the inner Newton solve for the frozen density ρ (to a
+        tolerance tied to the outer residual), the certificate of its densities M, the best
+        certified ones kept, and ρ ← the mixing of ρ with M(ρ) for the problems still open."""
+        s, sys, xp = state, state.system, self.backend.xp
+        k = s.k = s.k + 1
+        frozen = s.rho
+        self.inner.tol = np.maximum(self.inner_floor,
+                                    np.minimum(INNER_MAX, INNER_RATIO * s.residual))
+        self.inner.density = frozen
+        inner = replace(sys, coupling=s.observed,
+                        hjb=lambda U_T, F, guess, _r=frozen: sys.hjb(U_T, F, guess, _r),
+                        fp=lambda U, m0, _r=frozen: sys.fp(U, m0, _r),
+                        M_init=s.M, U_init=s.U, z_init=s.path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            out = solve(self.inner, inner, max_iter=max(1, s.max_iter - s.evaluations - 1))
+        s.evaluations += int(np.max(out.iterations)) + 1  # (and the certificate's response)
+        _extend(s.history, out.history)
+        s.U, s.M = out.U, out.M
+        s.path, z, s.residual, change_U = self._certificate(sys.coupling, s.observed, sys.hjb,
+                                                            sys.fp, s.U, s.M, sys.U_T, sys.m0,
+                                                            s.history)
+        open_ = s.done_at == 0
+        if not np.isfinite(s.residual[open_]).all():
+            raise SolverError(f"non-finite values at outer iteration {k} of the "
+                              "frozen-density iteration: the iteration diverged")
+        better = open_ & (s.residual < s.best_res)
+        s.best_res = np.where(better, s.residual, s.best_res)
+        s.best = keep_where(s.best, better, s.U, s.M, self.backend)
+        s.done_at = np.where(open_ & (s.residual <= self.tol), s.evaluations, s.done_at)
+        s.history.residual.append(float(np.max(s.residual[open_])))
+        s.history.certificate.append(True)
+        s.history.change_U.append(float(np.max(change_U[open_])))
+        s.history.change_M.append(s.history.residual[-1])
+        if not (s.done_at > 0).all():
+            mixed = sys.coupling.project(s.mixer.update(k, frozen, sys.coupling.project(z), xp))
+            s.rho = xp.where(batch_mask(s.done_at == 0, mixed, self.backend), mixed, frozen)
+        return s
+
+    def certify(self, state: FrozenState) -> FixedPointResult:
+        """The best certified densities per problem (:meth:`_result`), a single problem's
+        without the batch axis."""
+        self.outer_iterations = state.k
+        out = self._result(state.best, state.best_res, state.done_at, state.evaluations,
+                           state.max_iter, state.history)
+        if state.single:
+            out.U, out.M = out.U[0], out.M[0]
+        return out
 
     def _certificate(self, coupling: Any, observed: Any, hjb: Any, fp: Any, U: Any, M: Any,
                      U_T: Any, m0: Any, history: History) -> tuple[Any, Any, np.ndarray,

@@ -21,6 +21,9 @@ iterate is the plain Picard step z_{k+1} = Φ(z_k), whose evaluation certifies M
 iteration stops when a certified residual is ≤ ``tol``. A failed certificate lowers the
 threshold for the next try by the observed amplification. Differences of U and M between
 iterates are recorded for the history only; they never stop the iteration.
+
+:class:`FixedPoint` is this iteration as an equilibrium strategy (:mod:`.equilibrium`: its
+state a :class:`PicardState`, stepped by the one driver); :func:`fixed_point` runs it.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from ..core.errors import (
     warn,
 )
 from ..core.types import Array
+from .equilibrium import System, solve
 
 
 class HJBSolver(Protocol):
@@ -73,12 +77,18 @@ class CouplingMap(Protocol):
 
 
 class Fallback(Protocol):
-    """Continues a single stagnating solve from the coupling state z of the iterate (U, M),
-    with the best response ``evaluate(z, guess) -> (F, U, M, state(M), times)``, in at most
-    ``budget`` iterations. Returns an object with U, M (the best certified solution),
-    ``residual`` and ``records`` (one dict per iteration: residual, change_U, change_M, time)."""
+    """Continues a single stagnating solve, one step at a time (:class:`FixedPoint` steps
+    it): ``init`` from the coupling state z of the iterate (U, M), with the best response
+    ``evaluate(z, guess) -> (F, U, M, state(M), times)``, for at most ``budget`` steps, gives
+    its run, which has U, M (the best certified solution), ``residual`` and ``records`` (one
+    dict per step: residual, change_U, change_M, time); ``step`` takes one step, ``done``
+    says whether it stops."""
 
-    def __call__(self, evaluate: Any, z: Array, U: Array, M: Array, budget: int) -> Any: ...
+    def init(self, evaluate: Any, z: Array, U: Array, M: Array, budget: int) -> Any: ...
+
+    def step(self, run: Any) -> Any: ...
+
+    def done(self, run: Any) -> bool: ...
 
 
 class Narrowing(Protocol):
@@ -367,6 +377,17 @@ class History:
     time_coupling: list[float] = field(default_factory=list)
     certificate: list[bool] = field(default_factory=list)
 
+    def continued(self, record: dict[str, float]) -> None:
+        """A fallback's step (:class:`Fallback`): its certified residual and changes, its
+        whole time as coupling time."""
+        self.residual.append(record["residual"])
+        self.change_U.append(record["change_U"])
+        self.change_M.append(record["change_M"])
+        self.time_hjb.append(0.0)
+        self.time_fp.append(0.0)
+        self.time_coupling.append(record["time"])
+        self.certificate.append(True)
+
     def as_dict(self) -> dict[str, list[float]]:
         return {k: list(v) for k, v in self.__dict__.items()}
 
@@ -448,22 +469,31 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
                 patience: int = 10, give_up: int = 5,
                 accuracy: Callable[[float | np.ndarray | None], None] | None = None,
                 narrow: Narrowing | None = None) -> FixedPointResult:
-    """Iterate z ← scheme(z, Φ(z)) until the returned densities have residual ≤ ``tol``.
+    """The :class:`FixedPoint` iteration of ``scheme`` on the system of these arguments
+    (:class:`~.equilibrium.System`), run by :func:`.equilibrium.solve`."""
+    strategy = FixedPoint(scheme, tol, fallback=fallback, stall=stall, patience=patience,
+                          give_up=give_up, accuracy=accuracy, narrow=narrow)
+    system = System(coupling, hjb, fp, m0, U_T, nt, backend, batched=batched, M_init=M_init,
+                    U_init=U_init, z_init=z_init)
+    return solve(strategy, system, max_iter=max_iter, progress=progress)
 
-    The first state is that of agents who do not move (m(t) = m0), or ``M_init``/``U_init`` (a
-    warm start), or the coupling state ``z_init``. ``batched``: arrays carry a leading axis of
-    independent problems, each with its own mixing, certificate and stopping test; the loop ends
-    when all have converged. While the iterate residual of a problem has not halved for a
-    multiple of ``patience`` iterations, its lowest iterate is certified by the next evaluation
-    (so a certificate does not wait for a residual below the rounding floor); after ``give_up``
-    refused certificates without halving (and no fallback) the problem stops iterating, not
-    converged. One host synchronisation per iteration (the stopping test; with ``accuracy``, a
-    second one reads the evaluation's residual). Returns the best certified iterate per
-    problem; a problem that does not converge in ``max_iter`` gets the best iterate found, its
-    residual computed by one more evaluation, ``converged=False`` and a
-    :class:`~mfgwork.ConvergenceWarning`.
 
-    ``z_init``: a coupling state to start the mixing from, instead of state(M_init).
+class FixedPoint:
+    """Iterate z ← scheme(z, Φ(z)) until the returned densities have residual ≤ ``tol``: an
+    equilibrium strategy (:mod:`.equilibrium`) whose state is a :class:`PicardState`.
+
+    The first state is that of agents who do not move (m(t) = m0), or the system's
+    ``M_init``/``U_init`` (a warm start), or its coupling state ``z_init``. ``batched``: arrays
+    carry a leading axis of independent problems, each with its own mixing, certificate and
+    stopping test; the solve ends when all have converged. While the iterate residual of a
+    problem has not halved for a multiple of ``patience`` iterations, its lowest iterate is
+    certified by the next evaluation (so a certificate does not wait for a residual below the
+    rounding floor); after ``give_up`` refused certificates without halving (and no fallback)
+    the problem stops iterating, not converged. One host synchronisation per iteration (the
+    stopping test; with ``accuracy``, a second one reads the evaluation's residual). Returns
+    the best certified iterate per problem; a problem that does not converge in ``max_iter``
+    gets the best iterate found, its residual computed by one more evaluation,
+    ``converged=False`` and a :class:`~mfgwork.ConvergenceWarning`.
 
     ``fallback`` (single problems only; e.g. Newton's method on a potential, see
     :mod:`mfgwork.numerics.potential`): when the scheme stagnates (the residual of the best
@@ -488,37 +518,100 @@ def fixed_point(coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Arra
     :data:`NARROW` of those evaluated, only they are evaluated: a settled problem's state no
     longer changes, so its rows keep the arrays of its last evaluation.
     """
-    loop = _PicardLoop(coupling, hjb, fp, m0=m0, U_T=U_T, nt=nt, backend=backend,
-                       scheme=scheme, tol=tol, batched=batched, M_init=M_init, U_init=U_init,
-                       z_init=z_init, accuracy=accuracy, narrow=narrow)
-    use_fallback = fallback is not None and not batched
-    read, stalled, k = None, False, 0
-    for k in range(1, max_iter + 1):
-        t0 = backend.stamp()
+
+    def __init__(self, scheme: IterationScheme, tol: float, *, fallback: Fallback | None = None,
+                 stall: int = 25, patience: int = 10, give_up: int = 5,
+                 accuracy: Callable[[float | np.ndarray | None], None] | None = None,
+                 narrow: Narrowing | None = None) -> None:
+        self.scheme, self.tol, self.fallback = scheme, tol, fallback
+        self.stall, self.patience, self.give_up = stall, patience, give_up
+        self.accuracy, self.narrow = accuracy, narrow
+
+    def init(self, system: System, max_iter: int) -> PicardState:
+        loop = _PicardLoop(system, scheme=self.scheme, tol=self.tol, accuracy=self.accuracy,
+                           narrow=self.narrow)
+        return PicardState(loop, max_iter,
+                           continues=self.fallback is not None and not system.batched)
+
+    def done(self, state: PicardState) -> bool:
+        if state.run is not None:
+            return self.fallback.done(state.run)
+        return state.k >= state.max_iter or state.finished
+
+    def step(self, state: PicardState) -> PicardState:
+        """One evaluation of Φ and the scheme's next state, or, once stalled, one step of the
+        fallback (the first from the lowest-residual iterate, with the iterations left)."""
+        if state.stalled:
+            loop = state.loop
+            if state.run is None:
+                loop.close()
+                state.run = self.fallback.init(loop.full, loop.lowest.z, loop.lowest.U,
+                                               loop.lowest.M, state.max_iter - state.k)
+            recorded = len(state.run.records)
+            state.run = self.fallback.step(state.run)
+            for record in state.run.records[recorded:]:
+                loop.history.continued(record)
+            return state
+        self._iterate(state)
+        return state
+
+    def _iterate(self, state: PicardState) -> None:
+        """Iteration k of the scheme: Φ(z), the certificate, the kept iterates, the stopping
+        test; the next state is computed before the host synchronisation, so the device
+        mixes while the host prepares; it is dropped when the solve stops here."""
+        loop, max_iter = state.loop, state.max_iter
+        k = state.k = state.k + 1
+        t0 = loop.backend.stamp()
         F, U_new, M_new, res, times = loop.evaluate()
-        better, improved, settled = loop.observe(k, res, give_up=None if use_fallback
-                                                 else give_up)
-        # the next state is computed before the host synchronisation, so the device mixes while
-        # the host prepares; it is dropped when the loop ends at this iteration
+        better, improved, settled = loop.observe(k, res, give_up=None if state.continues
+                                                 else self.give_up)
         step = (loop.state.advance(k, loop.z, loop.gz, res, settled, loop.lowest, loop.mixer,
-                                   coupling, loop.xp, batched, patience=patience,
-                                   last=k == max_iter - 1)
+                                   loop.coupling, loop.xp, loop.batched,
+                                   patience=self.patience, last=k == max_iter - 1)
                 if k < max_iter else None)
-        read = loop.read(k, F, U_new, M_new, res, better, improved, settled)
+        read = state.read = loop.read(k, F, U_new, M_new, res, better, improved, settled)
         loop.keep(k, read, U_new, M_new)
-        loop.record(k, read, progress)
-        finished = bool(read.settled.all())
-        if use_fallback and not finished:
-            stalled = read.stale[0] >= stall or (max_iter >= 2 * stall and k >= max_iter // 2)
-        if not (finished or stalled) and step is not None:
+        loop.record(k, read)
+        state.finished = finished = bool(read.settled.all())
+        if state.continues and not finished:
+            state.stalled = bool(read.stale[0] >= self.stall
+                                 or (max_iter >= 2 * self.stall and k >= max_iter // 2))
+        if not (finished or state.stalled) and step is not None:
             loop.z = step
             loop.state.commit()
             loop.rechecked = read.recheck
         loop.U, loop.M = U_new, M_new
-        loop.stamps.append((t0, *times, backend.stamp()))
-        if finished or stalled:
-            break
-    return loop.finish(k, read, max_iter, stalled, fallback, progress)
+        loop.stamps.append((t0, *times, loop.backend.stamp()))
+
+    def certify(self, state: PicardState) -> FixedPointResult:
+        return state.loop.finish(state)
+
+
+@dataclass
+class PicardState:
+    """A :class:`FixedPoint` solve between its steps: the ``loop`` (the iterate, the kept
+    iterates, the stopping test's device state and the history), the iterations ``k`` taken
+    of ``max_iter`` and the last host ``read``; ``continues``: a fallback continues the solve
+    where it stalls; ``finished``: every problem settled; ``stalled``: the scheme stagnated;
+    ``run``: the fallback's run once it continues."""
+
+    loop: _PicardLoop
+    max_iter: int
+    continues: bool = False
+    k: int = 0
+    read: _Read | None = None
+    finished: bool = False
+    stalled: bool = False
+    run: Any = None
+
+    @property
+    def history(self) -> History:
+        return self.loop.history
+
+    @property
+    def evaluations(self) -> int:
+        """The iterations recorded: the scheme's, then the fallback's steps."""
+        return len(self.loop.history.residual)
 
 
 #: What each iteration of :func:`fixed_point` reads on the host (one synchronisation), one
@@ -547,18 +640,18 @@ class _PicardLoop:
     ``lowest`` residual), the stopping test's device state, and on the host the problems
     still iterating, the iteration each converged at and the history."""
 
-    def __init__(self, coupling: CouplingMap, hjb: HJBSolver, fp: FPSolver, *, m0: Array,
-                 U_T: Array, nt: int, backend: Backend, scheme: IterationScheme, tol: float,
-                 batched: bool, M_init: Array | None, U_init: Array | None,
-                 z_init: Array | None, accuracy: Callable[[Any], None] | None,
-                 narrow: Narrowing | None) -> None:
+    def __init__(self, system: System, *, scheme: IterationScheme, tol: float,
+                 accuracy: Callable[[Any], None] | None, narrow: Narrowing | None) -> None:
+        backend, batched, coupling = system.backend, system.batched, system.coupling
+        m0, M_init, z_init = system.m0, system.M_init, system.z_init
         xp = self.xp = backend.xp
         self.backend, self.tol, self.batched = backend, tol, batched
+        self.coupling = coupling
         self.accuracy, self.narrow = accuracy, narrow
         self.mixer = scheme.start(batched)
         self.history, self.stamps = History(), []   # stamps per iteration (start, HJB start,
-        self.U = U_init                             # FP start, FP end, end)
-        self.M = xp.stack([m0] * (nt + 1), axis=-2) if M_init is None else M_init
+        self.U = system.U_init                      # FP start, FP end, end)
+        self.M = xp.stack([m0] * (system.nt + 1), axis=-2) if M_init is None else M_init
         z = self.z = coupling.state(self.M) if z_init is None else coupling.project(z_init)
         n = self.n_problems = z.shape[0] if batched else 1
         dev = _device(z)
@@ -572,7 +665,7 @@ class _PicardLoop:
                             tries=xp.zeros((n,), dtype=z.dtype, device=dev))
         self.rechecked = np.zeros(n, dtype=bool)  # the previous step certifies lowest iterates
         self.done_at = np.zeros(n, dtype=np.int64)
-        self.full = evaluator(coupling, hjb, fp, U_T, m0, backend)
+        self.full = evaluator(coupling, system.hjb, system.fp, system.U_T, m0, backend)
         self.resolve = accuracy if accuracy is not None else (lambda residual: None)
         self.lowest_host = np.ones(n)   # the lowest iterate residuals, on the host
         self.iterating = np.ones(n, dtype=bool)
@@ -581,6 +674,7 @@ class _PicardLoop:
         self.step_eval, self.step_resolve = _narrowed(self.full, None, xp, None), self.resolve
         self.rows: np.ndarray | None = None   # the rows evaluated (None: all)
         self.gz: Array | None = None
+        self.closed = False   # :meth:`close` done
 
     def evaluate(self) -> tuple[Array, Array, Array, Array, tuple]:
         """(F, U, M, residual, stamps) of Φ at ``z`` (``gz`` updated): narrowed to the
@@ -665,10 +759,10 @@ class _PicardLoop:
                            shared=self.lowest.owned)
         self.lowest.take(read.improved, U_new, M_new, xp)
 
-    def record(self, k: int, read: _Read, progress: Any) -> None:
+    def record(self, k: int, read: _Read) -> None:
         """The host's bookkeeping of an iteration: the problems still iterating, the
-        iteration each converged at, the history (the largest over the problems not yet
-        settled or converged) and the progress display."""
+        iteration each converged at and the history (the largest over the problems not yet
+        settled or converged)."""
         self.lowest_host = np.minimum(self.lowest_host, read.residual)
         self.iterating = ~read.settled if not read.settled.all() else self.iterating
         active = ~read.settled | (self.done_at == 0)
@@ -678,22 +772,26 @@ class _PicardLoop:
         history.change_M.append(float(np.max(read.change_M[active])))
         history.residual.append(float(np.max(read.residual[active])))
         history.certificate.append(of_largest(read.picard, read.residual, active))
-        if progress is not None:
-            progress.update(1)
-            progress.set_postfix(residual=f"{history.residual[-1]:.2e}", refresh=False)
 
-    def finish(self, k: int, read: _Read, max_iter: int, stalled: bool,
-               fallback: Fallback | None, progress: Any) -> FixedPointResult:
-        """The result after ``k`` iterations: the best certified iterate per problem (the
-        fallback's where it ran; one more evaluation where nothing was certified), its status,
-        and a :class:`~mfgwork.ConvergenceWarning` for the problems not converged."""
+    def close(self) -> None:
+        """The scheme's iterations are over: their phase times recorded, the accuracy of the
+        evaluations that follow (they certify) set to ``tol``. Once only."""
+        if self.closed:
+            return
+        self.closed = True
+        record_times(self.history, self.stamps, self.backend)
+        self.resolve(self.tol)
+
+    def finish(self, solve: PicardState) -> FixedPointResult:
+        """The result of ``solve``: the best certified iterate per problem (the fallback's
+        where it ran and did better; one more evaluation where nothing was certified), its
+        status, and a :class:`~mfgwork.ConvergenceWarning` for the problems not converged."""
         tol, history = self.tol, self.history
-        record_times(history, self.stamps, self.backend)
+        k, read, max_iter, stalled = solve.k, solve.read, solve.max_iter, solve.stalled
         residual = read.best
-        self.resolve(tol)    # the evaluations after the loop certify
+        self.close()
         if stalled:
-            residual = _continue(fallback, self.best, self.lowest, self.full, history,
-                                 max_iter - k, progress)
+            residual = _kept(solve.run, self.best)
             k = len(history.residual)
         elif not np.all(np.isfinite(residual)):  # max_iter = 1: nothing certified yet
             residual = _certify_fallback(self.best, self.lowest, self.full, self.xp,
@@ -915,27 +1013,13 @@ def _certify_fallback(best: _Iterate, lowest: _Iterate, evaluate: Any, xp: Any,
     return to_numpy(best.res)
 
 
-def _continue(fallback: Fallback, best: _Iterate, lowest: _Iterate, evaluate: Any,
-              history: History, budget: int, progress: Any) -> np.ndarray:
-    """Run ``fallback`` from the lowest-residual iterate with ``budget`` iterations, record its
-    steps in ``history`` (the whole step time as coupling time), and keep the better certified
-    solution. Returns the residual (host, shape (1,))."""
-    if budget < 1:
+def _kept(run: Any, best: _Iterate) -> np.ndarray:
+    """The residual (host, shape (1,)) of the better certified solution of the fallback's
+    ``run`` (None: it took no step) and the scheme's ``best``, which takes the fallback's."""
+    if run is None:
         return to_numpy(best.res)
-    out = fallback(evaluate, lowest.z, lowest.U, lowest.M, budget)
-    for step in out.records:
-        history.residual.append(step["residual"])
-        history.change_U.append(step["change_U"])
-        history.change_M.append(step["change_M"])
-        history.time_hjb.append(0.0)
-        history.time_fp.append(0.0)
-        history.time_coupling.append(step["time"])
-        history.certificate.append(True)
-        if progress is not None:
-            progress.update(1)
-            progress.set_postfix(residual=f"{step['residual']:.2e}", refresh=False)
     held = float(to_numpy(best.res)[0])
-    if out.residual < held:
-        best.U, best.M = out.U, out.M
-        return np.array([out.residual])
+    if run.residual < held:
+        best.U, best.M = run.U, run.M
+        return np.array([run.residual])
     return np.array([held])

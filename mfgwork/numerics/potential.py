@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -55,6 +55,35 @@ class NewtonOutcome:
     M: Any
     residual: float
     records: list[dict[str, float]]
+
+
+@dataclass
+class NewtonRun:
+    """A Newton continuation between its steps: the best response ``evaluate``, the iterate
+    it starts from (``start``: z, U, M), the current ``point`` (z, U, M, R = Φ(z) − z, ‖R‖;
+    None before the first step), the ``best`` certified iterate (res, U, M), ``records``: one
+    dict per step (the certified residual, relative changes of U and M, wall time), at most
+    ``budget``; ``stopped``: the line search found no decrease left."""
+
+    evaluate: Any
+    start: tuple[Any, Any, Any]
+    budget: int
+    point: dict[str, Any] | None = None
+    best: dict[str, Any] | None = None
+    records: list[dict[str, float]] = field(default_factory=list)
+    stopped: bool = False
+
+    @property
+    def residual(self) -> float:
+        return self.best["res"]
+
+    @property
+    def U(self) -> Any:
+        return self.best["U"]
+
+    @property
+    def M(self) -> Any:
+        return self.best["M"]
 
 
 def tangent_operands(U: np.ndarray, mu: np.ndarray, chi: np.ndarray, nu: float,
@@ -128,9 +157,9 @@ def observed_path_jacobian(U: np.ndarray, mu: np.ndarray, chi: np.ndarray, nu: f
 
 class PotentialNewton:
     """Damped Newton's method for R(z) = Φ(z) − z of a potential game (a
-    :class:`~mfgwork.numerics.iteration.Fallback` for single solves): each iteration is one
-    Newton step with its backtracking on ½‖R‖², and the certificate of the new best
-    response."""
+    :class:`~mfgwork.numerics.iteration.Fallback` for single solves, stepped by
+    :class:`~mfgwork.numerics.iteration.FixedPoint`): each step is one Newton step with its
+    backtracking on ½‖R‖², and the certificate of the new best response."""
 
     def __init__(self, potential: ScalarPotential, *, grid: Grid, nu: float,
                  backend: Backend, tol: float, hamiltonian: Hamiltonian = QUADRATIC) -> None:
@@ -138,22 +167,36 @@ class PotentialNewton:
             potential, grid, nu, backend, tol)
         self.hamiltonian = hamiltonian
 
-    def __call__(self, evaluate: Any, z: Any, U: Any, M: Any, budget: int) -> NewtonOutcome:
-        started = time.perf_counter()
-        point = self._respond(evaluate, np.asarray(to_numpy(z), dtype=np.float64), U)
-        best = self._certify(evaluate, point)
-        records = [self._record(best["res"], point, {"U": U, "M": M}, started)]
-        while best["res"] > self.tol and len(records) < budget:
-            started = time.perf_counter()
-            trial = self._line_search(evaluate, point, self._direction(point))
-            if trial is None:  # no decrease left in double precision
-                break
-            previous, point = point, trial
-            cert = self._certify(evaluate, point)
-            if cert["res"] < best["res"]:
-                best = cert
-            records.append(self._record(cert["res"], point, previous, started))
-        return NewtonOutcome(U=best["U"], M=best["M"], residual=best["res"], records=records)
+    def init(self, evaluate: Any, z: Any, U: Any, M: Any, budget: int) -> NewtonRun:
+        """The run from the iterate (z, U, M), with at most ``budget`` steps."""
+        return NewtonRun(evaluate, (z, U, M), budget)
+
+    def step(self, run: NewtonRun) -> NewtonRun:
+        """The first step: the best response to z and its certificate; each later one: a
+        Newton step with its backtracking, and the certificate of the new best response."""
+        started, evaluate = time.perf_counter(), run.evaluate
+        if run.point is None:
+            z, U, M = run.start
+            run.point = self._respond(evaluate, np.asarray(to_numpy(z), dtype=np.float64), U)
+            run.best = self._certify(evaluate, run.point)
+            run.records.append(self._record(run.best["res"], run.point, {"U": U, "M": M},
+                                            started))
+            return run
+        trial = self._line_search(evaluate, run.point, self._direction(run.point))
+        if trial is None:  # no decrease left in double precision
+            run.stopped = True
+            return run
+        previous, run.point = run.point, trial
+        cert = self._certify(evaluate, run.point)
+        if cert["res"] < run.best["res"]:
+            run.best = cert
+        run.records.append(self._record(cert["res"], run.point, previous, started))
+        return run
+
+    def done(self, run: NewtonRun) -> bool:
+        """Certified to ``tol``, out of budget, or without decrease left."""
+        return run.stopped or (run.best is not None and (
+            run.best["res"] <= self.tol or len(run.records) >= run.budget))
 
     def _respond(self, evaluate: Any, z: np.ndarray, guess: Any) -> dict[str, Any]:
         """The best response to the observed path z and R(z) = Φ(z) − z."""
