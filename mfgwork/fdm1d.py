@@ -440,6 +440,10 @@ class FDM1DBatch(Discretization):
             # iterations of the whole batch for nothing; measured on the hard scan: 47 -> 28
             # iterations at most)
             newton.max_halvings = FINISHED_AFTER_HALVINGS
+        if isinstance(newton, BatchNewton):
+            # a coarse stage's tol is a start's, not the user's: no float64 floor is
+            # computed for its stuck members (30 tangent products each)
+            newton.floors = self.final
         return Picard(where, grid, problems, make_scheme(self.iteration), tol, newton,
                       batch_coupling(couplings, be), fd, fd.solve_hjb, fd.solve_fp, m0, U_T,
                       warm, started, built, setup, compiled=compiled, couplings=couplings)

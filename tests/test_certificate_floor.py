@@ -115,3 +115,24 @@ def test_a_torch_batch_member_gets_its_own_floor():
     assert smooth.residual <= 1e-8
     if steep.residual > 1e-8:   # (a batch's iterate can differ from a single solve's)
         assert not steep.converged and steep.residual <= steep.extra["reachable_tol"]["tol"]
+
+
+def test_a_coarse_stage_computes_no_floor(monkeypatch):
+    """The coarse stage of a batch iterates to a start's tol, not the user's: its stuck
+    members get no floor (the tangent products of L are not spent there)."""
+    pytest.importorskip("torch")
+    from mfgwork.fdm1d import CoarseBatch
+    from mfgwork.numerics import batch_newton
+    from mfgwork.pipeline import run
+
+    def never(*args, **kwargs):
+        raise AssertionError("a floor computed in a coarse stage")
+
+    monkeypatch.setattr(batch_newton.BatchNewton, "lipschitz", never)
+    T, sigma, threshold, nx, nt = STALLING[1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        starts = run(CoarseBatch([mw.SantaFeBar(T=T, sigma=sigma, threshold=threshold)],
+                                 nx=nx, nt=nt, backend="torch", device="cpu", tol=1e-12,
+                                 coarse=False, progress=False))
+    assert len(starts) == 1 and starts[0].iterations > 0
