@@ -20,8 +20,9 @@ import numpy as np
 
 from .core.backend import Backend, get_backend, to_numpy
 from .core.errors import ParameterError
+from .numerics.equilibrium import solve as solve_equilibrium
 from .numerics.iteration import check_stopping
-from .numerics.stationary import ErgodicSystem, solve_stationary
+from .numerics.stationary import ErgodicNewton, ErgodicSystem
 from .pipeline import Discretization, Where
 from .placement import place_solve
 from .problems.base import MFGProblem, warn_unresolved
@@ -97,8 +98,9 @@ class Ergodic1D(Discretization):
 
     def iterate(self, state: tuple[Where, float, Any, str]) -> tuple[Any, ...]:
         where, started, first, started_from = state
-        out = solve_stationary(self.problem, self.nx, self.tol, self.max_iter,
-                               where.backend, first)
+        out = solve_equilibrium(ErgodicNewton(self.tol, first),
+                                ErgodicSystem(self.problem, self.nx, where.backend),
+                                max_iter=self.max_iter)
         return out, where, started, started_from
 
     def results(self, outcome: tuple[Any, ...]) -> list[Result]:

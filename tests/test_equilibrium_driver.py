@@ -88,3 +88,24 @@ def test_every_1d_equilibrium_is_one_run_of_the_driver(monkeypatch, problem, opt
     assert res.converged and res.residual <= 1e-8
     assert len(res.history["residual"]) >= res.iterations
     assert np.all(np.isfinite(np.asarray(res.history["residual"])))
+
+
+def test_the_long_run_is_one_run_of_the_driver(monkeypatch):
+    """Newton's method on the ergodic system (stationary=True) is a strategy of the driver:
+    stepped until certified, one Newton step a best response."""
+    import importlib
+
+    from mfgwork.numerics.stationary import ErgodicNewton
+
+    long_run = importlib.import_module("mfgwork.long_run")
+    runs = []
+
+    def spy(strategy, system, *, max_iter, progress=None):
+        runs.append(strategy)
+        return equilibrium.solve(strategy, system, max_iter=max_iter, progress=progress)
+
+    monkeypatch.setattr(long_run, "solve_equilibrium", spy)
+    res = mw.solve(mw.SantaFeBar(), nx=41, stationary=True)
+    assert [type(s) for s in runs] == [ErgodicNewton]
+    assert res.converged and res.iterations == len(res.history["residual"])
+    assert res.history["residual"][-1] == res.residual <= 1e-8

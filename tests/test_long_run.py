@@ -78,7 +78,7 @@ def test_other_models_reach_their_long_run(hamiltonian):
 def test_what_the_long_run_does_not_do_is_refused_before_work(options, pattern, monkeypatch):
     import importlib
 
-    monkeypatch.setattr(importlib.import_module("mfgwork.long_run"), "solve_stationary",
+    monkeypatch.setattr(importlib.import_module("mfgwork.long_run"), "ErgodicSystem",
                         lambda *a, **k: pytest.fail("work started"))
     with pytest.raises(mw.ParameterError, match=pattern):
         mw.solve(mw.SantaFeBar(), nx=21, **({"stationary": True} | options))

@@ -207,46 +207,77 @@ class ErgodicSystem:
                           dtype=np.float64).ravel()
 
 
-def solve_stationary(problem: MFGProblem, nx: int, tol: float, max_iter: int,
-                     backend: Backend | None = None, start: tuple[Any, Any] | None = None
-                     ) -> Stationary:
-    """Newton's method on the ergodic system of ``problem`` (module docstring) on
-    ``backend`` (default NumPy float64), from λ = 0 and ``start`` = (v, m) (host arrays,
-    e.g. a level in the middle of a long finite horizon; default v = 0 and the initial
-    density), until the certificate is ≤ ``tol`` or ``max_iter`` Newton steps; a
+@dataclass
+class ErgodicState:
+    """Newton's method on the ergodic system between steps: the iterate (v, μ, λ), the
+    best certified one (``best``: its residual, v, μ, λ), the steps taken (``k``) and their
+    history (certified residual, residual of the system, seconds)."""
+
+    system: ErgodicSystem
+    tol: float
+    max_iter: int
+    v: Any
+    mu: Any
+    lam: float
+    best: tuple[float, Any, Any, float]
+    history: dict[str, list[float]]
+    k: int = 0
+
+    @property
+    def evaluations(self) -> int:
+        """Newton steps taken (each certified by one best response)."""
+        return self.k
+
+
+@dataclass(frozen=True)
+class ErgodicNewton:
+    """Newton's method on the ergodic system (module docstring), an equilibrium strategy
+    (:mod:`.equilibrium`): from λ = 0 and ``start`` = (v, m) (host arrays, e.g. a level in
+    the middle of a long finite horizon; default v = 0 and the initial density) until the
+    certificate is ≤ ``tol`` or ``max_iter`` Newton steps; a
     :class:`~mfgwork.ConvergenceWarning` where it is not reached."""
-    system = ErgodicSystem(problem, nx, backend)
-    xp, be = system.xp, system.backend
-    if start is None:
-        v, m = xp.zeros_like(system.w), problem.initial_density(system.grid, be)
-    else:
-        v, m = (be.asarray(np.asarray(a, dtype=np.float64)) for a in start)
-        v = v - xp.sum(v * system.w) / xp.sum(system.w)
-    mu, lam = m * system.w / xp.sum(m * system.w), 0.0
-    history: dict[str, list[float]] = {"residual": [], "system": [], "time": []}
-    best = (math.inf, v, mu, lam)
-    for _ in range(max_iter):
-        started = time.perf_counter()
-        R = system.residual(v, mu, lam)
-        step = system.solve(system.jacobian(v, mu), -R)
-        v, mu, lam = _line_search(system, v, mu, lam, step, _norm(R))
-        certified = system.certificate(mu, v, lam)
-        history["residual"].append(certified)
-        history["system"].append(_norm(system.residual(v, mu, lam)))
-        history["time"].append(time.perf_counter() - started)
-        if certified < best[0]:
-            best = (certified, v, mu, lam)
-        if certified <= tol:
-            break
-    residual, v, mu, lam = best
-    k = len(history["residual"])
-    if residual > tol:
-        warn(f"the ergodic system did not reach tol={tol:g} in {k} Newton steps "
-             f"(max_iter={max_iter}; final residual {residual:.3g}); returning the best "
-             "certified iterate with converged=False", ConvergenceWarning)
-    return Stationary(v=np.asarray(to_numpy(v)), m=np.asarray(to_numpy(mu / system.w)),
-                      ergodic_constant=lam, residual=residual, converged=residual <= tol,
-                      iterations=k, history=history)
+
+    tol: float
+    start: tuple[Any, Any] | None = None
+
+    def init(self, system: ErgodicSystem, max_iter: int) -> ErgodicState:
+        xp, be = system.xp, system.backend
+        if self.start is None:
+            v, m = xp.zeros_like(system.w), system.problem.initial_density(system.grid, be)
+        else:
+            v, m = (be.asarray(np.asarray(a, dtype=np.float64)) for a in self.start)
+            v = v - xp.sum(v * system.w) / xp.sum(system.w)
+        mu = m * system.w / xp.sum(m * system.w)
+        return ErgodicState(system, self.tol, max_iter, v, mu, 0.0, (math.inf, v, mu, 0.0),
+                            {"residual": [], "system": [], "time": []})
+
+    def step(self, s: ErgodicState) -> ErgodicState:
+        """One Newton step with its line search, certified by one best response."""
+        started, system = time.perf_counter(), s.system
+        R = system.residual(s.v, s.mu, s.lam)
+        step = system.solve(system.jacobian(s.v, s.mu), -R)
+        s.v, s.mu, s.lam = _line_search(system, s.v, s.mu, s.lam, step, _norm(R))
+        certified = system.certificate(s.mu, s.v, s.lam)
+        s.history["residual"].append(certified)
+        s.history["system"].append(_norm(system.residual(s.v, s.mu, s.lam)))
+        s.history["time"].append(time.perf_counter() - started)
+        if certified < s.best[0]:
+            s.best = (certified, s.v, s.mu, s.lam)
+        s.k += 1
+        return s
+
+    def done(self, s: ErgodicState) -> bool:
+        return s.best[0] <= self.tol or s.k >= s.max_iter
+
+    def certify(self, s: ErgodicState) -> Stationary:
+        residual, v, mu, lam = s.best
+        if residual > self.tol:
+            warn(f"the ergodic system did not reach tol={self.tol:g} in {s.k} Newton steps "
+                 f"(max_iter={s.max_iter}; final residual {residual:.3g}); returning the best "
+                 "certified iterate with converged=False", ConvergenceWarning)
+        return Stationary(v=np.asarray(to_numpy(v)), m=np.asarray(to_numpy(mu / s.system.w)),
+                          ergodic_constant=lam, residual=residual,
+                          converged=residual <= self.tol, iterations=s.k, history=s.history)
 
 
 def _norm(a: Any) -> float:
