@@ -41,10 +41,11 @@ from .core import memory
 from .core.backend import Backend, get_backend, to_numpy
 from .core.errors import ParameterError, check_choice, check_flag, check_int
 from .fdm1d import raised_tol
+from .numerics.equilibrium import solve as solve_equilibrium
 from .numerics.fdm2d import equilibrium as eq
 from .numerics.fdm2d.sweeps import SOLVERS
 from .numerics.iteration import Anderson, IterationScheme, check_stopping, make_scheme
-from .numerics.stationary2d import ErgodicSystem2D
+from .numerics.stationary2d import ErgodicNewtonKrylov, ErgodicSystem2D
 from .pipeline import Discretization, Where, solver_of
 from .placement import resolve
 from .problems.base import warn_unresolved
@@ -410,7 +411,8 @@ class Ergodic2D(Discretization):
 
     def iterate(self, state: tuple[ErgodicSystem2D, Backend, float]) -> tuple[Any, ...]:
         system, be, started = state
-        return system, be, started, system.solve(self.tol, self.max_iter)
+        return system, be, started, solve_equilibrium(ErgodicNewtonKrylov(self.tol), system,
+                                                      max_iter=self.max_iter)
 
     def results(self, outcome: tuple[Any, ...]) -> list[Result2D]:
         system, be, started, out = outcome

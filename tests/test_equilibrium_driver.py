@@ -109,3 +109,23 @@ def test_the_long_run_is_one_run_of_the_driver(monkeypatch):
     assert [type(s) for s in runs] == [ErgodicNewton]
     assert res.converged and res.iterations == len(res.history["residual"])
     assert res.history["residual"][-1] == res.residual <= 1e-8
+
+
+def test_the_2d_long_run_is_one_run_of_the_driver(monkeypatch):
+    """Newton–Krylov on the 2-D ergodic system's coupling state is a strategy of the driver,
+    its certified residuals in the history, the last the best."""
+    import importlib
+
+    from mfgwork.numerics.stationary2d import ErgodicNewtonKrylov
+
+    solve2d = importlib.import_module("mfgwork.solve2d")
+    runs = []
+
+    def spy(strategy, system, *, max_iter, progress=None):
+        runs.append(strategy)
+        return equilibrium.solve(strategy, system, max_iter=max_iter, progress=progress)
+
+    monkeypatch.setattr(solve2d, "solve_equilibrium", spy)
+    res = mw.solve(mw.TwoBars(), nx=15, stationary=True)
+    assert [type(s) for s in runs] == [ErgodicNewtonKrylov]
+    assert res.converged and min(res.history["residual"]) == res.residual <= 1e-6

@@ -30,6 +30,7 @@ returned density: one best response, as for time-dependent solves.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -151,41 +152,7 @@ class ErgodicSystem2D:
                               " use a larger sigma or more nodes")
         return x
 
-    # -- Newton–Krylov on the coupling state -------------------------------------------------
-    def solve(self, tol: float, max_iter: int) -> Stationary:
-        """The ergodic solution, Newton from the initial density's coupling state; each step
-        whose iterate residual is below :data:`CERTIFY_BELOW` certified by one more best
-        response (to the state of the density it returns)."""
-        z = self.state(self.m0)
-        v, lam, m, gz = self.respond(z, np.zeros(self.active.shape), 0.0)
-        residuals: list[float] = []
-        best = None
-        while True:
-            if _relative(gz - z, gz) <= CERTIFY_BELOW or self.evaluations >= max_iter - 1:
-                ggz = self.respond(gz, v, lam)[3]
-                residuals.append(_relative(ggz - gz, ggz))
-                if best is None or residuals[-1] < best[0]:
-                    best = (residuals[-1], v, lam, m)
-                if best[0] <= tol:
-                    break
-            if self.evaluations >= max_iter:
-                break
-            found = self._line_search(z, gz, self._direction(z, gz, v, lam), v, lam, max_iter)
-            if found is None:
-                break
-            z, (v, lam, m, gz) = found
-        if best is None:   # the budget ran out before a certificate: certify the last point
-            ggz = self.respond(gz, v, lam)[3]
-            best = (_relative(ggz - gz, ggz), v, lam, m)
-        residual, v, lam, m = best
-        converged = residual <= tol
-        if not converged:
-            warn(f"the long run did not reach tol={tol:g}: residual {residual:.3g} after "
-                 f"{self.evaluations} best responses (max_iter={max_iter})", ConvergenceWarning)
-        return Stationary(v=v, m=m, ergodic_constant=lam, residual=residual,
-                            converged=converged, iterations=self.evaluations,
-                            history={"residual": residuals})
-
+    # -- Newton–Krylov on the coupling state (:class:`ErgodicNewtonKrylov`) -----------------
     def _direction(self, z: np.ndarray, gz: np.ndarray, v: np.ndarray, lam: float
                    ) -> np.ndarray:
         """d with (I − DΦ(z)) d = Φ(z) − z, GMRES with forward-difference products."""
@@ -229,6 +196,85 @@ class ErgodicSystem2D:
         z = self.state(m)
         gz = self.respond(z, v, lam)[3]
         return _relative(gz - z, gz)
+
+
+@dataclass
+class KrylovState:
+    """Newton–Krylov on the coupling state between steps: the system (which counts its best
+    responses), the point z with its best response (v, λ, m, Φ(z)), the certified residuals
+    so far and the best certified (residual, v, λ, m), and whether the iteration ended."""
+
+    system: ErgodicSystem2D
+    max_iter: int
+    z: np.ndarray
+    v: np.ndarray
+    lam: float
+    m: np.ndarray
+    gz: np.ndarray
+    history: dict[str, list[float]] = field(default_factory=lambda: {"residual": []})
+    best: tuple[float, np.ndarray, float, np.ndarray] | None = None
+    finished: bool = False
+
+    @property
+    def evaluations(self) -> int:
+        """Best responses computed so far (trial points, products and certificates)."""
+        return self.system.evaluations
+
+
+@dataclass(frozen=True)
+class ErgodicNewtonKrylov:
+    """The ergodic solution, an equilibrium strategy (:mod:`.equilibrium`): Newton from the
+    initial density's coupling state, each step whose iterate residual is below
+    :data:`CERTIFY_BELOW` certified by one more best response (to the state of the density
+    it returns), until a certificate is ≤ ``tol`` or ``max_iter`` best responses."""
+
+    tol: float
+
+    def init(self, system: ErgodicSystem2D, max_iter: int) -> KrylovState:
+        z = system.state(system.m0)
+        v, lam, m, gz = system.respond(z, np.zeros(system.active.shape), 0.0)
+        return KrylovState(system, max_iter, z, v, lam, m, gz)
+
+    def step(self, s: KrylovState) -> KrylovState:
+        """Certify the point where its residual is small or the budget nearly spent, then
+        one step of the line search along the Newton–Krylov direction."""
+        system = s.system
+        if _relative(s.gz - s.z, s.gz) <= CERTIFY_BELOW or system.evaluations >= s.max_iter - 1:
+            ggz = system.respond(s.gz, s.v, s.lam)[3]
+            s.history["residual"].append(_relative(ggz - s.gz, ggz))
+            if s.best is None or s.history["residual"][-1] < s.best[0]:
+                s.best = (s.history["residual"][-1], s.v, s.lam, s.m)
+            if s.best[0] <= self.tol:
+                s.finished = True
+                return s
+        if system.evaluations >= s.max_iter:
+            s.finished = True
+            return s
+        found = system._line_search(s.z, s.gz, system._direction(s.z, s.gz, s.v, s.lam),
+                                    s.v, s.lam, s.max_iter)
+        if found is None:
+            s.finished = True
+            return s
+        s.z, (s.v, s.lam, s.m, s.gz) = found
+        return s
+
+    def done(self, s: KrylovState) -> bool:
+        return s.finished
+
+    def certify(self, s: KrylovState) -> Stationary:
+        system = s.system
+        if s.best is None:   # the budget ran out before a certificate: certify the last point
+            ggz = system.respond(s.gz, s.v, s.lam)[3]
+            s.best = (_relative(ggz - s.gz, ggz), s.v, s.lam, s.m)
+        residual, v, lam, m = s.best
+        converged = residual <= self.tol
+        if not converged:
+            warn(f"the long run did not reach tol={self.tol:g}: residual {residual:.3g} after "
+                 f"{system.evaluations} best responses (max_iter={s.max_iter})",
+                 ConvergenceWarning)
+        return Stationary(v=v, m=m, ergodic_constant=lam, residual=residual,
+                          converged=converged, iterations=system.evaluations,
+                          history={"residual": s.history["residual"]})
 
 
 def _replaced(A: Any, k: int, *, ones: bool) -> Any:
