@@ -23,8 +23,9 @@ import numpy as np
 from .core.backend import Backend, get_backend, to_numpy
 from .core.errors import ParameterError, check_int
 from .fdm1d import check_scales, reachable_tol
+from .numerics.equilibrium import solve as solve_equilibrium
 from .numerics.iteration import check_stopping
-from .numerics.scenario_tree import TreeNewton, TreeScheme
+from .numerics.scenario_tree import TreeNewton, TreeScheme, TreeSystem
 from .pipeline import Discretization, Where, solver_of
 from .placement import place_solve
 from .problems.base import MFGProblem, member_summaries
@@ -119,7 +120,8 @@ class ScenarioTree(Discretization):
 
     def iterate(self, state: _Solve) -> _Solve:
         solving = time.perf_counter()
-        out = TreeNewton(state.scheme, state.tol, self.max_iter).solve(state.z0)
+        out = solve_equilibrium(TreeNewton(state.tol), TreeSystem(state.scheme, state.z0),
+                                max_iter=self.max_iter, progress=None)
         return replace(state, out=out,
                        timings=state.timings | {"solve": time.perf_counter() - solving})
 
@@ -148,8 +150,8 @@ class ScenarioTree(Discretization):
                                    } | outcome.where.record
         return [Result(
             x=np.asarray(grid.x), t=np.asarray(grid.t), U=U, M=M, converged=converged,
-            iterations=out.iterations, history={"residual": [r["residual"] for r in out.records],
-                                                "time": [r["time"] for r in out.records]},
+            iterations=out.iterations, history={"residual": list(out.history.residual),
+                                                "time": list(out.history.time)},
             params=params, timings=timings, backend=be.name, device=be.device, dtype=be.dtype,
             observables=observables, summary=summary | {"scenarios": float(tree.scenarios)},
             state_name=model.state_name, residual=residual,
@@ -161,7 +163,7 @@ class ScenarioTree(Discretization):
                     "scenario_residual": out.residuals},
             axes={"probability": ("scenario",), "noise_state": ("scenario", "epoch"),
                   "scenario_residual": ("scenario",)},
-            extra={"newton_steps": len(out.records), "tangent_products": out.products,
+            extra={"newton_steps": len(out.history.residual), "tangent_products": out.products,
                    "nodes": tree.nodes, "estimate": noise.estimate(grid.nx, grid.nt)})]
 
 

@@ -14,7 +14,8 @@ import numpy as np
 from .core import memory
 from .core.backend import get_backend, to_numpy
 from .core.errors import MAX_COUNT, ConvergenceWarning, ParameterError, check_int, warn
-from .numerics.attendance_newton import AttendanceNewton
+from .numerics.attendance_newton import AttendanceNewton, TwoStateSystem
+from .numerics.equilibrium import solve as solve_equilibrium
 from .numerics.finite_state import TwoStateScheme
 from .numerics.iteration import IterationScheme, check_stopping, make_scheme
 from .pipeline import Discretization, Where, solver_of
@@ -116,18 +117,22 @@ class FiniteState(Discretization):
         return ({"nt": base, "the Anderson depth": memory.two_state_bytes(self.nt, depth) - base},
                 f"a two-state solve with nt={self.nt}")
 
-    def start(self, where: Where, started: float) -> tuple[AttendanceNewton, float]:
+    def start(self, where: Where, started: float
+              ) -> tuple[AttendanceNewton, TwoStateSystem, float]:
         p = self.problem
         sweeps = TwoStateScheme(self.nt, p.T / self.nt, p.switching_cost)
-        return AttendanceNewton(sweeps, p.payoff, p.payoff_slope, p.payoff_integral,
-                                m0=p.initial_distribution(), U_T=p.terminal_cost(),
-                                tol=self.tol, max_iter=self.max_iter, warmup=self.warmup,
-                                mixing=self.iteration), started
+        system = TwoStateSystem(
+            sweeps, p.payoff, p.payoff_slope, p.payoff_integral,
+            m0=np.asarray(p.initial_distribution(), dtype=np.float64),
+            U_T=np.asarray(p.terminal_cost(), np.float64),
+            z0=np.full(self.nt, p.attendance0 if p.plateau is None else p.plateau))
+        newton = AttendanceNewton(tol=self.tol, warmup=self.warmup, mixing=self.iteration)
+        return newton, system, started
 
-    def iterate(self, state: tuple[AttendanceNewton, float]) -> tuple[Any, float]:
-        solver, started = state
-        p = self.problem
-        out = solver.run(np.full(self.nt, p.attendance0 if p.plateau is None else p.plateau))
+    def iterate(self, state: tuple[AttendanceNewton, TwoStateSystem, float]
+                ) -> tuple[Any, float]:
+        newton, system, started = state
+        out = solve_equilibrium(newton, system, max_iter=self.max_iter, progress=None)
         if not out.converged:
             why = {"max_iter": f"max_iter={self.max_iter} reached",
                    "stalled": "stalled: no step decreases the residual any more"}

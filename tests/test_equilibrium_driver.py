@@ -1,5 +1,6 @@
 """The equilibrium driver: one loop over a strategy's init/step/done/certify, the progress
-display advanced by the best responses of each step; every 1-D equilibrium runs through it."""
+display advanced by the best responses of each step; every 1-D equilibrium, the two-state game
+and the scenario tree run through it."""
 
 from dataclasses import dataclass, field
 
@@ -7,11 +8,13 @@ import numpy as np
 import pytest
 
 import mfgwork as mw
-from mfgwork import fdm1d
+from mfgwork import common_noise, fdm1d, finite_state
 from mfgwork.numerics import equilibrium
+from mfgwork.numerics.attendance_newton import AttendanceNewton
 from mfgwork.numerics.batch_newton import BatchNewton
 from mfgwork.numerics.frozen_density import FrozenDensityNewton
 from mfgwork.numerics.iteration import FixedPoint, History
+from mfgwork.numerics.scenario_tree import TreeNewton
 
 
 @dataclass
@@ -129,3 +132,33 @@ def test_the_2d_long_run_is_one_run_of_the_driver(monkeypatch):
     res = mw.solve(mw.TwoBars(), nx=15, stationary=True)
     assert [type(s) for s in runs] == [ErgodicNewtonKrylov]
     assert res.converged and min(res.history["residual"]) == res.residual <= 1e-6
+
+
+@pytest.mark.parametrize(("solve", "module", "kind"), [
+    (lambda: mw.solve(mw.TwoStateElFarol(), nt=100, warmup=3), finite_state, AttendanceNewton),
+    (lambda: mw.solve(mw.CommonNoise(mw.SantaFeBar(), "good", (12.0, 8.0), depth=2,
+                                     transition=[[0.8, 0.2], [0.2, 0.8]]),
+                      nx=31, nt=20), common_noise, TreeNewton)])
+def test_the_newton_variants_are_one_run_of_the_driver(monkeypatch, solve, module, kind):
+    """The two-state game and the scenario tree: one run of the driver, whose loop takes
+    every iteration (a step per iteration of the two-state game, per Newton step on the
+    tree) and counts every best response."""
+    runs, steps = [], []
+
+    def spy(strategy, system, *, max_iter, progress=None):
+        runs.append(strategy)
+        step = strategy.step
+        monkeypatch.setattr(strategy, "step", lambda state: steps.append(1) or step(state))
+        bar = _Bar()
+        out = equilibrium.solve(strategy, system, max_iter=max_iter, progress=bar)
+        assert bar.n == (out.evaluations if kind is AttendanceNewton else out.iterations)
+        return out
+
+    monkeypatch.setattr(module, "solve_equilibrium", spy)
+    res = solve()
+    assert [type(s) for s in runs] == [kind]
+    assert res.converged and res.residual <= 1e-8
+    if kind is AttendanceNewton:
+        assert len(steps) == res.iterations == len(res.history["residual"]) >= 4
+    else:
+        assert len(steps) == res.extra["newton_steps"] - 1 >= 1

@@ -15,10 +15,12 @@ import mfgwork as mw
 from mfgwork.finite_state import time_to_level
 from mfgwork.numerics.attendance_newton import (
     AttendanceNewton,
+    TwoStateSystem,
     attendance_jacobian,
     newton_direction,
     tangent_coefficients,
 )
+from mfgwork.numerics.equilibrium import solve
 from mfgwork.numerics.finite_state import TwoStateScheme
 
 
@@ -170,12 +172,13 @@ def reference_best_response(problem, A, nt):
     return out
 
 
-def newton_for(problem, nt, max_iter):
-    """The solver's Newton iteration for ``problem`` (tol 1e-8), to start anywhere."""
+def newton_from(problem, nt, z0, max_iter):
+    """The solver's Newton iteration for ``problem`` (tol 1e-8) from the path ``z0``."""
     scheme = TwoStateScheme(nt, problem.T / nt, problem.switching_cost)
-    return AttendanceNewton(scheme, problem.payoff, problem.payoff_slope,
+    system = TwoStateSystem(scheme, problem.payoff, problem.payoff_slope,
                             problem.payoff_integral, m0=problem.initial_distribution(),
-                            U_T=problem.terminal_cost(), tol=1e-8, max_iter=max_iter)
+                            U_T=problem.terminal_cost(), z0=z0)
+    return solve(AttendanceNewton(tol=1e-8), system, max_iter=max_iter)
 
 
 def certified_residual(problem, res, nt):
@@ -240,7 +243,7 @@ def test_steep_payoff_from_a_full_bar_does_not_cycle():
     iterations between two paths at residual 0.49. Certified by an independent best
     response."""
     problem, nt = mw.TwoStateElFarol(eps=0.01, attendance0=1.0), 50
-    out = newton_for(problem, nt, max_iter=500).run(np.ones(nt))
+    out = newton_from(problem, nt, np.ones(nt), max_iter=500)
     assert out.converged and out.iterations <= 60
     A = out.M[1:, 1]
     again = reference_best_response(problem, A, nt)
@@ -282,7 +285,7 @@ def test_best_iterate_is_returned_not_the_last():
     """From a half-full bar with cheap switching the first steps overshoot (residual 0.5,
     then ~900, ~600): the run stopped at max_iter returns the first path, certified."""
     problem, nt = mw.TwoStateElFarol(switching_cost=0.01, T=100.0), 50
-    out = newton_for(problem, nt, max_iter=3).run(np.full(nt, 0.5))
+    out = newton_from(problem, nt, np.full(nt, 0.5), max_iter=3)
     history = out.history["residual"]
     assert not out.converged and out.reason == "max_iter" and len(history) == 3
     assert out.residual == history[0] < min(history[1:])

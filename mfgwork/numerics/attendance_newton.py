@@ -157,111 +157,162 @@ def newton_direction(a: np.ndarray, W: np.ndarray, s2: np.ndarray, R: np.ndarray
     return R - p
 
 
+@dataclass(frozen=True)
+class TwoStateSystem:
+    """The two-state game to solve: its sweeps ``scheme``, the payoff ``payoff(z)`` = P, its
+    slope P' (≤ 0) and an antiderivative of P (``integral``), the initial distribution ``m0``,
+    the terminal cost ``U_T`` and the first attendance path ``z0``."""
+
+    scheme: TwoStateScheme
+    payoff: Callable[[np.ndarray], np.ndarray]
+    slope: Callable[[np.ndarray], np.ndarray]
+    integral: Callable[[np.ndarray], np.ndarray]
+    m0: np.ndarray
+    U_T: np.ndarray
+    z0: np.ndarray
+
+
+@dataclass
+class NewtonHistory:
+    """Per iteration: the residual of the iterate, the length of the step taken from it (0
+    for a warm-up step or none) and the wall time."""
+
+    residual: list[float] = field(default_factory=list)
+    step: list[float] = field(default_factory=list)
+    time: list[float] = field(default_factory=list)
+
+
+@dataclass
+class AttendanceState:
+    """A solve between its iterations: the ``system``, the iterations ``k`` done of
+    ``max_iter``, the current ``point``, the ``best`` point so far and its residual
+    (``lowest``), the warm-up ``mixer``, the best responses evaluated, why the solve ended
+    (``reason``, once ``finished``) and the history."""
+
+    system: TwoStateSystem
+    max_iter: int
+    mixer: Any
+    point: Point | None = None
+    best: Point | None = None
+    lowest: float = math.inf
+    k: int = 0
+    evaluations: int = 0
+    reason: str = "max_iter"
+    finished: bool = False
+    history: NewtonHistory = field(default_factory=NewtonHistory)
+
+
 class AttendanceNewton:
-    """Damped Newton's method for R(z) = Φ(z) − z of the two-state game, after ``warmup``
-    iterations of a fixed-point ``mixing`` scheme; the loop stops at the first iterate of
-    residual ≤ ``tol``.
+    """Damped Newton's method for R(z) = Φ(z) − z of the two-state game (a strategy of
+    :func:`.equilibrium.solve` on a :class:`TwoStateSystem`), after ``warmup`` iterations of
+    a fixed-point ``mixing`` scheme; the solve stops at the first iterate of residual
+    ≤ ``tol``."""
 
-    ``payoff(z)``, ``slope(z)`` and ``integral(z)`` are P, P' (≤ 0) and an antiderivative of
-    P; ``m0`` and ``U_T`` the initial distribution and terminal cost."""
-
-    def __init__(self, scheme: TwoStateScheme, payoff: Callable[[np.ndarray], np.ndarray],
-                 slope: Callable[[np.ndarray], np.ndarray],
-                 integral: Callable[[np.ndarray], np.ndarray], *, m0: np.ndarray,
-                 U_T: np.ndarray, tol: float, max_iter: int, warmup: int = 0,
+    def __init__(self, *, tol: float, warmup: int = 0,
                  mixing: IterationScheme | None = None) -> None:
-        self.scheme, self.payoff, self.slope, self.integral = scheme, payoff, slope, integral
-        self.m0, self.U_T = np.asarray(m0, dtype=np.float64), np.asarray(U_T, np.float64)
-        self.tol, self.max_iter, self.warmup, self.mixing = tol, max_iter, warmup, mixing
-        self._mixer: Any = None
-        self.evaluations = 0
+        self.tol, self.warmup, self.mixing = tol, warmup, mixing
 
-    def respond(self, z: np.ndarray) -> Point:
+    def init(self, system: TwoStateSystem, max_iter: int) -> AttendanceState:
+        """The state at the best response to the first path."""
+        state = AttendanceState(system, max_iter,
+                                None if self.mixing is None else self.mixing.start())
+        state.point = state.best = self.respond(state, np.asarray(system.z0, np.float64))
+        return state
+
+    def done(self, state: AttendanceState) -> bool:
+        return state.finished or state.k >= state.max_iter
+
+    def step(self, state: AttendanceState) -> AttendanceState:
+        """Iteration k: the current point recorded (and kept if its residual is the lowest),
+        then, unless it converged or it is the last iteration, the next point."""
+        started = time.perf_counter()
+        k = state.k = state.k + 1
+        point = state.point
+        residual = point.residual
+        if residual < state.lowest:
+            state.lowest, state.best = residual, point
+        state.history.residual.append(residual)
+        moved = None
+        if residual <= self.tol:
+            state.reason = "converged"
+        elif k < state.max_iter:
+            moved = self.advance(state, point)
+            if moved is None:
+                state.reason = "stalled"
+        state.history.step.append(0.0 if moved is None else moved[1])
+        state.history.time.append(time.perf_counter() - started)
+        if moved is None:
+            state.finished = True
+        else:
+            state.point = moved[0]
+        return state
+
+    def certify(self, state: AttendanceState) -> NewtonRun:
+        """The iterate of lowest residual (module docstring)."""
+        best = state.best
+        return NewtonRun(U=best.U, gap=best.gap, M=best.path_densities(state.system.m0),
+                         residual=state.lowest, converged=state.lowest <= self.tol,
+                         iterations=state.k, reason=state.reason,
+                         evaluations=state.evaluations,
+                         history={k: list(v) for k, v in vars(state.history).items()})
+
+    def respond(self, state: AttendanceState, z: np.ndarray) -> Point:
         """The best response to the attendance path z, clipped to [0, 1]."""
+        system = state.system
         z = np.clip(z, 0.0, 1.0)
-        y = self.payoff(z)
+        y = system.payoff(z)
         F = np.stack([np.zeros_like(y), -y], axis=-1)
-        U, gap, M = self.scheme.best_response(self.U_T, F, self.m0)
-        self.evaluations += 1
+        U, gap, M = system.scheme.best_response(system.U_T, F, system.m0)
+        state.evaluations += 1
         R = M[1:, 1] - z
         if not (np.all(np.isfinite(U)) and np.all(np.isfinite(R))):
             raise SolverError(f"non-finite values in the best response at evaluation "
-                              f"{self.evaluations} of the two-state game")
+                              f"{state.evaluations} of the two-state game")
         return Point(z=z, U=U, gap=gap, M=M, R=R)
 
-    def direction(self, point: Point) -> np.ndarray:
-        """The Newton step for R(z) = 0 at ``point``."""
-        a, W = tangent_coefficients(self.scheme, point.gap, point.M)
-        return newton_direction(a, W, -self.slope(point.z), point.R)
+    def advance(self, state: AttendanceState, point: Point) -> tuple[Point, float] | None:
+        """Iteration k's next point and its step length: a damped step of the mixing scheme
+        during the warm-up (length 0), else the Newton step with its line search (None when
+        it finds no acceptable step)."""
+        if state.k <= self.warmup and self.mixing is not None:
+            z = state.mixer.update(state.k, point.z, point.image, _xp())
+            return self.respond(state, z), 0.0
+        system = state.system
+        a, W = tangent_coefficients(system.scheme, point.gap, point.M)
+        return self.line_search(state, point,
+                                newton_direction(a, W, -system.slope(point.z), point.R))
 
-    def line_search(self, point: Point, step: np.ndarray) -> tuple[Point, float] | None:
+    def line_search(self, state: AttendanceState, point: Point, step: np.ndarray
+                    ) -> tuple[Point, float] | None:
         """Backtracking from the full step until Armijo's rule holds for the potential
-        (:meth:`potential`, for which the Newton step is a descent direction), or, once the
+        (:func:`potential`, for which the Newton step is a descent direction), or, once the
         predicted decrease is below its rounding, for ½‖R‖² with the potential not rising
         beyond its rounding; None when no step length above :data:`MIN_STEP` is accepted."""
+        system = state.system
         t, norm2 = 1.0, _norm(point.R) ** 2
-        value = self.potential(point)
+        value = potential(system, point)
         rounding = 1e-12 * abs(value)
-        slope = -self.scheme.dt * float(np.sum(-self.slope(point.z) * point.R * step))
+        slope = -system.scheme.dt * float(np.sum(-system.slope(point.z) * point.R * step))
         while t >= MIN_STEP:
-            trial = self.respond(point.z + t * step)
+            trial = self.respond(state, point.z + t * step)
             if -t * slope <= rounding:
                 accept = (_norm(trial.R) ** 2 <= (1.0 - 2.0 * ARMIJO * t) * norm2
-                          and self.potential(trial) <= value + rounding)
+                          and potential(system, trial) <= value + rounding)
             else:
-                accept = self.potential(trial) <= value + ARMIJO * t * slope
+                accept = potential(system, trial) <= value + ARMIJO * t * slope
             if accept:
                 return trial, t
             t *= 0.5
         return None
 
-    def potential(self, point: Point) -> float:
-        """Φ_W(z) = −m0·u(t_0) + Δt Σ_n (Π(z_n) − z_n P(z_n)), Π' = P: the convex potential
-        W(y) = −m0·u(t_0; y) + Δt Σ_n Ψ*(y_n), Ψ*' = −P⁻¹, of the payoff path y = P(z),
-        written in z (no inverse of P, which saturates). Its gradient is −Δt S² R."""
-        z = point.z
-        return float(-(self.m0 @ point.U[0])
-                     + self.scheme.dt * np.sum(self.integral(z) - z * self.payoff(z)))
 
-    def advance(self, k: int, point: Point) -> tuple[Point, float] | None:
-        """Iteration k's next point and its step length: a damped step of the mixing scheme
-        during the warm-up (length 0), else the Newton step with its line search (None when
-        it finds no acceptable step)."""
-        if k <= self.warmup and self.mixing is not None:
-            z = self._mixer.update(k, point.z, point.image, _xp())
-            return self.respond(z), 0.0
-        return self.line_search(point, self.direction(point))
-
-    def run(self, z0: np.ndarray) -> NewtonRun:
-        """Iterate from the attendance path ``z0``."""
-        history: dict[str, list[float]] = {"residual": [], "step": [], "time": []}
-        self._mixer = None if self.mixing is None else self.mixing.start()
-        point = self.respond(np.asarray(z0, dtype=np.float64))
-        best: tuple[float, Point] = (math.inf, point)
-        reason, k = "max_iter", 0
-        while k < self.max_iter:
-            started = time.perf_counter()
-            k += 1
-            residual = point.residual
-            if residual < best[0]:
-                best = (residual, point)
-            history["residual"].append(residual)
-            moved = None
-            if residual <= self.tol:
-                reason = "converged"
-            elif k < self.max_iter:
-                moved = self.advance(k, point)
-                if moved is None:
-                    reason = "stalled"
-            history["step"].append(0.0 if moved is None else moved[1])
-            history["time"].append(time.perf_counter() - started)
-            if moved is None:
-                break
-            point = moved[0]
-        res, chosen = best
-        return NewtonRun(U=chosen.U, gap=chosen.gap, M=chosen.path_densities(self.m0),
-                         residual=res, converged=res <= self.tol, iterations=k,
-                         reason=reason, evaluations=self.evaluations, history=history)
+def potential(system: TwoStateSystem, point: Point) -> float:
+    """Φ_W(z) = −m0·u(t_0) + Δt Σ_n (Π(z_n) − z_n P(z_n)), Π' = P: the convex potential
+    W(y) = −m0·u(t_0; y) + Δt Σ_n Ψ*(y_n), Ψ*' = −P⁻¹, of the payoff path y = P(z), written
+    in z (no inverse of P, which saturates). Its gradient is −Δt S² R."""
+    z = point.z
+    return float(-(system.m0 @ point.U[0])
+                 + system.scheme.dt * np.sum(system.integral(z) - z * system.payoff(z)))
 
 
 def _norm(a: np.ndarray) -> float:

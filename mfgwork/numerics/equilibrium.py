@@ -4,13 +4,16 @@ An equilibrium of the discrete MFG system (:class:`System`) is a fixed point z =
 best-response map on the coupling state z: Φ(z) = state(FP(HJB(running_cost(z)))). A
 strategy (:class:`Strategy`: the fixed-point schemes of :mod:`.iteration`, Newton's method on
 the coupling state of :mod:`.batch_newton`, the frozen-density iteration of
-:mod:`.frozen_density`) holds only its settings and implements
+:mod:`.frozen_density`; Newton's method on the attendance path of the two-state game,
+:mod:`.attendance_newton`, and on the scenario tree, :mod:`.scenario_tree`, which start from
+a system of their own) holds only its settings and implements
 
 - ``init(system, max_iter) -> state``: the named state of a solve at its first iterate;
 - ``step(state) -> state``: one iteration (one best response and what follows from it; an
   outer iteration may take several);
 - ``done(state) -> bool``: whether the solve stops (converged, stalled or out of budget);
-- ``certify(state) -> FixedPointResult``: the returned, certified iterate per problem.
+- ``certify(state)``: the returned, certified iterate per problem (a ``FixedPointResult``
+  for a :class:`System`).
 
 :func:`solve` is the one loop that runs them, the progress display included.
 """
@@ -58,7 +61,7 @@ class State(Protocol):
 class Strategy(Protocol):
     """An equilibrium solver (module docstring)."""
 
-    def init(self, system: System, max_iter: int) -> Any: ...
+    def init(self, system: Any, max_iter: int) -> Any: ...
 
     def step(self, state: Any) -> Any: ...
 
@@ -67,10 +70,11 @@ class Strategy(Protocol):
     def certify(self, state: Any) -> Any: ...
 
 
-def solve(strategy: Strategy, system: System, *, max_iter: int, progress: Any = None) -> Any:
-    """The equilibrium of ``system`` by ``strategy`` within ``max_iter`` best responses: its
-    steps until it is done, then its certified result (a
-    :class:`.iteration.FixedPointResult`). ``progress`` (a tqdm bar or None) advances by the
+def solve(strategy: Strategy, system: Any, *, max_iter: int, progress: Any = None) -> Any:
+    """The equilibrium of ``system`` (what ``strategy`` starts from: a :class:`System`, or a
+    game of its own) by ``strategy`` within ``max_iter`` best responses: its steps until it
+    is done, then its certified result (a :class:`.iteration.FixedPointResult`, or the
+    strategy's own). ``progress`` (a tqdm bar or None) advances by the
     best responses of each step and shows the last residual of the history."""
     state = strategy.init(system, max_iter)
     shown = 0

@@ -64,21 +64,61 @@ class TreePoint:
 
 
 @dataclass
+class TreeHistory:
+    """Per certified iterate (the first, then one per Newton step): its certified residual,
+    the relative residual of the iterate itself and the wall time (the certificate's, then
+    the step's with its certificate)."""
+
+    residual: list[float] = field(default_factory=list)
+    iterate_residual: list[float] = field(default_factory=list)
+    time: list[float] = field(default_factory=list)
+
+
+@dataclass
 class TreeOutcome:
     """The best certified iterate: U, M, its residual per scenario (scenarios,), the best
-    responses evaluated (``iterations``) and the tangent products, and one record per Newton
-    step."""
+    responses evaluated (``iterations``) and the tangent products, and the history of the
+    certified iterates."""
 
     U: Any
     M: Any
     residuals: np.ndarray
     iterations: int
     products: int
-    records: list[dict[str, float]] = field(default_factory=list)
+    history: TreeHistory = field(default_factory=TreeHistory)
 
     @property
     def residual(self) -> float:
         return float(np.max(self.residuals))
+
+
+@dataclass(frozen=True)
+class TreeSystem:
+    """The game on the tree to solve: its ``scheme`` and the coupling state ``z0`` (host,
+    (nodes, L)) Newton's method starts from."""
+
+    scheme: TreeScheme
+    z0: np.ndarray
+
+
+@dataclass
+class TreeState:
+    """A solve between its Newton steps: the ``scheme``, the best responses evaluated of
+    ``max_iter`` and the tangent products, the current ``point``, the best certified iterate
+    (its ``U``, ``M``, ``residuals`` per scenario and their largest, ``lowest``), whether the
+    line search found no step (``finished``) and the history."""
+
+    scheme: TreeScheme
+    max_iter: int
+    point: TreePoint | None = None
+    U: Any = None
+    M: Any = None
+    residuals: np.ndarray | None = None
+    lowest: float = math.inf
+    evaluations: int = 0
+    products: int = 0
+    finished: bool = False
+    history: TreeHistory = field(default_factory=TreeHistory)
 
 
 class TreeScheme:
@@ -213,65 +253,78 @@ class TreeTangent:
 
 
 class TreeNewton:
-    """Damped Newton–Krylov on R(z) = Φ(z) − z on the tree (module docstring)."""
+    """Damped Newton–Krylov on R(z) = Φ(z) − z on the tree (module docstring), a strategy of
+    :func:`.equilibrium.solve` on a :class:`TreeSystem`: it stops once the best certified
+    residual is ≤ ``tol``, the best responses reach ``max_iter`` or the line search finds no
+    step."""
 
-    def __init__(self, scheme: TreeScheme, tol: float, max_iter: int) -> None:
-        if scheme.potentials is None:
+    def __init__(self, tol: float) -> None:
+        self.tol = tol
+
+    def init(self, system: TreeSystem, max_iter: int) -> TreeState:
+        """The state at the first point, certified."""
+        if system.scheme.potentials is None:
             raise ValueError("the model declares no scalar potential")
-        self.scheme, self.tol, self.max_iter = scheme, tol, max_iter
-        self.products = 0
-        self.evaluations = 0
+        state = TreeState(system.scheme, max_iter)
+        state.point = self._respond(state, system.z0, None)
+        self._certify(state, time.perf_counter())
+        return state
 
-    def solve(self, z0: np.ndarray) -> TreeOutcome:
-        point = self._respond(z0, None)
-        best = self._certify(point)
-        records = [best["record"]]
-        while best["residual"] > self.tol and self.evaluations < self.max_iter:
-            started = time.perf_counter()
-            trial = self._line_search(point, self._direction(point))
-            if trial is None:   # no decrease left, or the budget spent
-                break
-            point = trial
-            cert = self._certify(point)
-            cert["record"]["time"] += time.perf_counter() - started
-            records.append(cert["record"])
-            if cert["residual"] < best["residual"]:
-                best = cert
-        return TreeOutcome(U=best["U"], M=best["M"], residuals=best["residuals"],
-                           iterations=self.evaluations, products=self.products,
-                           records=records)
+    def done(self, state: TreeState) -> bool:
+        return (state.finished or not state.lowest > self.tol
+                or state.evaluations >= state.max_iter)
 
-    def _respond(self, z: np.ndarray, guess: Any) -> TreePoint:
-        self.evaluations += 1
-        U, M, gz = self.scheme.respond(z, guess)
+    def step(self, state: TreeState) -> TreeState:
+        """One Newton step with its line search, and the certificate of the new point."""
+        started = time.perf_counter()
+        trial = self._line_search(state, state.point, self._direction(state, state.point))
+        if trial is None:   # no decrease left, or the budget spent
+            state.finished = True
+            return state
+        state.point = trial
+        self._certify(state, started)
+        return state
+
+    def certify(self, state: TreeState) -> TreeOutcome:
+        """The best certified iterate, with the counts and the history."""
+        return TreeOutcome(U=state.U, M=state.M, residuals=state.residuals,
+                           iterations=state.evaluations, products=state.products,
+                           history=state.history)
+
+    def _respond(self, state: TreeState, z: np.ndarray, guess: Any) -> TreePoint:
+        state.evaluations += 1
+        U, M, gz = state.scheme.respond(z, guess)
         R = gz - z
         return TreePoint(z=z, U=U, M=M, R=R, norm=_norm(R))
 
-    def _certify(self, point: TreePoint) -> dict[str, Any]:
-        """The residual of the densities of ``point`` per scenario: one best response to
-        Φ(z) = z + R."""
-        started = time.perf_counter()
+    def _certify(self, state: TreeState, started: float) -> None:
+        """The residual of the densities of the current point per scenario, by one best
+        response to Φ(z) = z + R, recorded with the time since ``started``; the point is the
+        best one if its residual is the lowest."""
+        point = state.point
         z = point.z + point.R
-        self.evaluations += 1
-        _, _, gz = self.scheme.respond(z, point.U)
-        norms = self.scheme.scenario_norms
+        state.evaluations += 1
+        _, _, gz = state.scheme.respond(z, point.U)
+        norms = state.scheme.scenario_norms
         residuals = norms(gz - z) / np.maximum(norms(gz), 1e-300)
         residual = float(np.max(residuals))
-        return {"residual": residual, "residuals": residuals, "U": point.U, "M": point.M,
-                "record": {"residual": residual, "iterate_residual": point.norm / max(
-                    _norm(point.z + point.R), 1e-300),
-                    "time": time.perf_counter() - started}}
+        history = state.history
+        history.residual.append(residual)
+        history.iterate_residual.append(point.norm / max(_norm(z), 1e-300))
+        history.time.append(time.perf_counter() - started)
+        if state.residuals is None or residual < state.lowest:
+            state.U, state.M, state.residuals, state.lowest = point.U, point.M, residuals, residual
 
-    def _direction(self, point: TreePoint) -> np.ndarray:
+    def _direction(self, state: TreeState, point: TreePoint) -> np.ndarray:
         """d = S⁻¹ Σ w, (S D S + Σ) w = S R by GMRES (restarted every
         :data:`KRYLOV_RESTART` products) to the relative accuracy min(ETA, r) (an inexact
         Newton step; r the relative residual of z)."""
-        scheme = self.scheme
+        scheme = state.scheme
         tangent = TreeTangent(scheme, point.U, point.M)
         s, sign = scaling(scheme.potentials.price_slope(point.z, scheme.tree.node_states))
 
         def apply(x: np.ndarray) -> np.ndarray:
-            self.products += 1
+            state.products += 1
             x = x.reshape(s.shape)
             return (s * tangent(s * x) + sign * x).reshape(-1)
 
@@ -283,14 +336,16 @@ class TreeNewton:
         w = w.reshape(s.shape)
         return np.where(s > 0, sign * w / np.where(s > 0, s, 1.0), point.R)
 
-    def _line_search(self, point: TreePoint, direction: np.ndarray) -> TreePoint | None:
-        """Backtracking from the full step until ‖R(z + t d)‖² ≤ (1 − 2·10⁻⁴ t) ‖R(z)‖²."""
-        project = self.scheme.coupling.project
+    def _line_search(self, state: TreeState, point: TreePoint, direction: np.ndarray
+                     ) -> TreePoint | None:
+        """Backtracking from the full step until ‖R(z + t d)‖² ≤ (1 − 2·10⁻⁴ t) ‖R(z)‖², with
+        a best response left for the certificate."""
+        scheme = state.scheme
         t = 1.0
-        while t > SMALLEST_STEP and self.evaluations < self.max_iter - 1:
-            z = np.asarray(to_numpy(project(self.scheme.backend.asarray(point.z + t * direction))),
-                           dtype=np.float64)
-            trial = self._respond(z, point.U)
+        while t > SMALLEST_STEP and state.evaluations < state.max_iter - 1:
+            z = np.asarray(to_numpy(scheme.coupling.project(
+                scheme.backend.asarray(point.z + t * direction))), dtype=np.float64)
+            trial = self._respond(state, z, point.U)
             if trial.norm**2 <= (1.0 - ARMIJO * t) * point.norm**2:
                 return trial
             t *= 0.5
