@@ -1,5 +1,6 @@
 """The equilibrium driver: one loop over a strategy's init/step/done/certify, the progress
-display advanced by the best responses of each step; every 1-D equilibrium runs through it."""
+display advanced by the best responses of each step; every 1-D equilibrium and the coupling
+Newton of the 2-D two bars run through it."""
 
 from dataclasses import dataclass, field
 
@@ -10,6 +11,8 @@ import mfgwork as mw
 from mfgwork import fdm1d
 from mfgwork.numerics import equilibrium
 from mfgwork.numerics.batch_newton import BatchNewton
+from mfgwork.numerics.coupling_newton import CouplingNewtonKrylov
+from mfgwork.numerics.fdm2d import equilibrium as equilibrium_2d
 from mfgwork.numerics.frozen_density import FrozenDensityNewton
 from mfgwork.numerics.iteration import FixedPoint, History
 
@@ -88,3 +91,25 @@ def test_every_1d_equilibrium_is_one_run_of_the_driver(monkeypatch, problem, opt
     assert res.converged and res.residual <= 1e-8
     assert len(res.history["residual"]) >= res.iterations
     assert np.all(np.isfinite(np.asarray(res.history["residual"])))
+
+
+def _spied(monkeypatch, module):
+    """The strategies and results of the driver's runs from ``module``."""
+    runs = []
+
+    def spy(strategy, system, *, max_iter, progress=None):
+        out = equilibrium.solve(strategy, system, max_iter=max_iter, progress=progress)
+        runs.append((strategy, out))
+        return out
+
+    monkeypatch.setattr(module, "solve", spy)
+    return runs
+
+
+def test_the_coupling_newton_of_two_bars_is_one_run_of_the_driver(monkeypatch):
+    runs = _spied(monkeypatch, equilibrium_2d)
+    res = mw.solve_2d(mw.TwoBars(T=2.0), nx=9, nt=6, tol=1e-9, progress=False)
+    assert [type(s) for s, _ in runs] == [CouplingNewtonKrylov]
+    out, info = runs[0][1], res.extra["coupling_newton"]
+    assert res.converged and out.reason == info["reason"] == "converged"
+    assert res.iterations == info["steps"] == len(out.history.residual)
