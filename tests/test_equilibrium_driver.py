@@ -1,6 +1,6 @@
 """The equilibrium driver: one loop over a strategy's init/step/done/certify, the progress
-display advanced by the best responses of each step; every 1-D equilibrium and the coupling
-Newton of the 2-D two bars run through it."""
+display advanced by the best responses of each step; every 1-D equilibrium, the shared-path
+Newton of populations and the coupling Newton of the 2-D two bars run through it."""
 
 from dataclasses import dataclass, field
 
@@ -10,11 +10,13 @@ import pytest
 import mfgwork as mw
 from mfgwork import fdm1d
 from mfgwork.numerics import equilibrium
+from mfgwork.numerics import populations as numerics_populations
 from mfgwork.numerics.batch_newton import BatchNewton
 from mfgwork.numerics.coupling_newton import CouplingNewtonKrylov
 from mfgwork.numerics.fdm2d import equilibrium as equilibrium_2d
 from mfgwork.numerics.frozen_density import FrozenDensityNewton
 from mfgwork.numerics.iteration import FixedPoint, History
+from mfgwork.numerics.populations import PathNewton
 
 
 @dataclass
@@ -104,6 +106,17 @@ def _spied(monkeypatch, module):
 
     monkeypatch.setattr(module, "solve", spy)
     return runs
+
+
+def test_the_shared_path_newton_of_populations_is_one_run_of_the_driver(monkeypatch):
+    runs = _spied(monkeypatch, numerics_populations)
+    groups = [mw.Population("a", 0.5, mw.SantaFeBar()),
+              mw.Population("b", 0.5, mw.SantaFeBar(threshold=0.7))]
+    res = mw.solve(mw.SantaFePopulations(groups), nx=31, nt=30, progress=False)
+    assert [type(s) for s, _ in runs] == [PathNewton]
+    out = runs[0][1]
+    assert res.converged and out.stopped == "converged" and res.residual <= 1e-8
+    assert res.iterations == int(out.iterations[0]) == len(out.history.residual)
 
 
 def test_the_coupling_newton_of_two_bars_is_one_run_of_the_driver(monkeypatch):
