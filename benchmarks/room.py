@@ -179,9 +179,9 @@ def measure(case: str, target: tuple[str, str, str | None, str | None], nx: int,
 
 def dense_jacobian(case: str, nx: int, nt: int) -> dict:
     """The wall time of one dense Jacobian of R(z) = Φ(z) − z by finite differences (the
-    products of :class:`~mfgwork.numerics.coupling_newton.CouplingNewtonKrylov` along every
+    products of :class:`~mfgwork.numerics.coupling_newton.BestResponses` along every
     unit direction) at the first iterate of the solve (agents who do not move)."""
-    from mfgwork.numerics.coupling_newton import CouplingNewtonKrylov
+    from mfgwork.numerics.coupling_newton import BestResponses
     from mfgwork.numerics.fdm2d import equilibrium as eq
     from mfgwork.numerics.iteration import evaluator
 
@@ -189,7 +189,7 @@ def dense_jacobian(case: str, nx: int, nt: int) -> dict:
     setup = eq.build(PROBLEMS[case](), nx, nx, nt, be, "ilu")
     evaluate = evaluator(setup.coupling, setup.scheme.solve_hjb, setup.scheme.solve_fp,
                           setup.U_T, setup.m0, be)
-    newton = CouplingNewtonKrylov(evaluate, setup.coupling.project, be, tol=1.0)
+    newton = BestResponses(evaluate, setup.coupling.project, be)
     point = newton.respond(setup.coupling.state(np.stack([setup.m0] * (nt + 1))), None)
     start = time.perf_counter()
     for e in np.eye(point.z.size):

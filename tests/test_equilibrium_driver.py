@@ -1,6 +1,7 @@
 """The equilibrium driver: one loop over a strategy's init/step/done/certify, the progress
-display advanced by the best responses of each step; every 1-D equilibrium, the two-state game
-and the scenario tree run through it."""
+display advanced by the best responses of each step; every 1-D equilibrium (the long runs
+too), the two-state game, the scenario tree, the shared-path Newton of populations and the
+coupling Newton of the 2-D two bars run through it."""
 
 from dataclasses import dataclass, field
 
@@ -10,10 +11,14 @@ import pytest
 import mfgwork as mw
 from mfgwork import common_noise, fdm1d, finite_state
 from mfgwork.numerics import equilibrium
+from mfgwork.numerics import populations as numerics_populations
 from mfgwork.numerics.attendance_newton import AttendanceNewton
 from mfgwork.numerics.batch_newton import BatchNewton
+from mfgwork.numerics.coupling_newton import CouplingNewtonKrylov
+from mfgwork.numerics.fdm2d import equilibrium as equilibrium_2d
 from mfgwork.numerics.frozen_density import FrozenDensityNewton
 from mfgwork.numerics.iteration import FixedPoint, History
+from mfgwork.numerics.populations import PathNewton
 from mfgwork.numerics.scenario_tree import TreeNewton
 
 
@@ -162,3 +167,36 @@ def test_the_newton_variants_are_one_run_of_the_driver(monkeypatch, solve, modul
         assert len(steps) == res.iterations == len(res.history["residual"]) >= 4
     else:
         assert len(steps) == res.extra["newton_steps"] - 1 >= 1
+
+
+def _spied(monkeypatch, module):
+    """The strategies and results of the driver's runs from ``module``."""
+    runs = []
+
+    def spy(strategy, system, *, max_iter, progress=None):
+        out = equilibrium.solve(strategy, system, max_iter=max_iter, progress=progress)
+        runs.append((strategy, out))
+        return out
+
+    monkeypatch.setattr(module, "solve", spy)
+    return runs
+
+
+def test_the_shared_path_newton_of_populations_is_one_run_of_the_driver(monkeypatch):
+    runs = _spied(monkeypatch, numerics_populations)
+    groups = [mw.Population("a", 0.5, mw.SantaFeBar()),
+              mw.Population("b", 0.5, mw.SantaFeBar(threshold=0.7))]
+    res = mw.solve(mw.SantaFePopulations(groups), nx=31, nt=30, progress=False)
+    assert [type(s) for s, _ in runs] == [PathNewton]
+    out = runs[0][1]
+    assert res.converged and out.stopped == "converged" and res.residual <= 1e-8
+    assert res.iterations == int(out.iterations[0]) == len(out.history.residual)
+
+
+def test_the_coupling_newton_of_two_bars_is_one_run_of_the_driver(monkeypatch):
+    runs = _spied(monkeypatch, equilibrium_2d)
+    res = mw.solve_2d(mw.TwoBars(T=2.0), nx=9, nt=6, tol=1e-9, progress=False)
+    assert [type(s) for s, _ in runs] == [CouplingNewtonKrylov]
+    out, info = runs[0][1], res.extra["coupling_newton"]
+    assert res.converged and out.reason == info["reason"] == "converged"
+    assert res.iterations == info["steps"] == len(out.history.residual)

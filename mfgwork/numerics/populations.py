@@ -53,6 +53,7 @@ from ..problems.base import Coupling, ScalarPotential
 from ..problems.hamiltonians import Hamiltonian
 from ..problems.populations import Populations, SantaFePopulations
 from .batch_newton import ARMIJO, ETA, GROW, backtrack, newton_refusal
+from .equilibrium import System, solve
 from .fdm.sweeps import FiniteDifferences
 from .fdm.tangent import tangent_jacobian, tangent_product
 from .iteration import (
@@ -254,10 +255,50 @@ def populations_residual(result: Any, problem: Populations | None = None) -> flo
     return max(path, float(np.max(groups)))
 
 
+@dataclass
+class PathNewtonResult(FixedPointResult):
+    """:class:`PathNewton`'s certified result, with why it stopped (``stopped``: converged,
+    stalled or max_iter) and its last accepted point (``last``: z, U), from which Anderson
+    mixing may continue."""
+
+    stopped: str = "max_iter"
+    last: tuple[Any, Any] = (None, None)
+
+
+@dataclass
+class PathNewtonState:
+    """A solve of :class:`PathNewton` between its steps: its best responses (``respond``,
+    which keeps the history of its iterations), the budget ``max_iter`` of best responses,
+    the current ``point``, the ``best`` certified densities (res, U, M), the certificate's
+    ``trigger``, the first length of the next line search (``start``), whether ``point`` is
+    certified, and why the solve stopped (``stopped``; "max_iter" while it runs)."""
+
+    respond: _Responder
+    max_iter: int
+    point: dict[str, Any]
+    best: dict[str, Any]
+    trigger: float
+    start: float = 1.0
+    certified: bool = False
+    stopped: str = "max_iter"
+
+    @property
+    def evaluations(self) -> int:
+        return len(self.respond.history.residual)
+
+    @property
+    def history(self) -> History:
+        return self.respond.history
+
+
 class PathNewton:
     """Damped Newton's method on the shared path z of K groups (module docstring), with the
     groups' potentials (χ, P_k'), shares, diffusions and Hamiltonians (∂pp H bounded);
-    ``system``: "gmres" or "dense"."""
+    ``system``: "gmres" or "dense". An equilibrium strategy (:mod:`.equilibrium`) whose state
+    is a :class:`PathNewtonState`: it iterates until a certificate ≤ ``tol``, the line search
+    fails ("stalled") or ``max_iter`` best responses were evaluated, and returns the best
+    certified densities. It counts its Newton steps, Krylov products and the seconds of its
+    Newton systems over its solves."""
 
     def __init__(self, potentials: list[ScalarPotential], shares: np.ndarray, nu: np.ndarray,
                  hamiltonians: list[Hamiltonian], *, grid: Grid, backend: Backend, tol: float,
@@ -269,57 +310,68 @@ class PathNewton:
         self.system, self.max_halvings = system, max_halvings
         self.newton_steps = self.products = 0
         self.system_seconds = 0.0
-        self.stopped = ""
-        self.last_point: dict[str, Any] = {}   # the last accepted point of :meth:`solve`
 
-    def solve(self, coupling: SharedPathCoupling, hjb: Any, fp: Any, *, m0: Any, U_T: Any,
-              max_iter: int, z_init: Any = None, progress: Any = None) -> FixedPointResult:
-        """Iterate until a certificate ≤ ``tol``, the line search fails (``stopped``:
-        "stalled") or ``max_iter`` best responses were evaluated ("max_iter"); the first
-        point is ``z_init``, else the path of m0 at all times. Returns the best certified
-        densities (one more evaluation certifies the last point if it was not)."""
-        be, xp, nt = self.backend, self.backend.xp, self.grid.nt
-        respond = _Responder(evaluator(coupling, hjb, fp, U_T, m0, be), coupling, be, nt,
-                             progress)
-        history = respond.history
-        z0 = (coupling.state(xp.stack([m0] * (nt + 1), axis=-2)) if z_init is None
-              else coupling.project(z_init))
+    def init(self, system: System, max_iter: int) -> PathNewtonState:
+        """The best response to the system's ``z_init``, else to the path of m0 at all
+        times."""
+        be, xp, nt = self.backend, self.backend.xp, system.nt
+        coupling = system.coupling
+        respond = _Responder(evaluator(coupling, system.hjb, system.fp, system.U_T, system.m0,
+                                       be), coupling, be, nt)
+        z0 = (coupling.state(xp.stack([system.m0] * (nt + 1), axis=-2))
+              if system.z_init is None else coupling.project(system.z_init))
         point = respond(z0, None)
-        best: dict[str, Any] = {"res": math.inf, "U": point["U"], "M": point["M"]}
-        trigger, start, certified = self.tol, 1.0, False
-        self.stopped = "max_iter"
-        while len(history.residual) < max_iter:
-            if not certified and point["rel"] <= trigger:
-                cert = respond(point["gz"], point["U"])
-                certified = True
-                res = respond.certificate(point, cert)
-                if res < best["res"]:
-                    best = {"res": res, "U": point["U"], "M": point["M"]}
-                if res <= self.tol:
-                    self.stopped = "converged"
-                    break
-                trigger = min(trigger, 0.5 * self.tol * point["rel"] / res)
-                if cert["norm"] ** 2 <= (1.0 - ARMIJO) * point["norm"] ** 2:
-                    point, certified = cert, False   # a Picard step that decreases ‖R‖
-                continue
-            accepted, t = self._line_search(respond, point, start, max_iter)
-            if accepted is None:
-                if len(history.residual) < max_iter:
-                    self.stopped = "stalled"
-                break
-            start = min(1.0, GROW * t)
-            point, certified = accepted, False
-        if not certified:   # the last accepted point: one more evaluation certifies it
-            cert = respond(point["gz"], point["U"], record=False)
-            res = respond.certificate(point, cert)
+        return PathNewtonState(respond=respond, max_iter=max_iter, point=point,
+                               best={"res": math.inf, "U": point["U"], "M": point["M"]},
+                               trigger=self.tol)
+
+    def done(self, s: PathNewtonState) -> bool:
+        """Converged, stalled, or ``max_iter`` best responses evaluated."""
+        return s.stopped != "max_iter" or len(s.history.residual) >= s.max_iter
+
+    def step(self, s: PathNewtonState) -> PathNewtonState:
+        """The certificate of the point, once its residual is below the trigger (a refused
+        one whose point decreases ‖R‖ is taken as a Picard step); else a line search along
+        Newton's direction."""
+        point = s.point
+        if not s.certified and point["rel"] <= s.trigger:
+            cert = s.respond(point["gz"], point["U"])
+            s.certified = True
+            res = s.respond.certificate(point, cert)
+            if res < s.best["res"]:
+                s.best = {"res": res, "U": point["U"], "M": point["M"]}
+            if res <= self.tol:
+                s.stopped = "converged"
+                return s
+            s.trigger = min(s.trigger, 0.5 * self.tol * point["rel"] / res)
+            if cert["norm"] ** 2 <= (1.0 - ARMIJO) * point["norm"] ** 2:
+                s.point, s.certified = cert, False   # a Picard step that decreases ‖R‖
+            return s
+        accepted, t = self._line_search(s.respond, point, s.start, s.max_iter)
+        if accepted is None:
+            if len(s.history.residual) < s.max_iter:
+                s.stopped = "stalled"
+            return s
+        s.start = min(1.0, GROW * t)
+        s.point, s.certified = accepted, False
+        return s
+
+    def certify(self, s: PathNewtonState) -> PathNewtonResult:
+        """The best certified densities (one more evaluation certifies the last point if it
+        was not)."""
+        point, best = s.point, s.best
+        if not s.certified:   # the last accepted point: one more evaluation certifies it
+            cert = s.respond(point["gz"], point["U"], record=False)
+            res = s.respond.certificate(point, cert)
             if res < best["res"]:
                 best = {"res": res, "U": point["U"], "M": point["M"]}
-        record_times(history, respond.stamps, be)
-        self.last_point = point
-        return FixedPointResult(U=best["U"], M=best["M"],
+        record_times(s.history, s.respond.stamps, self.backend)
+        return PathNewtonResult(U=best["U"], M=best["M"],
                                 converged=np.array([best["res"] <= self.tol]),
                                 residual=np.array([best["res"]]),
-                                iterations=np.array([len(history.residual)]), history=history)
+                                iterations=np.array([len(s.history.residual)]),
+                                history=s.history, stopped=s.stopped,
+                                last=(point["z"], point["U"]))
 
     def _line_search(self, respond: _Responder, point: dict[str, Any], start: float,
                      max_iter: int) -> tuple[dict[str, Any] | None, float]:
@@ -400,16 +452,15 @@ def equilibrium(s: Setup, problem: Populations, grid: Grid, backend: Backend, *,
     newton = PathNewton(s.potentials, problem.shares, [m.nu for m in problem.models],
                         [m.hamiltonian for m in problem.models], grid=grid, backend=backend,
                         tol=tol, system=system)
-    out = newton.solve(s.coupling, s.sweeps.hjb, s.sweeps.fp, m0=s.m0, U_T=s.U_T,
-                       max_iter=max_iter, z_init=z_init, progress=progress)
+    out = solve(newton, System(s.coupling, s.sweeps.hjb, s.sweeps.fp, s.m0, s.U_T, grid.nt,
+                               backend, z_init=z_init), max_iter=max_iter, progress=progress)
     info = {"newton_steps": newton.newton_steps, "krylov_products": newton.products,
             "newton_system": system, "system_seconds": newton.system_seconds,
-            "newton_stopped": newton.stopped}
+            "newton_stopped": out.stopped}
     left = max_iter - int(out.iterations[0])
     if out.converged[0] or left < 1:
         return out, info
-    more = _mix(s, grid, backend, Anderson(), tol, left, newton.last_point["z"],
-                newton.last_point["U"], progress)
+    more = _mix(s, grid, backend, Anderson(), tol, left, *out.last, progress)
     info["fallback"] = {"scheme": "anderson", "iterations": int(more.iterations[0]),
                         "residual": float(more.residual[0])}
     return _joined(out, more), info
@@ -461,14 +512,13 @@ def _norm(a: np.ndarray) -> float:
 
 
 class _Responder:
-    """Best responses of the shared-path Newton (:meth:`PathNewton.solve`): called
-    with a path z and a guess of U, Φ(z) with its residual on the host (z, gz, U, M, R, zh,
-    norm, rel); ``record``: an iteration (history, stamps, progress)."""
+    """Best responses of the shared-path Newton (:class:`PathNewton`): called with a path z
+    and a guess of U, Φ(z) with its residual on the host (z, gz, U, M, R, zh, norm, rel);
+    ``record``: an iteration (history, stamps)."""
 
     def __init__(self, evaluate: Any, coupling: SharedPathCoupling, backend: Backend,
-                 nt: int, progress: Any) -> None:
+                 nt: int) -> None:
         self.evaluate, self.coupling, self.backend, self.nt = evaluate, coupling, backend, nt
-        self.progress = progress
         self.history, self.stamps = History(), []
         self.last = {"stamp": backend.stamp(), "U": None, "M": None}
 
@@ -502,9 +552,6 @@ class _Responder:
         now = self.backend.stamp()
         self.stamps.append((last["stamp"], *times, now))
         last.update(stamp=now, U=U, M=M)
-        if self.progress is not None:
-            self.progress.update(1)
-            self.progress.set_postfix(residual=f"{rel:.2e}", refresh=False)
 
     def certificate(self, point: dict[str, Any], cert: dict[str, Any]) -> float:
         """The residual of the densities of ``point`` from the best response ``cert`` to

@@ -25,6 +25,7 @@ from ...core.errors import ConvergenceWarning, warn
 from ...core.grid2d import Grid2D
 from ...problems.base import batch_coupling
 from ..coupling_newton import CouplingNewtonKrylov, KrylovOutcome
+from ..equilibrium import System, solve
 from ..iteration import (
     FixedPointResult,
     History,
@@ -126,19 +127,17 @@ def equilibrium(setup: Setup, iteration: IterationScheme, tol: float, max_iter: 
     M_init = xp.stack([setup.m0] * (nt + 1), axis=-3)
     newton = None
     if uses_newton(setup, iteration):
-        evaluate = evaluator(setup.coupling, setup.scheme.solve_hjb, setup.scheme.solve_fp,
-                              setup.U_T, setup.m0, setup.backend)
-        solver = CouplingNewtonKrylov(evaluate, setup.coupling.project, setup.backend,
-                                      tol=tol)
-        newton = solver.run(setup.coupling.state(M_init), None, max_iter)
-        setup.newton = {"steps": len(newton.records), "reason": newton.reason,
+        system = System(setup.coupling, setup.scheme.solve_hjb, setup.scheme.solve_fp,
+                        setup.m0, setup.U_T, nt, setup.backend, M_init=M_init)
+        newton = solve(CouplingNewtonKrylov(tol=tol), system, max_iter=max_iter,
+                       progress=progress)
+        steps = len(newton.history.residual)
+        setup.newton = {"steps": steps, "reason": newton.reason,
                         "evaluations": newton.evaluations, "products": newton.products,
                         "residual": newton.residual}
-        if progress is not None:
-            progress.update(len(newton.records))
         if newton.reason == "converged":
             return _newton_result(newton, History(), "converged")
-        if len(newton.records) >= max_iter:
+        if steps >= max_iter:
             warn(f"Newton-Krylov on the coupling state did not reach tol={tol:g}: "
                  f"max_iter={max_iter} steps reached (final residual "
                  f"{newton.residual:.3g}); returning the best iterate found with "
@@ -148,7 +147,7 @@ def equilibrium(setup: Setup, iteration: IterationScheme, tol: float, max_iter: 
     if newton is not None:  # the fixed point continues from Newton's lowest iterate
         z, U, M = newton.lowest
         start = {"z_init": setup.backend.asarray(z), "U_init": U, "M_init": M}
-        budget = max_iter - len(newton.records)
+        budget = max_iter - len(newton.history.residual)
     # in NumPy float32 the iteration's floor of 1e-300 under a ratio of residuals rounds to 0,
     # and an exactly certified iterate (residual 0) divides by it: a harmless inf
     narrow = (_Narrowing(setup) if setup.batched
@@ -168,7 +167,7 @@ def equilibrium(setup: Setup, iteration: IterationScheme, tol: float, max_iter: 
         return out
     if newton.residual < float(out.residual[0]):
         return _newton_result(newton, out.history, str(out.status[0]))
-    out.iterations = out.iterations + len(newton.records)
+    out.iterations = out.iterations + len(newton.history.residual)
     out.history = _joined(newton, out.history)
     return out
 
@@ -208,21 +207,14 @@ def _newton_result(newton: KrylovOutcome, after: History, status: str) -> FixedP
     return FixedPointResult(
         U=newton.U, M=newton.M, converged=np.array([newton.residual <= newton.tol]),
         residual=np.array([newton.residual]),
-        iterations=np.array([len(newton.records) + len(after.residual)]),
+        iterations=np.array([len(newton.history.residual) + len(after.residual)]),
         history=_joined(newton, after), status=np.array([status]))
 
 
 def _joined(newton: KrylovOutcome, after: History) -> History:
-    """The history of Newton's steps (their whole time as coupling time, as the Newton
-    fallback of 1-D solves records it), then that of the fixed point."""
+    """The history of Newton's steps, then that of the fixed point."""
     out = History()
-    for step in newton.records:
-        for name in ("residual", "change_U", "change_M"):
-            getattr(out, name).append(step[name])
-        out.time_hjb.append(0.0)
-        out.time_fp.append(0.0)
-        out.time_coupling.append(step["time"])
-    for name, values in after.as_dict().items():
+    for name, values in (*newton.history.as_dict().items(), *after.as_dict().items()):
         getattr(out, name).extend(values)
     return out
 
