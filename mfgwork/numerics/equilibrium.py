@@ -4,9 +4,12 @@ An equilibrium of the discrete MFG system (:class:`System`) is a fixed point z =
 best-response map on the coupling state z: Φ(z) = state(FP(HJB(running_cost(z)))). A
 strategy (:class:`Strategy`: the fixed-point schemes of :mod:`.iteration`, Newton's method on
 the coupling state of :mod:`.batch_newton`, the frozen-density iteration of
-:mod:`.frozen_density`; Newton's method on the attendance path of the two-state game,
-:mod:`.attendance_newton`, and on the scenario tree, :mod:`.scenario_tree`, which start from
-a system of their own) holds only its settings and implements
+:mod:`.frozen_density`, Newton's method on the shared path of several populations,
+:mod:`.populations`, and Newton–Krylov on the coupling of a 2-D problem,
+:mod:`.coupling_newton`; Newton's method on the attendance path of the two-state game,
+:mod:`.attendance_newton`, on the scenario tree, :mod:`.scenario_tree`, and on the ergodic
+systems of the long run, :mod:`.stationary` and :mod:`.stationary2d`, which start from a
+system of their own) holds only its settings and implements
 
 - ``init(system, max_iter) -> state``: the named state of a solve at its first iterate;
 - ``step(state) -> state``: one iteration (one best response and what follows from it; an
