@@ -84,18 +84,26 @@ def test_the_driver_steps_a_strategy_until_it_is_done_and_counts_its_best_respon
     (mw.SantaFeBar(), {"iteration": "anderson"}, FixedPoint),
     (mw.SantaFeBar(hamiltonian=mw.Congestion(1.0)), {}, FrozenDensityNewton)])
 def test_every_1d_equilibrium_is_one_run_of_the_driver(monkeypatch, problem, options, kind):
-    runs = []
-
-    def spy(strategy, system, *, max_iter, progress=None):
-        runs.append(strategy)
-        return equilibrium.solve(strategy, system, max_iter=max_iter, progress=progress)
-
-    monkeypatch.setattr(fdm1d, "solve_equilibrium", spy)
+    runs = _spied(monkeypatch, fdm1d, "solve_equilibrium")
     res = mw.solve(problem, nx=31, nt=30, progress=False, **options)
-    assert [type(s) for s in runs] == [kind]
+    assert [type(s) for s, _ in runs] == [kind]
     assert res.converged and res.residual <= 1e-8
     assert len(res.history["residual"]) >= res.iterations
     assert np.all(np.isfinite(np.asarray(res.history["residual"])))
+
+
+def _spied(monkeypatch, module, name="solve"):
+    """The strategies and results of the driver's runs from ``module`` (which calls the
+    driver by ``name``)."""
+    runs = []
+
+    def spy(strategy, system, *, max_iter, progress=None):
+        out = equilibrium.solve(strategy, system, max_iter=max_iter, progress=progress)
+        runs.append((strategy, out))
+        return out
+
+    monkeypatch.setattr(module, name, spy)
+    return runs
 
 
 def test_the_long_run_is_one_run_of_the_driver(monkeypatch):
@@ -105,16 +113,9 @@ def test_the_long_run_is_one_run_of_the_driver(monkeypatch):
 
     from mfgwork.numerics.stationary import ErgodicNewton
 
-    long_run = importlib.import_module("mfgwork.long_run")
-    runs = []
-
-    def spy(strategy, system, *, max_iter, progress=None):
-        runs.append(strategy)
-        return equilibrium.solve(strategy, system, max_iter=max_iter, progress=progress)
-
-    monkeypatch.setattr(long_run, "solve_equilibrium", spy)
+    runs = _spied(monkeypatch, importlib.import_module("mfgwork.long_run"), "solve_equilibrium")
     res = mw.solve(mw.SantaFeBar(), nx=41, stationary=True)
-    assert [type(s) for s in runs] == [ErgodicNewton]
+    assert [type(s) for s, _ in runs] == [ErgodicNewton]
     assert res.converged and res.iterations == len(res.history["residual"])
     assert res.history["residual"][-1] == res.residual <= 1e-8
 
@@ -126,16 +127,9 @@ def test_the_2d_long_run_is_one_run_of_the_driver(monkeypatch):
 
     from mfgwork.numerics.stationary2d import ErgodicNewtonKrylov
 
-    solve2d = importlib.import_module("mfgwork.solve2d")
-    runs = []
-
-    def spy(strategy, system, *, max_iter, progress=None):
-        runs.append(strategy)
-        return equilibrium.solve(strategy, system, max_iter=max_iter, progress=progress)
-
-    monkeypatch.setattr(solve2d, "solve_equilibrium", spy)
+    runs = _spied(monkeypatch, importlib.import_module("mfgwork.solve2d"), "solve_equilibrium")
     res = mw.solve(mw.TwoBars(), nx=15, stationary=True)
-    assert [type(s) for s in runs] == [ErgodicNewtonKrylov]
+    assert [type(s) for s, _ in runs] == [ErgodicNewtonKrylov]
     assert res.converged and min(res.history["residual"]) == res.residual <= 1e-6
 
 
@@ -167,19 +161,6 @@ def test_the_newton_variants_are_one_run_of_the_driver(monkeypatch, solve, modul
         assert len(steps) == res.iterations == len(res.history["residual"]) >= 4
     else:
         assert len(steps) == res.extra["newton_steps"] - 1 >= 1
-
-
-def _spied(monkeypatch, module):
-    """The strategies and results of the driver's runs from ``module``."""
-    runs = []
-
-    def spy(strategy, system, *, max_iter, progress=None):
-        out = equilibrium.solve(strategy, system, max_iter=max_iter, progress=progress)
-        runs.append((strategy, out))
-        return out
-
-    monkeypatch.setattr(module, "solve", spy)
-    return runs
 
 
 def test_the_shared_path_newton_of_populations_is_one_run_of_the_driver(monkeypatch):
