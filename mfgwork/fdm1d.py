@@ -26,10 +26,8 @@ from .core.frozen import freeze
 from .core.progress import progress_bar
 from .long_run import PLATEAU_STEPS, PLATEAU_T, Ergodic1D
 from .numerics.batch_newton import (
-    FLOOR_FACTOR,
     BatchNewton,
     MemberPotentials,
-    certificate_floor,
     dense_on,
     device_bytes,
     member_potentials,
@@ -743,8 +741,6 @@ def _equilibrium(newton: BatchNewton | None, problems: Sequence[MFGProblem], cou
     coarse_iterations, started, built = None, time.perf_counter(), compile_clock()
     if newton is not None and coarse and not warm and starts_coarse(grid):
         starts = _coarse_solve(problems, be, tol, max_iter, max_memory, batched)
-        if not batched and isinstance(newton, BatchNewton) and be.eps < 1e-10:
-            _floor_ahead(problems[0], starts[0], tol)
         warm = initial_state(starts if batched else starts[0], problems, grid, be,
                              batched=batched)
         coarse_iterations = [r.iterations for r in starts]
@@ -759,37 +755,6 @@ def _equilibrium(newton: BatchNewton | None, problems: Sequence[MFGProblem], cou
             bar.close()
     be.synchronize()
     return out, coarse_iterations, coarse_seconds
-
-
-#: Power steps of the estimate of L at the coarse equilibrium (:func:`_floor_ahead`): on Santa
-#: Fe's long horizons the same L to four digits as 30 steps
-AHEAD_STEPS = 10
-
-
-def _floor_ahead(problem: MFGProblem, coarse: Result, tol: float) -> None:
-    """Warn, before the fine iteration of a float64 Newton solve, where ``tol`` lies below
-    the certificate floor FLOOR_FACTOR · L² ε (:func:`~mfgwork.numerics.batch_newton.
-    certificate_floor`) of the best response's Lipschitz constant L at the ``coarse``
-    equilibrium: L there is 0.85 to 0.95 of L at the fine one (Santa Fe, T 20 to 80, σ 0.05
-    and 0.1, 51² against 201²), one power iteration of :data:`AHEAD_STEPS` tangent products
-    on the coarse grid. The fine iteration still aims at ``tol``; where it stops above, it
-    says so with the floor of its own point (``res.extra["reachable_tol"]``)."""
-    host = get_backend("numpy")
-    M, U = (np.asarray(to_numpy(a), dtype=np.float64) for a in (coarse.M, coarse.U))
-    grid = problem.grid(M.shape[1], M.shape[0] - 1)
-    coupling = problem.coupling(grid, host)
-    newton = _batch_newton([coupling], None, grid, [problem], host, tol)
-    if newton is None:
-        return
-    z = np.asarray(to_numpy(coupling.state(M)), dtype=np.float64)
-    L = newton.lipschitz(0, {"z": z[None], "U": U[None], "M": M[None]}, steps=AHEAD_STEPS)
-    floor = certificate_floor(L, host.eps)
-    if floor > tol:
-        warn(f"tol={tol:g} may be beyond what float64 certifies here: the best response "
-             f"amplifies a change of its coupling state about L = {L:.1e}-fold (little noise "
-             f"over a long horizon), so its certificate can stop anywhere below about "
-             f"{FLOOR_FACTOR:g}·L²·ε = {floor:.1e}; iterating to tol all the same (the result "
-             "says where it stopped)", UserWarning)
 
 
 def fdm_memory(problems: Sequence[MFGProblem], grid: Any, be: Backend,

@@ -651,19 +651,19 @@ class BatchNewton:
                 f"{reached} of {len(missed)} reached that floor (res.extra['reachable_tol']): "
                 "a tol at or above it is reachable")
 
-    def lipschitz(self, b: int, cur: dict, steps: int = POWER_STEPS) -> float:
+    def lipschitz(self, b: int, cur: dict) -> float:
         """L = ‖Φ'‖ of problem ``b`` at the accepted point ``cur`` (its z and best response
         U, M): Φ'(z) = D diag(P'(z)) is similar to −S D S (S = diag(√−P')), whose largest
-        eigenvalue in modulus the power iteration with ``steps`` tangent products on the
-        host estimates (|P'| where a price rises)."""
+        eigenvalue in modulus the power iteration with :data:`POWER_STEPS` tangent products
+        on the host estimates (|P'| where a price rises)."""
         g = self.grid
         z, U, M = (np.asarray(to_numpy(cur[k][b]), dtype=np.float64) for k in ("z", "U", "M"))
         factored = product_operands(self._tangent_operands(
             U, M * g.weights, self.potential.chi, float(self.nu[b]), self._density_of(b)))
         root = np.sqrt(np.abs(self.potential.members[b].price_slope(z)))
         v, L = np.full(z.size, 1.0 / math.sqrt(z.size)), 0.0
-        self.products += steps
-        for _ in range(steps):
+        self.products += POWER_STEPS
+        for _ in range(POWER_STEPS):
             Av = root * tangent_product(*factored, g.dt, root * v)
             L = float(np.linalg.norm(Av))
             if not L > 0.0:
