@@ -47,17 +47,6 @@ from .fdm.tangent import pipelined_factors, spd_solve, tangent_jacobian
 
 
 @dataclass
-class NewtonOutcome:
-    """The best certified iterate: U, M (backend arrays) and its residual; ``records``: one
-    dict per iteration (the certified residual, relative changes of U and M, wall time)."""
-
-    U: Any
-    M: Any
-    residual: float
-    records: list[dict[str, float]]
-
-
-@dataclass
 class NewtonRun:
     """A Newton continuation between its steps: the best response ``evaluate``, the iterate
     it starts from (``start``: z, U, M), the current ``point`` (z, U, M, R = Φ(z) − z, ‖R‖;
