@@ -213,8 +213,10 @@ def test_a_stall_at_the_precision_floor_says_why():
     the certificate reached."""
     bar = mw.SantaFeBar(T=80, sigma=0.05, threshold=0.6, eps=0.01)
     with pytest.warns(mw.ConvergenceWarning, match=r"amplifies the rounding .* about "
-                                                   r"\de\+0[4-6]-fold.* L = [\d.]+e\+0[4-6]"):
+                      r"\de\+0[4-6]-fold.* L = [\d.]+e\+0[4-6]") as caught:
         res = mw.solve(bar, nx=101, progress=False)
     floor = res.extra["reachable_tol"]
     assert res.status == "stalled" and 1e-8 < res.residual <= floor["tol"] < 1e-5
     assert res.check() == pytest.approx(res.residual, rel=1e-6)
+    said = float(str(caught[-1].message).split("so about ")[1].split(" ")[0])
+    assert said == pytest.approx(res.residual, rel=0.5)
