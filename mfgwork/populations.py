@@ -33,6 +33,7 @@ from .numerics.populations import (
 )
 from .pipeline import Discretization, Where, run, solver_of
 from .placement import place_solve
+from .precision import has_float64
 from .problems.populations import Populations
 from .results import Result, derive_status
 from .solve import SOLVERS
@@ -196,7 +197,7 @@ class PopulationsFDM(Discretization):
         in NumPy float64 on the host for float32 off MPS (where float64 exists)."""
         certify_started = time.perf_counter()
         be, U, M = outcome.where.backend, outcome.out.U, outcome.out.M
-        if be.dtype == "float32" and be.kind != "mps" and not be.emulate_mps:
+        if has_float64(be):
             be = get_backend("numpy", "cpu", "float64")
             U, M = (be.asarray(to_numpy(a)) for a in (U, M))
         residual, groups = best_response_residuals(setup(self.problem, outcome.grid, be), U, M)
