@@ -16,7 +16,8 @@ Rows
 
 ``--device cuda`` runs every solve with ``backend="torch", device="cuda"`` (float64 in 1-D);
 the first-solve rows then give, beside the whole process, the first solve's own time inside
-it (``solve_s``: import and interpreter start excluded).
+it (``solve_s``: interpreter start, ``import mfgwork`` and PyTorch's import excluded; the
+last, which any PyTorch program pays, is ``torch_s``).
 
 "after" is the working tree's ``mfgwork``, "before" the ``mfgwork`` of ``--baseline`` (a git
 revision, extracted with ``git archive``); each is copied into its own temporary folder (so the
@@ -77,9 +78,12 @@ _FIRST_SOLVE = """
 import json, time
 import mfgwork as mw
 t0 = time.perf_counter()
+if ON:
+    import torch
+t1 = time.perf_counter()
 res = SOLVE
-print(json.dumps({"converged": bool(res.converged), "solve_s": time.perf_counter() - t0,
-                  "compile_s": res.timings.get("compile", 0.0)}))
+print(json.dumps({"converged": bool(res.converged), "solve_s": time.perf_counter() - t1,
+                  "torch_s": t1 - t0, "compile_s": res.timings.get("compile", 0.0)}))
 """
 #: The first solves of the first-solve rows (``ON``: the device's options).
 FIRST = {"first": "mw.solve(mw.SantaFeBar(), progress=False, **ON)",

@@ -220,3 +220,45 @@ def test_a_stall_at_the_precision_floor_says_why():
     assert res.check() == pytest.approx(res.residual, rel=1e-6)
     said = float(str(caught[-1].message).split("so about ")[1].split(" ")[0])
     assert said == pytest.approx(res.residual, rel=0.5)
+
+
+def test_the_state_machine_interpreted_on_devices_is_the_compiled_one(monkeypatch):
+    """Devices run :func:`advance`'s Python source (no Numba to load); on random states,
+    refused trials (:func:`backtrack`, zero curvature included) and a whole batch solve it
+    gives the compiled results bit for bit."""
+    from types import SimpleNamespace
+
+    from mfgwork.numerics import batch_newton as bn
+
+    assert bn.state_machine(SimpleNamespace(kind="cuda")) is bn._interpreted_advance
+    assert bn.state_machine(mw.get_backend("numpy")) is bn.advance
+    rng = np.random.default_rng(5)
+    B = 48
+    for k in range(60):
+        runs = []
+        for machine in (bn.advance, bn._interpreted_advance):
+            state = rng.bit_generator.state
+            host = list(bn._NewtonState.first(np.zeros((B, 1)), None, 1.0, np).host())
+            host[0][:] = rng.choice([bn.TRIAL, bn.CERTIFY, bn.DONE], B)
+            host[1][:] = rng.random(B)                               # t
+            host[3][:] = rng.integers(0, 14, B)                      # halvings
+            host[4][:] = np.where(rng.random(B) < 0.2, np.inf, 10.0 ** rng.uniform(-12, 3, B))
+            for i in (5, 6, 7):                                      # rel, trigger, best
+                host[i][:] = 10.0 ** rng.uniform(-12, 0, B)
+            host[8][:], host[9][:] = rng.random(B) < 0.5, rng.random(B) < 0.2
+            sums = 10.0 ** rng.uniform(-30, 10, (7, B))
+            sums[0, :8] = np.where(np.isfinite(host[4][:8]), host[4][:8], 0.0) ** 2
+            moves, step = np.zeros((4, B), dtype=bool), np.zeros(B)
+            out = machine(k, sums, 10.0 ** rng.uniform(-10, -4, B), 12, moves, step, *host)
+            runs.append((out, [a.tobytes() for a in (moves, step, *host)]))
+            rng.bit_generator.state = state
+        rng.random()
+        assert runs[0][0] == runs[1][0] and runs[0][1] == runs[1][1]
+    assert bn.backtrack(0.5, 1.0, 0.0) == 0.25                       # zero curvature: t / 2
+    assert bn.backtrack(0.5, np.inf, 1e200) == 0.05                  # no overflow raised
+
+    res = mw.solve(MIXED, **SMALL)
+    monkeypatch.setattr(bn, "state_machine", lambda backend: bn._interpreted_advance)
+    again = mw.solve(MIXED, **SMALL)
+    for a, b in zip(res, again, strict=True):
+        assert np.array_equal(a.M, b.M) and a.history["residual"] == b.history["residual"]

@@ -64,13 +64,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any
 
 import numpy as np
 from numba import njit
+from numba.extending import register_jitable
 
 from ..core.backend import Backend, to_numpy
 from ..core.errors import ConvergenceWarning, SolverError, warn
@@ -222,13 +223,16 @@ def minimal_residual(apply: Any, b: np.ndarray, rtol: float, max_steps: int) -> 
     return x
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
-def backtrack(t, norm, trial):  # pragma: no cover - compiled
+@register_jitable
+def backtrack(t, norm, trial):
     """The next step length after the step t was refused (floats): the minimiser of the
     quadratic through φ(0) = ‖R‖² (``norm``, 1 where not finite), φ'(0) = −2‖R‖² (the Newton
-    direction) and φ(t) = ``trial``², within [0.1 t, 0.5 t]."""
-    phi0 = (norm if math.isfinite(norm) else 1.0) ** 2
-    s = phi0 * t * t / (trial**2 - phi0 + 2.0 * phi0 * t)
+    direction) and φ(t) = ``trial``², within [0.1 t, 0.5 t]. Plain Python, compiled into
+    :func:`advance` (the same arithmetic: products, no division by zero)."""
+    phi0 = norm if math.isfinite(norm) else 1.0
+    phi0 = phi0 * phi0
+    curvature = trial * trial - phi0 + 2.0 * phi0 * t
+    s = phi0 * t * t / curvature if curvature != 0.0 else math.nan
     if math.isnan(s) or s == math.inf:
         s = 0.5 * t
     return min(max(s, 0.1 * t), 0.5 * t)
@@ -286,7 +290,7 @@ def advance(k, sums, tol, max_halvings, moves, step, mode, t, start, halvings, n
         # acceptance: the first point, an Armijo trial, or a refused certificate's Φ(z)
         decrease = 1.0 - ARMIJO * (1.0 if check else t[b])
         accept = not finished and (not math.isfinite(norm[b])
-                                   or n_w**2 <= decrease * norm[b] ** 2)
+                                   or n_w * n_w <= decrease * (norm[b] * norm[b]))
         moves[ACCEPT, b] = accept
         if accept:
             if mode[b] == TRIAL:
@@ -314,6 +318,20 @@ def advance(k, sums, tol, max_halvings, moves, step, mode, t, start, halvings, n
                 t[b], halvings[b] = start[b], 0
             step[b] = t[b]
     return residual, change_U, change_M, certificate, running
+
+
+def state_machine(backend: Backend) -> Callable[..., tuple[float, float, float, bool, int]]:
+    """:func:`advance` for ``backend``: compiled on the CPU (beside its other compiled
+    kernels), interpreted on a device, where its Python source costs about 0.4 µs a problem
+    and iteration and loading Numba's compiled code would cost a process's first solve about
+    0.5 s (the same arithmetic either way; floating-point warnings off, as compiled)."""
+    return advance if backend.kind == "cpu" else _interpreted_advance
+
+
+def _interpreted_advance(*args: Any) -> tuple[float, float, float, bool, int]:
+    with np.errstate(all="ignore"):
+        residual, change_U, change_M, certificate, running = advance.py_func(*args)
+    return float(residual), float(change_U), float(change_M), bool(certificate), int(running)
 
 
 def compile_step() -> float:
@@ -560,7 +578,7 @@ class BatchNewton:
         if not np.isfinite(sums).all():
             raise SolverError(f"non-finite values at iteration {k} of Newton's method on "
                               "the coupling state: the iteration diverged")
-        residual, change_U, change_M, certificate, run.running = advance(
+        residual, change_U, change_M, certificate, run.running = state_machine(be)(
             k, sums, run.tol, self.max_halvings, run.moves, run.step, *s.host())
         history = run.history
         history.residual.append(residual)

@@ -13,8 +13,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-import triton
-import triton.language as tl
+from ..core.triton_setup import tl, triton
 
 BLOCK = 1024          # values a program reads per step (eight warps' lanes)
 PROGRAMS_PER_SM = 4   # chunks enough to fill the card when the batch is small

@@ -35,8 +35,7 @@ the results do not depend on scheduling, so a CUDA graph replays them bitwise. T
   ``ok`` flag down instead of hanging.
 """
 
-import triton
-import triton.language as tl
+from ...core.triton_setup import tl, triton
 
 
 @triton.jit

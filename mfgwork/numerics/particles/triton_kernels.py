@@ -57,8 +57,7 @@ def _kernels() -> tuple[Any, Any]:
     global _KERNELS
     if _KERNELS is not None:
         return _KERNELS
-    import triton
-    import triton.language as tl
+    from ...core.triton_setup import tl, triton
 
     @triton.jit
     def step_deposit(y_ptr, b0_ptr, db_ptr, mass_ptr, params_ptr, seed, n, n_cells, nx,
