@@ -154,3 +154,41 @@ def test_fused_deposit_counts_every_particle_once(fused_device, dtype, copies):
     fused.deposit(be.asarray(y), masses[0])
     assert int((masses >> fused.shift).sum()) == y.size
     assert int(fused.integer_node_masses(masses).sum()) == y.size << fused.k
+
+
+def _unpacked(packed: np.ndarray, copies: int, nx: int, k: int, shift: int) -> np.ndarray:
+    """The node masses of the packed fields by the formula μ_i = 2^k c_i − R_i + R_{i−1}."""
+    fields = packed.reshape(packed.shape[0], copies, nx)
+    counts = (fields >> shift).sum(axis=1)
+    rights = (fields & ((1 << shift) - 1)).sum(axis=1)
+    mu = counts * (1 << k) - rights
+    mu[:, 1:] += rights[:, :-1]
+    return mu
+
+
+@pytest.mark.parametrize(("levels", "copies", "nx"), [(3, 1, 5), (2, 5, 17), (4, 40, 130)])
+def test_unpacking_kernel_gives_the_node_mass_formula_exactly(fused_device, levels, copies, nx):
+    """The kernel's μ of random packed fields (counts up to a slot's capacity, weights below
+    count · 2^k) are the integers of the formula, over blocks of nodes and of copies."""
+    import torch
+
+    fused = tk.FusedKernels(nx, 1.0, 10**6, 0.1, 0.1, torch.zeros(1, dtype=torch.float64),
+                            copies=copies)
+    rng = np.random.default_rng(nx)
+    counts = rng.integers(0, 1 << (fused.shift - fused.k), (levels, copies * nx))
+    rights = np.floor(rng.uniform(0, 1, counts.shape) * (counts << fused.k)).astype(np.int64)
+    packed = (counts << fused.shift) + rights
+    mu = fused.integer_node_masses(torch.from_numpy(packed).to(fused_device))
+    assert np.array_equal(mu.cpu().numpy(),
+                          _unpacked(packed, copies, nx, fused.k, fused.shift))
+
+
+def test_fused_solve_node_masses_count_every_particle_at_every_level(fused_device):
+    be = mw.get_backend("torch", fused_device, "float64")
+    solver = _solver(be, fused_device, fused=True)
+    fused = solver._fused_kernels
+    masses = solver.path.run(solver, *_drift_inputs(be))
+    mu = fused.integer_node_masses(masses).cpu().numpy()
+    assert np.array_equal(mu, _unpacked(masses.cpu().numpy(), fused.copies, fused.nx, fused.k,
+                                        fused.shift))
+    assert np.all(mu.sum(axis=1) == solver.n_particles << fused.k)
