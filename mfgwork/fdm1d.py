@@ -433,7 +433,7 @@ class FDM1DBatch(Discretization):
                                             self.coarse and not warm, self.max_iter,
                                             self.max_memory, batched=True))
         compiled = {} if newton is None else {
-            "seconds": compile_tangent(be, problems[0].hamiltonian)}
+            "seconds": compile_tangent(be, problems[0].hamiltonian, len(problems))}
         if self.finishing(be, newton):
             # a float32 line search refused this often is at float32's noise: the member
             # stops there and is finished in float64 below (12 refusals cost 13 more
@@ -771,8 +771,8 @@ def fdm_memory(problems: Sequence[MFGProblem], grid: Any, be: Backend,
 def check_scales(problems: Sequence[MFGProblem], grid: Any, be: Backend) -> None:
     """The scales (h, Δt, ν, ν Δt / h²) of every problem on ``grid``, and the grid's
     resolution of their features (a warning), before any allocation on the grid."""
-    for p in problems:
-        grid.check_scales(p.sigma, be.dtype)
+    for sigma in dict.fromkeys(p.sigma for p in problems):   # (a batch shares many)
+        grid.check_scales(sigma, be.dtype)
     warn_unresolved(problems, grid)
 
 

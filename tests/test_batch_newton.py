@@ -230,8 +230,9 @@ def test_the_state_machine_interpreted_on_devices_is_the_compiled_one(monkeypatc
 
     from mfgwork.numerics import batch_newton as bn
 
-    assert bn.state_machine(SimpleNamespace(kind="cuda")) is bn._interpreted_advance
-    assert bn.state_machine(mw.get_backend("numpy")) is bn.advance
+    assert bn.state_machine(SimpleNamespace(kind="cuda"), 1) is bn._interpreted_advance
+    assert bn.state_machine(SimpleNamespace(kind="cuda"), bn.COMPILED_STEP_FROM) is bn.advance
+    assert bn.state_machine(mw.get_backend("numpy"), 1) is bn.advance
     rng = np.random.default_rng(5)
     B = 48
     for k in range(60):
@@ -258,7 +259,7 @@ def test_the_state_machine_interpreted_on_devices_is_the_compiled_one(monkeypatc
     assert bn.backtrack(0.5, np.inf, 1e200) == 0.05                  # no overflow raised
 
     res = mw.solve(MIXED, **SMALL)
-    monkeypatch.setattr(bn, "state_machine", lambda backend: bn._interpreted_advance)
+    monkeypatch.setattr(bn, "state_machine", lambda backend, size: bn._interpreted_advance)
     again = mw.solve(MIXED, **SMALL)
     for a, b in zip(res, again, strict=True):
         assert np.array_equal(a.M, b.M) and a.history["residual"] == b.history["residual"]

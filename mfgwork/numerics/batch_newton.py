@@ -128,15 +128,25 @@ class MemberPotentials:
         given as ``functools.partial`` of one function with scalar keywords (Santa Fe's) are
         evaluated in one call with the keywords stacked per member; others, and a single
         member, one by one."""
-        slopes = [self.members[b].price_slope for b in members]
+        stacked = self._stacked_slopes
+        if len(members) > 1 and stacked is not None:
+            func, keywords = stacked
+            return np.asarray(func(z, **{k: v[members] for k, v in keywords.items()}),
+                              dtype=np.float64)
+        return np.array([self.members[b].price_slope(z[i]) for i, b in enumerate(members)])
+
+    @cached_property
+    def _stacked_slopes(self) -> tuple[Any, dict[str, np.ndarray]] | None:
+        """(the one function, its keywords stacked per member (B, 1)) where every member's
+        slope is a ``functools.partial`` of that function with the same scalar keywords."""
+        slopes = [m.price_slope for m in self.members]
         first = slopes[0]
-        if len(slopes) > 1 and isinstance(first, partial) and not first.args and all(
+        if not (isinstance(first, partial) and not first.args and all(
                 isinstance(s, partial) and s.func is first.func and not s.args
-                and s.keywords.keys() == first.keywords.keys() for s in slopes):
-            keywords = {k: np.array([s.keywords[k] for s in slopes], dtype=np.float64)[:, None]
-                        for k in first.keywords}
-            return np.asarray(first.func(z, **keywords), dtype=np.float64)
-        return np.array([s(z[i]) for i, s in enumerate(slopes)])
+                and s.keywords.keys() == first.keywords.keys() for s in slopes)):
+            return None
+        return first.func, {k: np.array([s.keywords[k] for s in slopes],
+                                        dtype=np.float64)[:, None] for k in first.keywords}
 
 
 def member_potentials(potentials: list[ScalarPotential | None]) -> MemberPotentials | None:
@@ -320,12 +330,20 @@ def advance(k, sums, tol, max_halvings, moves, step, mode, t, start, halvings, n
     return residual, change_U, change_M, certificate, running
 
 
-def state_machine(backend: Backend) -> Callable[..., tuple[float, float, float, bool, int]]:
-    """:func:`advance` for ``backend``: compiled on the CPU (beside its other compiled
-    kernels), interpreted on a device, where its Python source costs about 0.4 µs a problem
-    and iteration and loading Numba's compiled code would cost a process's first solve about
-    0.5 s (the same arithmetic either way; floating-point warnings off, as compiled)."""
-    return advance if backend.kind == "cpu" else _interpreted_advance
+#: Batches of at least this many problems run the compiled :func:`advance` on a device too.
+COMPILED_STEP_FROM = 64
+
+
+def state_machine(backend: Backend, size: int
+                  ) -> Callable[..., tuple[float, float, float, bool, int]]:
+    """:func:`advance` for a batch of ``size`` problems on ``backend``: compiled on the CPU
+    (beside its other compiled kernels) and for batches of :data:`COMPILED_STEP_FROM` or
+    more, else interpreted: on a device its Python source costs about 0.4 µs a problem and
+    iteration, where loading Numba's compiled code costs a process's first solve about 0.5 s
+    (the same arithmetic either way; floating-point warnings off, as compiled)."""
+    if backend.kind == "cpu" or size >= COMPILED_STEP_FROM:
+        return advance
+    return _interpreted_advance
 
 
 def _interpreted_advance(*args: Any) -> tuple[float, float, float, bool, int]:
@@ -578,7 +596,8 @@ class BatchNewton:
         if not np.isfinite(sums).all():
             raise SolverError(f"non-finite values at iteration {k} of Newton's method on "
                               "the coupling state: the iteration diverged")
-        residual, change_U, change_M, certificate, run.running = state_machine(be)(
+        advance_all = state_machine(be, run.step.size)
+        residual, change_U, change_M, certificate, run.running = advance_all(
             k, sums, run.tol, self.max_halvings, run.moves, run.step, *s.host())
         history = run.history
         history.residual.append(residual)

@@ -51,26 +51,25 @@ def compile_kernels(backend: Backend, hamiltonian: Hamiltonian = QUADRATIC) -> f
     return time.perf_counter() - started
 
 
-def compile_tangent(backend: Backend, hamiltonian: Hamiltonian = QUADRATIC) -> float:
+def compile_tangent(backend: Backend, hamiltonian: Hamiltonian = QUADRATIC,
+                    size: int = 1) -> float:
     """Seconds spent compiling (or loading) the compiled parts of Newton's method on the
-    coupling state on the CPU: the step of its state machine
-    (:func:`..batch_newton.compile_step`; devices interpret it,
-    :func:`..batch_newton.state_machine`) and the tangent sweeps of its matrix-free systems
-    and their conjugate gradients (:mod:`.tangent`, whatever the backend's dtype: the Newton
+    coupling state of ``size`` problems: the step of its state machine
+    (:func:`..batch_newton.compile_step`, where :func:`..batch_newton.state_machine` runs it
+    compiled) and, on the CPU, the tangent sweeps of its matrix-free systems and their
+    conjugate gradients (:mod:`.tangent`, whatever the backend's dtype: the Newton
     system is float64) with ``hamiltonian``'s model's loop of their operands, on a 5 × 2 grid with
     the argument types of a solve's (devices solve their Newton systems in torch); 0.0 once
     done in this process."""
-    from ..batch_newton import compile_step
+    from ..batch_newton import advance, compile_step, state_machine
     from ..potential import product_operands, tangent_operands
     from .tangent import newton_direction
 
     traced = hamiltonian.traced()
     key = ("float64", "tangent", traced.structure.key if traced is not None
            else type(hamiltonian))
-    if backend.kind != "cpu":
-        return 0.0
-    step = compile_step()
-    if backend.emulate_mps or key in _compiled:
+    step = compile_step() if state_machine(backend, size) is advance else 0.0
+    if backend.kind != "cpu" or backend.emulate_mps or key in _compiled:
         return step
     started = time.perf_counter()
     grid = Grid(-1.0, 1.0, 5, 1.0, 2)

@@ -31,7 +31,6 @@ Triton would pass Python floats as float32, which costs float64 runs eight digit
 from __future__ import annotations
 
 import importlib.util
-import os
 from typing import Any
 
 from ...core.backend import Backend
@@ -188,23 +187,14 @@ class FusedKernels:
                                 device=self.device)
 
     def integer_node_masses(self, masses: Any) -> Any:
-        """μ (levels, nx), int64 in units of 2^-k particles, from the packed buffer: split
-        the count and weight fields, sum over the copies, then μ_i = 2^k c_i − R_i + R_{i−1}
-        (R_{−1} = 0); one Triton kernel where Triton runs (CUDA, or its interpreter), else
-        torch operations."""
+        """μ (levels, nx), int64 in units of 2^-k particles, from the packed buffer, in one
+        pass: split the count and weight fields, sum over the copies, then
+        μ_i = 2^k c_i − R_i + R_{i−1} (R_{−1} = 0)."""
         levels = masses.shape[0]
-        if triton_available() and (masses.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"):
-            mu = self.torch.empty((levels, self.nx), dtype=self.torch.int64, device=masses.device)
-            grid = (levels, -(-self.nx // UNPACK_NODES))
-            _kernels()[2][grid](masses.contiguous(), mu, self.copies, self.nx, self.shift,
-                                (1 << self.shift) - 1, 1 << self.k, NODES=UNPACK_NODES,
-                                COPIES=UNPACK_COPIES)
-            return mu
-        packed = masses.reshape(levels, self.copies, self.nx)
-        counts = (packed >> self.shift).sum(dim=1)
-        rights = (packed & ((1 << self.shift) - 1)).sum(dim=1)
-        mu = counts * (1 << self.k) - rights
-        mu[:, 1:] += rights[:, :-1]
+        mu = self.torch.empty((levels, self.nx), dtype=self.torch.int64, device=masses.device)
+        _kernels()[2][(levels, -(-self.nx // UNPACK_NODES))](
+            masses.contiguous(), mu, self.copies, self.nx, self.shift, (1 << self.shift) - 1,
+            1 << self.k, NODES=UNPACK_NODES, COPIES=UNPACK_COPIES)
         return mu
 
     def node_masses(self, masses: Any) -> Any:
