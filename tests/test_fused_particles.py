@@ -106,13 +106,14 @@ def test_fused_normals_are_standard_normal_and_keyed_by_seed_and_step(fused_devi
 
 
 @pytest.mark.parametrize(("n", "copies"), [(1000, 1), (20_000, 3), (50_000, 256)])
-def test_packed_deposit_unpacks_to_the_two_sided_fixed_point_masses(n, copies):
+def test_packed_deposit_unpacks_to_the_two_sided_fixed_point_masses(fused_device, n, copies):
     """The packed fields of the fused deposit, filled here by NumPy as the kernel fills them,
     give exactly the integers of adding 2^k − r to node i and r to node i + 1; also with every
     particle of a slot at f = 1, where the fields are fullest."""
     torch = pytest.importorskip("torch")
     nx = 17
-    fused = tk.FusedKernels(nx, 1.0, n, 0.1, 0.1, torch.zeros(1, dtype=torch.float64),
+    fused = tk.FusedKernels(nx, 1.0, n, 0.1, 0.1,
+                            torch.zeros(1, dtype=torch.float64, device=fused_device),
                             copies=copies)
     rng = np.random.default_rng(n)
     for cells, fractions in [(rng.integers(0, nx - 1, n), rng.uniform(0, 1, n)),
@@ -124,8 +125,8 @@ def test_packed_deposit_unpacks_to_the_two_sided_fixed_point_masses(n, copies):
         two_sided = np.zeros(nx, dtype=np.int64)
         np.add.at(two_sided, cells, (1 << fused.k) - r)
         np.add.at(two_sided, cells + 1, r)
-        mu = fused.integer_node_masses(torch.from_numpy(packed)[None])[0]
-        assert np.array_equal(mu.numpy(), two_sided)
+        mu = fused.integer_node_masses(torch.from_numpy(packed)[None].to(fused_device))[0]
+        assert np.array_equal(mu.cpu().numpy(), two_sided)
 
 
 def test_packing_leaves_enough_bits_or_refuses():
