@@ -144,7 +144,8 @@ print(json.dumps({"same": key == original.__wrapped__(), "computed": original.ca
 def test_the_real_triton_key_is_stored_and_read_by_the_next_process(tmp_path):
     if importlib.util.find_spec("triton") is None:   # (not imported here: the interpreter
         pytest.skip("Triton is not installed")          # tests import it in their mode)
-    env = os.environ | {"MFGWORK_MODEL_CACHE": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    env = os.environ | {"MFGWORK_MODEL_CACHE": str(tmp_path), "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     runs = [json.loads(subprocess.run([sys.executable, "-c", _PROCESS], env=env, cwd=tmp_path,
                                       capture_output=True, text=True, check=True).stdout)
             for _ in range(2)]
