@@ -272,13 +272,14 @@ SECTIONS: list[Section] = [
         LATENCY_COLUMNS, rows=_latency_rows, bars="after_s", label=("case",)),
     Section(
         "latency_cuda_h200.json", "The first solve of a process on CUDA (H200)",
-        "Fresh processes (`benchmarks/latency.py --device cuda --rounds 1 --repeats 2`, "
-        "`before` the code of the file's baseline, `after` the code that reads the models "
-        "from the cache without SymPy): `import`, then the first Santa Fe solve (float64), "
-        "the first of a model no process solved (Power(1.5)) and the first 101² room, with "
-        "every cache empty (`cold`) or written by an earlier process (`warm`). `solve` is the "
-        "first solve's own time inside the process, PyTorch's import (about 1.5 s) included; "
-        "`seed` and `default` are later solves in one process.",
+        "Fresh processes (`benchmarks/latency.py --device cuda --rounds 2 --repeats 2 "
+        "--cases first room`, `before` the code of the file's baseline, `after` the code "
+        "that remembers Triton's installation key between processes and runs the Newton "
+        "state machine of small batches interpreted on the device, loading no Numba): the "
+        "first Santa Fe solve (float64, 201², tol 1e-8) and the first 101² room, with every "
+        "cache empty (`cold`) or written by an earlier process (`warm`). `before` and `after` "
+        "are the whole process; `solve` is the first solve's own time inside it, after "
+        "PyTorch's import (about 1.5 s, any PyTorch program's).",
         LATENCY_COLUMNS, rows=_latency_rows, bars="after_s", label=("case",)),
     Section(
         "outside_loop_h200.json", "1024 points on one GPU: the batch and the scan (H200)",
@@ -355,10 +356,11 @@ SECTIONS: list[Section] = [
     Section(
         "particles_h200.json", "The fused particle step before and after (one H200)",
         "One particle FP solve of Santa Fe at 201² (`benchmarks/particles.py --backend torch "
-        "--device cuda --sizes 1e6,1e7 --modes fused`, run from both revisions one after the "
-        "other, joined by `--compare`): the solve's time per step, CUDA graph replayed, "
-        "before and after the normals moved into the kernel and the deposit into each "
-        "program's copy (targets at 10⁶: ≤ 15 µs float32, ≤ 20 µs float64).",
+        "--device cuda --sizes 1e6 --dtypes float32,float64 --modes fused`, run from both "
+        "revisions one after the other, joined by `--compare`): the solve's time per step, "
+        "CUDA graph replayed, before and after the node masses are unpacked from the packed "
+        "deposit buffer by one kernel that reads it once (targets at 10⁶: ≤ 15 µs float32, "
+        "≤ 20 µs float64).",
         [Column("dtype", "dtype"), Column("n", "particles", number),
          Column("before_step_s", "step before", seconds),
          Column("after_step_s", "step after", seconds), Column("ratio", "speed-up", number)],
