@@ -70,9 +70,9 @@ def freeze(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return read_only(value)
     if isinstance(value, dict):
-        return FrozenDict({k: freeze(v) for k, v in value.items()})
+        return FrozenDict({k: v if type(v) in _LEAVES else freeze(v) for k, v in value.items()})
     if isinstance(value, list):
-        return FrozenList(freeze(v) for v in value)
+        return FrozenList([v if type(v) in _LEAVES else freeze(v) for v in value])
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
         return tuple(freeze(v) for v in value)
     return value
