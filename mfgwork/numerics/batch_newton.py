@@ -256,7 +256,7 @@ KEEP, ACCEPT, FRESH, CERTIFYING = 0, 1, 2, 3
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def advance(k, sums, tol, max_halvings, moves, step, mode, t, start, halvings, norm, rel,
-            trigger, best, certified, stuck, done_at):  # pragma: no cover - compiled
+            trigger, best, certified, stuck, done_at):
     """Iteration ``k`` of every problem's state machine (the module docstring; the host
     arrays (B,) of :class:`_NewtonState`, changed in place) once its point is evaluated, from
     the iteration's sums (:meth:`BatchNewton._iteration_sums`), in one compiled pass: the
