@@ -765,24 +765,29 @@ class BatchNewton:
         import torch
 
         sys_dtype = getattr(torch, self.system_dtype)
-        index = torch.as_tensor(idx, device=d.device)
-        z, R = (cur[k][index].to(sys_dtype) for k in ("z", "R"))
-        D = self._jacobians(cur["U"][index], cur["M"][index], idx).to(sys_dtype)
+        every = idx.size == mask.size   # (no gathered copies of U and M)
+        index = None if every else torch.as_tensor(idx, device=d.device)
+        z, R, U, M = (cur[k] if every else cur[k][index] for k in ("z", "R", "U", "M"))
+        z, R = z.to(sys_dtype), R.to(sys_dtype)
+        D = self._jacobians(U, M, idx).to(sys_dtype)
         slope = self.potential.price_slope(to_numpy(z).astype(np.float64), idx)
+        s_host, sign_host = scaling(slope)
         s, sign = (torch.as_tensor(a, dtype=sys_dtype, device=d.device)
-                   for a in scaling(slope))
+                   for a in (s_host, sign_host))
         A = s[:, :, None] * (0.5 * (D + D.transpose(1, 2))) * s[:, None, :]
         A = A + torch.diag_embed(sign)
-        if bool((sign > 0).all()):   # Σ = I: SPD
+        if bool((sign_host > 0).all()):   # Σ = I: SPD
             L, info = torch.linalg.cholesky_ex(A)
             v = torch.cholesky_solve((s * R)[..., None], L)[..., 0]
         else:                        # symmetric indefinite (a price rising somewhere)
             v, info = torch.linalg.solve_ex(A, (s * R)[..., None])   # one column per problem:
             v = v[..., 0]                                            # no broadcast (MPS)
         newton = torch.where(s > 0, sign * v / torch.where(s > 0, s, torch.ones_like(s)), R)
-        step = torch.where((info == 0)[:, None], newton, R)
+        step = torch.where((info == 0)[:, None], newton, R).to(d.dtype)
+        if every:
+            return step
         d = d.clone()
-        d[index] = step.to(d.dtype)
+        d[index] = step
         return d
 
     def _directions_krylov(self, d: Any, idx: np.ndarray, cur: dict, rel: np.ndarray) -> Any:
