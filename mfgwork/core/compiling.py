@@ -12,7 +12,7 @@ Compiled kernels persist between processes: Triton's in its cache folder
 ``~/.triton/cache``), Numba's in ``__pycache__`` beside the package's modules (or
 ``NUMBA_CACHE_DIR``); the compiled CPU scheme of each model structure in a module written
 into :func:`model_cache_dir`, with Numba's cache beside it, and Triton's key of its own
-installation (:mod:`.triton_setup`). ``python -m mfgwork doctor`` shows them;
+installation (:mod:`.triton_key`). ``python -m mfgwork doctor`` shows them;
 ``python -m mfgwork doctor --clear-cache`` empties Triton's. :func:`announce_compilation`
 says in the progress output when a kernel is compiled rather than loaded.
 """

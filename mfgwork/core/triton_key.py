@@ -101,10 +101,7 @@ def _key(module: Any, original: Callable[[], str], folder: Path) -> str:
 
 
 def _key_function(module: Any) -> Callable[[], str] | None:
-    """Triton's own cached ``triton_key`` (``functools.lru_cache``), or None."""
-    for place in ("runtime.cache", "compiler.compiler"):
-        function = getattr(sys.modules.get(f"{module.__name__}.{place}"), "triton_key", None)
-        if hasattr(function, "cache_info"):
-            return function
-    return None
-
+    """Triton's own cached ``triton_key`` (``functools.lru_cache`` in ``runtime.cache``, as in
+    Triton 3.6 to 3.8), or None."""
+    function = getattr(sys.modules.get(f"{module.__name__}.runtime.cache"), "triton_key", None)
+    return function if hasattr(function, "cache_info") else None
