@@ -57,10 +57,10 @@ def compile_tangent(backend: Backend, hamiltonian: Hamiltonian = QUADRATIC,
     coupling state of ``size`` problems: the step of its state machine
     (:func:`..batch_newton.compile_step`, where :func:`..batch_newton.state_machine` runs it
     compiled) and, on the CPU, the tangent sweeps of its matrix-free systems and their
-    conjugate gradients (:mod:`.tangent`, whatever the backend's dtype: the Newton
-    system is float64) with ``hamiltonian``'s model's loop of their operands, on a 5 × 2 grid with
-    the argument types of a solve's (devices solve their Newton systems in torch); 0.0 once
-    done in this process."""
+    conjugate gradients (:mod:`.tangent`, whatever the backend's dtype: the Newton system is
+    float64) with ``hamiltonian``'s model's loop of their operands, on a 5 × 2 grid with the
+    argument types of a solve's (devices solve their Newton systems in torch); 0.0 once done
+    in this process."""
     from ..batch_newton import advance, compile_step, state_machine
     from ..potential import product_operands, tangent_operands
     from .tangent import newton_direction
