@@ -23,7 +23,7 @@ from .core.compile_clock import compile_clock, seconds_since
 from .core.compiling import check_compile_steps
 from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag, warn
 from .core.frozen import freeze
-from .core.progress import progress_bar
+from .core.progress import delayed_bar
 from .long_run import PLATEAU_STEPS, PLATEAU_T, Ergodic1D
 from .numerics.batch_newton import (
     BatchNewton,
@@ -922,8 +922,8 @@ def fixed_point_bar(progress: bool | None, total: int) -> Any:
     shown at once when True, after a second when None)."""
     if progress is False:
         return None
-    return progress_bar(total=total, desc="fixed point", unit="it", leave=False,
-                        delay=0.0 if progress else 1.0)
+    return delayed_bar(0.0 if progress else 1.0, total=total, desc="fixed point", unit="it",
+                       leave=False)
 
 
 solve_continuous = solver_of(FDM1D, "solve_continuous")

@@ -471,10 +471,10 @@ def _observable_axes(problem: MFGProblem2D, observables: dict[str, Any]
 def _progress_bar(progress: bool | None, total: int) -> Any:
     if progress is False:
         return None
-    from .core.progress import progress_bar
+    from .core.progress import delayed_bar
 
-    return progress_bar(total=total, desc="fixed point 2-D", unit="it", leave=False,
-                        delay=0.0 if progress else 1.0)
+    return delayed_bar(0.0 if progress else 1.0, total=total, desc="fixed point 2-D",
+                       unit="it", leave=False)
 
 
 FRONT_DOOR[MFGProblem2D] = solve_2d

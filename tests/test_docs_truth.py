@@ -165,12 +165,65 @@ def test_a_kernel_without_ipywidgets_gets_the_text_bar_and_no_warning(monkeypatc
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "ipywidgets" else real(name, *a))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        bar = progress.progress_bar(total=2, disable=True)
+    progress._widgets_importable.cache_clear()   # (looked up once per process)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            bar = progress.progress_bar(total=2, disable=True)
+    finally:
+        progress._widgets_importable.cache_clear()
     from tqdm.std import tqdm
 
     assert type(bar) is tqdm
+
+
+def test_a_delayed_bar_is_made_only_once_its_delay_has_passed(monkeypatch):
+    """A solve's bar (shown after a second unless asked for): nothing is built while the run
+    is shorter than the delay; at the first update after it, one tqdm bar with the count, the
+    postfix and the start time so far, which then takes every update."""
+    import time
+
+    made = []
+
+    class Bar:
+        def __init__(self, **options):
+            self.options, self.n = options, options.get("initial", 0)
+            self.postfix, self.closed, self.start_t = {}, 0, None
+            made.append(self)
+
+        def update(self, n):
+            self.n += n
+
+        def set_postfix(self, values, refresh=True):
+            self.postfix = dict(values)
+
+        def refresh(self):
+            pass
+
+        def close(self):
+            self.closed += 1
+
+    monkeypatch.setattr(progress, "progress_bar", lambda **options: Bar(**options))
+    bar = progress.delayed_bar(0.2, total=10, desc="fixed point")
+    started = time.time()
+    bar.update(2)
+    bar.set_postfix(residual="1e-3", refresh=False)
+    assert made == [] and bar.n == 2
+    time.sleep(0.25)
+    bar.update(3)
+    assert len(made) == 1
+    shown = made[0]
+    assert shown.options == {"initial": 5, "total": 10, "desc": "fixed point"}
+    assert shown.postfix == {"residual": "1e-3"} and abs(shown.start_t - started) < 0.1
+    bar.update(1)
+    bar.set_postfix(residual="1e-4", refresh=False)
+    bar.close()
+    assert (shown.n, shown.postfix, shown.closed, len(made)) == (6, {"residual": "1e-4"}, 1, 1)
+    quick = progress.delayed_bar(60.0, total=3)
+    quick.update(3)
+    quick.close()
+    assert len(made) == 1
+    assert type(progress.delayed_bar(0.0, total=1)) is Bar
 
 
 class _Stream:

@@ -148,3 +148,26 @@ def test_first_solve_reports_compile_time_apart_from_its_phases():
         phases = sum(timings[k] for k in ("compile", "setup", "hjb", "fp", "coupling"))
         assert phases <= timings["total"] * 1.001
     assert hjb_first[0] < first["compile"]   # the first sweep no longer carries the compile
+
+
+@pytest.mark.parametrize("hamiltonian", [mw.Quadratic(), mw.Power(1.5)])
+def test_each_implicit_step_of_the_compiled_hjb_sweep_is_solved_to_its_newton_tolerance(
+        hamiltonian):
+    """The compiled sweep stops Newton's method at a level once the step, or the error its
+    contraction leaves (max|du|² / (max|du_before| − max|du|)), is within newton_tol
+    (1 + max|u|): the residual of every level's implicit Euler system, evaluated again by the
+    array operators, is then within ‖J‖∞ newton_tol (1 + max|u|)."""
+    from mfgwork.numerics.fdm.operators import newton_system, step_constants
+
+    grid = mw.Grid(-1.0, 2.0, 81, 2.0, 60)
+    rng = np.random.default_rng(3)
+    F = 5.0 * rng.standard_normal((grid.nt, grid.nx))
+    fd = FiniteDifferences(grid, 0.05, mw.get_backend("numpy"), hamiltonian=hamiltonian)
+    U = fd.solve_hjb(3.0 * np.sin(4.0 * grid.x), F)
+    c = step_constants(np.float64(0.05), grid.h, grid.dt, 1.0 / (grid.h * grid.weights),
+                       grid.x, np.asarray)
+    for n in range(grid.nt):
+        lower, diag, upper, residual = newton_system(U[n], U[n + 1] / grid.dt + F[n], c, np,
+                                                     hamiltonian)
+        norm = np.max(np.abs(lower) + np.abs(diag) + np.abs(upper))
+        assert np.max(np.abs(residual)) <= norm * fd.newton_tol * (1.0 + np.max(np.abs(U[n])))

@@ -733,9 +733,12 @@ class BatchNewton:
         non-finite."""
         xp = self.backend.xp
         B = R.shape[0]
+        on_host = self.backend.name == "numpy"
 
         def squares(a: Any) -> Any:
             a = a.reshape(B, -1)
+            if on_host:   # (one dot product per row: a third of a product and a sum's time)
+                return np.vecdot(a, a)
             total = (a * a).sum(axis=-1)
             return total if total.dtype == R.dtype else xp.astype(total, R.dtype)
 

@@ -69,20 +69,32 @@ def value_digest(values: Any, pieces: bool = False) -> str:
     BLAKE2b of them. With ``pieces`` (the digests of block records, marked by a leading
     ``p``): the bytes are digested in pieces of :data:`PIECE_BYTES` on several threads, and
     the pieces' digests digested (records written by earlier versions hold plain digests)."""
-    a = np.asarray(values)
-    h = hashlib.blake2b(digest_size=8)
-    if a.dtype.kind in "OTUS":
-        h.update(f"str{a.shape}".encode())
-        h.update("\x00".join(str(v) for v in a.ravel()).encode("utf-8", "surrogatepass"))
-    else:
-        h.update(f"{a.dtype.str}{a.shape}".encode())
-        data = np.ascontiguousarray(a).reshape(-1).view(np.uint8)   # (no copy)
-        if not pieces:
-            h.update(data)
+    return value_digests([values], pieces)[0]
+
+
+def value_digests(arrays: Sequence[Any], pieces: bool = False) -> list[str]:
+    """:func:`value_digest` of each of ``arrays``, the pieces of all of them digested on one
+    pool of threads (a block's fields keep every core busy until the last piece)."""
+    heads, data = [], []
+    for values in arrays:
+        a = np.asarray(values)
+        h = hashlib.blake2b(digest_size=8)
+        if a.dtype.kind in "OTUS":
+            h.update(f"str{a.shape}".encode())
+            h.update("\x00".join(str(v) for v in a.ravel()).encode("utf-8", "surrogatepass"))
         else:
-            for digest in _piece_digests(data):
-                h.update(digest)
-    return ("p" if pieces else "") + h.hexdigest()
+            h.update(f"{a.dtype.str}{a.shape}".encode())
+            raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)   # (no copy)
+            if pieces:
+                data.append((h, raw))
+            else:
+                h.update(raw)
+        heads.append(h)
+    parts = [(h, piece) for h, raw in data for piece in _pieces(raw)]
+    for (h, _), digest in zip(parts, _piece_digests([piece for _, piece in parts]),
+                              strict=True):
+        h.update(digest)   # (in each array's order of pieces)
+    return [("p" if pieces else "") + h.hexdigest() for h in heads]
 
 
 #: Bytes of a piece of an array that block records digest on its own (in parallel): part
@@ -90,11 +102,15 @@ def value_digest(values: Any, pieces: bool = False) -> str:
 PIECE_BYTES = 16 * 2**20
 
 
-def _piece_digests(data: np.ndarray) -> list[bytes]:
-    """BLAKE2b digests of the consecutive :data:`PIECE_BYTES` pieces of ``data`` (bytes), on
-    up to one thread per core (hashing releases the GIL)."""
-    parts = [data[k: k + PIECE_BYTES] for k in range(0, data.size, PIECE_BYTES)] or [data]
+def _pieces(data: np.ndarray) -> list[np.ndarray]:
+    """The consecutive :data:`PIECE_BYTES` pieces of ``data`` (bytes; one empty piece if it
+    is empty)."""
+    return [data[k: k + PIECE_BYTES] for k in range(0, data.size, PIECE_BYTES)] or [data]
 
+
+def _piece_digests(parts: list[np.ndarray]) -> list[bytes]:
+    """BLAKE2b digests of ``parts``, on up to one thread per core (hashing releases the
+    GIL)."""
     def digest(part: np.ndarray) -> bytes:
         return hashlib.blake2b(part, digest_size=16).digest()
 
@@ -108,8 +124,9 @@ def _piece_digests(data: np.ndarray) -> list[bytes]:
 def block_record(arrays: Mapping[str, Any]) -> str:
     """The record of a block's arrays: ``name=digest`` for each (in pieces, see
     :func:`value_digest`), sorted, ``;``-separated."""
-    return ";".join(f"{name}={value_digest(a, pieces=True)}"
-                    for name, a in sorted(arrays.items()) if name not in (DONE, DIGEST))
+    names = [name for name in sorted(arrays) if name not in (DONE, DIGEST)]
+    return ";".join(f"{name}={digest}" for name, digest in zip(
+        names, value_digests([arrays[name] for name in names], pieces=True), strict=True))
 
 
 def parse_record(text: Any) -> dict[str, str] | None:

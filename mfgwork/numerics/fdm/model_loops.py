@@ -100,15 +100,20 @@ def _thomas(a, b, c, d, x, cp, dp):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _newton_update(u, du, tol):  # pragma: no cover - compiled
-    """u ← u − du; whether the update was small: max|du| ≤ tol (1 + max|u|)."""
+def _newton_update(u, du, tol, before):  # pragma: no cover - compiled
+    """u ← u − du; (whether u is within tol (1 + max|u|) of the root, max|du|): the update
+    was that small, or contracted from ``before`` (the last max|du|, 0: none yet) so much
+    that the error it leaves, max|du|² / (before − max|du|), is (the bound of a
+    contraction of rate max|du| / before; Newton's is faster). This saves the iteration that
+    would only confirm a root already reached."""
     step = 0.0
     size = 0.0
     for i in range(u.size):
         u[i] -= du[i]
         step = max(step, abs(du[i]))
         size = max(size, abs(u[i]))
-    return step <= tol * (1.0 + size)
+    bound = tol * (1.0 + size)
+    return step <= bound or (before > step and step * step <= bound * (before - step)), step
 
 
 @njit(cache=True, nogil=True)
@@ -164,6 +169,7 @@ def hjb_sweep(U, F, guess, use_guess, density, x, prm, nu, h, dt, inv_hw, inv_w,
         if frozen:
             _node_values(x, density[n], prm, aux)
         converged = False
+        before = 0.0
         for _ in range(max_newton):
             iterations += 1
             for i in range(nx):   # the bands of J(u) (:func:`_bands`) and the residual
@@ -181,7 +187,8 @@ def hjb_sweep(U, F, guess, use_guess, density, x, prm, nu, h, dt, inv_hw, inv_w,
                 res[i] = ((u[i] - U[n + 1, i]) * inv_dt - nu * inv_w[i] * (qr - ql) + ham
                           - F[n, i])
             _thomas(lower, diag, upper, res, du, cp, dp)
-            if _newton_update(u, du, tol):
+            small, before = _newton_update(u, du, tol, before)
+            if small:
                 converged = True
                 break
         U[n, :] = u

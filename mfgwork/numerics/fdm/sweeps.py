@@ -96,6 +96,13 @@ def relative_update(du: Any, u: Any, xp: Any) -> Any:
     return xp.max(xp.abs(du), axis=-1) / (1.0 + xp.max(xp.abs(u), axis=-1))
 
 
+def newton_done(step: float, before: float, tol: float) -> bool:
+    """Whether Newton's method at a level has its root within ``tol``: the relative update
+    ``step`` is, or the error left after it by the contraction from the update ``before``
+    (0: none yet), step² / (before − step), is (the compiled loops' rule, :mod:`.model_loops`)."""
+    return step <= tol or (before > step and step * step <= tol * (before - step))
+
+
 def _host(a: Any) -> np.ndarray:
     """A NumPy view of a host array (NumPy, or a torch CPU tensor without copying)."""
     return a if isinstance(a, np.ndarray) else np.ascontiguousarray(a.numpy())
@@ -322,7 +329,8 @@ class FiniteDifferences:
 
     def _hjb_array(self, U_T: Any, F: Any, guess: Any | None, max_newton: int = MAX_NEWTON,
                    density: Any | None = None) -> tuple[Any, Any]:
-        """The array-API sweep on the host: Newton to ``newton_tol`` per step (host reads),
+        """The array-API sweep on the host: Newton to ``newton_tol`` per step
+        (:func:`newton_done`; host reads),
         at most ``max_newton`` iterations; returns U and zeros (no pending updates)."""
         xp, g = self.backend.xp, self.grid
         levels: list[Any] = [None] * (g.nt + 1)
@@ -332,11 +340,14 @@ class FiniteDifferences:
             u = u_next if guess is None else guess[..., n, :] + (u_next - guess[..., n + 1, :])
             m = None if density is None else density[..., n, :]
             rhs = u_next * self._consts.inv_dt + F[..., n, :]
+            before = 0.0
             for _ in range(max_newton):
                 u, du = self._newton(u, rhs, self._consts, m)
                 self.newton_iterations += 1
-                if float(xp.max(relative_update(du, u, xp))) <= self.newton_tol:
+                step = float(xp.max(relative_update(du, u, xp)))
+                if newton_done(step, before, self.newton_tol):
                     break
+                before = step
             else:
                 raise SolverError(f"HJB Newton did not converge at time step n={n} "
                                   f"(t={g.t[n]:.6g}) in {max_newton} iterations")

@@ -122,7 +122,8 @@ def hjb_coop_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_p
     R(u) = (u − u^{n+1})/Δt − ν (D²u) + Ĥ(u) − f^n, J(u) du = R(u), u ← u − du (Ĥ with the
     density row n of m_ptr, laid out as F, where H depends on m),
     from u^{n+1} or from the guess shifted by the change found at level n + 1,
-    g^n + (u^{n+1} − g^{n+1}), until max|du| ≤ tol (1 + max|u|) per problem."""
+    g^n + (u^{n+1} − g^{n+1}), until u is within tol (1 + max|u|) of the root per problem
+    (:func:`newton_done`)."""
     p, ix, on = tile(NX, 1 << LOG_X)
     U_ptr += p.to(tl.int64) * (NT + 1) * NX   # this problem's levels [level, x]
     G_ptr += p.to(tl.int64) * (NT + 1) * NX
@@ -156,6 +157,7 @@ def hjb_coop_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_p
             u = g + (known - g_next)
         it = 0
         converged = False
+        before = tol * 0.0   # the last max|du| (0: none yet)
         while (it < max_newton) & ~converged:
             ql, qr = upwind(u, ix, inv_h, NX)
             lo, up, ham = hjb_bands(ql, qr, ix, nu, ihw, inv_h, NX, x, m, prm)
@@ -163,7 +165,8 @@ def hjb_coop_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_p
             du = pcr(lo, inv_dt - lo - up, up, res, ix, LOG_X)
             u -= du
             step, size = tl.reduce((tl.abs(du), tl.abs(u)), 0, nan_max2)
-            converged = step <= tol * (1.0 + size)  # NaN keeps iterating
+            converged = newton_done(step, before, tol * (1.0 + size))  # NaN keeps iterating
+            before = step
             it += 1
         iterations += it
         bad = tl.where((bad < 0) & ~converged, n, bad)

@@ -96,6 +96,15 @@ def eliminate(cp, dp, lo, diag, up, rhs, cp_b, dp_b, i, NX, B, valid):
     return cp, dp
 
 @triton.jit
+def newton_done(step, before, bound):
+    """Whether Newton's method at a level has its root within ``bound`` (tol (1 + max|u|)):
+    the last update max|du| = ``step`` is, or the error it leaves by its contraction from the
+    update ``before`` (0: none yet), step² / (before − step), is (the compiled loops' rule,
+    :mod:`.model_loops`). NaN is never done."""
+    return (step <= bound) | ((before > step) & (step * step <= bound * (before - step)))
+
+
+@triton.jit
 def hjb_update(du, dp_i, cp_i, u, active, u_lvl, i, B, valid, step, size):
     """Back substitution at row i (i < 0: past the grid, ignored) and the Newton update
     of the problems still iterating; returns du, the largest |du| and |u|."""
@@ -204,13 +213,15 @@ def hjb_sweep_kernel(U_ptr, F_ptr, G_ptr, nu_ptr, inv_hw_ptr, inv_w_ptr, params_
         else:
             src = nxt
         active = valid
+        before = zero   # the last max|du| (0: none yet)
         it = 0
         while (it < max_newton) & (tl.max(active.to(tl.int32), axis=0) > 0):
             hjb_forward(src, nxt, f_lvl, m_lvl, x_ptr, prm, inv_hw_ptr, inv_w_ptr, cp_b, dp_b,
                         nu, inv_h, inv_dt, zero, NX, B, valid)
             step, size = hjb_backward(src, cp_b, dp_b, active, u_lvl, zero, NX, B, valid)
             iterations += active.to(tl.int32)
-            active = active & ~(step <= tol * (1.0 + size))  # NaN keeps iterating
+            active = active & ~newton_done(step, before, tol * (1.0 + size))  # NaN iterates
+            before = step
             src = u_lvl
             it += 1
         bad = tl.where(active & (bad < 0), n, bad)
