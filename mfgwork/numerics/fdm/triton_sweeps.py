@@ -3,8 +3,9 @@
 The same scheme as :mod:`.numba_kernels` and :mod:`.operators`, for every model whose value
 can be traced: implicit Euler, the Engquist–Osher Hamiltonian H((D⁻u)₊) + H((D⁺u)₋) − H(0),
 Neumann walls; at each HJB time step Newton's method with
-the exact tridiagonal Jacobian, stopping per problem when the last update is at most
-``tol (1 + max|u|)``, and FP as the exact adjoint J(u^n)ᵀ μ^{n+1} = μ^n / Δt in cell masses.
+the exact tridiagonal Jacobian, stopping per problem when u is within ``tol (1 + max|u|)``
+of the root (the last update, or the error its contraction from the one before leaves, is:
+``newton_done``), and FP as the exact adjoint J(u^n)ᵀ μ^{n+1} = μ^n / Δt in cell masses.
 
 Problems are independent and each is a sequential chain of small tridiagonal (Thomas) solves,
 so the batch is the parallel axis of the ``"thread"`` layout: one program owns a block of
