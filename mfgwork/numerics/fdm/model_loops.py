@@ -103,8 +103,9 @@ def _thomas(a, b, c, d, x, cp, dp):  # pragma: no cover - compiled
 def _newton_update(u, du, tol, before):  # pragma: no cover - compiled
     """u ← u − du; (whether u is within tol (1 + max|u|) of the root, max|du|): the update
     was that small, or contracted from ``before`` (the last max|du|, 0: none yet) so much
-    that the error it leaves, max|du|² / (before − max|du|), is (the bound of a
-    contraction of rate max|du| / before; Newton's is faster). This saves the iteration that
+    that the error it leaves, max|du|² / (before − max|du|) (the bound of a contraction of
+    rate max|du| / before; Newton's is faster), is within 1/64 of it: ε (1 + max|u|) for
+    tol = 64 ε, where one more iteration would only round. This saves the iteration that
     would only confirm a root already reached."""
     step = 0.0
     size = 0.0
@@ -113,7 +114,7 @@ def _newton_update(u, du, tol, before):  # pragma: no cover - compiled
         step = max(step, abs(du[i]))
         size = max(size, abs(u[i]))
     bound = tol * (1.0 + size)
-    return step <= bound or (before > step and step * step <= bound * (before - step)), step
+    return step <= bound or (before > step and 64.0 * step * step <= bound * (before - step)), step
 
 
 @njit(cache=True, nogil=True)

@@ -99,8 +99,9 @@ def relative_update(du: Any, u: Any, xp: Any) -> Any:
 def newton_done(step: float, before: float, tol: float) -> bool:
     """Whether Newton's method at a level has its root within ``tol``: the relative update
     ``step`` is, or the error left after it by the contraction from the update ``before``
-    (0: none yet), step² / (before − step), is (the compiled loops' rule, :mod:`.model_loops`)."""
-    return step <= tol or (before > step and step * step <= tol * (before - step))
+    (0: none yet), step² / (before − step), is within tol / 64 (rounding, for tol = 64 ε;
+    the compiled loops' rule, :mod:`.model_loops`)."""
+    return step <= tol or (before > step and 64.0 * step * step <= tol * (before - step))
 
 
 def _host(a: Any) -> np.ndarray:

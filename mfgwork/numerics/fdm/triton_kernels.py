@@ -99,9 +99,9 @@ def eliminate(cp, dp, lo, diag, up, rhs, cp_b, dp_b, i, NX, B, valid):
 def newton_done(step, before, bound):
     """Whether Newton's method at a level has its root within ``bound`` (tol (1 + max|u|)):
     the last update max|du| = ``step`` is, or the error it leaves by its contraction from the
-    update ``before`` (0: none yet), step² / (before − step), is (the compiled loops' rule,
-    :mod:`.model_loops`). NaN is never done."""
-    return (step <= bound) | ((before > step) & (step * step <= bound * (before - step)))
+    update ``before`` (0: none yet), step² / (before − step), is within bound / 64 (rounding,
+    for tol = 64 ε; the compiled loops' rule, :mod:`.model_loops`). NaN is never done."""
+    return (step <= bound) | ((before > step) & (64.0 * step * step <= bound * (before - step)))
 
 
 @triton.jit
