@@ -285,9 +285,9 @@ SECTIONS: list[Section] = [
         "outside_loop_h200.json", "1024 points on one GPU: the batch and the scan (H200)",
         "A 32 × 32 Santa Fe box at 201² (`benchmarks/outside_loop.py --device cuda --rounds 2 "
         "--repeats 2`, `before` and `after` the code of the file's note: HJB Newton stopped "
-        "once the error its contraction leaves is within tol, a block's record digested on "
-        "one pool of threads; the batch's results vary by 0.1–0.3 s between runs with "
-        "CPython's full collections): "
+        "without a confirming iteration where the error left is at rounding level, a block's "
+        "record digested on one pool of threads; batches and scans vary by 0.1–0.3 s between "
+        "runs with CPython's full collections): "
         "`easy` threshold 0.3–0.9 × σ 0.3–1.0, `hard` threshold 0.2–0.9 × ε 0.001–0.1 at "
         "σ 0.3; float32 to tol 1e-6, float64 to 1e-8. `batch` is "
         "`mw.solve(list)`, `scan` is `mw.scan` into a new store, end to end; `machinery` is "
