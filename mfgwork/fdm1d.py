@@ -917,12 +917,12 @@ def _member_observables(problems: Sequence[MFGProblem], grid: Any, Ms: Any, be: 
     return out
 
 
-def fixed_point_bar(progress: bool | None, total: int) -> Any:
+def fixed_point_bar(progress: bool | None, total: int, desc: str = "fixed point") -> Any:
     """The fixed point's progress bar of ``total`` iterations (None when ``progress`` is False;
     shown at once when True, after a second when None)."""
     if progress is False:
         return None
-    return delayed_bar(0.0 if progress else 1.0, total=total, desc="fixed point", unit="it",
+    return delayed_bar(0.0 if progress else 1.0, total=total, desc=desc, unit="it",
                        leave=False)
 
 

@@ -40,7 +40,7 @@ import numpy as np
 from .core import memory
 from .core.backend import Backend, get_backend, to_numpy
 from .core.errors import ParameterError, check_choice, check_flag, check_int
-from .fdm1d import raised_tol
+from .fdm1d import fixed_point_bar, raised_tol
 from .numerics.equilibrium import solve as solve_equilibrium
 from .numerics.fdm2d import equilibrium as eq
 from .numerics.fdm2d.sweeps import SOLVERS
@@ -210,7 +210,7 @@ class _FiniteDifferences2D(Discretization):
                     for r in one.results(one.iterate(one.set_up(one.backend,
                                                                 time.perf_counter())))]
         solving, setup, started = state
-        bar = _progress_bar(solving.progress, solving.max_iter)
+        bar = fixed_point_bar(solving.progress, solving.max_iter, "fixed point 2-D")
         try:
             out = eq.equilibrium(setup, solving.iteration, solving.tol, solving.max_iter, bar)
         finally:
@@ -466,15 +466,6 @@ def _observable_axes(problem: MFGProblem2D, observables: dict[str, Any]
             dim, values = named.get(name, (f"{name}_index", range(np.shape(path)[1])))
             labels[dim], axes[name] = tuple(str(v) for v in values), ("t", dim)
     return labels, axes
-
-
-def _progress_bar(progress: bool | None, total: int) -> Any:
-    if progress is False:
-        return None
-    from .core.progress import delayed_bar
-
-    return delayed_bar(0.0 if progress else 1.0, total=total, desc="fixed point 2-D",
-                       unit="it", leave=False)
 
 
 FRONT_DOOR[MFGProblem2D] = solve_2d
