@@ -3,8 +3,11 @@
 Rows, NumPy on the CPU (the threads of ``OMP_NUM_THREADS``): for each T (``--horizons``) × σ
 (``--sigmas``) × threshold (``--thresholds``), ``mw.solve`` at ``--nx`` × nt (nt = ``--nt``,
 or 10 T with ``--nt 0``) to tol 1e-8: its status, certified residual, iterations, seconds, and
-where it stopped above 1e-8 the float64 certificate floor FLOOR_FACTOR · L² ε predicted from
-the Lipschitz constant L of its best response (``res.extra["reachable_tol"]``).
+the float64 certificate floor FLOOR_FACTOR · L² ε from the Lipschitz constant L of its best
+response (``res.extra["reachable_tol"]``) where it lies above 1e-8: named before the fine
+iteration (``said`` "before": L from the coarse stage, and the solve iterates to that floor;
+:mod:`mfgwork.float64_floor`) or, where the solve still stopped above its tol, after it
+("after": L at its last point).
 
     python benchmarks/certificate_floor.py [--nx 201] [--nt 201] [--out F]
 """
@@ -33,7 +36,7 @@ def main() -> None:
     mw.solve(mw.SantaFeBar(), nx=41, nt=40, progress=False)   # compiled once, not timed
     rows = []
     print(f"{'T':>4} {'sigma':>5} {'thr':>5} {'nt':>4} {'status':>9} {'residual':>9} "
-          f"{'it':>3} {'seconds':>7} {'floor':>8} {'L':>8}")
+          f"{'it':>3} {'seconds':>7} {'floor':>8} {'L':>8} {'said':>6}")
     for T in (float(v) for v in args.horizons.split(",")):
         for sigma in (float(v) for v in args.sigmas.split(",")):
             for threshold in (float(v) for v in args.thresholds.split(",")):
@@ -49,12 +52,15 @@ def main() -> None:
                        "status": res.status.value, "residual": float(res.residual),
                        "iterations": int(res.iterations), "seconds": seconds,
                        "floor": None if floor is None else floor["tol"],
-                       "lipschitz": None if floor is None else floor["lipschitz"]}
+                       "lipschitz": None if floor is None else floor["lipschitz"],
+                       "said": None if floor is None
+                       else "before" if floor.get("predicted") else "after"}
                 rows.append(row)
                 print(f"{T:4g} {sigma:5g} {threshold:5g} {nt:4d} {row['status']:>9} "
                       f"{row['residual']:9.2e} {row['iterations']:3d} {seconds:7.2f} "
-                      + ("       -        -" if floor is None
-                         else f"{floor['tol']:8.1e} {floor['lipschitz']:8.1e}"))
+                      + ("       -        -      -" if floor is None
+                         else f"{floor['tol']:8.1e} {floor['lipschitz']:8.1e} "
+                              f"{row['said']:>6}"))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rows": rows, "provenance": provenance()}, indent=1))

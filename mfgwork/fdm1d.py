@@ -24,6 +24,7 @@ from .core.compiling import check_compile_steps
 from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag, warn
 from .core.frozen import freeze
 from .core.progress import delayed_bar
+from .float64_floor import measure_at_end, name_floors
 from .long_run import PLATEAU_STEPS, PLATEAU_T, Ergodic1D
 from .numerics.batch_newton import (
     BatchNewton,
@@ -526,15 +527,47 @@ class CoarseBatch(FDM1DBatch):
 
     final: ClassVar[bool] = False
 
+    def start(self, where: Where, started: float) -> Picard | Members:
+        state = super().start(where, started)
+        if isinstance(state, Picard):
+            measure_at_end(state.newton, where.backend)
+        return state
+
     def results(self, outcome: Picard | list[Start]) -> list[Start]:   # type: ignore[override]
         if not isinstance(outcome, Picard):
             return outcome
-        iterations = np.asarray(to_numpy(outcome.out.iterations)).reshape(-1)
-        return [Start(outcome.out.M[b], outcome.out.U[b], int(iterations[b]))
-                for b in range(len(outcome.problems))]
+        return _starts(outcome.out, len(outcome.problems), batched=True)
 
     def certify(self, outcome: Any, results: list[Start]) -> list[Start]:  # type: ignore[override]
         return results
+
+
+@dataclass(frozen=True, eq=False)
+class CoarseSingle(FDM1D):
+    """The first stage of a coarse-to-fine solve of one problem: its
+    :class:`~mfgwork.warm_start.Start`, no Result (a float32 stage not certified in
+    float64)."""
+
+    def start(self, where: Where, started: float) -> Picard:
+        state = super().start(where, started)
+        measure_at_end(state.newton, where.backend)
+        return state
+
+    def results(self, outcome: Picard) -> list[Start]:   # type: ignore[override]
+        return _starts(outcome.out, 1, batched=False)
+
+    def certify(self, outcome: Any, results: list[Start]) -> list[Start]:  # type: ignore[override]
+        return results
+
+
+def _starts(out: FixedPointResult, n: int, batched: bool) -> list[Start]:
+    """The :class:`~mfgwork.warm_start.Start` of each of the ``n`` problems of a coarse
+    stage's ``out`` (with the batch axis where ``batched``)."""
+    iterations = np.asarray(to_numpy(out.iterations)).reshape(-1)
+    L = [None] * n if out.lipschitz is None else [float(v) for v in out.lipschitz]
+    if not batched:
+        return [Start(out.M, out.U, int(iterations[0]), L[0])]
+    return [Start(out.M[b], out.U[b], int(iterations[b]), L[b]) for b in range(n)]
 
 
 @dataclass(eq=False)
@@ -693,16 +726,17 @@ def starts_coarse(grid: Any) -> bool:
 
 def _coarse_solve(problems: Sequence[MFGProblem], be: Backend, tol: float, max_iter: int,
                   max_memory: object, batched: bool) -> list[Any]:
-    """The first stage of a coarse-to-fine solve on the COARSE × COARSE grid: the Result of
-    one problem, or the :class:`~mfgwork.warm_start.Start` of each member of a batch
-    (:class:`CoarseBatch`); its own ConvergenceWarning silenced: the fine solve reports."""
+    """The first stage of a coarse-to-fine solve on the COARSE × COARSE grid: the
+    :class:`~mfgwork.warm_start.Start` of one problem (:class:`CoarseSingle`) or of each
+    member of a batch (:class:`CoarseBatch`); its own ConvergenceWarning silenced: the fine
+    solve reports."""
     options = {"nx": COARSE, "nt": COARSE, "backend": be, "tol": max(tol, COARSE_TOL),
                "max_iter": max_iter, "progress": False, "max_memory": max_memory,
                "coarse": False}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         return run(CoarseBatch(list(problems), **options) if batched
-                   else FDM1D(problems[0], **options))
+                   else CoarseSingle(problems[0], **options))
 
 
 def _describe(scheme: IterationScheme, newton: BatchNewton | None) -> dict[str, Any]:
@@ -744,6 +778,8 @@ def _equilibrium(newton: BatchNewton | None, problems: Sequence[MFGProblem], cou
         warm = initial_state(starts if batched else starts[0], problems, grid, be,
                              batched=batched)
         coarse_iterations = [r.iterations for r in starts]
+        if isinstance(newton, BatchNewton):
+            name_floors(newton, starts, tol)
     coarse_seconds = seconds_since(started, built)
     strategy = newton if newton is not None else FixedPoint(scheme, tol, fallback=fallback)
     system = System(coupling, hjb, fp, m0, U_T, grid.nt, be, batched=batched, **warm)
@@ -884,6 +920,10 @@ def _results(problems: Sequence[MFGProblem], grid: Any, be: Backend, out: FixedP
     results = []
     for b, p in enumerate(problems):
         params = p.params() | shared
+        floor = extras[b].get("reachable_tol")
+        if (floor is not None and floor.get("predicted") and converged[b]
+                and residual[b] > params["tol"]):   # converged at its float64 floor
+            params["tol"] = floor["tol"]
         status = (derive_status(bool(converged[b]), int(iterations[b]), settings["max_iter"])
                   if out.status is None else str(out.status[b]))
         results.append(Result(

@@ -23,12 +23,14 @@ from .results import Result
 class Start(NamedTuple):
     """A member of a coarse batch as the start of a finer solve (what the coarse stage of a
     coarse-to-fine solve hands on, without building a :class:`~mfgwork.Result`): its
-    densities M and values U (nt+1, nx), where the batch computed them, and its
-    iterations."""
+    densities M and values U (nt+1, nx), where the batch computed them, its iterations and,
+    where the stage measured it (float64 Newton on a coupling state), L = ‖Φ'‖ of its best
+    response there (:mod:`mfgwork.float64_floor`)."""
 
     M: Any
     U: Any
     iterations: int
+    lipschitz: float | None = None
 
 
 def initial_state(initial: Any, problems: Sequence[MFGProblem], grid: Grid, be: Backend,
@@ -60,7 +62,7 @@ def initial_state(initial: Any, problems: Sequence[MFGProblem], grid: Grid, be: 
 def per_problem(initial: Any, n: int, batched: bool) -> list[Any]:
     """``initial`` split into one start per problem (None: [None] * n); a wrong kind, count
     or shape is a ParameterError naming ``initial``."""
-    if initial is None or isinstance(initial, Result):
+    if initial is None or isinstance(initial, Result | Start):
         return [initial] * n
     if batched and isinstance(initial, (list, tuple)):
         if len(initial) != n:
@@ -134,8 +136,9 @@ def _result_paths(densities: Sequence[Any], problems: Sequence[MFGProblem], grid
 
 
 def _path(item: Any, problem: MFGProblem, grid: Grid) -> np.ndarray:
-    """The coupling state (levels 1..nt) of ``item`` on ``grid``: a path, or a Result's."""
-    if isinstance(item, Result):
+    """The coupling state (levels 1..nt) of ``item`` on ``grid``: a path, or a Result's (or
+    a coarse Start's)."""
+    if isinstance(item, Result | Start):
         M = np.asarray(to_numpy(item.M), dtype=np.float64)
         old = problem.grid(M.shape[1], M.shape[0] - 1)
         host = problem.coupling(old, _numpy())

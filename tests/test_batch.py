@@ -87,11 +87,15 @@ def test_iteration_adds_no_host_waits(monkeypatch):
 
 def test_long_horizons_with_little_noise_reach_tol_1e8_single_and_batched():
     """T = 80 and σ down to 0.05 at the defaults (201², tol 1e-8): the single NumPy solve
-    and a torch float64 batch converge, each certified again by one best response."""
+    and a torch float64 batch converge, each certified again by one best response. Each
+    says first that its float64 floor may lie above tol (:mod:`mfgwork.float64_floor`)."""
     problems = [mw.SantaFeBar(T=80.0, sigma=s, threshold=a) for s, a in ((0.05, 0.7),
                                                                         (0.1, 0.4))]
-    single = mw.solve(problems[0], progress=False)
-    batch = mw.solve(problems, backend="torch", dtype="float64", progress=False)
+    floor = "may be below what float64 resolves"
+    with pytest.warns(UserWarning, match=floor):
+        single = mw.solve(problems[0], progress=False)
+    with pytest.warns(UserWarning, match=floor):
+        batch = mw.solve(problems, backend="torch", dtype="float64", progress=False)
     for res in (single, *batch):
         assert res.converged and res.params["tol"] == 1e-8
         assert res.check() <= 1e-8

@@ -121,16 +121,21 @@ def test_a_torch_batch_member_gets_its_own_floor():
 
 def test_a_coarse_stage_computes_no_floor(monkeypatch):
     """The coarse stage of a batch iterates to a start's tol, not the user's: its stuck
-    members get no floor (the tangent products of L are not spent there)."""
+    members get no floor (the 30 tangent products of L after the iteration are not spent
+    there); it measures L once per member, with a few power iterations, for the fine solve
+    (:mod:`mfgwork.float64_floor`)."""
     pytest.importorskip("torch")
     from mfgwork.fdm1d import CoarseBatch
     from mfgwork.numerics import batch_newton
     from mfgwork.pipeline import run
 
-    def never(*args, **kwargs):
-        raise AssertionError("a floor computed in a coarse stage")
+    calls, lipschitz = [], batch_newton.BatchNewton.lipschitz
 
-    monkeypatch.setattr(batch_newton.BatchNewton, "lipschitz", never)
+    def counted(self, b, cur, steps=batch_newton.POWER_STEPS):
+        calls.append(steps)
+        return lipschitz(self, b, cur, steps)
+
+    monkeypatch.setattr(batch_newton.BatchNewton, "lipschitz", counted)
     T, sigma, threshold, nx, nt = STALLING[1]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -138,3 +143,4 @@ def test_a_coarse_stage_computes_no_floor(monkeypatch):
                                  nx=nx, nt=nt, backend="torch", device="cpu", tol=1e-12,
                                  coarse=False, progress=False))
     assert len(starts) == 1 and starts[0].iterations > 0
+    assert calls == [batch_newton.MEASURE_STEPS] and starts[0].lipschitz > 1e4

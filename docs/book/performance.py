@@ -259,6 +259,19 @@ SECTIONS: list[Section] = [
          Column("independent_residual", "independent residual", number),
          Column("time_s", "time", seconds)]),
     Section(
+        "certificate_floor_cpu_1core.json", "Float64 over long horizons: the floor named first",
+        "Santa Fe at 201 × 201, tol 1e-8, T 10 to 160 × σ 0.03 to 0.3 × three thresholds "
+        "(`benchmarks/certificate_floor.py`, one core); the rows whose float64 certificate "
+        "floor 0.05 L² ε lies above tol, named before the fine iteration from the coarse "
+        "stage's L (said: before) and, had one stopped above it, after. A solve converges "
+        "to tol or within its floor; the others of the grid converge to tol.",
+        [Column("T", "T", number), Column("sigma", "σ", number),
+         Column("threshold", "threshold", number), Column("status", "status"),
+         Column("residual", "residual", number), Column("iterations", "iterations", number),
+         Column("floor", "floor", number), Column("lipschitz", "L", number),
+         Column("said", "said")],
+        rows=lambda data: [r for r in data["rows"] if r["floor"] is not None]),
+    Section(
         "latency_cpu_1core.json", "The first solve of a process on one CPU core",
         "Fresh processes on one core of the two-core machine (`taskset -c 1 python "
         "benchmarks/latency.py --rounds 5`, `before` the code of the file's baseline, "

@@ -55,9 +55,11 @@ while the HJB sweeps' own rounding (their Newton started from another guess) mov
 :func:`certificate_floor` ``= FLOOR_FACTOR · L² ε`` with L estimated at its last point by the
 power iteration of :meth:`BatchNewton.lipschitz`, recorded in :attr:`BatchNewton.reachable`
 with whether its certificate reached it, and named by its ConvergenceWarning: the tol that is
-reachable there. It stays not converged (``converged`` means ``tol`` itself is reached).
-Iterations and results of solves that reach ``tol`` are unchanged: the floor is computed only
-where the iteration stopped above ``tol``.
+reachable there. It stays not converged: a floor found after the iteration does not move the
+tol it was told. A coarse-to-fine solve predicts the floor before its fine iteration, at the
+coarse equilibrium, and says so where it lies above ``tol``; a problem that stops above
+``tol`` but within that floor is converged there (:mod:`mfgwork.float64_floor`). The floor
+at the fine L is computed only where the iteration still stopped above both.
 """
 
 from __future__ import annotations
@@ -102,6 +104,9 @@ DEVICE_GRID_ARRAYS = 32
 FLOOR_FACTOR = 0.05
 #: Power iterations of :meth:`BatchNewton.lipschitz` (each one tangent product, O(nt nx)).
 POWER_STEPS = 30
+#: Power iterations of L where a coarse stage measures it (:attr:`BatchNewton.measures_lipschitz`):
+#: at 51 × 51 five already give L to four digits (Santa Fe, T 10 to 160, σ 0.03 to 0.3)
+MEASURE_STEPS = 8
 
 
 def dense_on(backend: Backend) -> bool:
@@ -544,6 +549,14 @@ class BatchNewton:
         #: (:func:`certificate_floor`), "lipschitz": L, "reached": whether its certified
         #: residual is at or below the floor}
         self.reachable: dict[int, dict[str, Any]] = {}
+        #: per problem, the float64 certificate floor predicted before iterating
+        #: (:mod:`mfgwork.float64_floor`; None: none): one that stops above ``tol`` but at or
+        #: below it is converged there
+        self.floor_tol: np.ndarray | None = None
+        #: whether the iteration measures L (:meth:`lipschitz_all`) of every problem at its
+        #: last point into its result's ``lipschitz`` (a float64 coarse stage, whose L
+        #: predicts the floor of the fine solve it starts: :mod:`mfgwork.float64_floor`)
+        self.measures_lipschitz = False
         #: whether the float64 certificate floors of problems stopped above ``tol`` are
         #: computed (False where ``tol`` is an inner tolerance, :mod:`.frozen_density`)
         self.floors = True
@@ -624,6 +637,8 @@ class BatchNewton:
         run = s.solve
         record_times(run.history, run.stamps, self.backend)
         out = self._result(s, run.evaluate, run.k, run.max_iter, run.history)
+        if self.measures_lipschitz:
+            out.lipschitz = self.lipschitz_all(s.cur, MEASURE_STEPS)
         if run.single:
             out.U, out.M = out.U[0], out.M[0]
         return out
@@ -644,7 +659,8 @@ class BatchNewton:
             s.best = np.where(better, r, s.best)
             if better.any():
                 s.kept = keep_where(s.kept, better, s.cur["U"], s.cur["M"], self.backend)
-        converged = s.best <= self.tol
+        converged = s.best <= (self.tol if self.floor_tol is None
+                               else np.maximum(self.tol, self.floor_tol))
         self._floors(s, ~converged & s.stuck)
         done_at = np.where(s.done_at == 0, k, s.done_at)
         if not converged.all():
@@ -661,11 +677,14 @@ class BatchNewton:
         """The float64 certificate floor (:func:`certificate_floor`, L at the accepted point)
         of each problem of ``above`` (stuck above ``tol``: its line search refused every
         step; not one that ran out of iterations, whose point says nothing of the floor),
-        recorded in :attr:`reachable` with whether its certified residual reached it. None
-        in float32 (its own floor is raised before iterating,
+        recorded in :attr:`reachable` with whether its certified residual reached it (so is
+        each floor predicted before iterating, :mod:`mfgwork.float64_floor`). None in
+        float32 (its own floor is raised before iterating,
         :func:`mfgwork.fdm1d.reachable_tol`)."""
         if not self.floors or self.system_dtype != "float64" or self.backend.eps > 1e-10:
             return
+        for b, v in self.reachable.items():   # floors predicted before iterating
+            v["reached"] = bool(s.best[b] <= v["tol"])
         for b in np.flatnonzero(above & np.isfinite(s.best)):
             L = self.lipschitz(b, s.cur)
             floor = certificate_floor(L, self.backend.eps)
@@ -676,8 +695,9 @@ class BatchNewton:
         """What the float64 floors above ``tol`` of the unconverged problems say (the
         largest), else nothing: the accuracy float64 resolves where the best response is
         this steep."""
+        tol = np.broadcast_to(self.tol, converged.shape)
         missed = {b: v for b, v in self.reachable.items()
-                  if not converged[b] and v["tol"] > np.max(self.tol)}
+                  if not converged[b] and v["tol"] > tol[b]}
         if not missed:
             return ""
         v = max(missed.values(), key=lambda v: v["tol"])
@@ -688,25 +708,50 @@ class BatchNewton:
                 f"{reached} of {len(missed)} reached that floor (res.extra['reachable_tol']): "
                 "a tol at or above it is reachable")
 
-    def lipschitz(self, b: int, cur: dict) -> float:
+    def lipschitz(self, b: int, cur: dict, steps: int = POWER_STEPS) -> float:
         """L = ‖Φ'‖ of problem ``b`` at the accepted point ``cur`` (its z and best response
         U, M): Φ'(z) = D diag(P'(z)) is similar to −S D S (S = diag(√−P')), whose largest
-        eigenvalue in modulus the power iteration with :data:`POWER_STEPS` tangent products
-        on the host estimates (|P'| where a price rises)."""
+        eigenvalue in modulus the power iteration with ``steps`` tangent products on the
+        host estimates (|P'| where a price rises)."""
         g = self.grid
         z, U, M = (np.asarray(to_numpy(cur[k][b]), dtype=np.float64) for k in ("z", "U", "M"))
         factored = product_operands(self._tangent_operands(
             U, M * g.weights, self.potential.chi, float(self.nu[b]), self._density_of(b)))
         root = np.sqrt(np.abs(self.potential.members[b].price_slope(z)))
         v, L = np.full(z.size, 1.0 / math.sqrt(z.size)), 0.0
-        self.products += POWER_STEPS
-        for _ in range(POWER_STEPS):
+        self.products += steps
+        for _ in range(steps):
             Av = root * tangent_product(*factored, g.dt, root * v)
             L = float(np.linalg.norm(Av))
             if not L > 0.0:
                 return 0.0
             v = Av / L
         return L
+
+    def lipschitz_all(self, cur: dict, steps: int = POWER_STEPS) -> np.ndarray:
+        """L = ‖Φ'‖ (:meth:`lipschitz`, ``steps`` power iterations) of every problem at the
+        points ``cur`` (z, U, M, each batched): on the host one after the other, on a device
+        from the dense tangent Jacobians D of all at once (:meth:`_lipschitz_dense`)."""
+        if self.matrix_free:
+            return np.array([self.lipschitz(b, cur, steps) for b in range(cur["z"].shape[0])])
+        return self._lipschitz_dense(cur, steps)
+
+    def _lipschitz_dense(self, cur: dict, steps: int) -> np.ndarray:
+        """:meth:`lipschitz` of every problem from its dense D (B, nt, nt) on the backend: the
+        same power iteration on S D S, one batched product per step."""
+        import torch
+
+        idx = np.arange(cur["z"].shape[0])
+        D = self._jacobians(cur["U"], cur["M"], idx).to(torch.float64)
+        slope = self.potential.price_slope(np.asarray(to_numpy(cur["z"]), np.float64), idx)
+        root = torch.as_tensor(np.sqrt(np.abs(slope)), dtype=torch.float64, device=D.device)
+        v = torch.full_like(root, 1.0 / math.sqrt(root.shape[-1]))
+        L = torch.zeros(root.shape[0], dtype=torch.float64, device=D.device)
+        for _ in range(steps):
+            Av = root * (D @ (root * v)[..., None])[..., 0]
+            L = torch.linalg.vector_norm(Av, dim=-1)
+            v = Av / torch.where(L > 0, L, torch.ones_like(L))[:, None]
+        return to_numpy(L).astype(np.float64)
 
     # -- pieces ------------------------------------------------------------------------------
     def _density_of(self, b: int) -> np.ndarray | None:

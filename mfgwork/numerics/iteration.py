@@ -410,6 +410,9 @@ class FixedPointResult:
     #: evaluations of Φ made again at a finer accuracy (inexact Picard, see
     #: :func:`fixed_point`'s ``accuracy``), beyond one per iteration
     reevaluations: int = 0
+    #: L = ‖Φ'‖ per problem at the last point, where the iteration measured it (a float64
+    #: coarse stage: :attr:`~mfgwork.numerics.batch_newton.BatchNewton.measures_lipschitz`)
+    lipschitz: np.ndarray | None = None
 
 
 #: Inexact Picard (:func:`fixed_point`'s ``accuracy``): an evaluation made for the residual s
