@@ -345,12 +345,6 @@ def grid_weights(x: Any, states: tuple[str, ...] | None = None) -> np.ndarray:
     return trapezoid_weights(x.size, float(x[1] - x[0]))
 
 
-def mass_error(M: Any, weights: np.ndarray) -> float:
-    """:attr:`Result.mass_error` of the densities ``M`` (any backend's array) on a grid of
-    ``weights`` (:func:`grid_weights`)."""
-    return float(np.max(np.abs(to_numpy(M).astype(np.float64) @ weights - 1.0)))
-
-
 #: The fields that :meth:`Result.__post_init__` checks against one another (the status with
 #: ``converged``; ``dims`` with the state name and the axes of ``M``) or normalises (the
 #: status, ``labels``, ``axes``): :func:`updated` checks a copy again where one of them changes.

@@ -127,6 +127,10 @@ def test_torch_batches_agree_and_isolate_a_failing_point():
         ref = mw.solve(mw.SantaFeBar(threshold=thr), **opts)
         assert np.max(np.abs(ds.M.sel(threshold=thr).values - ref.M)) <= 1e-9
         assert np.max(np.abs(ds.U.sel(threshold=thr).values - ref.U)) <= 1e-9
+        # the batch's mass errors, computed at once where it ran, are each point's own
+        mass = ds.M.sel(threshold=thr).values @ ref.weights
+        assert ds.mass_error.sel(threshold=thr).item() == pytest.approx(
+            np.max(np.abs(mass - 1.0)), abs=1e-15)
     assert set(ds.status.values) == {"converged"}
     # the batch raises on the NaN point; its block is solved again point by point
     hurt = mw.scan(fragile, {"strength": [0.5, 3.0]}, device="cpu", backend="torch",

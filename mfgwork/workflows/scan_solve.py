@@ -19,7 +19,7 @@ from ..numerics.batch_newton import device_bytes
 from ..placement import Placement, resolve
 from ..problems import MFGProblem
 from ..problems.two_d import MFGProblem2D
-from ..results import Result, grid_weights, mass_error
+from ..results import Result
 from .scan_plan import Problem, ScanPlan
 from .scan_store import Layout, region_points, write_region
 
@@ -191,23 +191,30 @@ def _solve(problems: list[Problem], be: Backend, opts: Mapping[str, Any]
             pass
         else:
             share = (time.perf_counter() - started) / len(problems)
-            rows, x = _on_host(results, be)
-            outcomes = [_outcome(r, share, opts, {k: v[b] for k, v in rows.items()}, x)
+            rows, masses = _on_host(results, be)
+            outcomes = [_outcome(r, share, opts, {k: v[b] for k, v in rows.items()}, masses[b])
                         | {"finished_by": "batch"} for b, r in enumerate(results)]
             return finish(problems, outcomes, list(rows["M"]), opts), rows
     return [_solve_one(p, kw, opts) for p in problems], {}
 
 
-def _on_host(results: list[Result], be: Backend) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def _on_host(results: list[Result], be: Backend
+             ) -> tuple[dict[str, np.ndarray], list[float | None]]:
     """A batch's arrays (U, M, the observables all members have) as NumPy arrays with a row
-    per member, and its grid ``x``: one transfer per name for the whole batch, not one per
-    point."""
+    per member, one transfer per name for the whole batch, not one per point; and each
+    member's :attr:`~mfgwork.Result.mass_error`, computed in float64 where the densities are
+    (None on MPS, which has no float64: each result's own, on the host)."""
     xp, first = be.xp, results[0]
     names = [k for k in first.observables if all(k in r.observables for r in results)]
-    rows = {name: to_numpy(xp.stack([getattr(r, name) for r in results]))
-            for name in ("U", "M")}
+    M = xp.stack([r.M for r in results])
+    masses: list[float | None] = [None] * len(results)
+    if be.kind != "mps" and not be.emulate_mps:
+        weights = xp.asarray(first.weights, dtype=xp.float64, device=M.device)
+        errors = xp.max(xp.abs(xp.astype(M, xp.float64) @ weights - 1.0), axis=-1)
+        masses = [float(e) for e in to_numpy(errors)]
+    rows = {"U": to_numpy(xp.stack([r.U for r in results])), "M": to_numpy(M)}
     rows |= {k: to_numpy(xp.stack([r.observables[k] for r in results])) for k in names}
-    return rows, to_numpy(first.x)
+    return rows, masses
 
 
 def finish(problems: list[MFGProblem], outcomes: list[dict[str, Any]], iterates: list[Any],
@@ -330,11 +337,11 @@ def _attempt(run: Any, how: str, be: Backend, opts: Mapping[str, Any]) -> dict[s
 
 
 def _outcome(result: Result, wall_time: float, opts: Mapping[str, Any],
-             host: Mapping[str, np.ndarray] | None = None, x: np.ndarray | None = None
+             host: Mapping[str, np.ndarray] | None = None, mass: float | None = None
              ) -> dict[str, Any]:
     """A solved point's entries (any Result, 2-D too): metrics, fields, observables and
-    summaries (NumPy). ``host``, ``x``: the result's arrays (``U``, ``M``, observables) and
-    grid on the host, read in place of its own (a batch's, transferred at once)."""
+    summaries (NumPy). ``host``, ``mass``: the result's arrays (``U``, ``M``, observables) on
+    the host and its mass error, read in place of its own (a batch's, computed at once)."""
     residual = np.nan if result.residual is None else float(result.residual)
     why = {"max_iter": f"max_iter={opts['max_iter']} reached",
            "stalled": f"stalled before max_iter={opts['max_iter']}"}.get(result.status, "")
@@ -348,8 +355,7 @@ def _outcome(result: Result, wall_time: float, opts: Mapping[str, Any],
     out = {"status": "converged" if result.converged else "not_converged",
            "converged": bool(result.converged), "iterations": int(result.iterations),
            "residual": residual,
-           "mass_error": float(result.mass_error) if x is None
-           else mass_error(arrays["M"], grid_weights(x, result.states)),
+           "mass_error": float(result.mass_error) if mass is None else mass,
            "wall_time": wall_time, "device": str(result.device), "message": message}
     return out | arrays | {name: float(value) for name, value in result.summary.items()}
 
