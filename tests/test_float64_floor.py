@@ -143,3 +143,18 @@ def test_cuda_batch_predicts_the_floors_of_the_cpu() -> None:
     assert cuda[0].extra["reachable_tol"]["lipschitz"] == pytest.approx(
         cpu[0].extra["reachable_tol"]["lipschitz"], rel=1e-3)
     assert all(r.converged for r in cuda) and "reachable_tol" not in cuda[1].extra
+
+
+def test_a_scan_says_which_points_converged_within_their_floor() -> None:
+    """A scan point converged within its predicted float64 floor, above tol, says so in its
+    message; one that reached tol says nothing."""
+    with pytest.warns(UserWarning, match="may be below what float64 resolves"):
+        ds = mw.scan(mw.SantaFeBar, {"threshold": [0.6]}, fixed={"T": 80.0, "sigma": 0.05},
+                     device="cpu", **FINE)
+    point = ds.isel(threshold=0)
+    assert point.status.item() == "converged" and point.residual.item() < 1e-6
+    message = point.message.item()
+    if point.residual.item() > 1e-8:
+        assert message.startswith("converged within its float64 floor") and "tol=1e-08" in message
+    else:
+        assert message == ""

@@ -349,6 +349,11 @@ def _outcome(result: Result, wall_time: float, opts: Mapping[str, Any],
         result.extra.get("certificate", {}).get("message")
         or f"did not reach tol={opts['tol']:g}: stopped after {int(result.iterations)} "
            f"iterations ({why}; final residual {residual:.3g})")
+    floor = result.extra.get("reachable_tol") or {}
+    if result.converged and residual > opts["tol"] and floor.get("predicted"):
+        message = (f"converged within its float64 floor {floor['tol']:.1e} above "
+                   f"tol={opts['tol']:g} (said before iterating: L = "
+                   f"{floor['lipschitz']:.1e})")
     host = host or {}
     arrays = {name: host[name] if name in host else to_numpy(value) for name, value in
               ({"M": result.M, "U": result.U} | dict(result.observables)).items()}

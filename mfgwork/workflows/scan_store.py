@@ -75,7 +75,8 @@ ATTRS = {
     "wall_time": {"long_name": "solve time per point (a batch's, shared among its points)",
                   "units": "s"},
     "device": {"long_name": "device that solved the point"},
-    "message": {"long_name": "why a point failed or did not converge"},
+    "message": {"long_name": "why a point failed or did not converge (or converged within "
+                             "its float64 floor, above tol)"},
     "finished_by": {"long_name": "the solve that gave the point's values: batch, single, or "
                                  "single-warm (the single path from a warm start)"},
     "done": {"long_name": "the point's block is solved and written"},
