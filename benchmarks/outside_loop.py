@@ -15,7 +15,10 @@ Boxes: ``easy`` threshold 0.3–0.9 × σ 0.3–1.0; ``hard`` threshold 0.2–0.
 "before" is the ``mfgwork`` of ``--baseline`` (a git revision) or of ``--before-tree`` (a
 folder holding it), "after" the working tree's; each side runs in its own process
 (``PYTHONPATH``), the two alternating ``--rounds`` times; a row's time is the minimum over
-its ``--repeats`` runs in each round (after one warm-up). On a GPU host:
+its ``--repeats`` runs in each round (after one warm-up, whose leftovers each process then
+freezes, ``gc.freeze()``, as the accelerators guide advises: a full collection walking
+PyTorch's objects took 0.24–0.31 s on an H200 host, and struck timed runs at random). On a
+GPU host:
 
     python benchmarks/outside_loop.py --device cuda --baseline 2fa2e7d \\
         --out benchmarks/baselines/outside_loop_h200.json
@@ -37,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 _CHILD = """
-import json, sys, tempfile, time, warnings
+import gc, json, sys, tempfile, time, warnings
 from pathlib import Path
 import numpy as np
 import mfgwork as mw
@@ -63,7 +66,9 @@ with tempfile.TemporaryDirectory() as tmp:
                 ds = mw.scan(mw.SantaFeBar, spec, fixed=fixed, device=DEVICE,
                              store=Path(tmp) / f"{box}-{dtype}-{k}.zarr", **opts)
                 scan = time.perf_counter() - t0
-                if k == 0:
+                if k == 0:   # a warm-up; what it leaves is frozen out of later collections
+                    gc.collect()
+                    gc.freeze()
                     continue
                 if batch < best.get("batch_s", np.inf):
                     best |= {"batch_s": batch, "phases": dict(res[0].timings),
