@@ -250,7 +250,8 @@ def test_the_state_machine_interpreted_on_devices_is_the_compiled_one(monkeypatc
             sums = 10.0 ** rng.uniform(-30, 10, (7, B))
             sums[0, :8] = np.where(np.isfinite(host[4][:8]), host[4][:8], 0.0) ** 2
             moves, step = np.zeros((4, B), dtype=bool), np.zeros(B)
-            out = machine(k, sums, 10.0 ** rng.uniform(-10, -4, B), 12, moves, step, *host)
+            out = machine(k, sums, 10.0 ** rng.uniform(-10, -4, B),
+                          rng.choice([bn.FLOOR_HALVINGS, 12], B), moves, step, *host)
             runs.append((out, [a.tobytes() for a in (moves, step, *host)]))
             rng.bit_generator.state = state
         rng.random()

@@ -158,3 +158,20 @@ def test_a_scan_says_which_points_converged_within_their_floor() -> None:
         assert message.startswith("converged within its float64 floor") and "tol=1e-08" in message
     else:
         assert message == ""
+
+
+def test_a_member_certified_within_its_floor_stops_searching_sooner(steep, monkeypatch) -> None:
+    """Once certified within its floor, a member is stuck after FLOOR_HALVINGS refused trials
+    rather than max_halvings: the steep case ends sooner, still within its floor."""
+    from mfgwork.numerics import batch_newton
+
+    res, _ = steep
+    monkeypatch.setattr(batch_newton, "FLOOR_HALVINGS", 12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        searched = mw.solve(mw.SantaFeBar(**STEEP), **FINE)
+    assert res.residual <= res.extra["reachable_tol"]["tol"] and res.converged
+    if res.residual > 1e-8:   # (it ended within its floor, the rounding's draw here)
+        assert res.iterations < searched.iterations
+    else:
+        assert res.iterations <= searched.iterations

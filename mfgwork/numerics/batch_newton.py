@@ -8,7 +8,9 @@ best response; what it evaluates differs per problem:
 
 - a *trial* point z + t d of the line search: accepted when ‖R‖² ≤ (1 − 2·10⁻⁴ t)‖R(z)‖²,
   else t shrinks (quadratic interpolation, by 2 to 10; after ``max_halvings`` refusals the
-  problem is stuck); a line search starts from twice the last accepted step (at most 1);
+  problem is stuck, after :data:`FLOOR_HALVINGS` once it is certified within its float64
+  floor predicted before iterating); a line search starts from twice the last accepted step
+  (at most 1);
 - or Φ(z), the *certificate* of the densities of the accepted z (their fixed-point residual),
   evaluated once the relative residual of z is below a trigger (``tol`` at first, lowered by
   the amplification that a refused certificate shows, as in :mod:`.iteration`). A refused
@@ -104,6 +106,10 @@ DEVICE_GRID_ARRAYS = 32
 FLOOR_FACTOR = 0.05
 #: Power iterations of :meth:`BatchNewton.lipschitz` (each one tangent product, O(nt nx)).
 POWER_STEPS = 30
+#: Refusals of a line search after which a problem already certified within its float64 floor
+#: predicted before iterating (:mod:`mfgwork.float64_floor`) is stuck: rounding, not the
+#: step, then decides the residual
+FLOOR_HALVINGS = 2
 #: Power iterations of L where a coarse stage measures it (:attr:`BatchNewton.measures_lipschitz`):
 #: at 51 × 51 five already give L to four digits (Santa Fe, T 10 to 160, σ 0.03 to 0.3)
 MEASURE_STEPS = 8
@@ -266,7 +272,7 @@ def advance(k, sums, tol, max_halvings, moves, step, mode, t, start, halvings, n
     arrays (B,) of :class:`_NewtonState`, changed in place) once its point is evaluated, from
     the iteration's sums (:meth:`BatchNewton._iteration_sums`), in one compiled pass: the
     certificate of a CERTIFY point, the acceptance of a point, a refused trial's step
-    (:func:`backtrack`; stuck after ``max_halvings`` refusals), and what the problem does
+    (:func:`backtrack`; stuck after ``max_halvings[b]`` refusals), and what the problem does
     next. Sets its ``moves`` (rows :data:`KEEP`, :data:`ACCEPT`, :data:`FRESH`,
     :data:`CERTIFYING`; none where it was done already) and the ``step`` t of its next
     trial z + t d (0 where it certifies or is done), and returns the history's entries (the
@@ -316,7 +322,7 @@ def advance(k, sums, tol, max_halvings, moves, step, mode, t, start, halvings, n
         elif mode[b] == TRIAL:   # refused: a shorter step
             t[b] = backtrack(t[b], norm[b], n_w)
             halvings[b] += 1
-            stuck[b] |= halvings[b] > max_halvings
+            stuck[b] |= halvings[b] > max_halvings[b]
         # next: stop (finished, or stuck at a certified point); certify an accepted point
         # below the trigger (or a stuck one); else a trial along d, new where the point moved
         if finished or (stuck[b] and certified[b]):
@@ -364,8 +370,8 @@ def compile_step() -> float:
         return 0.0
     started = time.perf_counter()
     s = _NewtonState.first(np.zeros((1, 1)), None, 1.0, np)
-    advance(1, np.zeros((7, 1)), np.ones(1), 1, np.zeros((4, 1), dtype=bool), np.zeros(1),
-            *s.host())
+    advance(1, np.zeros((7, 1)), np.ones(1), np.ones(1, dtype=np.int64),
+            np.zeros((4, 1), dtype=bool), np.zeros(1), *s.host())
     return time.perf_counter() - started
 
 
@@ -455,6 +461,9 @@ class _Solve:
     max_iter: int
     tol: np.ndarray
     running: int
+    #: refusals of a line search after which each problem is stuck (``max_halvings``;
+    #: :data:`FLOOR_HALVINGS` once certified within its float64 floor)
+    halving_limit: np.ndarray
     moves: np.ndarray
     step: np.ndarray
     w: Any
@@ -590,6 +599,7 @@ class BatchNewton:
         s.solve = _Solve(evaluate=evaluator(coupling, hjb, fp, system.U_T, system.m0, be),
                          coupling=coupling, single=not system.batched, max_iter=max_iter,
                          tol=np.full(B, self.tol, dtype=np.float64), running=B,
+                         halving_limit=np.full(B, self.max_halvings, dtype=np.int64),
                          moves=np.zeros((4, B), dtype=bool), step=np.zeros(B), w=w)
         return s
 
@@ -611,7 +621,9 @@ class BatchNewton:
                               "the coupling state: the iteration diverged")
         advance_all = state_machine(be, run.step.size)
         residual, change_U, change_M, certificate, run.running = advance_all(
-            k, sums, run.tol, self.max_halvings, run.moves, run.step, *s.host())
+            k, sums, run.tol, run.halving_limit, run.moves, run.step, *s.host())
+        if self.floor_tol is not None:   # certified within its float64 floor: no long search
+            run.halving_limit[s.best <= self.floor_tol] = min(FLOOR_HALVINGS, self.max_halvings)
         history = run.history
         history.residual.append(residual)
         history.change_U.append(change_U)
