@@ -519,55 +519,46 @@ class FDM1DBatch(Discretization):
                                  solve_again)
 
 
-@dataclass(frozen=True, eq=False)
-class CoarseBatch(FDM1DBatch):
-    """The first stage of a coarse-to-fine batch: each member's
-    :class:`~mfgwork.warm_start.Start` (its arrays and iterations; float32 ones neither
-    certified nor finished in float64), no Result."""
+class _CoarseStage:
+    """The first stage of a coarse-to-fine solve (mixed into its discretization): each
+    problem's :class:`~mfgwork.warm_start.Start` (its arrays, iterations and, where float64
+    Newton measured it at its end, L: :func:`~mfgwork.float64_floor.measure_at_end`), no
+    Result, and no float64 certificate of a float32 stage."""
 
-    final: ClassVar[bool] = False
+    batched: ClassVar[bool]
 
-    def start(self, where: Where, started: float) -> Picard | Members:
-        state = super().start(where, started)
+    def start(self, where: Where, started: float) -> Any:
+        state = super().start(where, started)   # type: ignore[misc]
         if isinstance(state, Picard):
             measure_at_end(state.newton, where.backend)
         return state
 
-    def results(self, outcome: Picard | list[Start]) -> list[Start]:   # type: ignore[override]
-        if not isinstance(outcome, Picard):
+    def results(self, outcome: Any) -> list[Any]:
+        if not isinstance(outcome, Picard):   # (a batch solved member by member)
             return outcome
-        return _starts(outcome.out, len(outcome.problems), batched=True)
+        out = outcome.out
+        n = len(outcome.problems)
+        iterations = np.asarray(to_numpy(out.iterations)).reshape(-1)
+        L = [None] * n if out.lipschitz is None else [float(v) for v in out.lipschitz]
+        if not self.batched:
+            return [Start(out.M, out.U, int(iterations[0]), L[0])]
+        return [Start(out.M[b], out.U[b], int(iterations[b]), L[b]) for b in range(n)]
 
-    def certify(self, outcome: Any, results: list[Start]) -> list[Start]:  # type: ignore[override]
+    def certify(self, outcome: Any, results: list[Any]) -> list[Any]:
         return results
 
 
 @dataclass(frozen=True, eq=False)
-class CoarseSingle(FDM1D):
-    """The first stage of a coarse-to-fine solve of one problem: its
-    :class:`~mfgwork.warm_start.Start`, no Result (a float32 stage not certified in
-    float64)."""
+class CoarseBatch(_CoarseStage, FDM1DBatch):
+    """The first stage of a coarse-to-fine batch (:class:`_CoarseStage`; float32 members
+    neither certified nor finished in float64)."""
 
-    def start(self, where: Where, started: float) -> Picard:
-        state = super().start(where, started)
-        measure_at_end(state.newton, where.backend)
-        return state
-
-    def results(self, outcome: Picard) -> list[Start]:   # type: ignore[override]
-        return _starts(outcome.out, 1, batched=False)
-
-    def certify(self, outcome: Any, results: list[Start]) -> list[Start]:  # type: ignore[override]
-        return results
+    final: ClassVar[bool] = False
 
 
-def _starts(out: FixedPointResult, n: int, batched: bool) -> list[Start]:
-    """The :class:`~mfgwork.warm_start.Start` of each of the ``n`` problems of a coarse
-    stage's ``out`` (with the batch axis where ``batched``)."""
-    iterations = np.asarray(to_numpy(out.iterations)).reshape(-1)
-    L = [None] * n if out.lipschitz is None else [float(v) for v in out.lipschitz]
-    if not batched:
-        return [Start(out.M, out.U, int(iterations[0]), L[0])]
-    return [Start(out.M[b], out.U[b], int(iterations[b]), L[b]) for b in range(n)]
+@dataclass(frozen=True, eq=False)
+class CoarseSingle(_CoarseStage, FDM1D):
+    """The first stage of a coarse-to-fine solve of one problem (:class:`_CoarseStage`)."""
 
 
 @dataclass(eq=False)

@@ -34,6 +34,7 @@ import numpy as np
 from .core.backend import Backend
 from .core.errors import warn
 from .numerics.batch_newton import FLOOR_FACTOR, BatchNewton, certificate_floor
+from .warm_start import Start
 
 #: L at the fine equilibrium over L at the coarse one, at most (measured 1.32 where the floor
 #: exceeds 10⁻¹⁰, the module docstring)
@@ -47,7 +48,7 @@ def measure_at_end(newton: Any, be: Backend) -> None:
         newton.measures_lipschitz = True
 
 
-def name_floors(newton: BatchNewton, starts: Sequence[Any], tol: float) -> None:
+def name_floors(newton: BatchNewton, starts: Sequence[Start], tol: float) -> None:
     """Where ``newton`` starts from coarse equilibria ``starts`` that measured L
     (:class:`~mfgwork.warm_start.Start`, :func:`measure_at_end`): the certificate floor of
     each problem predicted there (:func:`~mfgwork.numerics.batch_newton.certificate_floor`
@@ -55,7 +56,7 @@ def name_floors(newton: BatchNewton, starts: Sequence[Any], tol: float) -> None:
     UserWarning, recorded in ``newton.reachable`` (``"predicted"``: the grid it was predicted
     on) and accepted as that problem's tol should its residual stop above ``tol``
     (``newton.floor_tol``)."""
-    measured = [getattr(s, "lipschitz", None) for s in starts]
+    measured = [s.lipschitz for s in starts]
     if not newton.floors or any(v is None for v in measured):
         return
     L = COARSE_MARGIN * np.array(measured, dtype=np.float64)

@@ -95,6 +95,7 @@ def eliminate(cp, dp, lo, diag, up, rhs, cp_b, dp_b, i, NX, B, valid):
     tl.store(dp_b + i * B, dp, mask=inside)
     return cp, dp
 
+
 @triton.jit
 def newton_done(step, before, bound):
     """Whether Newton's method at a level has its root within ``bound`` (tol (1 + max|u|)):
