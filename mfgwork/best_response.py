@@ -99,7 +99,7 @@ def batch_residuals_on(results: list[Any], problems: list[MFGProblem], be: Backe
     grid, a coupling kind and a Hamiltonian (the members of one batch), computed as one
     batched best response on ``be`` (e.g. float64 on the device of a float32 batch)."""
     xp = be.xp
-    M = xp.stack([be.asarray(r.M) for r in results])
+    M = be.stack([r.M for r in results])
     grid = problems[0].grid(M.shape[-1], M.shape[-2] - 1)
     coupling = batch_coupling([p.coupling(grid, be) for p in problems], be)
     fd = FiniteDifferences(grid, np.array([[p.nu] for p in problems]), be,
@@ -107,7 +107,7 @@ def batch_residuals_on(results: list[Any], problems: list[MFGProblem], be: Backe
     z = coupling.state(M)
     frozen = frozen_args(coupling, z)
     U = fd.solve_hjb(member_arrays(problems, "terminal_cost", grid, be),
-                     coupling.running_cost(z), xp.stack([be.asarray(r.U) for r in results]),
+                     coupling.running_cost(z), be.stack([r.U for r in results]),
                      *frozen)
     m0 = member_arrays(problems, "initial_density", grid, be)
     gz = coupling.state(fd.solve_fp(U, m0, *frozen))

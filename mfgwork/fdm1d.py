@@ -31,6 +31,7 @@ from .numerics.batch_newton import (
     MemberPotentials,
     dense_on,
     device_bytes,
+    first_triggers,
     member_potentials,
     newton_refusal,
     newton_tangent,
@@ -539,10 +540,12 @@ class _CoarseStage:
         out = outcome.out
         n = len(outcome.problems)
         iterations = np.asarray(to_numpy(out.iterations)).reshape(-1)
-        L = [None] * n if out.lipschitz is None else [float(v) for v in out.lipschitz]
+        L, amplification = ([None] * n if v is None else [float(x) for x in v]
+                            for v in (out.lipschitz, out.amplification))
         if not self.batched:
-            return [Start(out.M, out.U, int(iterations[0]), L[0])]
-        return [Start(out.M[b], out.U[b], int(iterations[b]), L[b]) for b in range(n)]
+            return [Start(out.M, out.U, int(iterations[0]), L[0], amplification[0])]
+        return [Start(out.M[b], out.U[b], int(iterations[b]), L[b], amplification[b])
+                for b in range(n)]
 
     def certify(self, outcome: Any, results: list[Any]) -> list[Any]:
         return results
@@ -771,6 +774,7 @@ def _equilibrium(newton: BatchNewton | None, problems: Sequence[MFGProblem], cou
         coarse_iterations = [r.iterations for r in starts]
         if isinstance(newton, BatchNewton):
             name_floors(newton, starts, tol)
+            newton.first_trigger = first_triggers([r.amplification for r in starts], tol)
     coarse_seconds = seconds_since(started, built)
     strategy = newton if newton is not None else FixedPoint(scheme, tol, fallback=fallback)
     system = System(coupling, hjb, fp, m0, U_T, grid.nt, be, batched=batched, **warm)

@@ -25,12 +25,14 @@ class Start(NamedTuple):
     coarse-to-fine solve hands on, without building a :class:`~mfgwork.Result`): its
     densities M and values U (nt+1, nx), where the batch computed them, its iterations and,
     where the stage measured it (float64 Newton on a coupling state), L = ‖Φ'‖ of its best
-    response there (:mod:`mfgwork.float64_floor`)."""
+    response there (:mod:`mfgwork.float64_floor`), and the amplification of its certificate
+    (:attr:`~mfgwork.numerics.iteration.FixedPointResult.amplification`)."""
 
     M: Any
     U: Any
     iterations: int
     lipschitz: float | None = None
+    amplification: float | None = None
 
 
 def initial_state(initial: Any, problems: Sequence[MFGProblem], grid: Grid, be: Backend,

@@ -193,3 +193,17 @@ def test_doctor_report_says_what_a_user_can_act_on():
     cpu_line = next(line for line in text.splitlines() if line.strip().startswith("cpu "))
     assert f"{os.cpu_count()} cores" in cpu_line and cpu_info()["name"] in cpu_line
     assert "500.00ms" in text and "10.00ms" in text and "warning: something odd" in text
+
+
+def test_stack_converts_once_and_keeps_values():
+    """``Backend.stack``: arrays of one namespace, device and dtype stacked where they are and
+    converted once; mixed ones converted one by one; the values the same either way."""
+    host = [np.arange(6.0).reshape(2, 3) + k for k in range(3)]
+    be = mw.get_backend("torch", "cpu", "float32")
+    views = torch.stack([torch.as_tensor(a) for a in host]).to(torch.float64)
+    for arrays in (host, list(views), [host[0], views[1], host[2].astype(np.float32)]):
+        got = be.stack(arrays)
+        assert got.dtype == torch.float32 and got.shape == (3, 2, 3)
+        np.testing.assert_array_equal(got.numpy(), np.stack(host).astype(np.float32))
+    stacked = mw.get_backend("numpy").stack(list(views))
+    assert stacked.dtype == np.float64 and np.array_equal(stacked, np.stack(host))

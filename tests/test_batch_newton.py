@@ -264,3 +264,89 @@ def test_the_state_machine_interpreted_on_devices_is_the_compiled_one(monkeypatc
     again = mw.solve(MIXED, **SMALL)
     for a, b in zip(res, again, strict=True):
         assert np.array_equal(a.M, b.M) and a.history["residual"] == b.history["residual"]
+
+
+def test_slopes_where_the_states_are_equal_the_hosts():
+    """The price slopes a device batch takes where its coupling states are (torch, float64)
+    equal the host's NumPy ones, for every member and for a subset; a potential whose slope
+    is NumPy-only takes none there."""
+    torch = pytest.importorskip("torch")
+    from mfgwork.numerics.batch_newton import member_potentials
+    from mfgwork.problems.base import ScalarPotential
+
+    grid = mw.SantaFeBar().grid(41, 40)
+    host = mw.get_backend("numpy")
+    for objective in ("equilibrium", "social"):
+        problems = [mw.SantaFeBar(threshold=t, eps=e, objective=objective)
+                    for t, e in ((0.4, 0.05), (0.6, 0.01), (0.8, 0.1))]
+        potentials = member_potentials([p.coupling(grid, host).potential() for p in problems])
+        z = np.random.default_rng(1).uniform(0.0, 1.0, (3, 40))
+        for members in (np.arange(3), np.array([0, 2])):
+            expected = potentials.price_slope(z[members], members)
+            index = None if members.size == 3 else torch.as_tensor(members)
+            got = potentials.price_slope_on(torch.as_tensor(z[members]), members, index)
+            assert got.dtype == torch.float64
+            np.testing.assert_allclose(got.numpy(), expected, rtol=1e-13, atol=0.0)
+    numpy_only = [ScalarPotential(chi=p.chi, price_slope=p.price_slope)
+                  for p in potentials.members]
+    assert member_potentials(numpy_only).price_slope_on(
+        torch.as_tensor(z), np.arange(3), None) is None
+
+
+def test_first_triggers_follow_the_coarse_amplification():
+    from mfgwork.numerics.batch_newton import AMPLIFIED, first_triggers
+
+    assert first_triggers([None, float("nan")], 1e-8) is None
+    got = first_triggers([None, 50.0, 0.2, 10 * AMPLIFIED], 1e-8)
+    np.testing.assert_allclose(got, [1e-8, 1e-10, 1e-8, 1e-8])
+
+
+def test_a_fine_solve_certifies_first_below_its_coarse_amplification(monkeypatch):
+    """A coarse-to-fine solve hands the amplification of each coarse certificate on: the fine
+    iteration evaluates its first certificate only below 0.5 tol / amplification, where the
+    coarse stage showed that one above would fail (here one iteration fewer, the same
+    accuracy, certified apart)."""
+    from mfgwork import fdm1d
+
+    problem = mw.SantaFeBar(threshold=0.3, sigma=0.05)
+    triggers = []
+    first = fdm1d.first_triggers
+
+    def seen(amplification, tol):
+        triggers.append((list(amplification), first(amplification, tol)))
+        return triggers[-1][1]
+
+    monkeypatch.setattr(fdm1d, "first_triggers", seen)
+    res = mw.solve(problem, tol=1e-8, progress=False)
+    (amplification,), trigger = triggers[0]
+    assert 1.0 < amplification < 1e3 and trigger[0] == pytest.approx(0.5e-8 / amplification)
+    monkeypatch.setattr(fdm1d, "first_triggers", lambda amplification, tol: None)
+    plain = mw.solve(problem, tol=1e-8, progress=False)
+    assert res.converged and plain.converged
+    assert res.iterations < plain.iterations
+    assert independent_residual(problem, res.M) <= 1e-8 * (1 + 1e-4)
+
+
+def test_fused_iteration_sums_equal_the_generic_ones(monkeypatch):
+    """On CUDA the changes of U and M in an iteration's sums are one Triton pass each; they
+    equal the generic sums (and a non-finite value still shows in its row)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from mfgwork.numerics import batch_newton
+
+    be = mw.get_backend("torch", "cuda", "float32")
+    newton = BatchNewton(None, grid=mw.SantaFeBar().grid(41, 40), nu=np.ones(3), backend=be,
+                         tol=1e-8)
+    rng = torch.Generator(device="cuda").manual_seed(0)
+    R, g = (torch.rand((3, 40), dtype=torch.float64, device="cuda", generator=rng)
+            for _ in range(2))
+    U, U_old, M, M_old, F = (torch.rand((3, 41, 41), device="cuda", generator=rng)
+                             for _ in range(5))
+    M[1, 3, 4] = float("nan")
+    fused = newton._iteration_sums(R, g, U, U_old, M, M_old, F)
+    monkeypatch.setattr(batch_newton, "fused_norms", lambda *args, **kwargs: False)
+    generic = newton._iteration_sums(R, g, U, U_old, M, M_old, F)
+    assert np.isnan(fused[4:6, 1]).all() and np.isnan(generic[4:6, 1]).all()
+    finite = np.isfinite(generic)
+    np.testing.assert_allclose(fused[finite], generic[finite], rtol=1e-5)

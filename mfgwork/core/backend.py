@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import ModuleType
@@ -192,6 +193,20 @@ class Backend:
         if not arr.flags.writeable:   # a result's read-only array: a tensor may not alias it
             arr = arr.copy()
         return torch.from_numpy(arr).to(self.native_device)
+
+    def stack(self, arrays: Sequence[Any]) -> Any:
+        """``arrays`` (each of one shape) stacked on a new leading axis as one array of this
+        backend: stacked where they are and converted once when they share a namespace,
+        device and dtype (e.g. the members' views of a float32 device batch), else each
+        converted first."""
+        first = arrays[0]
+        kind = (type(first), getattr(first, "device", None), first.dtype)
+        if all((type(a), getattr(a, "device", None), a.dtype) == kind for a in arrays):
+            if isinstance(first, np.ndarray):
+                return self.asarray(np.stack(arrays))
+            if "torch" in sys.modules and isinstance(first, sys.modules["torch"].Tensor):
+                return self.asarray(sys.modules["torch"].stack(list(arrays)))
+        return self.xp.stack([self.asarray(a) for a in arrays])
 
     def zeros(self, shape: int | tuple[int, ...]) -> Any:
         return self.xp.zeros(shape, dtype=self.native_dtype, device=self.native_device)

@@ -13,8 +13,10 @@ best response; what it evaluates differs per problem:
   (at most 1);
 - or Φ(z), the *certificate* of the densities of the accepted z (their fixed-point residual),
   evaluated once the relative residual of z is below a trigger (``tol`` at first, lowered by
-  the amplification that a refused certificate shows, as in :mod:`.iteration`). A refused
-  certificate whose point Φ(z) decreases ‖R‖ is accepted as a Picard step.
+  the amplification that a refused certificate shows, as in :mod:`.iteration`; in a
+  coarse-to-fine solve, from the start by the amplification that the coarse stage's
+  certificate showed, :func:`first_triggers`). A refused certificate whose point Φ(z)
+  decreases ‖R‖ is accepted as a Picard step.
 
 Problems whose new point was accepted get a new Newton direction d = S⁻¹ (S D S + I)⁻¹ S R:
 
@@ -22,8 +24,10 @@ Problems whose new point was accepted get a new Newton direction d = S⁻¹ (S D
   problems at once, in chunks that fit ``jacobian_memory`` bytes (a quarter of the free memory
   on CUDA), and one batched Cholesky factorisation (a problem whose factorisation fails steps
   along R, the Picard direction; an LU factorisation of S D S + Σ where a price rises, see
-  :func:`.potential.scaling`). On CUDA with Triton, D comes from the fused tangent sweeps
-  of :mod:`.fdm.triton_tangent` (two launches per chunk, the time loop inside); elsewhere
+  :func:`.potential.scaling`; the price slopes computed on the device where the potential
+  allows, :meth:`MemberPotentials.price_slope_on`). On CUDA with Triton, D comes from the
+  fused tangent sweeps of :mod:`.fdm.triton_tangent` (two launches per chunk, the time loop
+  inside); elsewhere
   (MPS, its emulation, CUDA without Triton) from the batched torch sweeps of
   :mod:`.fdm.tangent_torch` (all nt directions as one wide batch of tridiagonal solves per
   level);
@@ -85,7 +89,7 @@ from ..problems.hamiltonians import Hamiltonian
 from .equilibrium import System
 from .fdm.operators import CURVATURE_FLOOR, QUADRATIC
 from .fdm.tangent import newton_direction, tangent_product
-from .iteration import FixedPointResult, History, evaluator, record_times
+from .iteration import FixedPointResult, History, evaluator, fused_norms, record_times
 from .potential import TangentOperands, product_operands, scaling
 
 TRIAL, CERTIFY, DONE = 0, 1, 2
@@ -133,6 +137,8 @@ class MemberPotentials:
 
     chi: np.ndarray
     members: tuple[ScalarPotential, ...]
+    #: the stacked keywords of the slopes on a device, per (device, dtype)
+    _keywords_on: dict = field(default_factory=dict, compare=False, repr=False)
 
     def price_slope(self, z: np.ndarray, members: Sequence[int]) -> np.ndarray:
         """P'(z) (k, nt) of the problems ``members`` at their observed paths z (host). Slopes
@@ -145,6 +151,25 @@ class MemberPotentials:
             return np.asarray(func(z, **{k: v[members] for k, v in keywords.items()}),
                               dtype=np.float64)
         return np.array([self.members[b].price_slope(z[i]) for i, b in enumerate(members)])
+
+    def price_slope_on(self, z: Any, members: Sequence[int], index: Any) -> Any | None:
+        """P'(z) (k, nt) of the problems ``members`` (``index``: the same as a tensor on z's
+        device, None: every problem) computed where the tensor z is and in its dtype: where
+        every slope is one function of any namespace
+        (:attr:`~mfgwork.problems.base.ScalarPotential.any_namespace`) with stacked
+        keywords, moved to that device once; else None."""
+        stacked = self._stacked_slopes
+        if stacked is None or not all(m.any_namespace for m in self.members):
+            return None
+        func, keywords = stacked
+        key = (str(z.device), z.dtype)
+        if key not in self._keywords_on:
+            import torch
+
+            self._keywords_on[key] = {k: torch.as_tensor(v, dtype=z.dtype, device=z.device)
+                                      for k, v in keywords.items()}
+        on = self._keywords_on[key]
+        return func(z, **(on if index is None else {k: v[index] for k, v in on.items()}))
 
     @cached_property
     def _stacked_slopes(self) -> tuple[Any, dict[str, np.ndarray]] | None:
@@ -397,6 +422,22 @@ def _amplified(s: _NewtonState, converged: np.ndarray) -> str:
             "tol to it")
 
 
+def first_triggers(amplification: Sequence[float | None], tol: float) -> np.ndarray | None:
+    """The residual below which each problem of a fine solve evaluates its first
+    certificate, from the ``amplification`` of its certificate measured by a coarse stage
+    (:attr:`.iteration.FixedPointResult.amplification`; None or NaN: not measured): as a
+    refused certificate lowers the trigger, to ``0.5 tol / amplification`` (at most tol),
+    so that no certificate is evaluated where the one before it showed it would fail. Not
+    where it is :data:`AMPLIFIED` or more: that certificate was at the floor of what the
+    working precision resolves, not where the fine one will be. None where no problem has
+    one."""
+    a = np.array([np.nan if v is None else v for v in amplification], dtype=np.float64)
+    known = np.isfinite(a) & (a > 0) & (a < AMPLIFIED)
+    if not known.any():
+        return None
+    return np.where(known, np.minimum(tol, 0.5 * tol / np.where(known, a, 1.0)), tol)
+
+
 def certificate_floor(lipschitz: float, eps: float) -> float:
     """The certified residual a float64 solve can be expected to reach: ``FLOOR_FACTOR`` ·
     L² ε for the Lipschitz constant L = ‖Φ'‖ of the best response at the equilibrium and the
@@ -566,6 +607,10 @@ class BatchNewton:
         #: last point into its result's ``lipschitz`` (a float64 coarse stage, whose L
         #: predicts the floor of the fine solve it starts: :mod:`mfgwork.float64_floor`)
         self.measures_lipschitz = False
+        #: per problem, the relative residual below which its first certificate is
+        #: evaluated (None: ``tol``), lowered by the amplification a coarse stage measured
+        #: (:func:`first_triggers`)
+        self.first_trigger: np.ndarray | None = None
         #: whether the float64 certificate floors of problems stopped above ``tol`` are
         #: computed (False where ``tol`` is an inner tolerance, :mod:`.frozen_density`)
         self.floors = True
@@ -595,6 +640,8 @@ class BatchNewton:
         M0 = _at_every_level(system.m0, nt, xp) if M_init is None else M_init
         w = coupling.state(M0) if z_init is None else coupling.project(z_init)
         s = _NewtonState.first(w, U_init, self.tol, xp)
+        if self.first_trigger is not None:
+            s.trigger = np.minimum(s.trigger, self.first_trigger)
         B = w.shape[0]
         s.solve = _Solve(evaluate=evaluator(coupling, hjb, fp, system.U_T, system.m0, be),
                          coupling=coupling, single=not system.batched, max_iter=max_iter,
@@ -682,8 +729,12 @@ class BatchNewton:
                  f"{float(np.max(s.best[~converged])):.3g}); returning the best "
                  "certified iterate with converged=False" + _amplified(s, converged)
                  + self._floors_missed(converged), ConvergenceWarning)
+        amplification = np.full(converged.size, np.nan)
+        certified = converged & (s.rel > 0)   # (a converged problem's last certificate)
+        amplification[certified] = s.best[certified] / s.rel[certified]
         return FixedPointResult(U=s.kept["U"], M=s.kept["M"], converged=converged,
-                                residual=s.best, iterations=done_at, history=history)
+                                residual=s.best, iterations=done_at, history=history,
+                                amplification=amplification)
 
     def _floors(self, s: _NewtonState, above: np.ndarray) -> None:
         """The float64 certificate floor (:func:`certificate_floor`, L at the accepted point)
@@ -801,7 +852,13 @@ class BatchNewton:
 
         rows = [squares(R), squares(g)]
         for new, old in ((U, U_old), (M, M_old)):
-            rows += [0.0 * rows[0] if old is None else squares(new - old), squares(new)]
+            if old is not None and fused_norms(new, old, smallest=1):   # one Triton pass
+                from . import triton_norms
+
+                pair = triton_norms.pair_sums(new.reshape(B, -1), old.reshape(B, -1))
+                rows += [xp.astype(pair[:, 0], R.dtype), xp.astype(pair[:, 1], R.dtype)]
+            else:
+                rows += [0.0 * rows[0] if old is None else squares(new - old), squares(new)]
         rows.append(squares(F))
         return to_numpy(xp.reshape(xp.concat(rows), (len(rows), B))).astype(np.float64)
 
@@ -829,14 +886,19 @@ class BatchNewton:
         index = None if every else torch.as_tensor(idx, device=d.device)
         z, R, U, M = (cur[k] if every else cur[k][index] for k in ("z", "R", "U", "M"))
         z, R = z.to(sys_dtype), R.to(sys_dtype)
+        # P'(z) where z is, in float64 (on MPS, which has none, from the host's float64)
+        slope = (self.potential.price_slope_on(z, idx, index)
+                 if self.system_dtype == "float64" else None)
+        if slope is None:
+            slope = torch.as_tensor(self.potential.price_slope(
+                to_numpy(z).astype(np.float64), idx), dtype=sys_dtype, device=d.device)
+        rising = slope > 0   # S and Σ of :func:`.potential.scaling`, where z is
+        s, sign = torch.sqrt(torch.abs(slope)), 1.0 - 2.0 * rising.to(sys_dtype)
+        spd = not bool(rising.any())   # (read before the Jacobians are queued: no wait)
         D = self._jacobians(U, M, idx).to(sys_dtype)
-        slope = self.potential.price_slope(to_numpy(z).astype(np.float64), idx)
-        s_host, sign_host = scaling(slope)
-        s, sign = (torch.as_tensor(a, dtype=sys_dtype, device=d.device)
-                   for a in (s_host, sign_host))
         A = s[:, :, None] * (0.5 * (D + D.transpose(1, 2))) * s[:, None, :]
         A = A + torch.diag_embed(sign)
-        if bool((sign_host > 0).all()):   # Σ = I: SPD
+        if spd:   # Σ = I
             L, info = torch.linalg.cholesky_ex(A)
             v = torch.cholesky_solve((s * R)[..., None], L)[..., 0]
         else:                        # symmetric indefinite (a price rising somewhere)

@@ -413,6 +413,9 @@ class FixedPointResult:
     #: L = ‖Φ'‖ per problem at the last point, where the iteration measured it (a float64
     #: coarse stage: :attr:`~mfgwork.numerics.batch_newton.BatchNewton.measures_lipschitz`)
     lipschitz: np.ndarray | None = None
+    #: per problem, its certified residual over the relative residual of the iterate it
+    #: certified, where it converged (NaN elsewhere; Newton on a coupling state)
+    amplification: np.ndarray | None = None
 
 
 #: Inexact Picard (:func:`fixed_point`'s ``accuracy``): an evaluation made for the residual s
@@ -432,7 +435,7 @@ def relative_residual(gz: Array, z: Array, xp: Any, batched: bool) -> Array:
     """‖gz − z‖₂ / ‖gz‖₂, per problem when ``batched`` (first axis); always shaped (B,)."""
     batch = z.shape[0] if batched else 1
     g, zz = xp.reshape(gz, (batch, -1)), xp.reshape(z, (batch, -1))
-    if _fused_norms(g, zz):
+    if fused_norms(g, zz):
         from . import triton_norms
 
         diff, size = triton_norms.pair_norms(g, zz)
@@ -442,14 +445,15 @@ def relative_residual(gz: Array, z: Array, xp: Any, batched: bool) -> Array:
     return diff / xp.clip(size, 1e-300, None)
 
 
-def _fused_norms(a: Array, b: Array) -> bool:
+def fused_norms(a: Array, b: Array, smallest: int = FUSED_NORMS_FROM) -> bool:
     """Whether the two norms of a relative change run as one Triton pass: both contiguous
-    CUDA tensors of one dtype and shape, large, Triton installed."""
+    CUDA tensors of one dtype and shape, of at least ``smallest`` values per problem, Triton
+    installed."""
     import array_api_compat
 
     if not (array_api_compat.is_torch_array(a) and array_api_compat.is_torch_array(b)):
         return False
-    if a.device.type != "cuda" or a.shape[-1] < FUSED_NORMS_FROM:
+    if a.device.type != "cuda" or a.shape[-1] < smallest:
         return False
     from .particles.triton_kernels import triton_available
 

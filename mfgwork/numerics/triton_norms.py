@@ -48,6 +48,13 @@ def pair_sums_kernel(a_ptr, b_ptr, out_ptr, N, CHUNK, BLOCK: tl.constexpr):
 def pair_norms(a: Any, b: Any) -> tuple[Any, Any]:
     """(‖a − b‖₂, ‖a‖₂) per problem of two contiguous (B, N) tensors of one dtype and device;
     each shaped (B,)."""
+    norms = pair_sums(a, b).sqrt()
+    return norms[:, 0], norms[:, 1]
+
+
+def pair_sums(a: Any, b: Any) -> Any:
+    """(‖a − b‖₂², ‖a‖₂²) per problem of two contiguous (B, N) tensors of one dtype and
+    device, shaped (B, 2)."""
     import torch
 
     B, N = a.shape
@@ -57,8 +64,7 @@ def pair_norms(a: Any, b: Any) -> tuple[Any, Any]:
     chunk = -(-N // chunks)
     out = torch.empty((B, chunks, 2), dtype=a.dtype, device=a.device)
     pair_sums_kernel[(B, chunks)](a, b, out, N, chunk, BLOCK=BLOCK, num_warps=8)
-    sums = torch.sqrt(out.sum(dim=1))
-    return sums[:, 0], sums[:, 1]
+    return out.sum(dim=1)
 
 
 @cache

@@ -308,10 +308,13 @@ class ScalarPotential:
     z_n = Σ_i χ_i μ_i^{n+1} (μ = w m); ``price_slope`` is P'(z). Where P decreases (P' ≤ 0,
     a monotone coupling) the game has a convex potential; where it rises somewhere (the
     planner's price F + A F' of Santa Fe) the potential is not convex. Either way its
-    critical points are found by Newton's method (see :mod:`mfgwork.numerics.potential`)."""
+    critical points are found by Newton's method (see :mod:`mfgwork.numerics.potential`).
+    ``any_namespace``: ``price_slope`` also computes in the namespace of a torch argument,
+    on its device (a batch's Newton directions then take the slopes there)."""
 
     chi: np.ndarray
     price_slope: ArrayFn
+    any_namespace: bool = False
 
 
 class DensityCoupling(Coupling):

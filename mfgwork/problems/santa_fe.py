@@ -221,12 +221,22 @@ def payoff(A: Any, threshold: Any, good: Any, bad: Any, eps: Any, xp: Any = np) 
     return good - (good - bad) * logistic((A - threshold) / eps, xp)
 
 
-def logistic_price_slope(A: np.ndarray, *, threshold: Any, good: Any, bad: Any,
-                         eps: Any) -> np.ndarray:
+def logistic_price_slope(A: Any, *, threshold: Any, good: Any, bad: Any, eps: Any) -> Any:
     """F'(A) = −(G − B) s'(x)/ε for x = (A − A*)/ε, s'(x) = e^(−|x|)/(1 + e^(−|x|))² (no
-    overflow where F saturates); the parameters may be arrays that broadcast against A."""
-    e = np.exp(-np.abs((A - threshold) / eps))
+    overflow where F saturates); the parameters may be arrays that broadcast against A (a
+    NumPy array, or a tensor computed on its device)."""
+    xp = _namespace(A)
+    e = xp.exp(-xp.abs((A - threshold) / eps))
     return -(good - bad) / eps * e / (1.0 + e) ** 2
+
+
+def _namespace(A: Any) -> Any:
+    """NumPy for a NumPy array (at once), else the array namespace of ``A``."""
+    if isinstance(A, np.ndarray):
+        return np
+    import array_api_compat
+
+    return array_api_compat.array_namespace(A)
 
 
 def marginal_payoff(A: Any, threshold: Any, good: Any, bad: Any, eps: Any, xp: Any = np
@@ -238,13 +248,13 @@ def marginal_payoff(A: Any, threshold: Any, good: Any, bad: Any, eps: Any, xp: A
     return good - (good - bad) * (logistic(x, xp) + A / eps * e / (1.0 + e) ** 2)
 
 
-def marginal_price_slope(A: np.ndarray, *, threshold: Any, good: Any, bad: Any,
-                         eps: Any) -> np.ndarray:
+def marginal_price_slope(A: Any, *, threshold: Any, good: Any, bad: Any, eps: Any) -> Any:
     """P'(A) = 2F'(A) + A F''(A) = −(G − B) s'(x)/ε · (2 + (A/ε)(1 − 2 s(x))), of either
-    sign; s'' = s'(1 − 2s)."""
+    sign; s'' = s'(1 − 2s) (A as for :func:`logistic_price_slope`)."""
+    xp = _namespace(A)
     x = (A - threshold) / eps
-    e = np.exp(-np.abs(x))
-    s = np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    e = xp.exp(-xp.abs(x))
+    s = xp.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
     return -(good - bad) / eps * e / (1.0 + e) ** 2 * (2.0 + A / eps * (1.0 - 2.0 * s))
 
 
@@ -293,7 +303,8 @@ class AttendanceCoupling(Coupling):
         p = self.problem
         slope = marginal_price_slope if p.objective == "social" else logistic_price_slope
         return ScalarPotential(chi=self.chi_np, price_slope=partial(
-            slope, threshold=p.threshold, good=p.good, bad=p.bad, eps=p.eps))
+            slope, threshold=p.threshold, good=p.good, bad=p.bad, eps=p.eps),
+            any_namespace=True)
 
     @classmethod
     def stacked(cls, couplings: list[Coupling], backend: Backend) -> Coupling:
