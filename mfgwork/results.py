@@ -102,6 +102,7 @@ MAPPINGS = ("history", "params", "timings", "observables", "summary", "extra", "
             "arrays", "axes")
 #: The arrays of a :class:`Result`, read-only views (those in its mappings too).
 ARRAYS = ("x", "t", "U", "M")
+FROZEN_FIELDS = MAPPINGS + ARRAYS
 
 
 @dataclass(frozen=True)
@@ -169,11 +170,13 @@ class Result(ObservablesByName):
         if len(dims) != np.ndim(self.M):
             raise ParameterError(f"dims={dims!r} is invalid: must name the {np.ndim(self.M)} "
                                  "axes of U and M")
-        object.__setattr__(self, "dims", dims)
-        object.__setattr__(self, "labels", {k: tuple(v) for k, v in self.labels.items()})
-        object.__setattr__(self, "axes", {k: tuple(v) for k, v in self.axes.items()})
-        for name in MAPPINGS + ARRAYS:   # read-only all the way down (core.frozen)
-            object.__setattr__(self, name, freeze(getattr(self, name)))
+        fields = vars(self)   # (set in place: the dataclass is frozen to its users)
+        fields["dims"] = dims
+        for name in ("labels", "axes"):
+            if fields[name]:
+                fields[name] = {k: tuple(v) for k, v in fields[name].items()}
+        for name in FROZEN_FIELDS:   # read-only all the way down (core.frozen)
+            fields[name] = freeze(fields[name])
 
     def _check_status(self) -> None:
         """The status (None: derived) checked against ``converged``, kept as a

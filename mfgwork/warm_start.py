@@ -45,18 +45,26 @@ def initial_state(initial: Any, problems: Sequence[MFGProblem], grid: Grid, be: 
         return {}
     items = per_problem(initial, len(problems), batched)
     results = [r for r in items if isinstance(r, Result | Start)]
-    # the Results' densities and values on the backend, once
+    every = len(results) == len(items)
+    if every and _one_grid([r.M for r in results], problems):
+        # the Results' densities and values on the backend, each stacked once
+        M, U = (be.stack([getattr(r, name) for r in results]) for name in ("M", "U"))
+        _check_finite({"M": [M], "U": [U]}, be)
+        if _same_grid(M[0], grid):
+            return ({"M_init": M, "U_init": U} if batched
+                    else {"M_init": M[0], "U_init": U[0]})
+        for p in problems:
+            _check_path_coupling(p, grid)
+        return {"z_init": be.asarray(_result_paths(M, problems, grid, be)
+                                     if batched else _path(results[0], problems[0], grid))}
     M, U = ([be.asarray(getattr(r, name)) for r in results] for name in ("M", "U"))
     _check_finite({"M": M, "U": U}, be)
-    if len(results) == len(items) and all(_same_grid(m, grid) for m in M):
+    if every and all(_same_grid(m, grid) for m in M):
         xp = be.xp
         return ({"M_init": xp.stack(M), "U_init": xp.stack(U)} if batched
                 else {"M_init": M[0], "U_init": U[0]})
     for p in problems:
         _check_path_coupling(p, grid)
-    if len(results) == len(items) and _one_grid(M, problems):
-        return {"z_init": be.asarray(_result_paths(M, problems, grid, be)
-                                     if batched else _path(results[0], problems[0], grid))}
     paths = [_path(item, p, grid) for item, p in zip(items, problems, strict=True)]
     return {"z_init": be.asarray(np.stack(paths) if batched else paths[0])}
 
@@ -119,18 +127,17 @@ def _check_path_coupling(problem: MFGProblem, grid: Grid) -> None:
 
 def _levels(states: np.ndarray, old: Grid, grid: Grid) -> np.ndarray:
     """Coupling states at the levels 0..nt of ``old`` interpolated linearly in time onto the
-    levels 1..nt of ``grid`` (the last axis)."""
-    flat = states.reshape(-1, states.shape[-1])
-    out = np.stack([np.interp(grid.t[1:], old.t, row) for row in flat])
-    return out.reshape(*states.shape[:-1], grid.nt)
+    levels 1..nt of ``grid`` (the last axis): one product with the weights of the
+    interpolation (``np.interp`` of the identity's rows)."""
+    weights = np.stack([np.interp(grid.t[1:], old.t, e) for e in np.eye(old.t.size)])
+    return states @ weights
 
 
-def _result_paths(densities: Sequence[Any], problems: Sequence[MFGProblem], grid: Grid,
-                  be: Backend) -> np.ndarray:
-    """The coupling states (B, nt) on ``grid`` of densities (backend arrays) of Results on
-    one other grid (a coarse batch's): the states of all of them in one batched computation
-    where they are, then one transfer."""
-    M = be.xp.stack(list(densities))
+def _result_paths(M: Any, problems: Sequence[MFGProblem], grid: Grid, be: Backend
+                  ) -> np.ndarray:
+    """The coupling states (B, nt) on ``grid`` of the densities M (B, nt+1, nx, a backend
+    array) of Results on one other grid (a coarse batch's): the states of all of them in
+    one batched computation where they are, then one transfer."""
     old = problems[0].grid(M.shape[-1], M.shape[-2] - 1)
     coupling = batch_coupling([p.coupling(old, be) for p in problems], be)
     states = coupling.state(be.xp.concat([M[:, :1], M], axis=1))   # levels 0..nt of old

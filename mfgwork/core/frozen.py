@@ -56,8 +56,10 @@ def read_only(array: np.ndarray) -> np.ndarray:
     return view
 
 
-#: The types :func:`freeze` returns as they are at once (the leaves of most results).
-_LEAVES = frozenset({float, int, bool, str, type(None)})
+#: The types :func:`freeze` returns as they are at once: the leaves of most results, the
+#: frozen containers, and each type found at run time to be none of dict, list, tuple or
+#: NumPy array (tensors, say)
+_KEPT = {float, int, bool, str, type(None), FrozenDict, FrozenList}
 
 
 def freeze(value: Any) -> Any:
@@ -65,15 +67,18 @@ def freeze(value: Any) -> Any:
     every NumPy array a read-only view (:func:`read_only`), all the way down (tuples rebuilt
     around their frozen items; anything else as it is; a frozen container, made here, as
     it is)."""
-    if type(value) in _LEAVES or isinstance(value, (FrozenDict, FrozenList)):
+    kind = type(value)
+    if kind in _KEPT or isinstance(value, (FrozenDict, FrozenList)):
         return value
     if isinstance(value, np.ndarray):
         return read_only(value)
     if isinstance(value, dict):
-        return FrozenDict({k: v if type(v) in _LEAVES else freeze(v) for k, v in value.items()})
+        return FrozenDict({k: v if type(v) in _KEPT else freeze(v) for k, v in value.items()})
     if isinstance(value, list):
-        return FrozenList([v if type(v) in _LEAVES else freeze(v) for v in value])
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(freeze(v) for v in value)
+        return FrozenList([v if type(v) in _KEPT else freeze(v) for v in value])
+    if isinstance(value, tuple):
+        if not hasattr(value, "_fields"):
+            return tuple(freeze(v) for v in value)
+    else:
+        _KEPT.add(kind)
     return value
-

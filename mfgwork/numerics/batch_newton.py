@@ -896,11 +896,12 @@ class BatchNewton:
         s, sign = torch.sqrt(torch.abs(slope)), 1.0 - 2.0 * rising.to(sys_dtype)
         spd = not bool(rising.any())   # (read before the Jacobians are queued: no wait)
         D = self._jacobians(U, M, idx).to(sys_dtype)
-        A = s[:, :, None] * (0.5 * (D + D.transpose(1, 2))) * s[:, None, :]
-        A = A + torch.diag_embed(sign)
-        if spd:   # Σ = I
+        A = (D + D.mT).mul_((0.5 * s)[:, :, None]).mul_(s[:, None, :])   # S ½(D + Dᵀ) S
+        A.diagonal(dim1=-2, dim2=-1).add_(sign)                          # + Σ (in place)
+        if spd:   # Σ = I; two triangular solves (cholesky_solve waits for the device on CUDA)
             L, info = torch.linalg.cholesky_ex(A)
-            v = torch.cholesky_solve((s * R)[..., None], L)[..., 0]
+            y = torch.linalg.solve_triangular(L, (s * R)[..., None], upper=False)
+            v = torch.linalg.solve_triangular(L.mT, y, upper=True)[..., 0]
         else:                        # symmetric indefinite (a price rising somewhere)
             v, info = torch.linalg.solve_ex(A, (s * R)[..., None])   # one column per problem:
             v = v[..., 0]                                            # no broadcast (MPS)
