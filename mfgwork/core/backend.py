@@ -332,6 +332,16 @@ def _from_cuda(a: Any) -> np.ndarray:
     return copy_in_threads(staged.numpy())
 
 
+def from_host(a: np.ndarray, device: Any) -> Any:
+    """The host array ``a`` as a torch tensor on the CUDA ``device`` without waiting for the
+    work queued there: copied into page-locked memory (torch's caching host allocator keeps
+    it until the copy is done), then asynchronously (a copy from pageable memory first waits
+    for the device's queue to drain)."""
+    torch = _torch()
+    return torch.from_numpy(np.require(a, requirements=["C", "W"])).pin_memory().to(
+        device, non_blocking=True)
+
+
 def copy_in_threads(source: np.ndarray) -> np.ndarray:
     """A C-contiguous copy of ``source``, made by up to :data:`HOST_COPY_THREADS` threads on
     parts of it (NumPy releases the GIL while it copies; new pages are touched in parallel)."""

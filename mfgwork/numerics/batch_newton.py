@@ -81,7 +81,7 @@ import numpy as np
 from numba import njit
 from numba.extending import register_jitable
 
-from ..core.backend import Backend, to_numpy
+from ..core.backend import Backend, from_host, to_numpy
 from ..core.errors import ConvergenceWarning, SolverError, warn
 from ..core.grid import Grid
 from ..problems.base import ScalarPotential
@@ -451,6 +451,9 @@ def on_backend(host: np.ndarray, like: Any, backend: Backend, dtype: Any = None)
     default: its own)."""
     if backend.name == "numpy":
         return np.asarray(host, dtype=dtype)
+    if like.device.type == "cuda":   # (without waiting for the work queued there)
+        out = from_host(host, like.device)
+        return out if dtype is None or out.dtype == dtype else out.to(dtype)
     return backend.xp.asarray(host, dtype=dtype, device=like.device)
 
 
@@ -592,6 +595,8 @@ class BatchNewton:
         self.jacobian_dtype = jacobian_dtype or (
             "float32" if backend.kind == "cuda" else self.system_dtype)
         self.newton_steps = self.products = 0
+        #: χ, 1/(h w), w and x of the grid as tensors, per (dtype, device) (the Jacobians')
+        self._grid_tensors: dict[tuple[str, str], tuple[Any, ...]] = {}
         #: the frozen densities m^1..m^nt ((nt, nx), or (B, nt, nx): one per problem; on the
         #: backend) that H sees where it depends on m (:mod:`.frozen_density`); None otherwise
         self.density: Any = None
@@ -883,7 +888,7 @@ class BatchNewton:
 
         sys_dtype = getattr(torch, self.system_dtype)
         every = idx.size == mask.size   # (no gathered copies of U and M)
-        index = None if every else torch.as_tensor(idx, device=d.device)
+        index = None if every else on_backend(idx, d, self.backend)
         z, R, U, M = (cur[k] if every else cur[k][index] for k in ("z", "R", "U", "M"))
         z, R = z.to(sys_dtype), R.to(sys_dtype)
         # P'(z) where z is, in float64 (on MPS, which has none, from the host's float64)
@@ -978,13 +983,14 @@ class BatchNewton:
             per_member = g.nx * g.nt * (g.nt + 40)
         dtype = getattr(torch, self.jacobian_dtype)
         on = {"dtype": dtype, "device": U.device}
-        chi = torch.as_tensor(self.potential.chi, **on)
-        inv_hw = torch.as_tensor(1.0 / (g.h * g.weights), **on)
-        nu = torch.as_tensor(self.nu[idx], **on)
+        key = (self.jacobian_dtype, str(U.device))
+        if key not in self._grid_tensors:   # (the grid's constants, moved once)
+            self._grid_tensors[key] = tuple(torch.as_tensor(a, **on) for a in (
+                self.potential.chi, 1.0 / (g.h * g.weights), g.weights, g.x))
+        chi, inv_hw, weights, x = self._grid_tensors[key]
+        nu = on_backend(self.nu[idx], U, self.backend, dtype)
         per_member *= np.dtype(self.jacobian_dtype).itemsize
         chunk = max(1, int(self.jacobian_memory // per_member))
-        weights = torch.as_tensor(g.weights, **on)
-        x = torch.as_tensor(g.x, **on)
         m = None if self.density is None else torch.as_tensor(self.density, **on)
         if m is not None and m.ndim == 3:   # one frozen density per problem
             m = m[torch.as_tensor(idx, device=m.device)]
