@@ -296,11 +296,12 @@ SECTIONS: list[Section] = [
         LATENCY_COLUMNS, rows=_latency_rows, bars="after_s", label=("case",)),
     Section(
         "outside_loop_h200.json", "1024 points on one GPU: the batch and the scan (H200)",
-        "A 32 × 32 Santa Fe box at 201² (`benchmarks/outside_loop.py --device cuda --rounds 1 "
-        "--repeats 3`, `before` and `after` the code of the file's note: float64 floors named "
-        "before the fine iteration, a scan's mass errors computed once per batch; each process "
-        "freezes its warm-up's leftovers out of CPython's full collections, which otherwise "
-        "add 0.24–0.31 s to a run at random): "
+        "A 32 × 32 Santa Fe box at 201² (`benchmarks/outside_loop.py --device cuda --rounds 3 "
+        "--repeats 3`, `before` and `after` the code of the file's note: float32 members "
+        "certified in float64 from one stacked copy, Newton's price slopes and systems on the "
+        "device without waits for it, a fine solve's first certificate held back by its "
+        "coarse stage's amplification; each process freezes its warm-up's leftovers out of "
+        "CPython's full collections, which otherwise add 0.24–0.31 s to a run at random): "
         "`easy` threshold 0.3–0.9 × σ 0.3–1.0, `hard` threshold 0.2–0.9 × ε 0.001–0.1 at "
         "σ 0.3; float32 to tol 1e-6, float64 to 1e-8. `batch` is "
         "`mw.solve(list)`, `scan` is `mw.scan` into a new store, end to end; `machinery` is "
