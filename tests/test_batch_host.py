@@ -91,7 +91,7 @@ def test_warm_start_paths_of_a_coarse_batch_equal_each_results_own():
     be = get_backend("torch", "cpu", "float64")
     coarse = mw.solve_batch(problems, nx=21, nt=21, backend=be, tol=1e-8, progress=False)
     grid = problems[0].grid(41, 37)
-    batch = _result_paths([r.M for r in coarse], problems, grid, be)
+    batch = _result_paths(be.stack([r.M for r in coarse]), problems, grid, be)
     alone = np.stack([_path(r, p, grid) for r, p in zip(coarse, problems, strict=True)])
     assert batch.shape == (2, grid.nt)
     np.testing.assert_allclose(batch, alone, rtol=1e-13, atol=1e-15)

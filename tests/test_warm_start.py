@@ -64,3 +64,17 @@ def test_result_with_non_finite_values_is_refused(neighbour):
     broken = dataclasses.replace(neighbour, U=U)
     with pytest.raises(mw.ParameterError, match="initial has non-finite values in U"):
         mw.solve(mw.SantaFeBar(), **KW, initial=broken)
+
+
+def test_levels_interpolate_as_numpy_does():
+    """A coarse path's levels on a finer grid, one product with the interpolation's weights,
+    equal ``np.interp`` row by row."""
+    from mfgwork.warm_start import _levels
+
+    problem = mw.SantaFeBar()
+    old, new = problem.grid(21, 20), problem.grid(41, 37)
+    states = np.random.default_rng(3).uniform(0.0, 1.0, (3, old.nt + 1))
+    expected = np.stack([np.interp(new.t[1:], old.t, row) for row in states])
+    np.testing.assert_allclose(_levels(states, old, new), expected, rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(_levels(states[0], old, new), expected[0], rtol=1e-14,
+                               atol=1e-15)
