@@ -104,8 +104,11 @@ def finish_in_float64(results: list[Result], problems: Sequence[MFGProblem], be:
     (``initial=None``; an iterate stuck far from the equilibrium can be a worse start).
     Returned as float32 arrays certified again in float64 (the cast is checked, not
     assumed); ``extra["finished"]`` records it, with the float64 iterations and the start.
-    ``timings["finish"]``: the seconds spent."""
+    ``timings["finish"]``: the seconds spent (not recorded, and ``results`` returned as they
+    are, where no member is left open)."""
     if be.name != "torch" or not has_float64(be):
+        return results
+    if all(res.converged or res.method != "fdm" for res in results):
         return results
     out = list(results)
     started, built = time.perf_counter(), compile_clock()

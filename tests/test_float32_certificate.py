@@ -145,3 +145,19 @@ def test_a_member_whose_float64_finish_fails_from_its_iterate_is_solved_from_the
         assert res.converged and res.extra["finished"]["start"] == "solver"
         assert independent_residual(p, mw.to_numpy(res.M)) <= TOL
     assert timings["finish"] > 0
+
+
+def test_a_batch_with_no_member_left_open_is_not_copied_to_finish():
+    """With every member converged, finish_in_float64 solves nothing, books no phase and
+    returns the results as they are (no pass over the batch to add a timing)."""
+    problems = _easy()[:2]
+    be = mw.get_backend("torch", "cpu", "float32")
+    batch = mw.solve_batch(problems, **F32)
+    assert all(res.converged for res in batch) and "finish" not in batch[0].timings
+
+    def solve_again(members, initial, float64):
+        raise AssertionError("nothing is left to finish")
+
+    timings = {"total": 0.0}
+    assert precision.finish_in_float64(batch, problems, be, TOL, timings, solve_again) is batch
+    assert "finish" not in timings
