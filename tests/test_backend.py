@@ -207,3 +207,5 @@ def test_stack_converts_once_and_keeps_values():
         np.testing.assert_array_equal(got.numpy(), np.stack(host).astype(np.float32))
     stacked = mw.get_backend("numpy").stack(list(views))
     assert stacked.dtype == np.float64 and np.array_equal(stacked, np.stack(host))
+    with pytest.raises(mw.ParameterError, match=r"arrays=\[\] is invalid"):
+        be.stack([])

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .compile_clock import compile_clock
-from .errors import BackendError, warn
+from .errors import BackendError, ParameterError, warn
 
 BACKENDS = ("numpy", "torch")
 DEVICE_KINDS = ("cpu", "cuda", "mps")
@@ -199,6 +199,8 @@ class Backend:
         backend: stacked where they are and converted once when they share a namespace,
         device and dtype (e.g. the members' views of a float32 device batch), else each
         converted first."""
+        if not len(arrays):
+            raise ParameterError("arrays=[] is invalid: must hold at least one array")
         first = arrays[0]
         kind = (type(first), getattr(first, "device", None), first.dtype)
         if all((type(a), getattr(a, "device", None), a.dtype) == kind for a in arrays):
