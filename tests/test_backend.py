@@ -209,3 +209,5 @@ def test_stack_converts_once_and_keeps_values():
     assert stacked.dtype == np.float64 and np.array_equal(stacked, np.stack(host))
     with pytest.raises(mw.ParameterError, match=r"arrays=\[\] is invalid"):
         be.stack([])
+    with pytest.raises(mw.ParameterError, match=r"must share one shape"):
+        be.stack([host[0], host[1][:1]])

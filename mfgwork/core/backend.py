@@ -202,6 +202,10 @@ class Backend:
         if not len(arrays):
             raise ParameterError("arrays=[] is invalid: must hold at least one array")
         first = arrays[0]
+        shapes = {tuple(np.shape(a)) for a in arrays}
+        if len(shapes) > 1:
+            raise ParameterError(f"arrays is invalid: its arrays have the shapes "
+                                 f"{sorted(shapes)[:3]}; they must share one shape")
         kind = (type(first), getattr(first, "device", None), first.dtype)
         if all((type(a), getattr(a, "device", None), a.dtype) == kind for a in arrays):
             if isinstance(first, np.ndarray):
