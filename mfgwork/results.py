@@ -102,6 +102,7 @@ MAPPINGS = ("history", "params", "timings", "observables", "summary", "extra", "
             "arrays", "axes")
 #: The arrays of a :class:`Result`, read-only views (those in its mappings too).
 ARRAYS = ("x", "t", "U", "M")
+#: The fields a Result freezes when it is built (:func:`~mfgwork.core.frozen.freeze`).
 FROZEN_FIELDS = MAPPINGS + ARRAYS
 
 

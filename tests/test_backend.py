@@ -172,7 +172,10 @@ def test_doctor_json_parses_and_checks_pass():
     assert {(r["backend"], r["dtype"]) for r in rep["checks"]} >= {
         ("numpy", "float64"), ("torch", "float64"), ("torch", "float32")}
     assert all(r["ok"] for r in rep["checks"])
-    assert not out.stderr.strip(), out.stderr[-2000:]   # no warning from its own calls
+    # no warning from its own calls (a cold kernel cache's one-time notice aside)
+    said = [line for line in out.stderr.splitlines()
+            if line.strip() and not line.startswith("mfgwork: compiling the ")]
+    assert not said, out.stderr[-2000:]
     assert not [r for r in rep["checks"] if r.get("warnings")]
     assert all(r["first_s"] > 0 and r["time_s"] > 0 for r in rep["checks"])
     cpu = rep["devices"][0]
