@@ -811,8 +811,7 @@ class BatchNewton:
 
         idx = np.arange(cur["z"].shape[0])
         D = self._jacobians(cur["U"], cur["M"], idx).to(torch.float64)
-        slope = self.potential.price_slope(np.asarray(to_numpy(cur["z"]), np.float64), idx)
-        root = torch.as_tensor(np.sqrt(np.abs(slope)), dtype=torch.float64, device=D.device)
+        root = torch.sqrt(torch.abs(self._slopes(cur["z"].to(torch.float64), idx, None)))
         v = torch.full_like(root, 1.0 / math.sqrt(root.shape[-1]))
         L = torch.zeros(root.shape[0], dtype=torch.float64, device=D.device)
         for _ in range(steps):
@@ -891,12 +890,7 @@ class BatchNewton:
         index = None if every else on_backend(idx, d, self.backend)
         z, R, U, M = (cur[k] if every else cur[k][index] for k in ("z", "R", "U", "M"))
         z, R = z.to(sys_dtype), R.to(sys_dtype)
-        # P'(z) where z is, in float64 (on MPS, which has none, from the host's float64)
-        slope = (self.potential.price_slope_on(z, idx, index)
-                 if self.system_dtype == "float64" else None)
-        if slope is None:
-            slope = torch.as_tensor(self.potential.price_slope(
-                to_numpy(z).astype(np.float64), idx), dtype=sys_dtype, device=d.device)
+        slope = self._slopes(z, idx, index)
         rising = slope > 0   # S and Σ of :func:`.potential.scaling`, where z is
         s, sign = torch.sqrt(torch.abs(slope)), 1.0 - 2.0 * rising.to(sys_dtype)
         spd = not bool(rising.any())   # (read before the Jacobians are queued: no wait)
@@ -917,6 +911,20 @@ class BatchNewton:
         d = d.clone()
         d[index] = step
         return d
+
+    def _slopes(self, z: Any, idx: np.ndarray, index: Any) -> Any:
+        """P'(z) (k, nt) of the problems ``idx`` (``index``: the same on z's device, None:
+        every problem) as a tensor where z is and in its dtype: computed there in float64
+        where the potential allows (:meth:`MemberPotentials.price_slope_on`), else from the
+        host's float64 (on MPS, which has no float64, always)."""
+        import torch
+
+        if z.dtype == torch.float64:
+            slope = self.potential.price_slope_on(z, idx, index)
+            if slope is not None:
+                return slope
+        return torch.as_tensor(self.potential.price_slope(to_numpy(z).astype(np.float64), idx),
+                               dtype=z.dtype, device=z.device)
 
     def _directions_krylov(self, d: Any, idx: np.ndarray, cur: dict, rel: np.ndarray) -> Any:
         """The Newton directions on the CPU, matrix-free: conjugate gradients on
