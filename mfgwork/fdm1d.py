@@ -22,7 +22,7 @@ from .core.backend import Backend, get_backend, to_numpy
 from .core.compile_clock import compile_clock, seconds_since
 from .core.compiling import check_compile_steps
 from .core.errors import ConvergenceWarning, ParameterError, check_choice, check_flag, warn
-from .core.frozen import freeze
+from .core.frozen import FrozenDict, complete, freeze
 from .core.progress import delayed_bar
 from .float64_floor import measure_at_end, name_floors
 from .long_run import PLATEAU_STEPS, PLATEAU_T, Ergodic1D
@@ -487,13 +487,14 @@ class FDM1DBatch(Discretization):
                         **_model_extra(s.couplings, s.problems, self.iteration, s.newton),
                         "fdm_kernels": s.fd.kernels.name,
                         "compiled_steps": s.fd.compiled_steps})
-        building = time.perf_counter()
-        results = _results(s.problems, s.grid, s.backend, s.out, True, settings, s.timings,
+        building, timings = time.perf_counter(), freeze(s.timings)   # (the members share it)
+        results = _results(s.problems, s.grid, s.backend, s.out, True, settings, timings,
                            [extra | _newton_extra(s.newton, s.coarse_iterations, b)
                             for b in range(len(s.problems))])
-        s.timings["results"] = time.perf_counter() - building   # the members share timings
+        s.timings["results"] = time.perf_counter() - building
         s.timings["total"] += s.timings["results"]
-        return updated(results, timings=s.timings)   # (one frozen copy, shared)
+        complete(timings, s.timings)   # (no one else holds it yet)
+        return results
 
     def certify(self, outcome: Picard | list[Result], results: list[Result]) -> list[Result]:
         if not isinstance(outcome, Picard):   # each certified by its own solve
@@ -895,47 +896,59 @@ def _results(problems: Sequence[MFGProblem], grid: Any, be: Backend, out: FixedP
     """The Results of ``problems``: the members of a batch (``batched``: U and M of ``out``
     carry the leading batch axis; each Result holds views of them) or one problem. Each
     member's observables are computed where its arrays are; its summary reads them from one
-    host copy per observable for the whole batch (no per-member transfers)."""
+    host copy per observable for the whole batch (no per-member transfers). The first member
+    of each state name is built and checked in full; the others copy it with their own fields
+    (:func:`~mfgwork.results.updated`: what the members share is frozen once)."""
     Us, Ms = (out.U, out.M) if batched else (out.U[None], out.M[None])
     x, t = be.asarray(grid.x), be.asarray(grid.t)
-    observables = _member_observables(problems, grid, Ms, be)
+    observables, stacked = _member_observables(problems, grid, Ms, be)
     host = {}   # {name: (the members that have it, their values stacked on the host)}
     for key in dict.fromkeys(k for o in observables for k in o):
+        if key in stacked:
+            host[key] = list(range(len(problems))), to_numpy(stacked[key])
+            continue
         having = [b for b, o in enumerate(observables) if key in o]
         host[key] = having, to_numpy(be.xp.concat([observables[b][key][None]   # (stacked)
                                                    for b in having]))
     summaries = member_summaries(problems, grid, host)
     converged, residual, iterations = (np.asarray(to_numpy(v)).reshape(-1) for v in (
         out.converged, out.residual, out.iterations))
-    # what the members share is frozen once (a Result freezes its mappings, keeping frozen
-    # ones as they are): the batch's history, timings and settings
-    history, timings = freeze(out.history.as_dict()), freeze(timings)
     shared = freeze({"nx": grid.nx, "nt": grid.nt} | settings | {
         "backend": be.name, "device": be.device, "dtype": be.dtype})
-    results = []
+    common = {"x": x, "t": t, "history": out.history.as_dict(), "timings": timings,
+              "backend": be.name, "device": be.device, "dtype": be.dtype,
+              "method": settings["method"]}
+    U_views, M_views = (list(freeze(a)) for a in (Us, Ms))   # (read-only views, one call)
+    firsts: dict[str, Result] = {}   # {state name: its first member, built in full}
+    bases, changes = [], []
     for b, p in enumerate(problems):
-        params = p.params() | shared
+        params = freeze(p.params()) | shared   # (a plain dict of frozen values)
         floor = extras[b].get("reachable_tol")
         if (floor is not None and floor.get("predicted") and converged[b]
                 and residual[b] > params["tol"]):   # converged at its float64 floor
             params["tol"] = floor["tol"]
         status = (derive_status(bool(converged[b]), int(iterations[b]), settings["max_iter"])
                   if out.status is None else str(out.status[b]))
-        results.append(Result(
-            x=x, t=t, U=Us[b], M=Ms[b], converged=bool(converged[b]),
-            residual=float(residual[b]), status=status, iterations=int(iterations[b]),
-            history=history, params=params, timings=timings, backend=be.name,
-            device=be.device, dtype=be.dtype, method=settings["method"],
-            observables=observables[b], summary=summaries[b],
-            state_name=p.state_name, extra=extras[b]))
-    return results
+        change = {"U": U_views[b], "M": M_views[b], "converged": bool(converged[b]),
+                  "residual": float(residual[b]), "status": status,
+                  "iterations": int(iterations[b]), "params": FrozenDict(params),
+                  "observables": freeze(observables[b]), "summary": freeze(summaries[b]),
+                  "extra": freeze(extras[b])}
+        if p.state_name not in firsts:
+            firsts[p.state_name] = Result(**common, **change, state_name=p.state_name)
+            common = {k: getattr(firsts[p.state_name], k) for k in common}   # (frozen once)
+        bases.append(firsts[p.state_name])
+        changes.append(change)
+    return updated(bases, changes)
 
 
 def _member_observables(problems: Sequence[MFGProblem], grid: Any, Ms: Any, be: Backend
-                        ) -> list[dict[str, Any]]:
-    """Each member's observables (arrays where ``Ms`` is, views of the batch's): members
-    whose class marks ``observables`` as reading only the grid (:func:`~mfgwork.problems.base.
-    grid_only`) in one call per class on their stacked densities, the others one by one."""
+                        ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Each member's observables (read-only arrays where ``Ms`` is, views of the batch's):
+    members whose class marks ``observables`` as reading only the grid (:func:`~mfgwork.
+    problems.base.grid_only`) in one call per class on their stacked densities, the others
+    one by one; and those values stacked ({name: (B, ...)}) where one call gave every
+    member's (else {})."""
     out: list[dict[str, Any]] = [{} for _ in problems]
     together: dict[Any, list[int]] = {}
     for b, p in enumerate(problems):
@@ -944,12 +957,17 @@ def _member_observables(problems: Sequence[MFGProblem], grid: Any, Ms: Any, be: 
             together.setdefault(method, []).append(b)
         else:
             out[b] = p.observables(grid, Ms[b], be)
+    stacked: dict[str, Any] = {}
     for members in together.values():
-        stacked = Ms if len(members) == len(problems) else Ms[np.asarray(members)]
-        values = problems[members[0]].observables(grid, stacked, be)
+        every = len(members) == len(problems)
+        values = freeze(problems[members[0]].observables(
+            grid, Ms if every else Ms[np.asarray(members)], be))
+        rows = {k: list(v) for k, v in values.items()}   # (the members' views, one call each)
         for i, b in enumerate(members):
-            out[b] = {k: v[i] for k, v in values.items()}
-    return out
+            out[b] = {k: v[i] for k, v in rows.items()}
+        if every:
+            stacked = values
+    return out, stacked
 
 
 def fixed_point_bar(progress: bool | None, total: int, desc: str = "fixed point") -> Any:

@@ -356,10 +356,14 @@ CHECKED = frozenset({"converged", "status", "dims", "state_name", "M", "labels",
 #: Of :data:`CHECKED`, those checked by the status alone (:meth:`Result._check_status`).
 STATUS_CHECKED = frozenset({"converged", "status"})
 _FIELD_NAMES = frozenset(f.name for f in fields(Result))
+_FROZEN = frozenset(FROZEN_FIELDS)
 
 
-def _frozen_field(name: str, value: Any) -> Any:
-    return freeze(value) if name in MAPPINGS or name in ARRAYS else value
+def _ndim(a: Any) -> int:
+    """The number of axes of ``a`` (its ``ndim`` where it has one: a tenth of ``np.ndim``'s
+    time)."""
+    ndim = getattr(a, "ndim", None)
+    return np.ndim(a) if ndim is None else ndim
 
 
 def updated(results: Sequence[Result], changes: Sequence[Mapping[str, Any]] | None = None,
@@ -369,17 +373,18 @@ def updated(results: Sequence[Result], changes: Sequence[Mapping[str, Any]] | No
     values of ``shared`` (e.g. the batch's timings) are frozen once for all, those of each
     change once (a change's value wins over a shared one of the same name), and a copy is
     checked as a construction checks it only where a change touches what the construction
-    checks (:data:`CHECKED`; the status alone where only it or ``converged`` changes); its
-    other fields are the result's own, checked and frozen when it was built. A result of a
-    subclass (whose construction may check more) is copied by ``dataclasses.replace``."""
+    checks (:data:`CHECKED`; the status alone where only it or ``converged`` changes, or ``M``
+    with as many axes as the result's: the members of a batch); its other fields are the
+    result's own, checked and frozen when it was built. A result of a subclass (whose
+    construction may check more) is copied by ``dataclasses.replace``."""
     unknown = (set(shared) | {k for c in changes or () for k in c}) - _FIELD_NAMES
     if unknown:
         raise TypeError(f"Result has no field {sorted(unknown)[0]!r}")
-    shared = {k: _frozen_field(k, v) for k, v in shared.items()}
+    shared = {k: freeze(v) if k in _FROZEN else v for k, v in shared.items()}
     out = []
     for b, res in enumerate(results):
         change = shared if changes is None else shared | {
-            k: _frozen_field(k, v) for k, v in changes[b].items()}
+            k: freeze(v) if k in _FROZEN else v for k, v in changes[b].items()}
         if type(res) is not Result:
             out.append(replace(res, **change))
             continue
@@ -387,6 +392,8 @@ def updated(results: Sequence[Result], changes: Sequence[Mapping[str, Any]] | No
         copy.__dict__.update(res.__dict__)
         copy.__dict__.update(change)
         touched = CHECKED.intersection(change)
+        if "M" in touched and _ndim(change["M"]) == _ndim(res.M):   # (the same dims)
+            touched -= {"M"}
         if touched <= STATUS_CHECKED:
             if touched:
                 copy._check_status()

@@ -8,12 +8,16 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import mfgwork as mw
 from mfgwork.core.backend import get_backend
-from mfgwork.fdm1d import _member_observables
+from mfgwork.core.frozen import freeze
+from mfgwork.fdm1d import _member_observables, _results
 from mfgwork.numerics.batch_newton import member_potentials
+from mfgwork.numerics.iteration import FixedPointResult, History
 from mfgwork.problems.base import ScalarPotential, member_summaries
+from mfgwork.results import Result
 from mfgwork.warm_start import _path, _result_paths
 
 
@@ -34,7 +38,8 @@ def test_observables_of_a_batch_equal_each_members_own():
     rng = np.random.default_rng(3)
     for be in (get_backend("numpy"), get_backend("torch", "cpu", "float64")):
         Ms = be.asarray(rng.random((len(problems), grid.nt + 1, grid.nx)))
-        together = _member_observables(problems, grid, Ms, be)
+        together, stacked = _member_observables(problems, grid, Ms, be)
+        assert stacked == {}   # (not one call for every member)
         for b, p in enumerate(problems):
             own = p.observables(grid, Ms[b], be)
             assert together[b].keys() == own.keys()
@@ -42,6 +47,66 @@ def test_observables_of_a_batch_equal_each_members_own():
                 np.testing.assert_allclose(np.asarray(together[b][k]), np.asarray(own[k]),
                                            rtol=1e-14, atol=0)
         assert float(together[2]["above"][0]) == 0.55
+
+
+def test_observables_of_one_call_for_every_member_come_stacked_and_read_only():
+    problems = _problems() + [mw.SantaFeBar(threshold=0.8)]
+    grid = problems[0].grid(31, 21)
+    Ms = np.random.default_rng(5).random((len(problems), grid.nt + 1, grid.nx))
+    together, stacked = _member_observables(problems, grid, Ms, get_backend("numpy"))
+    assert set(stacked) == {"attendance", "mean_state"}
+    for b, own in enumerate(together):
+        for k, v in own.items():
+            np.testing.assert_array_equal(v, stacked[k][b])
+            assert not v.flags.writeable and not stacked[k].flags.writeable
+
+
+class XState(mw.SantaFeBar):
+    """A bar whose state axis is named x: a batch member of another state name."""
+
+    state_name = "x"
+
+
+def test_results_of_a_batch_equal_results_built_one_by_one():
+    problems = [mw.SantaFeBar(threshold=0.4), XState(threshold=0.5),
+                mw.SantaFeBar(threshold=0.55), mw.SantaFeBar(threshold=0.7, sigma=0.9)]
+    grid = problems[0].grid(31, 21)
+    rng = np.random.default_rng(6)
+    B, settings = len(problems), {"method": "fdm", "tol": 1e-6, "max_iter": 50}
+    for be in (get_backend("numpy"), get_backend("torch", "cpu", "float64")):
+        U, M = (be.asarray(rng.random((B, grid.nt + 1, grid.nx))) for _ in range(2))
+        out = FixedPointResult(U=U, M=M, converged=np.array([True, False, True, False]),
+                               residual=np.array([1e-7, 0.1, 5e-7, 0.2]),
+                               iterations=np.array([7, 50, 9, 12]), history=History(
+                                   residual=[0.5, 1e-7]))
+        timings = freeze({"total": 1.0})
+        extras = [{"member": b, "nested": {"list": [b]}} for b in range(B)]
+        results = _results(problems, grid, be, out, True, settings, timings, extras)
+        for b, (p, res) in enumerate(zip(problems, results, strict=True)):
+            own = Result(x=be.asarray(grid.x), t=be.asarray(grid.t), U=U[b], M=M[b],
+                         converged=bool(out.converged[b]), residual=float(out.residual[b]),
+                         iterations=int(out.iterations[b]), history=out.history.as_dict(),
+                         params=p.params() | {"nx": 31, "nt": 21} | settings | {
+                             "backend": be.name, "device": be.device, "dtype": be.dtype},
+                         timings=timings, backend=be.name, device=be.device, dtype=be.dtype,
+                         observables=p.observables(grid, M[b], be), state_name=p.state_name,
+                         summary=p.summary(grid, {k: np.asarray(v) for k, v in
+                                                  p.observables(grid, M[b], be).items()}),
+                         extra=extras[b])
+            assert (res.dims, res.status, res.params, res.summary, res.extra, res.history) == (
+                own.dims, own.status, own.params, own.summary, own.extra, own.history)
+            assert res.observables.keys() == own.observables.keys()
+            for k in own.observables:
+                np.testing.assert_allclose(np.asarray(res.observables[k]),
+                                           np.asarray(own.observables[k]), rtol=1e-14)
+            assert res.U is not None and float(abs(res.M - M[b]).max()) == 0.0
+            assert res.timings is results[0].timings
+            for mapping in (res.params, res.extra, res.extra["nested"], res.observables):
+                with pytest.raises(TypeError):
+                    mapping["new"] = 1
+            if be.name == "numpy":
+                assert not res.M.flags.writeable and not res.attendance.flags.writeable
+        assert results[1].dims == ("t", "x") and results[3].dims == ("t", "θ")
 
 
 class OwnSummary(mw.SantaFeBar):
@@ -57,7 +122,7 @@ def test_summaries_of_a_batch_equal_each_members_own():
     grid = problems[0].grid(31, 21)
     be = get_backend("numpy")
     Ms = np.random.default_rng(4).random((len(problems), grid.nt + 1, grid.nx))
-    observables = _member_observables(problems, grid, Ms, be)
+    observables, _ = _member_observables(problems, grid, Ms, be)
     host = {k: (list(range(len(problems))), np.stack([o[k] for o in observables]))
             for k in observables[0]}
     together = member_summaries(problems, grid, host)   # each class's rows picked out

@@ -62,6 +62,13 @@ def read_only(array: np.ndarray) -> np.ndarray:
 _KEPT = {float, int, bool, str, type(None), FrozenDict, FrozenList}
 
 
+def complete(mapping: FrozenDict, values: dict[str, Any]) -> None:
+    """Set ``values`` (frozen) in the frozen ``mapping``: only while its maker alone holds it
+    (the timings a batch's members share, completed once they are built and before they are
+    returned)."""
+    dict.update(mapping, {k: freeze(v) for k, v in values.items()})
+
+
 def freeze(value: Any) -> Any:
     """``value`` with every dict a :class:`FrozenDict`, every list a :class:`FrozenList` and
     every NumPy array a read-only view (:func:`read_only`), all the way down (tuples rebuilt
