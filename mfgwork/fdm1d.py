@@ -414,7 +414,7 @@ class FDM1DBatch(Discretization):
                                         initial=start, coarse=self.coarse))
                             for b, (p, start) in enumerate(zip(problems, starts, strict=True))],
                            len(problems), where.record)
-        groups = _coupling_groups(problems, grid, be)
+        groups, couplings = _coupling_groups(problems, grid, be)
         if len(groups) > 1:   # one batch per kind of coupling, one after the other
             starts = per_problem(self.initial, len(problems), batched=True)
             return Members([(group, replace(
@@ -425,7 +425,6 @@ class FDM1DBatch(Discretization):
         warm = initial_state(self.initial, problems, grid, be, batched=True)
         m0 = member_arrays(problems, "initial_density", grid, be)
         U_T = member_arrays(problems, "terminal_cost", grid, be)
-        couplings = [p.coupling(grid, be) for p in problems]
         fd = FiniteDifferences(grid, np.array([[p.nu] for p in problems]), be,
                                hamiltonian=problems[0].hamiltonian,
                                compile_steps=self.compile_steps)
@@ -876,13 +875,14 @@ def _check_batch(problems: Sequence[MFGProblem]) -> list[MFGProblem]:
 
 
 def _coupling_groups(problems: Sequence[MFGProblem], grid: Any, be: Backend
-                     ) -> list[list[int]]:
+                     ) -> tuple[list[list[int]], list[Any]]:
     """Indices of ``problems`` grouped by the kind of their coupling and their Hamiltonian,
-    in first-seen order."""
+    in first-seen order; and the couplings (on ``grid`` and ``be``, one per problem)."""
     groups: dict[tuple, list[int]] = {}
-    for i, p in enumerate(problems):
-        groups.setdefault((type(p.coupling(grid, be)), p.hamiltonian), []).append(i)
-    return list(groups.values())
+    couplings = [p.coupling(grid, be) for p in problems]
+    for i, (p, c) in enumerate(zip(problems, couplings, strict=True)):
+        groups.setdefault((type(c), p.hamiltonian), []).append(i)
+    return list(groups.values()), couplings
 
 
 def _phase_totals(history: Any) -> dict[str, float]:

@@ -22,6 +22,7 @@ from .best_response import batch_residuals_on, residual_on
 from .core.backend import Backend, get_backend
 from .core.compile_clock import book_phase, compile_clock
 from .core.errors import ConvergenceWarning, warn
+from .core.frozen import FrozenDict, freeze
 from .problems.base import MFGProblem
 from .results import Result, updated
 
@@ -69,8 +70,8 @@ def certify_in_float64(results: list[Result], problems: Sequence[MFGProblem], be
                                  f"{res.residual:.3g}, float32 rounding amplified by the "
                                  "coupling")
         status = "converged" if held else ("failed" if res.converged else res.status)
-        changes.append({"residual": residual, "extra": res.extra | {"certificate": record},
-                        "converged": held, "status": status})
+        changes.append({"residual": residual, "converged": held, "status": status,
+                        "extra": FrozenDict(res.extra | {"certificate": freeze(record)})})
     if failed:
         warn(f"the float32 certificate did not hold in float64 for {len(failed)} of "
              f"{len(results)} problems (float64 residual up to {max(failed):.3g} > "

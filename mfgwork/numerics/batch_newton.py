@@ -159,7 +159,7 @@ class MemberPotentials:
         (:attr:`~mfgwork.problems.base.ScalarPotential.any_namespace`) with stacked
         keywords, moved to that device once; else None."""
         stacked = self._stacked_slopes
-        if stacked is None or not all(m.any_namespace for m in self.members):
+        if stacked is None or not self._any_namespace:
             return None
         func, keywords = stacked
         key = (str(z.device), z.dtype)
@@ -170,6 +170,11 @@ class MemberPotentials:
                                       for k, v in keywords.items()}
         on = self._keywords_on[key]
         return func(z, **(on if index is None else {k: v[index] for k, v in on.items()}))
+
+    @cached_property
+    def _any_namespace(self) -> bool:
+        """Whether every member's slope computes in any array namespace."""
+        return all(m.any_namespace for m in self.members)
 
     @cached_property
     def _stacked_slopes(self) -> tuple[Any, dict[str, np.ndarray]] | None:
@@ -190,7 +195,7 @@ def member_potentials(potentials: list[ScalarPotential | None]) -> MemberPotenti
     if not potentials or any(p is None for p in potentials):
         return None
     chi = potentials[0].chi
-    if any(p.chi.shape != chi.shape or not np.array_equal(p.chi, chi)
+    if any(p.chi is not chi and (p.chi.shape != chi.shape or not np.array_equal(p.chi, chi))
            for p in potentials[1:]):
         return None
     return MemberPotentials(chi=chi, members=tuple(potentials))
