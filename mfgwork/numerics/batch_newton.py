@@ -371,6 +371,31 @@ def advance(k, sums, tol, max_halvings, moves, step, mode, t, start, halvings, n
     return residual, change_U, change_M, certificate, running
 
 
+@register_jitable
+def _squares(a, b, old):
+    """(Σ (a − old)², Σ a²) over row b of ``a`` (2-D), in float64."""
+    change = size = 0.0
+    for i in range(a.shape[1]):
+        v = float(a[b, i])
+        change += (v - float(old[b, i])) ** 2
+        size += v * v
+    return change, size
+
+
+@njit(cache=True, nogil=True)
+def host_sums(R, g, U, U_old, M, M_old, F):  # pragma: no cover - compiled
+    """The rows of :meth:`BatchNewton._iteration_sums` (7, B) from host arrays (B, ·) in one
+    pass, summed in float64 (U_old equal to U, M_old to M: no change)."""
+    out = np.zeros((7, R.shape[0]))
+    for b in range(R.shape[0]):
+        out[0, b] = _squares(R, b, R)[1]
+        out[1, b] = _squares(g, b, g)[1]
+        out[2, b], out[3, b] = _squares(U, b, U_old)
+        out[4, b], out[5, b] = _squares(M, b, M_old)
+        out[6, b] = _squares(F, b, F)[1]
+    return out
+
+
 #: Batches of at least this many problems run the compiled :func:`advance` on a device too.
 COMPILED_STEP_FROM = 64
 
@@ -850,12 +875,13 @@ class BatchNewton:
         non-finite."""
         xp = self.backend.xp
         B = R.shape[0]
-        on_host = self.backend.name == "numpy"
+        if self.backend.name == "numpy":   # one compiled pass (a tenth of the array calls' time)
+            first = U_old is None
+            return host_sums(*(a.reshape(B, -1) for a in (
+                R, g, U, U if first else U_old, M, M if first else M_old, F)))
 
         def squares(a: Any) -> Any:
             a = a.reshape(B, -1)
-            if on_host:   # (one dot product per row: two thirds of a product and a sum's time)
-                return (a[:, None, :] @ a[:, :, None])[:, 0, 0]
             total = (a * a).sum(axis=-1)
             return total if total.dtype == R.dtype else xp.astype(total, R.dtype)
 
