@@ -93,13 +93,16 @@ def residual_on(result: Any, problem: MFGProblem, be: Backend) -> float:
     return float(to_numpy(relative_residual(gz, z, be.xp, batched=False))[0])
 
 
-def batch_residuals_on(results: list[Any], problems: list[MFGProblem], be: Backend
-                       ) -> np.ndarray:
+def batch_residuals_on(results: list[Any], problems: list[MFGProblem], be: Backend,
+                       stacked: tuple[Any, Any] | None = None) -> np.ndarray:
     """:func:`residual_on` of finite-difference ``results`` of ``problems`` that share a
     grid, a coupling kind and a Hamiltonian (the members of one batch), computed as one
-    batched best response on ``be`` (e.g. float64 on the device of a float32 batch)."""
+    batched best response on ``be`` (e.g. float64 on the device of a float32 batch).
+    ``stacked``: their (M, U) stacked (B, nt + 1, nx), where the caller holds them (a
+    batch's own arrays, of which the results hold views), else stacked here."""
     xp = be.xp
-    M = be.stack([r.M for r in results])
+    M, U = ((be.stack([r.M for r in results]), be.stack([r.U for r in results]))
+            if stacked is None else (be.asarray(a) for a in stacked))
     grid = problems[0].grid(M.shape[-1], M.shape[-2] - 1)
     coupling = batch_coupling([p.coupling(grid, be) for p in problems], be)
     fd = FiniteDifferences(grid, np.array([[p.nu] for p in problems]), be,
@@ -107,8 +110,7 @@ def batch_residuals_on(results: list[Any], problems: list[MFGProblem], be: Backe
     z = coupling.state(M)
     frozen = frozen_args(coupling, z)
     U = fd.solve_hjb(member_arrays(problems, "terminal_cost", grid, be),
-                     coupling.running_cost(z), be.stack([r.U for r in results]),
-                     *frozen)
+                     coupling.running_cost(z), U, *frozen)
     m0 = member_arrays(problems, "initial_density", grid, be)
     gz = coupling.state(fd.solve_fp(U, m0, *frozen))
     fd.check_newton()

@@ -503,7 +503,8 @@ class FDM1DBatch(Discretization):
         with warnings.catch_warnings():
             if finishing:
                 warnings.simplefilter("ignore", ConvergenceWarning)
-            results = certify_in_float64(results, s.problems, s.backend, s.tol, s.timings)
+            results = certify_in_float64(results, s.problems, s.backend, s.tol, s.timings,
+                                         stacked=(s.out.M, s.out.U))
         if not finishing:
             return results
 

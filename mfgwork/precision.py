@@ -33,7 +33,8 @@ def has_float64(be: Backend) -> bool:
 
 
 def certify_in_float64(results: list[Result], problems: Sequence[MFGProblem], be: Backend,
-                        tol: float, timings: dict[str, float]) -> list[Result]:
+                        tol: float, timings: dict[str, float],
+                        stacked: tuple[Any, Any] | None = None) -> list[Result]:
     """``results`` with the float32 finite-difference ones certified again by one best
     response in float64 (:func:`float64_residuals`: a torch batch at once on its device,
     otherwise in NumPy on the host); ``residual`` becomes the float64 one. A result that
@@ -43,14 +44,15 @@ def certify_in_float64(results: list[Result], problems: Sequence[MFGProblem], be
     a steep price, stays above ``tol``) but whose densities pass in float64 is converged:
     the float64 best response is the stronger check. Nothing is done on MPS (and its
     emulation), which has no float64: there the float32 certificate stands.
-    ``timings["certify"]``: the seconds spent."""
+    ``timings["certify"]``: the seconds spent. ``stacked``: the results' (M, U) stacked
+    (B, nt + 1, nx) where the caller holds them (a batch's own arrays)."""
     if not has_float64(be):
         return results
     started, built = time.perf_counter(), compile_clock()
     checked = [b for b, res in enumerate(results) if res.method == "fdm"]
-    residuals = dict(zip(checked, float64_residuals([results[b] for b in checked],
-                                                     [problems[b] for b in checked], be),
-                         strict=True))
+    residuals = dict(zip(checked, float64_residuals(
+        [results[b] for b in checked], [problems[b] for b in checked], be,
+        stacked if len(checked) == len(results) else None), strict=True))
     failed, changes = [], []
     for b, res in enumerate(results):
         if b not in residuals:
@@ -81,15 +83,16 @@ def certify_in_float64(results: list[Result], problems: Sequence[MFGProblem], be
     return updated(results, changes, timings=timings)   # (one frozen copy, shared)
 
 
-def float64_residuals(results: list[Result], problems: Sequence[MFGProblem], be: Backend
-                       ) -> list[float]:
+def float64_residuals(results: list[Result], problems: Sequence[MFGProblem], be: Backend,
+                      stacked: tuple[Any, Any] | None = None) -> list[float]:
     """The float64 residuals of float32 ``results``: a torch batch as one batched best
-    response in float64 on its device; otherwise one best response each in NumPy float64."""
+    response in float64 on its device (from their (M, U) ``stacked`` where given); otherwise
+    one best response each in NumPy float64."""
     if not results:
         return []
     if be.name == "torch" and len(results) > 1:
         device = get_backend("torch", be.device, "float64")
-        return list(batch_residuals_on(results, list(problems), device))
+        return list(batch_residuals_on(results, list(problems), device, stacked))
     host = get_backend("numpy", "cpu", "float64")
     return [residual_on(res, problem, host) for res, problem in zip(results, problems,
                                                                       strict=True)]
