@@ -350,3 +350,30 @@ def test_fused_iteration_sums_equal_the_generic_ones(monkeypatch):
     assert np.isnan(fused[4:6, 1]).all() and np.isnan(generic[4:6, 1]).all()
     finite = np.isfinite(generic)
     np.testing.assert_allclose(fused[finite], generic[finite], rtol=1e-5)
+
+
+@pytest.mark.parametrize("old", ["both", "U only", "M only", "none"])
+def test_host_iteration_sums_equal_the_array_ones(old):
+    """The NumPy iteration's sums are one compiled pass (:func:`host_sums`); they equal the
+    torch backend's array sums on the same values, with no old U or M, either or both (a
+    change of 0), and a non-finite value shows in its row."""
+    torch = pytest.importorskip("torch")
+    grid = mw.SantaFeBar().grid(41, 40)
+    host, arrays = (BatchNewton(None, grid=grid, nu=np.ones(3), backend=be, tol=1e-8)
+                    for be in (mw.get_backend("numpy"), mw.get_backend("torch", "cpu")))
+    rng = np.random.default_rng(1)
+    R, g = (rng.random((3, 40)) for _ in range(2))
+    U, U_old, M, M_old, F = (rng.random((3, 41, 41)) for _ in range(5))
+    U_old = U_old if old in ("both", "U only") else None
+    M_old = M_old if old in ("both", "M only") else None
+    U[2, 5, 6] = np.inf
+    args = (R, g, U, U_old, M, M_old, F)
+    compiled = host._iteration_sums(*args)
+    reference = arrays._iteration_sums(*(None if a is None else torch.from_numpy(a)
+                                         for a in args))
+    assert not np.isfinite(compiled[3, 2])
+    finite = np.isfinite(reference)
+    assert (np.isfinite(compiled) == finite).all()
+    np.testing.assert_allclose(compiled[finite], reference[finite], rtol=1e-13)
+    if U_old is None:
+        assert (compiled[2] == 0).all()

@@ -372,27 +372,29 @@ def advance(k, sums, tol, max_halvings, moves, step, mode, t, start, halvings, n
 
 
 @register_jitable
-def _squares(a, b, old):
-    """(Σ (a − old)², Σ a²) over row b of ``a`` (2-D), in float64."""
+def _squares(a, b, old, changed):
+    """(Σ (a − old)² (0 where not ``changed``), Σ a²) over row b of ``a`` (2-D), in float64."""
     change = size = 0.0
     for i in range(a.shape[1]):
         v = float(a[b, i])
-        change += (v - float(old[b, i])) ** 2
+        if changed:
+            change += (v - float(old[b, i])) ** 2
         size += v * v
     return change, size
 
 
 @njit(cache=True, nogil=True)
-def host_sums(R, g, U, U_old, M, M_old, F):  # pragma: no cover - compiled
+def host_sums(R, g, U, U_old, M, M_old, F, U_changed, M_changed):  # pragma: no cover
     """The rows of :meth:`BatchNewton._iteration_sums` (7, B) from host arrays (B, ·) in one
-    pass, summed in float64 (U_old equal to U, M_old to M: no change)."""
+    pass, summed in float64 (the change of U or M 0 where not ``U_changed``, ``M_changed``:
+    no old array)."""
     out = np.zeros((7, R.shape[0]))
     for b in range(R.shape[0]):
-        out[0, b] = _squares(R, b, R)[1]
-        out[1, b] = _squares(g, b, g)[1]
-        out[2, b], out[3, b] = _squares(U, b, U_old)
-        out[4, b], out[5, b] = _squares(M, b, M_old)
-        out[6, b] = _squares(F, b, F)[1]
+        out[0, b] = _squares(R, b, R, False)[1]
+        out[1, b] = _squares(g, b, g, False)[1]
+        out[2, b], out[3, b] = _squares(U, b, U_old, U_changed)
+        out[4, b], out[5, b] = _squares(M, b, M_old, M_changed)
+        out[6, b] = _squares(F, b, F, False)[1]
     return out
 
 
@@ -493,14 +495,22 @@ def batch_mask(mask: np.ndarray, like: Any, backend: Backend) -> Any:
                               mask.shape + (1,) * (like.ndim - 1))
 
 
+def where_rows(mask: np.ndarray, new: dict, old: dict, backend: Backend) -> dict:
+    """{k: new[k] in the rows (problems) of the host ``mask`` (B,), old[k] elsewhere} for
+    batched arrays of any shapes, the mask moved to the backend once."""
+    xp = backend.xp
+    first = next(iter(new.values()))
+    rows = on_backend(mask, first, backend)
+    return {k: xp.where(xp.reshape(rows, mask.shape + (1,) * (a.ndim - 1)), a, old[k])
+            for k, a in new.items()}
+
+
 def keep_where(kept: dict, mask: np.ndarray, U: Any, M: Any, backend: Backend) -> dict:
     """The kept iterates {"U", "M"}: the new U, M for the problems of ``mask``, the kept ones
     elsewhere (all new where none is kept yet)."""
-    xp = backend.xp
     if kept["U"] is None or mask.all():
         return {"U": U, "M": M}
-    return {"U": xp.where(batch_mask(mask, U, backend), U, kept["U"]),
-            "M": xp.where(batch_mask(mask, M, backend), M, kept["M"])}
+    return where_rows(mask, {"U": U, "M": M}, kept, backend)
 
 
 def newton_refusal(hamiltonian: Hamiltonian) -> str | None:
@@ -859,13 +869,9 @@ class BatchNewton:
         return np.asarray(to_numpy(m), dtype=np.float64)
 
     def _accept(self, cur: dict, mask: np.ndarray, z: Any, R: Any, U: Any, M: Any) -> dict:
-        xp = self.backend.xp
         if cur["R"] is None or mask.all():
             return {"z": z, "R": R, "U": U, "M": M}
-        return {"z": xp.where(batch_mask(mask, z, self.backend), z, cur["z"]),
-                "R": xp.where(batch_mask(mask, R, self.backend), R, cur["R"]),
-                "U": xp.where(batch_mask(mask, U, self.backend), U, cur["U"]),
-                "M": xp.where(batch_mask(mask, M, self.backend), M, cur["M"])}
+        return where_rows(mask, {"z": z, "R": R, "U": U, "M": M}, cur, self.backend)
 
     def _iteration_sums(self, R: Any, g: Any, U: Any, U_old: Any, M: Any, M_old: Any,
                         F: Any) -> np.ndarray:
@@ -876,9 +882,9 @@ class BatchNewton:
         xp = self.backend.xp
         B = R.shape[0]
         if self.backend.name == "numpy":   # one compiled pass (a tenth of the array calls' time)
-            first = U_old is None
             return host_sums(*(a.reshape(B, -1) for a in (
-                R, g, U, U if first else U_old, M, M if first else M_old, F)))
+                R, g, U, U if U_old is None else U_old, M, M if M_old is None else M_old, F)),
+                U_old is not None, M_old is not None)
 
         def squares(a: Any) -> Any:
             a = a.reshape(B, -1)
@@ -902,10 +908,11 @@ class BatchNewton:
         """z + t d (trials; ``step``: t, 0 elsewhere), Φ(z) = z + R (the problems of
         ``certify``, None: none), z (finished problems)."""
         z = cur["z"]
-        trial = coupling.project(z + on_backend(step, z, self.backend, z.dtype)[:, None] * d)
         if certify is None:
-            return trial
-        return self.backend.xp.where(batch_mask(certify, z, self.backend), z + cur["R"], trial)
+            return coupling.project(z + on_backend(step, z, self.backend, z.dtype)[:, None] * d)
+        t, certifying = on_backend(np.stack([step, certify]), z, self.backend, z.dtype)   # (one
+        trial = coupling.project(z + t[:, None] * d)                                   # copy)
+        return self.backend.xp.where(certifying[:, None] > 0, z + cur["R"], trial)
 
     def _directions(self, d: Any, mask: np.ndarray, cur: dict, rel: np.ndarray) -> Any:
         """d = S⁻¹ Σ (S D S + Σ)⁻¹ S R for the problems of ``mask`` (others keep theirs;
