@@ -1053,4 +1053,4 @@ class BatchNewton:
                           nu[i:i + chunk],
                           m[i:i + chunk] if m is not None and m.ndim == 3 else m)
                  for i in range(0, idx.size, chunk)]
-        return torch.cat(parts)
+        return parts[0] if len(parts) == 1 else torch.cat(parts)

@@ -34,6 +34,7 @@ part once per level for all directions of the block. :data:`LAYOUT` is the defau
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from ...problems.hamiltonians import Hamiltonian
@@ -186,7 +187,23 @@ def _model(hamiltonian: Hamiltonian) -> Any:
 
 
 def chunk_rows(v: Any, P: int, log_c: int) -> Any:
-    """The vector v (nx,) padded with zeros to P·2^log_c rows, chunk-major."""
+    """The vector v (nx,) padded with zeros to P·2^log_c rows, chunk-major (kept while v
+    lives: the χ of a batch's every Jacobian is one tensor)."""
+    key = id(v)   # (tensors compare by value: no weak-keyed dict; the entry dies with v)
+    entry = _CHUNKED.get(key)
+    if entry is None or entry[0]() is not v:
+        entry = _CHUNKED[key] = (weakref.ref(v, lambda _, k=key: _CHUNKED.pop(k, None)), {})
+    kept = entry[1]
+    if (P, log_c) not in kept:
+        kept[P, log_c] = _chunked(v, P, log_c)
+    return kept[P, log_c]
+
+
+#: :func:`chunk_rows` of each live vector (by id), per (P, log_c)
+_CHUNKED: dict[int, tuple[Any, dict[tuple[int, int], Any]]] = {}
+
+
+def _chunked(v: Any, P: int, log_c: int) -> Any:
     import torch
 
     rows = P << log_c
