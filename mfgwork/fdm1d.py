@@ -921,7 +921,8 @@ def _results(problems: Sequence[MFGProblem], grid: Any, be: Backend, out: FixedP
               "method": settings["method"]}
     U_views, M_views = (list(freeze(a)) for a in (Us, Ms))   # (read-only views, one call)
     firsts: dict[str, Result] = {}   # {state name: its first member, built in full}
-    bases, changes = [], []
+    results: list[Result | None] = []
+    copied: list[tuple[int, Result, dict[str, Any]]] = []   # (position, first, own fields)
     for b, p in enumerate(problems):
         params = freeze(p.params()) | shared   # (a plain dict of frozen values)
         floor = extras[b].get("reachable_tol")
@@ -935,12 +936,18 @@ def _results(problems: Sequence[MFGProblem], grid: Any, be: Backend, out: FixedP
                   "iterations": int(iterations[b]), "params": FrozenDict(params),
                   "observables": freeze(observables[b]), "summary": freeze(summaries[b]),
                   "extra": freeze(extras[b])}
-        if p.state_name not in firsts:
-            firsts[p.state_name] = Result(**common, **change, state_name=p.state_name)
-            common = {k: getattr(firsts[p.state_name], k) for k in common}   # (frozen once)
-        bases.append(firsts[p.state_name])
-        changes.append(change)
-    return updated(bases, changes)
+        first = firsts.get(p.state_name)
+        if first is None:
+            first = firsts[p.state_name] = Result(**common, **change, state_name=p.state_name)
+            common = {k: getattr(first, k) for k in common}   # (frozen once)
+            results.append(first)
+        else:
+            results.append(None)
+            copied.append((b, first, change))
+    for (b, _, _), res in zip(copied, updated([c[1] for c in copied], [c[2] for c in copied]),
+                              strict=True):
+        results[b] = res
+    return results
 
 
 def _member_observables(problems: Sequence[MFGProblem], grid: Any, Ms: Any, be: Backend
