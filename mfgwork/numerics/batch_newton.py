@@ -91,6 +91,7 @@ from .fdm.operators import CURVATURE_FLOOR, QUADRATIC
 from .fdm.tangent import newton_direction, tangent_product
 from .iteration import FixedPointResult, History, evaluator, fused_norms, record_times
 from .potential import TangentOperands, product_operands, scaling
+from .recorded_evaluation import RecordedEvaluation, recorded_sweeps
 
 TRIAL, CERTIFY, DONE = 0, 1, 2
 ARMIJO = 2e-4
@@ -554,6 +555,10 @@ class _Solve:
     k: int = 0
     history: History = field(default_factory=History)
     stamps: list[tuple] = field(default_factory=list)
+    #: the evaluations recorded as a CUDA graph (:mod:`.recorded_evaluation`; None: eager)
+    recorded: RecordedEvaluation | None = None
+    #: the sweeps of ``recorded``, which count its HJB Newton iterations
+    sweeps: Any = None
 
 
 @dataclass
@@ -659,6 +664,9 @@ class BatchNewton:
         #: whether the float64 certificate floors of problems stopped above ``tol`` are
         #: computed (False where ``tol`` is an inner tolerance, :mod:`.frozen_density`)
         self.floors = True
+        #: whether the evaluations of a device batch on a coarse grid are recorded as a CUDA
+        #: graph and replayed (:mod:`.recorded_evaluation`)
+        self.record_evaluations = True
 
     @property
     def matrix_free(self) -> bool:
@@ -693,6 +701,12 @@ class BatchNewton:
                          tol=np.full(B, self.tol, dtype=np.float64), running=B,
                          halving_limit=np.full(B, self.max_halvings, dtype=np.int64),
                          moves=np.zeros((4, B), dtype=bool), step=np.zeros(B), w=w)
+        sweeps = (recorded_sweeps(hjb, fp, be, nt + 1, self.grid.nx, B)
+                  if self.record_evaluations else None)
+        if sweeps is not None:
+            s.solve.sweeps = sweeps
+            s.solve.recorded = RecordedEvaluation(partial(
+                self._evaluate_and_sum, coupling, sweeps, system.U_T, system.m0))
         return s
 
     def done(self, s: _NewtonState) -> bool:
@@ -705,9 +719,17 @@ class BatchNewton:
         be, run = self.backend, s.solve
         k = run.k = run.k + 1
         t0 = be.stamp()
-        F, U_w, M_w, g_w, (t1, t2, t3) = run.evaluate(run.w, s.cur["U"])
-        R_w = g_w - run.w
-        sums = self._iteration_sums(R_w, g_w, U_w, s.cur["U"], M_w, s.cur["M"], F)
+        if run.recorded is not None and s.cur["U"] is not None and s.cur["M"] is not None:
+            t1 = be.stamp()   # (a replay's time is booked as HJB's)
+            U_w, M_w, g_w, R_w, sums, status = run.recorded(run.w, s.cur["U"], s.cur["M"])
+            t2 = t3 = be.stamp()
+            read = to_numpy(be.xp.concat([sums, be.xp.astype(status, sums.dtype)]))
+            run.sweeps.count_newton(read[7:].astype(np.int64))
+            sums = read[:7].astype(np.float64)
+        else:
+            F, U_w, M_w, g_w, (t1, t2, t3) = run.evaluate(run.w, s.cur["U"])
+            R_w = g_w - run.w
+            sums = self._iteration_sums(R_w, g_w, U_w, s.cur["U"], M_w, s.cur["M"], F)
         if not np.isfinite(sums).all():
             raise SolverError(f"non-finite values at iteration {k} of Newton's method on "
                               "the coupling state: the iteration diverged")
@@ -879,12 +901,19 @@ class BatchNewton:
         (an old array None: no change), in the one host read of an iteration. Each is a
         sum of squares; a non-finite value anywhere in U, M or F (or R, g) makes its row
         non-finite."""
-        xp = self.backend.xp
         B = R.shape[0]
         if self.backend.name == "numpy":   # one compiled pass (a tenth of the array calls' time)
             return host_sums(*(a.reshape(B, -1) for a in (
                 R, g, U, U if U_old is None else U_old, M, M if M_old is None else M_old, F)),
                 U_old is not None, M_old is not None)
+        return to_numpy(self._sums_on_backend(R, g, U, U_old, M, M_old, F)).astype(np.float64)
+
+    def _sums_on_backend(self, R: Any, g: Any, U: Any, U_old: Any, M: Any, M_old: Any,
+                         F: Any) -> Any:
+        """The rows of :meth:`_iteration_sums` (7, B) as an array of the backend, in R's
+        dtype."""
+        xp = self.backend.xp
+        B = R.shape[0]
 
         def squares(a: Any) -> Any:
             a = a.reshape(B, -1)
@@ -901,7 +930,19 @@ class BatchNewton:
             else:
                 rows += [0.0 * rows[0] if old is None else squares(new - old), squares(new)]
         rows.append(squares(F))
-        return to_numpy(xp.reshape(xp.concat(rows), (len(rows), B))).astype(np.float64)
+        return xp.reshape(xp.concat(rows), (len(rows), B))
+
+    def _evaluate_and_sum(self, coupling: Any, sweeps: Any, U_T: Any, m0: Any, w: Any,
+                          U: Any, M: Any) -> tuple[Any, ...]:
+        """The evaluation that :mod:`.recorded_evaluation` records: the best response at w
+        seeded by U (fused sweeps, their Newton status left on the device), R = g − w and
+        the iteration's sums against U and M."""
+        F = coupling.running_cost(w)
+        U_w, status = sweeps.hjb_with_status(U_T, F, U)
+        M_w = sweeps.solve_fp(U_w, m0)
+        g = coupling.state(M_w)
+        R = g - w
+        return U_w, M_w, g, R, self._sums_on_backend(R, g, U_w, U, M_w, M, F), status
 
     def _next_points(self, step: np.ndarray, certify: np.ndarray | None, cur: dict, d: Any,
                      coupling: Any) -> Any:

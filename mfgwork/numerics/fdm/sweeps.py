@@ -237,20 +237,27 @@ class FiniteDifferences:
 
     def _hjb_fused(self, U_T: Any, F: Any, guess: Any | None, density: Any | None = None
                    ) -> Any:
-        from . import triton_sweeps
-
         self.check_newton()  # the previous sweep's flags (read without a wait by now)
         single = F.ndim == 2
         if single:
             U_T, F, guess = U_T[None], F[None], None if guess is None else guess[None]
-        g = self.grid
-        U, status = triton_sweeps.hjb_sweep(U_T, F, guess, self._nu_per_problem(F.shape[0]),
-                                            g.h, g.dt, self.inv_hw, self.inv_w,
-                                            self.newton_tol, MAX_NEWTON,
-                                            model=triton_sweeps.model_kernels(self.hamiltonian),
-                                            x=self.x, density=density)
+        U, status = self.hjb_with_status(U_T, F, guess, density)
         self._pending.append(_start_copy(status))
         return U[0] if single else U
+
+    def hjb_with_status(self, U_T: Any, F: Any, guess: Any | None, density: Any | None = None
+                        ) -> tuple[Any, Any]:
+        """The fused HJB sweep of a batch (B, ·) and its Newton status (2, B) left where it is,
+        read by nothing here: its reader passes it to :meth:`count_newton` (a recorded
+        evaluation reads it with its sums, :mod:`..recorded_evaluation`)."""
+        from . import triton_sweeps
+
+        g = self.grid
+        return triton_sweeps.hjb_sweep(U_T, F, guess, self._nu_per_problem(F.shape[0]), g.h,
+                                       g.dt, self.inv_hw, self.inv_w, self.newton_tol,
+                                       MAX_NEWTON,
+                                       model=triton_sweeps.model_kernels(self.hamiltonian),
+                                       x=self.x, density=density)
 
     def check_newton(self) -> None:
         """Read the fused sweeps' Newton flags and counts; raise :class:`SolverError` if a
@@ -260,14 +267,20 @@ class FiniteDifferences:
         for status, event in pending:
             if event is not None:
                 event.synchronize()
-            bad, iterations = np.asarray(status)
-            self.newton_iterations += int(iterations.max())
-            if (bad >= 0).any():
-                b = int(np.argmax(bad >= 0))
-                where = f" for problem {b} of the batch" if bad.size > 1 else ""
-                raise SolverError(f"HJB Newton did not converge at time step n={bad[b]} "
-                                  f"(t={self.grid.t[bad[b]]:.6g}){where} in {MAX_NEWTON} "
-                                  "iterations")
+            self.count_newton(np.asarray(status))
+
+    def count_newton(self, status: np.ndarray) -> None:
+        """Count the Newton iterations of a fused sweep's host ``status`` (2, B) (row 0: the
+        first time step that did not converge, −1 where all did; row 1: the iterations);
+        :class:`SolverError` where a time step did not converge."""
+        bad, iterations = status
+        self.newton_iterations += int(iterations.max())
+        if (bad >= 0).any():
+            b = int(np.argmax(bad >= 0))
+            where = f" for problem {b} of the batch" if bad.size > 1 else ""
+            raise SolverError(f"HJB Newton did not converge at time step n={bad[b]} "
+                              f"(t={self.grid.t[bad[b]]:.6g}){where} in {MAX_NEWTON} "
+                              "iterations")
 
     def _nu_per_problem(self, batch: int) -> Any:
         """ν as a (batch,) array of the backend (one value per problem)."""
