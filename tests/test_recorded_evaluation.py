@@ -79,7 +79,6 @@ def test_recorded_iterations_give_the_eager_results(fused, monkeypatch, dtype):
         for name in ("U", "M"):
             assert torch.equal(torch.as_tensor(getattr(a, name)),
                                torch.as_tensor(getattr(b, name)))
-    assert recorded[0].timings["fp"] < eager[0].timings["fp"]   # (a replay books HJB only)
 
 
 def test_only_coarse_device_batches_of_fused_sweeps_are_recorded():
