@@ -296,10 +296,11 @@ SECTIONS: list[Section] = [
         LATENCY_COLUMNS, rows=_latency_rows, bars="after_s", label=("case",)),
     Section(
         "outside_loop_h200.json", "1024 points on one GPU: the batch and the scan (H200)",
-        "A 32 × 32 Santa Fe box at 201² (`benchmarks/outside_loop.py --device cuda --rounds 3 "
-        "--repeats 3`, `before` and `after` the code of the file's note: a batch's Results "
-        "built as copies of one checked member, its float64 certificate from its own stacked "
-        "arrays, fewer host operations and transfers per Newton step; each process freezes "
+        "A 32 × 32 Santa Fe box at 201² (`benchmarks/outside_loop.py --device cuda --rounds 2 "
+        "--repeats 3`, `before` and `after` the code of the file's note: the coarse stage's "
+        "Newton iterations evaluated by a recorded CUDA graph, a batch's Results built as "
+        "copies of one checked member, its float64 certificate from its own stacked arrays, "
+        "fewer host operations and transfers per Newton step; each process freezes "
         "its warm-up's leftovers out of "
         "CPython's full collections, which otherwise add 0.24–0.31 s to a run at random): "
         "`easy` threshold 0.3–0.9 × σ 0.3–1.0, `hard` threshold 0.2–0.9 × ε 0.001–0.1 at "
