@@ -4,7 +4,8 @@ The method of :mod:`.potential` (R(z) = Φ(z) − z on the observed path z, the 
 −S⁻¹ (S D S + I) S with S = diag(√−P'), D the exact tangent Jacobian of the scheme, Armijo's
 backtracking on ½‖R‖²) run as the main iteration from the first iterate on, for a leading axis
 of independent problems (a single solve is a batch of one). Every iteration is one batched
-best response; what it evaluates differs per problem:
+best response (on CUDA, for a coarse grid's batch, replayed from a recorded CUDA graph from the
+second iteration on: :mod:`.recorded_evaluation`); what it evaluates differs per problem:
 
 - a *trial* point z + t d of the line search: accepted when ‖R‖² ≤ (1 − 2·10⁻⁴ t)‖R(z)‖²,
   else t shrinks (quadratic interpolation, by 2 to 10; after ``max_halvings`` refusals the
