@@ -719,14 +719,13 @@ class BatchNewton:
         moves it asks for (keep, accept, new directions) and the next points."""
         be, run = self.backend, s.solve
         k = run.k = run.k + 1
-        t0 = be.stamp()
+        t0, status = be.stamp(), None
         if run.recorded is not None and s.cur["U"] is not None and s.cur["M"] is not None:
             t1 = be.stamp()   # (a replay's time is booked as HJB's)
             U_w, M_w, g_w, R_w, sums, status = run.recorded(run.w, s.cur["U"], s.cur["M"])
             t2 = t3 = be.stamp()
             read = to_numpy(be.xp.concat([sums, be.xp.astype(status, sums.dtype)]))
-            run.sweeps.count_newton(read[7:].astype(np.int64))
-            sums = read[:7].astype(np.float64)
+            sums, status = read[:7].astype(np.float64), read[7:]
         else:
             F, U_w, M_w, g_w, (t1, t2, t3) = run.evaluate(run.w, s.cur["U"])
             R_w = g_w - run.w
@@ -734,6 +733,8 @@ class BatchNewton:
         if not np.isfinite(sums).all():
             raise SolverError(f"non-finite values at iteration {k} of Newton's method on "
                               "the coupling state: the iteration diverged")
+        if status is not None:   # (as the eager sweeps' flags, read after the sums)
+            run.sweeps.count_newton(status.astype(np.int64))
         advance_all = state_machine(be, run.step.size)
         residual, change_U, change_M, certificate, run.running = advance_all(
             k, sums, run.tol, run.halving_limit, run.moves, run.step, *s.host())
