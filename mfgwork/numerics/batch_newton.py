@@ -665,9 +665,6 @@ class BatchNewton:
         #: whether the float64 certificate floors of problems stopped above ``tol`` are
         #: computed (False where ``tol`` is an inner tolerance, :mod:`.frozen_density`)
         self.floors = True
-        #: whether the evaluations of a device batch on a coarse grid are recorded as a CUDA
-        #: graph and replayed (:mod:`.recorded_evaluation`)
-        self.record_evaluations = True
 
     @property
     def matrix_free(self) -> bool:
@@ -702,9 +699,8 @@ class BatchNewton:
                          tol=np.full(B, self.tol, dtype=np.float64), running=B,
                          halving_limit=np.full(B, self.max_halvings, dtype=np.int64),
                          moves=np.zeros((4, B), dtype=bool), step=np.zeros(B), w=w)
-        sweeps = (recorded_sweeps(hjb, fp, be, nt + 1, self.grid.nx, B)
-                  if self.record_evaluations else None)
-        if sweeps is not None:
+        sweeps = recorded_sweeps(hjb, fp, be, nt + 1, self.grid.nx, B)
+        if sweeps is not None:   # (a coarse device batch: :mod:`.recorded_evaluation`)
             s.solve.sweeps = sweeps
             s.solve.recorded = RecordedEvaluation(partial(
                 self._evaluate_and_sum, coupling, sweeps, system.U_T, system.m0))
@@ -953,8 +949,9 @@ class BatchNewton:
         z = cur["z"]
         if certify is None:
             return coupling.project(z + on_backend(step, z, self.backend, z.dtype)[:, None] * d)
-        t, certifying = on_backend(np.stack([step, certify]), z, self.backend, z.dtype)   # (one
-        trial = coupling.project(z + t[:, None] * d)                                   # copy)
+        # the steps and the certifying problems in one copy to the backend
+        t, certifying = on_backend(np.stack([step, certify]), z, self.backend, z.dtype)
+        trial = coupling.project(z + t[:, None] * d)
         return self.backend.xp.where(certifying[:, None] > 0, z + cur["R"], trial)
 
     def _directions(self, d: Any, mask: np.ndarray, cur: dict, rel: np.ndarray) -> Any:

@@ -4,9 +4,9 @@ At coarse grids a batch's Newton iteration on a GPU costs the host's launches ra
 GPU's work: the running cost, the fused HJB and FP sweeps, the observed state, the residual
 and the iteration's sums are a few dozen small launches, measured on an H200 (1024 Santa Fe
 problems at 51², float32) at 1.6 ms of host time an iteration (a tiny torch operation took
-14 µs of it, a Triton launch 62 µs). From
-the second iteration on, every evaluation has the same shapes and is seeded by the current U
-(:meth:`~.batch_newton.BatchNewton.step`), so it is recorded there
+14 µs of it, a Triton launch 62 µs). From the second iteration on, every evaluation has the
+same shapes and is seeded by the current U (:meth:`~.batch_newton.BatchNewton.step`), so it
+is recorded there
 (:class:`~mfgwork.core.cuda_graphs.GraphedCall`, its first replay checked bitwise against
 the eager evaluation by :func:`~mfgwork.core.cuda_graphs.record_checked`, which falls back to
 eager evaluations with a RuntimeWarning where they differ) and replayed after. The HJB
