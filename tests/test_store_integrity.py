@@ -537,9 +537,11 @@ def test_a_float32_scan_writes_and_opens_its_store(tmp_path):
 def test_block_record_digests_pieces_in_parallel_and_earlier_records_still_verify(
         store, monkeypatch):
     """A block record holds BLAKE2b of each array's dtype and shape and of its pieces'
-    digests (computed on several threads); a record of plain digests (what earlier versions
-    wrote) is still checked as such."""
+    CRC-32 (computed on several threads); records of the earlier kinds (plain BLAKE2b, and
+    BLAKE2b of the pieces' BLAKE2b) are still checked as such, and a changed value fails
+    each kind."""
     import hashlib
+    import zlib
 
     from mfgwork.workflows import scan_check
     from mfgwork.workflows.scan_check import block_record, check_store, parse_record
@@ -550,26 +552,35 @@ def test_block_record_digests_pieces_in_parallel_and_earlier_records_still_verif
                                digest_size=8).hexdigest()
 
     a = np.random.default_rng(5).random((3, 7, 5)).astype(np.float32)   # 420 bytes
-    raw = a.tobytes()
-    pieces = b"".join(hashlib.blake2b(raw[k: k + 64], digest_size=16).digest()
+    raw, head = a.tobytes(), f"{a.dtype.str}{a.shape}".encode()
+    crcs = b"".join(zlib.crc32(raw[k: k + 64]).to_bytes(4, "little")
+                    for k in range(0, len(raw), 64))
+    blakes = b"".join(hashlib.blake2b(raw[k: k + 64], digest_size=16).digest()
                       for k in range(0, len(raw), 64))
-    expected = hashlib.blake2b(f"{a.dtype.str}{a.shape}".encode() + pieces, digest_size=8)
     with monkeypatch.context() as patched:   # many pieces, several threads
+        patched.setattr(scan_check, "CRC_PIECE_BYTES", 64)
         patched.setattr(scan_check, "PIECE_BYTES", 64)
-        assert parse_record(block_record({"M": a}))["M"] == "p" + expected.hexdigest()
+        assert parse_record(block_record({"M": a}))["M"] == \
+            "c" + hashlib.blake2b(head + crcs, digest_size=8).hexdigest()
+        assert scan_check.value_digest(a, "p") == \
+            "p" + hashlib.blake2b(head + blakes, digest_size=8).hexdigest()
+    with pytest.raises(ValueError, match="kind='x'"):
+        scan_check.value_digest(a, "x")
 
     mw.scan(mw.SantaFeBar, GRID, store=store, **KW)
     group = zarr.open_group(str(store), mode="r+")
     names = set(parse_record(group["digest"][BLOCK][0, 0]))
     assert scan_check.value_digest(group["M"][BLOCK]) == plain(group["M"][BLOCK])
-    earlier = ";".join(f"{name}={scan_check.value_digest(group[name][BLOCK])}"
-                       for name in sorted(names))
-    group["digest"][BLOCK] = np.full((1, 2), earlier, dtype=object)
-    check = check_store(store)
-    assert check.finished.all() and check.damaged == []
     M = group["M"][BLOCK]
-    group["M"][BLOCK] = M * 1.0001
-    assert [d.region for d in check_store(store).damaged] == [BLOCK]
+    for kind in ("", "p"):
+        group["M"][BLOCK] = M
+        earlier = ";".join(f"{name}={scan_check.value_digest(group[name][BLOCK], kind)}"
+                           for name in sorted(names))
+        group["digest"][BLOCK] = np.full((1, 2), earlier, dtype=object)
+        check = check_store(store)
+        assert check.finished.all() and check.damaged == [], kind
+        group["M"][BLOCK] = M * 1.0001
+        assert [d.region for d in check_store(store).damaged] == [BLOCK], kind
 
 
 def test_a_write_leaves_zarr_configuration_as_it_was(store):

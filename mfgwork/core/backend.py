@@ -311,31 +311,35 @@ STAGED_FROM = 1 << 24
 HOST_COPY_THREADS = 8
 
 
-def to_numpy(a: Any) -> Any:
-    """Any backend array (NumPy, torch on any device) as a NumPy array; other objects as given."""
+def to_numpy(a: Any, *, transient: bool = False) -> Any:
+    """Any backend array (NumPy, torch on any device) as a NumPy array; other objects as given.
+    ``transient``: the array is read and dropped soon (written to a store): a large CUDA
+    tensor then comes as its page-locked copy itself (:func:`_from_cuda`), whose memory
+    torch's caching host allocator takes back once the array is freed."""
     if isinstance(a, np.ndarray):
         return a
     if "torch" in sys.modules and isinstance(a, sys.modules["torch"].Tensor):
         a = a.detach()
         if a.device.type == "cuda" and a.numel() * a.element_size() >= STAGED_FROM:
-            return _from_cuda(a)
+            return _from_cuda(a, transient)
         return a.to("cpu").numpy()
     if isinstance(a, (list, tuple, float, int, np.generic)):
         return np.asarray(a)
     return a
 
 
-def _from_cuda(a: Any) -> np.ndarray:
+def _from_cuda(a: Any, transient: bool = False) -> np.ndarray:
     """A large CUDA tensor as a new NumPy array: one copy into page-locked host memory
-    (torch's caching host allocator keeps it for the next), then :func:`copy_in_threads`.
-    On an H100 host, 528 MB: 0.51 s by ``.cpu()`` (1.0 GB/s: the driver's copy through its
-    own staging buffer into pages touched for the first time, on one thread), 0.05 s so once
-    the page-locked memory is allocated (its first allocation costs about as much as
-    ``.cpu()``)."""
+    (torch's caching host allocator keeps it for the next), then :func:`copy_in_threads`
+    unless ``transient`` (the page-locked copy is returned: an H200 host copied 330 MB out of
+    it in 25 ms). On an H100 host, 528 MB: 0.51 s by ``.cpu()`` (1.0 GB/s: the driver's copy
+    through its own staging buffer into pages touched for the first time, on one thread),
+    0.05 s so once the page-locked memory is allocated (its first allocation costs about as
+    much as ``.cpu()``)."""
     torch = sys.modules["torch"]
     staged = torch.empty(a.shape, dtype=a.dtype, pin_memory=True)
     staged.copy_(a)
-    return copy_in_threads(staged.numpy())
+    return staged.numpy() if transient else copy_in_threads(staged.numpy())
 
 
 def from_host(a: np.ndarray, device: Any) -> Any:

@@ -75,13 +75,15 @@ def check_real(name: str, value: object, *, low: float | None = None,
             bounds.append(f"{'<' if high_open else '<='} {high:g}")
         return "a finite real number" + (" " + " and ".join(bounds) if bounds else "")
 
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise ParameterError(f"{name}={_describe(value)} is invalid: must be {allowed()}")
-    try:
-        v = float(value)
-    except OverflowError:  # an integer beyond the range of float64
-        raise ParameterError(f"{name}={_short(value)} is invalid: must be {allowed()} "
-                             "(it is beyond the range of float64)") from None
+    v = value
+    if type(v) is not float:   # (a float needs neither the ABC's look-up nor a cast)
+        if isinstance(value, bool) or not isinstance(value, Real):
+            raise ParameterError(f"{name}={_describe(value)} is invalid: must be {allowed()}")
+        try:
+            v = float(value)
+        except OverflowError:  # an integer beyond the range of float64
+            raise ParameterError(f"{name}={_short(value)} is invalid: must be {allowed()} "
+                                 "(it is beyond the range of float64)") from None
     ok = math.isfinite(v)
     if ok and low is not None:
         ok = v > low if low_open else v >= low

@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import errno
+import functools
 import json
 import os
 import platform
@@ -569,14 +570,21 @@ def write_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> None
 
 def provenance() -> dict[str, Any]:
     """Versions of Python and of :data:`PACKAGES` (None where not installed), and the host."""
-    versions: dict[str, str | None] = {"python": sys.version.split()[0]}
+    return {"versions": {"python": sys.version.split()[0]} | dict(_installed()),
+            "platform": platform.platform(), "machine": platform.machine()}
+
+
+@functools.cache
+def _installed() -> tuple[tuple[str, str | None], ...]:
+    """(package, installed version) of :data:`PACKAGES`, read once a process: reading the
+    metadata of fourteen packages took 15–24 ms, what a scan's store took to write."""
+    versions = []
     for pkg in PACKAGES:
         try:
-            versions[pkg] = metadata.version(pkg)
+            versions.append((pkg, metadata.version(pkg)))
         except metadata.PackageNotFoundError:
-            versions[pkg] = None
-    return {"versions": versions, "platform": platform.platform(),
-            "machine": platform.machine()}
+            versions.append((pkg, None))
+    return tuple(versions)
 
 
 # -- reading ---------------------------------------------------------------------------------

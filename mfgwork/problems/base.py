@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -68,7 +69,7 @@ class MFGProblem:
             if not callable(getattr(self, name)):
                 raise ParameterError(f"{name}={getattr(self, name)!r} is invalid: must be a "
                                      "callable taking arrays of the active backend")
-        check_hamiltonian(self.hamiltonian, np.linspace(self.x_min, self.x_max, 201))
+        check_hamiltonian(self.hamiltonian, _check_nodes(self.x_min, self.x_max))
 
     @property
     def nu(self) -> float:
@@ -191,6 +192,16 @@ def warn_unresolved(problems: Sequence[Any], grid: Any) -> None:
     reasons = dict.fromkeys(r for p in problems for r in p.unresolved(grid))
     for reason in reasons:
         warn(reason, ResolutionWarning)
+
+
+
+@lru_cache(maxsize=64)
+def _check_nodes(x_min: float, x_max: float) -> np.ndarray:
+    """The 201 nodes of [x_min, x_max] a problem's Hamiltonian is checked on (read-only, made
+    once per domain: a scan builds a problem per point on one domain)."""
+    x = np.linspace(x_min, x_max, 201)
+    x.flags.writeable = False
+    return x
 
 
 def _evaluate(name: str, fn: ArrayFn, grid: Grid, backend: Backend, *args: Any,

@@ -13,9 +13,9 @@ Two records are kept, both checked by :func:`check_store`:
   differs. A store without one (written by an earlier mfgwork) is refused;
 - the *block records*: when a block is written
   (:func:`mfgwork.workflows.scan_store.write_region`), a digest of each variable's values in
-  the block (BLAKE2b of its dtype, shape and bytes, the bytes digested in pieces on
-  several threads; strings as UTF-8) is recorded in the
-  store's ``digest`` variable, after the data and before the ``done`` flag. Every block whose
+  the block (BLAKE2b of its dtype, shape and the CRC-32 of its bytes' pieces, computed on
+  several threads; strings as UTF-8: :data:`KINDS`) is recorded in the store's ``digest``
+  variable, after the data and before the ``done`` flag. Every block whose
   ``done`` chunk file exists is read back and compared (the work grows with the files on
   disk, not with the shape the metadata declares); each block whose chunks are missing,
   unreadable or differ from the record, or that is marked done without a record naming every
@@ -34,6 +34,7 @@ import itertools
 import json
 import math
 import os
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -64,17 +65,34 @@ __all__ = ["DIGEST", "DONE", "Damage", "StoreCheck", "block_record", "blocks", "
 WHOLE_BYTES, WHOLE_BLOCKS = 64 * 2**20, 4096
 
 
-def value_digest(values: Any, pieces: bool = False) -> str:
-    """A short digest of an array's dtype, shape and values (strings compared as text):
-    BLAKE2b of them. With ``pieces`` (the digests of block records, marked by a leading
-    ``p``): the bytes are digested in pieces of :data:`PIECE_BYTES` on several threads, and
-    the pieces' digests digested (records written by earlier versions hold plain digests)."""
-    return value_digests([values], pieces)[0]
+#: The kinds of value digests, by the mark that leads them in a record: ``""`` BLAKE2b of
+#: the bytes (the records of early versions); ``"p"`` BLAKE2b of the BLAKE2b digests of the
+#: bytes' :data:`PIECE_BYTES` pieces; ``"c"`` BLAKE2b of the CRC-32 of the bytes'
+#: :data:`CRC_PIECE_BYTES` pieces, what block records are written with. Both piece sizes are
+#: part of the records' format (stores hold digests made with them).
+KINDS = ("", "p", "c")
+PIECE_BYTES = 16 * 2**20
+#: A CRC-32 misses a changed piece once in 2³² (a cut chunk or a chunk of another block
+#: changes its pieces): the records guard against damage, not against a forger, who could
+#: rewrite BLAKE2b records just as well. zlib's releases the GIL: on 16 cores of an H200
+#: host, 333 MB took 14 ms, against 66 ms for BLAKE2b's pieces on 166 MB.
+CRC_PIECE_BYTES = 4 * 2**20
+#: The kind of digest new block records are written with.
+RECORD_KIND = "c"
 
 
-def value_digests(arrays: Sequence[Any], pieces: bool = False) -> list[str]:
+def value_digest(values: Any, kind: str = "") -> str:
+    """A short digest of an array's dtype, shape and values (strings compared as text), of
+    one of the :data:`KINDS` (its mark leads the digest); the bytes of a record's kinds are
+    digested in pieces on several threads."""
+    return value_digests([values], kind)[0]
+
+
+def value_digests(arrays: Sequence[Any], kind: str = "") -> list[str]:
     """:func:`value_digest` of each of ``arrays``, the pieces of all of them digested on one
     pool of threads (a block's fields keep every core busy until the last piece)."""
+    if kind not in KINDS:
+        raise ValueError(f"kind={kind!r}: not a digest kind (one of {KINDS})")
     heads, data = [], []
     for values in arrays:
         a = np.asarray(values)
@@ -85,34 +103,34 @@ def value_digests(arrays: Sequence[Any], pieces: bool = False) -> list[str]:
         else:
             h.update(f"{a.dtype.str}{a.shape}".encode())
             raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)   # (no copy)
-            if pieces:
+            if kind:
                 data.append((h, raw))
             else:
                 h.update(raw)
         heads.append(h)
-    parts = [(h, piece) for h, raw in data for piece in _pieces(raw)]
-    for (h, _), digest in zip(parts, _piece_digests([piece for _, piece in parts]),
+    size = CRC_PIECE_BYTES if kind == "c" else PIECE_BYTES
+    parts = [(h, piece) for h, raw in data for piece in _pieces(raw, size)]
+    for (h, _), digest in zip(parts, _piece_digests([piece for _, piece in parts], kind),
                               strict=True):
         h.update(digest)   # (in each array's order of pieces)
-    return [("p" if pieces else "") + h.hexdigest() for h in heads]
+    return [kind + h.hexdigest() for h in heads]
 
 
-#: Bytes of a piece of an array that block records digest on its own (in parallel): part
-#: of the records' format (stores hold digests made with it).
-PIECE_BYTES = 16 * 2**20
+def _pieces(data: np.ndarray, size: int) -> list[np.ndarray]:
+    """The consecutive pieces of ``size`` bytes of ``data`` (bytes; one empty piece if it is
+    empty)."""
+    return [data[k: k + size] for k in range(0, data.size, size)] or [data]
 
 
-def _pieces(data: np.ndarray) -> list[np.ndarray]:
-    """The consecutive :data:`PIECE_BYTES` pieces of ``data`` (bytes; one empty piece if it
-    is empty)."""
-    return [data[k: k + PIECE_BYTES] for k in range(0, data.size, PIECE_BYTES)] or [data]
-
-
-def _piece_digests(parts: list[np.ndarray]) -> list[bytes]:
-    """BLAKE2b digests of ``parts``, on up to one thread per core (hashing releases the
-    GIL)."""
-    def digest(part: np.ndarray) -> bytes:
-        return hashlib.blake2b(part, digest_size=16).digest()
+def _piece_digests(parts: list[np.ndarray], kind: str) -> list[bytes]:
+    """The digests of ``parts`` (BLAKE2b, or CRC-32 for ``kind`` ``"c"``), on up to one
+    thread per core (both release the GIL)."""
+    if kind == "c":
+        def digest(part: np.ndarray) -> bytes:
+            return zlib.crc32(part).to_bytes(4, "little")
+    else:
+        def digest(part: np.ndarray) -> bytes:
+            return hashlib.blake2b(part, digest_size=16).digest()
 
     threads = min(len(parts), os.cpu_count() or 1)
     if threads < 2:
@@ -122,11 +140,11 @@ def _piece_digests(parts: list[np.ndarray]) -> list[bytes]:
 
 
 def block_record(arrays: Mapping[str, Any]) -> str:
-    """The record of a block's arrays: ``name=digest`` for each (in pieces, see
-    :func:`value_digest`), sorted, ``;``-separated."""
+    """The record of a block's arrays: ``name=digest`` for each (of the
+    :data:`RECORD_KIND`, see :func:`value_digest`), sorted, ``;``-separated."""
     names = [name for name in sorted(arrays) if name not in (DONE, DIGEST)]
     return ";".join(f"{name}={digest}" for name, digest in zip(
-        names, value_digests([arrays[name] for name in names], pieces=True), strict=True))
+        names, value_digests([arrays[name] for name in names], RECORD_KIND), strict=True))
 
 
 def parse_record(text: Any) -> dict[str, str] | None:
@@ -134,10 +152,16 @@ def parse_record(text: Any) -> dict[str, str] | None:
     out = {}
     for part in str(text).split(";"):
         name, sep, digest = part.partition("=")
-        if not (sep and name and len(digest.removeprefix("p")) == 16):
+        if not (sep and name and _kind(digest) is not None):
             return None
         out[name] = digest
     return out
+
+
+def _kind(digest: str) -> str | None:
+    """The kind of a recorded digest (its mark, :data:`KINDS`), None if it is malformed."""
+    kind = digest[:-16]
+    return kind if kind in KINDS and len(digest) == len(kind) + 16 else None
 
 
 def blocks(shape: Sequence[int], block: Sequence[int]) -> list[tuple[slice, ...]]:
@@ -290,7 +314,7 @@ def check_store(path: str | Path) -> StoreCheck:
 
         for index, values in _chunks(arr, ins, todo, unreadable):
             recorded = records[index][name]
-            if value_digest(values, pieces=recorded.startswith("p")) != recorded:
+            if value_digest(values, _kind(recorded)) != recorded:
                 fail(index, name, f"holds values of {name} that differ from its record "
                                   "(a chunk missing, cut or changed)")
     finished = np.zeros(shape, dtype=bool)

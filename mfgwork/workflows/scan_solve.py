@@ -212,8 +212,10 @@ def _on_host(results: list[Result], be: Backend
         weights = xp.asarray(first.weights, dtype=xp.float64, device=M.device)
         errors = xp.max(xp.abs(xp.astype(M, xp.float64) @ weights - 1.0), axis=-1)
         masses = [float(e) for e in to_numpy(errors)]
-    rows = {"U": to_numpy(xp.stack([r.U for r in results])), "M": to_numpy(M)}
-    rows |= {k: to_numpy(xp.stack([r.observables[k] for r in results])) for k in names}
+    rows = {"U": to_numpy(xp.stack([r.U for r in results]), transient=True),
+            "M": to_numpy(M, transient=True)}
+    rows |= {k: to_numpy(xp.stack([r.observables[k] for r in results]), transient=True)
+             for k in names}
     return rows, masses
 
 

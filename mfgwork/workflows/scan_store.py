@@ -311,13 +311,13 @@ DIRECT_COORDINATES = ("float64", "int64")
 
 def create_arrays(path: str | os.PathLike, layout: Layout, block: tuple[int, ...],
                   plan_hash: str) -> bool:
-    """Write the new store at ``path`` that :func:`write_template` writes, by zarr directly:
-    the same arrays with the same metadata (what xarray's encoding gives them: NaN fill
-    values recorded as ``_FillValue``, the ``coordinates`` of zipped parameters), the
-    coordinates and strings written, in three passes on zarr's event loop (the arrays
-    created, the values written, the metadata consolidated) instead of xarray's one call
-    per array and Dask's graph of the writes it leaves uncomputed. False (nothing written)
-    where a coordinate is not one of :data:`DIRECT_COORDINATES`."""
+    """Write the new store at ``path`` (a new or empty folder) that :func:`write_template`
+    writes, by zarr directly: the same arrays with the same metadata (what xarray's encoding
+    gives them: NaN fill values recorded as ``_FillValue``, the ``coordinates`` of zipped
+    parameters), the coordinates and strings written, in three passes on zarr's event loop
+    (the arrays created, the values written, the metadata consolidated) instead of xarray's
+    one call per array and Dask's graph of the writes it leaves uncomputed. False (nothing
+    written) where a coordinate is not one of :data:`DIRECT_COORDINATES`."""
     coords = layout.coordinates()
     if any(values.dtype.name not in DIRECT_COORDINATES or " " in name
            for name, (_, values, _) in coords.items()):
@@ -367,18 +367,35 @@ def _array(dims: tuple[str, ...], shape: tuple[int, ...], dtype: np.dtype,
 async def _create_arrays(path: str, attrs: Mapping[str, Any],
                          arrays: Mapping[str, tuple[dict[str, Any], np.ndarray | None]]
                          ) -> None:
+    """Make the store in memory (zarr's ``MemoryStore``), then write its files into the new
+    empty folder ``path``, each created anew: the same bytes as zarr's local store writes,
+    without its look-ups and deletions of what each array's path held (about 2 ms an array:
+    the store of a 32 × 32 scan took 75 ms on the CPU of the tests that way, 32 ms this
+    way)."""
     import asyncio
 
     from zarr.api.asynchronous import consolidate_metadata, open_group
+    from zarr.storage import MemoryStore
 
-    group = await open_group(path, mode="w", zarr_format=3, attributes=dict(attrs))
+    files: dict[str, Any] = {}
+    store = MemoryStore(files)
+    group = await open_group(store, mode="w", zarr_format=3, attributes=dict(attrs))
     names = list(arrays)
     made = await asyncio.gather(*(group.create_array(name, **arrays[name][0])
                                   for name in names))
     await asyncio.gather(*(array.setitem(slice(None), arrays[name][1])
                            for name, array in zip(names, made, strict=True)
                            if arrays[name][1] is not None))
-    await consolidate_metadata(group.store_path.store)
+    await consolidate_metadata(store)
+    root = Path(path)
+    for key, buffer in files.items():
+        parts = key.split("/")
+        if any(part in ("", ".", "..") for part in parts):
+            raise ValueError(f"{key!r} is not a path inside the store")
+        target = root.joinpath(*parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "xb") as fh:   # (never over a file this did not write)
+            fh.write(buffer.to_bytes())
 
 
 #: Held while zarr's configuration is changed for a write (it is global to the process).
