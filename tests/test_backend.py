@@ -117,7 +117,8 @@ def test_a_copy_in_threads_is_whole_and_contiguous(monkeypatch, shape, threads):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_a_large_cuda_tensor_comes_to_the_host_whole(monkeypatch):
     """Through page-locked memory and threads: equal to ``.cpu()``, strided views too, and
-    the array owns its memory (not the page-locked buffer, which goes back to torch)."""
+    the array owns its memory (not the page-locked buffer, which goes back to torch); a
+    transient one is the page-locked buffer itself, equal too."""
     from mfgwork.core import backend
 
     monkeypatch.setattr(backend, "STAGED_FROM", 1 << 10)
@@ -125,6 +126,9 @@ def test_a_large_cuda_tensor_comes_to_the_host_whole(monkeypatch):
     for view in (t, t[:, 3:, ::2].transpose(0, 2)):
         out = mw.to_numpy(view)
         assert out.flags.owndata and np.array_equal(out, view.cpu().numpy())
+        held = mw.to_numpy(view, transient=True)
+        assert isinstance(held.base, torch.Tensor) and held.base.is_pinned()
+        assert held.flags.c_contiguous and np.array_equal(held, view.cpu().numpy())
 
 
 def test_mps_emulation_is_float32_without_host_round_trips(mps_emulation):

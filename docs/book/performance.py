@@ -296,12 +296,11 @@ SECTIONS: list[Section] = [
         LATENCY_COLUMNS, rows=_latency_rows, bars="after_s", label=("case",)),
     Section(
         "outside_loop_h200.json", "1024 points on one GPU: the batch and the scan (H200)",
-        "A 32 × 32 Santa Fe box at 201² (`benchmarks/outside_loop.py --device cuda --rounds 2 "
-        "--repeats 3`, `before` and `after` the code of the file's note: the coarse stage's "
-        "Newton iterations evaluated by a recorded CUDA graph, a batch's Results built as "
-        "copies of one checked member, its float64 certificate from its own stacked arrays, "
-        "fewer host operations and transfers per Newton step; each process freezes "
-        "its warm-up's leftovers out of "
+        "A 32 × 32 Santa Fe box at 201² (`benchmarks/outside_loop.py --device cuda --rounds 3 "
+        "--repeats 3`, `before` and `after` the code of the file's note: a scan's block "
+        "records digested as CRC-32 pieces on all cores, its store made in memory and "
+        "written file by file, the batch's fields handed to the store as their page-locked "
+        "copies; each process freezes its warm-up's leftovers out of "
         "CPython's full collections, which otherwise add 0.24–0.31 s to a run at random): "
         "`easy` threshold 0.3–0.9 × σ 0.3–1.0, `hard` threshold 0.2–0.9 × ε 0.001–0.1 at "
         "σ 0.3; float32 to tol 1e-6, float64 to 1e-8. `batch` is "
