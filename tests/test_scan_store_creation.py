@@ -75,3 +75,30 @@ def test_a_coordinate_of_strings_is_left_to_xarray(tmp_path):
     named = dataclasses.replace(layout, coords={"threshold_1": ("threshold_1", ["a", "b"])})
     assert not create_arrays(tmp_path / "direct.zarr", named, block, plan_hash)
     assert not (tmp_path / "direct.zarr").exists()
+
+
+class _Named(mw.SantaFeBar):
+    """A bar with one more observable, of a name the test picks."""
+
+    extra_name = "spare"
+
+    def observables(self, grid, M, backend):
+        out = super().observables(grid, M, backend)
+        return out | {self.extra_name: out["attendance"]}
+
+
+@pytest.mark.parametrize("name", ["../away", "a/b", "..", "", "__meta", "a\\b"])
+def test_an_observable_that_cannot_name_an_array_is_refused_before_any_store(name, tmp_path,
+                                                                             monkeypatch):
+    """A scan refuses an observable whose name would leave the store or break zarr's rules,
+    naming it, before anything is written; a name zarr takes is stored as any other."""
+    monkeypatch.setattr(_Named, "extra_name", name)
+    with pytest.raises(mw.ParameterError, match="cannot name a variable of a scan"):
+        mw.scan(_Named, {"threshold": [0.4, 0.6]}, nx=11, nt=10, device="cpu",
+                store=tmp_path / "s.zarr", progress=False)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(_Named, "extra_name", "spare.1")
+    ds = mw.scan(_Named, {"threshold": [0.4, 0.6]}, nx=11, nt=10, tol=1e-6, device="cpu",
+                 store=tmp_path / "s.zarr", progress=False)
+    assert (ds["spare.1"] == ds["attendance"]).all()
+

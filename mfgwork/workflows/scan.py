@@ -142,12 +142,24 @@ def make_layout(plan: ScanPlan, be: Backend, chosen: Placement | None = None) ->
     for name in clash & (set(FIELDS) | set(METRICS) | set(coords) | grid_dims):
         raise ParameterError(f"the problem's observable {name!r} clashes with a scan "
                              "variable of the same name")
+    for name in clash:
+        if not _storable(name):
+            raise ParameterError(f"the problem's observable {name!r:.80} cannot name a "
+                                 "variable of a scan: a non-empty name without '/' or '\\', "
+                                 "not only dots and not starting with '__' (zarr's rules)")
     return Layout(dims=plan.dims, shape=plan.shape, coords=coords, t=np.asarray(grid.t),
                   x=np.asarray(grid.x), y=np.asarray(grid.y) if plan.two_d else None,
                   fields={k: field_dtype for k in plan.keep}, paths=trailing, axes=axes,
                   scalars=tuple(scalars),
                   attrs=_attributes(plan, first, be)
                   | ({"placement": str(chosen)} if chosen is not None else {}))
+
+
+def _storable(name: object) -> bool:
+    """``name`` can name an array of a zarr store: a non-empty string without path
+    separators, not only dots (``..`` would leave the store) and not starting with ``__``."""
+    return (isinstance(name, str) and name.strip(".") != "" and not name.startswith("__")
+            and "/" not in name and "\\" not in name)
 
 
 def _path_axes(problem: Any, shapes: Mapping[str, tuple[int, ...]]
