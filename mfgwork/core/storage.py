@@ -576,8 +576,8 @@ def provenance() -> dict[str, Any]:
 
 @functools.cache
 def _installed() -> tuple[tuple[str, str | None], ...]:
-    """(package, installed version) of :data:`PACKAGES`, read once a process: reading the
-    metadata of fourteen packages took 15–24 ms, what a scan's store took to write."""
+    """(package, installed version) of :data:`PACKAGES`, read once a process (reading the
+    metadata of fourteen packages took 15–24 ms, each time a scan made its attributes)."""
     versions = []
     for pkg in PACKAGES:
         try:

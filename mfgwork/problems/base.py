@@ -194,7 +194,6 @@ def warn_unresolved(problems: Sequence[Any], grid: Any) -> None:
         warn(reason, ResolutionWarning)
 
 
-
 @lru_cache(maxsize=64)
 def _check_nodes(x_min: float, x_max: float) -> np.ndarray:
     """The 201 nodes of [x_min, x_max] a problem's Hamiltonian is checked on (read-only, made
