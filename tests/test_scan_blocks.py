@@ -16,7 +16,7 @@ import mfgwork as mw
 from mfgwork.core.frozen import FrozenDict
 from mfgwork.results import updated
 from mfgwork.workflows import scan as scan_module
-from mfgwork.workflows.scan_solve import block_arrays
+from mfgwork.workflows.scan_solve import BatchRows, block_arrays
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +72,14 @@ def _layout():
 def test_block_arrays_take_the_batch_rows_and_fill_the_rest():
     layout = _layout()
     levels = (11, 11)
-    rows = {name: np.arange(4 * 11 * 11, dtype=np.float64).reshape(4, *levels) + k
-            for k, name in enumerate(("M", "U"))}
+    rows = BatchRows({name: np.arange(4 * 11 * 11, dtype=np.float64).reshape(4, *levels) + k
+                      for k, name in enumerate(("M", "U"))})
     rows["attendance"] = np.ones((4, 11), dtype=np.float32)   # (a float32 batch's path)
     kept = {name: v.copy() for name, v in rows.items()}
     outcomes = [{"status": "converged", "converged": True, "iterations": 3, "residual": 1e-9,
-                 "finished_by": "batch"} | {name: v[b] for name, v in rows.items()}
+                 "finished_by": "batch"} | {name: rows.row(name, b) for name in rows}
                 for b in range(4)]
+    outcomes[2]["U"] = rows["U"][2] + 100.0   # (another array in a batch's outcome: taken)
     single = np.full(levels, 7.0)
     outcomes[1] |= {"M": single, "U": single, "attendance": np.zeros(11),
                     "finished_by": "single"}
@@ -88,7 +89,8 @@ def test_block_arrays_take_the_batch_rows_and_fill_the_rest():
     assert np.shares_memory(arrays["M"], rows["M"]) and arrays["M"].shape == (2, 2, *levels)
     assert np.array_equal(arrays["M"][0, 0], kept["M"][0])
     assert np.array_equal(arrays["M"][0, 1], single)
-    assert np.array_equal(arrays["U"][1, 0], kept["U"][2])
+    assert np.array_equal(arrays["U"][1, 0], kept["U"][2] + 100.0)
+    assert np.array_equal(arrays["M"][1, 0], kept["M"][2])
     assert np.isnan(arrays["M"][1, 1]).all() and np.isnan(arrays["U"][1, 1]).all()
     assert arrays["attendance"].dtype == np.float64
     assert np.array_equal(arrays["attendance"][0, 0], np.ones(11))
