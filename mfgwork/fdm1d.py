@@ -922,7 +922,7 @@ def _results(problems: Sequence[MFGProblem], grid: Any, be: Backend, out: FixedP
     U_views, M_views = (list(freeze(a)) for a in (Us, Ms))   # (read-only views, one call)
     firsts: dict[str, Result] = {}   # {state name: its first member, built in full}
     results: list[Result | None] = []
-    copied: list[tuple[int, Result, dict[str, Any]]] = []   # (position, first, own fields)
+    positions, bases, changes = [], [], []   # (the copies of a first member: where, own fields)
     for b, p in enumerate(problems):
         params = freeze(p.params()) | shared   # (a plain dict of frozen values)
         floor = extras[b].get("reachable_tol")
@@ -943,9 +943,10 @@ def _results(problems: Sequence[MFGProblem], grid: Any, be: Backend, out: FixedP
             results.append(first)
         else:
             results.append(None)
-            copied.append((b, first, change))
-    for (b, _, _), res in zip(copied, updated([c[1] for c in copied], [c[2] for c in copied]),
-                              strict=True):
+            positions.append(b)
+            bases.append(first)
+            changes.append(change)
+    for b, res in zip(positions, updated(bases, changes), strict=True):
         results[b] = res
     return results
 

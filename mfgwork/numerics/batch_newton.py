@@ -493,18 +493,20 @@ def on_backend(host: np.ndarray, like: Any, backend: Backend, dtype: Any = None)
 
 def batch_mask(mask: np.ndarray, like: Any, backend: Backend) -> Any:
     """The host mask (B,) as a backend array broadcastable against ``like``."""
-    return backend.xp.reshape(on_backend(mask, like, backend),
-                              mask.shape + (1,) * (like.ndim - 1))
+    return _along_rows(on_backend(mask, like, backend), like, backend.xp)
+
+
+def _along_rows(rows: Any, like: Any, xp: Any) -> Any:
+    """A (B,) array shaped to broadcast against ``like`` (B, ...)."""
+    return xp.reshape(rows, tuple(rows.shape) + (1,) * (like.ndim - 1))
 
 
 def where_rows(mask: np.ndarray, new: dict, old: dict, backend: Backend) -> dict:
     """{k: new[k] in the rows (problems) of the host ``mask`` (B,), old[k] elsewhere} for
     batched arrays of any shapes, the mask moved to the backend once."""
     xp = backend.xp
-    first = next(iter(new.values()))
-    rows = on_backend(mask, first, backend)
-    return {k: xp.where(xp.reshape(rows, mask.shape + (1,) * (a.ndim - 1)), a, old[k])
-            for k, a in new.items()}
+    rows = on_backend(mask, next(iter(new.values())), backend)
+    return {k: xp.where(_along_rows(rows, a, xp), a, old[k]) for k, a in new.items()}
 
 
 def keep_where(kept: dict, mask: np.ndarray, U: Any, M: Any, backend: Backend) -> dict:

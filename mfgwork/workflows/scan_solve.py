@@ -159,12 +159,15 @@ class BatchRows(dict):
     holds row b of the batch's memory, which :func:`block_arrays` then leaves in place (by
     identity: comparing the memory took about 3 µs a point per field)."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._views: dict[str, list[np.ndarray]] = {}
+
     def row(self, name: str, b: int) -> np.ndarray:
         """The view of row ``b`` of ``self[name]`` (the same object at every call)."""
-        views = self.__dict__.setdefault("views", {})
-        if name not in views:
-            views[name] = list(self[name])
-        return views[name][b]
+        if name not in self._views:
+            self._views[name] = list(self[name])
+        return self._views[name][b]
 
 
 def solve_points(problems: list[Problem], be: Backend, opts: Mapping[str, Any]
