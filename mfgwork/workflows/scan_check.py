@@ -36,7 +36,7 @@ import math
 import os
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,9 +88,11 @@ def value_digest(values: Any, kind: str = "") -> str:
     return value_digests([values], kind)[0]
 
 
-def value_digests(arrays: Sequence[Any], kind: str = "") -> list[str]:
+def value_digests(arrays: Sequence[Any], kind: str = "", pool: Executor | None = None
+                  ) -> list[str]:
     """:func:`value_digest` of each of ``arrays``, the pieces of all of them digested on one
-    pool of threads (a block's fields keep every core busy until the last piece)."""
+    pool of threads (a block's fields keep every core busy until the last piece): ``pool``,
+    else one of its own."""
     if kind not in KINDS:
         raise ValueError(f"kind={kind!r}: not a digest kind (one of {KINDS})")
     heads, data = [], []
@@ -110,7 +112,7 @@ def value_digests(arrays: Sequence[Any], kind: str = "") -> list[str]:
         heads.append(h)
     size = CRC_PIECE_BYTES if kind == "c" else PIECE_BYTES
     parts = [(h, piece) for h, raw in data for piece in _pieces(raw, size)]
-    for (h, _), digest in zip(parts, _piece_digests([piece for _, piece in parts], kind),
+    for (h, _), digest in zip(parts, _piece_digests([piece for _, piece in parts], kind, pool),
                               strict=True):
         h.update(digest)   # (in each array's order of pieces)
     return [kind + h.hexdigest() for h in heads]
@@ -122,9 +124,10 @@ def _pieces(data: np.ndarray, size: int) -> list[np.ndarray]:
     return [data[k: k + size] for k in range(0, data.size, size)] or [data]
 
 
-def _piece_digests(parts: list[np.ndarray], kind: str) -> list[bytes]:
-    """The digests of ``parts`` (BLAKE2b, or CRC-32 for ``kind`` ``"c"``), on up to one
-    thread per core (both release the GIL)."""
+def _piece_digests(parts: list[np.ndarray], kind: str, pool: Executor | None = None
+                   ) -> list[bytes]:
+    """The digests of ``parts`` (BLAKE2b, or CRC-32 for ``kind`` ``"c"``) on ``pool``, else
+    on up to one thread per core (both release the GIL)."""
     if kind == "c":
         def digest(part: np.ndarray) -> bytes:
             return zlib.crc32(part).to_bytes(4, "little")
@@ -132,6 +135,8 @@ def _piece_digests(parts: list[np.ndarray], kind: str) -> list[bytes]:
         def digest(part: np.ndarray) -> bytes:
             return hashlib.blake2b(part, digest_size=16).digest()
 
+    if pool is not None:
+        return list(pool.map(digest, parts))
     threads = min(len(parts), os.cpu_count() or 1)
     if threads < 2:
         return [digest(part) for part in parts]
@@ -139,12 +144,14 @@ def _piece_digests(parts: list[np.ndarray], kind: str) -> list[bytes]:
         return list(pool.map(digest, parts))
 
 
-def block_record(arrays: Mapping[str, Any]) -> str:
+def block_record(arrays: Mapping[str, Any], pool: Executor | None = None) -> str:
     """The record of a block's arrays: ``name=digest`` for each (of the
-    :data:`RECORD_KIND`, see :func:`value_digest`), sorted, ``;``-separated."""
+    :data:`RECORD_KIND`, see :func:`value_digest`, its pieces on ``pool`` if given), sorted,
+    ``;``-separated."""
     names = [name for name in sorted(arrays) if name not in (DONE, DIGEST)]
     return ";".join(f"{name}={digest}" for name, digest in zip(
-        names, value_digests([arrays[name] for name in names], RECORD_KIND), strict=True))
+        names, value_digests([arrays[name] for name in names], RECORD_KIND, pool),
+        strict=True))
 
 
 def parse_record(text: Any) -> dict[str, str] | None:
@@ -285,8 +292,10 @@ def check_store(path: str | Path) -> StoreCheck:
     damaged: dict[tuple[int, ...], Damage] = {}
 
     def fail(index: tuple[int, ...], name: str, reason: str) -> None:
-        if index not in damaged:
-            key = index + (0,) * (len(ins.arrays[name].shape) - len(index))
+        if index not in damaged:   # (the block's first chunk file of the array)
+            chunks = ins.arrays[name].chunks
+            key = tuple(i * b // c for i, b, c in zip(index, block, chunks, strict=False)) \
+                + (0,) * (len(chunks) - len(index))
             damaged[index] = Damage(region_of(index, shape, block),
                                     path / name / "c" / "/".join(map(str, key)), reason, dims)
 

@@ -7,7 +7,8 @@ or block forever reading the FIFO). Each array's ``zarr.json`` is then read as b
 and checked, from the metadata alone:
 
 - shapes, chunk grids and data types are well formed; the scan's arrays share the ``done``
-  array's shape and blocks, whole along ``t``, ``x`` and their other axes; coordinates are
+  array's shape, their chunks are its blocks or cut them evenly (a block is whole chunks of
+  each), whole along ``t``, ``x`` and their other axes; coordinates are
   in at most :data:`COORD_CHUNKS` chunks; each dimension has one size in the store, ``t``
   ``nt + 1`` values and ``x`` ``nx`` (``y`` ``ny``) as the root attributes say;
 - no attribute changes values on reading (``scale_factor``, ``add_offset``,
@@ -82,11 +83,6 @@ class Array:
     def itemsize(self) -> int:
         """Bytes of one element in memory (strings: about :data:`STRING_MEMORY_BYTES`)."""
         return STRING_MEMORY_BYTES if self.dtype == "string" else np.dtype(self.dtype).itemsize
-
-    @property
-    def chunk_bytes(self) -> int:
-        """Bytes of one chunk in memory."""
-        return math.prod(self.chunks) * self.itemsize
 
     @property
     def chunk_file_bytes(self) -> int:
@@ -286,8 +282,9 @@ def _check_layout(ins: Inspection) -> None:
                 raise LoadError(arr.file, f"splits the coordinate {name} {arr.shape} into "
                                 f"{math.prod(arr.grid)} chunks {arr.chunks}: a scan's "
                                 f"coordinates are in at most {COORD_CHUNKS}")
-        elif (arr.shape[:lead] != done.shape or arr.chunks[:lead] != done.chunks
-              or arr.dims[:lead] != done.dims or arr.chunks[lead:] != arr.shape[lead:]):
+        elif (arr.shape[:lead] != done.shape or arr.dims[:lead] != done.dims
+              or any(b % c for b, c in zip(done.chunks, arr.chunks[:lead], strict=True))
+              or arr.chunks[lead:] != arr.shape[lead:]):
             raise LoadError(arr.file, f"gives {name} the shape {arr.shape} in chunks "
                             f"{arr.chunks} on {arr.dims}, which does not agree with done "
                             f"({done.shape} in blocks {done.chunks} on {done.dims})")
@@ -338,9 +335,11 @@ def _check_sizes(ins: Inspection,
         raise LoadError(ins.done.file, f"declares {points} points (shape {ins.done.shape}): "
                         f"checking them needs {memory.format_bytes(points * POINT_BYTES)}, "
                         f"more than the {memory.format_bytes(budget)} available")
+    lead = len(ins.done.shape)
     for name, arr in ins.arrays.items():
-        need = math.prod(arr.shape) * arr.itemsize if name in ins.coords \
-            else arr.chunk_bytes  # (a coordinate is read whole, data a block at a time)
+        need = math.prod(arr.shape) if name in ins.coords \
+            else math.prod(ins.done.chunks + arr.chunks[lead:])
+        need *= arr.itemsize   # (a coordinate is read whole, data a block at a time)
         if need > budget:
             raise LoadError(arr.file, f"declares {name} {arr.shape} in chunks {arr.chunks} "
                             f"of {arr.dtype}: reading it needs {memory.format_bytes(need)} "

@@ -3,9 +3,11 @@
 A scan over axes of shape ``(n_1, ..., n_k)`` is cut into rectangular *blocks* of points
 (the last axes whole, then a slab of the next one), solved one block at a time. In the store
 every variable is chunked by that block shape along the scan dimensions (and whole along
-``t`` and ``x``), so a block is exactly one zarr chunk of each variable: blocks written by
-different processes or machines never touch the same file, and each chunk file is written
-atomically by zarr (a temporary file renamed into place).
+``t`` and ``x``), so a block is exactly one zarr chunk of each variable, except the fields,
+whose blocks are cut into slabs of whole chunks (:func:`field_chunk`: files written on
+several threads, points read without their whole block): blocks written by different
+processes or machines never touch the same file, and each chunk file is written atomically
+(a temporary file renamed into place, by zarr or :mod:`.scan_chunks`).
 
 A block is *finished* when its chunk of the ``done`` variable is True. That chunk is written
 last, after every other variable of the block and after the block's record (a digest of each
@@ -25,6 +27,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import itertools
+import math
 import os
 import stat
 import struct
@@ -50,6 +53,7 @@ from .scan_check import (
     check_store,
     seal,
 )
+from .scan_chunks import is_raw, raw_chunk_files, write_file
 from .scan_inspect import inspect_store
 
 #: Root attribute naming the plan a store was made for (its hash).
@@ -95,6 +99,26 @@ def block_shape(shape: Sequence[int], points: int) -> tuple[int, ...]:
         block.append(b)
         left = left // n if b == n else 1
     return tuple(reversed(block))
+
+
+#: Bytes a field's chunk aims at: a block's field is cut into slabs of about this size, each
+#: its own file, so that its files are written on several threads at once (:mod:`.scan_chunks`)
+#: and a point is read with its slab rather than its whole block.
+FIELD_CHUNK_BYTES = 16 * 2**20
+
+
+def field_chunk(block: Sequence[int], point_bytes: int) -> tuple[int, ...]:
+    """The chunk of a field along the scan axes in blocks ``block``: the largest slab of at
+    most :data:`FIELD_CHUNK_BYTES` (at least one point; ``point_bytes`` a point's) that takes
+    the block's last axes whole, then a divisor of the next axis's length, so that a block is
+    whole chunks and each chunk is contiguous in the block's array: e.g. (32, 32) of 161 kB
+    points -> (2, 32)."""
+    chunk, left = [], max(1, FIELD_CHUNK_BYTES // max(1, int(point_bytes)))
+    for n in reversed(block):
+        c = n if n <= left else max(d for d in range(1, left + 1) if n % d == 0)
+        chunk.append(c)
+        left = left // n if c == n else 1
+    return tuple(reversed(chunk))
 
 
 def region_points(region: Sequence[slice]) -> list[tuple[int, ...]]:
@@ -154,6 +178,15 @@ class Layout:
     def trailing_shape(self, trailing: tuple[str, ...]) -> tuple[int, ...]:
         sizes = {name: len(values) for name, values in self.grid_coords().items()}
         return tuple(sizes[d] for d in trailing)
+
+    def chunks(self, name: str, block: tuple[int, ...]) -> tuple[int, ...]:
+        """The chunk shape of variable ``name`` in a store of blocks ``block``: the block
+        (the trailing axes whole), a field's cut into slabs (:func:`field_chunk`)."""
+        trailing, dtype, _ = self.variables()[name]
+        rest = self.trailing_shape(trailing)
+        if name in self.fields:
+            return field_chunk(block, math.prod(rest) * np.dtype(dtype).itemsize) + rest
+        return tuple(block) + rest
 
     def dataset(self, block: tuple[int, ...] | None = None) -> Any:
         """The Dataset: in memory (NumPy, every point at its fill value), or with ``block``
@@ -292,17 +325,24 @@ def write_template(path: str | os.PathLike, layout: Layout, block: tuple[int, ..
                    plan_hash: str) -> None:
     """Write a new store at ``path``: xarray's ``to_zarr`` of the layout's lazy template
     (:meth:`Layout.dataset`), nothing computed but the coordinates and the strings, chunked
-    by ``block``, the fields and paths uncompressed, with consolidated metadata."""
+    by ``block``, the numbers uncompressed (:data:`RAW`), with consolidated metadata."""
     template = layout.dataset(block)
     template.attrs[PLAN_ATTR] = plan_hash
-    encoding = {name: {"chunks": tuple(block) + var.shape[len(block):]}
-                for name, var in template.data_vars.items()}
-    for name in [*layout.fields, *layout.paths]:
-        encoding[name]["compressors"] = None  # (float noise: zstd saves < 10 %)
+    encoding = {name: {"chunks": layout.chunks(name, block)}
+                for name in template.data_vars}
+    for name, var in template.data_vars.items():
+        if var.dtype != object:
+            encoding[name] |= RAW
     template[DIGEST] = digest_variable(layout.dims, layout.shape)
     encoding[DIGEST] = {"chunks": tuple(block)}
     template.to_zarr(path, mode="w", compute=False, consolidated=True, encoding=encoding)
 
+
+#: The encoding of a store's numeric variables: raw bytes, written as files by
+#: :mod:`.scan_chunks` (the fields are float noise that zstd shrinks by less than 10 %; the
+#: per-point numbers are a few kB a block, whose compression through zarr cost about 1 ms an
+#: array a block).
+RAW: dict[str, Any] = {"compressors": None}
 
 #: The dtypes of the coordinates that :func:`create_arrays` writes itself (the values of
 #: numeric axes); any other (e.g. strings) leaves the store to :func:`write_template`.
@@ -335,9 +375,10 @@ def create_arrays(path: str | os.PathLike, layout: Layout, block: tuple[int, ...
         on = sorted(c for c, along in aside.items() if set(along) <= set(dims))
         if on:
             attrs["coordinates"] = " ".join(on)
-        options: dict[str, Any] = {"chunks": tuple(block) + shape[len(block):]}
-        if name in layout.fields or name in layout.paths:
-            options["compressors"] = None  # (float noise: zstd saves < 10 %)
+        options: dict[str, Any] = {"chunks": tuple(block) if name == DIGEST
+                                   else layout.chunks(name, block)}
+        if dtype != "object":
+            options |= RAW
         # strings are written (zarr's fill value for them is "": a chunk of "" is not)
         values = np.full(shape, fill, dtype=object) if dtype == "object" and fill != "" \
             else None
@@ -403,42 +444,63 @@ def write_region(path: str | os.PathLike, region: tuple[slice, ...],
                  arrays: Mapping[str, np.ndarray]) -> None:
     """Region write of one block into the store at ``path``: the data and the block's record
     (:func:`~mfgwork.workflows.scan_check.block_record`, digested beside the writes)
-    together, ``done`` last."""
+    together, ``done`` last. The raw arrays' chunk files (the fields) are written directly,
+    on one thread per file (:mod:`.scan_chunks`), the other arrays through zarr."""
     import zarr
     from zarr.core.sync import sync
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mfgwork-record") as pool:
-        record = pool.submit(block_record, arrays)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mfgwork-record") as pool, \
+            ThreadPoolExecutor(max_workers=min(FILE_THREADS, os.cpu_count() or 1),
+                               thread_name_prefix="mfgwork-chunks") as files:
+        record = pool.submit(block_record, arrays, files)   # (one pool: no core shared)
         with _WRITING, zarr.config.set({"array.write_empty_chunks": True}):
             # (every chunk is written: zarr's comparison of each with the fill value, to
             # skip it, costs more than writing it)
-            sync(_write_block(str(path), region, arrays, record))
+            sync(_write_block(str(path), region, arrays, record, files))
+
+
+#: Threads that write a block's raw chunk files at most.
+FILE_THREADS = 16
 
 
 async def _write_block(path: str, region: tuple[slice, ...], arrays: Mapping[str, np.ndarray],
-                       record: Future) -> None:
+                       record: Future, files: ThreadPoolExecutor) -> None:
     """The writes of :func:`write_region`, on zarr's event loop: every variable but ``done``
-    and the record at once (the chunk files written concurrently), then ``done``. A write
-    that fails is raised once the others have ended, before ``done``."""
+    and the record at once (the raw arrays' chunk files on the threads of ``files``, the
+    others through zarr), then ``done``. A write that fails is raised once the others have
+    ended, before ``done``."""
     import asyncio
 
     from zarr.api.asynchronous import open_group
 
     group = await open_group(path, mode="r+", zarr_format=3)
-
-    async def put(name: str, value: Any) -> None:
-        await (await group.getitem(name)).setitem(region, value)
+    names = [name for name in arrays if name != DONE]
+    stored = dict(zip(names, await asyncio.gather(*(group.getitem(n) for n in names)),
+                      strict=True))
+    raw = {name: raw_chunk_files(Path(path, name), arr, region, arrays[name])
+           if is_raw(arr) else None for name, arr in stored.items()}
 
     async def put_record() -> None:
         text = await asyncio.wrap_future(record)
-        await put(DIGEST, np.full(tuple(s.stop - s.start for s in region), text, dtype=object))
+        digest = await group.getitem(DIGEST)
+        await digest.setitem(region, np.full(tuple(s.stop - s.start for s in region), text,
+                                             dtype=object))
 
-    outcomes = await asyncio.gather(*(put(name, value) for name, value in arrays.items()
-                                      if name != DONE), put_record(), return_exceptions=True)
+    writes = [asyncio.wrap_future(files.submit(write_file, target, chunk))
+              for chunks in raw.values() if chunks is not None for target, chunk in chunks]
+    writes += [stored[name].setitem(region, arrays[name]) for name in names
+               if raw[name] is None]
+    outcomes = await asyncio.gather(*writes, put_record(), return_exceptions=True)
     for outcome in outcomes:
         if isinstance(outcome, BaseException):
             raise outcome
-    await put(DONE, arrays[DONE])
+    done = await group.getitem(DONE)
+    last = raw_chunk_files(Path(path, DONE), done, region, arrays[DONE]) if is_raw(done) \
+        else None
+    if last is None:
+        await done.setitem(region, arrays[DONE])
+    for target, chunk in last or ():
+        await asyncio.wrap_future(files.submit(write_file, target, chunk))
 
 
 def digest_variable(dims: tuple[str, ...], shape: tuple[int, ...]) -> object:
