@@ -4,6 +4,7 @@ is found, and a failed write leaves its block unfinished with nothing of its own
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from pathlib import Path
@@ -47,14 +48,19 @@ def test_the_h200_block_of_float32_points_is_cut_in_sixteen():
     assert field_chunk((8, 8), 201 * 201 * 4) == (8, 8)   # 10 MB: one chunk
 
 
-def _store(path: Path, points: int, monkeypatch) -> tuple[ScanStore, list]:
+def _store(path: Path, points: int, monkeypatch, like: ScanStore | None = None
+           ) -> tuple[ScanStore, list]:
     """A new store of the 5 × 3 grid in blocks of (4, 3) whose fields are cut into (2, 3):
-    the last block's field chunk runs past the array's end."""
+    the last block's field chunk runs past the array's end (``like``: with that store's
+    layout, its attributes to the second)."""
     plan = scan_module.make_plan(mw.SantaFeBar, GRID, None, SOLVE, ("M", "U"),
                                  build_points=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        layout = scan_module.make_layout(plan, mw.get_backend("numpy", "cpu"))
+    if like is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            layout = scan_module.make_layout(plan, mw.get_backend("numpy", "cpu"))
+    else:
+        layout = like.layout
     point = (SOLVE["nt"] + 1) * SOLVE["nx"] * 8
     monkeypatch.setattr(scan_store, "FIELD_CHUNK_BYTES", points * point)
     store = ScanStore(path, layout, plan.hash(), block_shape(plan.shape, 12))
@@ -85,7 +91,7 @@ def _files(root: Path) -> dict[str, bytes]:
 
 def test_split_fields_written_directly_hold_zarrs_bytes(tmp_path, monkeypatch):
     direct, regions = _store(tmp_path / "direct.zarr", 6, monkeypatch)
-    through, _ = _store(tmp_path / "zarr.zarr", 6, monkeypatch)
+    through, _ = _store(tmp_path / "zarr.zarr", 6, monkeypatch, like=direct)
     assert direct.block == (4, 3) and len(regions) == 2
     for k, region in enumerate(regions):
         write_region(direct.path, region, _arrays(direct, region, k))
@@ -183,3 +189,28 @@ def test_chunks_that_do_not_cut_a_block_evenly_are_refused(tmp_path, monkeypatch
         assert scan_store.create_arrays(bad, store.layout, store.block, "plan")
     with pytest.raises(LoadError, match="does not agree with done"):
         inspect_store(bad)
+
+
+def test_a_store_of_compressed_block_chunks_is_resumed_through_zarr(tmp_path, monkeypatch):
+    """A store whose arrays are compressed and one chunk a block (as another writer may make
+    them) is resumed through zarr, and reads as the scan in memory."""
+    memory = mw.scan(mw.SantaFeBar, GRID, device="cpu", progress=False, **SOLVE)
+    path = tmp_path / "zstd.zarr"
+    with monkeypatch.context() as m:
+        m.setattr(scan_store, "RAW", {})
+        m.setattr(scan_store, "FIELD_CHUNK_BYTES", 2**62)
+        mw.scan(mw.SantaFeBar, GRID, device="cpu", progress=False, store=path, chunk_size=6,
+                **SOLVE)
+    meta = json.loads((path / "U" / "zarr.json").read_text())
+    assert [c["name"] for c in meta["codecs"]] == ["bytes", "zstd"]
+    assert meta["chunk_grid"]["configuration"]["chunk_shape"][:2] == [2, 3]
+    (path / "done" / "c" / "1" / "0").unlink()   # the second block unfinished
+    written = []
+    real = scan_store.write_file
+    monkeypatch.setattr(scan_store, "write_file",
+                        lambda target, chunk: (written.append(target), real(target, chunk)))
+    again = mw.scan(mw.SantaFeBar, GRID, device="cpu", progress=False, store=path,
+                    chunk_size=6, **SOLVE)
+    assert written == [] and (path / "done" / "c" / "1" / "0").is_file()
+    for ds in (again, mw.open_scan(path)):
+        xr.testing.assert_equal(ds.drop_vars("wall_time").load(), memory.drop_vars("wall_time"))

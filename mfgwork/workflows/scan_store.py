@@ -340,8 +340,7 @@ def write_template(path: str | os.PathLike, layout: Layout, block: tuple[int, ..
 
 #: The encoding of a store's numeric variables: raw bytes, written as files by
 #: :mod:`.scan_chunks` (the fields are float noise that zstd shrinks by less than 10 %; the
-#: per-point numbers are a few kB a block, whose compression through zarr cost about 1 ms an
-#: array a block).
+#: per-point numbers are a few kB a block, each of whose writes through zarr took about 1 ms).
 RAW: dict[str, Any] = {"compressors": None}
 
 #: The dtypes of the coordinates that :func:`create_arrays` writes itself (the values of
@@ -444,8 +443,9 @@ def write_region(path: str | os.PathLike, region: tuple[slice, ...],
                  arrays: Mapping[str, np.ndarray]) -> None:
     """Region write of one block into the store at ``path``: the data and the block's record
     (:func:`~mfgwork.workflows.scan_check.block_record`, digested beside the writes)
-    together, ``done`` last. The raw arrays' chunk files (the fields) are written directly,
-    on one thread per file (:mod:`.scan_chunks`), the other arrays through zarr."""
+    together, ``done`` last. The chunk files of the raw arrays (the numbers, :data:`RAW`) are
+    written directly, on one thread per file (:mod:`.scan_chunks`), the strings through
+    zarr."""
     import zarr
     from zarr.core.sync import sync
 
