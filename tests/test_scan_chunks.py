@@ -21,7 +21,7 @@ from mfgwork.workflows.scan_inspect import inspect_store
 from mfgwork.workflows.scan_store import ScanStore, block_shape, field_chunk, write_region
 
 xr = pytest.importorskip("xarray")
-pytest.importorskip("zarr")
+zarr = pytest.importorskip("zarr")
 pytest.importorskip("dask.array")
 
 GRID = {"threshold": [0.4, 0.5, 0.6, 0.7, 0.8], "sigma": [0.4, 0.6, 0.8]}
@@ -112,6 +112,11 @@ def test_split_fields_written_directly_hold_zarrs_bytes(tmp_path, monkeypatch):
     assert np.isnan(stored[1]).all() and np.isfinite(stored[0]).all()
     check = check_store(direct.path)
     assert check.finished.all() and not check.damaged
+    # every variable but the strings (and the records) is written as files
+    stored = {name: zarr.open_array(direct.path / name, mode="r")
+              for name in [*direct.layout.variables(), "digest"]}
+    assert sorted(n for n, a in stored.items() if not scan_chunks.is_raw(a)) == \
+        ["device", "digest", "finished_by", "message", "status"]
 
 
 def test_a_scan_with_split_fields_reads_back_and_finds_a_missing_chunk(tmp_path, monkeypatch):

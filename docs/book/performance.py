@@ -119,6 +119,15 @@ def _outside_loop_rows(data: Any) -> list[Row]:
              "converged": r["after"]["scan_converged"]} for name, r in data["rows"].items()]
 
 
+def _scan_reads_rows(data: Any) -> list[Row]:
+    """The rows of ``benchmarks/scan_reads.py``: each way of storing a block, its write and
+    one point's read against zarr's block chunks."""
+    base = data["rows"]["zarr, block chunks"]
+    return [{"way": way, "write_s": r["write"], "write_ratio": r["write"] / base["write"],
+             "read_s": r["read"], "read_ratio": r["read"] / base["read"]}
+            for way, r in data["rows"].items()]
+
+
 def _planner_batch_rows(data: Any) -> list[Row]:
     """The rows of ``benchmarks/planner.py --batch-side``: one per dtype."""
     return [{"dtype": dtype} | data[dtype] for dtype in ("float32", "float64")]
@@ -314,6 +323,18 @@ SECTIONS: list[Section] = [
          Column("machinery", "machinery after", number),
          Column("converged", "converged", number)],
         rows=_outside_loop_rows, bars="scan_after_s", label=("row",)),
+    Section(
+        "scan_reads_h200.json", "Writing a scan's block and reading one point (H200 host)",
+        "A block of 32 × 32 Santa Fe points at 201² in float32 (331 MB of fields, random "
+        "values: `benchmarks/scan_reads.py --rounds 5`) written into a new store with its "
+        "record and `done` flag, then one point's `U` read through `mw.open_scan` from the "
+        "page cache: every variable one chunk a block through zarr (the earlier stores), the "
+        "same chunks written as files directly, and the fields cut into slabs of at most "
+        "16 MiB (the stores made now).",
+        [Column("way", "way"), Column("write_s", "write", seconds),
+         Column("write_ratio", "ratio", number), Column("read_s", "read one point", seconds),
+         Column("read_ratio", "ratio", number)],
+        rows=_scan_reads_rows, bars="read_s", label=("way",)),
     Section(
         "long_run_cpu_1core.json", "The long run against the finite horizon (one core)",
         "Santa Fe at 201², NumPy on one core (`benchmarks/long_run.py`): the stationary solve "

@@ -24,14 +24,16 @@ import numpy as np
 
 
 def is_raw(array: Any) -> bool:
-    """Whether the zarr (v3) ``array`` stores its chunks raw: the ``bytes`` codec alone,
-    little-endian, of a numeric data type."""
+    """Whether the zarr (v3) ``array`` stores its chunks raw: the ``bytes`` codec alone, of
+    a numeric or boolean data type, little-endian (no endianness for one-byte types)."""
     from zarr.codecs import BytesCodec
 
     codecs = array.metadata.codecs
-    return (len(codecs) == 1 and isinstance(codecs[0], BytesCodec)
-            and getattr(codecs[0].endian, "value", codecs[0].endian) == "little"
-            and array.dtype.kind in "biuf")
+    if len(codecs) != 1 or not isinstance(codecs[0], BytesCodec) or \
+            array.dtype.kind not in "biuf":
+        return False
+    endian = getattr(codecs[0].endian, "value", codecs[0].endian)
+    return endian == "little" or (endian is None and array.dtype.itemsize == 1)
 
 
 def raw_chunk_files(folder: Path, array: Any, region: tuple[slice, ...], values: np.ndarray
