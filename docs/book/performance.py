@@ -306,12 +306,11 @@ SECTIONS: list[Section] = [
     Section(
         "outside_loop_h200.json", "1024 points on one GPU: the batch and the scan (H200)",
         "A 32 × 32 Santa Fe box at 201² (`benchmarks/outside_loop.py --device cuda --rounds 3 "
-        "--repeats 3`, `before` and `after` the code of the file's note: a scan's block "
-        "records digested as CRC-32 pieces on all cores, its store made in memory and "
-        "written file by file, the batch's fields handed to the store as their page-locked "
-        "copies and taken into its block by identity; each process freezes its warm-up's "
-        "leftovers out of "
-        "CPython's full collections, which otherwise add 0.24–0.31 s to a run at random): "
+        "--repeats 3`, `before` and `after` the code of the file's note: a scan's fields "
+        "cut into slabs of at most 16 MiB and its numbers stored raw, their chunk files "
+        "written directly on several threads; each process freezes its warm-up's "
+        "leftovers out of CPython's full collections, which otherwise add 0.24–0.31 s to a "
+        "run at random): "
         "`easy` threshold 0.3–0.9 × σ 0.3–1.0, `hard` threshold 0.2–0.9 × ε 0.001–0.1 at "
         "σ 0.3; float32 to tol 1e-6, float64 to 1e-8. `batch` is "
         "`mw.solve(list)`, `scan` is `mw.scan` into a new store, end to end; `machinery` is "
