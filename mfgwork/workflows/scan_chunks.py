@@ -1,6 +1,6 @@
 """A block's uncompressed arrays written as their chunk files directly, several at once.
 
-A scan's fields are stored raw (zarr's ``bytes`` codec alone, little-endian): a chunk file is
+A scan's numbers are stored raw (zarr's ``bytes`` codec alone, little-endian): a chunk file is
 the chunk's values in C order, padded with the fill value where the chunk runs past the
 array's end. Written through zarr, each chunk is copied into a new buffer and written by one
 thread; the page cache takes one file's writes one at a time, so a block's fields go no
@@ -8,8 +8,9 @@ faster than one file. :func:`raw_chunk_files` gives the block's chunk files of s
 (views of the block's array, no copy where the chunk lies inside the array) and
 :func:`write_file` writes one as zarr's local store does: a new ``<chunk>.<hex>.partial``
 beside it, renamed over the chunk. On an H200 host, two fields of 166 MB took 44 ms as one
-file each on two threads and 13 ms as 16 files each on 16 threads; a block's whole write,
-its record beside it, 61–69 ms, where through zarr (one file a field) it had taken 76–95 ms.
+file each on two threads and 13 ms as 16 files each on 16 threads; a block's whole write
+(record and ``done`` included), 37 ms as files in slabs against 58 ms through zarr in one
+chunk a field (``benchmarks/scan_reads.py``).
 """
 
 from __future__ import annotations
