@@ -277,7 +277,7 @@ def test_dask_cluster_writes_the_same_scan(in_memory, tmp_path):
     ({"threshold": [0.5]}, {"fixed": {"sigma": "wide"}}, ["sigma", "'wide'"]),
 ])
 def test_bad_input_is_refused_before_any_solve(grid, kwargs, words, tmp_path, monkeypatch):
-    def no_solve(task):
+    def no_solve(task, *write):
         raise AssertionError("a block was solved")
 
     monkeypatch.setattr(scan_module, "solve_block", no_solve)

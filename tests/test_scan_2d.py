@@ -160,7 +160,7 @@ def test_room_scans_too():
     ({"threshold_1": [0.4] * 2}, {}, ["more than once"]),
 ])
 def test_bad_input_is_refused_before_any_solve(grid, kwargs, words, tmp_path, monkeypatch):
-    def no_solve(task):
+    def no_solve(task, *write):
         raise AssertionError("a block was solved")
 
     monkeypatch.setattr(scan_module, "solve_block", no_solve)

@@ -99,7 +99,7 @@ from .scan_plan import (
     resolve_problem,
     split_parameters,
 )
-from .scan_solve import Task, placement, points_per_block, solve_block
+from .scan_solve import BlockWrites, Task, placement, points_per_block, solve_block
 from .scan_store import (
     METRICS,
     Layout,
@@ -237,14 +237,23 @@ def _commit() -> str | None:
 
 # -- executors ---------------------------------------------------------------------------------
 @contextlib.contextmanager
-def _executor(scheduler: str | None, dask: bool | str, workers: int | None
+def _executor(scheduler: str | None, dask: bool | str, workers: int | None,
+              writes: BlockWrites | None
               ) -> Iterator[tuple[Callable[[list[Task]], Iterator[dict[str, Any]]], str]]:
     """``(run, where)``: ``run(tasks)`` yields each task's outcome as it finishes, in this
-    process or on Dask workers (``scheduler``, or ``dask=True``: a LocalCluster;
-    ``dask="gpus"``: one worker per visible GPU), whose count ``where`` tells (a progress
-    bar's label)."""
+    process (its blocks written by ``writes``, else where it solves them) or on Dask workers
+    (``scheduler``, or ``dask=True``: a LocalCluster; ``dask="gpus"``: one worker per visible
+    GPU), whose count ``where`` tells (a progress bar's label)."""
     if scheduler is None and not dask:
-        yield (lambda tasks: (solve_block(t) for t in tasks)), ""
+        def here(tasks: list[Task]) -> Iterator[dict[str, Any]]:
+            for task in tasks:
+                if writes is None:
+                    yield solve_block(task)
+                    continue
+                writes.wait()   # (the last block written before the next is solved)
+                yield solve_block(task, writes.submit)
+
+        yield here, ""
         return
     gpus = visible_gpus(workers) if dask == "gpus" and scheduler is None else None
     with dask_client(workers or 1, scheduler, gpus) as (client, as_completed):
@@ -337,9 +346,9 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
         dataset = layout.dataset()
         tasks = [Task(plan, r, layout, None, be.device, be.name, _region(built, plan.shape, r))
                  for r in blocks(plan.shape, block)]
-        _run(tasks, scheduler, dask, workers, progress, n_points, 0, dataset)
+        _run(tasks, scheduler, dask, workers, progress, n_points, 0, dataset, None)
         return dataset
-    with store_lock(store):
+    with store_lock(store), BlockWrites() as writes:
         target = ScanStore(store, layout, plan.hash(), block)
         finished = target.finished()
         if target.check.damaged:
@@ -348,8 +357,14 @@ def scan(problem: Callable[..., Problem] | str, grid: str | os.PathLike | Mappin
         tasks = [Task(plan, r, layout, str(target.path), be.device, be.name,
                       _region(built, plan.shape, r))
                  for r in blocks(plan.shape, target.block) if not finished[r].all()]
-        _run(tasks, scheduler, dask, workers, progress, n_points, int(finished.sum()), None)
-    return open_scan(target.path, verify=False)  # (checked above, then written whole)
+        finished = finished.copy()
+        for region in _run(tasks, scheduler, dask, workers, progress, n_points,
+                           int(finished.sum()), None, writes):
+            finished[region] = True
+        # (checked above, then written whole: opened while its last block is written)
+        ds = _dataset(target.path, finished, target.block, layout.dims)
+        writes.wait()
+    return ds
 
 
 def _region(problems: list[Problem] | None, shape: tuple[int, ...],
@@ -456,14 +471,18 @@ def _check_options(store: Any, device: Any, scheduler: Any, dask: Any, workers: 
 
 
 def _run(tasks: list[Task], scheduler: str | None, dask: bool | str, workers: int | None,
-         progress: bool, total: int, initial: int, dataset: Any) -> None:
+         progress: bool, total: int, initial: int, dataset: Any, writes: BlockWrites | None
+         ) -> list[tuple[slice, ...]]:
+    """Solve ``tasks`` (into ``dataset`` where there is no store); the regions solved (a
+    block lost on a Dask worker is not)."""
     if not tasks:
-        return
+        return []
     counts = {s: 0 for s in ("converged", "not_converged", "failed")}
     lost: list[str] = []
+    solved: list[tuple[slice, ...]] = []
     # (the bar opens once the workers are up and closes before they stop: its rate and
     # remaining time count solving only)
-    with _executor(scheduler, dask, workers) as (run, where), \
+    with _executor(scheduler, dask, workers, writes) as (run, where), \
             progress_bar(total=total, initial=initial, desc=f"scan{where}", unit="point",
                          disable=not progress) as bar, ticking(bar):
         for out in run(tasks):
@@ -471,6 +490,7 @@ def _run(tasks: list[Task], scheduler: str | None, dask: bool | str, workers: in
                 lost.append(out["lost"])
                 bar.set_postfix(counts | {"lost": len(lost)}, refresh=False)
                 continue
+            solved.append(out["region"])
             if out["arrays"] is not None:
                 for name, value in out["arrays"].items():
                     dataset[name].values[out["region"]] = value
@@ -482,6 +502,7 @@ def _run(tasks: list[Task], scheduler: str | None, dask: bool | str, workers: in
         warn(f"{len(lost)} block(s) of the scan were lost on their Dask workers "
              f"(first: {lost[0]}); their points stay pending: run the same scan "
              "again to solve them", RuntimeWarning)
+    return solved
 
 
 def describe(ds: Any, where: Any = None) -> str:
@@ -513,7 +534,6 @@ def open_scan(path: str | os.PathLike, *, verify: bool = True) -> Any:
     before creation records existed opens only this way, with a warning. Values are read as
     stored (no CF time decoding)."""
     require("xarray", "zarr", "dask.array", extra="scan", feature="mw.open_scan")
-    import xarray as xr
 
     from .scan_store import read_attrs
 
@@ -531,6 +551,16 @@ def open_scan(path: str | os.PathLike, *, verify: bool = True) -> Any:
         finished, block, dims = check.finished, check.block, check.dims
     else:
         finished, block, dims = _unverified(path)
+    return _dataset(path, finished, block, dims)
+
+
+def _dataset(path: Path, finished: np.ndarray, block: tuple[int, ...],
+             dims: tuple[str, ...]) -> Any:
+    """The scan store at ``path`` opened lazily as :func:`open_scan` gives it, once checked:
+    ``finished`` its points' flags (the others pending), ``block`` and ``dims`` its blocks
+    and scan dimensions."""
+    import xarray as xr
+
     grouped = _dask_chunks(dims, finished.shape, block)
     try:
         ds = xr.open_zarr(str(path), consolidated=None, decode_times=False,

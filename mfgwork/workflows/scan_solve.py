@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,10 +100,12 @@ class Task:
     problems: list[Problem] | None = None
 
 
-def solve_block(task: Task) -> dict[str, Any]:
+def solve_block(task: Task, write: Callable[..., Any] | None = None) -> dict[str, Any]:
     """Solve the points of ``task.region`` and fill their arrays; write them into the store
-    when there is one. Returns ``{"region", "statuses", "arrays"}`` (arrays only without a
-    store). Runs in the scan's process or on a Dask worker."""
+    when there is one (by ``write``, else :func:`~.scan_store.write_region`; the scan's
+    process writes by :class:`BlockWrites`). Returns
+    ``{"region", "statuses", "arrays"}`` (arrays only without a store). Runs in the scan's
+    process or on a Dask worker."""
     plan, opts = task.plan, task.plan.options
     problems = task.problems if task.problems is not None else \
         [plan.problem(i) for i in region_points(task.region)]
@@ -114,9 +117,39 @@ def solve_block(task: Task) -> dict[str, Any]:
     arrays = block_arrays(task.layout, shape, outcomes, rows)
     arrays["done"][...] = True
     if task.store is not None:
-        write_region(task.store, task.region, arrays)
+        (write or write_region)(task.store, task.region, arrays)
     return {"region": task.region, "statuses": [o["status"] for o in outcomes],
             "arrays": None if task.store is not None else arrays}
+
+
+class BlockWrites:
+    """The store writes of the blocks a scan solves in its own process, on one thread: a
+    block's write starts as its solve ends, and ends before the next block's solve starts
+    (:meth:`wait`: one block's arrays in memory at a time, as :func:`points_per_block`
+    counts), so that the last one runs while the scan opens its result. A failed write is
+    raised by the next :meth:`wait`; leaving the context waits for a write in flight."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mfgwork-write")
+        self._pending: Future | None = None
+
+    def __enter__(self) -> BlockWrites:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown(wait=True)   # (its block then whole, or not finished)
+
+    def submit(self, store: str, region: tuple[slice, ...], arrays: dict[str, Any]) -> None:
+        """Start the write of a block (:func:`~.scan_store.write_region`) once the last one
+        has ended."""
+        self.wait()
+        self._pending = self._pool.submit(write_region, store, region, arrays)
+
+    def wait(self) -> None:
+        """Wait for the write in flight; raise its error."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
 
 
 def block_arrays(layout: Layout, shape: tuple[int, ...], outcomes: list[dict[str, Any]],
