@@ -103,9 +103,9 @@ class Task:
 def solve_block(task: Task, write: Callable[..., Any] | None = None) -> dict[str, Any]:
     """Solve the points of ``task.region`` and fill their arrays; write them into the store
     when there is one (by ``write``, else :func:`~.scan_store.write_region`; the scan's
-    process writes by :class:`BlockWrites`). Returns
-    ``{"region", "statuses", "arrays"}`` (arrays only without a store). Runs in the scan's
-    process or on a Dask worker."""
+    own process writes by :class:`BlockWrites`). Returns ``{"region", "statuses",
+    "arrays"}`` (arrays only without a store). Runs in the scan's process or on a Dask
+    worker."""
     plan, opts = task.plan, task.plan.options
     problems = task.problems if task.problems is not None else \
         [plan.problem(i) for i in region_points(task.region)]
