@@ -237,7 +237,9 @@ def test_a_scan_refuses_an_objective_before_any_store(problem, objective, patter
 def test_a_batch_of_several_hamiltonians_gets_each_its_own_welfare():
     problems = [mw.SantaFeBar(threshold=0.5, **BAR),
                 mw.SantaFeBar(threshold=0.5, hamiltonian=mw.Power(1.5), **BAR)]
-    results = mw.solve(problems, objective="social", **COARSE)
+    # (tol 1e-10: the Power(1.5) member's equilibrium is steep, L = ‖Φ'‖ ≈ 290, and its
+    # certificate stops near 0.1 L² ε ≈ 2e-12, above 1e-12 on some CPUs' rounding)
+    results = mw.solve(problems, objective="social", **(COARSE | {"tol": 1e-10}))
     for problem, res in zip(problems, results, strict=True):
         assert res.converged
         assert res.summary["welfare"] == pytest.approx(welfare(res, problem.for_objective(
