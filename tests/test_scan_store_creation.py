@@ -5,6 +5,7 @@ layout that the direct path does not write (a coordinate of strings) is left to 
 from __future__ import annotations
 
 import dataclasses
+import json
 import warnings
 from pathlib import Path
 
@@ -12,7 +13,9 @@ import pytest
 
 import mfgwork as mw
 from mfgwork.workflows import scan as scan_module
-from mfgwork.workflows.scan_store import block_shape, create_arrays, write_template
+from mfgwork.workflows.scan_check import seal, verified
+from mfgwork.workflows.scan_inspect import RECORD_ATTR
+from mfgwork.workflows.scan_store import block_shape, create_arrays, read_attrs, write_template
 
 pytest.importorskip("xarray")
 pytest.importorskip("zarr")
@@ -62,7 +65,7 @@ def test_the_direct_store_is_xarrays_template(name, tmp_path):
     direct, template = tmp_path / "direct.zarr", tmp_path / "template.zarr"
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
-        assert create_arrays(direct, layout, block, plan_hash)
+        assert create_arrays(direct, layout, block, plan_hash) is not None
         write_template(template, layout, block, plan_hash)
     written, expected = _files(direct), _files(template)
     assert sorted(written) == sorted(expected)
@@ -70,10 +73,42 @@ def test_the_direct_store_is_xarrays_template(name, tmp_path):
         assert written[path] == data, path
 
 
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_the_record_of_the_values_written_is_the_record_read_back(name, tmp_path):
+    """A new store is sealed with the digests of the coordinates' values as written: the
+    same creation record as the one made by reading them back, and a verified store."""
+    layout, block, plan_hash = _layout(name)
+    records = []
+    for values in ("written", None):
+        path = tmp_path / f"{values}.zarr"
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
+            written = create_arrays(path, layout, block, plan_hash)
+        assert written is not None and set(written) == set(layout.coordinates())
+        seal(path, written if values else None)
+        records.append(json.loads(read_attrs(path)[RECORD_ATTR]))
+        assert set(verified(path).coords) <= set(written)
+    assert records[0] == records[1]
+    assert records[0]["values"] and set(records[0]["values"]) <= set(written)
+
+
+def test_a_changed_coordinate_value_is_not_sealed_as_written(tmp_path):
+    """A value given for a coordinate that differs from what is on disk makes a record
+    that the store's own check refuses (nothing is sealed unverified)."""
+    layout, block, plan_hash = _layout("santa-fe-float32")
+    path = tmp_path / "s.zarr"
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
+        written = create_arrays(path, layout, block, plan_hash)
+    seal(path, written | {"threshold": written["threshold"] + 1e-12})
+    with pytest.raises(mw.LoadError, match="coordinate threshold"):
+        verified(path)
+
+
 def test_a_coordinate_of_strings_is_left_to_xarray(tmp_path):
     layout, block, plan_hash = _layout("two-bars-axis")
     named = dataclasses.replace(layout, coords={"threshold_1": ("threshold_1", ["a", "b"])})
-    assert not create_arrays(tmp_path / "direct.zarr", named, block, plan_hash)
+    assert create_arrays(tmp_path / "direct.zarr", named, block, plan_hash) is None
     assert not (tmp_path / "direct.zarr").exists()
 
 

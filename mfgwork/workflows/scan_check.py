@@ -223,10 +223,15 @@ def _open(path: Path, name: str) -> Any:
 
 
 # -- the creation record -----------------------------------------------------------------------
-def coordinate_digests(ins: Inspection) -> dict[str, str]:
-    """A digest of each coordinate's values, as zarr reads them (no decoding)."""
+def coordinate_digests(ins: Inspection, values: Mapping[str, Any] | None = None
+                       ) -> dict[str, str]:
+    """A digest of each coordinate's values, as zarr reads them (no decoding), or as
+    ``values`` holds them (by name: the values written)."""
     out = {}
     for name in ins.coords:
+        if values is not None and name in values:
+            out[name] = value_digest(values[name])
+            continue
         try:
             out[name] = value_digest(_open(ins.path, name)[...])
         except LoadError:
@@ -237,13 +242,15 @@ def coordinate_digests(ins: Inspection) -> dict[str, str]:
     return out
 
 
-def seal(path: str | Path) -> None:
+def seal(path: str | Path, values: Mapping[str, Any] | None = None) -> None:
     """Write the creation record of the new store at ``path`` (module docstring) into its
     root attributes: called once, when the store is created, before it is renamed into
-    place."""
+    place. ``values``: the coordinates' values as they were written (by name), digested in
+    place of reading them back (the same digests: zarr reads numbers as written; a store
+    whose coordinate was written otherwise is then refused by its first check)."""
     path = Path(path)
     ins = inspect_store(path)
-    record = metadata_record(ins) | {"values": coordinate_digests(ins)}
+    record = metadata_record(ins) | {"values": coordinate_digests(ins, values)}
     root = storage.read_json(path / "zarr.json", follow=False)
     root["attributes"][RECORD_ATTR] = json.dumps(record, sort_keys=True)
     storage.write_json(path / "zarr.json", root, atomic=True)

@@ -245,9 +245,10 @@ class ScanStore:
         try:
             with warnings.catch_warnings():  # (zarr: consolidated metadata is not in v3 spec)
                 warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
-                if not create_arrays(tmp, self.layout, block, self.plan_hash):
+                written = create_arrays(tmp, self.layout, block, self.plan_hash)
+                if written is None:
                     write_template(tmp, self.layout, block, self.plan_hash)
-            seal(tmp)
+            seal(tmp, written)
             os.chmod(tmp, 0o755)
             os.rename(tmp, self.path)
         finally:
@@ -349,18 +350,19 @@ DIRECT_COORDINATES = ("float64", "int64")
 
 
 def create_arrays(path: str | os.PathLike, layout: Layout, block: tuple[int, ...],
-                  plan_hash: str) -> bool:
+                  plan_hash: str) -> dict[str, np.ndarray] | None:
     """Write the new store at ``path`` (a new or empty folder) that :func:`write_template`
     writes, by zarr directly: the same arrays with the same metadata (what xarray's encoding
     gives them: NaN fill values recorded as ``_FillValue``, the ``coordinates`` of zipped
     parameters), the coordinates and strings written, in three passes on zarr's event loop
     (the arrays created, the values written, the metadata consolidated) instead of xarray's
-    one call per array and Dask's graph of the writes it leaves uncomputed. False (nothing
-    written) where a coordinate is not one of :data:`DIRECT_COORDINATES`."""
+    one call per array and Dask's graph of the writes it leaves uncomputed. Returns the
+    coordinates' values written (by name), or None (nothing written) where a coordinate is
+    not one of :data:`DIRECT_COORDINATES`."""
     coords = layout.coordinates()
     if any(values.dtype.name not in DIRECT_COORDINATES or " " in name
            for name, (_, values, _) in coords.items()):
-        return False
+        return None
     from zarr.core.sync import sync
 
     # non-index coordinates (zipped parameters) are named by the variables along their dim
@@ -386,7 +388,7 @@ def create_arrays(path: str | os.PathLike, layout: Layout, block: tuple[int, ...
         arrays[name] = _array(dims, values.shape, values.dtype, attrs, {"chunks": "auto"},
                               values)
     sync(_create_arrays(str(path), layout.attrs | {PLAN_ATTR: plan_hash}, arrays))
-    return True
+    return {name: values for name, (_, values, _) in coords.items()}
 
 
 def _array(dims: tuple[str, ...], shape: tuple[int, ...], dtype: np.dtype,
