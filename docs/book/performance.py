@@ -282,11 +282,11 @@ SECTIONS: list[Section] = [
         rows=lambda data: [r for r in data["rows"] if r["floor"] is not None]),
     Section(
         "latency_cpu_1core.json", "The first solve of a process on one CPU core",
-        "Fresh processes on one core of the two-core machine (`taskset -c 1 python "
-        "benchmarks/latency.py --rounds 5`, `before` the code of the file's baseline, "
-        "`after` the compiled sweeps' tridiagonal solves eliminating from both ends, and "
-        "Newton's iteration with its state machine and conjugate gradients compiled and its "
-        "per-solve work done once): "
+        "Fresh processes on one core of a two-core AMD EPYC machine (`taskset -c 1 python "
+        "benchmarks/latency.py --baseline ffaf094 --rounds 3`, `before` the code at ffaf094, "
+        "`after` this page's: Newton's iteration compiled on the CPU, its per-solve work "
+        "done once, and the models, scans and populations added since, which the import "
+        "and the cold caches now pay for): "
         "`import`, then the first default Santa Fe solve and the first of a model no process "
         "solved (Power(1.5)), with every cache empty (`cold`) or written by an earlier "
         "process (`warm`); `solve` is the first solve's own time inside the process; `seed` "
