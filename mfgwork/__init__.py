@@ -58,8 +58,6 @@ from .results2d import Result2D
 from .solve import register_kind, solve, solve_batch, solve_continuous
 from .solve2d import solve_2d, solve_2d_batch
 from .welfare import price_welfare, welfare
-from .workflows.scan import open_scan, scan
-from .workflows.sweeps import SweepIndex, load_sweep, sweep
 
 __version__ = "0.1.0"
 
@@ -94,9 +92,24 @@ LAZY_MODULES = {
 }
 
 
-def __getattr__(name: str) -> object:
-    if name in LAZY_MODULES:
-        import importlib
+# Functions of the workflows (scans and sweeps: stores, Dask, YAML specs), imported on first
+# use: about 30 ms of ``import mfgwork`` that a solve does not need.
+LAZY_NAMES = {"scan": "workflows.scan", "open_scan": "workflows.scan",
+              "sweep": "workflows.sweeps", "load_sweep": "workflows.sweeps",
+              "SweepIndex": "workflows.sweeps"}
 
+
+def __getattr__(name: str) -> object:
+    import importlib
+
+    if name in LAZY_MODULES:
         return importlib.import_module(f".{LAZY_MODULES[name]}", __name__)
+    if name in LAZY_NAMES:
+        value = getattr(importlib.import_module(f".{LAZY_NAMES[name]}", __name__), name)
+        globals()[name] = value   # (found directly from now on)
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(LAZY_MODULES) | set(LAZY_NAMES))

@@ -23,6 +23,19 @@ def test_import_does_not_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_import_leaves_the_workflows_until_a_scan_or_sweep_is_asked_for():
+    """``import mfgwork`` does not load the scans' and sweeps' modules (stores, Dask, specs);
+    ``mw.scan`` and the others load them on first use, and are then found directly."""
+    code = ("import sys, mfgwork as mw\n"
+            "assert not [m for m in sys.modules if m.startswith('mfgwork.workflows.')]\n"
+            "from mfgwork import scan\n"
+            "from mfgwork.workflows import scan as module, sweeps\n"
+            "assert scan is module.scan and mw.open_scan is module.open_scan\n"
+            "assert mw.sweep is sweeps.sweep and mw.SweepIndex is sweeps.SweepIndex\n"
+            "assert 'scan' in vars(mw) and set(mw.LAZY_NAMES) <= set(dir(mw))\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_numpy_backend_defaults():
     be = mw.get_backend()
     assert (be.name, be.device, be.dtype) == ("numpy", "cpu", "float64")
