@@ -182,12 +182,20 @@ def test_damaged_metadata_is_a_load_error_naming_the_file(case, store, capsys):
     assert err_text.startswith("error: ") and "Traceback" not in err_text
 
 
-def test_folder_named_partial_is_left_alone_and_files_removed(store):
+def test_a_resume_removes_the_chunk_writes_cut_short_and_nothing_else(store):
+    """A chunk's temporary file (``<chunk>.<32 hex>.partial`` in its array's chunk folder)
+    is removed on a resume; a folder, or files of other names or places, are left alone."""
+    cut = store / "M" / "c" / "1" / "0" / "0" / f"0.{'ab' * 16}.partial"
+    cut.write_bytes(b"half")
+    kept = [store / "M" / "c" / "0.abc.partial", store / "notes.partial",
+            store / "M" / f"0.{'ab' * 16}.partial", store / "M" / "c" / f"x.{'ab' * 16}.partial"]
+    for path in kept:
+        path.write_bytes(b"mine")
     (store / "M" / "c" / "x.partial").mkdir()
-    (store / "M" / "c" / "1" / "0" / "0" / "0.abc.partial").write_bytes(b"half")
     ds = mw.scan(mw.SantaFeBar, GRID, store=store, **KW)
     assert bool(ds.done.all()) and (store / "M" / "c" / "x.partial").is_dir()
-    assert not (store / "M" / "c" / "1" / "0" / "0" / "0.abc.partial").exists()
+    assert not cut.exists()
+    assert [path.read_bytes() for path in kept] == [b"mine"] * len(kept)
 
 
 def test_store_is_consolidated_and_open_zarr_is_quiet(pristine):

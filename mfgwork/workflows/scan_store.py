@@ -29,6 +29,7 @@ import contextlib
 import itertools
 import math
 import os
+import re
 import stat
 import struct
 import threading
@@ -303,11 +304,16 @@ class ScanStore:
                                 {"parameters": here, "grid": grid_here})
 
     def _remove_partial_writes(self) -> None:
-        """Temporary files of chunk writes cut short by a killed process (zarr writes
-        ``<chunk>.<hex>.partial`` and renames it); folders of that name are left alone."""
+        """Temporary files of chunk writes cut short by a killed process: zarr's local store
+        and :func:`.scan_chunks.write_file` write ``<chunk>.<32 hex digits>.partial`` in an
+        array's chunk folder (``<array>/c/...``) and rename it. Nothing else is removed
+        (another file or a folder of a like name, or one elsewhere in the store)."""
         for root, _, files in os.walk(self.path):
+            parts = Path(root).relative_to(self.path).parts
+            if len(parts) < 2 or parts[1] != "c":
+                continue
             for name in files:
-                if name.endswith(".partial"):
+                if PARTIAL_WRITE.fullmatch(name):
                     Path(root, name).unlink(missing_ok=True)
 
     # state
@@ -460,6 +466,9 @@ def write_region(path: str | os.PathLike, region: tuple[slice, ...],
             # skip it, costs more than writing it)
             sync(_write_block(str(path), region, arrays, record, files))
 
+
+#: The name of a chunk write's temporary file (:meth:`ScanStore._remove_partial_writes`).
+PARTIAL_WRITE = re.compile(r"[0-9]+\.[0-9a-f]{32}\.partial")
 
 #: Threads that write a block's raw chunk files at most.
 FILE_THREADS = 16
