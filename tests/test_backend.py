@@ -36,6 +36,15 @@ def test_import_leaves_the_workflows_until_a_scan_or_sweep_is_asked_for():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_import_leaves_scipy_s_solvers_until_a_solve_needs_them():
+    """``import mfgwork`` loads neither ``scipy.linalg`` nor ``scipy.sparse`` (about 90 ms
+    of the import): the solvers that use them import them on first use."""
+    code = ("import sys, mfgwork\n"
+            "loaded = [m for m in ('scipy.linalg', 'scipy.sparse') if m in sys.modules]\n"
+            "assert not loaded, loaded\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_numpy_backend_defaults():
     be = mw.get_backend()
     assert (be.name, be.device, be.dtype) == ("numpy", "cpu", "float64")

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.linalg
 
 from ..core.backend import Backend, to_numpy
 from ..core.grid import Grid
@@ -205,6 +204,8 @@ class PotentialNewton:
         if (sign > 0).all():
             v = spd_solve(np.ascontiguousarray(A), s * point["R"])
         else:   # a rising price (the planner's): symmetric indefinite
+            import scipy.linalg  # (on first use: SciPy is no import of mfgwork)
+
             v = scipy.linalg.solve(A, s * point["R"], assume_a="sym")
         return np.where(s > 0, sign * v / np.where(s > 0, s, 1.0), point["R"])
 

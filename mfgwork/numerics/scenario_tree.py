@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.sparse.linalg import LinearOperator, gmres
 
 from ..core.backend import Backend, to_numpy
 from ..core.grid import Grid
@@ -327,6 +326,8 @@ class TreeNewton:
             state.products += 1
             x = x.reshape(s.shape)
             return (s * tangent(s * x) + sign * x).reshape(-1)
+
+        from scipy.sparse.linalg import LinearOperator, gmres  # (on first use)
 
         n = point.z.size
         rel = point.norm / max(_norm(point.z + point.R), 1e-300)

@@ -34,8 +34,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.sparse.linalg import LinearOperator, gmres, spsolve
 
 from ..core.backend import get_backend
 from ..core.errors import ConvergenceWarning, ParameterError, SolverError, warn
@@ -145,6 +143,8 @@ class ErgodicSystem2D:
         return v, lam, m, self.state(m)
 
     def _solve(self, A: Any, b: np.ndarray) -> np.ndarray:
+        from scipy.sparse.linalg import spsolve  # (on first use: SciPy is no import of mfgwork)
+
         x = spsolve(A, b)
         if not np.all(np.isfinite(x)):
             raise SolverError(f"a sparse system of the long run is singular (sigma="
@@ -166,6 +166,8 @@ class ErgodicSystem2D:
             h = STEP * size / norm
             moved = self.respond(z + h * p.reshape(shape), v, lam)[3]
             return p - ((moved - gz) / h).reshape(-1)
+
+        from scipy.sparse.linalg import LinearOperator, gmres
 
         n = R.size
         d, _ = gmres(LinearOperator((n, n), matvec=apply, dtype=np.float64), R, rtol=1e-8,
@@ -279,6 +281,8 @@ class ErgodicNewtonKrylov:
 
 def _replaced(A: Any, k: int, *, ones: bool) -> Any:
     """A (CSC) with its column k replaced by ones (``ones``), else by the unit vector e_k."""
+    import scipy.sparse as sp
+
     coo = A.tocoo()
     keep = coo.col != k
     rows = np.arange(A.shape[0]) if ones else np.array([k])
