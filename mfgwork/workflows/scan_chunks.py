@@ -17,11 +17,16 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+#: The name of a chunk write's temporary file, as :func:`write_file` and zarr's local store
+#: name it: ``<chunk>.<32 hex digits>.partial`` beside the chunk.
+PARTIAL_WRITE = re.compile(r"[0-9]+\.[0-9a-f]{32}\.partial")
 
 
 def is_raw(array: Any) -> bool:
@@ -69,7 +74,7 @@ def raw_chunk_files(folder: Path, array: Any, region: tuple[slice, ...], values:
 
 def write_file(target: Path, chunk: np.ndarray) -> None:
     """Write ``chunk``'s bytes at ``target`` atomically: into a new temporary file beside it
-    (``<name>.<hex>.partial``, created exclusively: never over a file this did not make),
+    (:data:`PARTIAL_WRITE`, created exclusively: never over a file this did not make),
     then renamed over it; the temporary file is removed if the write fails."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(f".{uuid.uuid4().hex}.partial")

@@ -29,7 +29,6 @@ import contextlib
 import itertools
 import math
 import os
-import re
 import stat
 import struct
 import threading
@@ -54,7 +53,7 @@ from .scan_check import (
     check_store,
     seal,
 )
-from .scan_chunks import is_raw, raw_chunk_files, write_file
+from .scan_chunks import PARTIAL_WRITE, is_raw, raw_chunk_files, write_file
 from .scan_inspect import inspect_store
 
 #: Root attribute naming the plan a store was made for (its hash).
@@ -467,9 +466,6 @@ def write_region(path: str | os.PathLike, region: tuple[slice, ...],
             sync(_write_block(str(path), region, arrays, record, files))
 
 
-#: The name of a chunk write's temporary file (:meth:`ScanStore._remove_partial_writes`).
-PARTIAL_WRITE = re.compile(r"[0-9]+\.[0-9a-f]{32}\.partial")
-
 #: Threads that write a block's raw chunk files at most.
 FILE_THREADS = 16
 
@@ -486,10 +482,17 @@ async def _write_block(path: str, region: tuple[slice, ...], arrays: Mapping[str
 
     group = await open_group(path, mode="r+", zarr_format=3)
     names = [name for name in arrays if name != DONE]
-    stored = dict(zip(names, await asyncio.gather(*(group.getitem(n) for n in names)),
-                      strict=True))
-    raw = {name: raw_chunk_files(Path(path, name), arr, region, arrays[name])
-           if is_raw(arr) else None for name, arr in stored.items()}
+    stored = await asyncio.gather(*(group.getitem(n) for n in names))
+
+    def write(name: str, array: Any) -> list[Any]:
+        """The writes of ``arrays[name]`` into ``array``: its chunk files where it is raw and
+        the region whole chunks, else zarr's."""
+        chunks = raw_chunk_files(Path(path, name), array, region, arrays[name]) \
+            if is_raw(array) else None
+        if chunks is None:
+            return [array.setitem(region, arrays[name])]
+        return [asyncio.wrap_future(files.submit(write_file, target, chunk))
+                for target, chunk in chunks]
 
     async def put_record() -> None:
         text = await asyncio.wrap_future(record)
@@ -497,21 +500,12 @@ async def _write_block(path: str, region: tuple[slice, ...], arrays: Mapping[str
         await digest.setitem(region, np.full(tuple(s.stop - s.start for s in region), text,
                                              dtype=object))
 
-    writes = [asyncio.wrap_future(files.submit(write_file, target, chunk))
-              for chunks in raw.values() if chunks is not None for target, chunk in chunks]
-    writes += [stored[name].setitem(region, arrays[name]) for name in names
-               if raw[name] is None]
+    writes = [w for name, array in zip(names, stored, strict=True) for w in write(name, array)]
     outcomes = await asyncio.gather(*writes, put_record(), return_exceptions=True)
     for outcome in outcomes:
         if isinstance(outcome, BaseException):
             raise outcome
-    done = await group.getitem(DONE)
-    last = raw_chunk_files(Path(path, DONE), done, region, arrays[DONE]) if is_raw(done) \
-        else None
-    if last is None:
-        await done.setitem(region, arrays[DONE])
-    for target, chunk in last or ():
-        await asyncio.wrap_future(files.submit(write_file, target, chunk))
+    await asyncio.gather(*write(DONE, await group.getitem(DONE)))
 
 
 def digest_variable(dims: tuple[str, ...], shape: tuple[int, ...]) -> object:
