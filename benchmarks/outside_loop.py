@@ -3,7 +3,8 @@
 Rows, each a 32 × 32 Santa Fe box at ``--n``² solved in float32 (tol 1e-6) and float64
 (tol 1e-8) on ``--device`` (torch):
 
-  batch   ``mw.solve(list)``: the whole call and its phases (``res.timings``: setup, the
+  batch   ``mw.solve_batch`` (what ``mw.solve(list)`` calls, and the only batch call of trees
+          before it, e.g. ffaf094): the whole call and its phases (``res.timings``: setup, the
           coarse start, the iterations' HJB, FP and coupling, building the results, the
           float64 certificate and finish of float32 members)
   scan    ``mw.scan`` of the same points into a new zarr store, end to end; ``machinery`` is
@@ -60,7 +61,7 @@ with tempfile.TemporaryDirectory() as tmp:
             best = {}
             for k in range(REPEATS + 1):
                 t0 = time.perf_counter()
-                res = mw.solve(problems, backend="torch", device=DEVICE, **opts)
+                res = mw.solve_batch(problems, backend="torch", device=DEVICE, **opts)
                 batch = time.perf_counter() - t0
                 t0 = time.perf_counter()
                 ds = mw.scan(mw.SantaFeBar, spec, fixed=fixed, device=DEVICE,

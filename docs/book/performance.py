@@ -296,27 +296,33 @@ SECTIONS: list[Section] = [
     Section(
         "latency_cuda_h200.json", "The first solve of a process on CUDA (H200)",
         "Fresh processes (`benchmarks/latency.py --device cuda --rounds 2 --repeats 2 "
-        "--cases first room`, `before` the code of the file's baseline, `after` the code "
-        "that remembers Triton's installation key between processes and runs the Newton "
-        "state machine of small batches interpreted on the device, loading no Numba): the "
-        "first Santa Fe solve (float64, 201², tol 1e-8) and the first 101² room, with every "
+        "--cases first room`, `before` the code at ffaf094, `after` this page's: Triton's "
+        "installation key remembered between processes, the Newton state machine of small "
+        "batches interpreted on the device, loading no Numba, and the scans, the sweeps and "
+        "SciPy's solvers imported on first use): "
+        "the first Santa Fe solve (float64, 201², tol 1e-8) and the first 101² room, with every "
         "cache empty (`cold`) or written by an earlier process (`warm`). `before` and `after` "
         "are the whole process; `solve` is the first solve's own time inside it, after "
-        "PyTorch's import (about 1.5 s, any PyTorch program's).",
+        "PyTorch's import (about 1.5 s, any PyTorch program's), CUDA's start included "
+        "(about 0.3–0.5 s). H200 hosts differ: the file's note gives another host's figures.",
         LATENCY_COLUMNS, rows=_latency_rows, bars="after_s", label=("case",)),
     Section(
         "outside_loop_h200.json", "1024 points on one GPU: the batch and the scan (H200)",
-        "A 32 × 32 Santa Fe box at 201² (`benchmarks/outside_loop.py --device cuda --rounds 3 "
-        "--repeats 3`, `before` and `after` the code of the file's note: a scan's fields "
-        "cut into slabs of at most 16 MiB and its numbers stored raw, their chunk files "
-        "written directly on several threads, the result opened while the last block is "
-        "written; each process freezes its warm-up's "
+        "A 32 × 32 Santa Fe box at 201² (`benchmarks/outside_loop.py --device cuda --rounds 1 "
+        "--repeats 2`, `before` the code at ffaf094, `after` this page's: the coarse "
+        "stage's iterations replayed from a recorded CUDA graph, the float32 members "
+        "certified in float64 from one stacked copy, the Results built as copies of one "
+        "checked member, a scan's fields cut into slabs of at most 16 MiB and stored raw, "
+        "written on several threads while the result is opened; each process freezes its "
+        "warm-up's "
         "leftovers out of CPython's full collections, which otherwise add 0.24–0.31 s to a "
         "run at random): "
         "`easy` threshold 0.3–0.9 × σ 0.3–1.0, `hard` threshold 0.2–0.9 × ε 0.001–0.1 at "
         "σ 0.3; float32 to tol 1e-6, float64 to 1e-8. `batch` is "
         "`mw.solve(list)`, `scan` is `mw.scan` into a new store, end to end; `machinery` is "
-        "scan / batch − 1 after.",
+        "scan / batch − 1 after: mostly the fields' write (331 MB in float32), the store's "
+        "set-up and the opening of the result. The file's note gives the same rows against "
+        "ef44b04 on a slower host.",
         [Column("row", "box, dtype"), Column("batch_before_s", "batch before", seconds),
          Column("batch_after_s", "batch after", seconds),
          Column("scan_before_s", "scan before", seconds),
