@@ -83,7 +83,8 @@ class FDM1D(Discretization):
     says from the measured crossover table (a single FDM solve: the CPU), and records its
     choice and reason in ``res.params["placement"]``. The Picard iteration (``iteration``:
     "anderson" (default), "relaxation", "fictitious_play", "picard" or an
-    :class:`~mfgwork.IterationScheme`) stops when the returned solution is a fixed point to
+    :class:`~mfgwork.numerics.iteration.IterationScheme`) stops when the returned solution
+    is a fixed point to
     ``tol``: one best response to its coupling state (for Santa Fe the attendance path A)
     reproduces it to a relative residual ``res.residual`` ≤ ``tol`` (``res.check()``
     recomputes it). Otherwise, after ``max_iter`` iterations, it returns the best iterate
