@@ -188,6 +188,35 @@ def test_store_refuses_other_paths(tmp_path):
         mw.open_scan(other)
 
 
+def test_store_is_made_in_an_empty_folder(tmp_path, monkeypatch):
+    small = {"nx": 11, "nt": 5, "tol": 1e-6, "device": "cpu", "progress": False}
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    ds = mw.scan(mw.SantaFeBar, {"threshold": [0.4, 0.5]}, store=empty, **small)
+    assert (ds.status.values == "converged").all()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]   # no temporaries left
+    again = mw.scan(mw.SantaFeBar, {"threshold": [0.4, 0.5]}, store=empty, **small)
+    xr.testing.assert_identical(again.load(), ds.load())            # resumed, nothing new
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    with pytest.raises(mw.ParameterError, match="store"):            # the current directory
+        mw.scan(mw.SantaFeBar, {"threshold": [0.4]}, store=".", **small)
+    assert list(here.iterdir()) == []
+
+
+def test_a_point_converged_at_the_float32_floor_says_so(tmp_path):
+    with pytest.warns(UserWarning, match="tol=1e-08"):
+        ds = mw.scan(mw.SantaFeBar, {"sigma": [0.2, 0.5]}, nx=41, nt=41, dtype="float32",
+                     tol=1e-8, device="cpu", progress=False)
+    assert ds.attrs["tol"] == 1e-8 and ds.converged.values.all()
+    residual, message = ds.residual.values, ds.message.values.astype(str)
+    assert (residual > 1e-8).all() and (residual <= 3e-4).all()
+    for text in message:
+        assert "converged to tol=3.0e-04, the floor of what float32 resolves" in text
+        assert "above tol=1e-08" in text
+
+
 KILLED_SCAN = textwrap.dedent("""
     import sys
     import mfgwork as mw

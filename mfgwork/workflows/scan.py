@@ -11,8 +11,9 @@ scanned axis plus ``t`` and ``x``:
   ``MFGProblem.observables`` and ``MFGProblem.summary``;
 - per-point metrics: ``converged``, ``status`` (converged / not_converged / failed),
   ``iterations``, ``residual`` (final fixed-point residual), ``mass_error``, ``wall_time``,
-  ``device``, ``message`` (why a point failed or did not converge, or the float64 floor
-  above tol it converged within: :mod:`mfgwork.float64_floor`), ``finished_by``
+  ``device``, ``message`` (why a point failed or did not converge, or the floor above tol
+  it converged within: the dtype's, or a float64 floor named before iterating,
+  :mod:`mfgwork.float64_floor`), ``finished_by``
   (``batch``, ``single`` or ``single-warm``: see below), ``done``;
 - attributes: the problem's fixed parameters, the solver settings and provenance.
 

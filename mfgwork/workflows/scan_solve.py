@@ -395,10 +395,14 @@ def _outcome(result: Result, wall_time: float, opts: Mapping[str, Any],
         or f"did not reach tol={opts['tol']:g}: stopped after {int(result.iterations)} "
            f"iterations ({why}; final residual {residual:.3g})")
     floor = result.extra.get("reachable_tol") or {}
+    reached = float(result.params.get("tol", opts["tol"]))   # (raised to the dtype's floor)
     if result.converged and residual > opts["tol"] and floor.get("predicted"):
         message = (f"converged within its float64 floor {floor['tol']:.1e} above "
                    f"tol={opts['tol']:g} (said before iterating: L = "
                    f"{floor['lipschitz']:.1e})")
+    elif result.converged and residual > opts["tol"] and reached > opts["tol"]:
+        message = (f"converged to tol={reached:.1e}, the floor of what {result.dtype} "
+                   f"resolves, above tol={opts['tol']:g} (said before the scan)")
     host = host or {}
     arrays = {name: host[name] if name in host else to_numpy(value) for name, value in
               ({"M": result.M, "U": result.U} | dict(result.observables)).items()}

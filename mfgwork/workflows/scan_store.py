@@ -224,7 +224,8 @@ class Layout:
 
 # -- the store ---------------------------------------------------------------------------------
 class ScanStore:
-    """A scan's zarr store at ``path``: created whole or reopened for the same plan."""
+    """A scan's zarr store at ``path``: created whole (at a new path, or renamed over an
+    empty folder) or reopened for the same plan."""
 
     def __init__(self, path: str | os.PathLike, layout: Layout, plan_hash: str,
                  block: tuple[int, ...]) -> None:
@@ -232,7 +233,7 @@ class ScanStore:
         self.layout, self.plan_hash = layout, plan_hash
         #: The check of the store when it was opened: finished points, damaged blocks.
         self.check: StoreCheck
-        if self.path.exists():
+        if self.path.exists() and not _empty_folder(self.path):
             self.block = self._reopen()
         else:
             self._create(block)
@@ -250,7 +251,7 @@ class ScanStore:
                     write_template(tmp, self.layout, block, self.plan_hash)
             seal(tmp, written)
             os.chmod(tmp, 0o755)
-            os.rename(tmp, self.path)
+            os.rename(tmp, self.path)   # (over an empty folder: refused if it filled since)
         finally:
             storage.discard_temporary(tmp)  # (after the rename: only its owner record)
 
@@ -259,7 +260,8 @@ class ScanStore:
         attrs = read_attrs(self.path)
         if attrs is None:
             raise ParameterError(f"store={str(self.path)!r} exists and is not a scan store: "
-                                 "refusing to write into it (choose a new path)")
+                                 "refusing to write into it (choose a new path or an empty "
+                                 "folder)")
         inspect_store(self.path)  # (no FIFO, link or implausible size before zarr reads)
         if attrs.get(PLAN_ATTR) != self.plan_hash:
             differences = self._differences(attrs) or \
@@ -527,6 +529,14 @@ def read_attrs(path: str | os.PathLike) -> dict[str, Any] | None:
     if isinstance(attrs, dict) and PLAN_ATTR in attrs:
         return attrs
     return None
+
+
+def _empty_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder (not a link to one) with nothing in it."""
+    if path.is_symlink() or not path.is_dir():
+        return False
+    with os.scandir(path) as entries:
+        return next(entries, None) is None
 
 
 def check_store_target(path: str | os.PathLike) -> Path:
