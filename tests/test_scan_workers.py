@@ -210,6 +210,14 @@ def test_gpu_workers_without_the_gpus_are_refused_in_one_line_before_anything(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("where", [{}, {"scheduler": "tcp://h:1"}])
+def test_workers_without_a_cluster_to_size_are_refused(tmp_path, where):
+    with pytest.raises(mw.ParameterError, match=r"workers=3 is invalid here.*leave workers out"):
+        mw.scan(mw.SantaFeBar, GRID, store=tmp_path / "scan.zarr", workers=3, progress=False,
+                **where, **SOLVE)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_gpus_and_a_scheduler_address_together_are_refused(tmp_path):
     with pytest.raises(mw.ParameterError, match=r"dask='gpus'.*scheduler='tcp://h:1'.*only one"):
         mw.scan(mw.SantaFeBar, GRID, dask="gpus", scheduler="tcp://h:1", progress=False)

@@ -469,6 +469,11 @@ def _check_options(store: Any, device: Any, scheduler: Any, dask: Any, workers: 
                              f"scheduler={scheduler!r} names a running one: give only one")
     check_flag("progress", progress)
     workers = None if workers is None else check_int("workers", workers, low=1)
+    if workers is not None and (dask is False or scheduler is not None):
+        where = "a running cluster" if scheduler is not None else "this process"
+        raise ParameterError(f"workers={workers} is invalid here: it sizes a cluster the scan "
+                             "starts (dask=True: CPU worker processes, dask='gpus': GPUs), and "
+                             f"this scan runs in {where}; leave workers out or set dask")
     if dask == "gpus":
         visible_gpus(workers)  # (refused here where no GPU is visible: nothing made yet)
     return workers
