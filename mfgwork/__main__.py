@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -159,6 +161,7 @@ def _scan(args: argparse.Namespace) -> int:
     try:
         if args.netcdf:
             check_netcdf(args.netcdf, force=args.force)
+            _outside_store(args.netcdf, args.store)
         fixed, options = split_parameters(
             args.problem, {name: parse_value(value) for name, value in args.parameter})
         ds = scan(args.problem, args.grid, fixed=fixed, **options, device=args.device,
@@ -177,6 +180,18 @@ def _scan(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
     return 0 if bool((ds["status"] == "converged").all()) else 1
+
+
+def _outside_store(netcdf: str, store: str) -> None:
+    """Refuse a ``--netcdf`` file inside the scan's own store (which may not exist yet)."""
+    from .core.errors import ParameterError
+
+    path, folder = Path(os.path.abspath(netcdf)), Path(os.path.abspath(store))
+    real = path.parent.resolve()
+    if folder in path.parents or folder.resolve() in (real, *real.parents):
+        raise ParameterError(f"netcdf={netcdf!r} is refused: it lies inside the store "
+                             f"of this scan ({folder}); a file is never added to another "
+                             "output, even with force; choose a file outside it")
 
 
 def _add_lab(sub: argparse._SubParsersAction) -> None:

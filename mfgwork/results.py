@@ -613,7 +613,8 @@ def save_run(path: str | os.PathLike, result: Result | None = None, *,
              parameters: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None,
              figures: dict[str, Any] | None = None,
              tables: dict[str, list[dict[str, Any]]] | None = None,
-             results: dict[str, Result] | None = None, force: bool = False) -> Path:
+             results: dict[str, Result] | None = None,
+             pages: dict[str, str] | None = None, force: bool = False) -> Path:
     """Write a run folder at ``path`` atomically (temporary folder beside it, renamed at the
     end) and return its path.
 
@@ -634,27 +635,44 @@ def save_run(path: str | os.PathLike, result: Result | None = None, *,
     - ``<name>/`` for each ``results`` entry: a result folder of its own (as
       :meth:`Result.save` writes it, read back by :func:`load`), recorded in the run's marker
       as one of its parts, so that replacing the run replaces it too (a result is never
-      written into a finished run: see :func:`mfgwork.core.storage.check_target`).
+      written into a finished run: see :func:`mfgwork.core.storage.check_target`);
+    - ``<name>.html`` for each ``pages`` entry: the text of a stand-alone page (e.g.
+      :func:`mfgwork.analysis.plots2d.animation_page`), which, like any file, is written
+      with the run and not into it once finished.
 
     Without a result only the parameters, metrics (with provenance), figures and tables are
     written. A parameter named ``out_dir`` (where a notebook was told to write) is left out.
+    Every argument is checked before anything is written: ``result`` a :class:`Result` or
+    None; ``parameters`` and ``metrics`` dicts with str keys and values JSON holds (no NaN
+    or infinity); each name of ``figures``, ``tables``, ``results`` and ``pages`` a plain
+    file name (:func:`mfgwork.core.storage.is_plain_name`: no path, never ``..``), a table's
+    not one of :data:`RESERVED_TABLES`; each page a str.
     """
-    parameters = {k: v for k, v in (parameters or {}).items() if k != "out_dir"}
-    parts = _check_parts(results or {}, taken={"figures", *(tables or {})})
+    if result is not None and not isinstance(result, Result):
+        raise ParameterError(f"result={_shown(result)} is invalid: must be an mfgwork Result "
+                             "(what mw.solve returns) or None")
+    parameters = {k: v for k, v in _json_values("parameters", parameters).items()
+                  if k != "out_dir"}
+    metrics = _json_values("metrics", metrics)
+    figures = check_figures(figures)
+    tables = _check_tables(tables)
+    parts = _check_parts(_mapping("results", results), taken={"figures", *tables})
+    pages = _check_pages(pages)
     with storage.atomic_folder(path, "run", name="path", force=force) as tmp:
         if result is not None:
             result.write_files(tmp, parameters, metrics)
         else:
             storage.write_json(tmp / "parameters.json", parameters)
-            storage.write_json(tmp / "metrics.json",
-                               {"provenance": provenance()} | (metrics or {}))
+            storage.write_json(tmp / "metrics.json", {"provenance": provenance()} | metrics)
         if figures:
             (tmp / "figures").mkdir()
             for name, fig in figures.items():
                 save_figure(fig, tmp / "figures", name)
-        for name, rows in (tables or {}).items():
+        for name, rows in tables.items():
             storage.write_json(tmp / f"{name}.json", rows)
             storage.write_csv(tmp / f"{name}.csv", rows)
+        for name, text in pages.items():
+            (tmp / f"{name}.html").write_text(text, encoding="utf-8")
         for name, part in parts.items():
             (tmp / name).mkdir()
             part.write_files(tmp / name)
@@ -662,16 +680,103 @@ def save_run(path: str | os.PathLike, result: Result | None = None, *,
     return Path(path)
 
 
+def _shown(value: Any) -> str:
+    """A value in a message: its shortened repr and its type."""
+    return f"{value!r:.60} ({type(value).__name__})"
+
+
+def _mapping(name: str, value: Any) -> dict[Any, Any]:
+    """The mapping ``value`` (None: empty) as a dict; else :class:`ParameterError`."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ParameterError(f"{name}={_shown(value)} is invalid: must be a dict or None")
+    return dict(value)
+
+
+def _json_values(name: str, value: Any) -> dict[str, Any]:
+    """``parameters`` or ``metrics`` of :func:`save_run`: str keys, each value one that
+    ``metrics.json`` can hold (no NaN or infinity); else :class:`ParameterError`."""
+    out = _mapping(name, value)
+    for key, item in out.items():
+        if not isinstance(key, str):
+            raise ParameterError(f"{name} has the key {_shown(key)}, which is invalid: its "
+                                 "keys must be str")
+        _check_json(f"{name}[{key!r}]", item)
+    return out
+
+
+def _check_json(name: str, value: Any) -> None:
+    """Refuse a value that JSON cannot hold (NaN or infinity, a cycle, nested keys of
+    mixed types), naming ``name``."""
+    try:
+        storage.dumps(value)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise ParameterError(f"{name}={value!r:.60} is invalid: must be a value JSON holds "
+                             f"(finite numbers, no NaN or infinity; {str(exc)[:80]})"
+                             ) from None
+
+
+#: Names a table of :func:`save_run` may not have: its files would replace the run's own.
+RESERVED_TABLES = ("parameters", "metrics", Path(storage.MARKER).stem)
+
+
+def _check_tables(tables: Any) -> dict[str, list[dict[str, Any]]]:
+    """``tables`` of :func:`save_run` if each name is a plain file name (not one of
+    :data:`RESERVED_TABLES`) and each table a list of rows (dicts) that JSON holds; else
+    :class:`ParameterError`."""
+    tables = _mapping("tables", tables)
+    for name, rows in tables.items():
+        if not storage.is_plain_name(name) or name in RESERVED_TABLES:
+            raise ParameterError(f"tables={name!r:.80} is invalid: a table's name must be "
+                                 f"{storage.PLAIN_NAME}, other than "
+                                 f"{', '.join(map(repr, RESERVED_TABLES))} (its files are "
+                                 "<name>.json and <name>.csv in the run folder)")
+        if not isinstance(rows, list | tuple) or not all(isinstance(r, dict) for r in rows):
+            raise ParameterError(f"tables[{name!r}]={_shown(rows)} is invalid: must be a list "
+                                 "of rows (dicts)")
+        _check_json(f"tables[{name!r}]", rows)
+    return tables
+
+
+def _check_pages(pages: Any) -> dict[str, str]:
+    """``pages`` of :func:`save_run` if each name is a plain file name and each page a str;
+    else :class:`ParameterError`."""
+    pages = _mapping("pages", pages)
+    for name, text in pages.items():
+        if not storage.is_plain_name(name):
+            raise ParameterError(f"pages={name!r:.80} is invalid: a page's name must be "
+                                 f"{storage.PLAIN_NAME} (its file is <name>.html)")
+        if not isinstance(text, str):
+            raise ParameterError(f"pages[{name!r}]={_shown(text)} is invalid: must be the "
+                                 "page's text (str)")
+    return pages
+
+
+def check_figures(figures: Any, name: str = "figures") -> dict[str, Any]:
+    """``figures`` (None: none) if each name is a plain file name and each figure has
+    ``savefig`` (a matplotlib Figure); else :class:`ParameterError` naming ``name``."""
+    figures = _mapping(name, figures)
+    for key, fig in figures.items():
+        if not storage.is_plain_name(key):
+            raise ParameterError(f"{name}={key!r:.80} is invalid: a figure's name must be "
+                                 f"{storage.PLAIN_NAME} (its files are <name>.png and "
+                                 "<name>.pdf)")
+        if not callable(getattr(fig, "savefig", None)):
+            raise ParameterError(f"{name}[{key!r}]={_shown(fig)} is invalid: must be a "
+                                 "figure with savefig (a matplotlib Figure)")
+    return figures
+
+
 def _check_parts(results: dict[str, Any], taken: set[str]) -> dict[str, Result]:
     """``results`` of :func:`save_run` if each name is a plain folder name not used by the
     run's other files and each value a :class:`Result`; else :class:`ParameterError`."""
     for name, part in results.items():
-        plain = isinstance(name, str) and name not in {"", ".", ".."} and \
-            Path(name).name == name and not name.startswith(".")
+        plain = storage.is_plain_name(name) and not name.startswith(".")
         if not plain or name in taken or Path(name).suffix in {".json", ".npz", ".csv"}:
-            raise ParameterError(f"results={name!r} is invalid: a result's name must be a "
-                                 "plain folder name (no path, no leading dot, no file suffix) "
-                                 "other than 'figures' and the tables' names")
+            raise ParameterError(f"results={name!r:.80} is invalid: a result's name must be "
+                                 f"{storage.PLAIN_NAME} for a folder (no leading dot, no file "
+                                 "suffix) other than 'figures' and the tables' names")
         if not isinstance(part, Result):
             raise ParameterError(f"results[{name!r}]={type(part).__name__} is invalid: must "
                                  "be an mfgwork Result (what mw.solve returns)")

@@ -91,8 +91,6 @@ out_dir = ""
 
 # %%
 # check the parameters, then solve the room on the CPU (NumPy, float64)
-from pathlib import Path
-
 import numpy as np
 from IPython.display import HTML
 
@@ -372,8 +370,8 @@ if out_dir:
                  "bar_density": fig_bars_density},
         tables={"congestion": congestion_table, "accelerator": accelerator_table,
                 "independent_bars": bars_table, "threshold_scan": scan_rows},
-        results={"room": res})
-    print("wrote", plots2d.write_animation(animation, Path(folder) / "room_animation.html"))
+        results={"room": res}, pages={"room_animation": plots2d.animation_page(animation)})
+    print("wrote", folder)
 else:
     print("out_dir is empty: no run folder written")
 

@@ -387,3 +387,194 @@ def test_read_only_targets_are_refused_before_any_work(tmp_path):
         (ro_target / "inner").chmod(0o755)
     assert (ro_target / "inner" / "old.txt").read_text() == "old"
     assert list(ro_parent.iterdir()) == []
+
+
+# -- names and arguments of save_run ----------------------------------------------------------
+@pytest.mark.parametrize(("argument", "name", "victim"), [
+    ("tables", "../victim", "box/victim.json"),
+    ("tables", "../../tablevictim", "tablevictim.json"),
+    ("figures", "../../figvictim", "box/figvictim.png"),
+    ("tables", "{tmp}/absvictim", "absvictim.json"),
+    ("figures", "{tmp}/absfig", "absfig.png"),
+    ("tables", "", None), ("tables", "..", None), ("figures", ".", None),
+    ("tables", "a\0b", None), ("figures", "x" * 201, None),
+    ("tables", "metrics", "box/run/metrics.json"), ("tables", "mfgwork", None),
+    ("results", "r\0", None), ("results", "y" * 201, None),
+    ("pages", "../pagevictim", "box/pagevictim.html"), ("pages", "{tmp}/abspage", None),
+], ids=["table ..", "table ../..", "figure ../..", "table absolute", "figure absolute",
+        "empty", "dot-dot", "dot", "NUL", "too long", "metrics", "marker", "result NUL",
+        "result too long", "page ..", "page absolute"])
+def test_save_run_names_stay_plain_file_names_inside_the_run(tmp_path, result, snapshot,
+                                                             argument, name, victim):
+    import matplotlib.pyplot as plt
+
+    name = name.format(tmp=tmp_path)
+    run = tmp_path / "box" / "run"
+    mw.save_run(run, result)
+    if victim is not None and not (tmp_path / victim).exists():
+        (tmp_path / victim).write_text("not the run's")
+    fig = plt.figure()
+    value = {"tables": [{"a": 1}], "figures": fig, "results": result,
+             "pages": "<p>a page</p>"}[argument]
+    before = snapshot(tmp_path)
+    try:
+        with pytest.raises(ParameterError) as err:
+            mw.save_run(run, result, **{argument: {name: value}})
+    finally:
+        plt.close(fig)
+    assert f"{argument}={name!r:.80}" in str(err.value)
+    assert "plain file name" in str(err.value)
+    assert snapshot(tmp_path) == before  # nothing written, no temporary left
+
+
+@pytest.mark.parametrize(("call", "words"), [
+    (lambda r, p: mw.save_run(p, "notresult"), ["result='notresult' (str)", "Result"]),
+    (lambda r, p: mw.save_run(p, r, metrics={"x": float("nan")}), ["metrics['x']=nan", "NaN"]),
+    (lambda r, p: mw.save_run(p, metrics={"x": [1.0, float("inf")]}),
+     ["metrics['x']=[1.0, inf]", "NaN or infinity"]),
+    (lambda r, p: mw.save_run(p, r, parameters={1: 2}), ["parameters", "key 1 (int)", "str"]),
+    (lambda r, p: mw.save_run(p, parameters=[1]), ["parameters=[1] (list)", "dict"]),
+    (lambda r, p: mw.save_run(p, tables={"t": [1, 2]}), ["tables['t']=[1, 2]", "rows (dicts)"]),
+    (lambda r, p: mw.save_run(p, tables={"t": [{"a": float("nan")}]}), ["tables['t']", "NaN"]),
+    (lambda r, p: mw.save_run(p, figures={"f": 3}), ["figures['f']=3 (int)", "savefig"]),
+    (lambda r, p: mw.save_run(p, r, results=["a"]), ["results=['a'] (list)", "dict"]),
+    (lambda r, p: r.save(5), ["path=5 (int)", "str or os.PathLike"]),
+    (lambda r, p: r.save(b"bytes"), ["path=b'bytes' (bytes)", "str or os.PathLike"]),
+    (lambda r, p: mw.plots.write_figures({"../f": 3}, p), ["figures='../f'", "plain file"]),
+    (lambda r, p: mw.save_run(p, pages={"p": b"<p>"}), ["pages['p']=b'<p>' (bytes)", "str"]),
+    (lambda r, p: plots2d.animation_page("no player"), ["html='no player'", "player"]),
+], ids=["result", "metrics nan", "metrics inf", "parameter key", "parameters list",
+        "table rows", "table nan", "figure", "results list", "save int", "save bytes",
+        "write_figures name", "page bytes", "page without a player"])
+def test_save_run_refuses_bad_arguments_before_writing(tmp_path, result, snapshot, call,
+                                                       words):
+    before = snapshot(tmp_path)
+    with pytest.raises(ParameterError) as err:
+        call(result, tmp_path / "run")
+    for w in words:
+        assert w in str(err.value), f"{w!r} not in {err.value}"
+    assert snapshot(tmp_path) == before
+
+
+def test_a_page_is_written_with_its_run_and_never_into_it_after(tmp_path):
+    page = plots2d.animation_page("<script>play()</script>", title="a & b")
+    run = mw.save_run(tmp_path / "run", parameters={"a": 1}, pages={"anim": page})
+    assert (run / "anim.html").read_text(encoding="utf-8") == page
+    assert "<title>a &amp; b</title>" in page
+    written = plots2d.write_animation("<script>play()</script>", tmp_path / "alone.html",
+                                      title="a & b")
+    assert written.read_text(encoding="utf-8") == page           # the same page either way
+    with pytest.raises(ParameterError, match="inside an mfgwork run folder"):
+        plots2d.write_animation("<script>play()</script>", run / "late.html")
+    assert sorted(p.name for p in run.iterdir()) == sorted(
+        ["anim.html", "metrics.json", "parameters.json", storage.MARKER])
+
+
+# -- single-file writers inside an output -----------------------------------------------------
+def _scan_store(path: Path) -> Path:
+    """A folder that storage recognises as a scan's zarr store."""
+    return folder_with(path, {"zarr.json": storage.dumps({
+        "zarr_format": 3, "node_type": "group",
+        "attributes": {storage.SCAN_ATTR: {"grid": {}}}})})
+
+
+#: Outputs: name -> (make(folder), the file of it to replace, its kind in messages).
+OUTPUTS: dict[str, tuple[Callable, str, str]] = {
+    "scan": (_scan_store, "zarr.json", "an mfgwork scan store"),
+    "sweep": (lambda f: folder_with(f, {"sweep.json": "{}", "index.csv": "run\n"}, "sweep"),
+              "sweep.json", "an mfgwork sweep folder"),
+    "run": (lambda f: folder_with(f, {"metrics.json": "{}"}, "run"), "metrics.json",
+            "an mfgwork run folder"),
+    "zarr": (lambda f: folder_with(f, {".zgroup": "{}"}), ".zgroup", "a zarr store"),
+}
+FILE_WRITERS = ("netcdf", "write_csv", "write_animation")
+
+
+@pytest.mark.parametrize("where", ["its file", "a new file", "deeper"])
+@pytest.mark.parametrize("output", list(OUTPUTS))
+@pytest.mark.parametrize("writer", FILE_WRITERS)
+def test_file_writers_never_write_inside_an_output(place, snapshot, writer, output, where):
+    if writer == "netcdf":
+        pytest.importorskip("h5netcdf")
+    make, own, words = OUTPUTS[output]
+    folder = make(place.tmp / "out")
+    target = {"its file": folder / own, "a new file": folder / "new.out",
+              "deeper": folder / "sub" / "deep" / "new.out"}[where]
+    before = snapshot(place.tmp)
+    for force in (False, True):
+        with pytest.raises(ParameterError) as err:
+            WRITERS[writer][0](place, target, force)
+        assert f"lies inside {words} at {folder}" in str(err.value), err.value
+        assert "even with force" in str(err.value)
+    assert snapshot(place.tmp) == before
+
+
+def test_a_file_goes_into_a_run_folder_only_while_it_is_written(tmp_path, snapshot):
+    page = "<script></script>"
+    finished = mw.save_run(tmp_path / "done", parameters={})
+    before = snapshot(tmp_path)
+    with pytest.raises(ParameterError, match="lies inside an mfgwork run folder"):
+        plots2d.write_animation(page, finished / "anim.html")
+    assert snapshot(tmp_path) == before
+    tmp = storage.temporary_sibling(tmp_path / "running", "tmp")  # a run being written
+    try:
+        storage.write_marker(tmp, "run")
+        written = plots2d.write_animation(page, tmp / "anim.html")
+        assert plots2d.write_animation(page, written) == written  # its own page: replaced
+        assert written.read_text().startswith(plots2d.ANIMATION_HEAD)
+    finally:
+        shutil.rmtree(tmp)
+        storage.discard_temporary(tmp)
+
+
+def test_a_link_into_an_output_is_followed_to_refuse(place, snapshot):
+    store = _scan_store(place.tmp / "s.zarr")
+    (place.tmp / "to_store").symlink_to(store)
+    before = snapshot(place.tmp)
+    with pytest.raises(ParameterError, match="lies inside an mfgwork scan store"):
+        _index(place).write_csv(place.tmp / "to_store" / "zarr.json", force=True)
+    assert snapshot(place.tmp) == before
+
+
+def test_a_sweep_rewrites_its_own_index(tmp_path):
+    sweep_folder = folder_with(tmp_path / "sw", {"sweep.json": "{}", "index.csv": ""},
+                               "sweep")
+    index = sweeps.SweepIndex(sweep_folder, [{"run": "a", "status": "done", "error": None}],
+                              [])
+    with pytest.raises(ParameterError, match="lies inside an mfgwork sweep folder"):
+        index.write_csv(sweep_folder / "index.csv", force=True)
+    index.append_csv(0)  # an empty index: written whole, by the sweep itself
+    assert (sweep_folder / "index.csv").read_text().startswith("run,status,error")
+    assert (sweep_folder / "sweep.json").read_text() == "{}"
+
+
+@pytest.mark.parametrize("existing", [True, False], ids=["existing store", "new store"])
+def test_scan_cli_refuses_netcdf_inside_the_store(place, capsys, snapshot, existing):
+    store = place.tmp / "s.zarr"
+    if existing:
+        _scan_store(store)
+    before = snapshot(place.tmp)
+    assert mw_cli(_scan_args(store, "--netcdf", str(store / "zarr.json"), "--force")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: netcdf="), err
+    assert "lies inside" in err[0] and str(store) in err[0]
+    assert snapshot(place.tmp) == before and place.work["solve_block"] == 0
+
+
+# -- the kernel of a run ----------------------------------------------------------------------
+def test_an_unknown_kernel_is_refused_before_the_run(place, capsys, snapshot):
+    def outside_home() -> dict[str, object]:  # (looking up kernels may make ~/.ipython)
+        return {k: v for k, v in snapshot(place.tmp).items() if not k.startswith("home")}
+
+    before = outside_home()
+    out = place.tmp / "runs" / "study"
+    assert mw_cli(["run", str(place.notebook), "--kernel", "nokernel", "-o", str(out),
+                   "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --kernel='nokernel' is invalid"), err
+    assert "installed Jupyter kernel (installed: " in err[0]
+    with pytest.raises(ParameterError, match="kernel_name='nokernel' is invalid"):
+        runs.run_notebook(place.notebook, {}, out, kernel_name="nokernel")
+    with pytest.raises(ParameterError, match="kernel_name=3 is invalid"):
+        runs.run_notebook(place.notebook, {}, out, kernel_name=3)
+    assert outside_home() == before and place.work["papermill"] == 0

@@ -26,7 +26,7 @@ from ..core import storage
 from ..core.backend import to_numpy
 from ..core.errors import ParameterError
 from ..core.figures import save_figure
-from ..results import Result
+from ..results import Result, check_figures
 from .style import DPI, TIME, state_label, styled
 
 __all__ = ["DPI", "SCHEME_NAMES", "describe_iteration", "equilibrium_attendance",
@@ -456,7 +456,9 @@ def write_figures(figures: Mapping[str, Figure], folder: str | Path, *,
     """Save each figure as ``folder/<name>.png`` and, vector at print size,
     ``folder/<name>.pdf`` (:func:`mfgwork.core.figures.save_figure`), atomically; returns the
     paths. ``folder`` may be new, empty or an earlier figures folder, which is replaced (see
-    :func:`mfgwork.core.storage.check_target`; ``force`` for any other folder)."""
+    :func:`mfgwork.core.storage.check_target`; ``force`` for any other folder). Each name
+    must be a plain file name and each figure have ``savefig``, checked before any write."""
+    figures = check_figures(figures)
     with storage.atomic_folder(folder, "figures", name="folder", force=force) as tmp:
         names = [p.name for name, fig in figures.items() for p in save_figure(fig, tmp, name)]
     return [Path(folder).absolute() / name for name in names]

@@ -31,9 +31,9 @@ from ..core.errors import ParameterError, check_int, check_real
 from .plots import equilibrium_attendance, figure_axes, host_float64, time_indices
 from .style import DPI, STYLE, TIME, state_label, styled
 
-__all__ = ["animation_html", "plot_bar_attendance", "plot_density_2d", "plot_density_at",
-           "plot_evacuation", "plot_exit_flux", "plot_velocity_field", "standard_figures_2d",
-           "write_animation"]
+__all__ = ["animation_html", "animation_page", "plot_bar_attendance", "plot_density_2d",
+           "plot_density_at", "plot_evacuation", "plot_exit_flux", "plot_velocity_field",
+           "standard_figures_2d", "write_animation"]
 #: The first lines of a page written by :func:`write_animation` (how it recognises its own).
 ANIMATION_HEAD = "<!DOCTYPE html>\n<!-- mfgwork animation of a 2-D density -->\n"
 #: Frames of an animation at most (each an embedded PNG).
@@ -337,19 +337,27 @@ def _is_animation(path: Path) -> bool:
         return fh.read(len(head)) == head
 
 
+def animation_page(html: str, title: str = "Density m(t)") -> str:
+    """The stand-alone page of the player ``html`` (from :func:`animation_html`): what
+    :func:`write_animation` writes, and ``pages=`` of :func:`mfgwork.save_run` takes."""
+    if not isinstance(html, str) or "<script" not in html:
+        raise ParameterError(f"html={str(html)[:60]!r} is invalid: must be the player of "
+                             "animation_html(result)")
+    from html import escape
+
+    return (f"{ANIMATION_HEAD}<html lang=\"en\">\n<head><meta charset=\"utf-8\">"
+            f"<title>{escape(title)}</title></head>\n<body>\n{html}\n</body>\n</html>\n")
+
+
 def write_animation(html: str, path: str | os.PathLike, *, force: bool = False,
                     title: str = "Density m(t)") -> Path:
     """Write the player ``html`` (from :func:`animation_html`) as a stand-alone page at
     ``path``, atomically. ``path`` must be new or a page this function wrote; any other
-    existing file only with ``force``; never a folder, a link or a FIFO
-    (:func:`mfgwork.core.storage.check_file`). Returns the absolute path."""
-    if not isinstance(html, str) or "<script" not in html:
-        raise ParameterError(f"html={str(html)[:60]!r} is invalid: must be the player of "
-                             "animation_html(result)")
+    existing file only with ``force``; never a folder, a link, a FIFO or a file inside a
+    finished run or another output (:func:`mfgwork.core.storage.check_file`). Returns the
+    absolute path."""
+    page = animation_page(html, title)
     target = storage.check_file(path, name="path", force=force, ours=_is_animation)
-    from html import escape
-
     with storage.atomic_file(target) as fh:
-        fh.write(f"{ANIMATION_HEAD}<html lang=\"en\">\n<head><meta charset=\"utf-8\">"
-                 f"<title>{escape(title)}</title></head>\n<body>\n{html}\n</body>\n</html>\n")
+        fh.write(page)
     return target

@@ -324,7 +324,7 @@ def check_target(target: str | os.PathLike, kind: str, *, name: str = "out_dir",
     in messages (default: "<kind> folder"); ``forceable``: whether the writer takes
     ``force`` (else messages do not offer it).
     """
-    path = Path(os.path.abspath(os.fspath(target)))
+    path = as_path(target, name)
     what = what or f"{kind} folder"
     how = f"choose a new or empty folder, or a previous {what}"
     _guard(path, target, name, what, how, protect)
@@ -387,18 +387,76 @@ def check_file(target: str | os.PathLike, *, name: str, force: bool = False,
     Allowed: a new path (its missing folders are made), or an existing regular file that
     ``ours`` recognises as an earlier output of this writer, or any regular file with
     ``force``. Refused in every case: a folder, a symbolic link, a FIFO or device, a path
-    under a file, and a folder this process cannot write in.
+    under a file, a folder this process cannot write in, and a path inside (at any depth)
+    an mfgwork output or a zarr store that is not still being written
+    (:func:`_inside_output`).
     """
-    path = Path(os.path.abspath(os.fspath(target)))
+    path = as_path(target, name)
     how = "choose another file name"
     _not_a_link_or_special(path, target, name, how)
     if path.is_dir():
         raise _refuse(name, target, "it is a folder, not a file", how)
     _check_parent(path, target, name, how)
+    _inside_output(path, target, name)
     if path.exists() and not force and not (ours is not None and ours(path)):
         raise _refuse(name, target, "it is an existing file that this writer did not write",
                       how + " (or replace it: --force / force=True)")
     return path
+
+
+def _inside_output(path: Path, target: Any, name: str) -> None:
+    """Refuse a file inside an mfgwork output (a result, sweep or figures folder, a scan
+    store, a folder with a damaged marker) or another zarr store: the nearest one among the
+    folders above ``path``, as written and with links resolved; unless it is a temporary
+    still being written (a notebook's files in its run's temporary folder)."""
+    real = path.parent.resolve() / path.name
+    for start in dict.fromkeys((path, real)):
+        for parent in start.parents:
+            found = output_kind(parent) if parent.is_dir() else None
+            if found is None:
+                continue
+            if in_progress(parent):
+                break
+            where = {"zarr": f"a zarr store at {parent}",
+                     "damaged": f"{parent}, {found[1]}"}.get(
+                found[0], f"an mfgwork {found[1].removeprefix('a ')} at {parent}")
+            raise _refuse(name, target, f"it lies inside {where}; a file is never added to "
+                          "or replaced in another output, even with force",
+                          f"choose a file outside {parent}")
+
+
+def as_path(target: Any, name: str) -> Path:
+    """``target`` (a str or ``os.PathLike`` naming a str path) as an absolute path; else
+    :class:`ParameterError` naming ``name``."""
+    value = os.fspath(target) if isinstance(target, str | os.PathLike) else None
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise ParameterError(f"{name}={target!r:.80} ({type(target).__name__}) is invalid: "
+                             "must be a non-empty path (str or os.PathLike) without NUL")
+    return Path(os.path.abspath(value))
+
+
+#: Longest name (UTF-8 bytes) of a file a writer makes from a name it is given, leaving
+#: room for suffixes and temporaries within the file systems' 255.
+MAX_NAME_BYTES = 200
+
+
+def is_plain_name(name: Any) -> bool:
+    """Whether ``name`` is a plain file name: a non-empty str without a path separator or
+    NUL, not ``.`` or ``..``, of at most :data:`MAX_NAME_BYTES` bytes."""
+    if not isinstance(name, str) or name in ("", ".", ".."):
+        return False
+    seps = {"/", os.sep, os.altsep} - {None}
+    if "\0" in name or any(sep in name for sep in seps):
+        return False
+    try:
+        return len(name.encode()) <= MAX_NAME_BYTES
+    except UnicodeEncodeError:  # (a lone surrogate)
+        return False
+
+
+#: What :func:`is_plain_name` allows, in words.
+PLAIN_NAME = (f"a plain file name (a non-empty str without '/' or NUL, not '.' or '..', at "
+              f"most {MAX_NAME_BYTES} bytes)")
 
 
 def check_links(folder: Path, *, name: str, depth: int | None = None) -> None:

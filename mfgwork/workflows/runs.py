@@ -103,8 +103,9 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
 
     The notebook receives ``out_dir`` as the temporary folder it must write into
     (parameters.json, metrics.json, arrays.npz, figures/). It runs in its own directory (as
-    in JupyterLab), in the kernel ``kernel_name`` (default: the notebook's), whose
-    connection file lives in a temporary folder beside the target. On success the executed
+    in JupyterLab), in the kernel ``kernel_name`` (default: the notebook's; one not
+    installed is refused before any work), whose connection file lives in a temporary
+    folder beside the target. On success the executed
     notebook is added and the folder renamed to ``out_dir``, replacing it only if it is a
     previous run folder (or an empty folder; a non-empty folder without a marker with
     ``force=True``, unless it holds a notebook or a project root); a folder holding a
@@ -128,6 +129,7 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
     if "out_dir" in params:
         raise ParameterError("out_dir is set by run_notebook (the run folder's temporary "
                              "name); pass the destination as the out_dir argument instead")
+    check_kernel(kernel_name)
     storage.remove_stale(target)
     failed = target.with_name(target.name + FAILED_SUFFIX)
     made = [storage.temporary_sibling(target, "tmp"),
@@ -150,6 +152,27 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
     if _is_partial_notebook(failed, target):
         failed.unlink(missing_ok=True)
     return target
+
+
+def check_kernel(kernel_name: Any, name: str = "kernel_name") -> None:
+    """Refuse a ``kernel_name`` that is neither None (the notebook's kernel) nor the name of
+    an installed Jupyter kernel, listing those installed."""
+    if kernel_name is None:
+        return
+    require("jupyter_client", extra="run", feature="running a notebook")
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    manager = KernelSpecManager()
+    if isinstance(kernel_name, str) and kernel_name:
+        try:
+            manager.get_kernel_spec(kernel_name)
+            return
+        except NoSuchKernel:
+            pass
+    installed = ", ".join(map(repr, sorted(manager.find_kernel_specs()))) or "none"
+    raise ParameterError(f"{name}={kernel_name!r:.80} is invalid: must be the name of an "
+                         f"installed Jupyter kernel (installed: {installed}) or, to use "
+                         "the notebook's, left out")
 
 
 def _execute(path: Path, output: Path, params: dict[str, Any], kernel_name: str | None,
@@ -346,6 +369,7 @@ def main(notebook: str, parameters: list[tuple[str, str]], out_dir: str | None,
     started = time.perf_counter()
     target = out_dir or str(Path("runs") / Path(notebook).stem)
     try:
+        check_kernel(kernel_name, "--kernel")
         params = {name: parse_value(value) for name, value in parameters}
         folder = run_notebook(notebook, params, target, kernel_name=kernel_name,
                               progress=progress, force=force)

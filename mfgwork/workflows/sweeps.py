@@ -127,7 +127,8 @@ class SweepIndex:
         """Write the index as CSV (atomically: temporary file, then ``os.replace``): to the
         sweep's ``index.csv``, or to ``path``, which must be new or an index written
         before (its header starts with ``run,status,error``); any other existing file
-        only with ``force=True``, never a folder, a link or a FIFO
+        only with ``force=True``; never a folder, a link, a FIFO or a file inside a sweep,
+        a run or another output, this sweep included (``path=None`` writes its index)
         (:func:`mfgwork.core.storage.check_file`)."""
         target = self.folder / "index.csv" if path is None else \
             storage.check_file(path, name="path", force=force, ours=_is_index_csv)
@@ -143,7 +144,7 @@ class SweepIndex:
         with open(path, newline="") as fh:
             header = next(csv.reader(fh), None)
         if not header:
-            self.write_csv(path)
+            self.write_csv()
             return
         with open(path, "a", newline="") as fh:
             self._writer(fh, header).writerow(_cells(self.rows[i]))
