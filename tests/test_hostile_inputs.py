@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mfgwork as mw
+import mfgwork.workflows.scan  # noqa: F401 - (imported on first use by mw.scan; patched below)
 
 OURS = (mw.ParameterError, mw.BackendError, mw.SolverError, mw.LoadError)
 

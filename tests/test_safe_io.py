@@ -214,6 +214,8 @@ BAD = [
     ("device=3", solve_santa_fe(device=3), BackendError, ["device=3"]),
     ("dtype=float16", solve_santa_fe(dtype="float16"), BackendError, ["dtype='float16'"]),
     ("dtype=int", solve_santa_fe(dtype=int), BackendError, ["dtype=<class 'int'>"]),
+    ("dtype=comma", solve_santa_fe(dtype=","), BackendError, ["dtype=','"]),
+    ("dtype=record", solve_santa_fe(dtype="f4,f8"), BackendError, ["dtype='f4,f8'"]),
     ("iteration", solve_santa_fe(iteration="newton"), ParameterError, ["iteration='newton'"]),
     ("problem=dict", lambda e: mw.solve({"threshold": 0.6}), ParameterError, ["problem="]),
     ("n_particles with fdm", solve_santa_fe(n_particles=10), ParameterError,

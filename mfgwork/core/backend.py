@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -93,8 +94,10 @@ def _normalize_dtype(dtype: object) -> str | None:
                            "or 'float64' (a name or a NumPy/torch dtype, not a number)")
     text = str(dtype)
     try:
-        name = np.dtype(text[len("torch."):] if text.startswith("torch.") else dtype).name
-    except (TypeError, ValueError):
+        with warnings.catch_warnings():   # (NumPy's deprecated aliases, e.g. "a")
+            warnings.simplefilter("ignore", DeprecationWarning)
+            name = np.dtype(text[len("torch."):] if text.startswith("torch.") else dtype).name
+    except (TypeError, ValueError, SyntaxError):   # (NumPy parses "," as a record's fields)
         name = None
     if name not in DTYPES:
         raise BackendError(f"dtype={dtype!r} is not supported: must be None, 'float32' or "
