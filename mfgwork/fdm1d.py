@@ -105,9 +105,9 @@ class FDM1D(Discretization):
     also for float32 solves); each iteration is one best response. ``iteration="anderson"``
     (or ``mw.Anderson()``, the same solve): Anderson mixing, continued by Newton's method
     when it stalls (float64, grids up to about 400 × 400; ``mw.Anderson(newton=False)``
-    mixes alone). A scheme object holds no state between solves. ``coarse``: on grids at
-    least twice as fine as 51 × 51 in x and t, Newton's method starts from a 51 × 51 solve
-    (``res.extra["coarse_iterations"]``).
+    mixes alone). A scheme object holds no state between solves. ``coarse`` (True or
+    False): on grids at least twice as fine as 51 × 51 in x and t, Newton's method starts
+    from a 51 × 51 solve (``res.extra["coarse_iterations"]``).
     ``progress``: a tqdm bar (None: shown only when the solve lasts over a second).
     ``method="particles"``: HJB by finite differences, FP by ``n_particles`` particles
     (default 100 000; see :class:`mfgwork.ParticleFP`) drawn from ``seed`` (None: a
@@ -117,10 +117,12 @@ class FDM1D(Discretization):
     solved on the host (compiled NumPy float64 sweep) and U moved to the device once per
     iterate.
     ``initial``: a result (e.g. at nearby parameters) to start the iteration from, instead of
-    agents who do not move; it saves iterations when the parameters moved little. On the same
-    grid its U and M are the first iterate; for problems whose coupling state is one path
-    (Santa Fe: the attendance path), a result on another grid, or the path itself (levels
-    1..nt, or 0..nt as ``res.attendance``), is interpolated in time.
+    agents who do not move; it saves iterations when the parameters moved little. It must be
+    a result of a 1-D solve on the problem's domain [x_min, x_max] (a 2-D, finite-state,
+    several populations' or long-run result is refused). On the same grid its U and M are
+    the first iterate; for problems whose coupling state is one path (Santa Fe: the
+    attendance path), a result on another grid, or the path itself (levels 1..nt, or 0..nt
+    as ``res.attendance``), is interpolated in time.
     ``compile_steps``: ``torch.compile`` the per-time-step kernels of the generic torch path
     on devices (the Newton step of HJB, the FP step), fusing their many small operations.
     "auto" (default): on CUDA and MPS where the installed torch can compile for them; True
@@ -182,7 +184,7 @@ class FDM1D(Discretization):
                              plateau=partial(_plateau, nx=self.nx, tol=self.tol,
                                              backend=self.backend, device=self.device,
                                              dtype=self.dtype)).checked()
-        self.problem.grid(self.nx, self.nt)
+        grid = self.problem.grid(self.nx, self.nt)
         check_choice("method", self.method, METHODS)
         n_particles, seed = self.n_particles, self.seed
         if self.method == "particles":
@@ -195,7 +197,9 @@ class FDM1D(Discretization):
         make_scheme(self.iteration)
         check_compile_steps(self.compile_steps)
         check_flag("progress", self.progress, optional=True)
-        return replace(self, tol=tol, max_iter=max_iter, n_particles=n_particles, seed=seed)
+        per_problem(self.initial, [self.problem], grid, batched=False)
+        return replace(self, tol=tol, max_iter=max_iter, n_particles=n_particles, seed=seed,
+                       coarse=_check_coarse(self.coarse))
 
     def place(self) -> Where:
         backend, device, placed = place_solve(self.problem, self.method, self.n_particles,
@@ -382,12 +386,14 @@ class FDM1DBatch(Discretization):
         if self.objective is not None:   # the options as given, twice (welfare.Objective)
             return Objective(replace(self, objective=None), self.objective).checked()
         problems = _check_batch(self.problem)
-        problems[0].grid(self.nx, self.nt)
+        grid = problems[0].grid(self.nx, self.nt)
         tol, max_iter = check_stopping(self.tol, self.max_iter)
         make_scheme(self.iteration)
         check_compile_steps(self.compile_steps)
         check_flag("progress", self.progress, optional=True)
-        return replace(self, problem=problems, tol=tol, max_iter=max_iter)
+        per_problem(self.initial, problems, grid, batched=True)
+        return replace(self, problem=problems, tol=tol, max_iter=max_iter,
+                       coarse=_check_coarse(self.coarse))
 
     def place(self) -> Where:
         backend, device, placed = place_solve(self.problem, "fdm", None, self.nx, self.nt,
@@ -408,7 +414,7 @@ class FDM1DBatch(Discretization):
         check_scales(problems, grid, be)
         if be.name == "numpy":   # one problem after the other, each through the pipeline
             tol = reachable_tol(self.tol, be)
-            starts = per_problem(self.initial, len(problems), batched=True)
+            starts = per_problem(self.initial, problems, grid, batched=True)
             return Members([([b], FDM1D(p, nx=self.nx, nt=self.nt, backend=be, tol=tol,
                                         max_iter=self.max_iter, iteration=self.iteration,
                                         progress=self.progress, max_memory=self.max_memory,
@@ -417,7 +423,7 @@ class FDM1DBatch(Discretization):
                            len(problems), where.record)
         groups, couplings = _coupling_groups(problems, grid, be)
         if len(groups) > 1:   # one batch per kind of coupling, one after the other
-            starts = per_problem(self.initial, len(problems), batched=True)
+            starts = per_problem(self.initial, problems, grid, batched=True)
             return Members([(group, replace(
                 self, problem=[problems[i] for i in group], backend=be, tol=self.tol,
                 initial=None if self.initial is None else [starts[i] for i in group]))
@@ -852,6 +858,11 @@ def _above_noise_floor(tol: float, n_particles: int) -> float:
 #: The package of the problem kinds: a member of a batch from there that is no MFGProblem is
 #: a problem of another kind (with no batched path), not a mistyped argument
 PROBLEMS = "mfgwork.problems"
+
+
+def _check_coarse(coarse: object) -> bool:
+    """``coarse`` as a bool: True or False (a NumPy bool too), else a ParameterError."""
+    return bool(check_flag("coarse", bool(coarse) if isinstance(coarse, np.bool_) else coarse))
 
 
 def _check_batch(problems: Sequence[MFGProblem]) -> list[MFGProblem]:

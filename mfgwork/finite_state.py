@@ -13,7 +13,7 @@ import numpy as np
 
 from .core import memory
 from .core.backend import get_backend, to_numpy
-from .core.errors import MAX_COUNT, ConvergenceWarning, ParameterError, check_int, warn
+from .core.errors import MAX_COUNT, ConvergenceWarning, ParameterError, check_int, check_real, warn
 from .numerics.attendance_newton import AttendanceNewton, TwoStateSystem
 from .numerics.equilibrium import solve as solve_equilibrium
 from .numerics.finite_state import TwoStateScheme
@@ -26,11 +26,28 @@ from .results import Result
 def switching_rates(result: Result) -> np.ndarray:
     """Optimal switching rates (β_home→bar, β_bar→home) of a two-state result at each level,
     (nt + 1, 2): (∓gap)_+ / c from the gaps u_1 − u_0 carried by the HJB sweep
-    (``result.gap``; differences of U for results without it)."""
+    (``result.gap``; differences of U for results without it). Any other result is
+    refused."""
+    _check_two_state(result)
     U = to_numpy(result.U)
     d = result.arrays.get("gap", U[:, 1] - U[:, 0])
     return np.stack([np.maximum(-d, 0.0), np.maximum(d, 0.0)], axis=-1) / \
         result.params["switching_cost"]
+
+
+def _check_two_state(result: object) -> None:
+    """Refuse what is not a result of :class:`~mfgwork.TwoStateElFarol` (U (nt+1, 2) over
+    the states home and bar, its switching cost in ``params``)."""
+    if (isinstance(result, Result) and result.params.get("problem") == TwoStateElFarol.name
+            and result.states == STATES and np.shape(result.U)[1:] == (len(STATES),)
+            and "switching_cost" in result.params):
+        return
+    what = type(result).__name__
+    if isinstance(result, Result):
+        what += (f" of {result.params.get('problem')!r} with dims {tuple(result.dims)} and "
+                 f"U of shape {np.shape(result.U)}")
+    raise ParameterError(f"result={what} is invalid: must be a result of "
+                         "mw.TwoStateElFarol (dims ('t', 'state'), U of shape (nt+1, 2))")
 
 
 MAX_STEP_RATE = 1e3  # the largest Δt · (fastest switching rate) the solver accepts
@@ -184,8 +201,12 @@ def check_time_range(problem: TwoStateElFarol, nt: int) -> None:
 
 def time_to_level(t: Any, values: Any, level: float, tol: float) -> float | None:
     """The first time from which ``values`` stays within ``tol`` of ``level`` for at least a
-    tenth of the horizon (None if it never does)."""
-    t, values = np.asarray(t, dtype=float), np.asarray(values, dtype=float)
+    tenth of the horizon (None if it never does). ``t``: evenly spaced increasing times,
+    ``values`` the path at them (both finite, 1-D, of one length ≥ 2); ``level`` finite,
+    ``tol`` ≥ 0 finite."""
+    t, values = _check_path(t, values)
+    level = check_real("level", level)
+    tol = check_real("tol", tol, low=0.0, low_open=False)
     inside = np.abs(values - level) <= tol
     span = max(1, int(np.ceil(0.1 * (len(t) - 1))))
     for n in range(len(t) - span):
@@ -193,3 +214,28 @@ def time_to_level(t: Any, values: Any, level: float, tol: float) -> float | None
             return float(t[n])
     return None
 
+
+def _check_path(t: Any, values: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``t`` and ``values`` as float64 arrays, refused unless finite, 1-D, of one length ≥ 2
+    and ``t`` increasing in even steps (to a thousandth of a step)."""
+    arrays = []
+    for name, v in (("t", t), ("values", values)):
+        try:
+            a = np.asarray(to_numpy(v), dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ParameterError(f"{name}={v!r:.60} is invalid: must be a 1-D array of finite "
+                                 "real numbers") from None
+        if a.ndim != 1 or a.size < 2 or not np.isfinite(a).all():
+            raise ParameterError(f"{name} of shape {a.shape} is invalid: must be a 1-D array "
+                                 "of at least 2 finite real numbers")
+        arrays.append(a)
+    t, values = arrays
+    if values.size != t.size:
+        raise ParameterError(f"values has {values.size} entries and t {t.size}: they must "
+                             "have one length (a value at each time)")
+    steps = np.diff(t)
+    step = (t[-1] - t[0]) / (t.size - 1)
+    if not (step > 0 and np.all(np.abs(steps - step) <= 1e-3 * step)):
+        raise ParameterError(f"t={t!r:.60} is invalid: must increase in even steps (the "
+                             "time levels of a result, res.t)")
+    return t, values

@@ -3,7 +3,10 @@
 A previous :class:`~mfgwork.Result` on the same grid starts from its U and M. For problems
 whose coupling state is one path (Santa Fe: the attendance path A(t)), a result on another
 grid (e.g. a coarse solve) or the path itself (levels 1..nt, or 0..nt as ``res.attendance``)
-starts from that state, interpolated linearly in time onto the grid's levels.
+starts from that state, interpolated linearly in time onto the grid's levels. A result must
+be of a 1-D solve on the problem's domain [x_min, x_max] (U and M (nt+1, nx), any nt ≥ 1 and
+nx ≥ 3; any horizon): a 2-D, finite-state, several populations' or long-run result is
+refused.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ def initial_state(initial: Any, problems: Sequence[MFGProblem], grid: Grid, be: 
     (batches: (B, nt) or (B, nt+1)). Errors name what is wrong, before any work."""
     if initial is None:
         return {}
-    items = per_problem(initial, len(problems), batched)
+    items = per_problem(initial, problems, grid, batched)
     results = [r for r in items if isinstance(r, Result | Start)]
     every = len(results) == len(items)
     if every and _one_grid([r.M for r in results], problems):
@@ -69,16 +72,29 @@ def initial_state(initial: Any, problems: Sequence[MFGProblem], grid: Grid, be: 
     return {"z_init": be.asarray(np.stack(paths) if batched else paths[0])}
 
 
-def per_problem(initial: Any, n: int, batched: bool) -> list[Any]:
-    """``initial`` split into one start per problem (None: [None] * n); a wrong kind, count
-    or shape is a ParameterError naming ``initial``."""
+def per_problem(initial: Any, problems: Sequence[MFGProblem], grid: Grid,
+                batched: bool) -> list[Any]:
+    """``initial`` split into one start per problem (None: [None] * n), each Result checked
+    against its problem on ``grid`` (:func:`_check_result`); a wrong kind, count or shape is
+    a ParameterError naming ``initial``."""
+    n = len(problems)
     if initial is None or isinstance(initial, Result | Start):
-        return [initial] * n
-    if batched and isinstance(initial, (list, tuple)):
+        items = [initial] * n
+    elif batched and isinstance(initial, (list, tuple)):
         if len(initial) != n:
             raise ParameterError(f"initial has {len(initial)} entries: must have one per "
                                  f"problem ({n})")
-        return list(initial)
+        items = list(initial)
+    else:
+        items = _paths(initial, n, batched)
+    for i, (item, problem) in enumerate(zip(items, problems, strict=True)):
+        if isinstance(item, Result):
+            _check_result(item, problem, grid, f"initial[{i}]" if batched else "initial")
+    return items
+
+
+def _paths(initial: Any, n: int, batched: bool) -> list[Any]:
+    """``initial``, an array of coupling states, split into one path per problem."""
     arr = np.asarray(to_numpy(initial)) if not isinstance(initial, (str, dict)) else None
     if arr is None or arr.dtype.kind not in "iuf":
         kind = type(initial).__name__ if arr is None else f"dtype {arr.dtype}"
@@ -91,6 +107,34 @@ def per_problem(initial: Any, n: int, batched: bool) -> list[Any]:
                                  f"needs one path per problem, ({n}, nt) or ({n}, nt+1)")
         return list(arr)
     return [arr]
+
+
+def _check_result(result: Result, problem: MFGProblem, grid: Grid, name: str) -> None:
+    """Refuse a Result that is not of a 1-D solve on the domain of ``problem`` (U and M
+    (nt+1, nx), nt ≥ 1, nx ≥ 3, x over [x_min, x_max]), naming its kind."""
+    shape = tuple(np.shape(result.M))
+    x, t = (np.asarray(to_numpy(a), dtype=np.float64).ravel() for a in (result.x, result.t))
+    one_d = (len(shape) == 2 and shape[0] >= 2 and shape[1] >= 3 and not result.labels
+             and tuple(np.shape(result.U)) == shape and (t.size, x.size) == shape)
+    if one_d and _spans(x, grid.x_min, grid.x_max):
+        return
+    kind = result.params.get("problem")
+    labels = f", labels {list(result.labels)}" if result.labels else ""
+    where = f", x over [{x[0]:g}, {x[-1]:g}]" if one_d else ""
+    grids = ("(nt+1, nx) on any grid with nt >= 1 and nx >= 3"
+             if problem.coupling_size(grid.nx, grid.nt) == grid.nt
+             else f"of shape {(grid.nt + 1, grid.nx)}, this grid's")
+    raise ParameterError(
+        f"{name} is a {type(result).__name__}" + (f" of {kind!r}" if kind else "")
+        + f" with dims {tuple(result.dims)}{labels}, M of shape {shape}{where}: must be a "
+        f"Result of a 1-D solve on the domain of this {type(problem).__name__}, x over "
+        f"[{grid.x_min:g}, {grid.x_max:g}] (U and M {grids})")
+
+
+def _spans(nodes: np.ndarray, low: float, high: float) -> bool:
+    """Whether ``nodes`` run from ``low`` to ``high`` (to a millionth of the span)."""
+    return bool(np.allclose([nodes[0], nodes[-1]], [low, high], rtol=1e-6,
+                            atol=1e-6 * (high - low)))
 
 
 def _check_finite(arrays: dict[str, list[Any]], be: Backend) -> None:

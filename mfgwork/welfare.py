@@ -52,7 +52,7 @@ WELFARE_CHUNK = 256
 def welfare(result: Result, problem: SantaFeBar | None = None) -> float:
     """W of a Santa Fe ``result`` (an equilibrium or the planner's optimum) from its controls
     (module docstring); ``problem``: the bar that was solved (default: rebuilt from
-    ``result.params``)."""
+    ``result.params``; a bar whose parameters differ from the result's is refused)."""
     problem = _bar(result, problem)
     U, M = (np.asarray(to_numpy(a), dtype=np.float64) for a in (result.U, result.M))
     return controls_welfare(problem, U, M)
@@ -247,4 +247,15 @@ def _bar(result: Any, problem: SantaFeBar | None) -> SantaFeBar:
     if not isinstance(problem, SantaFeBar) or problem.hamiltonian.depends_on_m:
         raise ParameterError(f"problem={problem!r:.80} is invalid: welfare is defined for "
                              "mfgwork.SantaFeBar with a Hamiltonian independent of m")
+    check_solves(problem, result)
     return problem
+
+
+def check_solves(problem: Any, result: Result) -> None:
+    """Refuse a ``result`` whose recorded parameters (``result.params``) differ from those of
+    ``problem`` (``problem.params()``): it does not solve that problem."""
+    mismatch = {k: (v, result.params[k]) for k, v in problem.params().items()
+                if k in result.params and result.params[k] != v}
+    if mismatch:
+        raise ParameterError(f"result does not solve problem: parameters differ "
+                             f"(problem, result): {mismatch}")

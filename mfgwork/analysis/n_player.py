@@ -53,6 +53,7 @@ from ..numerics.particles.memory import estimate_bytes as particle_bytes
 from ..numerics.particles.solver import fresh_seed
 from ..problems.santa_fe import AttendanceCoupling, SantaFeBar
 from ..results import Result, Status
+from ..welfare import check_solves
 
 #: Float64 values per sample and time level besides the simulation: counts, A_N, |A_N − A|.
 PATH_ARRAYS = 3
@@ -216,11 +217,7 @@ def _check(problem: SantaFeBar, result: Result) -> Any:
     if not isinstance(result, Result) or "attendance" not in result.observables:
         raise ParameterError(f"result={type(result).__name__} is invalid: must be the "
                              "mfgwork Result of solving the Santa Fe Bar problem")
-    mismatch = {k: (v, result.params[k]) for k, v in problem.params().items()
-                if k in result.params and result.params[k] != v}
-    if mismatch:
-        raise ParameterError(f"result does not solve problem: parameters differ "
-                             f"(problem, result): {mismatch}")
+    check_solves(problem, result)
     for name in ("U", "M", "attendance"):
         values = np.asarray(to_numpy(getattr(result, name)))
         if values.dtype.kind not in "biuf" or not np.isfinite(values).all():

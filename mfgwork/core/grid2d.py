@@ -53,8 +53,9 @@ class Obstacle:
 @dataclass(frozen=True)
 class Exit:
     """A door: the segment of ``side`` ("left", "right", "bottom" or "top") centred at
-    ``center`` (a y for left/right, an x for bottom/top) of width ``width``; leaving through
-    it costs ``cost`` (the value u takes there)."""
+    ``center`` (a y for left/right, an x for bottom/top, on the span of that wall: a grid
+    refuses a centre off it) of width ``width`` > 0; leaving through it costs ``cost`` (the
+    value u takes there)."""
 
     side: str
     center: float
@@ -66,6 +67,13 @@ class Exit:
         check_real("center", self.center)
         check_real("width", self.width, low=0.0)
         check_real("cost", self.cost)
+
+    def check_wall(self, low: float, high: float) -> None:
+        """Refuse a centre off [low, high], the span of the door's wall."""
+        if not low <= self.center <= high:
+            raise ParameterError(f"center={self.center!r} is invalid for the exit on the "
+                                 f"{self.side} wall: must be in [{low:g}, {high:g}], the span "
+                                 "of that wall")
 
     @property
     def label(self) -> str:
@@ -117,6 +125,9 @@ class Grid2D:
         check_real("y_max", self.y_max, low=float(self.y_min))
         object.__setattr__(self, "obstacles", tuple(self.obstacles))
         object.__setattr__(self, "exits", tuple(self.exits))
+        for door in self.exits:
+            door.check_wall(*((self.y_min, self.y_max) if door.side in ("left", "right")
+                              else (self.x_min, self.x_max)))
         if not self.active.any():
             raise ParameterError(f"obstacles={self.obstacles!r:.120} is invalid: they cover "
                                  f"every node of the {self.nx} x {self.ny} grid")
