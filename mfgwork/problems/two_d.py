@@ -97,6 +97,9 @@ class MFGProblem2D:
                 raise ParameterError(f"{name}={items!r:.80} is invalid: must be a tuple of "
                                      f"mfgwork {kind.__name__} objects")
             object.__setattr__(self, name, tuple(items))
+        for door in self.exits:
+            door.check_wall(*((self.y_min, self.y_max) if door.side in ("left", "right")
+                              else (self.x_min, self.x_max)))
         if not isinstance(self.hamiltonian, Hamiltonian) or not self.hamiltonian.isotropic:
             raise ParameterError(f"hamiltonian={self.hamiltonian!r:.80} is invalid: must be an "
                                  "isotropic mfgwork Hamiltonian (a function of |p|: Quadratic(),"
