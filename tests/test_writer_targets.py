@@ -578,3 +578,7 @@ def test_an_unknown_kernel_is_refused_before_the_run(place, capsys, snapshot):
     with pytest.raises(ParameterError, match="kernel_name=3 is invalid"):
         runs.run_notebook(place.notebook, {}, out, kernel_name=3)
     assert outside_home() == before and place.work["papermill"] == 0
+    with pytest.raises(ParameterError, match="kernel_name='nokernel' is invalid"):
+        mw.sweep(place.notebook, {"threshold": [0.4, 0.6]}, place.tmp / "sweep",
+                 kernel_name="nokernel", progress=False)
+    assert outside_home() == before and place.work["papermill"] == 0

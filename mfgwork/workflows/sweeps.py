@@ -363,7 +363,8 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
     ``dask=True`` to a fresh ``LocalCluster``. Finished runs are skipped; failed ones are
     retried only with ``retry_failed``. Returns the index, also written to ``index.csv``
     (one row appended per finished run). ``kernel_name`` picks the Jupyter kernel (default:
-    the notebook's).
+    the notebook's; without a ``scheduler``, one not installed here is refused before any
+    run).
 
     Checked before any run starts and before anything is written: the spec against the
     notebook's parameters; the number of runs against ``max_runs``; ``out_dir``, which must
@@ -384,6 +385,10 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
     max_runs = check_int("max_runs", max_runs, low=1)
     _check_options(notebook, scheduler, kernel_name, dask=dask, retry_failed=retry_failed,
                    progress=progress, replan=replan)
+    if scheduler is None:   # (a running cluster's workers have their own kernels)
+        from .runs import check_kernel
+
+        check_kernel(kernel_name)
     where = Path(notebook).resolve()
     folder = storage.check_target(out_dir, "sweep", legacy=["sweep.json"], forceable=False,
                                   protect={where.parent: f"the folder of the notebook "
