@@ -7,7 +7,7 @@ import pytest
 from mfgwork.apps.doctor import cpu_info, format_report
 from mfgwork.core import compiling
 
-ENTRY = "A" * 20 + "BCDEFGHIJKLMNOPQRSTUVWXYZ234567"   # a hash-like name, as Triton writes
+ENTRY = "A" * 21 + "BCDEFGHIJKLMNOPQRSTUVWXYZ234567"   # a SHA-256 in base32, as Triton 3 names
 
 
 @pytest.fixture
@@ -45,6 +45,24 @@ def test_clearing_removes_compiled_entries_only(cache):
     assert compiling.clear_triton_cache() == 2
     assert sorted(p.name for p in cache.iterdir()) == ["README", "notes"]
     assert compiling.clear_triton_cache() == 0
+
+
+def test_clearing_keeps_what_only_looks_like_an_entry(cache):
+    _compiled(cache, "hjb_sweep_kernel")
+    _compiled(cache, "fp_sweep_kernel", entry="0123456789abcdef" * 4)    # an older hex name
+    (cache / ENTRY / "tmp.pid_12_34").mkdir()                          # a write cut short
+    (cache / ENTRY / "tmp.pid_12_34" / "fp.cubin").write_bytes(b"\0")
+    kept = {"important_results_2024": "thesis.tex", "Simulation-Data-Final": "run.csv",
+            "Q" * 52: "thesis.tex", "R" * 52: "data/x.json", "S" * 52: None}
+    for name, file in kept.items():
+        (cache / name).mkdir()
+        if file is not None:
+            (cache / name / file).parent.mkdir(exist_ok=True)
+            (cache / name / file).write_text("mine")
+    (cache / ("T" * 52)).symlink_to(cache / ENTRY)
+    assert compiling.clear_triton_cache() == 2
+    assert sorted(p.name for p in cache.iterdir()) == sorted([*kept, "T" * 52])
+    assert (cache / "important_results_2024" / "thesis.tex").read_text() == "mine"
 
 
 def test_first_use_is_announced_once_and_only_when_not_cached(cache, capsys):

@@ -126,7 +126,13 @@ def _relative_difference(a: Any, b: Any) -> float:
 
 
 _ANNOUNCED: set[str] = set()
-_CACHE_ENTRY = re.compile(r"^[A-Za-z0-9_=-]{16,}$")   # Triton names an entry by a hash
+#: The name of a Triton cache entry: a SHA-256 in base32 (Triton 3), or a hex digest (older)
+_CACHE_ENTRY = re.compile(r"^(?:[A-Z2-7]{52}|[0-9a-f]{32}|[0-9a-f]{64})$")
+#: The files Triton writes into an entry: a kernel's stages, metadata and groups, and the
+#: driver's compiled helpers
+_ARTEFACT = re.compile(r"\.(?:json|cubin|ptx|ttir|ttgir|llir|amdgcn|hsaco|so|c|source)$")
+#: A write of Triton's still in progress, or cut short, inside an entry
+_PUTTING = re.compile(r"^tmp\.pid_\w+$")
 
 
 def triton_cache_dir() -> Path:
@@ -157,11 +163,33 @@ def model_cache_dir() -> Path:
 
 
 def _entries(folder: Path) -> list[Path]:
-    """The cache entries of a Triton cache folder (hash-named folders, nothing else)."""
+    """The cache entries of a Triton cache folder: folders named by a digest that hold
+    Triton's files alone (:func:`_is_entry`), nothing else."""
     if not folder.is_dir():
         return []
-    return [p for p in folder.iterdir()
-            if p.is_dir() and not p.is_symlink() and _CACHE_ENTRY.match(p.name)]
+    return [p for p in folder.iterdir() if _is_entry(p)]
+
+
+def _is_entry(path: Path) -> bool:
+    """Whether ``path`` is a Triton cache entry: a folder (not a link) named as Triton names
+    them (:data:`_CACHE_ENTRY`) holding at least one of its files (:data:`_ARTEFACT`), and
+    only those and its temporary folders of the same (a user's folder fails one of these)."""
+    if path.is_symlink() or not path.is_dir() or not _CACHE_ENTRY.match(path.name):
+        return False
+    found = False
+    for child in path.iterdir():
+        if child.is_symlink():
+            return False
+        if child.is_dir():
+            if not _PUTTING.match(child.name) or any(
+                    c.is_symlink() or not c.is_file() or not _ARTEFACT.search(c.name)
+                    for c in child.iterdir()):
+                return False
+        elif child.is_file() and _ARTEFACT.search(child.name):
+            found = True
+        else:
+            return False
+    return found
 
 
 def cached_kernels(names: Iterable[str]) -> set[str]:
@@ -181,8 +209,9 @@ def triton_cache_summary() -> dict[str, Any]:
 
 
 def clear_triton_cache() -> int:
-    """Remove the compiled entries of Triton's cache folder (hash-named folders only, so a
-    mistaken ``TRITON_CACHE_DIR`` loses nothing else); returns how many were removed."""
+    """Remove the compiled entries of Triton's cache folder (folders named by a digest that
+    hold Triton's files alone, :func:`_is_entry`, so a mistaken ``TRITON_CACHE_DIR`` loses
+    nothing else); returns how many were removed."""
     entries = _entries(triton_cache_dir())
     for entry in entries:
         shutil.rmtree(entry)
