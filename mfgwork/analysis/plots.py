@@ -9,12 +9,14 @@ those axes is returned). Arrays are converted to NumPy here, at the plotting bou
 Conventions follow :mod:`mfgwork.problems`: ``result.M[n, i]`` is m(t_n, x_i); for the Santa
 Fe Bar the state is the preference θ and A(t) = ∫_{θ>0} m(t, θ) dθ. Every figure is drawn in
 the package style (:mod:`mfgwork.analysis.style`); :func:`write_figures` writes PNG and PDF.
+A function refuses a result of a kind it does not draw (:data:`FIGURES`) or an array it draws
+without a finite value, with a :class:`~mfgwork.ParameterError`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from ..core.backend import to_numpy
 from ..core.errors import ParameterError
 from ..core.figures import save_figure
 from ..results import Result, check_figures
+from ..results2d import Result2D
 from .style import DPI, TIME, state_label, styled
 
 __all__ = ["DPI", "SCHEME_NAMES", "describe_iteration", "equilibrium_attendance",
@@ -54,12 +57,67 @@ def _state_label(result: Result) -> str:
     return state_label(result.state_name)
 
 
-def _need_attendance(result: Result, figure: str) -> np.ndarray:
-    if "attendance" not in result.observables:
-        raise ParameterError(f"result={type(result).__name__}(problem="
-                             f"{result.params.get('problem')!r}) is invalid for {figure}: it "
-                             "needs an attendance path A(t), which only Santa Fe Bar results have")
-    return host_float64(result.attendance)
+def _path(result: Result, name: str, dims: tuple[str, ...] = ("t",)) -> bool:
+    """Whether ``result`` observes the path ``name`` along the axes ``dims``."""
+    return name in result.observables and result.observable_dims(name) == dims
+
+
+def _one_density(result: Result) -> bool:
+    return result.dims == ("t", result.state_name)
+
+
+def _any(result: Result) -> bool:
+    return True
+
+
+_DENSITY = ("of one density over time and a 1-D state, dims ('t', state) (2-D results: "
+            "mw.plots2d; several populations or scenarios: their attendance figures)")
+_SANTA_FE = "of shape (nt+1,), as Santa Fe Bar results have"
+#: function → (what it draws, whether a result's kind is one it draws, the arrays it draws),
+#: checked by :func:`_require`.
+FIGURES: dict[str, tuple[str, Callable[[Result], bool], tuple[str, ...]]] = {
+    "plot_density_heatmap": (f"draws m(t, x) as a heatmap {_DENSITY}", _one_density, ("M",)),
+    "plot_attendance": (f"draws an attendance path A(t) {_SANTA_FE}",
+                        lambda r: _path(r, "attendance"), ("attendance",)),
+    "plot_attendance_fan": ("draws the attendance of every scenario of a common-noise result "
+                            "(solve an mw.CommonNoise)",
+                            lambda r: "probability" in r.arrays
+                            and _path(r, "attendance", ("scenario", "t")), ("attendance",)),
+    "plot_density_snapshots": (f"draws m(t, ·) at some times {_DENSITY}", _one_density, ("M",)),
+    "plot_value_snapshots": (f"draws u(t, ·) at some times {_DENSITY}", _one_density, ("U",)),
+    "plot_convergence": ("draws the residual history of a solve", _any, ()),
+    "plot_phase_portrait": (f"draws the attendance path against the mean_state path, each "
+                            f"{_SANTA_FE}",
+                            lambda r: _path(r, "attendance") and _path(r, "mean_state"),
+                            ("attendance", "mean_state")),
+    "describe_iteration": ("describes the iteration that solved a result", _any, ()),
+    "standard_figures": ("draws the figures of a 1-D result (2-D results: "
+                         "mw.plots2d.standard_figures_2d)",
+                         lambda r: not isinstance(r, Result2D), ()),
+}
+
+
+def check_result(result: Any, figure: str, what: str, fits: Callable[[Result], bool],
+                 arrays: Sequence[str] = (), name: str = "result") -> None:
+    """Refuse (:class:`~mfgwork.ParameterError`) as the argument ``name`` of ``figure``, which
+    ``what``: anything but a :class:`~mfgwork.Result` of a kind that ``fits``, or one with
+    no finite value in one of the ``arrays`` drawn."""
+    if not isinstance(result, Result):
+        raise ParameterError(f"{name}={result!r:.80} is invalid for {figure}: it takes an "
+                             f"mw.Result (from mw.solve or mw.load) and {what}")
+    described = (f"{name}={type(result).__name__}(problem={result.params.get('problem')!r}, "
+                 f"dims={result.dims!r})")
+    if not fits(result):
+        raise ParameterError(f"{described} is invalid for {figure}: it {what}")
+    for array in arrays:
+        if not np.isfinite(host_float64(getattr(result, array))).any():
+            raise ParameterError(f"{described} is invalid for {figure}: its {array} has no "
+                                 "finite value (all NaN or infinite): it draws finite values")
+
+
+def _require(result: Any, figure: str) -> None:
+    """:func:`check_result` for ``figure``, a function of this module (:data:`FIGURES`)."""
+    check_result(result, figure, *FIGURES[figure])
 
 
 def time_indices(result: Result, times: Sequence[float] | None) -> list[int]:
@@ -80,6 +138,7 @@ def plot_density_heatmap(result: Result, ax: Axes | None = None) -> Figure:
     """m(t, θ) as a heatmap over (t, θ), with the θ = 0 line (attend above, stay home below).
     Each node fills its control volume, cut at the domain's walls and at 0 and T, so the
     heatmap spans the domain exactly."""
+    _require(result, "plot_density_heatmap")
     fig, ax = figure_axes(ax)
     x, t, M = host_float64(result.x), host_float64(result.t), host_float64(result.M)
     s = result.state_name
@@ -117,7 +176,8 @@ def equilibrium_attendance(params: Mapping[str, Any]) -> float | None:
 def plot_attendance(result: Result, ax: Axes | None = None) -> Figure:
     """A(t) against the threshold band A* ± ε, the threshold A* and the level where the payoff
     of going F(A) vanishes; the legend sits below the axes, off the curve."""
-    A = _need_attendance(result, "plot_attendance")
+    _require(result, "plot_attendance")
+    A = host_float64(result.attendance)
     fig, ax = figure_axes(ax)
     t = host_float64(result.t)
     a_star, eps = result.params.get("threshold"), result.params.get("eps")
@@ -143,12 +203,8 @@ def plot_attendance_fan(result: Result, ax: Axes | None = None,
     line as opaque as the scenario is likely, the band between the quantiles ``band`` of the
     scenarios' law at each time, the expected attendance, and the epochs' starts (where the
     noise state is revealed)."""
-    A = _need_attendance(result, "plot_attendance_fan")
-    if "probability" not in result.arrays or A.ndim != 2:
-        raise ParameterError(f"result={type(result).__name__}(problem="
-                             f"{result.params.get('problem')!r}) is invalid for "
-                             "plot_attendance_fan: it has no scenarios (solve an "
-                             "mw.CommonNoise)")
+    _require(result, "plot_attendance_fan")
+    A = host_float64(result.attendance)
     p = host_float64(result.arrays["probability"])
     t = host_float64(result.t)
     fig, ax = figure_axes(ax)
@@ -203,6 +259,7 @@ def _cmap(v: float) -> Any:
 def plot_density_snapshots(result: Result, times: Sequence[float] | None = None,
                            ax: Axes | None = None) -> Figure:
     """m(t, ·) at the time levels nearest to ``times`` (default: 5 evenly spaced in [0, T])."""
+    _require(result, "plot_density_snapshots")
     s = result.state_name
     return _snapshots(result, host_float64(result.M), times, ax, f"density m(t, {s})",
                       "Density snapshots")
@@ -212,6 +269,7 @@ def plot_density_snapshots(result: Result, times: Sequence[float] | None = None,
 def plot_value_snapshots(result: Result, times: Sequence[float] | None = None,
                          ax: Axes | None = None) -> Figure:
     """u(t, ·) at the time levels nearest to ``times`` (default: 5 evenly spaced in [0, T])."""
+    _require(result, "plot_value_snapshots")
     s = result.state_name
     return _snapshots(result, host_float64(result.U), times, ax, f"value (cost to go) u(t, {s})",
                       "Value function snapshots")
@@ -228,6 +286,7 @@ def describe_iteration(result: Result) -> str:
     (:attr:`~mfgwork.Result.scheme` and its settings; plain Picard for relaxation with
     ω = 1; "then Newton's method as fallback" where a fallback took steps), never from a
     default assumed here."""
+    _require(result, "describe_iteration")
     scheme = result.scheme
     if scheme is None:
         return "the solver's fixed-point iteration"
@@ -257,6 +316,7 @@ def plot_convergence(result: Result, ax: Axes | None = None, changes: bool = Fal
     also the relative changes of U and M between iterates (grey, dashed), which stop
     nothing. Zero or non-finite values are left out (a log axis cannot show them).
     """
+    _require(result, "plot_convergence")
     fig, ax = figure_axes(ax)
     history = result.history
     residual = _series(history, "residual")
@@ -334,7 +394,8 @@ def _convergence_title(result: Result, tol: Any) -> str:
 @styled
 def plot_phase_portrait(result: Result, ax: Axes | None = None) -> Figure:
     """A(t) against the mean preference E[θ](t), coloured by time, with the threshold A*."""
-    A = _need_attendance(result, "plot_phase_portrait")
+    _require(result, "plot_phase_portrait")
+    A = host_float64(result.attendance)
     fig, ax = figure_axes(ax, size=(5.6, 4.4))
     mean, t = host_float64(result.mean_state), host_float64(result.t)
     ax.plot(mean, A, color="0.6", lw=1.0, zorder=1)
@@ -432,23 +493,19 @@ def plot_payoff(problem: Any, ax: Axes | None = None) -> Figure:
     return fig
 
 
+#: The standard set of :func:`standard_figures`, in order.
+STANDARD = (plot_density_heatmap, plot_attendance, plot_attendance_fan, plot_density_snapshots,
+            plot_value_snapshots, plot_convergence, plot_phase_portrait)
+
+
 def standard_figures(result: Result) -> dict[str, Figure]:
-    """The standard set, by file stem: heatmap, snapshots, convergence, and for Santa Fe
-    also attendance and the phase portrait (common noise: the attendance fan and
-    convergence)."""
-    if "scenario" in result.dims:   # common noise: the fan over the scenarios
-        return {"attendance_fan": plot_attendance_fan(result),
-                "convergence": plot_convergence(result)}
-    figures = {"density_heatmap": plot_density_heatmap(result)}
-    attendance = "attendance" in result.observables
-    if attendance:
-        figures["attendance"] = plot_attendance(result)
-    figures["density_snapshots"] = plot_density_snapshots(result)
-    figures["value_snapshots"] = plot_value_snapshots(result)
-    figures["convergence"] = plot_convergence(result)
-    if attendance:
-        figures["phase_portrait"] = plot_phase_portrait(result)
-    return figures
+    """The standard set of a 1-D result, by file stem (``plot_`` left out): the figures of
+    :data:`STANDARD` that draw its kind (:data:`FIGURES`; Santa Fe: all but the attendance
+    fan; common noise: the fan and convergence). 2-D results:
+    :func:`mfgwork.analysis.plots2d.standard_figures_2d`."""
+    _require(result, "standard_figures")
+    return {plot.__name__.removeprefix("plot_"): plot(result) for plot in STANDARD
+            if FIGURES[plot.__name__][1](result)}
 
 
 def write_figures(figures: Mapping[str, Figure], folder: str | Path, *,

@@ -5,7 +5,8 @@ Arrays are (t, y, x): ``result.M[n, j, i]`` is m(t_n, x_i, y_j). Densities are d
 one pixel per node (the grid is uniform), obstacle nodes grey, exit nodes as red squares
 on the wall. The functions return a matplotlib ``Figure`` in the package style
 (:mod:`mfgwork.analysis.style`, object-oriented API as :mod:`mfgwork.analysis.plots`);
-:func:`mfgwork.analysis.plots.write_figures` writes them as PNG and PDF.
+:func:`mfgwork.analysis.plots.write_figures` writes them as PNG and PDF. Other results are
+refused (:data:`FIGURES_2D`).
 
 The animation of m(t) is a ``matplotlib.animation.FuncAnimation`` rendered by ``to_jshtml``:
 one HTML fragment with its player script and the frames as embedded PNGs, nothing loaded from
@@ -18,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,8 @@ from matplotlib.figure import Figure
 
 from ..core import storage
 from ..core.errors import ParameterError, check_int, check_real
-from .plots import equilibrium_attendance, figure_axes, host_float64, time_indices
+from ..results2d import Result2D
+from .plots import check_result, equilibrium_attendance, figure_axes, host_float64, time_indices
 from .style import DPI, STYLE, TIME, state_label, styled
 
 __all__ = ["animation_html", "animation_page", "plot_bar_attendance", "plot_density_2d",
@@ -44,6 +46,38 @@ _ICONS = {"fa-minus": "−", "fa-fast-backward": "|◀◀", "fa-step-backward": 
           "fa-play fa-flip-horizontal": "◀", "fa-pause": "❚❚", "fa-play": "▶",
           "fa-step-forward": "▶|", "fa-fast-forward": "▶▶|", "fa-plus": "+"}
 _ICON = re.compile(r'<i class="fa (?P<name>[a-z -]+)"></i>')
+
+
+def _two_d(result: Any) -> bool:
+    return isinstance(result, Result2D)
+
+
+_2D = "of a 2-D result (mw.Result2D, dims ('t', 'y', 'x'): mw.solve of an mw.Room or mw.TwoBars)"
+#: function → (what it draws, whether a result's kind is one it draws, the arrays it draws),
+#: checked by :func:`_require`.
+FIGURES_2D: dict[str, tuple[str, Callable[[Any], bool], tuple[str, ...]]] = {
+    "plot_density_2d": (f"draws m(t, ·) at some times {_2D}", _two_d, ("M",)),
+    "plot_density_at": (f"draws m(t, ·) at one time {_2D}", _two_d, ("M",)),
+    "plot_velocity_field": (f"draws the optimal velocity over the density {_2D}", _two_d,
+                            ("M", "velocity_x", "velocity_y")),
+    "plot_exit_flux": (f"draws the exit flux and the mass balance {_2D}", _two_d,
+                       ("mass", "exit_flux")),
+    "plot_evacuation": (f"draws the mass left and the exit flux {_2D}", _two_d,
+                        ("mass", "exit_flux")),
+    "plot_bar_attendance": ("draws the attendance pair A(t) of shape (nt+1, 2) of a two-bar "
+                            "result (mw.solve of an mw.TwoBars)",
+                            lambda r: _two_d(r)
+                            and np.shape(r.observables.get("attendance"))[1:] == (2,),
+                            ("attendance",)),
+    "standard_figures_2d": (f"draws the standard figures {_2D}", _two_d, ()),
+    "animation_html": (f"draws the density m(t) as a player {_2D}", _two_d, ("M",)),
+}
+
+
+def _require(result: Any, figure: str, name: str = "result") -> None:
+    """:func:`~mfgwork.analysis.plots.check_result` for ``figure``, a function of this module
+    (:data:`FIGURES_2D`)."""
+    check_result(result, figure, *FIGURES_2D[figure], name)
 
 
 def _names(result: Any) -> tuple[str, str]:
@@ -102,6 +136,7 @@ def plot_density_2d(result: Any, times: Sequence[float] | None = None, ncols: in
     one panel each, obstacles grey, exits red; each panel on its own colour scale (the
     crowd spreads and leaves, so later densities are far below the first), or on one with
     ``shared_scale``."""
+    _require(result, "plot_density_2d")
     ncols = check_int("ncols", ncols, low=1)
     t = host_float64(result.t)
     idx = time_indices(result, np.linspace(t[0], t[-1], 6) if times is None else times)
@@ -147,6 +182,7 @@ def _density_panel(result: Any, time: float | None, ax: Axes | None,
 def plot_density_at(result: Any, time: float | None = None, ax: Axes | None = None) -> Figure:
     """m(t, ·) at the level nearest to ``time`` (default T/4) as an image, with a colour bar;
     obstacles grey, exits red."""
+    _require(result, "plot_density_at")
     fig, ax, t, n = _density_panel(result, time, ax, (5.2, 4.4))
     _label_axes(ax, result)
     ax.set_title(f"Density at t = {t[n]:.3g} (mass {float(host_float64(result.mass)[n]):.3f})")
@@ -174,6 +210,7 @@ def plot_velocity_field(result: Any, time: float | None = None, ax: Axes | None 
                         arrows: int = 16) -> Figure:
     """The optimal velocity α* = −∂p H(x, ∇u, m) at the level nearest to ``time`` (default
     T/4) as arrows over the density m there (about ``arrows`` per side)."""
+    _require(result, "plot_velocity_field")
     fig, ax, t, n = _density_panel(result, time, ax, (5.6, 4.6))
     X, Y, vx, vy = quiver_points(result, n, arrows)
     ax.quiver(X, Y, vx, vy, color="white", angles="xy", pivot="mid", width=0.004,
@@ -191,6 +228,7 @@ def plot_exit_flux(result: Any) -> Figure:
     recorded by the scheme), and their sum. Right: the mass in the room, the cumulative
     outflow, and their sum, which the scheme keeps at 1 to round-off (the check line; its
     largest deviation in the legend)."""
+    _require(result, "plot_exit_flux")
     t, dt = host_float64(result.t), float(host_float64(result.t)[1] - host_float64(result.t)[0])
     doors = host_float64(result.door_outflow)
     fig = Figure(figsize=(10.0, 3.8), dpi=DPI, layout="constrained")
@@ -220,6 +258,8 @@ def plot_evacuation(results: Mapping[str, Any]) -> Figure:
     and the exit flux, outflow / Δt (right), over time."""
     if not results:
         raise ParameterError("results is empty: pass {label: result} of 2-D solves")
+    for label, r in results.items():
+        _require(r, "plot_evacuation", f"results[{label!r}]")
     fig = Figure(figsize=(10.0, 3.6), dpi=DPI, layout="constrained")
     left, right = fig.subplots(1, 2)
     for label, r in results.items():
@@ -241,12 +281,7 @@ def plot_bar_attendance(result: Any, ax: Axes | None = None,
     """The attendance paths A_1(t), A_2(t) of the two-bar game, each bar's threshold A*_j
     (dotted) and where its payoff vanishes, F_j = 0 (dashed); ``references``: further
     paths ``{label: (t, A)}`` drawn as markers (e.g. the 1-D Santa Fe solutions)."""
-    if "attendance" not in getattr(result, "observables", {}) or \
-            np.ndim(result.attendance) != 2 or np.shape(result.attendance)[1] != 2:
-        raise ParameterError(f"result={type(result).__name__}(problem="
-                             f"{result.params.get('problem')!r}) is invalid for "
-                             "plot_bar_attendance: it needs an attendance pair A(t) of shape "
-                             "(nt+1, 2), which two-bar results have")
+    _require(result, "plot_bar_attendance")
     fig, ax = figure_axes(ax, size=(6.8, 4.2))
     t, A = host_float64(result.t), host_float64(result.attendance)
     p = result.params
@@ -275,6 +310,7 @@ def plot_bar_attendance(result: Any, ax: Axes | None = None,
 def standard_figures_2d(result: Any) -> dict[str, Figure]:
     """The standard set, by file stem: density snapshots, the velocity field and, with
     exits, the exit flux; for two-bar results also the attendance paths."""
+    _require(result, "standard_figures_2d")
     figures = {"density_2d": plot_density_2d(result),
                "velocity_field": plot_velocity_field(result)}
     if np.asarray(result.exit).any():
@@ -299,6 +335,7 @@ def animation_html(result: Any, frames: int = 40, fps: float = 8.0, dpi: int = 7
     from matplotlib import rc_context
     from matplotlib.animation import FuncAnimation
 
+    _require(result, "animation_html")
     idx = frame_indices(np.shape(result.M)[0] - 1, frames)
     fps = check_real("fps", fps, low=0.0, high=60.0, high_open=False)
     dpi = check_int("dpi", dpi, low=20, high=300)
