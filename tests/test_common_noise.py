@@ -147,12 +147,27 @@ def test_save_load_and_check_again(solved, tmp_path):
     ({"depth": 0}, r"depth=0 is invalid"),
     ({"depth": 17}, r"depth=17 is invalid with 2 states: 2\^17 scenarios exceed 65536"),
     ({"names": ["a", "a"]}, r"names=\['a', 'a'\] is invalid: must be 2 distinct labels"),
+    ({"names": ["", "b"]}, r"names=\['', 'b'\] is invalid: .* none empty"),
+    ({"names": ["a", "a-a"]}, r"names=\['a', 'a-a'\] is invalid: .* two scenarios alike"),
 ])
 def test_bad_noise_is_refused_naming_what_to_change(kwargs, pattern):
     args = {"parameter": "good", "values": [12.0, 8.0]} | SHOCK
     args |= kwargs
     with pytest.raises(mw.ParameterError, match=pattern):
         mw.CommonNoise(mw.SantaFeBar(), args.pop("parameter"), args.pop("values"), **args)
+
+
+def test_every_scenario_has_a_label_of_its_own():
+    noise = mw.CommonNoise(mw.SantaFeBar(), "bad", [-5.0, -8.0], **SHOCK)
+    assert noise.names == ("-5", "-8") and len(set(noise.labels)) == noise.scenarios == 8
+    assert shock(names=["a", "b-c"]).labels[:2] == ("a-a-a", "a-a-b-c")
+
+
+@pytest.mark.parametrize(("args", "pattern"), [
+    ({"nx": "a"}, r"^nx='a' \(str\) is invalid"), ({"nx": 2}, r"^nx=2 is invalid")])
+def test_the_estimate_checks_its_arguments_as_the_solve_does(args, pattern):
+    with pytest.raises(mw.ParameterError, match=pattern):
+        shock().estimate(**args)
 
 
 def test_what_the_tree_cannot_solve_is_refused_before_any_work(monkeypatch):

@@ -34,6 +34,8 @@ MAX_DEPTH = 32
 MAX_SCENARIOS = 2**16
 #: How far the probabilities of a row may sum from 1.
 PROBABILITY_SLACK = 1e-9
+#: What joins the states' names into a scenario's label.
+SEPARATOR = "-"
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,8 +107,9 @@ class CommonNoise:
     """``problem`` whose ``parameter`` switches between ``values`` as a Markov chain
     revealed at the start of each of ``depth`` epochs (module docstring): ``transition``
     (n, n), row s the law of the next state after s; ``initial`` (n,), the law of the first
-    state (default: uniform); ``names``: one label per state (default: the values, or
-    s0, s1, … where two print alike).
+    state (default: uniform); ``names``: one label per state, non-empty, that joined by
+    :data:`SEPARATOR` label every scenario apart (default: the values, or s0, s1, … where
+    they would not).
     ``mw.solve(noise)`` returns the conditional equilibrium on every scenario."""
 
     name = "common_noise"
@@ -137,13 +140,17 @@ class CommonNoise:
         self.transition = _stochastic("transition", transition, (n, n))
         self.initial = _stochastic("initial", np.full(n, 1.0 / n) if initial is None
                                    else initial, (n,))
-        self.names = (_default_names(values) if names is None
-                      else tuple(str(s) for s in _listed("names", names)))
-        if len(self.names) != n or len(set(self.names)) != n:
-            raise ParameterError(f"names={names!r} is invalid: must be {n} distinct labels, "
-                                 "one per value")
-        self.states = tuple(type(problem).from_params(params | {parameter: v}) for v in values)
         self.tree = ScenarioTree(n, self.depth, self.transition, self.initial)
+        self.names = (_default_names(values, self.tree) if names is None
+                      else tuple(str(s) for s in _listed("names", names)))
+        if len(self.names) != n or len(set(self.names)) != n or not all(self.names):
+            raise ParameterError(f"names={names!r} is invalid: must be {n} distinct labels, "
+                                 "one per value, none empty")
+        if len(set(_labels(self.names, self.tree))) != self.scenarios:
+            raise ParameterError(f"names={names!r} is invalid: joined by {SEPARATOR!r} into "
+                                 "the scenarios' labels, they label two scenarios alike; "
+                                 f"choose names without {SEPARATOR!r}")
+        self.states = tuple(type(problem).from_params(params | {parameter: v}) for v in values)
 
     def __repr__(self) -> str:
         def rounded(a: np.ndarray) -> list:
@@ -169,8 +176,9 @@ class CommonNoise:
 
     @cached_property
     def labels(self) -> tuple[str, ...]:
-        """One label per scenario: its states' names joined by "-"."""
-        return tuple("-".join(self.names[s] for s in row) for row in self.tree.path_states)
+        """One label per scenario: its states' names joined by :data:`SEPARATOR` (distinct,
+        as the names are checked)."""
+        return _labels(self.names, self.tree)
 
     def params(self) -> dict[str, Any]:
         return {"problem": self.name, "model": self.problem.params(),
@@ -194,7 +202,9 @@ class CommonNoise:
         """What a solve on ``nx`` × ``nt`` costs, before it starts: ``scenarios``,
         ``nodes``, ``cells`` (node time steps × nx: the work of one sweep, against nt × nx
         for the model alone), ``bytes`` (float64 arrays held, with the scenarios' result
-        arrays) and ``seconds`` (one CPU core, from :data:`SECONDS_PER_CELL`)."""
+        arrays) and ``seconds`` (one CPU core, from :data:`SECONDS_PER_CELL`); ``nx`` checked
+        as the solve checks it."""
+        nx = check_int("nx", nx, low=3)
         steps = self.steps(nt) // self.depth
         cells = self.tree.nodes * steps * nx
         result = 3 * 8 * self.scenarios * (self.steps(nt) + 1) * nx
@@ -213,11 +223,18 @@ NODE_ARRAYS = 24
 SECONDS_PER_CELL = 2.5e-6
 
 
-def _default_names(values: tuple[float, ...]) -> tuple[str, ...]:
-    """The values as labels where they differ, else s0, s1, …."""
-    labels = tuple(f"{v:g}" for v in values)
-    return labels if len(set(labels)) == len(labels) else tuple(
-        f"s{i}" for i in range(len(values)))
+def _default_names(values: tuple[float, ...], tree: ScenarioTree) -> tuple[str, ...]:
+    """The values as names where they differ and label every scenario apart, else s0, s1,
+    …."""
+    names = tuple(f"{v:g}" for v in values)
+    plain = len(set(names)) == len(names) and \
+        len(set(_labels(names, tree))) == tree.scenarios
+    return names if plain else tuple(f"s{i}" for i in range(len(values)))
+
+
+def _labels(names: Sequence[str], tree: ScenarioTree) -> tuple[str, ...]:
+    """Each scenario's states' names joined by :data:`SEPARATOR`."""
+    return tuple(SEPARATOR.join(names[s] for s in row) for row in tree.path_states)
 
 
 def _listed(name: str, values: Any) -> list[Any]:
