@@ -25,7 +25,7 @@ from .core.errors import ConvergenceWarning, ParameterError, check_choice, check
 from .core.frozen import FrozenDict, complete, freeze
 from .core.progress import delayed_bar
 from .float64_floor import measure_at_end, name_floors
-from .long_run import PLATEAU_STEPS, PLATEAU_T, Ergodic1D
+from .long_run import PLATEAU_STEPS, PLATEAU_T, Ergodic1D, check_long_run
 from .numerics.batch_newton import (
     BatchNewton,
     MemberPotentials,
@@ -179,6 +179,7 @@ class FDM1D(Discretization):
                                  "mfgwork.MFGProblem (e.g. mw.SantaFeBar() or "
                                  "mw.MFGProblem(...))")
         if check_flag("stationary", self.stationary):
+            check_long_run(self)   # (the options it does not take, its memory)
             return Ergodic1D(self.problem, self.nx, self.tol, self.max_iter, self.method,
                              self.backend, self.device, self.dtype,
                              plateau=partial(_plateau, nx=self.nx, tol=self.tol,
@@ -606,10 +607,10 @@ def _compile_first(hjb: HJBSolver, be: Backend, compiled: dict[str, float],
     return first
 
 
-def _plateau(problem: MFGProblem, **options: Any) -> Result:
-    """A finite horizon of :data:`~mfgwork.long_run.PLATEAU_T` of ``problem`` (rebuilt from
-    its params with that T), whose middle level starts its long run."""
-    longer = type(problem).from_params(problem.params() | {"T": PLATEAU_T})
+def _plateau(problem: Any, **options: Any) -> Result:
+    """A finite horizon of :data:`~mfgwork.long_run.PLATEAU_T` of ``problem`` (a planner's
+    bar: the same bar over that T), whose middle level starts its long run."""
+    longer = problem.with_horizon(PLATEAU_T)
     return run(FDM1D(longer, nt=int(PLATEAU_STEPS * PLATEAU_T), progress=False, **options))[0]
 
 

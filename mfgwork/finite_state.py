@@ -27,12 +27,13 @@ def switching_rates(result: Result) -> np.ndarray:
     """Optimal switching rates (β_home→bar, β_bar→home) of a two-state result at each level,
     (nt + 1, 2): (∓gap)_+ / c from the gaps u_1 − u_0 carried by the HJB sweep
     (``result.gap``; differences of U for results without it). Any other result is
-    refused."""
+    refused, as is a switching cost c that is not a positive finite number."""
     _check_two_state(result)
+    c = check_real("result.params['switching_cost']", result.params["switching_cost"],
+                   low=0.0)
     U = to_numpy(result.U)
     d = result.arrays.get("gap", U[:, 1] - U[:, 0])
-    return np.stack([np.maximum(-d, 0.0), np.maximum(d, 0.0)], axis=-1) / \
-        result.params["switching_cost"]
+    return np.stack([np.maximum(-d, 0.0), np.maximum(d, 0.0)], axis=-1) / c
 
 
 def _check_two_state(result: object) -> None:

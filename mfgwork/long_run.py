@@ -7,19 +7,22 @@ a :class:`~mfgwork.Result` of one level: ``U`` (1, nx) the ergodic value v (Σ w
 rests at far from both ends), the observables at that state, ``summary["ergodic_constant"]``
 λ (the cost per unit time), ``params["stationary"]`` True. ``res.check()`` recomputes its
 certificate: one best response (the ergodic HJB for its density, then the stationary FP).
+Its running cost must not depend on t (:func:`check_autonomous`), and the options of a
+finite horizon that it does not take are refused (:func:`check_long_run`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
 
+from .core import memory
 from .core.backend import Backend, get_backend, to_numpy
-from .core.errors import ParameterError
+from .core.errors import ParameterError, check_flag
 from .numerics.equilibrium import solve as solve_equilibrium
 from .numerics.iteration import check_stopping
 from .numerics.stationary import ErgodicNewton, ErgodicSystem
@@ -37,6 +40,8 @@ PLATEAU_STEPS = 5
 #: Dense (2 nx + 1)² float64 arrays held at once by a Newton step (the Jacobian, its
 #: factorisation, the best response's system), with margin.
 DENSE_COPIES = 4
+#: The options of a finite-horizon 1-D solve that the long run does not take.
+NOT_TAKEN = ("iteration", "n_particles", "seed", "compile_steps", "initial", "coarse")
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,6 +92,7 @@ class Ergodic1D(Discretization):
 
     def start(self, where: Where, started: float) -> tuple[Where, float, Any, str]:
         problem = self.problem
+        check_autonomous(problem, problem.grid(self.nx, 1), where.backend)
         warn_unresolved([problem], problem.grid(self.nx, 1))
         if (getattr(problem, "objective", "equilibrium") != "equilibrium"
                 and self.plateau is not None):
@@ -133,3 +139,49 @@ def stationary_residual(result: Result, problem: MFGProblem) -> float:
     system = ErgodicSystem(problem, np.shape(result.M)[-1], be)
     M, U = (be.asarray(np.asarray(to_numpy(a))[0]) for a in (result.M, result.U))
     return system.certificate(M * system.w, U, float(result.summary["ergodic_constant"]))
+
+
+def check_long_run(solve: Any) -> None:
+    """The options of ``solve`` (a 1-D finite-horizon discretization given
+    ``stationary=True``) checked before any work as the long run takes them: those of
+    :data:`NOT_TAKEN` refused (:func:`refuse_not_taken`), ``nt`` (no part in it) and
+    ``progress`` checked as a finite horizon checks them, the memory against
+    ``max_memory``."""
+    refuse_not_taken(solve, NOT_TAKEN)
+    solve.problem.grid(solve.nx, solve.nt)
+    check_flag("progress", solve.progress, optional=True)
+    long_run = Ergodic1D(solve.problem, solve.nx, solve.tol, solve.max_iter, solve.method,
+                         solve.backend, solve.device, solve.dtype).checked()
+    where = long_run.place()
+    parts, what = long_run.memory(where)
+    memory.check_parts(parts, where.backend, what=what, max_memory=solve.max_memory)
+
+
+def refuse_not_taken(solve: Any, names: Sequence[str]) -> None:
+    """Refuse the options ``names`` of ``solve`` (a dataclass of a finite horizon's options)
+    given other than their defaults: the long run does not take them."""
+    for option in fields(solve):
+        value, default = getattr(solve, option.name), option.default
+        if option.name in names and value is not default and not (
+                type(value) is type(default) and value == default):
+            raise ParameterError(f"{option.name}={value!r:.60} is invalid with stationary=True: "
+                                 "it does not apply to the long run (Newton's method on the "
+                                 "ergodic system); leave it out")
+
+
+def check_autonomous(problem: Any, grid: Any, backend: Backend) -> None:
+    """Refuse ``problem`` if its running cost depends on t: the long run has no time. The
+    cost of its initial density on ``grid`` (one step to T, where the long run evaluates
+    f) is compared with that on a horizon of T/2."""
+    m = problem.initial_density(grid, backend)
+    costs = []
+    for g in (grid, replace(grid, T=grid.T / 2)):
+        coupling = problem.coupling(g, backend)
+        cost = coupling.running_cost(coupling.state(backend.xp.stack([m, m])))[0]
+        costs.append(np.asarray(to_numpy(cost), dtype=np.float64))
+    gap = float(np.max(np.abs(costs[0] - costs[1])))
+    if gap > 1e-12 * max(1.0, float(np.max(np.abs(costs[0])))):
+        raise ParameterError(f"f={problem.params()['f']} is invalid with stationary=True: the "
+                             "long run needs a running cost independent of t, and "
+                             f"f(T, x, m0) and f(T/2, x, m0) differ by up to {gap:.3g}; make f "
+                             "independent of t, or solve a finite horizon")

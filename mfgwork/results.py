@@ -27,10 +27,11 @@ from .core.figures import save_figure
 from .core.frozen import freeze
 from .core.grid import trapezoid_weights
 from .core.storage import load_table, provenance
-from .problems import problem_from_params
+from .problems import PROBLEMS, CommonNoise, problem_class, problem_from_params
 
 __all__ = ["DIGESTS", "FIELDS", "RESULT_CLASSES", "STATUSES", "Result", "Status",
-           "array_digest", "derive_status", "load", "load_table", "provenance", "save_run"]
+           "array_digest", "check_solves", "derive_status", "load", "load_table", "provenance",
+           "save_run"]
 
 FIELDS = ("x", "t", "U", "M")
 class Status(StrEnum):
@@ -96,6 +97,33 @@ class ObservablesByName:
 #: entry of the problem's most specific class): :meth:`Result.check`. Filled by
 #: :mod:`mfgwork.best_response`, where the solvers are: this module imports none.
 CERTIFICATES: dict[type, Callable[[Any, Any], float]] = {}
+
+#: What the parameters of a problem of one's own are compared on (:func:`check_solves`): its
+#: domain (its callables, and a Hamiltonian of one's own, are recorded by name only).
+DOMAIN = ("x_min", "x_max", "y_min", "y_max", "T")
+
+
+def check_solves(problem: Any, result: Result) -> None:
+    """Refuse a ``problem`` that ``result`` does not solve: not of the class of the problem
+    its params name (:func:`~mfgwork.problems.problem_class`), or whose parameters
+    (``problem.params()``) differ from ``result.params``: all of them for a problem of the
+    registry, the :data:`DOMAIN` for a problem of one's own."""
+    name = result.params.get("problem")
+    kind = problem_class(name)
+    own = kind is None
+    if (isinstance(problem, (*PROBLEMS.values(), CommonNoise)) if own
+            else not isinstance(problem, kind)):
+        what = "a problem of one's own" if own else f"mfgwork.{kind.__name__}"
+        raise ParameterError(f"problem={problem!r:.120} is invalid: the result is a result of "
+                             f"{name!r:.80} ({what}): pass the problem that was solved")
+    given = problem.params()
+    mismatch = {k: (given[k], result.params[k]) for k in (DOMAIN if own else given)
+                if k in given and k in result.params and result.params[k] != given[k]}
+    if mismatch:
+        raise ParameterError(f"problem={problem!r:.120} is invalid: the result does not solve "
+                             f"problem: parameters differ (problem, result): {mismatch!r:.300}; "
+                             f"it is a result of {name!r:.80}: pass the problem that was solved")
+
 
 #: The mappings of a :class:`Result`, read-only (:func:`~mfgwork.core.frozen.freeze`).
 MAPPINGS = ("history", "params", "timings", "observables", "summary", "extra", "labels",
@@ -261,13 +289,15 @@ class Result(ObservablesByName):
         is computed as the solve did (method, backend, device, dtype, particles and seed
         from ``params``; in NumPy float64 for float32 results re-certified in float64,
         ``extra["certificate"]``). ``problem``: the problem solved; a result of a problem of
-        the registry (:data:`mfgwork.problems.PROBLEMS`: Santa Fe, the two-state game; also
-        one read by ``mw.load``) rebuilds it from ``params``, any other problem must be
-        passed."""
+        the registry that is rebuilt from its params (:data:`mfgwork.problems.REBUILDABLE`:
+        Santa Fe and its populations with a shipped Hamiltonian, the two-state game; also one
+        read by ``mw.load``) rebuilds it from ``params``, any other problem must be passed;
+        one this result does not solve is refused (:func:`check_solves`)."""
         if problem is None:
             problem = problem_from_params(self.params)
         for kind in type(problem).__mro__:
             if kind in CERTIFICATES:
+                check_solves(problem, self)
                 return CERTIFICATES[kind](self, problem)
         raise ParameterError(f"problem={problem!r:.80} is invalid: must be one of "
                              f"{', '.join(f'mfgwork.{k.__name__}' for k in CERTIFICATES)}")

@@ -42,7 +42,9 @@ def solve(problem: Any, **options: Any) -> Any:
     ``device="cuda"`` or ``"mps"`` (or ``"cuda:1"``) without ``backend`` runs on PyTorch, the
     library of the accelerators here. An option the problem's solver does not take, a problem
     of no kind in the table, or a batch of several kinds is a
-    :class:`~mfgwork.ParameterError` naming it, before any work.
+    :class:`~mfgwork.ParameterError` naming it, before any work; so is, with
+    ``stationary=True`` (the long run), an option of a 1-D finite horizon that the long run
+    does not take (:func:`mfgwork.long_run.check_long_run`).
     """
     options = _device_implies_torch(options)
     if isinstance(problem, list | tuple):

@@ -41,6 +41,7 @@ from .core import memory
 from .core.backend import Backend, get_backend, to_numpy
 from .core.errors import ParameterError, check_choice, check_flag, check_int
 from .fdm1d import fixed_point_bar, raised_tol
+from .long_run import check_autonomous, refuse_not_taken
 from .numerics.equilibrium import solve as solve_equilibrium
 from .numerics.fdm2d import equilibrium as eq
 from .numerics.fdm2d.sweeps import SOLVERS
@@ -284,8 +285,10 @@ class FDM2D(_FiniteDifferences2D):
     ``converged=False`` and a :class:`~mfgwork.ConvergenceWarning`.
 
     ``stationary=True``: the long run instead, the ergodic system of a domain without exits
-    (:class:`Ergodic2D`; ``nt``, T, ``solver`` and ``iteration`` play no part), solved in
-    float64 on the CPU by sparse LU and returned on ``backend``.
+    (:class:`Ergodic2D`; ``nt`` and T play no part, ``nt`` checked as for a finite horizon;
+    ``solver`` and ``iteration`` other than None are refused), solved in float64 on the CPU
+    by sparse LU and returned on ``backend``; a running cost that depends on t is
+    refused.
     """
 
     problem: MFGProblem2D
@@ -309,6 +312,9 @@ class FDM2D(_FiniteDifferences2D):
 
     def checked(self) -> FDM2D | Ergodic2D:
         if check_flag("stationary", self.stationary):
+            refuse_not_taken(self, ("solver", "iteration"))
+            check_int("nt", self.nt, low=1)
+            check_flag("progress", self.progress, optional=True)
             return Ergodic2D(self.problem, self.nx, self.ny, self.backend, self.device,
                              self.dtype, self.tol, self.max_iter, self.max_memory).checked()
         return self._options_checked()
@@ -406,6 +412,7 @@ class Ergodic2D(Discretization):
         assert isinstance(where, OnTheHost) and where.returned_on is not None
         system = ErgodicSystem2D(self.problem, self.nx, self.ny)
         system.grid.check_scales(self.problem.sigma, "float64", steady=True)
+        check_autonomous(self.problem, system.grid, where.backend)
         warn_unresolved([self.problem], system.grid)
         return system, where.returned_on, started
 

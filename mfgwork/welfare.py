@@ -38,7 +38,7 @@ from .numerics.fdm.sweeps import FiniteDifferences
 from .pipeline import Discretization, Where, run
 from .problems import problem_from_params
 from .problems.santa_fe import OBJECTIVES, SantaFeBar, attendance_weights, payoff
-from .results import Result
+from .results import Result, check_solves
 
 #: What a planner's result adds to its summary (:func:`compare`).
 COMPARISON = ("welfare", "equilibrium_welfare", "welfare_loss", "price_of_anarchy")
@@ -249,13 +249,3 @@ def _bar(result: Any, problem: SantaFeBar | None) -> SantaFeBar:
                              "mfgwork.SantaFeBar with a Hamiltonian independent of m")
     check_solves(problem, result)
     return problem
-
-
-def check_solves(problem: Any, result: Result) -> None:
-    """Refuse a ``result`` whose recorded parameters (``result.params``) differ from those of
-    ``problem`` (``problem.params()``): it does not solve that problem."""
-    mismatch = {k: (v, result.params[k]) for k, v in problem.params().items()
-                if k in result.params and result.params[k] != v}
-    if mismatch:
-        raise ParameterError(f"result does not solve problem: parameters differ "
-                             f"(problem, result): {mismatch}")

@@ -1,6 +1,8 @@
 """The 2-D scheme and models: an exact solution, mass balance, certified equilibria, the two
 bars against 1-D Santa Fe, backends against each other, the size guard and bad inputs."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -57,9 +59,13 @@ def test_room_equilibrium_is_certified_by_an_independent_best_response():
     r = mw.solve_2d(mw.Room(congestion=2.0), **SMALL, tol=1e-8, progress=False)
     assert r.converged and r.status == "converged" and r.residual <= 1e-8
     assert r.check() <= 1e-8
-    # a result that is not an equilibrium is refused by the same certificate
+    # densities that are not an equilibrium of the room they claim are refused by the same
+    # certificate: the congestion-free room's, labelled as the congested room's
     other = mw.solve_2d(mw.Room(congestion=0.0), **SMALL, tol=1e-8, progress=False)
-    assert other.check(mw.Room(congestion=2.0)) > 1e-4
+    claimed = dataclasses.replace(other, params=other.params | {"congestion": 2.0})
+    assert claimed.check(mw.Room(congestion=2.0)) > 1e-4
+    with pytest.raises(mw.ParameterError, match="parameters differ"):
+        other.check(mw.Room(congestion=2.0))   # (a problem the result does not solve)
 
 
 def test_congestion_hamiltonian_room_is_certified():

@@ -52,8 +52,7 @@ from ..numerics.particles.counting import CHUNK_PARTICLES, count_above
 from ..numerics.particles.memory import estimate_bytes as particle_bytes
 from ..numerics.particles.solver import fresh_seed
 from ..problems.santa_fe import AttendanceCoupling, SantaFeBar
-from ..results import Result, Status
-from ..welfare import check_solves
+from ..results import Result, Status, check_solves
 
 #: Float64 values per sample and time level besides the simulation: counts, A_N, |A_N − A|.
 PATH_ARRAYS = 3
@@ -217,6 +216,10 @@ def _check(problem: SantaFeBar, result: Result) -> Any:
     if not isinstance(result, Result) or "attendance" not in result.observables:
         raise ParameterError(f"result={type(result).__name__} is invalid: must be the "
                              "mfgwork Result of solving the Santa Fe Bar problem")
+    if result.params.get("stationary"):
+        raise ParameterError("result=Result of the long run (stationary=True) is invalid: N "
+                             "players are simulated over a finite horizon; pass the result of "
+                             "mw.solve(problem, nx=..., nt=...)")
     check_solves(problem, result)
     for name in ("U", "M", "attendance"):
         values = np.asarray(to_numpy(getattr(result, name)))

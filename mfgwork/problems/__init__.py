@@ -32,30 +32,41 @@ def problem_name(cls: object) -> str | None:
     return next((name for name, known in PROBLEMS.items() if known is cls), None)
 
 
+def problem_class(name: object) -> type | None:
+    """The class of the problems whose results record ``name`` (``params["problem"]``): one of
+    :data:`PROBLEMS` or common noise; None for a problem of one's own."""
+    if not isinstance(name, str):
+        return None
+    return CommonNoise if name == CommonNoise.name else PROBLEMS.get(name)
+
+
 def problem_from_params(params: dict) -> MFGProblem | TwoStateElFarol:
     """The problem a result's ``params`` describe, for the problems of the registry that
     are rebuilt from their params (:data:`REBUILDABLE`), and common noise on one of them."""
     name = params.get("problem")
-    cls = PROBLEMS.get(name) if name in REBUILDABLE else (
-        CommonNoise if name == CommonNoise.name else None)
-    if cls is None:
+    cls = problem_class(name)
+    if not hasattr(cls, "from_params"):
         raise ParameterError(f"problem=None is invalid for a result of problem "
                              f"{name!r:.80}: pass the problem that was solved "
                              f"(only {', '.join(map(repr, REBUILDABLE))} results are rebuilt "
                              "from their params)")
+    if cls is CommonNoise:   # the noise on its model, rebuilt first (and refused there)
+        model = params.get("model")
+        model = problem_from_params(model if isinstance(model, dict) else {})
     try:
-        if cls is CommonNoise:   # the noise on its model, rebuilt first
-            return CommonNoise.from_params(params, problem_from_params(params["model"]))
-        return cls.from_params(params)
+        return (CommonNoise.from_params(params, model) if cls is CommonNoise
+                else cls.from_params(params))
     except KeyError as exc:
         raise ParameterError(f"the result's params lack {exc.args[0]!r}, which a {name} "
                              "problem needs: pass the problem that was solved") from None
     except TypeError as exc:
         raise ParameterError(f"the result's params do not describe a {name} problem "
                              f"({exc}): pass the problem that was solved") from None
+    except ParameterError as exc:   # (e.g. a Hamiltonian of one's own)
+        raise ParameterError(f"{exc}: pass the problem that was solved") from None
 
 
 __all__ = ["PROBLEMS", "REBUILDABLE", "CommonNoise", "Congestion", "Coupling", "Hamiltonian",
            "HopfColeProblem", "MFGProblem", "Population", "Populations", "Power", "Quadratic",
-           "SantaFeBar", "SantaFePopulations", "TwoStateElFarol", "problem_from_params",
-           "problem_name"]
+           "SantaFeBar", "SantaFePopulations", "TwoStateElFarol", "problem_class",
+           "problem_from_params", "problem_name"]

@@ -117,8 +117,10 @@ class Hamiltonian:
         return self._derived("dm")(x, p, m, xp)
 
     def params(self) -> dict[str, Any]:
-        """JSON-ready description."""
-        return {"name": self.name}
+        """JSON-ready description; ``class`` names a class of one's own that bears a shipped
+        model's ``name`` (a subclass: it is not rebuilt from its params)."""
+        own = SHIPPED.get(self.name) not in (None, type(self))
+        return {"name": self.name} | ({"class": type(self).__name__} if own else {})
 
     def numerical(self, x: Any, q_left: Any, q_right: Any, m: Any, xp: Any
                   ) -> tuple[Any, Any, Any]:
@@ -278,7 +280,7 @@ class Power(Hamiltonian):
         return self.q >= 2.0
 
     def params(self) -> dict[str, Any]:
-        return {"name": self.name, "q": self.q}
+        return super().params() | {"q": self.q}
 
 
 @dataclass(frozen=True)
@@ -301,7 +303,7 @@ class Congestion(Hamiltonian):
         return 0.5 * p * p * (self.c + _positive(m, xp)) ** (-self.alpha)
 
     def params(self) -> dict[str, Any]:
-        return {"name": self.name, "c": self.c, "alpha": self.alpha}
+        return super().params() | {"c": self.c, "alpha": self.alpha}
 
 
 SHIPPED: dict[str, type[Hamiltonian]] = {"quadratic": Quadratic, "power": Power,
@@ -309,11 +311,13 @@ SHIPPED: dict[str, type[Hamiltonian]] = {"quadratic": Quadratic, "power": Power,
 
 
 def hamiltonian_from_params(params: object) -> Hamiltonian:
-    """The shipped Hamiltonian whose :meth:`Hamiltonian.params` are ``params``."""
+    """The shipped Hamiltonian whose :meth:`Hamiltonian.params` are ``params`` (a record
+    without ``class``: those of one's own are refused)."""
     name = params.get("name") if isinstance(params, dict) else None
-    if name not in SHIPPED:
+    if name not in SHIPPED or "class" in params:
         raise ParameterError(f"hamiltonian={params!r:.80} is invalid: only the shipped models "
-                             f"({', '.join(SHIPPED)}) are rebuilt from their params")
+                             f"({', '.join(SHIPPED)}) are rebuilt from their params, not a "
+                             "model of one's own")
     return SHIPPED[name](**{k: v for k, v in params.items() if k != "name"})
 
 

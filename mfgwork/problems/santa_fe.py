@@ -129,6 +129,11 @@ class SantaFeBar(MFGProblem):
         return type(self)(**{k: getattr(self, k) for k in DEFAULTS},
                           hamiltonian=self.hamiltonian, objective=objective)
 
+    def with_horizon(self, T: float) -> SantaFeBar:
+        """This bar over the horizon ``T``: the same parameters, Hamiltonian and objective."""
+        return type(self)(**{k: getattr(self, k) for k in DEFAULTS} | {"T": T},
+                          hamiltonian=self.hamiltonian, objective=self.objective)
+
     def payoff(self, A: Any, xp: Any = np) -> Any:
         """F(A) = G − (G − B) s((A − A*)/ε)."""
         return payoff(A, self.threshold, self.good, self.bad, self.eps, xp)

@@ -698,11 +698,19 @@ def _is_scan_netcdf(path: Path) -> bool:
 
 def to_netcdf(scan_or_path: Any, path: str | os.PathLike, *, force: bool = False) -> Path:
     """Write a scan (a Dataset or a store path) as NetCDF-4 (h5netcdf), atomically.
-    ``path`` is checked first (:func:`check_netcdf`): an existing file is replaced only if
-    it is an earlier export (it carries :data:`EXPORT_ATTR`), or with ``force``."""
+    ``scan_or_path`` and ``path`` are checked first (:func:`check_netcdf`): an existing file
+    is replaced only if it is an earlier export (it carries :data:`EXPORT_ATTR`), or with
+    ``force``."""
+    is_path = isinstance(scan_or_path, str | os.PathLike)
+    if not is_path:
+        xr = sys.modules.get("xarray")   # (no Dataset exists before xarray is imported)
+        if xr is None or not isinstance(scan_or_path, xr.Dataset):
+            raise ParameterError(f"scan_or_path={scan_or_path!r:.40} "
+                                 f"({type(scan_or_path).__name__}) is invalid: must be a "
+                                 "scan's xarray.Dataset (what mw.scan returns) or the path "
+                                 "of its store")
     target = check_netcdf(path, force=force)
-    ds = open_scan(scan_or_path) if isinstance(scan_or_path, str | os.PathLike) \
-        else scan_or_path
+    ds = open_scan(scan_or_path) if is_path else scan_or_path
     ds = ds.drop_vars([DONE, DIGEST], errors="ignore")
     strings = [name for name in ds.data_vars if ds[name].dtype == object]
     ds = ds.assign({name: ds[name].compute() for name in strings})  # small; typed on load
