@@ -101,13 +101,17 @@ CERTIFICATES: dict[type, Callable[[Any, Any], float]] = {}
 #: What the parameters of a problem of one's own are compared on (:func:`check_solves`): its
 #: domain (its callables, and a Hamiltonian of one's own, are recorded by name only).
 DOMAIN = ("x_min", "x_max", "y_min", "y_max", "T")
+#: Parameters that a problem's ``params()`` leaves out at their default (compared by
+#: :func:`check_solves` as that default, with ``objective``): a Santa Fe bar's objective.
+LEFT_OUT = {"objective": "equilibrium"}
 
 
-def check_solves(problem: Any, result: Result) -> None:
+def check_solves(problem: Any, result: Result, *, objective: bool = True) -> None:
     """Refuse a ``problem`` that ``result`` does not solve: not of the class of the problem
     its params name (:func:`~mfgwork.problems.problem_class`), or whose parameters
     (``problem.params()``) differ from ``result.params``: all of them for a problem of the
-    registry, the :data:`DOMAIN` for a problem of one's own."""
+    registry (with ``objective``, also those of :data:`LEFT_OUT`: a planner's result is not
+    the equilibrium's), the :data:`DOMAIN` for a problem of one's own."""
     name = result.params.get("problem")
     kind = problem_class(name)
     own = kind is None
@@ -119,6 +123,11 @@ def check_solves(problem: Any, result: Result) -> None:
     given = problem.params()
     mismatch = {k: (given[k], result.params[k]) for k in (DOMAIN if own else given)
                 if k in given and k in result.params and result.params[k] != given[k]}
+    for k, default in ({} if own or not objective else LEFT_OUT).items():
+        if k in given or k in result.params:
+            there, here = given.get(k, default), result.params.get(k, default)
+            if there != here:
+                mismatch[k] = (there, here)
     if mismatch:
         raise ParameterError(f"problem={problem!r:.120} is invalid: the result does not solve "
                              f"problem: parameters differ (problem, result): {mismatch!r:.300}; "

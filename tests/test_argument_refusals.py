@@ -151,3 +151,16 @@ def test_a_problem_with_a_door_off_its_wall_is_refused_when_made():
         mw.MFGProblem2D(0.0, 1.0, 0.0, 1.0, 1.0, 0.3, lambda X, Y: 1.0 + 0.0 * X,
                         lambda X, Y: 0.0 * X, lambda t, X, Y, m: 1.0 + m,
                         exits=(mw.Exit("left", 5.0, 0.1),))
+
+
+def test_a_populations_name_and_open_scans_verify_are_checked(tmp_path):
+    groups = [mw.Population("a", 0.5, mw.SantaFeBar()), mw.Population("b", 0.5, mw.SantaFeBar())]
+    for name in (3, ""):
+        with pytest.raises(mw.ParameterError, match=rf"name={name!r} is invalid: must be a non"):
+            mw.SantaFePopulations(groups, name=name)
+    store = tmp_path / "s.zarr"
+    mw.scan(mw.SantaFeBar, {"threshold": [0.5]}, nx=11, nt=5, tol=1e-6, device="cpu",
+            store=store, progress=False)
+    with pytest.raises(mw.ParameterError, match="verify='no'"):
+        mw.open_scan(store, verify="no")
+    assert mw.open_scan(store, verify=False).sizes["threshold"] == 1

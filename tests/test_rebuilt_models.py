@@ -161,3 +161,13 @@ def test_switching_rates_refuse_a_hand_edited_switching_cost(two_state, tmp_path
                        "is invalid"):
         mw.switching_rates(mw.load(run))
     assert np.isfinite(mw.switching_rates(two_state)).all()
+
+
+def test_a_planners_result_and_an_equilibrium_are_told_apart():
+    planner = mw.solve(mw.SantaFeBar(), **SMALL, objective="social")
+    equilibrium = mw.solve(mw.SantaFeBar(), **SMALL)
+    for res, other in ((planner, mw.SantaFeBar()),
+                       (equilibrium, mw.SantaFeBar(objective="social"))):
+        with pytest.raises(mw.ParameterError, match="parameters differ.*'objective'"):
+            res.check(other)
+    assert planner.check(mw.SantaFeBar(objective="social")) <= 1e-8

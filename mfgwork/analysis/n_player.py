@@ -220,7 +220,7 @@ def _check(problem: SantaFeBar, result: Result) -> Any:
         raise ParameterError("result=Result of the long run (stationary=True) is invalid: N "
                              "players are simulated over a finite horizon; pass the result of "
                              "mw.solve(problem, nx=..., nt=...)")
-    check_solves(problem, result)
+    check_solves(problem, result, objective=False)   # (the result's policy, either bar)
     for name in ("U", "M", "attendance"):
         values = np.asarray(to_numpy(getattr(result, name)))
         if values.dtype.kind not in "biuf" or not np.isfinite(values).all():

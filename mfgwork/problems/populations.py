@@ -106,6 +106,9 @@ class Populations:
     state_name = "x"
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ParameterError(f"name={self.name!r:.80} is invalid: must be a non-empty str "
+                                 "(the problem's name in its results)")
         groups = self.groups
         if not isinstance(groups, list | tuple) or not groups:
             raise ParameterError(f"groups={groups!r:.80} is invalid: must be a non-empty list "

@@ -546,6 +546,7 @@ def open_scan(path: str | os.PathLike, *, verify: bool = True) -> Any:
 
     from .scan_store import read_attrs
 
+    verify = check_flag("verify", verify)
     if read_attrs(path) is None:
         raise ParameterError(f"store={str(path)!r} is not a scan store (no zarr metadata "
                              "with a scan plan)")
