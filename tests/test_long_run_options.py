@@ -93,3 +93,15 @@ def test_a_netcdf_export_refuses_what_is_no_scan(what, tmp_path):
                                                 "scan's xarray.Dataset"):
         scan_module.to_netcdf(given, tmp_path / "out.nc")
     assert not (tmp_path / "out.nc").exists()
+
+
+@pytest.mark.parametrize("max_iter", [7, 40])
+def test_the_2d_long_run_keeps_to_its_budget_of_best_responses(max_iter):
+    """Each Krylov product is a best response: a direction takes no more than the budget
+    leaves (one direction could take 200 before, 225 responses against max_iter=200)."""
+    problem = mw.MFGProblem2D(-1.0, 1.0, -1.0, 1.0, 1.0, 0.3,
+                              m0=lambda x, y: np.exp(-(x**2 + y**2)),
+                              g=lambda x, y: 0.0 * x, f=lambda t, x, y, m: m)
+    with pytest.warns(mw.ConvergenceWarning, match=f"max_iter={max_iter}"):
+        res = mw.solve(problem, nx=15, stationary=True, max_iter=max_iter)
+    assert not res.converged and res.iterations <= max_iter

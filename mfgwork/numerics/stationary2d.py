@@ -153,9 +153,10 @@ class ErgodicSystem2D:
         return x
 
     # -- Newton–Krylov on the coupling state (:class:`ErgodicNewtonKrylov`) -----------------
-    def _direction(self, z: np.ndarray, gz: np.ndarray, v: np.ndarray, lam: float
-                   ) -> np.ndarray:
-        """d with (I − DΦ(z)) d = Φ(z) − z, GMRES with forward-difference products."""
+    def _direction(self, z: np.ndarray, gz: np.ndarray, v: np.ndarray, lam: float,
+                   budget: int) -> np.ndarray:
+        """d with (I − DΦ(z)) d = Φ(z) − z, GMRES with forward-difference products: at most
+        ``budget`` of them (each a best response), four restarts of 50 at most."""
         shape, R = z.shape, (gz - z).reshape(-1)
         size = max(1.0, float(np.max(np.abs(z))))
 
@@ -170,8 +171,9 @@ class ErgodicSystem2D:
         from scipy.sparse.linalg import LinearOperator, gmres
 
         n = R.size
+        restart = max(1, min(n, 50, budget))
         d, _ = gmres(LinearOperator((n, n), matvec=apply, dtype=np.float64), R, rtol=1e-8,
-                     restart=min(n, 50), maxiter=4)
+                     restart=restart, maxiter=max(1, min(4, budget // restart)))
         return d.reshape(shape)
 
     def _line_search(self, z: np.ndarray, gz: np.ndarray, d: np.ndarray, v: np.ndarray,
@@ -249,11 +251,13 @@ class ErgodicNewtonKrylov:
             if s.best[0] <= self.tol:
                 s.finished = True
                 return s
-        if system.evaluations >= s.max_iter:
+        # (of the budget, one trial of the line search and the last certificate are kept)
+        budget = s.max_iter - system.evaluations - 2
+        if budget < 1:
             s.finished = True
             return s
-        found = system._line_search(s.z, s.gz, system._direction(s.z, s.gz, s.v, s.lam),
-                                    s.v, s.lam, s.max_iter)
+        direction = system._direction(s.z, s.gz, s.v, s.lam, budget)
+        found = system._line_search(s.z, s.gz, direction, s.v, s.lam, s.max_iter - 1)
         if found is None:
             s.finished = True
             return s
