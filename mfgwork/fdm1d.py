@@ -184,7 +184,8 @@ class FDM1D(Discretization):
                              self.backend, self.device, self.dtype,
                              plateau=partial(_plateau, nx=self.nx, tol=self.tol,
                                              backend=self.backend, device=self.device,
-                                             dtype=self.dtype)).checked()
+                                             dtype=self.dtype),
+                             max_memory=self.max_memory).checked()
         grid = self.problem.grid(self.nx, self.nt)
         check_choice("method", self.method, METHODS)
         n_particles, seed = self.n_particles, self.seed

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from .core import memory
 from .core.backend import Backend, get_backend, to_numpy
 from .core.errors import ParameterError, check_flag
 from .numerics.equilibrium import solve as solve_equilibrium
@@ -64,6 +63,7 @@ class Ergodic1D(Discretization):
     device: Any
     dtype: Any
     plateau: Callable[[MFGProblem], Result] | None = None
+    max_memory: Any = None
 
     def checked(self) -> Ergodic1D:
         if self.method != "fdm":
@@ -145,16 +145,11 @@ def check_long_run(solve: Any) -> None:
     """The options of ``solve`` (a 1-D finite-horizon discretization given
     ``stationary=True``) checked before any work as the long run takes them: those of
     :data:`NOT_TAKEN` refused (:func:`refuse_not_taken`), ``nt`` (no part in it) and
-    ``progress`` checked as a finite horizon checks them, the memory against
-    ``max_memory``."""
+    ``progress`` checked as a finite horizon checks them (``max_memory`` is the
+    :class:`Ergodic1D`'s, held to by the pipeline)."""
     refuse_not_taken(solve, NOT_TAKEN)
     solve.problem.grid(solve.nx, solve.nt)
     check_flag("progress", solve.progress, optional=True)
-    long_run = Ergodic1D(solve.problem, solve.nx, solve.tol, solve.max_iter, solve.method,
-                         solve.backend, solve.device, solve.dtype).checked()
-    where = long_run.place()
-    parts, what = long_run.memory(where)
-    memory.check_parts(parts, where.backend, what=what, max_memory=solve.max_memory)
 
 
 def refuse_not_taken(solve: Any, names: Sequence[str]) -> None:
