@@ -25,7 +25,7 @@ from .core.errors import ConvergenceWarning, ParameterError, check_choice, check
 from .core.frozen import FrozenDict, complete, freeze
 from .core.progress import delayed_bar
 from .float64_floor import measure_at_end, name_floors
-from .long_run import PLATEAU_STEPS, PLATEAU_T, Ergodic1D, check_long_run
+from .long_run import PLATEAU_STEPS, PLATEAU_T, Ergodic1D, check_long_run, over_horizon
 from .numerics.batch_newton import (
     BatchNewton,
     MemberPotentials,
@@ -611,7 +611,7 @@ def _compile_first(hjb: HJBSolver, be: Backend, compiled: dict[str, float],
 def _plateau(problem: Any, **options: Any) -> Result:
     """A finite horizon of :data:`~mfgwork.long_run.PLATEAU_T` of ``problem`` (a planner's
     bar: the same bar over that T), whose middle level starts its long run."""
-    longer = problem.with_horizon(PLATEAU_T)
+    longer = over_horizon(problem, PLATEAU_T)
     return run(FDM1D(longer, nt=int(PLATEAU_STEPS * PLATEAU_T), progress=False, **options))[0]
 
 

@@ -14,6 +14,7 @@ finite horizon that it does not take are refused (:func:`check_long_run`).
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .core.backend import Backend, get_backend, to_numpy
-from .core.errors import ParameterError, check_flag
+from .core.errors import ConvergenceWarning, ParameterError, SolverError, check_flag
 from .numerics.equilibrium import solve as solve_equilibrium
 from .numerics.iteration import check_stopping
 from .numerics.stationary import ErgodicNewton, ErgodicSystem
@@ -32,7 +33,9 @@ from .results import Result
 
 #: The horizon whose middle level starts the long run of a problem without a convex
 #: potential (measured on Santa Fe planners, thresholds 0.3–0.9, ε 0.02–0.1, nx 101: T = 20
-#: with 5 steps a unit of time starts Newton 3–4 steps from the solution).
+#: with 5 steps a unit of time starts Newton 3–4 steps from the solution), and that of an
+#: equilibrium where Newton from the initial density does not converge (Santa Fe, σ 0.2–1,
+#: thresholds 0.3–0.9, ε 0.02–0.2, payoffs 10–1000, nx 51: all 81 converge in 3–14 steps).
 PLATEAU_T = 20.0
 #: Time steps of that horizon per unit of time.
 PLATEAU_STEPS = 5
@@ -52,7 +55,11 @@ class Ergodic1D(Discretization):
     ``objective="social"``: Newton's method from the initial density finds another critical
     point or none) starts from the middle of a finite horizon of :data:`PLATEAU_T`
     (``plateau(problem)``: the finite-horizon result, from the front door), where the
-    solution already rests near the long run."""
+    solution already rests near the long run. An equilibrium starts from the initial density
+    and takes that start where Newton has not converged in
+    :data:`~mfgwork.numerics.stationary.RESTART_AFTER` steps (with large payoffs, high
+    thresholds or little noise it creeps); a problem whose horizon cannot be changed
+    (:func:`over_horizon`) keeps to the initial density."""
 
     problem: MFGProblem
     nx: int
@@ -90,23 +97,37 @@ class Ergodic1D(Discretization):
         return ({"nx": DENSE_COPIES * 8 * (2 * self.nx + 1) ** 2},
                 f"the long run on nx={self.nx} nodes (dense Newton systems)")
 
-    def start(self, where: Where, started: float) -> tuple[Where, float, Any, str]:
+    def start(self, where: Where, started: float) -> tuple[Where, float, ErgodicNewton, str]:
         problem = self.problem
         check_autonomous(problem, problem.grid(self.nx, 1), where.backend)
         warn_unresolved([problem], problem.grid(self.nx, 1))
-        if (getattr(problem, "objective", "equilibrium") != "equilibrium"
-                and self.plateau is not None):
-            finite = self.plateau(problem)
-            middle = np.shape(finite.M)[0] // 2
-            return (where, started, (to_numpy(finite.U)[middle], to_numpy(finite.M)[middle]),
+        if self.plateau is None or over_horizon(problem, PLATEAU_T) is None:
+            return where, started, ErgodicNewton(self.tol), "the initial density"
+        if getattr(problem, "objective", "equilibrium") != "equilibrium":
+            return (where, started, ErgodicNewton(self.tol, self._middle()),
                     f"the middle of a finite horizon T={PLATEAU_T:g}")
-        return where, started, None, "the initial density"
+        return where, started, ErgodicNewton(self.tol, restart=self._middle), \
+            "the initial density"
 
-    def iterate(self, state: tuple[Where, float, Any, str]) -> tuple[Any, ...]:
-        where, started, first, started_from = state
-        out = solve_equilibrium(ErgodicNewton(self.tol, first),
-                                ErgodicSystem(self.problem, self.nx, where.backend),
+    def _middle(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(v, m) of the middle level of :data:`PLATEAU_T`'s finite horizon (a start need not
+        be converged: its warning is not shown), None where that solve fails."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            try:
+                finite = self.plateau(self.problem)
+            except SolverError:
+                return None
+        middle = np.shape(finite.M)[0] // 2
+        return to_numpy(finite.U)[middle], to_numpy(finite.M)[middle]
+
+    def iterate(self, state: tuple[Where, float, ErgodicNewton, str]) -> tuple[Any, ...]:
+        where, started, newton, started_from = state
+        out = solve_equilibrium(newton, ErgodicSystem(self.problem, self.nx, where.backend),
                                 max_iter=self.max_iter)
+        if out.restarted_after is not None:
+            started_from = (f"the middle of a finite horizon T={PLATEAU_T:g}, after "
+                            f"{out.restarted_after} Newton steps from the initial density")
         return out, where, started, started_from
 
     def results(self, outcome: tuple[Any, ...]) -> list[Result]:
@@ -130,6 +151,18 @@ class Ergodic1D(Discretization):
                        device=be.device, dtype=be.dtype, observables=observables,
                        summary=summary, state_name=problem.state_name,
                        residual=out.residual)]
+
+
+def over_horizon(problem: MFGProblem, T: float) -> MFGProblem | None:
+    """``problem`` over the horizon ``T``: its ``with_horizon`` (Santa Fe's), else the
+    dataclass with ``T`` replaced; None where neither applies (a subclass whose constructor
+    takes other arguments)."""
+    if hasattr(problem, "with_horizon"):
+        return problem.with_horizon(T)
+    try:
+        return replace(problem, T=T)
+    except TypeError:
+        return None
 
 
 def stationary_residual(result: Result, problem: MFGProblem) -> float:

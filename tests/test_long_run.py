@@ -113,7 +113,7 @@ def test_welfare_is_refused_for_a_long_run(santa_fe):
 
 def test_little_noise_and_huge_grids_are_refused_with_what_to_change():
     with pytest.raises(mw.SolverError, match="use a larger sigma or more nodes"):
-        mw.solve(mw.SantaFeBar(sigma=1e-3), nx=51, stationary=True)
+        mw.solve(mw.SantaFeBar(sigma=1e-5), nx=51, stationary=True)
     with pytest.raises(mw.ParameterError, match="nx too large: the long run on nx=40001"):
         mw.solve(mw.SantaFeBar(), nx=40001, stationary=True)
     with pytest.warns(mw.ResolutionWarning, match="nx=5 gives the θ step"):
@@ -133,6 +133,41 @@ def test_the_planner_s_long_run_starts_from_a_finite_horizon_and_matches_it():
                       progress=False)
     assert abs(float(longer.attendance[150]) - res.summary["mean_attendance"]) < 1e-4
     assert res.summary["mean_attendance"] < 0.5   # the planner keeps the bar emptier
+
+
+@pytest.mark.parametrize("kw", [{"threshold": 0.9}, {"good": 1e3}, {"good": 1e12}])
+def test_where_newton_from_the_initial_density_creeps_it_starts_again_later(kw):
+    """A high threshold or a large payoff: Newton from the initial density creeps (steps of
+    10⁻³–10⁻⁵; at good=1e12 its systems overflow and turn singular) and never converged
+    (residual 0.5 after 200 steps). It starts again from the middle of a finite horizon,
+    converges, and a longer finite horizon's middle comes closer to it as T grows."""
+    res = mw.solve(mw.SantaFeBar(**kw), nx=51, stationary=True)
+    assert res.converged and res.check() <= 1e-8 and res.iterations <= 40
+    assert res.params["iteration"]["start"].startswith(
+        "the middle of a finite horizon T=20, after ")
+    gaps = []
+    for T in (30.0, 120.0):
+        n = int(5 * T)
+        finite = mw.solve(mw.SantaFeBar(T=T, **kw), nx=51, nt=n, progress=False)
+        gaps.append(abs(float(finite.attendance[n // 2]) - res.summary["mean_attendance"]))
+    assert gaps[1] < 2e-5 and gaps[1] <= gaps[0]
+
+
+def test_only_a_problem_whose_horizon_can_change_starts_again():
+    """The later start is a finite horizon of the same problem: Santa Fe's and a plain
+    mw.MFGProblem's are made, a subclass with a constructor of its own keeps to the initial
+    density (its exact ergodic solution is reached from there)."""
+    from mfgwork.long_run import over_horizon
+    from mfgwork.problems.verification import ErgodicProblem
+
+    assert over_horizon(mw.SantaFeBar(good=20.0), 20.0).params() == mw.SantaFeBar(
+        good=20.0, T=20.0).params()
+    own = mw.MFGProblem(0, 1, 1.0, 0.5, m0=lambda x: 1 + 0 * x, g=lambda x: 0 * x,
+                        f=lambda t, x, m: m)
+    assert over_horizon(own, 20.0).T == 20.0 and over_horizon(own, 20.0).f is own.f
+    assert over_horizon(ErgodicProblem(), 20.0) is None
+    res = mw.solve(ErgodicProblem(), nx=41, stationary=True, tol=1e-11)
+    assert res.converged and res.params["iteration"]["start"] == "the initial density"
 
 
 def test_an_ergodic_refinement_needs_an_exact_ergodic_solution():
