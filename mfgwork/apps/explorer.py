@@ -27,6 +27,7 @@ import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from numbers import Real
 from typing import Any
 
 import matplotlib
@@ -35,7 +36,14 @@ from matplotlib.figure import Figure
 
 from ..analysis import plots, plots2d
 from ..core.backend import available_backends
-from ..core.errors import ConvergenceWarning, ParameterError, check_choice, check_int, check_real
+from ..core.errors import (
+    ConvergenceWarning,
+    ParameterError,
+    _short,
+    check_choice,
+    check_int,
+    check_real,
+)
 from ..core.extras import require
 from ..fdm1d import METHODS
 from ..problems.room import Room
@@ -70,6 +78,55 @@ MARGINS = {"left": 0.2, "right": 0.96, "bottom": 0.16, "top": 0.91}
 # every draw.
 RC = {"axes.titley": 1.0}
 CACHE_SIZE = 32
+#: the dots per inch allowed for the figures on screen (low, high; both included).
+DPI_RANGE = (20.0, 600.0)
+#: the keywords of each explorer besides its sliders (named in the message for an unknown one).
+SANTA_FE_OPTIONS = ("nx", "method", "backend", "device", "tol", "max_iter", "n_particles",
+                    "mode", "devices", "dpi")
+ROOM_OPTIONS = ("nx", "nt", "tol", "max_iter", "dpi")
+
+
+def _check_dpi(dpi: object) -> float:
+    """``dpi`` as a float: a real number (not a bool) in :data:`DPI_RANGE`."""
+    low, high = DPI_RANGE
+    return check_real("dpi", dpi, low=low, high=high, low_open=False, high_open=False)
+
+
+def _unknown(defaults: Mapping[str, Any], sliders: Mapping[str, Any], options: tuple[str, ...],
+             what: str) -> None:
+    """Refuse the first keyword of ``defaults`` that is not a slider of the explorer."""
+    unknown = sorted(set(defaults) - set(sliders))
+    if unknown:
+        name = unknown[0]
+        raise ParameterError(f"{name}={_short(defaults[name])} is not a parameter of {what}: "
+                             f"must be one of {', '.join(sliders)} (the sliders' starting "
+                             f"values) or {', '.join(options)}")
+
+
+def _check_devices(devices: object) -> list[tuple[str, str]] | None:
+    """``devices`` as a list of (backend, device) pairs of names, or None."""
+    if devices is None:
+        return None
+
+    def available() -> str:
+        return ", ".join(f"{b}/{d}" for b, devs in available_backends().items() for d in devs)
+
+    if isinstance(devices, str | bytes) or not isinstance(devices, list | tuple):
+        raise ParameterError(f"devices={_short(devices)} ({type(devices).__name__}) is "
+                             "invalid: must be None or a list of (backend, device) pairs, e.g. "
+                             f"[('numpy', 'cpu')] (available: {available()})")
+    if not devices:
+        raise ParameterError(f"devices={devices!r} is invalid: must name at least one device "
+                             f"(one of {available()})")
+    pairs = []
+    for i, pair in enumerate(devices):
+        if (not isinstance(pair, list | tuple) or len(pair) != 2
+                or not all(isinstance(v, str) for v in pair)):
+            raise ParameterError(f"devices[{i}]={_short(pair)} is invalid: must be a (backend, "
+                                 f"device) pair of names, e.g. ('numpy', 'cpu') (available: "
+                                 f"{available()})")
+        pairs.append((pair[0], pair[1]))
+    return pairs
 
 
 class SantaFeExplorer:
@@ -89,27 +146,28 @@ class SantaFeExplorer:
                  n_particles: int = 20_000, mode: str = "auto",
                  devices: list[tuple[str, str]] | None = None, dpi: int = 80,
                  **defaults: float) -> None:
-        unknown = sorted(set(defaults) - set(SLIDERS))
-        if unknown:
-            raise ParameterError(f"{unknown[0]}={defaults[unknown[0]]!r} is not a parameter of "
-                                 f"the explorer: must be one of {', '.join(SLIDERS)}")
+        _unknown(defaults, SLIDERS, SANTA_FE_OPTIONS, "the explorer")
         values = {}
         for name, (_, low, high, _) in SLIDERS.items():
             values[name] = check_real(name, defaults.get(name, DEFAULTS[name]), low=low,
                                       high=high, low_open=False, high_open=False)
-        if nx not in GRIDS:
-            raise ParameterError(f"nx={nx!r} is invalid: must be one of {GRIDS}")
+        if isinstance(nx, bool) or not isinstance(nx, Real) or nx not in GRIDS:
+            raise ParameterError(f"nx={_short(nx)} is invalid: must be one of {GRIDS}")
+        nx = GRIDS[GRIDS.index(nx)]   # (an int, also for 52.0 or numpy's 52)
         check_choice("method", method, METHODS)
-        pairs = devices if devices is not None else [
-            (b, d) for b, devs in available_backends().items() for d in devs]
-        if (backend, device) not in pairs:
-            raise ParameterError(f"backend, device={backend!r}, {device!r} is invalid: must be "
+        self.dpi = _check_dpi(dpi)
+        pairs = _check_devices(devices)
+        if pairs is None:
+            pairs = [(b, d) for b, devs in available_backends().items() for d in devs]
+        if (not isinstance(backend, str) or not isinstance(device, str)
+                or (backend, device) not in pairs):
+            raise ParameterError(f"backend, device={_short(backend)}, {_short(device)} is "
+                                 "invalid: must be "
                                  f"one of {', '.join(f'{b}/{d}' for b, d in pairs)}")
         self.tol = check_real("tol", tol, low=0.0)
         self.max_iter = check_int("max_iter", max_iter, low=1)
         self.n_particles = check_int("n_particles", n_particles, low=1)
         self.mode = _resolve_mode(mode)
-        self.dpi = dpi
 
         self.controls: dict[str, w.ValueWidget] = {}
         for name, (label, low, high, step) in SLIDERS.items():
@@ -274,7 +332,9 @@ def _resolve_mode(mode: str) -> str:
     return mode
 
 
-#: name → (label, min, max, step) of each slider of the room explorer.
+#: name → (label, min, max, step) of each slider of the room explorer; a room given with a
+#: door or a congestion outside a range widens it to cover the room (the door width up to
+#: the room's length at most, as :class:`mfgwork.Room` allows).
 ROOM_SLIDERS: dict[str, tuple[str, float, float, float]] = {
     "door_width": ("door width", 0.05, 0.4, 0.05),
     "congestion": ("congestion κ", 0.0, 10.0, 0.5),
@@ -288,8 +348,12 @@ class RoomExplorer:
     which the density m(t, x, y) is shown as a PNG image (no new solve).
 
     ``room``: the other parameters (default ``Room()``); ``defaults``: the sliders' starting
-    values (``door_width``, ``congestion``; default those of ``room``). Results of recently
-    seen settings are reused; a failed solve shows its message and keeps the last image.
+    values (``door_width``, ``congestion``; default those of ``room``). A room with doors of
+    different widths is solved as given (the slider starts at the wider door) until the
+    door-width slider is moved; from then on both doors have the slider's width. The
+    sliders' ranges (:data:`ROOM_SLIDERS`) widen to cover the given room. ``dpi``: of the
+    image (:data:`DPI_RANGE`). Results of recently seen settings are reused; a failed solve
+    shows its message and keeps the last image.
     """
 
     def __init__(self, room: Room | None = None, *, nx: int = 31, nt: int = 30,
@@ -297,36 +361,42 @@ class RoomExplorer:
                  **defaults: float) -> None:
         room = Room() if room is None else room
         if not isinstance(room, Room):
-            raise ParameterError(f"room={room!r:.80} is invalid: the 2-D explorer takes a "
-                                 "mw.Room")
-        unknown = sorted(set(defaults) - set(ROOM_SLIDERS))
-        if unknown:
-            raise ParameterError(f"{unknown[0]}={defaults[unknown[0]]!r} is not a parameter of "
-                                 f"the room explorer: must be one of {', '.join(ROOM_SLIDERS)}")
-        start = {"door_width": max(room.door_widths), "congestion": room.congestion} | defaults
-        values = {name: check_real(name, start[name], low=low, high=high, low_open=False,
-                                   high_open=False)
-                  for name, (_, low, high, _) in ROOM_SLIDERS.items()}
+            raise ParameterError(f"room={_what(room)} is invalid: the 2-D explorer takes a "
+                                 "mw.Room (or None: mw.Room())")
+        _unknown(defaults, ROOM_SLIDERS, ROOM_OPTIONS, "the room explorer")
         self.room = room
         self.nx, self.nt = check_int("nx", nx, low=5), check_int("nt", nt, low=2)
         self.tol = check_real("tol", tol, low=0.0)
         self.max_iter = check_int("max_iter", max_iter, low=1)
-        self.dpi = dpi
+        self.dpi = _check_dpi(dpi)
+        widths = tuple(room.door_widths)
+        # the sliders' ranges, widened to cover the room given (within what a Room allows)
+        ranges = {"door_width": (min(ROOM_SLIDERS["door_width"][1], *widths),
+                                 min(max(ROOM_SLIDERS["door_width"][2], *widths), room.length)),
+                  "congestion": (ROOM_SLIDERS["congestion"][1],
+                                 max(ROOM_SLIDERS["congestion"][2], room.congestion))}
+        start = {"door_width": max(widths), "congestion": room.congestion} | defaults
+        values = {name: check_real(name, start[name], low=low, high=high, low_open=False,
+                                   high_open=False)
+                  for name, (low, high) in ranges.items()}
+        # uneven doors: solved as given until the door-width slider moves
+        self._widths: tuple[float, ...] | None = (
+            widths if len(set(widths)) > 1 and "door_width" not in defaults else None)
         self.controls: dict[str, w.ValueWidget] = {
-            name: w.FloatSlider(value=values[name], min=low, max=high, step=step,
-                                description=label, continuous_update=False,
+            name: w.FloatSlider(value=values[name], min=ranges[name][0], max=ranges[name][1],
+                                step=step, description=label, continuous_update=False,
                                 readout_format=".2f", style={"description_width": "7em"},
                                 layout=w.Layout(width="24em"))
-            for name, (label, low, high, step) in ROOM_SLIDERS.items()}
+            for name, (label, _, _, step) in ROOM_SLIDERS.items()}
         self.controls["time"] = w.FloatSlider(
             value=room.T / 4, min=0.0, max=room.T, step=room.T / self.nt, description="time t",
             continuous_update=False, readout_format=".3f", style={"description_width": "7em"},
             layout=w.Layout(width="24em"))
         for name, control in self.controls.items():
             control.add_class(f"mfg-{name}")
-            control.observe(self._on_time if name == "time" else self._on_change,
-                            names="value")
-        self.figure = Figure(figsize=(4.8, 4.0), dpi=dpi)
+            control.observe({"time": self._on_time, "door_width": self._on_door}.get(
+                name, self._on_change), names="value")
+        self.figure = Figure(figsize=(4.8, 4.0), dpi=self.dpi)
         FigureCanvasAgg(self.figure)
         self.view = w.Image(format="png", layout=w.Layout(width="45%", height="auto"))
         self.view.add_class("mfg-density-plot")
@@ -339,13 +409,21 @@ class RoomExplorer:
         self._cache: OrderedDict[tuple, Result2D] = OrderedDict()
         self.update()
 
+    def door_widths(self) -> tuple[float, ...]:
+        """The widths of the doors solved for: the room's own while they differ and the
+        door-width slider has not moved, else the slider's width for both doors."""
+        if self._widths is not None:
+            return self._widths
+        width = float(self.controls["door_width"].value)
+        return (width,) * len(self.room.door_widths)
+
     def problem(self) -> Room:
-        """The room at the sliders' door width and congestion."""
-        r, width = self.room, float(self.controls["door_width"].value)
+        """The room at the sliders' door width (see :meth:`door_widths`) and congestion."""
+        r = self.room
         ob = r.obstacle
         return Room(length=r.length, T=r.T, sigma=r.sigma,
                     congestion=float(self.controls["congestion"].value),
-                    door_widths=(width, width), door_centers=r.door_centers,
+                    door_widths=self.door_widths(), door_centers=r.door_centers,
                     obstacle=None if ob is None else (ob.x0, ob.x1, ob.y0, ob.y1),
                     start=r.start, spread=r.spread, terminal=r.terminal,
                     hamiltonian=r.hamiltonian)
@@ -353,7 +431,8 @@ class RoomExplorer:
     def update(self) -> Result2D | None:
         """Solve at the sliders' values (or reuse) and redraw; on failure show the message
         and return None (the previous image stays)."""
-        key = tuple(float(self.controls[k].value) for k in ROOM_SLIDERS)
+        widths = self.door_widths()
+        key = (*widths, float(self.controls["congestion"].value))
         self.status.value = "<i>solving…</i>"
         try:
             res = self._cache.get(key) or self._solve()
@@ -370,7 +449,9 @@ class RoomExplorer:
         self._draw()
         state = ("converged" if res.converged else
                  "<span style='color:#b36b00'>not converged (max_iter reached)</span>")
-        self.status.value = (f"door width {key[0]:.2f}, κ = {key[1]:.2f}: {state} in "
+        doors = (f"door width {widths[0]:.2f}" if len(set(widths)) == 1 else
+                 f"door widths {', '.join(f'{v:.2f}' for v in widths)}")
+        self.status.value = (f"{doors}, κ = {key[-1]:.2f}: {state} in "
                              f"{res.iterations} iterations (residual {res.residual:.1e}) · "
                              f"mass left at T = {float(res.mass[-1]):.3f} · solve "
                              f"{res.timings['total']:.2f} s")
@@ -388,6 +469,10 @@ class RoomExplorer:
                          max_iter=self.max_iter, progress=False)
 
     def _on_change(self, change: Mapping[str, Any]) -> None:
+        self.update()
+
+    def _on_door(self, change: Mapping[str, Any]) -> None:
+        self._widths = None   # the slider moved: both doors take its width
         self.update()
 
     def _on_time(self, change: Mapping[str, Any]) -> None:
@@ -417,5 +502,16 @@ def explore(problem: Room | None = None, **defaults: Any) -> SantaFeExplorer | R
         return SantaFeExplorer(**defaults)
     if isinstance(problem, Room):
         return RoomExplorer(problem, **defaults)
-    raise ParameterError(f"problem={problem!r:.80} is invalid: explore takes no problem (the "
-                         "Santa Fe Bar) or a mw.Room")
+    hint = (" (for the Santa Fe Bar give its parameters as keywords, e.g. "
+            "explore(threshold=0.6, sigma=0.5))" if isinstance(problem, SantaFeBar) else "")
+    raise ParameterError(f"problem={_what(problem)} is invalid: explore takes None (the Santa "
+                         f"Fe Bar explorer) or a mw.Room{hint}")
+
+
+def _what(value: object) -> str:
+    """A short description of ``value`` for a message: its repr when short, a long string
+    shortened (marked "..."), else its type's name, as ``SantaFeBar(...)``."""
+    text = repr(value)
+    if len(text) <= 60 or isinstance(value, str):
+        return _short(value)
+    return f"{type(value).__name__}(...)"
