@@ -658,9 +658,11 @@ def save_run(path: str | os.PathLike, result: Result | None = None, *,
     end) and return its path.
 
     ``path`` may be new, an empty folder or a previous run folder (it holds the marker
-    ``mfgwork.json``), which is replaced; a non-empty folder without a marker is refused
-    before any work unless ``force=True``, and even then if it holds a notebook, a project
-    root or a result folder; a folder of another kind, a file, a link, the current
+    ``mfgwork.json``) as it was written, which is replaced; a non-empty folder without a
+    marker, or a run changed since it was written, is refused before any work unless
+    ``force=True`` (which keeps it aside as ``<path>.replaced-<time>``), and even then if it
+    holds a notebook, a project's sources or a result folder; a folder of another kind, a
+    file, a link, the current
     directory, the home folder and their ancestors are always refused (the rule of
     :func:`mfgwork.core.storage.check_target`). The folder holds:
 

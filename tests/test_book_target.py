@@ -7,6 +7,7 @@ builds the real book."""
 from __future__ import annotations
 
 import shutil
+import time
 
 import pytest
 from helpers import dead_temporaries, load_book_builder
@@ -67,11 +68,21 @@ def test_book_folder_is_marked_and_replaced_whole(fake):
     assert index == out / "html" / "index.html" and index.read_text() == "01_a.ipynb 02_b.ipynb"
     assert storage.marker_kind(out) == "book"
     assert sorted(p.name for p in out.iterdir()) == ["html", storage.MARKER, "src", "work"]
-    (out / "src" / "notebooks" / "03_removed.ipynb").write_text("{}")
-    (out / "notes.txt").write_text("inside a book folder: replaced with it")
     inode = out.stat().st_ino
-    build(out)
-    assert out.stat().st_ino != inode and not (out / "notes.txt").exists()
+    build(out)   # an unchanged book is replaced whole
+    assert out.stat().st_ino != inode
+    time.sleep(0.05)   # (past the clock tick of the build's last write)
+    (out / "src" / "notebooks" / "03_removed.ipynb").write_text("{}")
+    (out / "notes.txt").write_text("inside a book folder: never deleted")
+    with pytest.raises(ParameterError, match="notes.txt.*added or changed after it was "
+                       "written.*never deletes"):
+        build(out)
+    assert (out / "notes.txt").exists()
+    with pytest.warns(UserWarning, match="kept as .*book.replaced-"):
+        build(out, force=True)
+    [kept] = [p for p in fake.tmp.iterdir() if p.name.startswith("book.replaced-")]
+    assert (kept / "notes.txt").read_text() == "inside a book folder: never deleted"
+    assert not (out / "notes.txt").exists()
     assert (out / "html" / "index.html").read_text() == "01_a.ipynb 02_b.ipynb"
     assert sorted(p.name for p in fake.tmp.iterdir() if p.name.startswith(".")) == []
 

