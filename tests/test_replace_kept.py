@@ -114,3 +114,18 @@ def test_a_target_name_leaves_room_for_the_temporaries(result, tmp_path):
     assert not any(tmp_path.iterdir())
     mw.save_run(tmp_path / ("r" * storage.MAX_TARGET_BYTES), result)
     assert mw.load(tmp_path / ("r" * storage.MAX_TARGET_BYTES)) is not None
+
+
+def test_a_run_being_written_is_no_changed_result(tmp_path):
+    """A notebook run fills a temporary run folder, marked at its start: the notebook's own
+    files, then its save_run into that folder, replace it without keeping anything aside."""
+    target = tmp_path / "run"
+    tmp = storage.temporary_sibling(target, "tmp")   # as run_notebook makes it
+    storage.write_marker(tmp, "run")
+    _later()
+    (tmp / "written_by_the_notebook.txt").write_text("x")
+    mw.save_run(tmp, parameters={"a": 1})
+    storage.replace_folder(tmp, target)
+    storage.release_temporary(tmp)
+    assert storage.marker_kind(target) == "run" and _asides(target) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

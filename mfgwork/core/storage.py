@@ -425,7 +425,8 @@ def check_target(target: str | os.PathLike, kind: str, *, name: str = "out_dir",
         whose = f"it is a {what} that" if ours else f"it is not a {what} and"
         raise _refuse(name, target, f"{whose} holds {forbidden}, which force never replaces "
                       "and no writer deletes", how)
-    if ours and kind not in RESUMED and not force and (changed := changes(path)):
+    if ours and kind not in RESUMED and not force and not in_progress(path) and (
+            changed := changes(path)):
         raise _refuse(name, target, f"it is a previous {what}, but {changed} after it was "
                       "written, and a writer never deletes what it did not write",
                       f"move those out of it, or {how}" + (
@@ -626,8 +627,10 @@ def replace_folder(tmp: Path, target: Path) -> Path | None:
 
 def _kept(folder: Path) -> bool:
     """Whether the folder ``folder``, about to be replaced, must be kept aside: it is not
-    empty and not a result unchanged since it was written."""
-    if not folder.is_dir() or folder.is_symlink() or not any(folder.iterdir()):
+    empty, not a temporary still being written and not a result unchanged since it was
+    written."""
+    if not folder.is_dir() or folder.is_symlink() or not any(folder.iterdir()) or \
+            in_progress(folder):   # (a run's temporary, replaced by its notebook's result)
         return False
     return marker_kind(folder) is None or changes(folder) is not None
 
