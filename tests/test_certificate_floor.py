@@ -147,3 +147,16 @@ def test_a_coarse_stage_computes_no_floor(monkeypatch):
                                  coarse=False, progress=False))
     assert len(starts) == 1 and starts[0].iterations > 0
     assert calls == [batch_newton.MEASURE_STEPS] and starts[0].lipschitz > 1e4
+
+
+def test_a_residual_far_above_the_floor_is_not_blamed_on_rounding():
+    """Power(1.1): the best response is so steep (L near 1e7) that Newton stalls at a
+    residual of order 1, hundreds of times above the float64 floor: the warning says the
+    iteration failed, and does not offer a tol at the floor as reachable."""
+    with pytest.warns(mw.ConvergenceWarning) as caught:
+        res = mw.solve(mw.SantaFeBar(hamiltonian=mw.Power(1.1)), nx=101, nt=101,
+                       progress=False)
+    message = " ".join(str(w.message) for w in caught)
+    assert not res.converged and res.residual > 0.1
+    assert "not the rounding, the iteration does not converge" in message
+    assert "a tol at or above it is reachable" not in message

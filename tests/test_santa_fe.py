@@ -86,6 +86,35 @@ def test_every_iteration_scheme_runs_and_records_history(iteration):
     assert np.all(np.isfinite(res.history["change_M"]))
 
 
+def _generic(c=2.0):
+    return mw.MFGProblem(x_min=-1, x_max=1, T=1, sigma=0.4, m0=lambda x: np.exp(-8 * x**2),
+                         g=lambda x: x**2, f=lambda t, x, m: c * m)
+
+
+def test_fictitious_play_keeps_averaging_to_max_iter():
+    """Its residual falls like 1/k (halving only as k doubles): no halving test ends or
+    restarts it. It used to be ended as stalled after 127 iterations, its residual stuck
+    near 5e-5 from k = 100 (jumps to the lowest iterate's image undid the average)."""
+    with pytest.warns(mw.ConvergenceWarning, match="the fictitious play iteration did not "
+                      "reach tol=1e-06: stopped after 300 iterations .max_iter=300"):
+        res = mw.solve(problem := _generic(), nx=51, nt=50, max_iter=300, tol=1e-6,
+                       iteration="fictitious_play", progress=False)
+    assert res.status == "max_iter" and res.iterations == 300
+    r = np.asarray(res.history["residual"])
+    assert r[199] < 0.6 * r[99] and r[299] < 0.75 * r[199]   # still falling like 1/k
+    assert res.residual < 3e-5 and res.check(problem) == pytest.approx(res.residual, rel=1e-6)
+
+
+@pytest.mark.parametrize("iteration, words", [("picard", "the Picard iteration"),
+                                              (mw.Relaxation(0.9), "the Picard iteration "
+                                               r"\(relaxed, omega=0.9\)"),
+                                              (mw.Anderson(newton=False), "the Anderson")])
+def test_the_warning_names_the_iteration_that_ran(iteration, words):
+    with pytest.warns(mw.ConvergenceWarning, match=f"^{words} iteration|^{words} did not"):
+        mw.solve(_generic(200.0), nx=31, nt=30, max_iter=8, tol=1e-8, iteration=iteration,
+                 progress=False)
+
+
 def test_max_iter_returns_unconverged_with_warning():
     with pytest.warns(mw.ConvergenceWarning, match="max_iter=2"):
         res = mw.solve(mw.SantaFeBar(), nx=31, nt=30, max_iter=2, progress=False)

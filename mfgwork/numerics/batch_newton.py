@@ -110,6 +110,9 @@ DEVICE_GRID_ARRAYS = 32
 #: The float64 certificate floor over L² ε (:func:`certificate_floor`): above the largest
 #: ratio measured at stalls (0.031, see the module docstring).
 FLOOR_FACTOR = 0.05
+#: How far above its float64 floor a stalled residual may end and still be said to be at
+#: it (the floor is an estimate: stalls measured up to a few times above it).
+NEAR_FLOOR = 10.0
 #: Power iterations of :meth:`BatchNewton.lipschitz` (each one tangent product, O(nt nx)).
 POWER_STEPS = 30
 #: Refusals of a line search after which a problem already certified within its float64 floor
@@ -795,7 +798,7 @@ class BatchNewton:
                  f"iterations (max_iter={max_iter}; final residual "
                  f"{float(np.max(s.best[~converged])):.3g}); returning the best "
                  "certified iterate with converged=False" + _amplified(s, converged)
-                 + self._floors_missed(converged), ConvergenceWarning)
+                 + self._floors_missed(converged, s.best), ConvergenceWarning)
         amplification = np.full(converged.size, np.nan)
         certified = converged & (s.rel > 0)   # (a converged problem's last certificate)
         amplification[certified] = s.best[certified] / s.rel[certified]
@@ -821,22 +824,32 @@ class BatchNewton:
             self.reachable[int(b)] = {"tol": floor, "lipschitz": L,
                                       "reached": bool(s.best[b] <= floor)}
 
-    def _floors_missed(self, converged: np.ndarray) -> str:
+    def _floors_missed(self, converged: np.ndarray, best: np.ndarray) -> str:
         """What the float64 floors above ``tol`` of the unconverged problems say (the
         largest), else nothing: the accuracy float64 resolves where the best response is
-        this steep."""
+        this steep, for the problems whose residual ``best`` came within :data:`NEAR_FLOOR`
+        of it; for the others, that the iteration, not the rounding, failed."""
         tol = np.broadcast_to(self.tol, converged.shape)
         missed = {b: v for b, v in self.reachable.items()
                   if not converged[b] and v["tol"] > tol[b]}
         if not missed:
             return ""
-        v = max(missed.values(), key=lambda v: v["tol"])
-        reached = sum(w["reached"] for w in missed.values())
+        near = {b: v for b, v in missed.items() if best[b] <= NEAR_FLOOR * v["tol"]}
+        if not near:
+            b, v = max(missed.items(), key=lambda item: best[item[0]] / item[1]["tol"])
+            return (f". The best response amplifies a change of the coupling state up to "
+                    f"L = {v['lipschitz']:.1e}-fold here, and the residual stayed "
+                    f"{best[b] / v['tol']:.0e}-fold above the {v['tol']:.1e} that float64 "
+                    "resolves at that slope: not the rounding, the iteration does not "
+                    "converge where the best response is this steep (more noise, a smoother "
+                    "payoff or a Hamiltonian nearer ½|p|² makes it milder)")
+        v = max(near.values(), key=lambda v: v["tol"])
+        reached = sum(w["reached"] for w in near.values())
         return (f". The best response amplifies a change of the coupling state up to "
-                f"L = {v['lipschitz']:.1e}-fold here (little noise over a long horizon), so "
-                f"float64 certifies to about {FLOOR_FACTOR:g}·L²·ε = {v['tol']:.1e} at best; "
-                f"{reached} of {len(missed)} reached that floor (res.extra['reachable_tol']): "
-                "a tol at or above it is reachable")
+                f"L = {v['lipschitz']:.1e}-fold here (as little noise over a long horizon or a "
+                f"steep payoff make it), so float64 certifies to about {FLOOR_FACTOR:g}·L²·ε = "
+                f"{v['tol']:.1e} at best; {reached} of {len(near)} reached that floor "
+                "(res.extra['reachable_tol']): a tol at or above it is reachable")
 
     def lipschitz(self, b: int, cur: dict, steps: int = POWER_STEPS) -> float:
         """L = ‖Φ'‖ of problem ``b`` at the accepted point ``cur`` (its z and best response

@@ -118,6 +118,14 @@ class IterationScheme:
         method on the potential, where the problem declares one."""
         return False
 
+    @property
+    def geometric(self) -> bool:
+        """Whether the scheme's residual falls geometrically where it converges, so that
+        :class:`FixedPoint`'s tests of stagnation apply: a residual that stopped halving has
+        its lowest iterate certified every ``patience`` iterations, and is ended as stalled
+        after ``give_up`` refusals."""
+        return True
+
     def start(self, batched: bool = False) -> Mixer:
         """The mixer of one solve. ``batched``: the first axis of z indexes independent
         problems, each mixed on its own."""
@@ -149,7 +157,14 @@ class Relaxation(IterationScheme):
 
 @dataclass(frozen=True)
 class FictitiousPlay(IterationScheme):
-    """z ← z + (Φ(z) − z)/(k + 1): the running average of best responses."""
+    """z ← z + (Φ(z) − z)/(k + 1): the running average of best responses. Its residual
+    falls like 1/k, halving only as k doubles: the halving tests do not apply (a jump to the
+    lowest iterate's image would undo the average), and a solve runs to ``tol`` or
+    ``max_iter``."""
+
+    @property
+    def geometric(self) -> bool:
+        return False
 
     def update(self, k: int, z: Array, gz: Array, xp: Any) -> Array:
         return z + (gz - z) / (k + 1)
@@ -330,6 +345,17 @@ def _solve(a: Array, b: Array, xp: Any) -> Array:
 
         return torch.linalg.solve_ex(a, b)[0]
     return xp.linalg.solve(a, b)
+
+
+def _named(scheme: IterationScheme) -> str:
+    """The iteration of ``scheme`` in words, for messages ("the Anderson iteration")."""
+    described = scheme.describe()
+    name = described.get("scheme", type(scheme).__name__)
+    if name == "relaxation":
+        omega = described.get("omega")
+        return "the Picard iteration" + ("" if omega == 1.0 else f" (relaxed, omega={omega:g})")
+    words = {"anderson": "Anderson", "fictitious_play": "fictitious play"}.get(name, name)
+    return f"the {words} iteration"
 
 
 SCHEMES = {"anderson": Anderson, "relaxation": Relaxation, "fictitious_play": FictitiousPlay,
@@ -570,11 +596,14 @@ class FixedPoint:
         k = state.k = state.k + 1
         t0 = loop.backend.stamp()
         F, U_new, M_new, res, times = loop.evaluate()
-        better, improved, settled = loop.observe(k, res, give_up=None if state.continues
-                                                 else self.give_up)
+        geometric = self.scheme.geometric
+        gives_up = geometric and not state.continues
+        better, improved, settled = loop.observe(k, res, give_up=self.give_up if gives_up
+                                                 else None)
         step = (loop.state.advance(k, loop.z, loop.gz, res, settled, loop.lowest, loop.mixer,
                                    loop.coupling, loop.xp, loop.batched,
-                                   patience=self.patience, last=k == max_iter - 1)
+                                   patience=self.patience if geometric else None,
+                                   last=k == max_iter - 1)
                 if k < max_iter else None)
         read = state.read = loop.read(k, F, U_new, M_new, res, better, improved, settled)
         loop.keep(k, read, U_new, M_new)
@@ -655,7 +684,7 @@ class _PicardLoop:
         self.backend, self.tol, self.batched = backend, tol, batched
         self.coupling = coupling
         self.accuracy, self.narrow = accuracy, narrow
-        self.mixer = scheme.start(batched)
+        self.mixer, self.scheme = scheme.start(batched), scheme
         self.history, self.stamps = History(), []   # stamps per iteration (start, HJB start,
         self.U = system.U_init                      # FP start, FP end, end)
         self.M = xp.stack([m0] * (system.nt + 1), axis=-2) if M_init is None else M_init
@@ -814,7 +843,7 @@ class _PicardLoop:
             worst = float(np.max(residual[~converged]))
             why = (f"max_iter={max_iter} reached" if k >= max_iter else
                    "stalled: the residual stopped halving and its certificates were refused")
-            warn(f"Picard iteration did not reach tol={tol:g}: stopped after {k} "
+            warn(f"{_named(self.scheme)} did not reach tol={tol:g}: stopped after {k} "
                  f"iterations ({why}; {int((~converged).sum())} of {converged.size} "
                  f"problems; final residual {worst:.3g}); returning the best iterate "
                  "found with converged=False", ConvergenceWarning)
@@ -910,17 +939,20 @@ class _State:
 
     def advance(self, k: int, z: Array, gz: Array, res: Array, settled: Array,
                 lowest: _Iterate, mixer: Mixer, coupling: CouplingMap, xp: Any,
-                batched: bool, *, patience: int, last: bool) -> Array:
+                batched: bool, *, patience: int | None, last: bool) -> Array:
         """The next coupling state: the plain Picard step Φ(z) where the residual is below
         the trigger, else the scheme's step; the lowest iterate's state where it is to be
-        certified (its iterates stopped improving, e.g. at the rounding floor of float32,
-        below which a lowered trigger is never met; and every problem before the last
-        evaluation); z itself where the problem is settled."""
+        certified (its iterates stopped improving for ``patience`` iterations, e.g. at the
+        rounding floor of float32, below which a lowered trigger is never met; None: never;
+        and every problem before the last evaluation); z itself where the problem is
+        settled."""
         picard = (res <= self.trigger) & ~settled
         stepped = coupling.project(mixer.update(k, z, gz, xp))
         z_next = _where(picard, gz, stepped, xp, batched)
         if last:
             recheck = ~settled & ~picard
+        elif patience is None:
+            recheck = xp.zeros_like(picard)
         else:
             recheck = (~settled & ~picard & (self.stale >= patience)
                        & (xp.remainder(self.stale, float(patience)) == 0.0))
