@@ -51,9 +51,29 @@ device = "cpu"  # "cpu", "cuda" or "mps"
 out_dir = ""
 
 # %%
-# %matplotlib inline
+# check the parameters (within the ranges of the sliders, the grids and devices offered)
 import mfgwork as mw
+from mfgwork.core.errors import check_choice, check_real
+from mfgwork.fdm1d import METHODS
 
+# %matplotlib inline
+
+for name, value in (("threshold", threshold), ("sigma", sigma), ("good", good), ("bad", bad),
+                    ("eps", eps), ("T", T)):
+    _, low, high, _ = mw.widgets.SLIDERS[name]
+    check_real(name, value, low=low, high=high, low_open=False, high_open=False)
+mw.SantaFeBar(threshold=threshold, sigma=sigma, good=good, bad=bad, eps=eps, T=T)  # G >= B
+if isinstance(nx, bool) or nx not in mw.widgets.GRIDS:
+    raise mw.ParameterError(f"nx={nx!r} is invalid: must be one of "
+                            f"{', '.join(map(str, mw.widgets.GRIDS))} (the explorer's grids)")
+check_choice("method", method, METHODS)
+check_choice("backend", backend, tuple(mw.available_backends()))
+check_choice("device", device, tuple(mw.available_backends()[backend]))
+if not isinstance(out_dir, str):
+    raise mw.ParameterError(f"out_dir={out_dir!r} is invalid: must be a folder name (str), "
+                            "or \"\" to write nothing")
+
+# %%
 explorer = mw.widgets.explore(threshold=threshold, sigma=sigma, good=good, bad=bad, eps=eps,
                               T=T, nx=nx, method=method, backend=backend, device=device)
 explorer

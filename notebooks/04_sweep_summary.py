@@ -56,14 +56,44 @@ demo_nx = 41
 # run folder to write (figures and the index table); "" writes nothing
 out_dir = ""
 
+# %% [markdown]
+# Check every parameter before any work: a bad value stops here, before the demonstration
+# sweep runs. The columns `x`, `by` and `group_time` are those of the sweep (for the
+# demonstration: its parameters, the headline metrics and the Santa Fe summary).
+
 # %%
+# check the parameters
 from pathlib import Path
 
 import mfgwork as mw
 from mfgwork import sweep_plots
+from mfgwork.core.errors import check_choice, check_int, check_list, check_real
+from mfgwork.workflows.sweeps import METRICS
 
 # %matplotlib inline
 
+if not isinstance(sweep_dir, str):
+    raise mw.ParameterError(f"sweep_dir={sweep_dir!r} is invalid: must be the path of a sweep "
+                            "folder, or \"\" for the demonstration sweep")
+demo_thresholds = check_list("demo_thresholds", demo_thresholds, check_real, low=0.0,
+                             high=1.0, distinct=True)
+demo_nx = check_int("demo_nx", demo_nx, low=3)
+if sweep_dir:
+    try:
+        index = mw.load_sweep(sweep_dir)
+    except mw.LoadError as exc:
+        raise mw.ParameterError(f"sweep_dir={sweep_dir!r} is invalid: {exc.reason}") from None
+    columns = tuple(index.columns)
+else:
+    columns = ("threshold", "sigma", "nx", "nt", *METRICS, "mean_attendance",
+               "max_attendance", "min_attendance", "time_overcrowded", "final_mean_preference")
+for name, value in (("x", x), ("by", by), ("group_time", group_time)):
+    check_choice(name, value, columns)
+if not isinstance(out_dir, str):
+    raise mw.ParameterError(f"out_dir={out_dir!r} is invalid: must be a folder name (str), "
+                            "or \"\" to write nothing")
+
+# %%
 if not sweep_dir:
     named = "-".join(f"{a:g}" for a in demo_thresholds)
     sweep_dir = Path("..") / "sweeps" / f"demo_{demo_nx}x{demo_nx}_A{named}"

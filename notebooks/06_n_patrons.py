@@ -47,17 +47,41 @@ device = "cpu"
 out_dir = ""
 
 # %%
-# check the parameters, then solve the mean-field game
+# check the parameters
 import numpy as np
 
 import mfgwork as mw
 from mfgwork import game_plots
-from mfgwork.analysis.n_player import fitted_slope
+from mfgwork.analysis.n_player import check_size, fitted_slope
 from mfgwork.analysis.studies import format_table
+from mfgwork.core.errors import MAX_COUNT, check_int, check_list
+from mfgwork.workflows.runs import solve_options
 
 # %matplotlib inline
 
 problem = mw.SantaFeBar(eps=eps)
+solve_options(nx=nx, nt=nt, method="fdm", backend="numpy", device="cpu", tol=1e-8,
+              max_iter=300)
+sizes = check_list("sizes", sizes, check_int, low=1, high=MAX_COUNT)
+n_samples = check_int("n_samples", n_samples, low=2, high=MAX_COUNT)
+fit_max_n = check_int("fit_max_n", fit_max_n, low=1)
+if sum(n <= fit_max_n for n in set(sizes)) < 2:
+    raise mw.ParameterError(f"fit_max_n={fit_max_n} is invalid with sizes={sizes}: the slopes "
+                            "are fitted over N <= fit_max_n, which must hold at least two "
+                            "distinct sizes")
+seed = check_int("seed", seed, low=0)
+patrons_backend = mw.get_backend(backend, device)
+try:   # the largest group of patrons fits in memory
+    check_size(problem.grid(nx, nt), patrons_backend, max(sizes), n_samples, gap=True)
+except mw.ParameterError as exc:
+    raise mw.ParameterError(f"sizes={sizes} with n_samples={n_samples} is invalid: {exc}"
+                            ) from None
+if not isinstance(out_dir, str):
+    raise mw.ParameterError(f"out_dir={out_dir!r} is invalid: must be a folder name (str), "
+                            "or \"\" to write nothing")
+
+# %%
+# solve the mean-field game
 result = mw.solve(problem, nx=nx, nt=nt, tol=1e-8, max_iter=300, progress=False)
 print(f"mean field: converged={result.converged} in {result.iterations} iterations, "
       f"A(T) = {float(result.attendance[-1]):.4f}")

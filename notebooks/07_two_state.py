@@ -73,15 +73,37 @@ plateau_tol = 0.01
 out_dir = ""
 
 # %%
-# check the parameters, then solve both models
+# check the parameters
 import mfgwork as mw
 from mfgwork import game_plots
 from mfgwork.analysis.studies import format_table
+from mfgwork.core.errors import check_int, check_list, check_real
+from mfgwork.finite_state import check_time_step
+from mfgwork.workflows.runs import solve_options
 
 # %matplotlib inline
 
 two_state = mw.TwoStateElFarol(T=T, switching_cost=switching_cost, attendance0=attendance0)
 continuous = mw.SantaFeBar(T=T, sigma=sigma)
+nt_two_state = check_int("nt_two_state", nt_two_state, low=1)
+solve_options(nx=nx, nt=nt, method="fdm", backend="numpy", device="cpu", tol=1e-8,
+              max_iter=300)
+sigmas = check_list("sigmas", sigmas, check_real, low=0.0)
+switching_costs = check_list("switching_costs", switching_costs, check_real, low=0.0)
+for c in [switching_cost, *switching_costs]:
+    try:
+        check_time_step(mw.TwoStateElFarol(T=T, switching_cost=c, attendance0=attendance0),
+                        nt_two_state)
+    except mw.ParameterError as exc:
+        raise mw.ParameterError(f"nt_two_state={nt_two_state} is invalid for the switching "
+                                f"cost {c:g}: {exc}") from None
+plateau_tol = check_real("plateau_tol", plateau_tol, low=0.0, low_open=False)
+if not isinstance(out_dir, str):
+    raise mw.ParameterError(f"out_dir={out_dir!r} is invalid: must be a folder name (str), "
+                            "or \"\" to write nothing")
+
+# %%
+# solve both models
 res_two = mw.solve(two_state, nt=nt_two_state)
 res_cont = mw.solve(continuous, nx=nx, nt=nt, tol=1e-8, max_iter=300, progress=False)
 level = two_state.plateau

@@ -50,9 +50,35 @@ out_dir = ""
 # %%
 # check the parameters
 import mfgwork as mw
+from mfgwork.core.errors import MAX_COUNT, check_int, check_list
+from mfgwork.numerics.particles.memory import check_fits
+from mfgwork.workflows.runs import solve_options
 
 # %matplotlib inline
 
+batch_sizes = check_list("batch_sizes", batch_sizes, check_int, low=1)
+particle_counts = check_list("particle_counts", particle_counts, check_int, low=1,
+                             high=MAX_COUNT)
+iterations = check_int("iterations", iterations, low=1)
+solve_options(nx=nx, nt=nt, method="fdm", backend="numpy", device="cpu", tol=1e-8,
+              max_iter=iterations)
+emulation_batch_sizes = check_list("emulation_batch_sizes", emulation_batch_sizes, check_int,
+                                   min_len=0, low=1)
+emulation_particle_counts = check_list("emulation_particle_counts", emulation_particle_counts,
+                                       check_int, min_len=0, low=1, high=MAX_COUNT)
+repeats = check_int("repeats", repeats, low=1)
+for name, counts in (("particle_counts", particle_counts),
+                     ("emulation_particle_counts", emulation_particle_counts)):
+    try:   # the particles and the grid fit in memory
+        check_fits(max(counts, default=1), nx, nt, mw.get_backend("numpy"))
+    except mw.ParameterError as exc:
+        raise mw.ParameterError(f"{name}={counts} is invalid: {exc}") from None
+if not isinstance(out_dir, str):
+    raise mw.ParameterError(f"out_dir={out_dir!r} is invalid: must be a folder name (str), "
+                            "or \"\" to write nothing")
+
+# %%
+# the table shipped with the package
 shipped = mw.crossover_table()
 machine = shipped["cpu"]["machine"]
 print(f"shipped table: measured {shipped['measured_at']} on {machine['host']} "

@@ -60,18 +60,38 @@ seed = 0
 out_dir = ""
 
 # %%
-# check the parameters, then solve the equilibrium and the planner's problem
+# check the parameters
 import numpy as np
 
 import mfgwork as mw
 from mfgwork import game_plots
+from mfgwork.analysis.n_player import check_size
 from mfgwork.analysis.studies import format_table
+from mfgwork.core.errors import MAX_COUNT, check_int, check_list, check_real
 from mfgwork.problems.santa_fe import attendance_weights
 from mfgwork.welfare import value_welfare
+from mfgwork.workflows.runs import solve_options
 
 # %matplotlib inline
 
 bar = mw.SantaFeBar(threshold=threshold, eps=eps, sigma=sigma, T=T)
+solve_options(nx=nx, nt=nt, method="fdm", backend="numpy", device="cpu", tol=1e-8,
+              max_iter=300)
+map_thresholds = check_list("map_thresholds", map_thresholds, check_real, low=0.0, high=1.0,
+                            distinct=True)
+map_eps = check_list("map_eps", map_eps, check_real, low=0.0, distinct=True)
+nx_map = check_int("nx_map", nx_map, low=3)
+nt_map = check_int("nt_map", nt_map, low=1)
+n_players = check_int("n_players", n_players, low=1, high=MAX_COUNT)
+n_samples = check_int("n_samples", n_samples, low=2, high=MAX_COUNT)
+seed = check_int("seed", seed, low=0)
+check_size(bar.grid(nx, nt), mw.get_backend("numpy"), n_players, n_samples, gap=True)
+if not isinstance(out_dir, str):
+    raise mw.ParameterError(f"out_dir={out_dir!r} is invalid: must be a folder name (str), "
+                            "or \"\" to write nothing")
+
+# %%
+# solve the equilibrium and the planner's problem
 equilibrium = mw.solve(bar, nx=nx, nt=nt, progress=False)
 optimum = mw.solve(bar, objective="social", nx=nx, nt=nt, progress=False)
 s = optimum.summary

@@ -48,17 +48,36 @@ sizes = [41, 81, 161, 321]
 out_dir = ""
 
 # %%
-# check the parameters, then solve the long run
+# check the parameters
 import numpy as np
 
 import mfgwork as mw
 from mfgwork import game_plots
 from mfgwork.analysis.studies import ergodic_refinement, fitted_order, format_table
+from mfgwork.core.errors import check_int, check_list, check_real
 from mfgwork.problems.verification import ErgodicProblem
 
 # %matplotlib inline
 
 bar = mw.SantaFeBar(threshold=threshold, eps=eps, sigma=sigma)
+nx = check_int("nx", nx, low=3)
+horizons = check_list("horizons", horizons, check_real, low=0.0)
+steps_per_unit = check_int("steps_per_unit", steps_per_unit, low=1)
+for i, horizon in enumerate(horizons):   # round(steps_per_unit * T) steps for each T
+    if round(steps_per_unit * horizon) < 1:
+        raise mw.ParameterError(f"horizons[{i}]={horizon!r} is invalid with steps_per_unit="
+                                f"{steps_per_unit}: it gets round(steps_per_unit * T) = 0 time "
+                                f"steps; must be > {0.5 / steps_per_unit:g}")
+sizes = check_list("sizes", sizes, check_int, min_len=2, low=3)
+if len(set(sizes)) < 2:
+    raise mw.ParameterError(f"sizes={sizes} is invalid: the observed orders are fitted over "
+                            "the grids, so it must list at least two different nx")
+if not isinstance(out_dir, str):
+    raise mw.ParameterError(f"out_dir={out_dir!r} is invalid: must be a folder name (str), "
+                            "or \"\" to write nothing")
+
+# %%
+# solve the long run
 long_run = mw.solve(bar, nx=nx, stationary=True)
 A_long = long_run.summary["mean_attendance"]
 lam = long_run.summary["ergodic_constant"]

@@ -52,16 +52,34 @@ persistences = [0.5, 0.95]
 out_dir = ""
 
 # %%
-# check the parameters, then build the noise and estimate its cost
+# check the parameters
 import numpy as np
 from matplotlib.figure import Figure
 
 import mfgwork as mw
 from mfgwork.analysis.studies import format_table
+from mfgwork.core.errors import check_int, check_list, check_real
+from mfgwork.problems.common_noise import MAX_SCENARIOS
+from mfgwork.problems.santa_fe import MAX_PAYOFF
 
 # %matplotlib inline
 
 bar = mw.SantaFeBar()
+nx = check_int("nx", nx, low=3)
+# two epochs at least (the study compares them), 2^depth scenarios at most MAX_SCENARIOS
+depth = check_int("depth", depth, low=2, high=MAX_SCENARIOS.bit_length() - 1)
+values = check_list("values", values, check_real, min_len=2, max_len=2, low=bar.bad,
+                    high=MAX_PAYOFF, low_open=False, high_open=False)   # good >= bad
+persistence = check_real("persistence", persistence, low=0.0, high=1.0, low_open=False,
+                         high_open=False)
+persistences = check_list("persistences", persistences, check_real, min_len=2, max_len=2,
+                          low=0.0, high=1.0, low_open=False, high_open=False)
+if not isinstance(out_dir, str):
+    raise mw.ParameterError(f"out_dir={out_dir!r} is invalid: must be a folder name (str), "
+                            "or \"\" to write nothing")
+
+# %%
+# build the noise and estimate its cost
 
 
 def chain(p: float, state_values=values) -> mw.CommonNoise:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 import sys
 import warnings
+from collections.abc import Callable
 from numbers import Integral, Real
 from pathlib import Path
+from typing import Any
 
 #: Largest count (grid points, particles, players, samples) accepted: the integers float64
 #: holds exactly, far beyond any memory.
@@ -131,3 +133,26 @@ def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
                              f"{', '.join(map(repr, choices))}")
     return value
 
+
+def check_list(name: str, value: object, check: Callable[..., Any], *, min_len: int = 1,
+               max_len: int | None = None, distinct: bool = False, **bounds: Any
+               ) -> list[Any]:
+    """Return ``value`` as a list if it is a list (or tuple) of ``min_len`` to ``max_len``
+    items each accepted by ``check(f"{name}[i]", item, **bounds)`` (e.g. :func:`check_int`
+    or :func:`check_real` and their bounds), the items converted by ``check``; with
+    ``distinct``, no item twice."""
+    if isinstance(value, list | tuple) and len(value) >= min_len and (
+            max_len is None or len(value) <= max_len):
+        items = [check(f"{name}[{i}]", item, **bounds) for i, item in enumerate(value)]
+        for i, item in enumerate(items):
+            if distinct and item in items[:i]:
+                raise ParameterError(f"{name}[{i}]={_short(item)} is invalid: {name} must "
+                                     "not list a value twice")
+        return items
+    if min_len == max_len:
+        allowed = f"a list of exactly {min_len} item{'s' if min_len != 1 else ''}"
+    else:
+        allowed = ("a non-empty list" if min_len == 1 else "a list" if min_len <= 0
+                   else f"a list of at least {min_len} items")
+        allowed += f" of at most {max_len} items" if max_len is not None else ""
+    raise ParameterError(f"{name}={_describe(value)} is invalid: must be {allowed}")
