@@ -11,7 +11,21 @@ from pathlib import Path
 def _doctor(args: argparse.Namespace) -> int:
     from .apps.doctor import main
 
+    if args.clear_cache and args.json:
+        return _clear_cache_json()
     return main(as_json=args.json, clear_cache=args.clear_cache)
+
+
+def _clear_cache_json() -> int:
+    """``doctor --clear-cache --json``: clear the Triton cache, print what was removed as
+    JSON (``removed``: the number of compiled kernels, ``path``: the cache folder)."""
+    import json
+
+    from .core.compiling import clear_triton_cache, triton_cache_dir
+
+    removed = clear_triton_cache()
+    print(json.dumps({"removed": removed, "path": str(triton_cache_dir())}, indent=2))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_run(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="execute a notebook through papermill into a run folder",
                        epilog="Exit status: 0 when the notebook ran, 1 when a cell failed, 2 "
-                              "for bad input (nothing was run).")
+                              "for bad input (refused here, or by the notebook's check of its "
+                              "parameters: nothing was run).")
     p.add_argument("notebook", help="the notebook to run (needs a cell tagged 'parameters')")
     p.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
                    metavar=("NAME", "VALUE"), help="set a parameter (value read as YAML)")
@@ -129,7 +144,8 @@ def _add_scan(sub: argparse._SubParsersAction) -> None:
                         "problems)")
     p.add_argument("-o", "--store", required=True, help="the zarr store (a folder)")
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda or mps")
-    p.add_argument("--keep", default="M,U", help="fields to store: M,U (default), M or none")
+    p.add_argument("--keep", default="M,U",
+                   help="fields to store: M,U (default), M, U or none (each at most once)")
     p.add_argument("--chunk-size", type=int, default=None,
                    help="points per block (default: sized to the device's memory)")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
@@ -155,20 +171,23 @@ def _scan(args: argparse.Namespace) -> int:
     from .core.progress import wanted_on_terminal
     from .workflows.runs import parse_value
     from .workflows.scan import check_netcdf, describe, scan, split_parameters, to_netcdf
+    from .workflows.sweeps import reached_scheduler
 
-    keep = () if args.keep.strip().lower() == "none" else \
-        tuple(k.strip() for k in args.keep.split(",") if k.strip())
     try:
+        keep = _keep(args.keep)
+        _one_cluster(args)
         if args.netcdf:
-            check_netcdf(args.netcdf, force=args.force)
             _outside_store(args.netcdf, args.store)
+            check_netcdf(args.netcdf, force=args.force)
         fixed, options = split_parameters(
             args.problem, {name: parse_value(value) for name, value in args.parameter})
-        ds = scan(args.problem, args.grid, fixed=fixed, **options, device=args.device,
-                  keep=keep, store=args.store, chunk_size=args.chunk_size,
-                  scheduler=args.scheduler, dask=args.dask, workers=args.workers,
-                  progress=wanted_on_terminal(args.no_progress),
-                  **({} if args.max_points is None else {"max_points": args.max_points}))
+        _no_options_in_grid(args.problem, args.grid)
+        with reached_scheduler(args.scheduler) as scheduler:   # (before the store is made)
+            ds = scan(args.problem, args.grid, fixed=fixed, **options, device=args.device,
+                      keep=keep, store=args.store, chunk_size=args.chunk_size,
+                      scheduler=scheduler, dask=args.dask, workers=args.workers,
+                      progress=wanted_on_terminal(args.no_progress),
+                      **({} if args.max_points is None else {"max_points": args.max_points}))
     except (ParameterError, BackendError, LoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -182,15 +201,57 @@ def _scan(args: argparse.Namespace) -> int:
     return 0 if bool((ds["status"] == "converged").all()) else 1
 
 
+def _keep(text: str) -> tuple[str, ...]:
+    """The fields of ``--keep`` (``none``: no field); a field named twice is refused."""
+    from .core.errors import ParameterError
+
+    if text.strip().lower() == "none":
+        return ()
+    keep = tuple(k.strip() for k in text.split(",") if k.strip())
+    twice = sorted({k for k in keep if keep.count(k) > 1})
+    if twice:
+        raise ParameterError(f"--keep={text!r} is invalid: it names {', '.join(twice)} more "
+                             "than once; give each field at most once: M,U, M, U or none")
+    return keep
+
+
+def _one_cluster(args: argparse.Namespace) -> None:
+    """Refuse ``--scheduler`` with ``--dask``: a running cluster and one to start."""
+    from .core.errors import ParameterError
+
+    if args.scheduler is not None and args.dask:
+        raise ParameterError(f"--scheduler={args.scheduler!r} (a running cluster) and --dask "
+                             "(a LocalCluster started here) are refused together: give only "
+                             "one")
+
+
+def _no_options_in_grid(problem: str, grid: str) -> None:
+    """Refuse a solver option (nx, nt, tol, ...) in the grid, where the problem has no
+    parameter of that name: a scan solves every point with the same options."""
+    from .core.errors import ParameterError
+    from .workflows.scan_plan import SOLVE_OPTIONS, resolve_problem
+    from .workflows.specs import read_spec, signature_parameters
+
+    declared = signature_parameters(resolve_problem(problem))
+    misplaced = [n for n in read_spec(grid) if n in SOLVE_OPTIONS and n not in declared]
+    if misplaced:
+        raise ParameterError(f"{', '.join(map(repr, misplaced))} in the grid is refused: "
+                             f"solver options ({', '.join(SOLVE_OPTIONS)}) are the same for "
+                             "every point of a scan; set them with -p NAME VALUE (one scan "
+                             "per value)")
+
+
 def _outside_store(netcdf: str, store: str) -> None:
-    """Refuse a ``--netcdf`` file inside the scan's own store (which may not exist yet)."""
+    """Refuse a ``--netcdf`` file that is the scan's own store or lies inside it (the store
+    may not exist yet)."""
     from .core.errors import ParameterError
 
     path, folder = Path(os.path.abspath(netcdf)), Path(os.path.abspath(store))
     real = path.parent.resolve()
-    if folder in path.parents or folder.resolve() in (real, *real.parents):
-        raise ParameterError(f"netcdf={netcdf!r} is refused: it lies inside the store "
-                             f"of this scan ({folder}); a file is never added to another "
+    if folder in (path, *path.parents) or \
+            folder.resolve() in (real / path.name, real, *real.parents):
+        raise ParameterError(f"netcdf={netcdf!r} is refused: it is the store of this scan "
+                             f"({folder}) or lies inside it; a file is never added to another "
                              "output, even with force; choose a file outside it")
 
 
@@ -220,9 +281,25 @@ def _lab(args: argparse.Namespace) -> int:
     return main(args.root, args.ip, args.port, args.server_args, args.allow_root)
 
 
+#: What an interrupted command kept, by command (Ctrl-C: one line, exit status 130).
+INTERRUPTED = {
+    "run": "the run left nothing: no run folder was written (an earlier one is as it was) "
+           "and its temporaries were removed",
+    "sweep": "the finished runs are kept: rerun the same command to resume from where it "
+             "stopped",
+    "scan": "the finished blocks are kept in the store: rerun the same command to resume "
+            "from where it stopped",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        kept = INTERRUPTED.get(args.command, "nothing more was done")
+        print(f"interrupted; {kept}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

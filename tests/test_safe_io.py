@@ -447,17 +447,24 @@ def test_decompression_bomb_is_refused_before_reading(env, monkeypatch):
 
 # -- writers -------------------------------------------------------------------------------------
 def test_writers_replace_only_their_own_kind(env):
-    """A run folder is replaced by a run; an empty folder is used; force replaces others."""
+    """A run folder is replaced by a run; an empty folder is used; force keeps others aside
+    (and a run with files of the user's added since it was written)."""
     res = env.result
     out = res.save(env.tmp / "mine")
-    (out / "scratch.txt").write_text("in a run folder: replaced with it")
     res.save(out)
-    assert not (out / "scratch.txt").exists() and (out / storage.MARKER).is_file()
+    assert (out / storage.MARKER).is_file()
+    time.sleep(0.05)   # (past the clock tick of the save)
+    (out / "scratch.txt").write_text("in a run folder: never deleted")
+    with pytest.raises(ParameterError, match="scratch.txt was added or changed"):
+        res.save(out)
     empty = env.tmp / "empty"
     empty.mkdir()
     assert mw.load(mw.save_run(empty, res)).M.shape == res.M.shape
-    forced = mw.save_run(env.unrelated, res, force=True)
+    with pytest.warns(UserWarning, match="kept as"):
+        forced = mw.save_run(env.unrelated, res, force=True)
     assert not (forced / "thesis.tex").exists()
+    [aside] = env.tmp.glob(f"{env.unrelated.name}.replaced-*")
+    assert (aside / "thesis.tex").exists() and (out / "scratch.txt").exists()
     with pytest.raises(ParameterError, match="current directory"):
         mw.save_run(".", res, force=True)
     assert [p.name for p in env.tmp.iterdir() if p.name.startswith(".")] == []

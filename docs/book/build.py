@@ -5,9 +5,11 @@
 
 The output folder (default ``build/book``) is a result folder of kind ``book`` (see "What a
 writer replaces" in docs/book/guide/results.md and :func:`mfgwork.core.storage.check_target`):
-it may be new, empty or an earlier book, which is replaced whole; a non-empty folder without
-the book's marker needs ``--force`` (and is never replaced if it holds a notebook, a project
-root, a repository or another result); a book is never built inside another result; the
+it may be new, empty or an earlier book as it was built, which is replaced whole; a non-empty
+folder without the book's marker, or a book with files added or changed since it was built,
+needs ``--force``, which keeps it aside as ``NAME.replaced-TIME`` (never if it holds a
+notebook, a project's sources, a repository or another result); a book is never built inside
+another result; the
 current directory, home, the checkout, the notebooks folder, their ancestors, files and links
 are always refused, before any notebook runs. The book is built in a temporary folder beside
 the target (``.NAME.tmp-PID-…``, with its owner record) and renamed to it at the end. Steps,
@@ -354,6 +356,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs={args.jobs} is invalid: it must be at least 1")
+    if args.executed is not None and not args.executed.is_dir():
+        what = "is not a folder" if args.executed.exists() else "does not exist"
+        parser.error(f"--executed={str(args.executed)!r} is invalid: it {what}; it must be "
+                     "the folder of the executed notebooks (DIR/NAME.ipynb)")
     try:
         index = build_book(args.out, small=args.small, jobs=args.jobs, force=args.force,
                            executed=args.executed, cache=None if args.no_cache else

@@ -39,10 +39,10 @@ from ..core.backend import available_backends
 from ..core.errors import (
     ConvergenceWarning,
     ParameterError,
-    _short,
     check_choice,
     check_int,
     check_real,
+    short_repr,
 )
 from ..core.extras import require
 from ..fdm1d import METHODS
@@ -98,7 +98,7 @@ def _unknown(defaults: Mapping[str, Any], sliders: Mapping[str, Any], options: t
     unknown = sorted(set(defaults) - set(sliders))
     if unknown:
         name = unknown[0]
-        raise ParameterError(f"{name}={_short(defaults[name])} is not a parameter of {what}: "
+        raise ParameterError(f"{name}={short_repr(defaults[name])} is not a parameter of {what}: "
                              f"must be one of {', '.join(sliders)} (the sliders' starting "
                              f"values) or {', '.join(options)}")
 
@@ -112,7 +112,7 @@ def _check_devices(devices: object) -> list[tuple[str, str]] | None:
         return ", ".join(f"{b}/{d}" for b, devs in available_backends().items() for d in devs)
 
     if isinstance(devices, str | bytes) or not isinstance(devices, list | tuple):
-        raise ParameterError(f"devices={_short(devices)} ({type(devices).__name__}) is "
+        raise ParameterError(f"devices={short_repr(devices)} ({type(devices).__name__}) is "
                              "invalid: must be None or a list of (backend, device) pairs, e.g. "
                              f"[('numpy', 'cpu')] (available: {available()})")
     if not devices:
@@ -122,7 +122,7 @@ def _check_devices(devices: object) -> list[tuple[str, str]] | None:
     for i, pair in enumerate(devices):
         if (not isinstance(pair, list | tuple) or len(pair) != 2
                 or not all(isinstance(v, str) for v in pair)):
-            raise ParameterError(f"devices[{i}]={_short(pair)} is invalid: must be a (backend, "
+            raise ParameterError(f"devices[{i}]={short_repr(pair)} is invalid: must be a (backend, "
                                  f"device) pair of names, e.g. ('numpy', 'cpu') (available: "
                                  f"{available()})")
         pairs.append((pair[0], pair[1]))
@@ -152,7 +152,7 @@ class SantaFeExplorer:
             values[name] = check_real(name, defaults.get(name, DEFAULTS[name]), low=low,
                                       high=high, low_open=False, high_open=False)
         if isinstance(nx, bool) or not isinstance(nx, Real) or nx not in GRIDS:
-            raise ParameterError(f"nx={_short(nx)} is invalid: must be one of {GRIDS}")
+            raise ParameterError(f"nx={short_repr(nx)} is invalid: must be one of {GRIDS}")
         nx = GRIDS[GRIDS.index(nx)]   # (an int, also for 52.0 or numpy's 52)
         check_choice("method", method, METHODS)
         self.dpi = _check_dpi(dpi)
@@ -161,7 +161,7 @@ class SantaFeExplorer:
             pairs = [(b, d) for b, devs in available_backends().items() for d in devs]
         if (not isinstance(backend, str) or not isinstance(device, str)
                 or (backend, device) not in pairs):
-            raise ParameterError(f"backend, device={_short(backend)}, {_short(device)} is "
+            raise ParameterError(f"backend, device={short_repr(backend)}, {short_repr(device)} is "
                                  "invalid: must be "
                                  f"one of {', '.join(f'{b}/{d}' for b, d in pairs)}")
         self.tol = check_real("tol", tol, low=0.0)
@@ -513,5 +513,5 @@ def _what(value: object) -> str:
     shortened (marked "..."), else its type's name, as ``SantaFeBar(...)``."""
     text = repr(value)
     if len(text) <= 60 or isinstance(value, str):
-        return _short(value)
+        return short_repr(value)
     return f"{type(value).__name__}(...)"

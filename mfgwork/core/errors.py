@@ -62,7 +62,7 @@ class ResolutionWarning(UserWarning):
 
 def _describe(value: object) -> str:
     plain = isinstance(value, Real) and not isinstance(value, bool)
-    return _short(value) if plain else f"{_short(value)} ({type(value).__name__})"
+    return short_repr(value) if plain else f"{short_repr(value)} ({type(value).__name__})"
 
 
 def check_real(name: str, value: object, *, low: float | None = None,
@@ -84,7 +84,7 @@ def check_real(name: str, value: object, *, low: float | None = None,
         try:
             v = float(value)
         except OverflowError:  # an integer beyond the range of float64
-            raise ParameterError(f"{name}={_short(value)} is invalid: must be {allowed()} "
+            raise ParameterError(f"{name}={short_repr(value)} is invalid: must be {allowed()} "
                                  "(it is beyond the range of float64)") from None
     ok = math.isfinite(v)
     if ok and low is not None:
@@ -105,7 +105,7 @@ def check_int(name: str, value: object, *, low: int, high: int | None = None) ->
         else:
             raise ParameterError(f"{name}={_describe(value)} is invalid: must be {allowed}")
     if value < low or (high is not None and value > high):
-        raise ParameterError(f"{name}={_short(value)} is invalid: must be {allowed}")
+        raise ParameterError(f"{name}={short_repr(value)} is invalid: must be {allowed}")
     return int(value)
 
 
@@ -117,8 +117,8 @@ def check_flag(name: str, value: object, *, optional: bool = False) -> bool | No
     raise ParameterError(f"{name}={_describe(value)} is invalid: must be {allowed}")
 
 
-def _short(value: object) -> str:
-    """``repr(value)``, shortened for huge integers."""
+def short_repr(value: object) -> str:
+    """``repr(value)`` shortened for a message: huge integers by their digits, else cut."""
     text = repr(value)
     if len(text) <= 60:
         return text
@@ -146,7 +146,7 @@ def check_list(name: str, value: object, check: Callable[..., Any], *, min_len: 
         items = [check(f"{name}[{i}]", item, **bounds) for i, item in enumerate(value)]
         for i, item in enumerate(items):
             if distinct and item in items[:i]:
-                raise ParameterError(f"{name}[{i}]={_short(item)} is invalid: {name} must "
+                raise ParameterError(f"{name}[{i}]={short_repr(item)} is invalid: {name} must "
                                      "not list a value twice")
         return items
     if min_len == max_len:

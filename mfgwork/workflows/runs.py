@@ -16,6 +16,7 @@ that notebooks call on their solver parameters.
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import sys
 import time
@@ -128,7 +129,8 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
                              "cell has no out_dir")
     if "out_dir" in params:
         raise ParameterError("out_dir is set by run_notebook (the run folder's temporary "
-                             "name); pass the destination as the out_dir argument instead")
+                             "name): give the run folder as its out_dir argument (-o OUT on "
+                             "the command line), not as a parameter")
     check_kernel(kernel_name)
     storage.remove_stale(target)
     failed = target.with_name(target.name + FAILED_SUFFIX)
@@ -149,6 +151,10 @@ def run_notebook(notebook: str | os.PathLike, parameters: Mapping[str, Any] | No
     finally:
         for p in made:
             storage.discard_temporary(p)
+        # the kernel has ended: what its save_run(out_dir) left beside our temporary folder
+        # (..<target>.tmp-<ours>.tmp-<kernel's>, owned by the kernel) is stale now
+        with contextlib.suppress(OSError):   # (never in place of the run's own error)
+            storage.remove_stale(target)
     if _is_partial_notebook(failed, target):
         failed.unlink(missing_ok=True)
     return target
@@ -369,13 +375,18 @@ def main(notebook: str, parameters: list[tuple[str, str]], out_dir: str | None,
     started = time.perf_counter()
     target = out_dir or str(Path("runs") / Path(notebook).stem)
     try:
+        if any(name == "out_dir" for name, _ in parameters):
+            raise ParameterError("-p out_dir is refused: the run sets out_dir itself (its run "
+                                 "folder); give the run folder on the command line with -o OUT")
         check_kernel(kernel_name, "--kernel")
         params = {name: parse_value(value) for name, value in parameters}
         folder = run_notebook(notebook, params, target, kernel_name=kernel_name,
                               progress=progress, force=force)
     except NotebookError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        # bad input that the notebook's checks refused (in the cell after its parameters,
+        # before any work): exit 2, as for what this command refuses itself
+        return 2 if exc.ename in ("ParameterError", "BackendError") else 1
     except (ParameterError, LoadError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -519,8 +519,8 @@ def describe(ds: Any, where: Any = None) -> str:
     status = np.asarray(ds["status"].values).astype(str).ravel()
     counts = {s: int(np.sum(status == s)) for s in ("converged", "not_converged", "failed",
                                                      "pending")}
-    text = f"{status.size} points: " + ", ".join(f"{n} {s.replace('_', ' ')}"
-                                                 for s, n in counts.items())
+    points = f"{status.size} point{'' if status.size == 1 else 's'}"
+    text = f"{points}: " + ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in counts.items())
     return text + (f"; store: {where}" if where is not None else "")
 
 

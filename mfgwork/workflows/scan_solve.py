@@ -231,8 +231,8 @@ def _solve(problems: list[Problem], be: Backend, opts: Mapping[str, Any]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 results = solve(problems, **kw)   # a list: one batch
-        except Exception:  # noqa: BLE001 - the points are solved one by one below
-            pass
+        except Exception as exc:  # noqa: BLE001 - the points are solved one by one below
+            raise_interrupt(exc)
         else:
             share = (time.perf_counter() - started) / len(problems)
             rows, masses = _on_host(results, be)
@@ -374,11 +374,24 @@ def _attempt(run: Any, how: str, be: Backend, opts: Mapping[str, Any]) -> dict[s
             warnings.simplefilter("ignore", ConvergenceWarning)
             result = run()
     except Exception as exc:  # noqa: BLE001 - a failing point is recorded, not raised
+        raise_interrupt(exc)
         return {"status": "failed", "converged": False, "finished_by": how,
                 "wall_time": time.perf_counter() - started, "device": be.device,
                 "message": _clip(f"{type(exc).__name__}: {exc}")}
     wall_time = time.perf_counter() - started
     return _outcome(result, wall_time, opts) | {"finished_by": how}
+
+
+def raise_interrupt(exc: BaseException) -> None:
+    """Raise the KeyboardInterrupt that ``exc`` carries (a Ctrl-C that landed inside a
+    compiled loop comes back as the loop's SystemError, the interrupt as its context), so
+    that an interrupted point is not recorded as failed: the scan stops, and resumes it."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            raise exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
 
 
 def _outcome(result: Result, wall_time: float, opts: Mapping[str, Any],

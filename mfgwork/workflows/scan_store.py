@@ -282,27 +282,37 @@ class ScanStore:
         return self.check.block
 
     def _differences(self, attrs: Mapping[str, Any]) -> str:
-        """The parameters and grid values that differ between the stored scan and this one
-        ("" where these agree and the difference lies elsewhere, e.g. the kept fields)."""
+        """The parameters, grid values and kept fields that differ between the stored scan
+        and this one ("" where these agree and the difference lies elsewhere). The
+        ``placement`` attribute (where ``device="auto"`` put the points) is not part of a
+        scan's identity (:meth:`ScanPlan.identity`) and is left out."""
         import zarr
+
+        from .scan_plan import FIELDS
 
         def stored(name: str) -> Any:
             with contextlib.suppress(Exception):
                 return np.asarray(zarr.open_array(self.path / name, mode="r")[...]).tolist()
             return None
 
-        here = {k: v for k, v in self.layout.attrs.items() if k not in PROVENANCE
-                and not k.startswith("version_")}
-        there = {k: v for k, v in attrs.items() if k in here or
-                 (k not in PROVENANCE and k not in (PLAN_ATTR, RECORD_ATTR)
-                  and not k.startswith("version_"))}
+        def kept(names: Any) -> str:
+            return ",".join(f for f in FIELDS if f in names) or "none"
+
+        def compared(k: str) -> bool:
+            return k not in PROVENANCE and k != "placement" and not k.startswith("version_")
+
+        here = {k: v for k, v in self.layout.attrs.items() if compared(k)}
+        there = {k: v for k, v in attrs.items() if compared(k)
+                 and (k in here or k not in (PLAN_ATTR, RECORD_ATTR))}
         grid_here = {name: np.asarray(values).tolist()
                      for name, (_, values) in self.layout.coords.items()}
         grid_there = {name: values for name in [*str(attrs.get("scanned", "")).split(", "),
                                                 *grid_here]
                       if name and (values := stored(name)) is not None}
-        return plan_differences({"parameters": there, "grid": grid_there},
-                                {"parameters": here, "grid": grid_here})
+        keep_there = [f for f in FIELDS if (self.path / f / "zarr.json").is_file()]
+        return plan_differences(
+            {"parameters": there, "grid": grid_there, "keep": kept(keep_there)},
+            {"parameters": here, "grid": grid_here, "keep": kept(self.layout.fields)})
 
     def _remove_partial_writes(self) -> None:
         """Temporary files of chunk writes cut short by a killed process: zarr's local store

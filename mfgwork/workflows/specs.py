@@ -92,8 +92,10 @@ def read_spec(source: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
 
     A string is a file path when it is one line and names something that exists, ends in
     ``.yaml``, ``.yml`` or ``.json``, or has no ``:`` (YAML text of a mapping always has
-    one): so ``missing_grid`` is a file that does not exist, not the text of a spec. The
-    file must be a readable regular file (see :func:`mfgwork.core.storage.read_bytes`)."""
+    one) and does not start with ``{``: so ``missing_grid`` is a file that does not exist,
+    not the text of a spec, and ``{}`` is an empty spec. A text that no file can be named
+    by (too long, say) is YAML text. The file must be a readable regular file (see
+    :func:`mfgwork.core.storage.read_bytes`)."""
     if isinstance(source, Mapping):
         return dict(source)
     if not isinstance(source, str | os.PathLike):
@@ -104,9 +106,7 @@ def read_spec(source: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
 
     text, where = str(source), "grid spec"
     path = Path(source)
-    if isinstance(source, os.PathLike) or ("\n" not in text and (
-            path.exists() or path.is_symlink() or ":" not in text
-            or path.suffix.lower() in (".yaml", ".yml", ".json"))):
+    if isinstance(source, os.PathLike) or ("\n" not in text and _names_file(path, text)):
         text, where = _read_file(path), f"grid spec {str(path)!r}"
     try:
         raw = load_yaml(text)
@@ -114,15 +114,35 @@ def read_spec(source: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
         raise SpecError(f"{where} is not valid YAML/JSON: {exc}") from None
     except RecursionError:
         raise SpecError(f"{where} is not valid YAML/JSON here (nested too deeply)") from None
-    if not isinstance(raw, dict) or not raw:
+    if raw == {}:
+        raise SpecError(f"{where} is an empty mapping: give at least one parameter with its "
+                        "values, e.g. {threshold: [0.4, 0.6]}")
+    if not isinstance(raw, dict):
         raise SpecError(f"{where} must be a non-empty mapping of parameter names to values, "
                         f"got {type(raw).__name__}: {raw!r:.80}")
     return raw
 
 
+def _names_file(path: Path, text: str) -> bool:
+    """Whether the one-line string ``text`` (``path``) is read as a file name rather than
+    as YAML text (see :func:`read_spec`)."""
+    if _exists(path) or path.suffix.lower() in (".yaml", ".yml", ".json"):
+        return True
+    return ":" not in text and not text.lstrip().startswith("{")
+
+
+def _exists(path: Path) -> bool:
+    """Whether something (a link included) is at ``path``; False where the name cannot be
+    one of a file (an OSError such as a name too long, or a NUL byte)."""
+    try:
+        return path.exists() or path.is_symlink()
+    except (OSError, ValueError):
+        return False
+
+
 def _read_file(path: Path) -> str:
     """The text of a spec file; a SpecError saying why it cannot be read."""
-    if not (path.exists() or path.is_symlink()):
+    if not _exists(path):
         raise SpecError(f"grid spec file {str(path)!r} does not exist (a spec given as text "
                         "is a YAML mapping, with a ':')")
     try:
@@ -204,8 +224,10 @@ def parse_spec(source: str | os.PathLike | Mapping[str, Any],
         if not isinstance(name, str):
             raise SpecError(f"parameter name {name!r} must be a string")
         if name in reserved:
-            raise SpecError(f"parameter {name!r} is set by the sweep for each run; "
-                            f"remove it from the spec")
+            where = "the fixed parameters (-p)" if name in fixed else "the spec"
+            raise SpecError(f"parameter {name!r} is set by the sweep for each run (its run "
+                            f"folder under the sweep folder, given as out_dir: -o OUT on the "
+                            f"command line); remove it from {where}")
     if declared is not None:
         unknown = [n for n, _ in items if n not in declared]
         if unknown:

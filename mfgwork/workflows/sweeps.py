@@ -309,9 +309,11 @@ def _local_pool(workers: int) -> Iterator[tuple[Callable[[dict], Future], Callab
 
 
 #: The worker's start: this very mfgwork (its folder put first on the path where the path
-#: lacks it; the environment, which its kernels inherit, is left alone).
-_WORKER = ("import sys; root = sys.argv[2]; root in sys.path or sys.path.insert(0, root); "
-           "from mfgwork.workflows.sweep_worker import main; sys.exit(main())")
+#: lacks it; the environment, which its kernels inherit, is left alone). A Ctrl-C at the
+#: terminal (its process group) ends it with status 130 and no traceback: the sweep says it.
+_WORKER = ("import sys; root = sys.argv[2]; root in sys.path or sys.path.insert(0, root)\n"
+           "from mfgwork.workflows.sweep_worker import main\n"
+           "try:\n    sys.exit(main())\nexcept KeyboardInterrupt:\n    sys.exit(130)")
 
 
 def _start_worker() -> subprocess.Popen:
@@ -341,7 +343,7 @@ def _ask(worker: subprocess.Popen, task: dict) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _dask_pool(workers: int, scheduler: str | None
+def _dask_pool(workers: int, scheduler: Any
                ) -> Iterator[tuple[Callable[[dict], Any], Callable]]:
     with dask_client(workers, scheduler) as (client, as_completed):
         yield (lambda task: client.submit(execute_run, task, key=f"mfgwork-{task['name']}",
@@ -371,7 +373,8 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
     be new, empty or a sweep folder (see :func:`mfgwork.core.storage.check_target`); and,
     for an existing sweep folder, that the notebook, spec and fixed parameters are those of
     its plan, unless ``replan=True``: then this spec's runs are planned and executed, and the
-    earlier runs stay listed.
+    earlier runs stay listed. ``dask=True`` with a ``scheduler`` is refused, and the
+    ``scheduler`` is reached before anything is written.
     """
     from .runs import notebook_parameters
 
@@ -385,6 +388,10 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
     max_runs = check_int("max_runs", max_runs, low=1)
     _check_options(notebook, scheduler, kernel_name, dask=dask, retry_failed=retry_failed,
                    progress=progress, replan=replan)
+    if dask and scheduler is not None:
+        raise ParameterError(f"dask=True (--dask: a LocalCluster started for this sweep) and "
+                             f"scheduler={scheduler!r} (--scheduler: a running cluster) are "
+                             "refused together: give only one")
     if scheduler is None:   # (a running cluster's workers have their own kernels)
         from .runs import check_kernel
 
@@ -407,8 +414,40 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
     plan = {"notebook": str(notebook), "spec": dict(raw), "fixed": dict(parameters or {})}
     _check_files(folder)
     earlier = _check_replan(folder, plan, replan)
-    for sub in PARTS:
-        (folder / sub).mkdir(parents=True, exist_ok=True)
+    with reached_scheduler(scheduler) as client:   # (an unreachable scheduler: nothing written)
+        for sub in PARTS:
+            (folder / sub).mkdir(parents=True, exist_ok=True)
+        with _sweep_lock(folder):
+            storage.write_marker(folder, "sweep")
+            _clean_stale(folder)
+            _write_plan(folder, plan, spec.varying, runs, earlier)
+            index = load_sweep(folder)
+            status = {row["run"]: row["status"] for row in index}
+            tasks = [{"folder": str(folder), "name": r.name, "notebook": str(notebook),
+                      "parameters": r.parameters, "kernel_name": kernel_name}
+                     for r in runs if status[r.name] == "pending"
+                     or (retry_failed and status[r.name] == "failed")]
+            index.write_csv()
+            _execute(index, tasks, workers, client, dask, progress)
+            index.write_csv()
+    return index
+
+
+@contextlib.contextmanager
+def reached_scheduler(scheduler: str | None) -> Iterator[Any]:
+    """The client of the cluster at ``scheduler`` (None without one), connected before a
+    sweep (or a scan of the command line) writes anything; closed on exit. An unreachable
+    address raises :class:`~mfgwork.ParameterError`."""
+    if scheduler is None:
+        yield None
+        return
+    with dask_client(1, scheduler) as (client, _):
+        yield client
+
+
+@contextlib.contextmanager
+def _sweep_lock(folder: Path) -> Iterator[None]:
+    """Hold the sweep folder's lock; refuse a folder in use by another sweep."""
     from filelock import FileLock, Timeout
 
     try:
@@ -416,19 +455,7 @@ def sweep(notebook: str | os.PathLike, grid: str | os.PathLike | Mapping[str, An
     except Timeout:
         raise ParameterError(f"out_dir={str(folder)!r} is in use by another sweep") from None
     with lock:
-        storage.write_marker(folder, "sweep")
-        _clean_stale(folder)
-        _write_plan(folder, plan, spec.varying, runs, earlier)
-        index = load_sweep(folder)
-        status = {row["run"]: row["status"] for row in index}
-        tasks = [{"folder": str(folder), "name": r.name, "notebook": str(notebook),
-                  "parameters": r.parameters, "kernel_name": kernel_name}
-                 for r in runs if status[r.name] == "pending"
-                 or (retry_failed and status[r.name] == "failed")]
-        index.write_csv()
-        _execute(index, tasks, workers, scheduler, dask, progress)
-        index.write_csv()
-    return index
+        yield
 
 
 def _check_parts(folder: Path) -> None:
@@ -546,7 +573,7 @@ def _temporaries(folder: Path) -> list[tuple[str, list[int]]]:
         return [o for e in entries if (o := storage.temporary_owner(e.name)) is not None]
 
 
-def _execute(index: SweepIndex, tasks: list[dict], workers: int, scheduler: str | None,
+def _execute(index: SweepIndex, tasks: list[dict], workers: int, scheduler: Any,
              dask: bool, progress: bool) -> None:
     if not tasks:
         return
@@ -558,7 +585,7 @@ def _execute(index: SweepIndex, tasks: list[dict], workers: int, scheduler: str 
                        desc="sweep", unit="run", disable=not progress)
     bar.set_postfix(counts)
     n = min(workers, len(tasks))
-    pool = _dask_pool(n, scheduler) if dask or scheduler else _local_pool(n)
+    pool = _dask_pool(n, scheduler) if dask or scheduler is not None else _local_pool(n)
     try:
         with pool as (submit, as_completed), ticking(bar):
             futures = {submit(t): t for t in tasks}
@@ -590,5 +617,6 @@ def _worker_error(future: Any) -> str | None:
 def describe(index: SweepIndex) -> str:
     """One line: counts per status and where the index is."""
     c = index.counts()
-    return (f"{len(index)} runs: {c['done']} done, {c['failed']} failed, {c['pending']} pending; "
+    n_runs = f"{len(index)} run{'' if len(index) == 1 else 's'}"
+    return (f"{n_runs}: {c['done']} done, {c['failed']} failed, {c['pending']} pending; "
             f"index: {index.folder / 'index.csv'}")
