@@ -218,9 +218,12 @@ def test_workers_without_a_cluster_to_size_are_refused(tmp_path, where):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_gpus_and_a_scheduler_address_together_are_refused(tmp_path):
+def test_a_cluster_to_start_and_a_scheduler_address_together_are_refused(tmp_path):
     with pytest.raises(mw.ParameterError, match=r"dask='gpus'.*scheduler='tcp://h:1'.*only one"):
         mw.scan(mw.SantaFeBar, GRID, dask="gpus", scheduler="tcp://h:1", progress=False)
+    with pytest.raises(mw.ParameterError, match=r"dask=True starts a LocalCluster.*"
+                       r"scheduler='tcp://h:1'.*only one"):
+        mw.scan(mw.SantaFeBar, GRID, dask=True, scheduler="tcp://h:1", progress=False)
     with pytest.raises(mw.ParameterError,
                        match=r"dask='cpus' \(str\) is invalid: must be True .*'gpus'"):
         mw.scan(mw.SantaFeBar, GRID, dask="cpus", progress=False)

@@ -464,9 +464,11 @@ def _check_options(store: Any, device: Any, scheduler: Any, dask: Any, workers: 
         raise ParameterError(f"dask={dask!r:.80} ({type(dask).__name__}) is invalid: must be "
                              "True (CPU workers), False, 'gpus' (a worker per GPU) or a "
                              "distributed.Client")
-    if dask == "gpus" and scheduler is not None:
-        raise ParameterError(f"dask='gpus' starts a cluster of this host's GPUs, and "
-                             f"scheduler={scheduler!r} names a running one: give only one")
+    if dask is not False and scheduler is not None:
+        started = ("a cluster of this host's GPUs" if dask == "gpus"
+                   else "a LocalCluster of CPU workers")
+        raise ParameterError(f"dask={dask!r} starts {started}, and scheduler="
+                             f"{scheduler!r:.80} names a running one: give only one")
     check_flag("progress", progress)
     workers = None if workers is None else check_int("workers", workers, low=1)
     if workers is not None and (dask is False or scheduler is not None):
