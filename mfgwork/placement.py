@@ -90,9 +90,38 @@ def crossover_table(path: str | Path | None = None) -> dict[str, Any]:
     from .core import storage
 
     table = storage.read_json(path)
-    if not isinstance(table, dict):
-        raise LoadError(Path(path), "must hold a JSON object (a crossover table)")
+    problem = table_problem(table)
+    if problem is not None:
+        raise LoadError(Path(path), f"must hold a crossover table: {problem}")
     return table
+
+
+def table_problem(table: Any) -> str | None:
+    """What keeps ``table`` from being a crossover table, in words (None: nothing): a dict
+    whose ``accelerators`` (a dict by kind) hold dicts with an optional ``machine`` (a dict)
+    and series ``fdm_batch``/``particles`` (dicts: ``crossover`` an int or null, ``sizes`` a
+    list of ints), and whose ``cases`` is a dict of dicts."""
+    if not isinstance(table, dict):
+        return f"it is a {type(table).__name__}, not a dict (a JSON object)"
+    for key in ("accelerators", "cases"):
+        part = table.get(key, {})
+        if not isinstance(part, dict) or not all(isinstance(v, dict) for v in part.values()):
+            return f"its {key!r} must be a dict of dicts"
+    for kind, entry in table.get("accelerators", {}).items():
+        if not isinstance(entry.get("machine", {}), dict):
+            return f"accelerators[{kind!r}]['machine'] must be a dict"
+        for name in ("fdm_batch", "particles"):
+            series = entry.get(name, {})
+            if not isinstance(series, dict):
+                return f"accelerators[{kind!r}][{name!r}] must be a dict"
+            crossover, sizes = series.get("crossover"), series.get("sizes", [])
+            if crossover is not None and (isinstance(crossover, bool)
+                                          or not isinstance(crossover, int)):
+                return f"accelerators[{kind!r}][{name!r}]['crossover'] must be an int or null"
+            if not isinstance(sizes, list) or not all(
+                    isinstance(n, int) and not isinstance(n, bool) for n in sizes):
+                return f"accelerators[{kind!r}][{name!r}]['sizes'] must be a list of ints"
+    return None
 
 
 def placement(problems: MFGProblem | Sequence[MFGProblem], method: str = "fdm", *,
@@ -112,7 +141,11 @@ def placement(problems: MFGProblem | Sequence[MFGProblem], method: str = "fdm", 
     size, method = _check(problems, method, n_particles, nx, nt, backend)
     if batch_size is not None and method == "fdm":
         size = check_int("batch_size", batch_size, low=1)
-    table = crossover_table() if table is None else table
+    if table is None:
+        table = crossover_table()
+    elif (problem := table_problem(table)) is not None:
+        raise ParameterError(f"table={table!r:.60} is invalid: must be a crossover table "
+                             f"(see mw.crossover_table()): {problem}")
     kind = next((d for d in ACCELERATORS if d in _torch_devices()), None)
     cpu_backend = backend or "numpy"
     if kind is None:

@@ -4,6 +4,7 @@ and device="auto" in solve / solve_batch."""
 from __future__ import annotations
 
 import copy
+import json
 import warnings
 
 import pytest
@@ -161,3 +162,24 @@ def test_auto_batch_on_the_cpu_runs_the_compiled_numpy_loops(mock_accelerators, 
         assert "compiled NumPy loops" in placed["reason"]
     explicit = mw.solve_batch(_batch(2), backend="torch", device="cpu", **GRID)
     assert explicit[0].backend == "torch" and "placement" not in explicit[0].params
+
+
+@pytest.mark.parametrize("table, problem", [
+    ("x", "it is a str"), ({"accelerators": "x"}, "'accelerators' must be a dict of dicts"),
+    ({"cases": {"fdm_batch": 3}}, "'cases' must be a dict of dicts"),
+    ({"accelerators": {"cuda": {"machine": "h200"}}}, r"\['machine'\] must be a dict"),
+    ({"accelerators": {"cuda": {"fdm_batch": {"crossover": "64"}}}},
+     r"\['crossover'\] must be an int or null"),
+    ({"accelerators": {"cuda": {"particles": {"sizes": [1, 2.5]}}}},
+     r"\['sizes'\] must be a list of ints"),
+])
+def test_a_table_that_is_no_crossover_table_is_refused_here_too(table, problem, tmp_path):
+    """Refused whether or not an accelerator is present (where one is, its lookups would
+    fail inside the rule): as an argument, and as the file crossover_table reads."""
+    with pytest.raises(mw.ParameterError, match=f"table=.* is invalid: must be a crossover "
+                       f"table .*{problem}"):
+        mw.placement(mw.SantaFeBar(), table=table)
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(table))
+    with pytest.raises(mw.LoadError, match=problem):
+        mw.crossover_table(path)
