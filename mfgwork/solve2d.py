@@ -111,6 +111,12 @@ def _checked_sizes(problems: list[Any], nx: Any, ny: Any, nt: Any, tol: Any, max
     return nx, ny, nt, tol, max_iter
 
 
+def _one_grid(problems: list[MFGProblem2D]) -> bool:
+    """Whether ``problems`` share the extents and the horizon T that a batch's one stencil
+    takes from its first grid (steps hx, hy and Δt; each keeps its own obstacles and exits)."""
+    return len({(p.x_min, p.x_max, p.y_min, p.y_max, p.T) for p in problems}) == 1
+
+
 class _FiniteDifferences2D(Discretization):
     """The stages :class:`FDM2D` and :class:`FDM2DBatch` share; their fields are the problem
     (the problems) and the options of :func:`mfgwork.solve_2d`."""
@@ -183,12 +189,13 @@ class _FiniteDifferences2D(Discretization):
     def start(self, where: Where, started: float) -> Any:
         """The scales of every problem's grid checked (after the memory: it builds the grid)
         and the unresolved features warned of; then the set-up on the backend, or, for a
-        batch with a NumPy solver, its members to solve one after the other."""
+        batch with a NumPy solver or of members with different extents or horizons
+        (:func:`_one_grid`), its members to solve one after the other."""
         be, solving = where.backend, self.on(where.backend)
         for p in self.members:
             p.grid(self.nx, self.ny, self.nt).check_scales(p.sigma, be.dtype)
         warn_unresolved(self.members, self.members[0].grid(self.nx, self.ny, self.nt))
-        if self.batched and solving.solver != "krylov":
+        if self.batched and (solving.solver != "krylov" or not _one_grid(self.members)):
             return [FDM2D(p, nx=self.nx, ny=self.ny, nt=self.nt, backend=be, device=be.device,
                           dtype=be.dtype, tol=self.tol, max_iter=self.max_iter,
                           solver=solving.solver, iteration=solving.iteration,
@@ -324,8 +331,9 @@ class FDM2D(_FiniteDifferences2D):
 class FDM2DBatch(_FiniteDifferences2D):
     """Solve problems of one grid size (their own doors, obstacles, σ and coupling
     parameters; one Hamiltonian) as one batch along a leading axis with the "krylov" solver
-    (every member with its own mixing and certificate), or one after the other with "ilu"
-    and "direct" (``mw.solve`` of a list of :class:`~mfgwork.MFGProblem2D`;
+    (every member with its own mixing and certificate) where they share the extents and T,
+    else one after the other, as with "ilu" and "direct" (``mw.solve`` of a list of
+    :class:`~mfgwork.MFGProblem2D`;
     ``mw.solve_2d_batch`` is its name; options as :class:`FDM2D`)."""
 
     batched: ClassVar[bool] = True

@@ -152,6 +152,19 @@ def test_batch_on_torch_matches_single_solves():
             one.door_outflow)
 
 
+@pytest.mark.parametrize("other", [{"T": 2.0}, {"length": 1.5}])
+def test_a_krylov_batch_of_other_horizons_or_extents_is_each_member_s_own_solve(other):
+    """One stencil serves a batch, with the first grid's steps: members of another T or
+    extent are solved one after the other (it used to call the second room converged at
+    the first room's residual, its own check() 0.999)."""
+    rooms = [mw.Room(), mw.Room(**other)]
+    batch = mw.solve(rooms, **TINY, solver="krylov", progress=False)
+    for room, res in zip(rooms, batch, strict=True):
+        one = mw.solve(room, **TINY, solver="krylov", progress=False)
+        assert res.converged and res.check(room) <= res.params["tol"]
+        assert np.max(np.abs(np.asarray(res.M) - np.asarray(one.M))) <= 1e-12
+
+
 def test_a_batch_of_rooms_computes_its_coupling_on_the_whole_batch_as_each_room_would():
     from mfgwork.problems.base import BatchCoupling, batch_coupling
     from mfgwork.problems.two_d import StackedDensityCoupling2D
@@ -277,3 +290,27 @@ def test_a_float32_tol_below_newtons_test_is_raised_and_every_certificate_holds(
         assert r.converged
         # one best response in float64 (SuperLU) certifies the float32 result
         assert r.check() <= r.params["tol"]
+
+
+def test_a_diverged_density_is_the_solver_s_failure_not_the_running_cost_s():
+    """f(t, x, y, m) returns NaN where the solver handed it a NaN density: a SolverError that
+    says so, not a ParameterError blaming f; a NaN that f makes of a finite m is f's."""
+    from mfgwork.core.backend import get_backend
+    from mfgwork.problems.base import _evaluate
+    from mfgwork.problems.two_d import evaluate
+
+    be = get_backend("numpy")
+    room = mw.Room()
+    grid = room.grid(11, 11, 5)
+    X, Y = room.coords(grid, be)
+    m = np.ones(grid.shape)
+    m[3, 4] = np.nan
+    with pytest.raises(mw.SolverError, match="diverged.*1 of 121 nodes.*no fault of f"):
+        evaluate("f", lambda t, x, y, m: 2 * m, grid, be, 0.5, X, Y, m, at=" at t=0.5")
+    with pytest.raises(mw.ParameterError, match="f returned non-finite values"):
+        evaluate("f", lambda t, x, y, m: np.log(m - 2), grid, be, 0.5, X, Y, np.ones(grid.shape))
+    line = mw.SantaFeBar().grid(21, 4)
+    m1 = np.ones(21)
+    m1[5] = np.inf
+    with pytest.raises(mw.SolverError, match="diverged.*no fault of f"):
+        _evaluate("f", lambda t, x, m: m * 0 + m, line, be, 0.5, line.x, m1)

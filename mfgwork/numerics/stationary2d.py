@@ -163,11 +163,13 @@ class ErgodicSystem2D:
         ``budget`` of them (each a best response), four restarts of 50 at most."""
         shape, R = z.shape, (gz - z).reshape(-1)
         size = max(1.0, float(np.max(np.abs(z))))
+        spent = [0]
 
         def apply(p: np.ndarray) -> np.ndarray:
             norm = float(np.linalg.norm(p))
-            if norm == 0.0:
-                return p
+            if norm == 0.0 or spent[0] >= budget:   # (GMRES's closing residual check of
+                return p                             # its last cycle: past the budget)
+            spent[0] += 1
             h = STEP * size / norm
             moved = self.respond(z + h * p.reshape(shape), v, lam)[3]
             return p - ((moved - gz) / h).reshape(-1)

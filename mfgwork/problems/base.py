@@ -211,7 +211,24 @@ def _evaluate(name: str, fn: ArrayFn, grid: Grid, backend: Backend, *args: Any,
         out = fn(*args)
     except Exception as exc:
         raise ParameterError(f"{name} raised {type(exc).__name__}{at}: {exc}") from exc
-    return _checked(name, out, grid, backend, at)
+    try:
+        return _checked(name, out, grid, backend, at)
+    except ParameterError:
+        refuse_diverged(name, args, at)
+        raise
+
+
+def refuse_diverged(name: str, args: tuple, at: str = "") -> None:
+    """Raise a :class:`SolverError` where an array among ``args`` (the density a solver hands
+    the running cost ``name``) holds NaN or inf: the iteration diverged, and the values
+    ``name`` returned are not its fault."""
+    for a in args:
+        host = np.asarray(to_numpy(a))
+        if host.dtype.kind == "f" and host.ndim and not np.isfinite(host).all():
+            raise SolverError(f"the iteration diverged at these parameters: the density it "
+                              f"handed to {name}{at} holds NaN or inf at "
+                              f"{int((~np.isfinite(host)).sum())} of {host.size} nodes (no "
+                              f"fault of {name}; more noise, sigma, makes the problem milder)")
 
 
 def _checked(name: str, out: Any, grid: Grid, backend: Backend, at: str = "") -> Any:

@@ -26,7 +26,7 @@ import numpy as np
 from ..core.backend import Backend, to_numpy
 from ..core.errors import ParameterError, check_real
 from ..core.grid2d import Exit, Grid2D, Obstacle
-from .base import BatchCoupling, Coupling
+from .base import BatchCoupling, Coupling, refuse_diverged
 from .hamiltonians import Hamiltonian, Quadratic
 
 ArrayFn = Callable[..., Any]
@@ -215,6 +215,7 @@ def evaluate(name: str, fn: ArrayFn, grid: Grid2D, backend: Backend, *args: Any,
         raise ParameterError(f"{name} returned shape {host.shape}{at}: must return an array "
                              f"shaped like X, {grid.shape} (ny, nx)")
     if not np.isfinite(host).all():
+        refuse_diverged(name, args, at)
         raise ParameterError(f"{name} returned non-finite values (NaN or inf){at} at "
                              f"{int((~np.isfinite(host)).sum())} nodes")
     return backend.asarray(host)
