@@ -133,9 +133,13 @@ def finish_in_float64(results: list[Result], problems: Sequence[MFGProblem], be:
             record = {"dtype": "float64", "start": start, "iterations": res.iterations,
                       "residual": residual, "float32_residual": before.residual,
                       "held": residual <= tol}
-            if residual <= tol:
+            if residual <= tol:   # (the float32 iterate's certificate, kept, is superseded)
+                extra = before.extra | {"finished": record}
+                if "certificate" in extra:
+                    extra["certificate"] = dict(extra["certificate"]) | {
+                        "superseded": "by the float64 finish, extra['finished']"}
                 out[b] = replace(res, params=before.params, residual=residual, converged=True,
-                                 status="converged", extra=before.extra | {"finished": record},
+                                 status="converged", extra=extra,
                                  iterations=before.iterations + res.iterations,
                                  timings=timings)
             else:

@@ -67,7 +67,8 @@ def test_a_float32_claim_that_fails_in_float64_is_finished_in_float64(monkeypatc
     assert finished
     for p, res in finished:
         assert "did not hold in float64" in res.extra["certificate"]["message"]
-        assert res.extra["certificate"]["residual"] > TOL
+        assert res.extra["certificate"]["residual"] > TOL   # (the float32 iterate's, kept
+        assert "float64 finish" in res.extra["certificate"]["superseded"]   # and superseded)
         record = res.extra["finished"]
         assert record["dtype"] == "float64" and record["held"] and record["iterations"] >= 1
         assert res.converged and res.status == "converged" and res.dtype == "float32"
