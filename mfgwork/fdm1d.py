@@ -608,11 +608,11 @@ def _compile_first(hjb: HJBSolver, be: Backend, compiled: dict[str, float],
     return first
 
 
-def _plateau(problem: Any, **options: Any) -> Result:
-    """A finite horizon of :data:`~mfgwork.long_run.PLATEAU_T` of ``problem`` (a planner's
-    bar: the same bar over that T), whose middle level starts its long run."""
-    longer = over_horizon(problem, PLATEAU_T)
-    return run(FDM1D(longer, nt=int(PLATEAU_STEPS * PLATEAU_T), progress=False, **options))[0]
+def _plateau(problem: Any, T: float = PLATEAU_T, **options: Any) -> Result:
+    """A finite horizon ``T`` (default :data:`~mfgwork.long_run.PLATEAU_T`) of ``problem``
+    (a planner's bar: the same bar over that T), whose middle level starts its long run."""
+    longer = over_horizon(problem, T)
+    return run(FDM1D(longer, nt=int(PLATEAU_STEPS * T), progress=False, **options))[0]
 
 
 def _newton_fallback(coupling: Any, scheme: IterationScheme, method: str, grid: Any,

@@ -17,6 +17,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,11 @@ from .results import Result
 PLATEAU_T = 20.0
 #: Time steps of that horizon per unit of time.
 PLATEAU_STEPS = 5
+#: The horizons whose middle levels start an equilibrium's long run again, in turn, where
+#: Newton from the start before has not converged: T = 20 starts the 81 bars of
+#: :data:`PLATEAU_T`, and T = 200 bars that mix slowly (threshold 0.95 at σ = 0.15: from
+#: the middle of T = 20 or 60 Newton creeps, from that of T = 200 it converges in 5 steps).
+LATER_HORIZONS = (PLATEAU_T, 200.0)
 #: Dense (2 nx + 1)² float64 arrays held at once by a Newton step (the Jacobian, its
 #: factorisation, the best response's system), with margin.
 DENSE_COPIES = 4
@@ -104,18 +110,18 @@ class Ergodic1D(Discretization):
         if self.plateau is None or over_horizon(problem, PLATEAU_T) is None:
             return where, started, ErgodicNewton(self.tol), "the initial density"
         if getattr(problem, "objective", "equilibrium") != "equilibrium":
-            return (where, started, ErgodicNewton(self.tol, self._middle()),
+            return (where, started, ErgodicNewton(self.tol, self._middle(PLATEAU_T)),
                     f"the middle of a finite horizon T={PLATEAU_T:g}")
-        return where, started, ErgodicNewton(self.tol, restart=self._middle), \
-            "the initial density"
+        later = tuple(partial(self._middle, T) for T in LATER_HORIZONS)
+        return where, started, ErgodicNewton(self.tol, later=later), "the initial density"
 
-    def _middle(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """(v, m) of the middle level of :data:`PLATEAU_T`'s finite horizon (a start need not
-        be converged: its warning is not shown), None where that solve fails."""
+    def _middle(self, T: float) -> tuple[np.ndarray, np.ndarray] | None:
+        """(v, m) of the middle level of a finite horizon ``T`` (a start need not be
+        converged: its warning is not shown), None where that solve fails."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             try:
-                finite = self.plateau(self.problem)
+                finite = self.plateau(self.problem, T=T)
             except SolverError:
                 return None
         middle = np.shape(finite.M)[0] // 2
@@ -125,9 +131,8 @@ class Ergodic1D(Discretization):
         where, started, newton, started_from = state
         out = solve_equilibrium(newton, ErgodicSystem(self.problem, self.nx, where.backend),
                                 max_iter=self.max_iter)
-        if out.restarted_after is not None:
-            started_from = (f"the middle of a finite horizon T={PLATEAU_T:g}, after "
-                            f"{out.restarted_after} Newton steps from the initial density")
+        if out.restarts:
+            started_from = _later_start(out.restarts)
         return out, where, started, started_from
 
     def results(self, outcome: tuple[Any, ...]) -> list[Result]:
@@ -151,6 +156,19 @@ class Ergodic1D(Discretization):
                        device=be.device, dtype=be.dtype, observables=observables,
                        summary=summary, state_name=problem.state_name,
                        residual=out.residual)]
+
+
+def _later_start(restarts: Sequence[tuple[int, int]]) -> str:
+    """Where Newton's last start came from, and the steps before it from each earlier one,
+    in words (``params["iteration"]["start"]``), from ``(step, index into LATER_HORIZONS)``."""
+    names = ("the initial density",
+             *(f"the middle of a finite horizon T={T:g}" for T in LATER_HORIZONS))
+    at = [k for k, _ in restarts]
+    steps = [k - before for k, before in zip(at, [0, *at[:-1]], strict=True)]
+    froms = [names[0], *(names[i + 1] for _, i in restarts[:-1])]
+    taken = [f"{steps[0]} Newton steps from {froms[0]}",
+             *(f"{n} from {f}" for n, f in zip(steps[1:], froms[1:], strict=True))]
+    return f"{names[restarts[-1][1] + 1]}, after {' and '.join(taken)}"
 
 
 def over_horizon(problem: MFGProblem, T: float) -> MFGProblem | None:

@@ -153,6 +153,24 @@ def test_where_newton_from_the_initial_density_creeps_it_starts_again_later(kw):
     assert gaps[1] < 2e-5 and gaps[1] <= gaps[0]
 
 
+def test_a_bar_that_mixes_slowly_starts_again_from_a_longer_horizon():
+    """Threshold 0.95 at σ = 0.15: from the initial density and from the middle of T = 20
+    Newton creeps; from the middle of T = 200 it converges (it ended at max_iter, residual
+    1.5e-2). Finite horizons T = 200 and 400 come closer to it as T grows."""
+    bar = mw.SantaFeBar(threshold=0.95, sigma=0.15)
+    res = mw.solve(bar, nx=31, stationary=True)
+    assert res.converged and res.check() <= 1e-8
+    assert res.params["iteration"]["start"] == (
+        "the middle of a finite horizon T=200, after 16 Newton steps from the initial density "
+        "and 16 from the middle of a finite horizon T=20")
+    gaps = []
+    for T in (200.0, 400.0):
+        n = int(5 * T)
+        finite = mw.solve(bar.with_horizon(T), nx=31, nt=n, progress=False)
+        gaps.append(abs(float(finite.attendance[n // 2]) - res.summary["mean_attendance"]))
+    assert gaps[1] < 1e-5 and gaps[1] < gaps[0] / 2
+
+
 def test_only_a_problem_whose_horizon_can_change_starts_again():
     """The later start is a finite horizon of the same problem: Santa Fe's and a plain
     mw.MFGProblem's are made, a subclass with a constructor of its own keeps to the initial

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,9 +45,9 @@ from .fdm.operators import hamiltonian_terms, tangent_weights
 MU_STEP = 1e-6
 #: Halvings of a line search before the iteration gives up.
 MAX_HALVINGS = 30
-#: Newton steps from the initial density after which a solve with a later start (the middle
-#: of a finite horizon) takes it: from the initial density Newton converges in 5–14 steps where
-#: it converges (Santa Fe, σ 0.2–1, thresholds 0.3–0.9, ε 0.02–0.2, payoffs 10–1000, nx 51),
+#: Newton steps from a start after which a solve with a later start (the middle of a finite
+#: horizon) takes it: from the initial density Newton converges in 5–14 steps where it
+#: converges (Santa Fe, σ 0.2–1, thresholds 0.3–0.9, ε 0.02–0.2, payoffs 10–1000, nx 51),
 #: and elsewhere it creeps along steps of 10⁻³–10⁻⁵ (59 of those 81 bars).
 RESTART_AFTER = 16
 
@@ -65,8 +65,8 @@ class Stationary:
     converged: bool
     iterations: int
     history: dict[str, list[float]]
-    #: Newton steps taken before the later start was (None: it was not)
-    restarted_after: int | None = None
+    #: (step, which) of each later start taken: the Newton steps before it, its index
+    restarts: tuple[tuple[int, int], ...] = ()
 
 
 class ErgodicSystem:
@@ -219,8 +219,8 @@ class ErgodicSystem:
 class ErgodicState:
     """Newton's method on the ergodic system between steps: the iterate (v, μ, λ), the
     best certified one (``best``: its residual, v, μ, λ), the steps taken (``k``) and their
-    history (certified residual, residual of the system, seconds), and the step after which
-    the later start was taken (``restarted_after``, None until it is)."""
+    history (certified residual, residual of the system, seconds), the later starts tried
+    (``tried``; the last at step ``last_start``) and those taken (``restarts``: step, index)."""
 
     system: ErgodicSystem
     tol: float
@@ -231,8 +231,9 @@ class ErgodicState:
     best: tuple[float, Any, Any, float]
     history: dict[str, list[float]]
     k: int = 0
-    restarted_after: int | None = None
-    restart_tried: bool = False
+    tried: int = 0
+    last_start: int = 0
+    restarts: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def evaluations(self) -> int:
@@ -246,14 +247,15 @@ class ErgodicNewton:
     (:mod:`.equilibrium`): from λ = 0 and ``start`` = (v, m) (host arrays, e.g. a level in
     the middle of a long finite horizon; default v = 0 and the initial density) until the
     certificate is ≤ ``tol`` or ``max_iter`` Newton steps; a
-    :class:`~mfgwork.ConvergenceWarning` where it is not reached. ``restart`` (a callable
-    returning such a start, or None) is taken, λ = 0 again, after :data:`RESTART_AFTER` steps
-    from the initial density that did not converge; the best certified iterate of both is
+    :class:`~mfgwork.ConvergenceWarning` where it is not reached. ``later`` (callables each
+    returning such a start, or None) are taken in turn, λ = 0 again, each after
+    :data:`RESTART_AFTER` steps from the start before that did not converge (at once where
+    a step meets a singular system or overflows); the best certified iterate of all is
     returned."""
 
     tol: float
     start: tuple[Any, Any] | None = None
-    restart: Callable[[], tuple[Any, Any]] | None = None
+    later: tuple[Callable[[], tuple[Any, Any] | None], ...] = ()
 
     def init(self, system: ErgodicSystem, max_iter: int) -> ErgodicState:
         v, mu = _starting(system, self.start)
@@ -265,10 +267,9 @@ class ErgodicNewton:
         later start where it is due, or at once where a step from the initial density meets a
         singular system or overflows)."""
         started, system = time.perf_counter(), s.system
-        restarts = self.restart is not None and not s.restart_tried
-        if restarts and s.k >= RESTART_AFTER:
+        if s.tried < len(self.later) and s.k - s.last_start >= RESTART_AFTER:
             self._restart(s)
-            restarts = False
+        restarts = s.tried < len(self.later)
         try:
             with np.errstate(over="ignore", invalid="ignore"):   # (a certificate is finite, or
                 R = system.residual(s.v, s.mu, s.lam)            # never the best; see below)
@@ -291,11 +292,12 @@ class ErgodicNewton:
         return s
 
     def _restart(self, s: ErgodicState) -> None:
-        """Take the later start, once (it stays where it is if none could be made)."""
-        s.restart_tried = True
-        later = self.restart()
+        """Take the next later start (the iterate stays where it is if none could be made)."""
+        later = self.later[s.tried]()
+        s.tried, s.last_start = s.tried + 1, s.k
         if later is not None:
-            (s.v, s.mu), s.lam, s.restarted_after = _starting(s.system, later), 0.0, s.k
+            (s.v, s.mu), s.lam = _starting(s.system, later), 0.0
+            s.restarts.append((s.k, s.tried - 1))
 
     def done(self, s: ErgodicState) -> bool:
         return s.best[0] <= self.tol or s.k >= s.max_iter
@@ -309,7 +311,7 @@ class ErgodicNewton:
         return Stationary(v=np.asarray(to_numpy(v)), m=np.asarray(to_numpy(mu / s.system.w)),
                           ergodic_constant=lam, residual=residual,
                           converged=residual <= self.tol, iterations=s.k, history=s.history,
-                          restarted_after=s.restarted_after)
+                          restarts=tuple(s.restarts))
 
 
 def _starting(system: ErgodicSystem, start: tuple[Any, Any] | None) -> tuple[Any, Any]:
