@@ -110,8 +110,9 @@ class Ergodic1D(Discretization):
         if self.plateau is None or over_horizon(problem, PLATEAU_T) is None:
             return where, started, ErgodicNewton(self.tol), "the initial density"
         if getattr(problem, "objective", "equilibrium") != "equilibrium":
-            return (where, started, ErgodicNewton(self.tol, self._middle(PLATEAU_T)),
-                    f"the middle of a finite horizon T={PLATEAU_T:g}")
+            first = self._middle(PLATEAU_T)   # (None: that horizon's solve failed)
+            return (where, started, ErgodicNewton(self.tol, first), "the initial density"
+                    if first is None else f"the middle of a finite horizon T={PLATEAU_T:g}")
         later = tuple(partial(self._middle, T) for T in LATER_HORIZONS)
         return where, started, ErgodicNewton(self.tol, later=later), "the initial density"
 

@@ -259,3 +259,20 @@ def test_a_2d_model_of_ones_own_settles_on_its_long_run():
         rate = (res.U[n // 2 - 10] - res.U[n // 2 + 10]).mean() / 2.0
     assert gaps[1] < 5e-3 and gaps[1] < gaps[0] / 5
     assert rate == pytest.approx(long_run.summary["ergodic_constant"], rel=1e-3)
+
+
+def test_a_start_that_could_not_be_made_is_not_recorded_as_taken(monkeypatch):
+    """Where the finite horizon that would start the planner's long run fails, Newton starts
+    from the initial density, and the result says so."""
+    import warnings
+
+    from mfgwork import fdm1d
+
+    def failing(problem, **options):
+        raise mw.SolverError("the finite horizon failed")
+
+    monkeypatch.setattr(fdm1d, "_plateau", failing)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mw.ConvergenceWarning)
+        res = mw.solve(mw.SantaFeBar(objective="social"), nx=31, stationary=True, max_iter=5)
+    assert res.params["iteration"]["start"] == "the initial density"
