@@ -11,21 +11,7 @@ from pathlib import Path
 def _doctor(args: argparse.Namespace) -> int:
     from .apps.doctor import main
 
-    if args.clear_cache and args.json:
-        return _clear_cache_json()
     return main(as_json=args.json, clear_cache=args.clear_cache)
-
-
-def _clear_cache_json() -> int:
-    """``doctor --clear-cache --json``: clear the Triton cache, print what was removed as
-    JSON (``removed``: the number of compiled kernels, ``path``: the cache folder)."""
-    import json
-
-    from .core.compiling import clear_triton_cache, triton_cache_dir
-
-    removed = clear_triton_cache()
-    print(json.dumps({"removed": removed, "path": str(triton_cache_dir())}, indent=2))
-    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:

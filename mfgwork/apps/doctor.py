@@ -455,8 +455,9 @@ def _gib(v: int) -> str:
 
 def main(as_json: bool = False, clear_cache: bool = False) -> int:
     if clear_cache:
-        removed = clear_triton_cache()
-        print(f"removed {removed} compiled kernels from {triton_cache_summary()['path']}")
+        removed, path = clear_triton_cache(), triton_cache_summary()["path"]
+        print(json.dumps({"removed": removed, "path": str(path)}, indent=2) if as_json
+              else f"removed {removed} compiled kernels from {path}")
         return 0
     t0 = time.perf_counter()
     rep = report()

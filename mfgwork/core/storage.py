@@ -184,9 +184,10 @@ RESUMED = frozenset({"sweep", "scan"})
 #: Entries of a result that others add without changing it (Jupyter's checkpoints of its
 #: notebook, the macOS Finder's folder settings): they do not count as changes.
 NOT_CHANGES = frozenset({".ipynb_checkpoints", ".DS_Store"})
-#: Longest target name (UTF-8 bytes): a writer's temporaries add up to 88 bytes to it (a
-#: notebook's result in its run's temporary: two levels, with an owner record), and a file
-#: name holds at most 255.
+#: Bytes a writer's temporaries add to a target's name at most (a notebook's result in its
+#: run's temporary: two levels, with an owner record), and the longest target name (UTF-8
+#: bytes) that leaves them room within a file name's 255.
+TEMPORARY_BYTES = 88
 MAX_TARGET_BYTES = 160
 #: Names that mark a repository of a version-control system, as a folder or as a file (a
 #: git worktree's or submodule's ``.git`` file): what holds one is never replaced.
@@ -315,7 +316,7 @@ def _check_name_length(path: Path, target: Any, name: str, how: str) -> None:
     size = len(os.fsencode(path.name))
     if size > MAX_TARGET_BYTES:
         raise _refuse(name, target, f"its name is {size} bytes long, and a writer's "
-                      f"temporaries beside it need names of up to {size + 88} (a file "
+                      f"temporaries beside it need names of up to {size + TEMPORARY_BYTES} (a file "
                       f"name holds 255): at most {MAX_TARGET_BYTES} bytes", how)
 
 
@@ -591,38 +592,32 @@ def _results_inside(folder: Path) -> list[str]:
     return sorted(found)
 
 
-def replace_folder(tmp: Path, target: Path) -> Path | None:
+def replace_folder(tmp: Path, target: Path) -> None:
     """Rename the finished folder ``tmp`` to ``target``, replacing what is there: the old
     folder is first renamed aside to a temporary of role ``old`` made for it (with its owner
     record), put back if the second rename fails, and removed after (its record stays
     while anything of it is left, so that a later writer removes the rest once this
     process has ended). An old folder that is not an unchanged result (no marker, or
-    :func:`changes` since; only ``force`` lets :func:`check_target` pass it) is not removed
-    but kept as ``<target>.replaced-<time>``, with a warning saying where: returned."""
+    :func:`changes` since; only ``force`` lets :func:`check_target` pass it) is renamed to
+    ``<target>.replaced-<time>`` instead and kept, with a warning saying where."""
     if not os.path.lexists(target):
         os.replace(tmp, target)
-        return None
-    if _kept(target):
-        aside = _aside(target)
-        os.rename(target, aside)
-        try:
-            os.replace(tmp, target)
-        except BaseException:
-            os.rename(aside, target)
-            raise
-        warn(f"{target} was not a result as mfgwork wrote it; it is kept as {aside}, and "
-             "the new result took its place")
-        return aside
-    old = temporary_sibling(target, "old")
-    os.replace(target, old)
+        return
+    kept = _kept(target)
+    aside = _aside(target) if kept else temporary_sibling(target, "old")
+    os.replace(target, aside)
     try:
         os.replace(tmp, target)
     except BaseException:
-        os.replace(old, target)
-        release_temporary(old)
+        os.replace(aside, target)
+        if not kept:
+            release_temporary(aside)
         raise
-    discard_temporary(old)
-    return None
+    if kept:
+        warn(f"{target} was not a result as mfgwork wrote it; it is kept as {aside}, and "
+             "the new result took its place")
+    else:
+        discard_temporary(aside)
 
 
 def _kept(folder: Path) -> bool:
