@@ -864,7 +864,7 @@ PROBLEMS = "mfgwork.problems"
 
 def _check_coarse(coarse: object) -> bool:
     """``coarse`` as a bool: True or False (a NumPy bool too), else a ParameterError."""
-    return bool(check_flag("coarse", bool(coarse) if isinstance(coarse, np.bool_) else coarse))
+    return check_flag("coarse", bool(coarse) if isinstance(coarse, np.bool_) else coarse)
 
 
 def _check_batch(problems: Sequence[MFGProblem]) -> list[MFGProblem]:

@@ -110,7 +110,7 @@ def check_result(result: Any, figure: str, what: str, fits: Callable[[Result], b
     if not fits(result):
         raise ParameterError(f"{described} is invalid for {figure}: it {what}")
     for array in arrays:
-        if not np.isfinite(host_float64(getattr(result, array))).any():
+        if not np.isfinite(np.asarray(to_numpy(getattr(result, array)))).any():  # (no copy)
             raise ParameterError(f"{described} is invalid for {figure}: its {array} has no "
                                  "finite value (all NaN or infinite): it draws finite values")
 

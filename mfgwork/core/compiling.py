@@ -162,12 +162,15 @@ def model_cache_dir() -> Path:
     return Path(base) / "mfgwork" / "models"
 
 
-def _entries(folder: Path) -> list[Path]:
-    """The cache entries of a Triton cache folder: folders named by a digest that hold
-    Triton's files alone (:func:`_is_entry`), nothing else."""
+def _entries(folder: Path, *, strict: bool = False) -> list[Path]:
+    """The cache entries of a Triton cache folder: folders named by a digest, and with
+    ``strict`` (what is counted or removed) only those holding Triton's files alone
+    (:func:`_is_entry`); lookups take the names alone (no walk inside each entry)."""
     if not folder.is_dir():
         return []
-    return [p for p in folder.iterdir() if _is_entry(p)]
+    return [p for p in folder.iterdir()
+            if (_is_entry(p) if strict else
+                p.is_dir() and not p.is_symlink() and _CACHE_ENTRY.match(p.name))]
 
 
 def _is_entry(path: Path) -> bool:
@@ -203,7 +206,7 @@ def cached_kernels(names: Iterable[str]) -> set[str]:
 def triton_cache_summary() -> dict[str, Any]:
     """The Triton cache folder, its number of entries and their size in bytes."""
     folder = triton_cache_dir()
-    entries = _entries(folder)
+    entries = _entries(folder, strict=True)
     size = sum(f.stat().st_size for e in entries for f in e.iterdir() if f.is_file())
     return {"path": str(folder), "entries": len(entries), "bytes": size}
 
@@ -212,7 +215,7 @@ def clear_triton_cache() -> int:
     """Remove the compiled entries of Triton's cache folder (folders named by a digest that
     hold Triton's files alone, :func:`_is_entry`, so a mistaken ``TRITON_CACHE_DIR`` loses
     nothing else); returns how many were removed."""
-    entries = _entries(triton_cache_dir())
+    entries = _entries(triton_cache_dir(), strict=True)
     for entry in entries:
         shutil.rmtree(entry)
     return len(entries)

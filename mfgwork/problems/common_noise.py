@@ -146,7 +146,9 @@ class CommonNoise:
         if len(self.names) != n or len(set(self.names)) != n or not all(self.names):
             raise ParameterError(f"names={names!r} is invalid: must be {n} distinct labels, "
                                  "one per value, none empty")
-        if len(set(_labels(self.names, self.tree))) != self.scenarios:
+        #: One label per scenario: its states' names joined by :data:`SEPARATOR` (distinct)
+        self.labels = _labels(self.names, self.tree)
+        if len(set(self.labels)) != self.scenarios:
             raise ParameterError(f"names={names!r} is invalid: joined by {SEPARATOR!r} into "
                                  "the scenarios' labels, they label two scenarios alike; "
                                  f"choose names without {SEPARATOR!r}")
@@ -173,12 +175,6 @@ class CommonNoise:
         ``depth`` (each epoch a whole number of steps)."""
         nt = check_int("nt", nt, low=1)
         return self.depth * math.ceil(nt / self.depth)
-
-    @cached_property
-    def labels(self) -> tuple[str, ...]:
-        """One label per scenario: its states' names joined by :data:`SEPARATOR` (distinct,
-        as the names are checked)."""
-        return _labels(self.names, self.tree)
 
     def params(self) -> dict[str, Any]:
         return {"problem": self.name, "model": self.problem.params(),

@@ -124,15 +124,17 @@ class SantaFeBar(MFGProblem):
         """This bar with ``objective`` ("equilibrium" or "social"): the same parameters and
         Hamiltonian, the agents' price F or the planner's F + A F'."""
         check_choice("objective", objective, OBJECTIVES)
-        if objective == self.objective:
-            return self
-        return type(self)(**{k: getattr(self, k) for k in DEFAULTS},
-                          hamiltonian=self.hamiltonian, objective=objective)
+        return self if objective == self.objective else self._with(objective=objective)
 
     def with_horizon(self, T: float) -> SantaFeBar:
         """This bar over the horizon ``T``: the same parameters, Hamiltonian and objective."""
-        return type(self)(**{k: getattr(self, k) for k in DEFAULTS} | {"T": T},
-                          hamiltonian=self.hamiltonian, objective=self.objective)
+        return self._with(T=T)
+
+    def _with(self, **changes: Any) -> SantaFeBar:
+        """This bar with ``changes`` to its parameters or objective, the rest as they are."""
+        return type(self)(**({k: getattr(self, k) for k in DEFAULTS}
+                             | {"hamiltonian": self.hamiltonian, "objective": self.objective}
+                             | changes))
 
     def payoff(self, A: Any, xp: Any = np) -> Any:
         """F(A) = G − (G − B) s((A − A*)/ε)."""

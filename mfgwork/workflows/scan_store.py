@@ -60,6 +60,9 @@ from .scan_inspect import inspect_store
 PLAN_ATTR = storage.SCAN_ATTR
 #: Attributes that record where and when a scan ran, not what it computes.
 PROVENANCE = {"platform", "machine", "host", "commit", "created"}
+#: Attributes of what a scan computes that are not part of its identity
+#: (:meth:`~mfgwork.workflows.scan_plan.ScanPlan.identity`): where ``device="auto"`` put it.
+NOT_IDENTITY = {"placement"}
 #: Per-point metrics: name -> (dtype, fill value for points not solved); strings are stored
 #: with zarr's variable-length UTF-8 type.
 METRICS: dict[str, tuple[str, Any]] = {
@@ -299,7 +302,7 @@ class ScanStore:
             return ",".join(f for f in FIELDS if f in names) or "none"
 
         def compared(k: str) -> bool:
-            return k not in PROVENANCE and k != "placement" and not k.startswith("version_")
+            return k not in PROVENANCE and k not in NOT_IDENTITY and not k.startswith("version_")
 
         here = {k: v for k, v in self.layout.attrs.items() if compared(k)}
         there = {k: v for k, v in attrs.items() if compared(k)
